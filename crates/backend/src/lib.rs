@@ -1,0 +1,114 @@
+//! The fixed set of operations model families are written against, and the scalar reference
+//! implementation that defines them (candle-style: slow spec beside fast impls, tested alike).
+
+pub mod attn;
+pub mod host;
+pub mod reference;
+pub mod rope;
+
+pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
+pub use host::{HostKv, HostMat, HostTensor};
+pub use reference::RefBackend;
+pub use rope::Rope;
+
+use tf_formats::TensorView;
+use thiserror::Error;
+
+/// A backend could not take a weight or allocate.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// The weight's dtype or rank is not supported by this backend.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The device failed.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// Gated activation used by an MLP (`act(gate) * up`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (Llama, Qwen).
+    Silu,
+    /// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// Mixture-of-experts routing parameters (Qwen3-MoE style: softmax, then top-k).
+#[derive(Clone, Copy, Debug)]
+pub struct MoeParams {
+    /// Experts chosen per token.
+    pub top_k: usize,
+    /// Renormalise the chosen experts' weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// The experts' gated activation.
+    pub act: Activation,
+}
+
+/// One layer's experts: gate, up and down projections per expert.
+pub struct Experts<M> {
+    /// `[moe_intermediate, hidden]` per expert.
+    pub gate: Vec<M>,
+    /// `[moe_intermediate, hidden]` per expert.
+    pub up: Vec<M>,
+    /// `[hidden, moe_intermediate]` per expert.
+    pub down: Vec<M>,
+}
+
+/// The operations a model family may use. Activations are `[rows, cols]` row-major f32 (or the
+/// device's equivalent); every op computes each output row from its own input row(s) with a
+/// reduction order that does not depend on how many rows share the call (batch invariance).
+pub trait Backend: Send + Sync {
+    /// An activation matrix `[rows, cols]`.
+    type Act: Send;
+    /// A weight matrix `[out, in]` in its storage type.
+    type Mat: Send + Sync;
+    /// A weight vector (norm scales), f32.
+    type Vec: Send + Sync;
+    /// One layer's paged KV cache.
+    type Kv: Send;
+
+    /// Short name for logs (`cpu`, `ref`, `cuda:0`).
+    fn name(&self) -> String;
+    /// Takes a 2-D weight `[out, in]`.
+    fn mat(&self, t: &TensorView) -> Result<Self::Mat, BackendError>;
+    /// Takes a weight vector.
+    fn vec(&self, v: &[f32]) -> Self::Vec;
+    /// Allocates one layer's KV pool.
+    fn kv(&self, shape: KvShape) -> Result<Self::Kv, BackendError>;
+    /// Host data `[rows, cols]` into an activation.
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Act;
+    /// An activation back to the host, row-major.
+    fn download(&self, x: &Self::Act) -> Vec<f32>;
+    /// `(rows, cols)` of an activation.
+    fn shape(&self, x: &Self::Act) -> (usize, usize);
+
+    /// Rows of the embedding table `[vocab, hidden]` for `ids`, times `scale`.
+    fn embed(&self, table: &Self::Mat, ids: &[u32], scale: f32) -> Self::Act;
+    /// `x @ w^T`: `[rows, in] x [out, in] -> [rows, out]`.
+    fn matmul(&self, x: &Self::Act, w: &Self::Mat) -> Self::Act;
+    /// RMSNorm over each consecutive group of `w.len()` values; scale `w` or `1 + w`.
+    fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act;
+    /// `x += y`.
+    fn add_assign(&self, x: &mut Self::Act, y: &Self::Act);
+    /// Rotary embedding in place over every head of width `head_dim` of each row.
+    fn rope(&self, x: &mut Self::Act, positions: &[u32], head_dim: usize, rope: &Rope);
+    /// `act(gate) * up`, elementwise.
+    fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
+    /// Writes this round's K/V rows into the pool, then attends (causal, paged).
+    fn attention(
+        &self,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+    ) -> Self::Act;
+    /// The listed rows of `x`, in order.
+    fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
+    /// `cap * tanh(x / cap)` in place.
+    fn softcap(&self, x: &mut Self::Act, cap: f32);
+    /// Mixture of experts: route each row by `router_logits` `[rows, experts]`, run its experts.
+    fn moe(&self, x: &Self::Act, router_logits: &Self::Act, experts: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act;
+}

@@ -1,0 +1,218 @@
+//! The scalar reference backend: the specification of every op, written for clarity, single
+//! threaded, with plain left-to-right sums. Fast backends are tested against it.
+
+use crate::attn::{AttnMeta, AttnParams, KvShape};
+use crate::host::{HostKv, HostMat, HostTensor};
+use crate::rope::Rope;
+use crate::{Activation, Backend, BackendError, Experts, MoeParams};
+use tf_formats::TensorView;
+
+/// Scalar reference implementation on the host.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefBackend;
+
+/// `act(g)`, in f32.
+pub fn activate(g: f32, act: Activation) -> f32 {
+    match act {
+        Activation::Silu => g / (1.0 + (-g).exp()),
+        Activation::GeluTanh => {
+            let c = (2.0f32 / std::f32::consts::PI).sqrt();
+            0.5 * g * (1.0 + (c * (g + 0.044715 * g * g * g)).tanh())
+        }
+    }
+}
+
+/// Softmax routing then top-k: `(expert, weight)` pairs, highest first, ties to the lower index.
+pub fn route(logits: &[f32], p: &MoeParams) -> Vec<(usize, f32)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    let probs: Vec<f32> = exps.iter().map(|e| e / sum).collect();
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    let mut chosen: Vec<(usize, f32)> = order.into_iter().take(p.top_k).map(|e| (e, probs[e])).collect();
+    if p.norm_topk_prob {
+        let total: f32 = chosen.iter().map(|c| c.1).sum();
+        for c in &mut chosen {
+            c.1 /= total;
+        }
+    }
+    chosen
+}
+
+/// Writes the round's K/V rows into their slots.
+pub fn write_kv(k: &HostTensor, v: &HostTensor, kv: &mut HostKv, meta: &AttnMeta) {
+    let w = kv.slot_width();
+    for (row, &slot) in meta.slot_mapping.iter().enumerate() {
+        kv.k[slot * w..(slot + 1) * w].copy_from_slice(k.row(row));
+        kv.v[slot * w..(slot + 1) * w].copy_from_slice(v.row(row));
+    }
+}
+
+/// First key position visible from a query at `pos`.
+pub fn window_start(pos: usize, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+}
+
+impl RefBackend {
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+}
+
+impl Backend for RefBackend {
+    type Act = HostTensor;
+    type Mat = HostMat;
+    type Vec = Vec<f32>;
+    type Kv = HostKv;
+
+    fn name(&self) -> String {
+        "ref".into()
+    }
+
+    fn mat(&self, t: &TensorView) -> Result<HostMat, BackendError> {
+        HostMat::from_view(t)
+    }
+
+    fn vec(&self, v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+
+    fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
+        HostKv::new(shape)
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> HostTensor {
+        HostTensor { data: data.to_vec(), rows, cols }
+    }
+
+    fn download(&self, x: &HostTensor) -> Vec<f32> {
+        x.data.clone()
+    }
+
+    fn shape(&self, x: &HostTensor) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn embed(&self, table: &HostMat, ids: &[u32], scale: f32) -> HostTensor {
+        let mut out = HostTensor::zeros(ids.len(), table.cols);
+        for (r, &id) in ids.iter().enumerate() {
+            let row = &mut out.data[r * table.cols..(r + 1) * table.cols];
+            table.row_f32(id as usize, row);
+            row.iter_mut().for_each(|x| *x *= scale);
+        }
+        out
+    }
+
+    fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
+        let mut out = HostTensor::zeros(x.rows, w.rows);
+        let mut wrow = vec![0.0; w.cols];
+        for o in 0..w.rows {
+            w.row_f32(o, &mut wrow);
+            for r in 0..x.rows {
+                out.data[r * w.rows + o] = Self::dot(x.row(r), &wrow);
+            }
+        }
+        out
+    }
+
+    fn rms_norm(&self, x: &HostTensor, w: &Vec<f32>, eps: f32, one_plus: bool) -> HostTensor {
+        let mut out = x.clone();
+        for g in out.data.chunks_exact_mut(w.len()) {
+            let ms = g.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            for (v, &s) in g.iter_mut().zip(w) {
+                *v = *v * inv * if one_plus { 1.0 + s } else { s };
+            }
+        }
+        out
+    }
+
+    fn add_assign(&self, x: &mut HostTensor, y: &HostTensor) {
+        x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+    }
+
+    fn rope(&self, x: &mut HostTensor, positions: &[u32], head_dim: usize, rope: &Rope) {
+        let mut buf = Vec::new();
+        let cols = x.cols;
+        for (r, &pos) in positions.iter().enumerate() {
+            for head in x.data[r * cols..(r + 1) * cols].chunks_exact_mut(head_dim) {
+                rope.apply(head, pos, &mut buf);
+            }
+        }
+    }
+
+    fn glu(&self, gate: &HostTensor, up: &HostTensor, act: Activation) -> HostTensor {
+        let data = gate.data.iter().zip(&up.data).map(|(&g, &u)| activate(g, act) * u).collect();
+        HostTensor { data, rows: gate.rows, cols: gate.cols }
+    }
+
+    fn attention(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+    ) -> HostTensor {
+        write_kv(k, v, kv, meta);
+        let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
+        let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
+        for s in &meta.seqs {
+            for i in 0..s.q_len {
+                let (row, pos) = (s.q_start + i, s.start_pos + i);
+                let slots: Vec<usize> = (window_start(pos, p.window)..=pos)
+                    .map(|j| s.block_table[j / meta.block_size] as usize * meta.block_size + j % meta.block_size)
+                    .collect();
+                for h in 0..p.num_heads {
+                    let qh = &q.row(row)[h * d..(h + 1) * d];
+                    let kvh = (h / group) * d;
+                    let scores: Vec<f32> = slots
+                        .iter()
+                        .map(|&sl| {
+                            let s = Self::dot(qh, &kv.k[sl * w + kvh..sl * w + kvh + d]) * p.scale;
+                            p.softcap.map_or(s, |c| c * (s / c).tanh())
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f32 = exps.iter().sum();
+                    let o = &mut out.data[row * p.num_heads * d + h * d..][..d];
+                    for (&e, &sl) in exps.iter().zip(&slots) {
+                        for (oi, vi) in o.iter_mut().zip(&kv.v[sl * w + kvh..sl * w + kvh + d]) {
+                            *oi += e / sum * vi;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
+        let data = rows.iter().flat_map(|&r| x.row(r).iter().copied()).collect();
+        HostTensor { data, rows: rows.len(), cols: x.cols }
+    }
+
+    fn softcap(&self, x: &mut HostTensor, cap: f32) {
+        x.data.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+    }
+
+    fn moe(&self, x: &HostTensor, router_logits: &HostTensor, experts: &Experts<HostMat>, p: &MoeParams) -> HostTensor {
+        let hidden = x.cols;
+        let mut out = HostTensor::zeros(x.rows, hidden);
+        for r in 0..x.rows {
+            let xr = self.upload(x.row(r), 1, hidden);
+            for (e, weight) in route(router_logits.row(r), p) {
+                let g = self.matmul(&xr, &experts.gate[e]);
+                let u = self.matmul(&xr, &experts.up[e]);
+                let y = self.matmul(&self.glu(&g, &u, p.act), &experts.down[e]);
+                for (o, v) in out.data[r * hidden..(r + 1) * hidden].iter_mut().zip(&y.data) {
+                    *o += weight * v;
+                }
+            }
+        }
+        out
+    }
+}

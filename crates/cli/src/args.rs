@@ -1,0 +1,181 @@
+//! Command-line definitions (the names are a contract other tools rely on).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// TensorFold: an exact, fast LLM inference engine.
+#[derive(Parser, Debug)]
+#[command(name = "tensorfold", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Load and validate a checkpoint; exit 0 when it loads, 2 when refused.
+    Check(CheckArgs),
+    /// Write the logits at every position of `--ids` to a safetensors file.
+    Logits(LogitsArgs),
+    /// Generate text from a prompt or ids.
+    Generate(GenerateArgs),
+    /// Write a random-weight checkpoint with a real model's shapes.
+    Synth(SynthArgs),
+    /// Measure prefill and decode speed.
+    Bench(BenchArgs),
+}
+
+/// Where and how to run.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Backend: `cpu` (fast), `ref` (scalar reference), `auto`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Checkpoint directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `logits`.
+#[derive(Args, Debug)]
+pub struct LogitsArgs {
+    /// Checkpoint directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Comma-separated token ids.
+    #[arg(long, allow_hyphen_values = true)]
+    pub ids: String,
+    /// Output safetensors file (tensor `logits`, f32, [ids, vocab]).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Prefill chunk size in tokens (results do not depend on it).
+    #[arg(long, default_value_t = 512)]
+    pub chunk: usize,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `generate`.
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Checkpoint directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt text (tokenized with the model's rules, BOS as its tokenizer says).
+    #[arg(long, conflicts_with = "ids", required_unless_present = "ids")]
+    pub prompt: Option<String>,
+    /// Prompt as comma-separated token ids, used exactly as given.
+    #[arg(long, allow_hyphen_values = true)]
+    pub ids: Option<String>,
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    /// Drop tokens below this fraction of the top probability.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Presence penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Frequency penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (sampling is a pure function of seed and position).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop strings (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Stop token ids, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub stop_ids: Option<String>,
+    /// Keep generating past EOS.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print one JSON object `{prompt_ids, ids, text}` instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Prefill chunk size in tokens (results do not depend on it).
+    #[arg(long, default_value_t = 512)]
+    pub chunk: usize,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `synth`.
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m, tiny.
+    #[arg(long)]
+    pub like: String,
+    /// Output directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Weight dtype: bf16, f16, f32.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Seed of the weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Override the number of layers (smaller checkpoints for quick runs).
+    #[arg(long)]
+    pub layers: Option<usize>,
+}
+
+/// `bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Checkpoint directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt lengths to prefill, comma-separated.
+    #[arg(long, default_value = "128")]
+    pub prompt_len: String,
+    /// Tokens to decode after the prompt.
+    #[arg(long, default_value_t = 32)]
+    pub gen_len: usize,
+    /// Repetitions (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Write results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// Parses comma-separated integers (ids as given; range is checked at the boundary).
+pub fn parse_ids(s: &str) -> Result<Vec<i64>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<i64>().map_err(|_| format!("'{t}' is not an integer token id")))
+        .collect()
+}

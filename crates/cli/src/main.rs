@@ -1,0 +1,28 @@
+//! `tensorfold`: load, check, run and benchmark open-weight language models.
+
+mod args;
+mod bench;
+mod check;
+mod device;
+mod exit;
+mod generate;
+mod logits;
+mod synth;
+
+use clap::Parser;
+use exit::Failure;
+
+fn main() {
+    let cli = args::Cli::parse();
+    let result: Result<(), Failure> = match cli.command {
+        args::Command::Check(a) => check::run(&a),
+        args::Command::Logits(a) => logits::run(&a),
+        args::Command::Generate(a) => generate::run(&a),
+        args::Command::Synth(a) => synth::run(&a),
+        args::Command::Bench(a) => bench::run(&a),
+    };
+    if let Err(f) = result {
+        eprintln!("error: {}", f.message);
+        std::process::exit(f.code);
+    }
+}

@@ -1,0 +1,222 @@
+//! `tensorfold synth`: a seeded random-weight checkpoint with a real model's shapes and a
+//! working byte-level tokenizer, written where it will run (nothing large travels).
+
+use crate::args::SynthArgs;
+use crate::exit::{Failure, failed, refused};
+use rayon::prelude::*;
+use serde_json::{Value, json};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use tf_core::DType;
+use tf_models::config::RawConfig;
+use tf_models::registry::spec_for;
+use tf_models::spec::ModelSpec;
+
+/// Special tokens every synthesized tokenizer has, at ids 256, 257, 258.
+const SPECIALS: [&str; 3] = ["<|bos|>", "<|eos|>", "<|pad|>"];
+
+/// The `config.json` of a preset.
+fn preset(name: &str) -> Option<Value> {
+    let qwen3 = |vocab: u64, hidden: u64, inter: u64, layers: u64, heads: u64, kv: u64, tie: bool| {
+        json!({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": vocab,
+            "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "tie_word_embeddings": tie,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "hidden_act": "silu"})
+    };
+    Some(match name {
+        "qwen3-0.6b" => qwen3(151936, 1024, 3072, 28, 16, 8, true),
+        "qwen3-8b" => qwen3(151936, 4096, 12288, 36, 32, 8, false),
+        "qwen3-30b-a3b" => {
+            let mut c = qwen3(151936, 2048, 6144, 48, 32, 4, false);
+            c["architectures"] = json!(["Qwen3MoeForCausalLM"]);
+            c["model_type"] = json!("qwen3_moe");
+            c["num_experts"] = json!(128);
+            c["num_experts_per_tok"] = json!(8);
+            c["moe_intermediate_size"] = json!(768);
+            c["norm_topk_prob"] = json!(true);
+            c["decoder_sparse_step"] = json!(1);
+            c
+        }
+        "llama3-8b" => json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 131072, "tie_word_embeddings": false, "hidden_act": "silu",
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
+        "gemma3-270m" => json!({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "vocab_size": 262144, "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 32768, "sliding_window": 512, "query_pre_attn_scalar": 256,
+            "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
+            "layer_types": (0..18).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        "tiny" => qwen3(512, 64, 128, 2, 4, 2, true),
+        _ => return None,
+    })
+}
+
+/// Runs `synth`.
+pub fn run(a: &SynthArgs) -> Result<(), Failure> {
+    let mut config = preset(&a.like).ok_or_else(|| {
+        refused(format!("--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m or tiny", a.like))
+    })?;
+    let dtype = DType::parse(&a.dtype).ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16 or f32", a.dtype)))?;
+    if let Some(n) = a.layers {
+        config["num_hidden_layers"] = json!(n);
+        if let Some(types) = config["layer_types"].as_array().cloned() {
+            config["layer_types"] = json!(types.into_iter().cycle().take(n).collect::<Vec<_>>());
+        }
+    }
+    config["bos_token_id"] = json!(256);
+    config["eos_token_id"] = json!(257);
+    config["pad_token_id"] = json!(258);
+    config["torch_dtype"] = json!(match dtype { DType::F32 => "float32", DType::F16 => "float16", _ => "bfloat16" });
+    std::fs::create_dir_all(&a.out).map_err(failed)?;
+    let spec = spec_for(&RawConfig::parse(&a.out.join("config.json"), &config.to_string()).map_err(refused)?)
+        .map_err(refused)?;
+    write_json(&a.out.join("config.json"), &config)?;
+    write_json(&a.out.join("generation_config.json"), &json!({"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258}))?;
+    write_json(&a.out.join("tokenizer.json"), &tokenizer_json())?;
+    write_json(&a.out.join("tokenizer_config.json"), &json!({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}))?;
+    let tensors = tensor_list(&spec);
+    let bytes: usize = tensors.iter().map(|t| t.1.iter().product::<usize>() * dtype.size()).sum();
+    eprintln!("synth: {} ({} tensors, {:.2} GB {dtype}) -> {}", a.like, tensors.len(), bytes as f64 / 1e9, a.out.display());
+    write_weights(&a.out.join("model.safetensors"), &tensors, dtype, a.seed, spec.norm_one_plus)
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(v).map_err(failed)?;
+    std::fs::write(path, text).map_err(|e| failed(format!("{}: {e}", path.display())))
+}
+
+/// Names and shapes of every tensor the spec needs, in the HF layout.
+fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
+    let (h, d, v) = (s.hidden_size, s.head_dim, s.vocab_size);
+    let mut t = vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".into(), vec![h])];
+    if !s.tie_word_embeddings {
+        t.push(("lm_head.weight".into(), vec![v, h]));
+    }
+    for i in 0..s.num_layers {
+        let p = format!("model.layers.{i}.");
+        let mut add = |n: &str, shape: Vec<usize>| t.push((format!("{p}{n}.weight"), shape));
+        add("input_layernorm", vec![h]);
+        add("post_attention_layernorm", vec![h]);
+        if s.sandwich_norms {
+            add("pre_feedforward_layernorm", vec![h]);
+            add("post_feedforward_layernorm", vec![h]);
+        }
+        add("self_attn.q_proj", vec![s.num_heads * d, h]);
+        add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
+        add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
+        add("self_attn.o_proj", vec![h, s.num_heads * d]);
+        if s.qk_norm {
+            add("self_attn.q_norm", vec![d]);
+            add("self_attn.k_norm", vec![d]);
+        }
+        match &s.moe {
+            Some(m) if m.sparse_layers[i] => {
+                add("mlp.gate", vec![m.num_experts, h]);
+                for e in 0..m.num_experts {
+                    add(&format!("mlp.experts.{e}.gate_proj"), vec![m.moe_intermediate_size, h]);
+                    add(&format!("mlp.experts.{e}.up_proj"), vec![m.moe_intermediate_size, h]);
+                    add(&format!("mlp.experts.{e}.down_proj"), vec![h, m.moe_intermediate_size]);
+                }
+            }
+            _ => {
+                add("mlp.gate_proj", vec![s.intermediate_size, h]);
+                add("mlp.up_proj", vec![s.intermediate_size, h]);
+                add("mlp.down_proj", vec![h, s.intermediate_size]);
+            }
+        }
+    }
+    t
+}
+
+/// Streams a safetensors file: header, then each tensor's seeded values made in parallel.
+fn write_weights(path: &Path, tensors: &[(String, Vec<usize>)], dtype: DType, seed: u64, one_plus: bool) -> Result<(), Failure> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, shape) in tensors {
+        let n = shape.iter().product::<usize>() * dtype.size();
+        let st = match dtype { DType::F32 => "F32", DType::F16 => "F16", _ => "BF16" };
+        header.insert(name.clone(), json!({"dtype": st, "shape": shape, "data_offsets": [offset, offset + n]}));
+        offset += n;
+    }
+    let mut head = Value::Object(header).to_string().into_bytes();
+    head.resize(head.len().next_multiple_of(8), b' ');
+    let file = std::fs::File::create(path).map_err(|e| failed(format!("{}: {e}", path.display())))?;
+    let mut w = BufWriter::with_capacity(1 << 22, file);
+    let io = |e: std::io::Error| failed(format!("{}: {e}", path.display()));
+    w.write_all(&(head.len() as u64).to_le_bytes()).map_err(io)?;
+    w.write_all(&head).map_err(io)?;
+    const CHUNK: usize = 1 << 20;
+    for (ti, (_, shape)) in tensors.iter().enumerate() {
+        let numel: usize = shape.iter().product();
+        let is_norm = shape.len() == 1;
+        let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
+        let base = if is_norm && !one_plus { 1.0 } else { 0.0 };
+        let chunks: Vec<Vec<u8>> = (0..numel.div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let n = CHUNK.min(numel - c * CHUNK);
+                let mut state = seed ^ (ti as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (c as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+                let mut out = Vec::with_capacity(n * dtype.size());
+                for _ in 0..n {
+                    let u = (splitmix(&mut state) >> 40) as f32 / (1u64 << 24) as f32;
+                    let x = base + scale * (2.0 * u - 1.0);
+                    match dtype {
+                        DType::F32 => out.extend(x.to_le_bytes()),
+                        DType::F16 => out.extend(half::f16::from_f32(x).to_le_bytes()),
+                        _ => out.extend(half::bf16::from_f32(x).to_le_bytes()),
+                    }
+                }
+                out
+            })
+            .collect();
+        for c in chunks {
+            w.write_all(&c).map_err(io)?;
+        }
+    }
+    w.flush().map_err(io)
+}
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// GPT-2's printable stand-ins for the 256 byte values.
+fn byte_level_chars() -> Vec<char> {
+    let printable: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut chars = vec!['\0'; 256];
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) { b } else { extra += 1; 255 + extra };
+        chars[b as usize] = char::from_u32(c).unwrap_or('?');
+    }
+    chars
+}
+
+/// A byte-level BPE tokenizer with no merges: every byte a token, plus the specials.
+fn tokenizer_json() -> Value {
+    let vocab: serde_json::Map<String, Value> =
+        byte_level_chars().iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
+    let added: Vec<Value> = SPECIALS
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    json!({"version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": vocab, "merges": []}})
+}

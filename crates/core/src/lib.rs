@@ -1,0 +1,7 @@
+//! Core types shared by every TensorFold layer: dtypes, the checked token-id boundary, errors.
+
+pub mod dtype;
+pub mod ids;
+
+pub use dtype::DType;
+pub use ids::{BadToken, TokenIds, Vocab};

@@ -1,0 +1,47 @@
+//! Errors raised while reading checkpoint files; each names the file and, where known, the tensor.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// A file could not be read or is malformed.
+#[derive(Debug, Error)]
+pub enum FormatError {
+    /// The file could not be opened or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file's header is malformed or out of bounds.
+    #[error("{}: bad header: {msg}", path.display())]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// One tensor's entry is malformed.
+    #[error("{}: tensor '{name}': {msg}", path.display())]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor name.
+        name: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+impl FormatError {
+    /// A header error for `path`.
+    pub fn header(path: impl Into<PathBuf>, msg: impl Into<String>) -> FormatError {
+        FormatError::Header { path: path.into(), msg: msg.into() }
+    }
+
+    /// A tensor error for `path` / `name`.
+    pub fn tensor(path: impl Into<PathBuf>, name: &str, msg: impl Into<String>) -> FormatError {
+        FormatError::Tensor { path: path.into(), name: name.to_string(), msg: msg.into() }
+    }
+}

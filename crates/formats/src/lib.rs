@@ -1,0 +1,14 @@
+//! Checkpoint file formats: hardened safetensors reading (single file or sharded HF directory).
+//!
+//! Every length and offset read from a file is bounded before use; errors name the file and
+//! the tensor. GGUF arrives here too.
+
+pub mod bytes;
+pub mod checkpoint;
+pub mod error;
+pub mod safetensors_file;
+
+pub use bytes::TensorBytes;
+pub use checkpoint::Checkpoint;
+pub use error::FormatError;
+pub use safetensors_file::{SafetensorsFile, TensorView};

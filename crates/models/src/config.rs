@@ -1,0 +1,197 @@
+//! Reading Hugging Face `config.json` fields by their HF names, with errors naming the field,
+//! and the rope parameters in both the older (`rope_theta`/`rope_scaling`) and the newer
+//! (`rope_parameters`, optionally per layer type) forms.
+
+use crate::error::ModelError;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use tf_backend::rope::RopeScaling;
+
+/// A parsed `config.json`.
+pub struct RawConfig {
+    /// The file it came from.
+    pub file: PathBuf,
+    map: Map<String, Value>,
+}
+
+/// Largest size accepted for any count in a config (guards allocations).
+const MAX_DIM: u64 = 1 << 31;
+
+impl RawConfig {
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> Result<RawConfig, ModelError> {
+        let err = |msg: String| ModelError::Config { file: path.to_path_buf(), msg };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        RawConfig::parse(path, &text)
+    }
+
+    /// Parses `text` as the contents of `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<RawConfig, ModelError> {
+        let err = |msg: String| ModelError::Config { file: path.to_path_buf(), msg };
+        match serde_json::from_str(text).map_err(|e| err(format!("not JSON: {e}")))? {
+            Value::Object(map) => Ok(RawConfig { file: path.to_path_buf(), map }),
+            _ => Err(err("not a JSON object".into())),
+        }
+    }
+
+    /// A config error for this file.
+    pub fn error(&self, msg: impl Into<String>) -> ModelError {
+        ModelError::Config { file: self.file.clone(), msg: msg.into() }
+    }
+
+    /// The raw value of `key`, `None` when absent or null.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    /// A positive integer field (required).
+    pub fn dim(&self, key: &str) -> Result<usize, ModelError> {
+        self.opt_dim(key)?.ok_or_else(|| self.error(format!("missing '{key}'")))
+    }
+
+    /// A positive integer field, `None` when absent.
+    pub fn opt_dim(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        match v.as_u64() {
+            Some(n) if n > 0 && n <= MAX_DIM => Ok(Some(n as usize)),
+            _ => Err(self.error(format!("'{key}' must be a positive integer up to {MAX_DIM}, found {v}"))),
+        }
+    }
+
+    /// A finite float field, `None` when absent.
+    pub fn opt_f32(&self, key: &str) -> Result<Option<f32>, ModelError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        match v.as_f64() {
+            Some(x) if x.is_finite() => Ok(Some(x as f32)),
+            _ => Err(self.error(format!("'{key}' must be a finite number, found {v}"))),
+        }
+    }
+
+    /// A boolean field, `default` when absent.
+    pub fn flag(&self, key: &str, default: bool) -> Result<bool, ModelError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(self.error(format!("'{key}' must be true or false, found {v}"))),
+        }
+    }
+
+    /// A string field, `None` when absent.
+    pub fn opt_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    /// Token ids in a field that holds one id or a list of them.
+    pub fn ids(&self, key: &str) -> Result<Vec<i64>, ModelError> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_i64().ok_or_else(|| self.error(format!("'{key}' holds a non-integer {v}"))))
+                .collect(),
+            Some(v) => v.as_i64().map(|i| vec![i]).ok_or_else(|| self.error(format!("'{key}' must be an id, found {v}"))),
+        }
+    }
+
+    /// `architectures[0]`, else `model_type`.
+    pub fn architecture(&self) -> Option<&str> {
+        self.get("architectures")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .or_else(|| self.opt_str("model_type"))
+    }
+
+    /// Rope base and scaling for layers of `layer_type` (`full_attention`, `sliding_attention`).
+    /// `fallback_theta` applies when the config names none (per-family default).
+    pub fn rope(&self, layer_type: &str, fallback_theta: f32) -> Result<(f32, RopeScaling), ModelError> {
+        if let Some(Value::Object(params)) = self.get("rope_parameters") {
+            let params = match params.get(layer_type) {
+                Some(Value::Object(p)) => p,
+                _ if params.contains_key("full_attention") || params.contains_key("sliding_attention") => {
+                    return Err(self.error(format!("rope_parameters has no entry for '{layer_type}'")));
+                }
+                _ => params,
+            };
+            let theta = num(params, "rope_theta").unwrap_or(fallback_theta);
+            return Ok((theta, self.scaling(params)?));
+        }
+        if layer_type == "sliding_attention"
+            && let Some(local) = self.opt_f32("rope_local_base_freq")?
+        {
+            return Ok((local, RopeScaling::Default));
+        }
+        let theta = self.opt_f32("rope_theta")?.unwrap_or(fallback_theta);
+        match self.get("rope_scaling") {
+            Some(Value::Object(s)) => Ok((theta, self.scaling(s)?)),
+            _ => Ok((theta, RopeScaling::Default)),
+        }
+    }
+
+    fn scaling(&self, p: &Map<String, Value>) -> Result<RopeScaling, ModelError> {
+        let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Value::as_str).unwrap_or("default");
+        let need = |k: &str| num(p, k).ok_or_else(|| self.error(format!("rope '{kind}' scaling needs '{k}'")));
+        let max_pos = self.opt_f32("max_position_embeddings")?;
+        Ok(match kind {
+            "default" => RopeScaling::Default,
+            "linear" => RopeScaling::Linear { factor: need("factor")? },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need("factor")?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_position_embeddings: need("original_max_position_embeddings")?,
+            },
+            "yarn" => RopeScaling::Yarn {
+                factor: need("factor")?,
+                original_max_position_embeddings: num(p, "original_max_position_embeddings")
+                    .or(max_pos)
+                    .ok_or_else(|| self.error("yarn needs original_max_position_embeddings"))?,
+                beta_fast: num(p, "beta_fast").unwrap_or(32.0),
+                beta_slow: num(p, "beta_slow").unwrap_or(1.0),
+                attention_factor: num(p, "attention_factor"),
+                truncate: p.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+            },
+            other => return Err(self.error(format!("rope type '{other}' is not supported"))),
+        })
+    }
+}
+
+fn num(m: &Map<String, Value>, k: &str) -> Option<f32> {
+    m.get(k).and_then(Value::as_f64).filter(|x| x.is_finite()).map(|x| x as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> RawConfig {
+        RawConfig::parse(Path::new("config.json"), text).unwrap()
+    }
+
+    #[test]
+    fn old_and_new_rope_forms_agree() {
+        let old = cfg(r#"{"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
+        let new = cfg(r#"{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
+        assert_eq!(old.rope("full_attention", 1e4).unwrap(), new.rope("full_attention", 1e4).unwrap());
+    }
+
+    #[test]
+    fn per_layer_type_rope() {
+        let c = cfg(r#"{"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#);
+        assert_eq!(c.rope("full_attention", 1.0).unwrap(), (1e6, RopeScaling::Linear { factor: 8.0 }));
+        assert_eq!(c.rope("sliding_attention", 1.0).unwrap(), (1e4, RopeScaling::Default));
+        let old = cfg(r#"{"rope_theta": 1e6, "rope_local_base_freq": 10000.0}"#);
+        assert_eq!(old.rope("sliding_attention", 1.0).unwrap(), (1e4, RopeScaling::Default));
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let c = cfg(r#"{"hidden_size": -3, "rope_scaling": {"type": "dynamic", "factor": 2.0}}"#);
+        assert!(c.dim("hidden_size").unwrap_err().to_string().contains("hidden_size"));
+        assert!(c.dim("num_hidden_layers").unwrap_err().to_string().contains("missing"));
+        assert!(c.rope("full_attention", 1.0).unwrap_err().to_string().contains("dynamic"));
+    }
+}

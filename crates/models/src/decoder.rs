@@ -1,0 +1,196 @@
+//! The shared decoder-only transformer every family runs (config, attention, MLP or experts,
+//! block, model), over `Backend` ops only. Shapes in comments are `(rows, cols)`.
+
+use crate::error::ModelError;
+use crate::spec::{LayerKind, ModelSpec};
+use crate::weights::Loader;
+use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams};
+
+/// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
+pub struct Batch<'a> {
+    /// Token ids in row order (already checked at the boundary).
+    pub ids: &'a [u32],
+    /// Sequences, positions and KV slots.
+    pub meta: &'a AttnMeta,
+    /// Rows whose logits are wanted.
+    pub logits_rows: &'a [usize],
+}
+
+enum Ffn<B: Backend> {
+    Dense { gate: B::Mat, up: B::Mat, down: B::Mat },
+    Moe { router: B::Mat, experts: Experts<B::Mat>, params: MoeParams },
+}
+
+struct Layer<B: Backend> {
+    input_norm: B::Vec,
+    post_attn_norm: B::Vec,
+    pre_ffn_norm: Option<B::Vec>,
+    post_ffn_norm: Option<B::Vec>,
+    q: B::Mat,
+    k: B::Mat,
+    v: B::Mat,
+    o: B::Mat,
+    q_norm: Option<B::Vec>,
+    k_norm: Option<B::Vec>,
+    ffn: Ffn<B>,
+    attn: AttnParams,
+    sliding: bool,
+}
+
+/// A loaded decoder on backend `B`.
+pub struct Decoder<B: Backend> {
+    /// What was loaded.
+    pub spec: ModelSpec,
+    embed: B::Mat,
+    lm_head: Option<B::Mat>,
+    norm: B::Vec,
+    layers: Vec<Layer<B>>,
+}
+
+impl<B: Backend> Decoder<B> {
+    /// Loads and validates every tensor the spec needs.
+    pub fn load(spec: ModelSpec, ld: &Loader<'_, B>) -> Result<Decoder<B>, ModelError> {
+        let (vocab, hidden) = (spec.vocab_size, spec.hidden_size);
+        let embed = ld.mat("model.embed_tokens.weight", vocab, hidden)?;
+        let lm_head = match spec.tie_word_embeddings {
+            true => None,
+            false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
+        };
+        let norm = ld.vec("model.norm.weight", hidden)?;
+        let layers = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
+        Ok(Decoder { spec, embed, lm_head, norm, layers })
+    }
+
+    /// One KV pool per layer, `num_blocks` blocks of `block_size` tokens each.
+    pub fn alloc_kv(&self, b: &B, num_blocks: usize, block_size: usize) -> Result<Vec<B::Kv>, ModelError> {
+        let shape = KvShape { num_blocks, block_size, num_kv_heads: self.spec.num_kv_heads, head_dim: self.spec.head_dim };
+        (0..self.layers.len()).map(|_| Ok(b.kv(shape)?)).collect()
+    }
+
+    /// Bytes of KV cache per token (f32 host pools).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.layers.len() * self.spec.num_kv_heads * self.spec.head_dim * 4
+    }
+
+    /// Runs one round; returns logits `(logits_rows, vocab)`.
+    pub fn forward(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv]) -> B::Act {
+        let s = &self.spec;
+        let positions = batch.meta.positions();
+        let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
+        for (layer, kv) in self.layers.iter().zip(kv.iter_mut()) {
+            h = self.block(b, layer, h, &positions, batch.meta, kv);
+        }
+        let h = b.select_rows(&h, batch.logits_rows);
+        let h = b.rms_norm(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus);
+        let mut logits = b.matmul(&h, self.lm_head.as_ref().unwrap_or(&self.embed)); // (rows, vocab)
+        if let Some(cap) = s.final_softcap {
+            b.softcap(&mut logits, cap);
+        }
+        logits
+    }
+
+    fn block(&self, b: &B, l: &Layer<B>, mut h: B::Act, pos: &[u32], meta: &AttnMeta, kv: &mut B::Kv) -> B::Act {
+        let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
+        let x = b.rms_norm(&h, &l.input_norm, eps, one_plus);
+        let mut a = self.attention(b, l, &x, pos, meta, kv);
+        let ffn_norm = match &l.pre_ffn_norm {
+            Some(pre) => {
+                a = b.rms_norm(&a, &l.post_attn_norm, eps, one_plus);
+                pre
+            }
+            None => &l.post_attn_norm,
+        };
+        b.add_assign(&mut h, &a);
+        let x = b.rms_norm(&h, ffn_norm, eps, one_plus);
+        let mut f = self.ffn(b, l, &x);
+        if let Some(post) = &l.post_ffn_norm {
+            f = b.rms_norm(&f, post, eps, one_plus);
+        }
+        b.add_assign(&mut h, &f);
+        h
+    }
+
+    fn attention(&self, b: &B, l: &Layer<B>, x: &B::Act, pos: &[u32], meta: &AttnMeta, kv: &mut B::Kv) -> B::Act {
+        let s = &self.spec;
+        let mut q = b.matmul(x, &l.q); // (tokens, heads * head_dim)
+        let mut k = b.matmul(x, &l.k); // (tokens, kv_heads * head_dim)
+        let v = b.matmul(x, &l.v);
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+            q = b.rms_norm(&q, qn, s.rms_norm_eps, s.norm_one_plus);
+            k = b.rms_norm(&k, kn, s.rms_norm_eps, s.norm_one_plus);
+        }
+        let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
+        b.rope(&mut q, pos, s.head_dim, rope);
+        b.rope(&mut k, pos, s.head_dim, rope);
+        let out = b.attention(&q, &k, &v, kv, meta, &l.attn);
+        b.matmul(&out, &l.o)
+    }
+
+    fn ffn(&self, b: &B, l: &Layer<B>, x: &B::Act) -> B::Act {
+        match &l.ffn {
+            Ffn::Dense { gate, up, down } => b.matmul(&b.glu(&b.matmul(x, gate), &b.matmul(x, up), self.spec.act), down),
+            Ffn::Moe { router, experts, params } => b.moe(x, &b.matmul(x, router), experts, params),
+        }
+    }
+}
+
+fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result<Layer<B>, ModelError> {
+    let p = format!("model.layers.{i}.");
+    let (hidden, d) = (s.hidden_size, s.head_dim);
+    let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), hidden);
+    let head_norm = |name: &str| if s.qk_norm { ld.vec(&format!("{p}self_attn.{name}.weight"), d).map(Some) } else { Ok(None) };
+    let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{name}.weight"), rows, cols);
+    let sliding = s.layer_kinds[i] == LayerKind::Sliding;
+    let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
+    let ffn = match (&s.moe, sparse) {
+        (Some(m), true) => Ffn::Moe {
+            router: proj("mlp.gate", m.num_experts, hidden)?,
+            experts: load_experts(ld, &p, m.num_experts, m.moe_intermediate_size, hidden)?,
+            params: MoeParams { top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, act: s.act },
+        },
+        _ => Ffn::Dense {
+            gate: proj("mlp.gate_proj", s.intermediate_size, hidden)?,
+            up: proj("mlp.up_proj", s.intermediate_size, hidden)?,
+            down: proj("mlp.down_proj", hidden, s.intermediate_size)?,
+        },
+    };
+    Ok(Layer {
+        input_norm: norm("input_layernorm")?,
+        post_attn_norm: norm("post_attention_layernorm")?,
+        pre_ffn_norm: if s.sandwich_norms { Some(norm("pre_feedforward_layernorm")?) } else { None },
+        post_ffn_norm: if s.sandwich_norms { Some(norm("post_feedforward_layernorm")?) } else { None },
+        q: proj("self_attn.q_proj", s.num_heads * d, hidden)?,
+        k: proj("self_attn.k_proj", s.num_kv_heads * d, hidden)?,
+        v: proj("self_attn.v_proj", s.num_kv_heads * d, hidden)?,
+        o: proj("self_attn.o_proj", hidden, s.num_heads * d)?,
+        q_norm: head_norm("q_norm")?,
+        k_norm: head_norm("k_norm")?,
+        ffn,
+        attn: AttnParams {
+            num_heads: s.num_heads,
+            num_kv_heads: s.num_kv_heads,
+            head_dim: d,
+            scale: s.attn_scale,
+            window: if sliding { s.sliding_window } else { None },
+            softcap: s.attn_softcap,
+        },
+        sliding,
+    })
+}
+
+fn load_experts<B: Backend>(
+    ld: &Loader<'_, B>,
+    p: &str,
+    n: usize,
+    inter: usize,
+    hidden: usize,
+) -> Result<Experts<B::Mat>, ModelError> {
+    let mut ex = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
+    for e in 0..n {
+        let name = |w: &str| format!("{p}mlp.experts.{e}.{w}.weight");
+        ex.gate.push(ld.mat(&name("gate_proj"), inter, hidden)?);
+        ex.up.push(ld.mat(&name("up_proj"), inter, hidden)?);
+        ex.down.push(ld.mat(&name("down_proj"), hidden, inter)?);
+    }
+    Ok(ex)
+}

@@ -1,0 +1,66 @@
+//! Reasons a checkpoint is refused at load; each names the file and, where known, the tensor.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// A checkpoint could not be loaded or failed validation.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// A weights file is malformed.
+    #[error(transparent)]
+    Format(#[from] tf_formats::FormatError),
+    /// The tokenizer is malformed or disagrees with the embedding table.
+    #[error(transparent)]
+    Tokenizer(#[from] tf_tokenize::TokenizeError),
+    /// A config file is missing, malformed or nonsensical.
+    #[error("{}: {msg}", file.display())]
+    Config {
+        /// The config file.
+        file: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A tensor the family needs is absent.
+    #[error("{}: tensor '{tensor}' is missing", dir.display())]
+    Missing {
+        /// The checkpoint.
+        dir: PathBuf,
+        /// The tensor name.
+        tensor: String,
+    },
+    /// A tensor has the wrong shape.
+    #[error("{}: tensor '{tensor}' has shape {found:?}, expected {expected:?}", file.display())]
+    Shape {
+        /// The file holding it.
+        file: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// A tensor has a dtype this backend cannot use.
+    #[error("{}: tensor '{tensor}': {msg}", file.display())]
+    Dtype {
+        /// The file holding it.
+        file: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The architecture is not one TensorFold implements.
+    #[error("{}: unsupported architecture '{arch}' (supported: {supported})", file.display())]
+    Architecture {
+        /// The config file.
+        file: PathBuf,
+        /// `architectures[0]` or `model_type`.
+        arch: String,
+        /// The known ones.
+        supported: String,
+    },
+    /// The backend refused a tensor or an allocation.
+    #[error("{0}")]
+    Backend(#[from] tf_backend::BackendError),
+}

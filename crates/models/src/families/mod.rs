@@ -1,0 +1,6 @@
+//! One file per model family: how its config maps onto the shared decoder's [`ModelSpec`].
+
+pub mod gemma3;
+pub mod llama;
+pub mod qwen3;
+pub mod qwen3_moe;

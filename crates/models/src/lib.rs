@@ -1,0 +1,15 @@
+//! Model families over the `Backend` ops: config parsing, validated loading, the shared decoder.
+
+pub mod config;
+pub mod decoder;
+pub mod error;
+pub mod families;
+pub mod loaded;
+pub mod registry;
+pub mod spec;
+pub mod weights;
+
+pub use decoder::{Batch, Decoder};
+pub use error::ModelError;
+pub use loaded::Model;
+pub use spec::ModelSpec;

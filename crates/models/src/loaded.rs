@@ -1,0 +1,70 @@
+//! Opening a Hugging Face checkpoint directory: config, generation config, tokenizer, weights,
+//! all validated against each other before anything runs (DESIGN.md principle 2).
+
+use crate::config::RawConfig;
+use crate::decoder::Decoder;
+use crate::error::ModelError;
+use crate::registry::spec_for;
+use crate::weights::Loader;
+use std::path::{Path, PathBuf};
+use tf_backend::Backend;
+use tf_core::Vocab;
+use tf_formats::Checkpoint;
+use tf_tokenize::Tokenizer;
+
+/// A model ready to run: decoder weights on a backend, its vocabulary, tokenizer and stop ids.
+pub struct Model<B: Backend> {
+    /// The checkpoint directory.
+    pub dir: PathBuf,
+    /// The decoder.
+    pub decoder: Decoder<B>,
+    /// Embedding rows: the boundary every outside id is checked against.
+    pub vocab: Vocab,
+    /// The tokenizer, when the directory has one.
+    pub tokenizer: Option<Tokenizer>,
+    /// Ids that end generation (generation config, config, tokenizer).
+    pub eos_ids: Vec<u32>,
+    /// The BOS id, if any.
+    pub bos_id: Option<u32>,
+}
+
+impl<B: Backend> Model<B> {
+    /// Loads and validates the checkpoint in `dir` onto `backend`.
+    pub fn open(dir: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+        let config = RawConfig::read(&dir.join("config.json"))?;
+        let spec = spec_for(&config)?;
+        let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;
+        let gen_path = dir.join("generation_config.json");
+        let generation = if gen_path.is_file() { Some(RawConfig::read(&gen_path)?) } else { None };
+        let tokenizer =
+            if dir.join("tokenizer.json").is_file() { Some(Tokenizer::from_dir(dir, vocab)?) } else { None };
+        let mut eos_ids = Vec::new();
+        let mut bos_id = None;
+        for cfg in generation.iter().chain(std::iter::once(&config)) {
+            for id in cfg.ids("eos_token_id")? {
+                eos_ids.push(special(cfg, vocab, "eos_token_id", id)?);
+            }
+            for id in cfg.ids("bos_token_id")? {
+                bos_id = bos_id.or(Some(special(cfg, vocab, "bos_token_id", id)?));
+            }
+            for id in cfg.ids("pad_token_id")? {
+                special(cfg, vocab, "pad_token_id", id)?;
+            }
+        }
+        if let Some(t) = &tokenizer {
+            eos_ids.extend(t.eos_id());
+            bos_id = bos_id.or(t.bos_id());
+        }
+        eos_ids.sort_unstable();
+        eos_ids.dedup();
+        let ckpt = Checkpoint::open(dir)?;
+        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend))?;
+        Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id })
+    }
+}
+
+fn special(cfg: &RawConfig, vocab: Vocab, field: &str, id: i64) -> Result<u32, ModelError> {
+    vocab
+        .check_one(id)
+        .map_err(|_| cfg.error(format!("'{field}' {id} is outside the embedding table's {} rows", vocab.rows())))
+}

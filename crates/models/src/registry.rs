@@ -1,0 +1,31 @@
+//! Hugging Face architecture names to family spec builders.
+
+use crate::config::RawConfig;
+use crate::error::ModelError;
+use crate::families;
+use crate::spec::ModelSpec;
+
+type SpecFn = fn(&RawConfig, &str) -> Result<ModelSpec, ModelError>;
+
+/// Every supported `architectures[0]` (and `model_type`) with its family.
+const FAMILIES: &[(&str, SpecFn)] = &[
+    ("LlamaForCausalLM", families::llama::spec),
+    ("llama", families::llama::spec),
+    ("Qwen3ForCausalLM", families::qwen3::spec),
+    ("qwen3", families::qwen3::spec),
+    ("Gemma3ForCausalLM", families::gemma3::spec),
+    ("gemma3_text", families::gemma3::spec),
+    ("Qwen3MoeForCausalLM", families::qwen3_moe::spec),
+    ("qwen3_moe", families::qwen3_moe::spec),
+];
+
+/// The spec for the architecture `config` names.
+pub fn spec_for(config: &RawConfig) -> Result<ModelSpec, ModelError> {
+    let arch = config.architecture().ok_or_else(|| config.error("names no architectures or model_type"))?;
+    let (_, build) = FAMILIES.iter().find(|(name, _)| *name == arch).ok_or_else(|| ModelError::Architecture {
+        file: config.file.clone(),
+        arch: arch.to_string(),
+        supported: FAMILIES.iter().map(|f| f.0).filter(|n| n.contains("For")).collect::<Vec<_>>().join(", "),
+    })?;
+    build(config, arch)
+}

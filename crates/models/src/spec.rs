@@ -1,0 +1,222 @@
+//! The normalised description of a decoder-only model that the shared decoder runs: sizes,
+//! per-layer attention kind and rope, norm style, MLP or experts. Family files build one.
+
+use crate::config::RawConfig;
+use crate::error::ModelError;
+use tf_backend::rope::RopeScaling;
+use tf_backend::{Activation, Rope};
+
+/// Attention kind of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Attends to every earlier position.
+    Full,
+    /// Attends to the last `sliding_window` positions.
+    Sliding,
+}
+
+/// Mixture-of-experts settings.
+#[derive(Clone, Debug)]
+pub struct MoeSpec {
+    /// Experts per MoE layer.
+    pub num_experts: usize,
+    /// Experts chosen per token.
+    pub top_k: usize,
+    /// Width of each expert's MLP.
+    pub moe_intermediate_size: usize,
+    /// Renormalise the chosen weights.
+    pub norm_topk_prob: bool,
+    /// Whether layer i uses experts (else the dense MLP).
+    pub sparse_layers: Vec<bool>,
+}
+
+/// Everything the shared decoder needs to load and run a family.
+#[derive(Clone, Debug)]
+pub struct ModelSpec {
+    /// HF architecture name, e.g. `Qwen3ForCausalLM`.
+    pub architecture: String,
+    /// Embedding rows (the vocabulary as loaded).
+    pub vocab_size: usize,
+    /// Residual width.
+    pub hidden_size: usize,
+    /// Dense MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// KV heads.
+    pub num_kv_heads: usize,
+    /// Width of a head.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// Longest context.
+    pub max_position_embeddings: usize,
+    /// `lm_head` shares the embedding table.
+    pub tie_word_embeddings: bool,
+    /// Kind of each layer.
+    pub layer_kinds: Vec<LayerKind>,
+    /// Window of sliding layers.
+    pub sliding_window: Option<usize>,
+    /// Rope of full layers.
+    pub rope_full: Rope,
+    /// Rope of sliding layers.
+    pub rope_sliding: Rope,
+    /// MLP activation.
+    pub act: Activation,
+    /// Attention score scale.
+    pub attn_scale: f32,
+    /// Factor on embeddings (Gemma: sqrt(hidden)).
+    pub embed_scale: f32,
+    /// Soft-capping of final logits.
+    pub final_softcap: Option<f32>,
+    /// Soft-capping of attention scores.
+    pub attn_softcap: Option<f32>,
+    /// RMSNorm on each query and key head.
+    pub qk_norm: bool,
+    /// Norms after attention and after the MLP as well as before (Gemma).
+    pub sandwich_norms: bool,
+    /// Norms scale by `1 + w` (Gemma).
+    pub norm_one_plus: bool,
+    /// Experts, for MoE families.
+    pub moe: Option<MoeSpec>,
+    /// BOS ids named by the config.
+    pub bos_token_id: Vec<i64>,
+    /// EOS ids named by the config.
+    pub eos_token_id: Vec<i64>,
+    /// PAD ids named by the config.
+    pub pad_token_id: Vec<i64>,
+}
+
+/// Fields every family reads the same way.
+pub struct Common {
+    /// Embedding rows.
+    pub vocab_size: usize,
+    /// Residual width.
+    pub hidden_size: usize,
+    /// Dense MLP width.
+    pub intermediate_size: usize,
+    /// Layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// KV heads.
+    pub num_kv_heads: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Norm epsilon.
+    pub rms_norm_eps: f32,
+    /// Longest context.
+    pub max_position_embeddings: usize,
+}
+
+impl Common {
+    /// Reads and checks the shared size fields.
+    pub fn read(c: &RawConfig) -> Result<Common, ModelError> {
+        if c.flag("attention_bias", false)? || c.flag("mlp_bias", false)? {
+            return Err(c.error("attention_bias / mlp_bias are not supported"));
+        }
+        let hidden_size = c.dim("hidden_size")?;
+        let num_heads = c.dim("num_attention_heads")?;
+        let num_kv_heads = c.opt_dim("num_key_value_heads")?.unwrap_or(num_heads);
+        let head_dim = match c.opt_dim("head_dim")? {
+            Some(d) => d,
+            None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
+            None => return Err(c.error(format!("num_attention_heads {num_heads} does not divide hidden_size {hidden_size}"))),
+        };
+        if !num_heads.is_multiple_of(num_kv_heads) {
+            return Err(c.error(format!("num_key_value_heads {num_kv_heads} does not divide num_attention_heads {num_heads}")));
+        }
+        if !head_dim.is_multiple_of(2) {
+            return Err(c.error(format!("head_dim {head_dim} must be even for rope")));
+        }
+        let rms_norm_eps = c.opt_f32("rms_norm_eps")?.unwrap_or(1e-6);
+        if rms_norm_eps <= 0.0 {
+            return Err(c.error(format!("rms_norm_eps must be positive, found {rms_norm_eps}")));
+        }
+        Ok(Common {
+            vocab_size: c.dim("vocab_size")?,
+            hidden_size,
+            intermediate_size: c.dim("intermediate_size")?,
+            num_layers: c.dim("num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps,
+            max_position_embeddings: c.opt_dim("max_position_embeddings")?.unwrap_or(4096),
+        })
+    }
+
+    /// Layer kinds from `layer_types` when given, else all full.
+    pub fn layer_kinds(&self, c: &RawConfig) -> Result<Vec<LayerKind>, ModelError> {
+        let Some(types) = c.get("layer_types").and_then(|v| v.as_array()) else {
+            return Ok(vec![LayerKind::Full; self.num_layers]);
+        };
+        if types.len() != self.num_layers {
+            return Err(c.error(format!("layer_types has {} entries for {} layers", types.len(), self.num_layers)));
+        }
+        types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("full_attention") => Ok(LayerKind::Full),
+                Some("sliding_attention") => Ok(LayerKind::Sliding),
+                _ => Err(c.error(format!("unknown layer type {t}"))),
+            })
+            .collect()
+    }
+
+    /// A rope for `layer_type`, over the full head width.
+    pub fn rope(&self, c: &RawConfig, layer_type: &str, fallback_theta: f32) -> Result<Rope, ModelError> {
+        let (theta, scaling): (f32, RopeScaling) = c.rope(layer_type, fallback_theta)?;
+        let partial = c.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
+        let dim = ((self.head_dim as f32 * partial) as usize) & !1;
+        if dim == 0 || dim > self.head_dim || theta <= 0.0 {
+            return Err(c.error(format!("rope over {dim} of {} head dims with theta {theta} makes no sense", self.head_dim)));
+        }
+        Ok(Rope::new(dim, theta, &scaling))
+    }
+
+    /// The spec with the fields common to all families filled in; families adjust the rest.
+    pub fn spec(self, c: &RawConfig, architecture: &str, rope: Rope, act: Activation) -> Result<ModelSpec, ModelError> {
+        Ok(ModelSpec {
+            architecture: architecture.to_string(),
+            layer_kinds: self.layer_kinds(c)?,
+            sliding_window: None,
+            rope_sliding: rope.clone(),
+            rope_full: rope,
+            act,
+            attn_scale: 1.0 / (self.head_dim as f32).sqrt(),
+            embed_scale: 1.0,
+            final_softcap: None,
+            attn_softcap: None,
+            qk_norm: false,
+            sandwich_norms: false,
+            norm_one_plus: false,
+            moe: None,
+            tie_word_embeddings: c.flag("tie_word_embeddings", false)?,
+            bos_token_id: c.ids("bos_token_id")?,
+            eos_token_id: c.ids("eos_token_id")?,
+            pad_token_id: c.ids("pad_token_id")?,
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_layers: self.num_layers,
+            num_heads: self.num_heads,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            rms_norm_eps: self.rms_norm_eps,
+            max_position_embeddings: self.max_position_embeddings,
+        })
+    }
+}
+
+/// The gated activation named by `hidden_act` / `hidden_activation`.
+pub fn activation(c: &RawConfig, default: Activation) -> Result<Activation, ModelError> {
+    match c.opt_str("hidden_activation").or_else(|| c.opt_str("hidden_act")) {
+        None => Ok(default),
+        Some("silu" | "swish") => Ok(Activation::Silu),
+        Some("gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new") => Ok(Activation::GeluTanh),
+        Some(other) => Err(c.error(format!("activation '{other}' is not supported"))),
+    }
+}
