@@ -75,7 +75,7 @@ impl HostMat {
                     *o = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
             }
-            DType::I64 => unreachable!("HostMat::from_view refuses integer weights"),
+            DType::I64 | DType::Quant(_) => unreachable!("HostMat::from_view takes float weights only"),
         }
     }
 }

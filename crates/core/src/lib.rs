@@ -3,5 +3,5 @@
 pub mod dtype;
 pub mod ids;
 
-pub use dtype::DType;
+pub use dtype::{DType, QuantType};
 pub use ids::{BadToken, TokenIds, Vocab};

@@ -40,7 +40,7 @@ impl TensorBytes {
         }
     }
 
-    /// Decodes float elements of `dtype` into f32 (any alignment).
+    /// Decodes elements of `dtype` into f32 (any alignment; quantized blocks are dequantized).
     pub fn to_f32(&self, dtype: DType) -> Vec<f32> {
         let b = self.as_bytes();
         match dtype {
@@ -51,6 +51,7 @@ impl TensorBytes {
                 .chunks_exact(8)
                 .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
                 .collect(),
+            DType::Quant(q) => crate::quant::dequantize(q, b),
         }
     }
 }

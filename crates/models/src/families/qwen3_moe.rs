@@ -9,7 +9,10 @@ use crate::spec::ModelSpec;
 /// The spec of a Qwen3-MoE checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let mut spec = super::qwen3::spec(c, arch)?;
-    let num_experts = c.dim("num_experts")?;
+    let num_experts = match c.opt_dim("num_experts")? {
+        Some(n) => n,
+        None => c.dim("num_local_experts")?,
+    };
     let top_k = c.dim("num_experts_per_tok")?;
     if top_k > num_experts {
         return Err(c.error(format!("num_experts_per_tok {top_k} exceeds num_experts {num_experts}")));
