@@ -82,7 +82,7 @@ impl OnBackend for Generate<'_> {
         let mut logits = if max_tokens > 0 { runner.prefill(&prompt, a.chunk, false) } else { Vec::new() };
         let prefill_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let mut history = History::new(prompt.as_slice());
+        let mut history = History::new(&prompt);
         let mut generated = TokenIds::new();
         for i in 0..max_tokens {
             let id = sample(&mut logits, &params, &history, (prompt.len() + i) as u64);

@@ -29,6 +29,7 @@ fn dtype(d: tf_core::DType) -> Dtype {
         tf_core::DType::F16 => Dtype::F16,
         tf_core::DType::BF16 => Dtype::BF16,
         tf_core::DType::I64 => Dtype::I64,
+        tf_core::DType::Quant(q) => panic!("no quantized tensors in safetensors fixtures: {q:?}"),
     }
 }
 
@@ -209,12 +210,21 @@ fn header_not_json() {
 
 #[test]
 fn tokenizer_larger_than_the_table() {
+    // tokenizers renumbers added tokens densely after the model's vocab (480 here), so 40 of
+    // them reach ids 480..=519, past the 512 embedding rows.
     let d = copy("llama");
     edit_json(d.path(), "tokenizer.json", |t| {
-        t["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({"id": 600, "content": "<extra_far>",
-            "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+        let added = t["added_tokens"].as_array_mut().unwrap();
+        for i in 0..40 {
+            added.push(serde_json::json!({"id": 480 + i, "content": format!("<extra_{i}>"),
+                "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+        }
     });
-    refused(d.path(), &["600"]);
+    refused(d.path(), &["tokenizer.json", "519", "512"]);
+    // A model-vocabulary entry past the rows keeps its id.
+    let d = copy("qwen3");
+    edit_json(d.path(), "tokenizer.json", |t| t["model"]["vocab"]["zzfar"] = serde_json::json!(700));
+    refused(d.path(), &["tokenizer.json", "700"]);
 }
 
 #[test]

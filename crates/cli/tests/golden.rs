@@ -10,8 +10,8 @@ use tf_formats::SafetensorsFile;
 use tf_models::Model;
 
 /// Largest |ours - transformers| allowed on a logit. The fixtures' logits are O(1); a wrong
-/// norm, rope base, scale or window moves them by 1e-2 or more, f32 rounding by ~1e-5.
-const TOL: f32 = 2e-3;
+/// norm, rope base, scale or window moves them by 0.2 or more; f32 rounding by up to ~2e-5.
+const TOL: f32 = 1e-4;
 
 const FAMILIES: [&str; 4] = ["llama", "qwen3", "gemma3", "qwen3_moe"];
 

@@ -1,0 +1,317 @@
+//! The engine thread: owns the backend, the model and the KV pools; takes checked requests over
+//! a channel, runs lane rounds (schedule -> one forward over the flat batch -> sample -> emit),
+//! and frees finished or cancelled sequences' blocks. HTTP threads never touch the device.
+
+use crate::block_pool::BlockPool;
+use crate::sampler::{History, SamplingParams, logprobs, sample};
+use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_core::TokenIds;
+use tf_models::{Batch, Model};
+
+/// Why a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// EOS or a stop id.
+    Stop,
+    /// `max_tokens` or the context was reached.
+    Length,
+    /// The client went away or asked to stop.
+    Cancelled,
+}
+
+/// A sampled token and, when asked, its log-probability and the top alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    /// The token.
+    pub id: u32,
+    /// Log-probability of `id` under the model's raw distribution.
+    pub logprob: Option<f32>,
+    /// Top alternatives `(id, logprob)`, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What the engine tells a request's sink.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// One more token.
+    Token(TokenEvent),
+    /// The sequence ended; no more events follow.
+    Done {
+        /// Why.
+        reason: FinishReason,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens.
+        completion_tokens: usize,
+    },
+    /// The request was refused by the engine; no more events follow.
+    Error(String),
+}
+
+/// Receives a request's events; returns false when nobody listens any more (cancels it).
+pub type EventSink = Box<dyn FnMut(Event) -> bool + Send>;
+
+/// A request as the engine sees it: every id already checked at the boundary.
+pub struct GenRequest {
+    /// The prompt.
+    pub prompt: TokenIds,
+    /// Sampling settings (validated).
+    pub params: SamplingParams,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Ids that end the sequence (checked).
+    pub stop_ids: TokenIds,
+    /// Keep going past EOS.
+    pub ignore_eos: bool,
+    /// Alternatives to report per token (`None`: no logprobs).
+    pub top_logprobs: Option<usize>,
+    /// Where events go.
+    pub sink: EventSink,
+    /// Set by anyone to cancel the request within one round.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// Engine sizing.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// KV blocks in the pool.
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Round limits.
+    pub sched: SchedulerConfig,
+}
+
+/// Counters the engine keeps for metrics.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    /// Requests accepted.
+    pub requests: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Prompt tokens prefilled.
+    pub prompt_tokens: AtomicU64,
+    /// Rounds run.
+    pub rounds: AtomicU64,
+    /// Total round time in microseconds.
+    pub round_micros: AtomicU64,
+    /// Sequences waiting.
+    pub waiting: AtomicU64,
+    /// Sequences running.
+    pub running: AtomicU64,
+    /// KV blocks in use.
+    pub kv_blocks_used: AtomicU64,
+    /// KV blocks in the pool.
+    pub kv_blocks_total: AtomicU64,
+    /// Preemptions.
+    pub preemptions: AtomicU64,
+}
+
+enum Command {
+    Submit(Box<GenRequest>),
+    Shutdown,
+}
+
+/// The HTTP side's handle on the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Command>,
+    /// Live counters.
+    pub stats: Arc<EngineStats>,
+    /// Most tokens one sequence can hold (prompt + generated).
+    pub max_seq_tokens: usize,
+}
+
+impl EngineHandle {
+    /// Hands a request to the engine; false when the engine has stopped.
+    pub fn submit(&self, req: GenRequest) -> bool {
+        self.tx.send(Command::Submit(Box::new(req))).is_ok()
+    }
+
+    /// Asks the engine to cancel everything and stop.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+}
+
+struct Active {
+    req: GenRequest,
+    history: History,
+    generated: usize,
+}
+
+/// Starts the engine thread for `model` on `backend`.
+pub fn spawn<B: Backend + 'static>(
+    model: Model<B>,
+    backend: B,
+    cfg: EngineConfig,
+) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
+    let kv = model.decoder.alloc_kv(&backend, cfg.num_blocks, cfg.block_size)?;
+    let (tx, rx) = channel();
+    let stats = Arc::new(EngineStats::default());
+    stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
+    let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
+    let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens };
+    let sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
+    let mut core = Core { model, backend, kv, sched, active: HashMap::new(), next_id: 0, stats, max_seq_tokens };
+    let thread = std::thread::Builder::new()
+        .name("tensorfold-engine".into())
+        .spawn(move || core.run(rx))
+        .map_err(|e| tf_models::ModelError::Backend(tf_backend::BackendError::Device(e.to_string())))?;
+    Ok((handle, thread))
+}
+
+struct Core<B: Backend> {
+    model: Model<B>,
+    backend: B,
+    kv: Vec<B::Kv>,
+    sched: Scheduler,
+    active: HashMap<SeqId, Active>,
+    next_id: SeqId,
+    stats: Arc<EngineStats>,
+    max_seq_tokens: usize,
+}
+
+impl<B: Backend> Core<B> {
+    fn run(&mut self, rx: Receiver<Command>) {
+        loop {
+            if self.sched.is_idle() {
+                match rx.recv() {
+                    Ok(Command::Submit(r)) => self.admit(*r),
+                    Ok(Command::Shutdown) | Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(Command::Submit(r)) => self.admit(*r),
+                    Ok(Command::Shutdown) => return self.cancel_all(),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return self.cancel_all(),
+                }
+            }
+            self.reap_cancelled();
+            let plan = self.sched.schedule();
+            if !plan.is_empty() {
+                self.round(&plan);
+            }
+            self.publish();
+        }
+    }
+
+    fn admit(&mut self, mut req: GenRequest) {
+        let total = req.prompt.len() + req.max_tokens;
+        if req.prompt.is_empty() || total > self.max_seq_tokens {
+            let msg = format!("prompt ({}) + max_tokens ({}) exceeds {} tokens", req.prompt.len(), req.max_tokens, self.max_seq_tokens);
+            (req.sink)(Event::Error(msg));
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.sched.add(id, req.prompt.as_slice().to_vec());
+        let history = History::new(&req.prompt);
+        self.active.insert(id, Active { req, history, generated: 0 });
+    }
+
+    fn reap_cancelled(&mut self) {
+        let gone: Vec<SeqId> =
+            self.active.iter().filter(|(_, a)| a.req.cancel.load(Ordering::Relaxed)).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.finish(id, FinishReason::Cancelled);
+        }
+    }
+
+    fn cancel_all(&mut self) {
+        let ids: Vec<SeqId> = self.active.keys().copied().collect();
+        for id in ids {
+            self.finish(id, FinishReason::Cancelled);
+        }
+    }
+
+    fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        self.sched.remove(id);
+        if let Some(mut a) = self.active.remove(&id) {
+            let done = Event::Done { reason, prompt_tokens: a.req.prompt.len(), completion_tokens: a.generated };
+            (a.req.sink)(done);
+        }
+    }
+
+    fn round(&mut self, plan: &[RoundEntry]) {
+        let t = Instant::now();
+        let block_size = self.sched.pool().block_size();
+        let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for e in plan {
+            let Some(s) = self.sched.seq(e.seq) else { continue };
+            let q_start = ids.len();
+            ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens]);
+            slots.extend(
+                (e.start..e.start + e.num_tokens)
+                    .map(|p| s.block_table[p / block_size] as usize * block_size + p % block_size),
+            );
+            seqs.push(SeqAttn { q_start, q_len: e.num_tokens, start_pos: e.start, block_table: s.block_table.clone() });
+            if e.wants_logits {
+                rows.push(ids.len() - 1);
+            }
+            if e.start < s.prompt_len {
+                let n = (e.start + e.num_tokens).min(s.prompt_len) - e.start;
+                self.stats.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        let meta = AttnMeta { seqs, slot_mapping: slots, block_size };
+        let logits = self.model.decoder.forward(&self.backend, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, &mut self.kv);
+        let logits = self.backend.download(&logits);
+        self.sched.commit(plan);
+        let vocab = self.model.vocab.rows();
+        let mut row = 0;
+        for e in plan.iter().filter(|e| e.wants_logits) {
+            let mut l = logits[row * vocab..(row + 1) * vocab].to_vec();
+            row += 1;
+            self.emit(e.seq, &mut l);
+        }
+        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        self.stats.round_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn emit(&mut self, id: SeqId, logits: &mut [f32]) {
+        let Some(a) = self.active.get_mut(&id) else { return };
+        let position = (a.req.prompt.len() + a.generated) as u64;
+        let raw = a.req.top_logprobs.map(|n| (logits.to_vec(), n));
+        let token = sample(logits, &a.req.params, &a.history, position);
+        let token = self.model.vocab.sampled(token as usize);
+        let lp = raw.map(|(raw, n)| logprobs(&raw, token, n));
+        a.history.push(token);
+        a.generated += 1;
+        self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        let (logprob, top) = match lp {
+            Some(l) => (Some(l.chosen), l.top),
+            None => (None, Vec::new()),
+        };
+        let alive = (a.req.sink)(Event::Token(TokenEvent { id: token, logprob, top }));
+        let stop = (!a.req.ignore_eos && self.model.eos_ids.contains(&token)) || a.req.stop_ids.as_slice().contains(&token);
+        let length = a.generated >= a.req.max_tokens;
+        if !alive {
+            self.finish(id, FinishReason::Cancelled);
+        } else if stop {
+            self.finish(id, FinishReason::Stop);
+        } else if length {
+            self.finish(id, FinishReason::Length);
+        } else {
+            self.sched.append(id, token);
+        }
+    }
+
+    fn publish(&self) {
+        let s = &self.stats;
+        s.waiting.store(self.sched.num_waiting() as u64, Ordering::Relaxed);
+        s.running.store(self.sched.num_running() as u64, Ordering::Relaxed);
+        s.kv_blocks_used.store(self.sched.pool().num_used() as u64, Ordering::Relaxed);
+        s.preemptions.store(self.sched.num_preemptions(), Ordering::Relaxed);
+    }
+}

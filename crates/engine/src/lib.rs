@@ -1,0 +1,10 @@
+//! The engine: sequences over a model, sampling, the KV block pool and the lane-round scheduler.
+
+pub mod block_pool;
+pub mod engine;
+pub mod rng;
+pub mod runner;
+pub mod sampler;
+pub mod scheduler;
+
+pub use runner::Runner;

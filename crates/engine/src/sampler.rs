@@ -1,0 +1,191 @@
+//! Logits to a token: logit bias, penalties, then greedy argmax or Gumbel-max over Philox noise
+//! keyed by (seed, position), so a sampled token is a pure function of (logits, params, history,
+//! seed, position): the same whether batched, drafted or not (DESIGN.md principle 3).
+
+mod filter;
+mod history;
+mod logprobs;
+mod params;
+
+pub use filter::Kept;
+pub use history::History;
+pub use logprobs::{Logprobs, log_sum_exp, logprobs};
+pub use params::{GREEDY_BELOW, ParamError, SamplingParams};
+
+use crate::rng::{uniform, uniform_block};
+use filter::{kept, rank_value};
+
+/// A bound above every Gumbel draw: the largest uniform, 1 - 2^-24, gives about 16.64.
+const GUMBEL_BOUND: f32 = 17.0;
+
+/// Picks the next token of a sequence at `position`. `logits` (one row, as wide as the
+/// embedding table) is overwritten with the biased, penalised, temperature-scaled values.
+pub fn sample(
+    logits: &mut [f32],
+    params: &SamplingParams,
+    history: &History,
+    position: u64,
+) -> u32 {
+    apply_logit_bias(logits, &params.logit_bias);
+    apply_penalties(logits, params, history);
+    if params.is_greedy() {
+        return argmax(logits);
+    }
+    // x / 1 == x exactly, so skipping the division changes nothing.
+    if params.temperature != 1.0 {
+        for x in logits.iter_mut() {
+            *x /= params.temperature;
+        }
+    }
+    let kept = kept(logits, params.top_k, params.top_p, params.min_p);
+    gumbel_argmax(logits, &kept, params.seed, position)
+}
+
+/// Adds each bias to its id's logit (ids were checked at the boundary).
+pub fn apply_logit_bias(logits: &mut [f32], logit_bias: &[(u32, f32)]) {
+    for &(id, bias) in logit_bias {
+        if let Some(x) = logits.get_mut(id as usize) {
+            *x += bias;
+        }
+    }
+}
+
+/// Repetition penalty (HF / vLLM: over prompt and output, positive logits divided, others
+/// multiplied), then frequency and presence penalties (OpenAI: over output only).
+pub fn apply_penalties(logits: &mut [f32], params: &SamplingParams, history: &History) {
+    let r = params.repetition_penalty;
+    if r != 1.0 {
+        for id in history.seen_ids() {
+            if let Some(x) = logits.get_mut(id as usize) {
+                *x = if *x > 0.0 { *x / r } else { *x * r };
+            }
+        }
+    }
+    let (frequency, presence) = (params.frequency_penalty, params.presence_penalty);
+    if frequency != 0.0 || presence != 0.0 {
+        for (id, count) in history.generated_counts() {
+            if let Some(x) = logits.get_mut(id as usize) {
+                // Two subtractions, as vLLM does them.
+                *x -= frequency * count as f32;
+                *x -= presence;
+            }
+        }
+    }
+}
+
+/// Index of the largest logit; ties go to the lowest index, NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (f32::NEG_INFINITY, 0u32);
+    for (i, &x) in logits.iter().enumerate() {
+        if x > best.0 {
+            best = (x, i as u32);
+        }
+    }
+    best.1
+}
+
+/// The first of `ids` with the largest logit, NaN ranking lowest.
+fn argmax_ranked(x: &[f32], mut ids: impl Iterator<Item = u32>) -> u32 {
+    let first = ids.next().unwrap_or(0);
+    ids.fold(first, |best, i| {
+        if rank_value(x[i as usize]) > rank_value(x[best as usize]) { i } else { best }
+    })
+}
+
+/// Gumbel noise `-ln(-ln(u))` of a uniform in (0, 1).
+#[inline]
+fn gumbel(u: f32) -> f32 {
+    -(-u.ln()).ln()
+}
+
+/// Steps per unit of score gap in the skip table.
+const SKIP_STEPS: f32 = 4.0;
+/// Entries of the skip table: gaps up to the Gumbel bound.
+const SKIP_LEN: usize = (GUMBEL_BOUND * SKIP_STEPS) as usize;
+/// Above this score magnitude f32 spacing nears the table's 1/4 margin: draw noise instead.
+const SKIP_MAX_MAGNITUDE: f32 = 1e6;
+
+/// `table[j]`: a uniform at or below it has Gumbel noise at most `j / SKIP_STEPS` (rounded
+/// down, so the claim holds in f32 with room to spare).
+fn skip_table() -> [f32; SKIP_LEN] {
+    std::array::from_fn(|j| {
+        let tau = (-(-(j as f64) / f64::from(SKIP_STEPS)).exp()).exp();
+        let down = tau as f32;
+        if f64::from(down) > tau { down.next_down() } else { down }
+    })
+}
+
+/// A running Gumbel-max race: the best `(x_i + g_i, i)` so far.
+struct Race {
+    best: (f32, u32),
+    table: [f32; SKIP_LEN],
+}
+
+impl Race {
+    /// Whether id `i` with scaled logit `xi` can still win; if not, it needs no draw.
+    #[inline]
+    fn may_win(&self, xi: f32) -> bool {
+        !(xi + GUMBEL_BOUND < self.best.0)
+    }
+
+    /// Enters id `i` with its uniform `u`. A uniform too small to close the gap (by the skip
+    /// table: gap at least (j + 1) / 4, noise at most j / 4) needs no logarithms.
+    #[inline]
+    fn offer(&mut self, i: u32, xi: f32, u: f32) {
+        // Truncation is floor here: only gaps of at least one step use the table.
+        let steps = ((self.best.0 - xi) * SKIP_STEPS) as i32;
+        if steps >= 1 && self.best.0.abs() < SKIP_MAX_MAGNITUDE {
+            let j = (steps as usize - 1).min(SKIP_LEN - 1);
+            if u <= self.table[j] {
+                return;
+            }
+        }
+        let score = xi + gumbel(u);
+        if score > self.best.0 || (score == self.best.0 && i < self.best.1) {
+            self.best = (score, i);
+        }
+    }
+}
+
+/// `argmax(x_i + g_i)` over the kept ids, ties to the lowest id, with `g_i` Gumbel noise of
+/// `uniform(seed, position, i)`. Ids that cannot win are skipped, which never changes the
+/// answer: ids further than `GUMBEL_BOUND` below the best score get no draw at all.
+fn gumbel_argmax(x: &[f32], kept: &Kept, seed: u64, position: u64) -> u32 {
+    // Start from the largest logit so the bounds prune from the first id on.
+    let top = match kept {
+        Kept::All if !x.is_empty() => argmax_ranked(x, 0..x.len() as u32),
+        Kept::Only(ids) if !ids.is_empty() => argmax_ranked(x, ids.iter().copied()),
+        _ => return 0,
+    };
+    let top_noise = gumbel(uniform(seed, position, top));
+    let mut race = Race { best: (x[top as usize] + top_noise, top), table: skip_table() };
+    match kept {
+        Kept::All => {
+            for (block, lanes) in x.chunks(4).enumerate() {
+                if !lanes.iter().any(|&xi| race.may_win(xi)) {
+                    continue;
+                }
+                let block = block as u32;
+                let u = uniform_block(seed, position, block);
+                for (lane, &xi) in lanes.iter().enumerate() {
+                    let i = block * 4 + lane as u32;
+                    if i != top && race.may_win(xi) {
+                        race.offer(i, xi, u[lane]);
+                    }
+                }
+            }
+        }
+        Kept::Only(ids) => {
+            for &i in ids {
+                let xi = x[i as usize];
+                if i != top && race.may_win(xi) {
+                    race.offer(i, xi, uniform(seed, position, i));
+                }
+            }
+        }
+    }
+    race.best.1
+}
+
+#[cfg(test)]
+mod tests;

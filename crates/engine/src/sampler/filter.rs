@@ -1,0 +1,178 @@
+//! The candidate set after temperature: top-k, then top-p, then min-p (the order of HF
+//! transformers and vLLM v0). When all three are off nothing is sorted or allocated.
+
+use std::cmp::Ordering;
+
+/// The tokens that may be sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// Every token.
+    All,
+    /// These tokens, in increasing id order.
+    Only(Vec<u32>),
+}
+
+/// How many of the most likely tokens top-p sorts first; it widens this window until the
+/// window holds enough mass, so a peaked distribution never sorts the whole vocabulary.
+const TOP_P_FIRST_WINDOW: usize = 256;
+/// Factor by which the top-p window grows.
+const TOP_P_GROWTH: usize = 8;
+
+/// A logit as a sort key: NaN ranks below every number.
+#[inline]
+pub fn rank_value(x: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { x }
+}
+
+/// Most likely first; equal logits rank the lower id first.
+#[inline]
+pub fn by_rank(x: &[f32], a: u32, b: u32) -> Ordering {
+    let (xa, xb) = (rank_value(x[a as usize]), rank_value(x[b as usize]));
+    xb.total_cmp(&xa).then(a.cmp(&b))
+}
+
+/// The candidates of temperature-scaled logits `x` under top-k, top-p and min-p.
+pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
+    let top_k_on = top_k > 0 && (top_k as usize) < x.len();
+    let top_p_on = top_p < 1.0;
+    let min_p_on = min_p > 0.0;
+    if !(top_k_on || top_p_on || min_p_on) {
+        return Kept::All;
+    }
+    let max = x.iter().copied().map(rank_value).fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return Kept::All;
+    }
+    let mut ids: Option<Vec<u32>> = None;
+    if top_k_on {
+        let mut all: Vec<u32> = (0..x.len() as u32).collect();
+        let k = top_k as usize;
+        all.select_nth_unstable_by(k - 1, |&a, &b| by_rank(x, a, b));
+        all.truncate(k);
+        ids = Some(all);
+    }
+    if top_p_on {
+        let pool = ids.unwrap_or_else(|| (0..x.len() as u32).collect());
+        ids = Some(top_p_prefix(x, pool, top_p, max));
+    }
+    // p_i >= min_p * p_max  <=>  exp(x_i - max) >= min_p; the renormalisation by earlier
+    // filters cancels in the ratio, and the most likely token always passes.
+    let passes_min_p = |i: u32| !min_p_on || (rank_value(x[i as usize]) - max).exp() >= min_p;
+    let mut ids: Vec<u32> = match ids {
+        Some(ids) => ids.into_iter().filter(|&i| passes_min_p(i)).collect(),
+        None => (0..x.len() as u32).filter(|&i| passes_min_p(i)).collect(),
+    };
+    ids.sort_unstable();
+    Kept::Only(ids)
+}
+
+/// The smallest most-likely-first prefix of `pool` whose probability (renormalised over
+/// `pool`) reaches `top_p`; never empty. `max` is the largest logit in `pool`.
+fn top_p_prefix(x: &[f32], mut pool: Vec<u32>, top_p: f32, max: f32) -> Vec<u32> {
+    let weight = |i: u32| f64::from(rank_value(x[i as usize]) - max).exp();
+    let total: f64 = pool.iter().map(|&i| weight(i)).sum();
+    let target = f64::from(top_p) * total;
+    let mut window = TOP_P_FIRST_WINDOW.min(pool.len());
+    loop {
+        if window < pool.len() {
+            pool.select_nth_unstable_by(window - 1, |&a, &b| by_rank(x, a, b));
+        }
+        pool[..window].sort_unstable_by(|&a, &b| by_rank(x, a, b));
+        let mut mass = 0.0;
+        for (n, &i) in pool[..window].iter().enumerate() {
+            mass += weight(i);
+            if mass >= target {
+                pool.truncate(n + 1);
+                return pool;
+            }
+        }
+        if window == pool.len() {
+            // Rounding left the sum a hair short of the target: keep everything.
+            return pool;
+        }
+        window = (window * TOP_P_GROWTH).min(pool.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reproducible spread of logits with ties, -inf and NaN.
+    fn logits(n: usize, salt: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let u = crate::rng::uniform(salt, 0, i as u32);
+                match i % 97 {
+                    5 => f32::NEG_INFINITY,
+                    6 => f32::NAN,
+                    7 | 8 => 3.0,
+                    _ => 12.0 * u - 6.0,
+                }
+            })
+            .collect()
+    }
+
+    /// The same filters with a full sort and straightforward loops.
+    fn naive(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..x.len() as u32).collect();
+        order.sort_by(|&a, &b| by_rank(x, a, b));
+        if top_k > 0 {
+            order.truncate(top_k as usize);
+        }
+        let max = rank_value(x[order[0] as usize]);
+        let w = |i: u32| f64::from(rank_value(x[i as usize]) - max).exp();
+        if top_p < 1.0 {
+            let total: f64 = order.iter().map(|&i| w(i)).sum();
+            let mut mass = 0.0;
+            let n = order.iter().take_while(|&&i| {
+                let before = mass;
+                mass += w(i);
+                before < f64::from(top_p) * total
+            });
+            let n = n.count();
+            order.truncate(n.max(1));
+        }
+        order.retain(|&i| min_p == 0.0 || (rank_value(x[i as usize]) - max).exp() >= min_p);
+        order.sort();
+        order
+    }
+
+    #[test]
+    fn all_off_keeps_all() {
+        assert_eq!(kept(&logits(1000, 1), 0, 1.0, 0.0), Kept::All);
+        assert_eq!(kept(&logits(10, 1), 10, 1.0, 0.0), Kept::All);
+    }
+
+    #[test]
+    fn matches_a_full_sort() {
+        let cases = [
+            (0, 0.9, 0.0),
+            (0, 0.999, 0.0),
+            (0, 0.05, 0.0),
+            (50, 1.0, 0.0),
+            (1, 1.0, 0.0),
+            (300, 0.95, 0.0),
+            (0, 1.0, 0.1),
+            (0, 1.0, 1.0),
+            (40, 0.8, 0.05),
+        ];
+        for salt in 0..4 {
+            let x = logits(5000, salt);
+            for (k, p, m) in cases {
+                let Kept::Only(got) = kept(&x, k, p, m) else {
+                    panic!("nothing filtered")
+                };
+                assert_eq!(got, naive(&x, k, p, m), "top_k {k} top_p {p} min_p {m}");
+                assert!(!got.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn ties_keep_the_lower_id() {
+        let x = [1.0, 5.0, 5.0, 5.0, 0.0];
+        assert_eq!(kept(&x, 2, 1.0, 0.0), Kept::Only(vec![1, 2]));
+        assert_eq!(kept(&x, 0, 1e-6, 0.0), Kept::Only(vec![1]));
+    }
+}

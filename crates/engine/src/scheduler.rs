@@ -1,0 +1,306 @@
+//! Lane rounds (vLLM v1's design): each round maps every scheduled sequence to the number of
+//! tokens it advances (a prefill chunk or one decode token) under a token budget. Running
+//! sequences go first, in admission order; waiting ones are admitted while blocks and budget
+//! last; when blocks run out the latest-admitted sequence is preempted and later recomputed.
+//! Pure bookkeeping: no device, no sampling.
+
+use crate::block_pool::{BlockId, BlockPool};
+use std::collections::{HashMap, VecDeque};
+
+/// Identifies a sequence for its whole life.
+pub type SeqId = u64;
+
+/// A sequence's tokens and cache state.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    /// Its id.
+    pub id: SeqId,
+    /// Prompt then generated tokens (checked or sampled ids).
+    pub tokens: Vec<u32>,
+    /// Length of the prompt part of `tokens`.
+    pub prompt_len: usize,
+    /// Tokens whose K/V are in the cache.
+    pub num_computed: usize,
+    /// Physical blocks holding the cached tokens, in order.
+    pub block_table: Vec<BlockId>,
+}
+
+/// Limits of a round.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerConfig {
+    /// Sequences in flight at most.
+    pub max_num_seqs: usize,
+    /// Tokens advanced per round at most (all sequences together).
+    pub max_round_tokens: usize,
+    /// Largest prefill chunk of one sequence in one round.
+    pub prefill_chunk: usize,
+}
+
+/// One sequence's part of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundEntry {
+    /// The sequence.
+    pub seq: SeqId,
+    /// First token position advanced (== tokens already cached).
+    pub start: usize,
+    /// Tokens advanced.
+    pub num_tokens: usize,
+    /// The round reaches the end of its tokens, so a next token is sampled.
+    pub wants_logits: bool,
+}
+
+/// The lane-round scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    pool: BlockPool,
+    seqs: HashMap<SeqId, Sequence>,
+    waiting: VecDeque<SeqId>,
+    running: Vec<SeqId>,
+    num_preemptions: u64,
+}
+
+impl Scheduler {
+    /// A scheduler over `pool`.
+    pub fn new(config: SchedulerConfig, pool: BlockPool) -> Scheduler {
+        Scheduler {
+            config,
+            pool,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            num_preemptions: 0,
+        }
+    }
+
+    /// The block pool.
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Sequences waiting for admission.
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Sequences admitted.
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Preemptions so far.
+    pub fn num_preemptions(&self) -> u64 {
+        self.num_preemptions
+    }
+
+    /// Whether nothing is waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// The sequence `id`.
+    pub fn seq(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    /// Most tokens one sequence may ever hold (the whole pool).
+    pub fn capacity_tokens(&self) -> usize {
+        self.pool.num_blocks() * self.pool.block_size()
+    }
+
+    /// Queues a new sequence holding `prompt` (non-empty).
+    pub fn add(&mut self, id: SeqId, prompt: Vec<u32>) {
+        let prompt_len = prompt.len();
+        self.seqs.insert(id, Sequence { id, tokens: prompt, prompt_len, num_computed: 0, block_table: Vec::new() });
+        self.waiting.push_back(id);
+    }
+
+    /// Plans the next round.
+    pub fn schedule(&mut self) -> Vec<RoundEntry> {
+        let mut budget = self.config.max_round_tokens;
+        let mut plan = Vec::new();
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let n = self.want(id, budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            if !self.reserve(id, n, i) {
+                continue; // `id` itself was preempted; the same index now holds the next one
+            }
+            plan.push(self.entry(id, n));
+            budget -= n;
+            i += 1;
+        }
+        while budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(&id) = self.waiting.front() else { break };
+            let n = self.want(id, budget);
+            if !self.grow(id, n) {
+                break;
+            }
+            self.waiting.pop_front();
+            self.running.push(id);
+            plan.push(self.entry(id, n));
+            budget -= n;
+        }
+        plan
+    }
+
+    /// Records that the round's entries were computed.
+    pub fn commit(&mut self, plan: &[RoundEntry]) {
+        for e in plan {
+            if let Some(s) = self.seqs.get_mut(&e.seq) {
+                s.num_computed = e.start + e.num_tokens;
+            }
+        }
+    }
+
+    /// Appends a sampled token to a sequence.
+    pub fn append(&mut self, id: SeqId, token: u32) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.tokens.push(token);
+        }
+    }
+
+    /// Removes a sequence (finished or cancelled) and frees its blocks.
+    pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
+        let s = self.seqs.remove(&id)?;
+        self.pool.release(&s.block_table);
+        self.running.retain(|&r| r != id);
+        self.waiting.retain(|&w| w != id);
+        Some(s)
+    }
+
+    fn want(&self, id: SeqId, budget: usize) -> usize {
+        let s = &self.seqs[&id];
+        let left = s.tokens.len() - s.num_computed;
+        left.min(budget).min(if left > 1 { self.config.prefill_chunk.max(1) } else { 1 })
+    }
+
+    fn entry(&self, id: SeqId, n: usize) -> RoundEntry {
+        let s = &self.seqs[&id];
+        RoundEntry { seq: id, start: s.num_computed, num_tokens: n, wants_logits: s.num_computed + n == s.tokens.len() }
+    }
+
+    /// Makes room for `n` more tokens of running sequence `id` (at `index`), preempting from
+    /// the back; false when `id` itself had to be preempted.
+    fn reserve(&mut self, id: SeqId, n: usize, index: usize) -> bool {
+        while !self.grow(id, n) {
+            let Some(&victim) = self.running.last() else { return false };
+            self.preempt(victim);
+            if victim == id {
+                return false;
+            }
+            debug_assert!(self.running.len() > index);
+        }
+        true
+    }
+
+    /// Extends `id`'s block table to hold `n` more tokens; false when the pool is short.
+    fn grow(&mut self, id: SeqId, n: usize) -> bool {
+        let s = &self.seqs[&id];
+        let need = self.pool.blocks_for(s.num_computed + n).saturating_sub(s.block_table.len());
+        match self.pool.allocate(need) {
+            Some(blocks) => {
+                if let Some(s) = self.seqs.get_mut(&id) {
+                    s.block_table.extend(blocks);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn preempt(&mut self, id: SeqId) {
+        self.running.retain(|&r| r != id);
+        if let Some(s) = self.seqs.get_mut(&id) {
+            self.pool.release(&s.block_table);
+            s.block_table.clear();
+            s.num_computed = 0;
+        }
+        self.waiting.push_front(id);
+        self.num_preemptions += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(blocks: usize, budget: usize, chunk: usize) -> Scheduler {
+        let cfg = SchedulerConfig { max_num_seqs: 8, max_round_tokens: budget, prefill_chunk: chunk };
+        Scheduler::new(cfg, BlockPool::new(blocks, 4))
+    }
+
+    /// Runs rounds, appending token 7 whenever logits are wanted, until each seq has `total`.
+    fn drive(s: &mut Scheduler, total: usize) -> Vec<Vec<RoundEntry>> {
+        let mut rounds = Vec::new();
+        for _ in 0..1000 {
+            let plan = s.schedule();
+            if plan.is_empty() {
+                break;
+            }
+            s.commit(&plan);
+            for e in &plan {
+                if e.wants_logits {
+                    s.append(e.seq, 7);
+                    if s.seq(e.seq).unwrap().tokens.len() >= total {
+                        s.remove(e.seq);
+                    }
+                }
+            }
+            rounds.push(plan);
+        }
+        rounds
+    }
+
+    #[test]
+    fn prefill_is_chunked_then_decodes_one_token() {
+        let mut s = sched(16, 64, 5);
+        s.add(1, vec![1; 12]);
+        let rounds = drive(&mut s, 14);
+        let sizes: Vec<usize> = rounds.iter().map(|r| r[0].num_tokens).collect();
+        assert_eq!(sizes, vec![5, 5, 2, 1]);
+        assert!(rounds[2][0].wants_logits && !rounds[0][0].wants_logits);
+        assert_eq!(s.pool().num_free(), 16, "blocks come back");
+    }
+
+    #[test]
+    fn budget_is_shared_and_never_exceeded() {
+        let mut s = sched(64, 8, 8);
+        for id in 0..4 {
+            s.add(id, vec![1; 6]);
+        }
+        for plan in drive(&mut s, 10) {
+            assert!(plan.iter().map(|e| e.num_tokens).sum::<usize>() <= 8);
+        }
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn full_pool_preempts_and_everyone_finishes() {
+        // 6 blocks of 4 tokens; three sequences growing to 12 tokens each cannot all fit.
+        let mut s = sched(6, 64, 64);
+        for id in 0..3 {
+            s.add(id, vec![1; 5]);
+        }
+        let rounds = drive(&mut s, 12);
+        assert!(s.is_idle(), "every sequence finished");
+        assert!(s.num_preemptions() > 0, "the pool was too small without preemption");
+        assert_eq!(s.pool().num_free(), 6);
+        assert!(!rounds.is_empty());
+    }
+
+    #[test]
+    fn removal_frees_blocks_at_once() {
+        let mut s = sched(8, 64, 64);
+        s.add(1, vec![1; 9]);
+        let plan = s.schedule();
+        s.commit(&plan);
+        assert_eq!(s.pool().num_used(), 3);
+        s.remove(1);
+        assert_eq!(s.pool().num_used(), 0);
+    }
+}
