@@ -81,7 +81,8 @@ impl Rope {
                 attention_factor,
                 truncate,
             } => {
-                attention_scaling = attention_factor.unwrap_or(if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 });
+                attention_scaling =
+                    attention_factor.unwrap_or(if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 });
                 let correction = |rot: f32| {
                     (dim as f32 * (original_max_position_embeddings / (rot * 2.0 * std::f32::consts::PI)).ln())
                         / (2.0 * theta.ln())

@@ -36,7 +36,9 @@ impl Generate<'_> {
     fn prompt<B: Backend>(&self, m: &Model<B>) -> Result<TokenIds, Failure> {
         let a = self.0;
         let prompt = match (&a.ids, &a.prompt) {
-            (Some(ids), _) => m.vocab.check(&parse_ids(ids).map_err(refused)?).map_err(|e| refused(format!("--ids: {e}")))?,
+            (Some(ids), _) => {
+                m.vocab.check(&parse_ids(ids).map_err(refused)?).map_err(|e| refused(format!("--ids: {e}")))?
+            }
             (None, Some(text)) => {
                 let tok = m.tokenizer.as_ref().ok_or_else(|| refused("--prompt needs a tokenizer.json; use --ids"))?;
                 tok.encode(text, true).map_err(refused)?
@@ -62,7 +64,9 @@ impl OnBackend for Generate<'_> {
         let m = Model::open(&a.model, b).map_err(refused)?;
         let prompt = self.prompt(&m)?;
         let stop_ids = match &a.stop_ids {
-            Some(s) => m.vocab.check(&parse_ids(s).map_err(refused)?).map_err(|e| refused(format!("--stop-ids: {e}")))?,
+            Some(s) => {
+                m.vocab.check(&parse_ids(s).map_err(refused)?).map_err(|e| refused(format!("--stop-ids: {e}")))?
+            }
             None => TokenIds::new(),
         };
         let max_tokens = a.max_tokens.min(m.decoder.spec.max_position_embeddings - prompt.len());

@@ -60,9 +60,13 @@ fn preset(name: &str) -> Option<Value> {
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     let mut config = preset(&a.like).ok_or_else(|| {
-        refused(format!("--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m or tiny", a.like))
+        refused(format!(
+            "--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m or tiny",
+            a.like
+        ))
     })?;
-    let dtype = DType::parse(&a.dtype).ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16 or f32", a.dtype)))?;
+    let dtype =
+        DType::parse(&a.dtype).ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16 or f32", a.dtype)))?;
     if let Some(n) = a.layers {
         config["num_hidden_layers"] = json!(n);
         if let Some(types) = config["layer_types"].as_array().cloned() {
@@ -72,17 +76,33 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     config["bos_token_id"] = json!(256);
     config["eos_token_id"] = json!(257);
     config["pad_token_id"] = json!(258);
-    config["torch_dtype"] = json!(match dtype { DType::F32 => "float32", DType::F16 => "float16", _ => "bfloat16" });
+    config["torch_dtype"] = json!(match dtype {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        _ => "bfloat16",
+    });
     std::fs::create_dir_all(&a.out).map_err(failed)?;
     let spec = spec_for(&RawConfig::parse(&a.out.join("config.json"), &config.to_string()).map_err(refused)?)
         .map_err(refused)?;
     write_json(&a.out.join("config.json"), &config)?;
-    write_json(&a.out.join("generation_config.json"), &json!({"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258}))?;
+    write_json(
+        &a.out.join("generation_config.json"),
+        &json!({"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258}),
+    )?;
     write_json(&a.out.join("tokenizer.json"), &tokenizer_json())?;
-    write_json(&a.out.join("tokenizer_config.json"), &json!({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}))?;
+    write_json(
+        &a.out.join("tokenizer_config.json"),
+        &json!({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}),
+    )?;
     let tensors = tensor_list(&spec);
     let bytes: usize = tensors.iter().map(|t| t.1.iter().product::<usize>() * dtype.size()).sum();
-    eprintln!("synth: {} ({} tensors, {:.2} GB {dtype}) -> {}", a.like, tensors.len(), bytes as f64 / 1e9, a.out.display());
+    eprintln!(
+        "synth: {} ({} tensors, {:.2} GB {dtype}) -> {}",
+        a.like,
+        tensors.len(),
+        bytes as f64 / 1e9,
+        a.out.display()
+    );
     write_weights(&a.out.join("model.safetensors"), &tensors, dtype, a.seed, spec.norm_one_plus)
 }
 
@@ -135,12 +155,22 @@ fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
 }
 
 /// Streams a safetensors file: header, then each tensor's seeded values made in parallel.
-fn write_weights(path: &Path, tensors: &[(String, Vec<usize>)], dtype: DType, seed: u64, one_plus: bool) -> Result<(), Failure> {
+fn write_weights(
+    path: &Path,
+    tensors: &[(String, Vec<usize>)],
+    dtype: DType,
+    seed: u64,
+    one_plus: bool,
+) -> Result<(), Failure> {
     let mut header = serde_json::Map::new();
     let mut offset = 0usize;
     for (name, shape) in tensors {
         let n = shape.iter().product::<usize>() * dtype.size();
-        let st = match dtype { DType::F32 => "F32", DType::F16 => "F16", _ => "BF16" };
+        let st = match dtype {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            _ => "BF16",
+        };
         header.insert(name.clone(), json!({"dtype": st, "shape": shape, "data_offsets": [offset, offset + n]}));
         offset += n;
     }
@@ -161,7 +191,9 @@ fn write_weights(path: &Path, tensors: &[(String, Vec<usize>)], dtype: DType, se
             .into_par_iter()
             .map(|c| {
                 let n = CHUNK.min(numel - c * CHUNK);
-                let mut state = seed ^ (ti as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (c as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+                let mut state = seed
+                    ^ (ti as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    ^ (c as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
                 let mut out = Vec::with_capacity(n * dtype.size());
                 for _ in 0..n {
                     let u = (splitmix(&mut state) >> 40) as f32 / (1u64 << 24) as f32;
@@ -196,7 +228,12 @@ fn byte_level_chars() -> Vec<char> {
     let mut chars = vec!['\0'; 256];
     let mut extra = 0;
     for b in 0..256u32 {
-        let c = if printable.contains(&b) { b } else { extra += 1; 255 + extra };
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
         chars[b as usize] = char::from_u32(c).unwrap_or('?');
     }
     chars
@@ -209,8 +246,10 @@ fn tokenizer_json() -> Value {
     let added: Vec<Value> = SPECIALS
         .iter()
         .enumerate()
-        .map(|(i, s)| json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false,
-            "rstrip": false, "normalized": false, "special": true}))
+        .map(|(i, s)| {
+            json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true})
+        })
         .collect();
     json!({"version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},

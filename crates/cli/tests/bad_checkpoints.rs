@@ -88,7 +88,11 @@ fn drop_rows(t: &mut Tensors, name: &str, rows: isize) {
 #[test]
 fn good_fixtures_pass() {
     for family in ["llama", "qwen3", "gemma3", "qwen3_moe"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(fixture(family)).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+            .args(["check", "--model"])
+            .arg(fixture(family))
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{family}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

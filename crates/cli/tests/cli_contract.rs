@@ -34,7 +34,17 @@ fn generate_json_matches_transformers_greedy() {
         let (prompts, g) = golden(family);
         let dir = fixture(family);
         let ids = join(&prompts[3]);
-        let out = tf(&["generate", "--model", dir.to_str().unwrap(), "--ids", &ids, "--max-tokens", "16", "--ignore-eos", "--json"]);
+        let out = tf(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--ids",
+            &ids,
+            "--max-tokens",
+            "16",
+            "--ignore-eos",
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let want: Vec<i64> = g.tensor("greedy_3").unwrap().unwrap().to_f32().iter().map(|&v| v as i64).collect();
@@ -52,7 +62,16 @@ fn generate_prompt_text_uses_the_tokenizer_rules() {
     // llama's tokenizer adds BOS (id 1); qwen3's adds none.
     for (family, bos) in [("llama", true), ("qwen3", false)] {
         let dir = fixture(family);
-        let out = tf(&["generate", "--model", dir.to_str().unwrap(), "--prompt", "The capital", "--max-tokens", "3", "--json"]);
+        let out = tf(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            "The capital",
+            "--max-tokens",
+            "3",
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["prompt_ids"][0] == 1, bos, "{family}: {doc}");
@@ -65,7 +84,15 @@ fn logits_file_matches_transformers() {
     let tmp = tempfile::tempdir().unwrap();
     let out_path = tmp.path().join("logits.safetensors");
     let dir = fixture("gemma3");
-    let out = tf(&["logits", "--model", dir.to_str().unwrap(), "--ids", &join(&prompts[3]), "--out", out_path.to_str().unwrap()]);
+    let out = tf(&[
+        "logits",
+        "--model",
+        dir.to_str().unwrap(),
+        "--ids",
+        &join(&prompts[3]),
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let f = SafetensorsFile::open(&out_path).unwrap();
     let t = f.tensor("logits").unwrap().unwrap();
@@ -98,8 +125,23 @@ fn seeded_sampling_is_reproducible() {
     let dir = fixture("gemma3");
     let d = dir.to_str().unwrap();
     let run = |seed: &str| {
-        let out = tf(&["generate", "--model", d, "--ids", "1,5,9", "--max-tokens", "12", "--temperature", "1.0",
-            "--top-p", "0.9", "--seed", seed, "--ignore-eos", "--json"]);
+        let out = tf(&[
+            "generate",
+            "--model",
+            d,
+            "--ids",
+            "1,5,9",
+            "--max-tokens",
+            "12",
+            "--temperature",
+            "1.0",
+            "--top-p",
+            "0.9",
+            "--seed",
+            seed,
+            "--ignore-eos",
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["ids"].clone()
     };

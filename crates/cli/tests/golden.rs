@@ -26,7 +26,8 @@ struct Golden {
 }
 
 fn golden(dir: &Path) -> Golden {
-    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
     let file = SafetensorsFile::open(&dir.join("golden.safetensors")).unwrap();
     let prompts: Vec<Vec<i64>> = meta["prompts"]
         .as_array()

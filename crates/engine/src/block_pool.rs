@@ -1,23 +1,44 @@
-//! The KV block pool: fixed-size blocks handed to sequences, reference counted, with free
-//! blocks kept in LRU order. Pure bookkeeping; the device memory lives in the backend.
+//! The KV block pool: fixed-size blocks handed to sequences and reference counted, plus the
+//! automatic prefix cache: a full block is keyed by a hash chained over (parent hash, its
+//! token ids), and stays findable after its last user leaves until it is evicted (LRU among
+//! unreferenced blocks only). Pure bookkeeping; the device memory lives in the backend.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher, RandomState};
 
 /// Index of a block in every layer's KV pool.
 pub type BlockId = u32;
 
-/// Allocation state of the pool's blocks.
+/// Allocation and cache state of the pool's blocks.
 #[derive(Debug)]
 pub struct BlockPool {
     block_size: usize,
     ref_counts: Vec<u32>,
-    free: VecDeque<BlockId>,
+    /// Unreferenced blocks by the time they were freed (oldest first = next evicted).
+    free: BTreeMap<u64, BlockId>,
+    free_stamp: Vec<Option<u64>>,
+    clock: u64,
+    /// Content hash of each cached full block.
+    hash_of: Vec<Option<u64>>,
+    cached: HashMap<u64, BlockId>,
+    /// Keyed per pool so nobody outside can aim a hash collision at another request's blocks.
+    hasher: RandomState,
 }
 
 impl BlockPool {
-    /// A pool of `num_blocks` blocks of `block_size` tokens, all free.
+    /// A pool of `num_blocks` blocks of `block_size` tokens, all free and uncached.
     pub fn new(num_blocks: usize, block_size: usize) -> BlockPool {
-        BlockPool { block_size, ref_counts: vec![0; num_blocks], free: (0..num_blocks as BlockId).collect() }
+        let free = (0..num_blocks as u64).map(|i| (i, i as BlockId)).collect();
+        BlockPool {
+            block_size,
+            ref_counts: vec![0; num_blocks],
+            free,
+            free_stamp: (0..num_blocks as u64).map(Some).collect(),
+            clock: num_blocks as u64,
+            hash_of: vec![None; num_blocks],
+            cached: HashMap::new(),
+            hasher: RandomState::new(),
+        }
     }
 
     /// Tokens per block.
@@ -30,7 +51,7 @@ impl BlockPool {
         self.ref_counts.len()
     }
 
-    /// Blocks not held by any sequence.
+    /// Blocks not held by any sequence (cached or not).
     pub fn num_free(&self) -> usize {
         self.free.len()
     }
@@ -40,33 +61,81 @@ impl BlockPool {
         self.num_blocks() - self.num_free()
     }
 
+    /// Blocks whose contents are findable by hash.
+    pub fn num_cached(&self) -> usize {
+        self.cached.len()
+    }
+
     /// Blocks needed to hold `tokens` tokens.
     pub fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)
     }
 
-    /// Takes `n` free blocks (oldest-freed first), or none if fewer are free.
+    /// The hash of a full block of `tokens` following a block hashed `parent` (0 for the first).
+    pub fn chain_hash(&self, parent: u64, tokens: &[u32]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write_u64(parent);
+        for &t in tokens {
+            h.write_u32(t);
+        }
+        h.finish()
+    }
+
+    /// Takes `n` free blocks (evicting the least recently freed cached ones), or none at all.
     pub fn allocate(&mut self, n: usize) -> Option<Vec<BlockId>> {
         if n > self.free.len() {
             return None;
         }
-        let blocks: Vec<BlockId> = self.free.drain(..n).collect();
-        for &b in &blocks {
+        let mut blocks = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (_, b) = self.free.pop_first()?;
+            self.free_stamp[b as usize] = None;
+            if let Some(h) = self.hash_of[b as usize].take() {
+                self.cached.remove(&h);
+            }
             self.ref_counts[b as usize] = 1;
+            blocks.push(b);
         }
         Some(blocks)
     }
 
-    /// Drops one reference to each block; blocks reaching zero become free (most recent last).
+    /// Takes a reference to the cached block holding `hash`, if any.
+    pub fn acquire_cached(&mut self, hash: u64) -> Option<BlockId> {
+        let b = *self.cached.get(&hash)?;
+        if let Some(stamp) = self.free_stamp[b as usize].take() {
+            self.free.remove(&stamp);
+        }
+        self.ref_counts[b as usize] += 1;
+        Some(b)
+    }
+
+    /// Makes a full block findable by `hash` (unless another block already holds that content).
+    pub fn register(&mut self, block: BlockId, hash: u64) {
+        if self.hash_of[block as usize].is_none() && !self.cached.contains_key(&hash) {
+            self.hash_of[block as usize] = Some(hash);
+            self.cached.insert(hash, block);
+        }
+    }
+
+    /// Drops one reference to each block; blocks reaching zero become free, the tail of a
+    /// sequence before its head so that shared prefixes are evicted last.
     pub fn release(&mut self, blocks: &[BlockId]) {
         for &b in blocks.iter().rev() {
             let rc = &mut self.ref_counts[b as usize];
             debug_assert!(*rc > 0, "block {b} released twice");
             *rc = rc.saturating_sub(1);
             if *rc == 0 {
-                self.free.push_back(b);
+                self.free.insert(self.clock, b);
+                self.free_stamp[b as usize] = Some(self.clock);
+                self.clock += 1;
             }
         }
+    }
+
+    /// Forgets every cached hash (the blocks stay allocated or free as they are).
+    pub fn clear_cache(&mut self) {
+        self.cached.clear();
+        self.hash_of.iter_mut().for_each(|h| *h = None);
     }
 }
 
@@ -84,5 +153,31 @@ mod tests {
         p.release(&a);
         assert_eq!(p.num_free(), 4);
         assert_eq!(p.blocks_for(17), 2);
+    }
+
+    #[test]
+    fn cached_blocks_survive_release_until_evicted() {
+        let mut p = BlockPool::new(3, 2);
+        let a = p.allocate(2).unwrap();
+        let h0 = p.chain_hash(0, &[1, 2]);
+        let h1 = p.chain_hash(h0, &[3, 4]);
+        p.register(a[0], h0);
+        p.register(a[1], h1);
+        p.release(&a);
+        assert_eq!(p.num_cached(), 2);
+        assert_eq!(p.acquire_cached(h0), Some(a[0]));
+        assert_eq!(p.num_free(), 2);
+        // Two allocations evict the never-cached block first, then the oldest cached one (h1).
+        let b = p.allocate(2).unwrap();
+        assert!(!b.contains(&a[0]));
+        assert_eq!(p.acquire_cached(h1), None, "evicted");
+        assert_eq!(p.num_cached(), 1);
+    }
+
+    #[test]
+    fn hashes_chain_over_the_parent() {
+        let p = BlockPool::new(1, 2);
+        assert_ne!(p.chain_hash(0, &[1, 2]), p.chain_hash(5, &[1, 2]));
+        assert_eq!(p.chain_hash(5, &[1, 2]), p.chain_hash(5, &[1, 2]));
     }
 }

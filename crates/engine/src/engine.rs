@@ -112,6 +112,12 @@ pub struct EngineStats {
     pub kv_blocks_total: AtomicU64,
     /// Preemptions.
     pub preemptions: AtomicU64,
+    /// Prompt tokens served from the prefix cache.
+    pub prefix_hit_tokens: AtomicU64,
+    /// Prompt tokens admitted (hit rate = hits / queries).
+    pub prefix_query_tokens: AtomicU64,
+    /// Blocks findable in the prefix cache.
+    pub prefix_cached_blocks: AtomicU64,
 }
 
 enum Command {
@@ -208,7 +214,12 @@ impl<B: Backend> Core<B> {
     fn admit(&mut self, mut req: GenRequest) {
         let total = req.prompt.len() + req.max_tokens;
         if req.prompt.is_empty() || total > self.max_seq_tokens {
-            let msg = format!("prompt ({}) + max_tokens ({}) exceeds {} tokens", req.prompt.len(), req.max_tokens, self.max_seq_tokens);
+            let msg = format!(
+                "prompt ({}) + max_tokens ({}) exceeds {} tokens",
+                req.prompt.len(),
+                req.max_tokens,
+                self.max_seq_tokens
+            );
             (req.sink)(Event::Error(msg));
             return;
         }
@@ -248,7 +259,9 @@ impl<B: Backend> Core<B> {
         let block_size = self.sched.pool().block_size();
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for e in plan {
-            let Some(s) = self.sched.seq(e.seq) else { continue };
+            let Some(s) = self.sched.seq(e.seq) else {
+                continue;
+            };
             let q_start = ids.len();
             ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens]);
             slots.extend(
@@ -265,7 +278,11 @@ impl<B: Backend> Core<B> {
             }
         }
         let meta = AttnMeta { seqs, slot_mapping: slots, block_size };
-        let logits = self.model.decoder.forward(&self.backend, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, &mut self.kv);
+        let logits = self.model.decoder.forward(
+            &self.backend,
+            &Batch { ids: &ids, meta: &meta, logits_rows: &rows },
+            &mut self.kv,
+        );
         let logits = self.backend.download(&logits);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
@@ -280,7 +297,9 @@ impl<B: Backend> Core<B> {
     }
 
     fn emit(&mut self, id: SeqId, logits: &mut [f32]) {
-        let Some(a) = self.active.get_mut(&id) else { return };
+        let Some(a) = self.active.get_mut(&id) else {
+            return;
+        };
         let position = (a.req.prompt.len() + a.generated) as u64;
         let raw = a.req.top_logprobs.map(|n| (logits.to_vec(), n));
         let token = sample(logits, &a.req.params, &a.history, position);
@@ -294,7 +313,8 @@ impl<B: Backend> Core<B> {
             None => (None, Vec::new()),
         };
         let alive = (a.req.sink)(Event::Token(TokenEvent { id: token, logprob, top }));
-        let stop = (!a.req.ignore_eos && self.model.eos_ids.contains(&token)) || a.req.stop_ids.as_slice().contains(&token);
+        let stop =
+            (!a.req.ignore_eos && self.model.eos_ids.contains(&token)) || a.req.stop_ids.as_slice().contains(&token);
         let length = a.generated >= a.req.max_tokens;
         if !alive {
             self.finish(id, FinishReason::Cancelled);
@@ -313,5 +333,9 @@ impl<B: Backend> Core<B> {
         s.running.store(self.sched.num_running() as u64, Ordering::Relaxed);
         s.kv_blocks_used.store(self.sched.pool().num_used() as u64, Ordering::Relaxed);
         s.preemptions.store(self.sched.num_preemptions(), Ordering::Relaxed);
+        let (hits, queries) = self.sched.prefix_stats();
+        s.prefix_hit_tokens.store(hits, Ordering::Relaxed);
+        s.prefix_query_tokens.store(queries, Ordering::Relaxed);
+        s.prefix_cached_blocks.store(self.sched.pool().num_cached() as u64, Ordering::Relaxed);
     }
 }

@@ -22,12 +22,7 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
         }
         let p0 = u64::from(MUL[0]) * u64::from(c[0]);
         let p1 = u64::from(MUL[1]) * u64::from(c[2]);
-        c = [
-            (p1 >> 32) as u32 ^ c[1] ^ k[0],
-            p1 as u32,
-            (p0 >> 32) as u32 ^ c[3] ^ k[1],
-            p0 as u32,
-        ];
+        c = [(p1 >> 32) as u32 ^ c[1] ^ k[0], p1 as u32, (p0 >> 32) as u32 ^ c[3] ^ k[1], p0 as u32];
     }
     c
 }
@@ -43,12 +38,7 @@ pub fn to_unit(bits: u32) -> f32 {
 #[inline]
 pub fn uniform_block(seed: u64, position: u64, block: u32) -> [f32; 4] {
     let key = [seed as u32, (seed >> 32) as u32];
-    let counter = [
-        block,
-        GUMBEL_STREAM,
-        position as u32,
-        (position >> 32) as u32,
-    ];
+    let counter = [block, GUMBEL_STREAM, position as u32, (position >> 32) as u32];
     philox4x32_10(counter, key).map(to_unit)
 }
 
@@ -64,16 +54,8 @@ mod tests {
 
     /// Random123's `tests/kat_vectors`, the three `philox4x32 10` lines: counter, key, output.
     const KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
-        (
-            [0; 4],
-            [0; 2],
-            [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8],
-        ),
-        (
-            [u32::MAX; 4],
-            [u32::MAX; 2],
-            [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd],
-        ),
+        ([0; 4], [0; 2], [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]),
+        ([u32::MAX; 4], [u32::MAX; 2], [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd]),
         (
             [0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344],
             [0xa409_3822, 0x299f_31d0],
@@ -107,10 +89,7 @@ mod tests {
         assert_ne!(a, uniform(42, 7 | 1 << 40, 1000));
         let block = uniform_block(42, 7, 250);
         assert_eq!(block[0], a);
-        assert_eq!(
-            (1000..1004).map(|i| uniform(42, 7, i)).collect::<Vec<_>>(),
-            block
-        );
+        assert_eq!((1000..1004).map(|i| uniform(42, 7, i)).collect::<Vec<_>>(), block);
     }
 
     #[test]

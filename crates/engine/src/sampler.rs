@@ -20,12 +20,7 @@ const GUMBEL_BOUND: f32 = 17.0;
 
 /// Picks the next token of a sequence at `position`. `logits` (one row, as wide as the
 /// embedding table) is overwritten with the biased, penalised, temperature-scaled values.
-pub fn sample(
-    logits: &mut [f32],
-    params: &SamplingParams,
-    history: &History,
-    position: u64,
-) -> u32 {
+pub fn sample(logits: &mut [f32], params: &SamplingParams, history: &History, position: u64) -> u32 {
     apply_logit_bias(logits, &params.logit_bias);
     apply_penalties(logits, params, history);
     if params.is_greedy() {
@@ -87,9 +82,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// The first of `ids` with the largest logit, NaN ranking lowest.
 fn argmax_ranked(x: &[f32], mut ids: impl Iterator<Item = u32>) -> u32 {
     let first = ids.next().unwrap_or(0);
-    ids.fold(first, |best, i| {
-        if rank_value(x[i as usize]) > rank_value(x[best as usize]) { i } else { best }
-    })
+    ids.fold(first, |best, i| if rank_value(x[i as usize]) > rank_value(x[best as usize]) { i } else { best })
 }
 
 /// Gumbel noise `-ln(-ln(u))` of a uniform in (0, 1).
@@ -122,10 +115,10 @@ struct Race {
 }
 
 impl Race {
-    /// Whether id `i` with scaled logit `xi` can still win; if not, it needs no draw.
+    /// Whether scaled logit `xi` can still win (NaN never can); if not, it needs no draw.
     #[inline]
     fn may_win(&self, xi: f32) -> bool {
-        !(xi + GUMBEL_BOUND < self.best.0)
+        xi + GUMBEL_BOUND >= self.best.0
     }
 
     /// Enters id `i` with its uniform `u`. A uniform too small to close the gap (by the skip

@@ -2,6 +2,7 @@
 //! tokens it advances (a prefill chunk or one decode token) under a token budget. Running
 //! sequences go first, in admission order; waiting ones are admitted while blocks and budget
 //! last; when blocks run out the latest-admitted sequence is preempted and later recomputed.
+//! At admission a sequence takes whatever full blocks of its tokens the prefix cache holds.
 //! Pure bookkeeping: no device, no sampling.
 
 use crate::block_pool::{BlockId, BlockPool};
@@ -23,6 +24,10 @@ pub struct Sequence {
     pub num_computed: usize,
     /// Physical blocks holding the cached tokens, in order.
     pub block_table: Vec<BlockId>,
+    /// Chained content hashes of the full blocks registered so far.
+    pub block_hashes: Vec<u64>,
+    /// Tokens found in the prefix cache at its (last) admission.
+    pub cached_tokens: usize,
 }
 
 /// Limits of a round.
@@ -34,6 +39,8 @@ pub struct SchedulerConfig {
     pub max_round_tokens: usize,
     /// Largest prefill chunk of one sequence in one round.
     pub prefill_chunk: usize,
+    /// Reuse cached full blocks of earlier sequences at admission.
+    pub prefix_cache: bool,
 }
 
 /// One sequence's part of a round.
@@ -58,6 +65,8 @@ pub struct Scheduler {
     waiting: VecDeque<SeqId>,
     running: Vec<SeqId>,
     num_preemptions: u64,
+    hit_tokens: u64,
+    query_tokens: u64,
 }
 
 impl Scheduler {
@@ -70,6 +79,8 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             num_preemptions: 0,
+            hit_tokens: 0,
+            query_tokens: 0,
         }
     }
 
@@ -93,6 +104,11 @@ impl Scheduler {
         self.num_preemptions
     }
 
+    /// Tokens served from the prefix cache at admission, and tokens admitted, so far.
+    pub fn prefix_stats(&self) -> (u64, u64) {
+        (self.hit_tokens, self.query_tokens)
+    }
+
     /// Whether nothing is waiting or running.
     pub fn is_idle(&self) -> bool {
         self.seqs.is_empty()
@@ -111,7 +127,18 @@ impl Scheduler {
     /// Queues a new sequence holding `prompt` (non-empty).
     pub fn add(&mut self, id: SeqId, prompt: Vec<u32>) {
         let prompt_len = prompt.len();
-        self.seqs.insert(id, Sequence { id, tokens: prompt, prompt_len, num_computed: 0, block_table: Vec::new() });
+        self.seqs.insert(
+            id,
+            Sequence {
+                id,
+                tokens: prompt,
+                prompt_len,
+                num_computed: 0,
+                block_table: Vec::new(),
+                block_hashes: Vec::new(),
+                cached_tokens: 0,
+            },
+        );
         self.waiting.push_back(id);
     }
 
@@ -136,10 +163,13 @@ impl Scheduler {
         }
         while budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
+            self.take_cached_prefix(id);
             let n = self.want(id, budget);
             if !self.grow(id, n) {
+                self.drop_cached_prefix(id);
                 break;
             }
+            self.count_admission(id);
             self.waiting.pop_front();
             self.running.push(id);
             plan.push(self.entry(id, n));
@@ -148,11 +178,21 @@ impl Scheduler {
         plan
     }
 
-    /// Records that the round's entries were computed.
+    /// Records that the round's entries were computed and caches their newly full blocks.
     pub fn commit(&mut self, plan: &[RoundEntry]) {
+        let bs = self.pool.block_size();
         for e in plan {
-            if let Some(s) = self.seqs.get_mut(&e.seq) {
-                s.num_computed = e.start + e.num_tokens;
+            let Some(s) = self.seqs.get_mut(&e.seq) else { continue };
+            s.num_computed = e.start + e.num_tokens;
+            if !self.config.prefix_cache {
+                continue;
+            }
+            while s.block_hashes.len() < s.num_computed / bs {
+                let i = s.block_hashes.len();
+                let parent = s.block_hashes.last().copied().unwrap_or(0);
+                let hash = self.pool.chain_hash(parent, &s.tokens[i * bs..(i + 1) * bs]);
+                self.pool.register(s.block_table[i], hash);
+                s.block_hashes.push(hash);
             }
         }
     }
@@ -173,6 +213,44 @@ impl Scheduler {
         Some(s)
     }
 
+    /// Points a waiting sequence with nothing computed at the cached blocks of its longest
+    /// cached prefix of full blocks, keeping at least its last token to compute.
+    fn take_cached_prefix(&mut self, id: SeqId) {
+        let bs = self.pool.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        if !self.config.prefix_cache || s.num_computed > 0 || !s.block_table.is_empty() {
+            return;
+        }
+        let mut parent = 0;
+        s.block_hashes.clear();
+        for block in s.tokens[..s.tokens.len() - 1].chunks_exact(bs) {
+            let hash = self.pool.chain_hash(parent, block);
+            let Some(b) = self.pool.acquire_cached(hash) else { break };
+            s.block_table.push(b);
+            s.block_hashes.push(hash);
+            parent = hash;
+        }
+        s.num_computed = s.block_table.len() * bs;
+        s.cached_tokens = s.num_computed;
+    }
+
+    /// Gives back the cached blocks a sequence took but could not be admitted with.
+    fn drop_cached_prefix(&mut self, id: SeqId) {
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        self.pool.release(&s.block_table);
+        s.block_table.clear();
+        s.block_hashes.clear();
+        s.num_computed = 0;
+        s.cached_tokens = 0;
+    }
+
+    fn count_admission(&mut self, id: SeqId) {
+        if let Some(s) = self.seqs.get(&id) {
+            self.hit_tokens += s.cached_tokens as u64;
+            self.query_tokens += s.tokens.len() as u64;
+        }
+    }
+
     fn want(&self, id: SeqId, budget: usize) -> usize {
         let s = &self.seqs[&id];
         let left = s.tokens.len() - s.num_computed;
@@ -188,7 +266,9 @@ impl Scheduler {
     /// the back; false when `id` itself had to be preempted.
     fn reserve(&mut self, id: SeqId, n: usize, index: usize) -> bool {
         while !self.grow(id, n) {
-            let Some(&victim) = self.running.last() else { return false };
+            let Some(&victim) = self.running.last() else {
+                return false;
+            };
             self.preempt(victim);
             if victim == id {
                 return false;
@@ -218,6 +298,7 @@ impl Scheduler {
         if let Some(s) = self.seqs.get_mut(&id) {
             self.pool.release(&s.block_table);
             s.block_table.clear();
+            s.block_hashes.clear();
             s.num_computed = 0;
         }
         self.waiting.push_front(id);
@@ -230,7 +311,8 @@ mod tests {
     use super::*;
 
     fn sched(blocks: usize, budget: usize, chunk: usize) -> Scheduler {
-        let cfg = SchedulerConfig { max_num_seqs: 8, max_round_tokens: budget, prefill_chunk: chunk };
+        let cfg =
+            SchedulerConfig { max_num_seqs: 8, max_round_tokens: budget, prefill_chunk: chunk, prefix_cache: true };
         Scheduler::new(cfg, BlockPool::new(blocks, 4))
     }
 
@@ -291,6 +373,25 @@ mod tests {
         assert!(s.num_preemptions() > 0, "the pool was too small without preemption");
         assert_eq!(s.pool().num_free(), 6);
         assert!(!rounds.is_empty());
+    }
+
+    #[test]
+    fn a_shared_prefix_is_served_from_cache() {
+        let mut s = sched(32, 64, 64);
+        s.add(1, (0..13).collect());
+        drive(&mut s, 14);
+        // 13 prompt tokens + 1 generated: blocks [0..4), [4..8), [8..12) were full and cached.
+        s.add(2, (0..10).chain([99, 98, 97]).collect());
+        let plan = s.schedule();
+        assert_eq!(plan[0].start, 8, "two full blocks of the shared 10-token prefix are reused");
+        assert_eq!(s.seq(2).unwrap().cached_tokens, 8);
+        // A prompt equal to a cached one still computes its last token.
+        let mut t = sched(32, 64, 64);
+        t.add(1, (0..8).collect());
+        drive(&mut t, 9);
+        t.add(2, (0..8).collect());
+        assert_eq!(t.schedule()[0].start, 4);
+        assert_eq!(t.prefix_stats(), (4, 16));
     }
 
     #[test]

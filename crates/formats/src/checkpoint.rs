@@ -89,7 +89,8 @@ impl Checkpoint {
 fn read_index(path: &Path) -> Result<BTreeMap<String, String>, FormatError> {
     let text = std::fs::read_to_string(path).map_err(|source| FormatError::Io { path: path.to_path_buf(), source })?;
     let root: Value = serde_json::from_str(&text).map_err(|e| FormatError::header(path, format!("not JSON: {e}")))?;
-    let map = root.get("weight_map").and_then(Value::as_object).ok_or_else(|| FormatError::header(path, "no weight_map"))?;
+    let map =
+        root.get("weight_map").and_then(Value::as_object).ok_or_else(|| FormatError::header(path, "no weight_map"))?;
     map.iter()
         .map(|(k, v)| match v.as_str() {
             Some(f) => Ok((k.clone(), f.to_string())),

@@ -6,6 +6,7 @@
 pub mod bytes;
 pub mod checkpoint;
 pub mod error;
+pub mod gguf;
 pub mod quant;
 pub mod safetensors_file;
 

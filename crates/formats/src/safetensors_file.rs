@@ -91,10 +91,8 @@ impl SafetensorsFile {
     /// The named tensor, or `None` when absent; unsupported dtypes are an error.
     pub fn tensor(&self, name: &str) -> Result<Option<TensorView>, FormatError> {
         let Some(info) = self.tensors.get(name) else { return Ok(None) };
-        let dtype = info
-            .dtype
-            .clone()
-            .map_err(|d| FormatError::tensor(&self.path, name, format!("unsupported dtype {d}")))?;
+        let dtype =
+            info.dtype.clone().map_err(|d| FormatError::tensor(&self.path, name, format!("unsupported dtype {d}")))?;
         let range = self.data_start + info.begin..self.data_start + info.end;
         Ok(Some(TensorView {
             name: name.to_string(),
@@ -122,7 +120,8 @@ fn parse_header(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         return Err(bad(format!("header length {header_len} runs past the end of the {}-byte file", buf.len())));
     }
     let text = std::str::from_utf8(&buf[8..data_start]).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
-    let root: Value = serde_json::from_str(text.trim_end_matches(' ')).map_err(|e| bad(format!("header is not JSON: {e}")))?;
+    let root: Value =
+        serde_json::from_str(text.trim_end_matches(' ')).map_err(|e| bad(format!("header is not JSON: {e}")))?;
     let Value::Object(entries) = root else { return Err(bad("header is not a JSON object".into())) };
     let data_len = buf.len() - data_start;
     let mut tensors = BTreeMap::new();

@@ -89,7 +89,9 @@ impl RawConfig {
                 .iter()
                 .map(|v| v.as_i64().ok_or_else(|| self.error(format!("'{key}' holds a non-integer {v}"))))
                 .collect(),
-            Some(v) => v.as_i64().map(|i| vec![i]).ok_or_else(|| self.error(format!("'{key}' must be an id, found {v}"))),
+            Some(v) => {
+                v.as_i64().map(|i| vec![i]).ok_or_else(|| self.error(format!("'{key}' must be an id, found {v}")))
+            }
         }
     }
 
@@ -179,7 +181,8 @@ mod tests {
 
     #[test]
     fn per_layer_type_rope() {
-        let c = cfg(r#"{"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        let c =
+            cfg(r#"{"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#);
         assert_eq!(c.rope("full_attention", 1.0).unwrap(), (1e6, RopeScaling::Linear { factor: 8.0 }));
         assert_eq!(c.rope("sliding_attention", 1.0).unwrap(), (1e4, RopeScaling::Default));

@@ -63,7 +63,8 @@ impl<B: Backend> Decoder<B> {
 
     /// One KV pool per layer, `num_blocks` blocks of `block_size` tokens each.
     pub fn alloc_kv(&self, b: &B, num_blocks: usize, block_size: usize) -> Result<Vec<B::Kv>, ModelError> {
-        let shape = KvShape { num_blocks, block_size, num_kv_heads: self.spec.num_kv_heads, head_dim: self.spec.head_dim };
+        let shape =
+            KvShape { num_blocks, block_size, num_kv_heads: self.spec.num_kv_heads, head_dim: self.spec.head_dim };
         (0..self.layers.len()).map(|_| Ok(b.kv(shape)?)).collect()
     }
 
@@ -128,7 +129,9 @@ impl<B: Backend> Decoder<B> {
 
     fn ffn(&self, b: &B, l: &Layer<B>, x: &B::Act) -> B::Act {
         match &l.ffn {
-            Ffn::Dense { gate, up, down } => b.matmul(&b.glu(&b.matmul(x, gate), &b.matmul(x, up), self.spec.act), down),
+            Ffn::Dense { gate, up, down } => {
+                b.matmul(&b.glu(&b.matmul(x, gate), &b.matmul(x, up), self.spec.act), down)
+            }
             Ffn::Moe { router, experts, params } => b.moe(x, &b.matmul(x, router), experts, params),
         }
     }
@@ -138,7 +141,8 @@ fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result
     let p = format!("model.layers.{i}.");
     let (hidden, d) = (s.hidden_size, s.head_dim);
     let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), hidden);
-    let head_norm = |name: &str| if s.qk_norm { ld.vec(&format!("{p}self_attn.{name}.weight"), d).map(Some) } else { Ok(None) };
+    let head_norm =
+        |name: &str| if s.qk_norm { ld.vec(&format!("{p}self_attn.{name}.weight"), d).map(Some) } else { Ok(None) };
     let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{name}.weight"), rows, cols);
     let sliding = s.layer_kinds[i] == LayerKind::Sliding;
     let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);

@@ -123,10 +123,16 @@ impl Common {
         let head_dim = match c.opt_dim("head_dim")? {
             Some(d) => d,
             None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
-            None => return Err(c.error(format!("num_attention_heads {num_heads} does not divide hidden_size {hidden_size}"))),
+            None => {
+                return Err(
+                    c.error(format!("num_attention_heads {num_heads} does not divide hidden_size {hidden_size}"))
+                );
+            }
         };
         if !num_heads.is_multiple_of(num_kv_heads) {
-            return Err(c.error(format!("num_key_value_heads {num_kv_heads} does not divide num_attention_heads {num_heads}")));
+            return Err(
+                c.error(format!("num_key_value_heads {num_kv_heads} does not divide num_attention_heads {num_heads}"))
+            );
         }
         if !head_dim.is_multiple_of(2) {
             return Err(c.error(format!("head_dim {head_dim} must be even for rope")));
@@ -172,7 +178,9 @@ impl Common {
         let partial = c.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
         let dim = ((self.head_dim as f32 * partial) as usize) & !1;
         if dim == 0 || dim > self.head_dim || theta <= 0.0 {
-            return Err(c.error(format!("rope over {dim} of {} head dims with theta {theta} makes no sense", self.head_dim)));
+            return Err(
+                c.error(format!("rope over {dim} of {} head dims with theta {theta} makes no sense", self.head_dim))
+            );
         }
         Ok(Rope::new(dim, theta, &scaling))
     }

@@ -12,11 +12,11 @@ pub enum Kept {
     Only(Vec<u32>),
 }
 
-/// How many of the most likely tokens top-p sorts first; it widens this window until the
-/// window holds enough mass, so a peaked distribution never sorts the whole vocabulary.
+/// How many of the most likely tokens top-p sorts first; it widens this window (sorting only
+/// the new part) until it holds enough mass, so a peaked distribution sorts few tokens.
 const TOP_P_FIRST_WINDOW: usize = 256;
 /// Factor by which the top-p window grows.
-const TOP_P_GROWTH: usize = 8;
+const TOP_P_GROWTH: usize = 4;
 
 /// A logit as a sort key: NaN ranks below every number.
 #[inline]
@@ -31,6 +31,15 @@ pub fn by_rank(x: &[f32], a: u32, b: u32) -> Ordering {
     xb.total_cmp(&xa).then(a.cmp(&b))
 }
 
+/// A candidate as `(rank_value, id)`: sorting these touches no other memory.
+type Ranked = (f32, u32);
+
+/// Most likely first, ties to the lower id, for [`Ranked`] pairs.
+#[inline]
+fn by_ranked(a: &Ranked, b: &Ranked) -> Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
 /// The candidates of temperature-scaled logits `x` under top-k, top-p and min-p.
 pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
     let top_k_on = top_k > 0 && (top_k as usize) < x.len();
@@ -43,44 +52,47 @@ pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
     if !max.is_finite() {
         return Kept::All;
     }
-    let mut ids: Option<Vec<u32>> = None;
+    let all = || -> Vec<Ranked> { x.iter().zip(0..).map(|(&v, i)| (rank_value(v), i)).collect() };
+    let mut pool: Option<Vec<Ranked>> = None;
     if top_k_on {
-        let mut all: Vec<u32> = (0..x.len() as u32).collect();
+        let mut ranked = all();
         let k = top_k as usize;
-        all.select_nth_unstable_by(k - 1, |&a, &b| by_rank(x, a, b));
-        all.truncate(k);
-        ids = Some(all);
+        ranked.select_nth_unstable_by(k - 1, by_ranked);
+        ranked.truncate(k);
+        pool = Some(ranked);
     }
     if top_p_on {
-        let pool = ids.unwrap_or_else(|| (0..x.len() as u32).collect());
-        ids = Some(top_p_prefix(x, pool, top_p, max));
+        pool = Some(top_p_prefix(pool.unwrap_or_else(all), top_p, max));
     }
     // p_i >= min_p * p_max  <=>  exp(x_i - max) >= min_p; the renormalisation by earlier
     // filters cancels in the ratio, and the most likely token always passes.
-    let passes_min_p = |i: u32| !min_p_on || (rank_value(x[i as usize]) - max).exp() >= min_p;
-    let mut ids: Vec<u32> = match ids {
-        Some(ids) => ids.into_iter().filter(|&i| passes_min_p(i)).collect(),
-        None => (0..x.len() as u32).filter(|&i| passes_min_p(i)).collect(),
+    let passes_min_p = |v: f32| !min_p_on || (v - max).exp() >= min_p;
+    let mut ids: Vec<u32> = match pool {
+        Some(pool) => pool.into_iter().filter(|p| passes_min_p(p.0)).map(|p| p.1).collect(),
+        None => (0..x.len() as u32).filter(|&i| passes_min_p(rank_value(x[i as usize]))).collect(),
     };
     ids.sort_unstable();
     Kept::Only(ids)
 }
 
 /// The smallest most-likely-first prefix of `pool` whose probability (renormalised over
-/// `pool`) reaches `top_p`; never empty. `max` is the largest logit in `pool`.
-fn top_p_prefix(x: &[f32], mut pool: Vec<u32>, top_p: f32, max: f32) -> Vec<u32> {
-    let weight = |i: u32| f64::from(rank_value(x[i as usize]) - max).exp();
-    let total: f64 = pool.iter().map(|&i| weight(i)).sum();
+/// `pool`) reaches `top_p`; never empty. `max` is the largest value in `pool`.
+fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
+    let weight = |v: f32| f64::from(v - max).exp();
+    let total: f64 = pool.iter().map(|p| weight(p.0)).sum();
     let target = f64::from(top_p) * total;
+    // pool[..sorted] is in rank order and ranks above everything after it.
+    let (mut sorted, mut mass) = (0, 0.0);
     let mut window = TOP_P_FIRST_WINDOW.min(pool.len());
     loop {
-        if window < pool.len() {
-            pool.select_nth_unstable_by(window - 1, |&a, &b| by_rank(x, a, b));
+        let rest = &mut pool[sorted..];
+        let take = window - sorted;
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, by_ranked);
         }
-        pool[..window].sort_unstable_by(|&a, &b| by_rank(x, a, b));
-        let mut mass = 0.0;
-        for (n, &i) in pool[..window].iter().enumerate() {
-            mass += weight(i);
+        rest[..take].sort_unstable_by(by_ranked);
+        for (n, p) in pool.iter().enumerate().take(window).skip(sorted) {
+            mass += weight(p.0);
             if mass >= target {
                 pool.truncate(n + 1);
                 return pool;
@@ -90,6 +102,7 @@ fn top_p_prefix(x: &[f32], mut pool: Vec<u32>, top_p: f32, max: f32) -> Vec<u32>
             // Rounding left the sum a hair short of the target: keep everything.
             return pool;
         }
+        sorted = window;
         window = (window * TOP_P_GROWTH).min(pool.len());
     }
 }
@@ -160,9 +173,7 @@ mod tests {
         for salt in 0..4 {
             let x = logits(5000, salt);
             for (k, p, m) in cases {
-                let Kept::Only(got) = kept(&x, k, p, m) else {
-                    panic!("nothing filtered")
-                };
+                let Kept::Only(got) = kept(&x, k, p, m) else { panic!("nothing filtered") };
                 assert_eq!(got, naive(&x, k, p, m), "top_k {k} top_p {p} min_p {m}");
                 assert!(!got.is_empty());
             }

@@ -67,10 +67,7 @@ impl History {
 
     /// Each id of prompt or output once (what the repetition penalty touches).
     pub fn seen_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        let new_in_output = self
-            .counts
-            .keys()
-            .filter(|id| !self.prompt_seen.contains(id));
+        let new_in_output = self.counts.keys().filter(|id| !self.prompt_seen.contains(id));
         self.prompt_distinct.iter().chain(new_in_output).copied()
     }
 

@@ -14,11 +14,7 @@ pub struct Logprobs {
 /// Log-softmax of `logits` at `chosen` and at the `top_n` most likely ids, in O(vocab).
 pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Logprobs {
     let lse = log_sum_exp(logits);
-    let logprob = |i: u32| {
-        logits
-            .get(i as usize)
-            .map_or(f32::NEG_INFINITY, |&x| (f64::from(x) - lse) as f32)
-    };
+    let logprob = |i: u32| logits.get(i as usize).map_or(f32::NEG_INFINITY, |&x| (f64::from(x) - lse) as f32);
     let top_n = top_n.min(logits.len());
     let mut top: Vec<u32> = Vec::new();
     if top_n > 0 {
@@ -29,28 +25,17 @@ pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Logprobs {
         }
         top.sort_unstable_by(|&a, &b| by_rank(logits, a, b));
     }
-    Logprobs {
-        chosen: logprob(chosen),
-        top: top.into_iter().map(|i| (i, logprob(i))).collect(),
-    }
+    Logprobs { chosen: logprob(chosen), top: top.into_iter().map(|i| (i, logprob(i))).collect() }
 }
 
 /// `ln(sum(exp(x)))` in f64, shifted by the max so it neither overflows nor underflows.
 pub fn log_sum_exp(logits: &[f32]) -> f64 {
-    let max = logits
-        .iter()
-        .copied()
-        .filter(|x| !x.is_nan())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return f64::from(max);
     }
     let max = f64::from(max);
-    let sum: f64 = logits
-        .iter()
-        .map(|&x| (f64::from(x) - max).exp())
-        .filter(|w| !w.is_nan())
-        .sum();
+    let sum: f64 = logits.iter().map(|&x| (f64::from(x) - max).exp()).filter(|w| !w.is_nan()).sum();
     max + sum.ln()
 }
 
@@ -70,9 +55,7 @@ mod tests {
         for (id, v) in lp.top {
             assert!((v - want(id as usize)).abs() < 1e-6);
         }
-        let probs: f64 = (0..5)
-            .map(|i| f64::from(logprobs(&logits, i, 0).chosen).exp())
-            .sum();
+        let probs: f64 = (0..5).map(|i| f64::from(logprobs(&logits, i, 0).chosen).exp()).sum();
         assert!((probs - 1.0).abs() < 1e-6);
     }
 

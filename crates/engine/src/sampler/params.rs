@@ -56,44 +56,14 @@ pub struct ParamError {
 impl SamplingParams {
     /// Refuses out-of-range values (NaN and infinities included), naming the field.
     pub fn validate(&self) -> Result<(), ParamError> {
-        check(
-            "temperature",
-            self.temperature,
-            (0.0..=100.0).contains(&self.temperature),
-            "0 <= x <= 100",
-        )?;
-        check(
-            "top_p",
-            self.top_p,
-            self.top_p > 0.0 && self.top_p <= 1.0,
-            "0 < x <= 1",
-        )?;
-        check(
-            "min_p",
-            self.min_p,
-            (0.0..=1.0).contains(&self.min_p),
-            "0 <= x <= 1",
-        )?;
+        check("temperature", self.temperature, (0.0..=100.0).contains(&self.temperature), "0 <= x <= 100")?;
+        check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "0 < x <= 1")?;
+        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "0 <= x <= 1")?;
         let r = self.repetition_penalty;
-        check(
-            "repetition_penalty",
-            r,
-            r > 0.0 && r.is_finite(),
-            "finite x > 0",
-        )?;
+        check("repetition_penalty", r, r > 0.0 && r.is_finite(), "finite x > 0")?;
         let (p, f) = (self.presence_penalty, self.frequency_penalty);
-        check(
-            "presence_penalty",
-            p,
-            (-2.0..=2.0).contains(&p),
-            "-2 <= x <= 2",
-        )?;
-        check(
-            "frequency_penalty",
-            f,
-            (-2.0..=2.0).contains(&f),
-            "-2 <= x <= 2",
-        )?;
+        check("presence_penalty", p, (-2.0..=2.0).contains(&p), "-2 <= x <= 2")?;
+        check("frequency_penalty", f, (-2.0..=2.0).contains(&f), "-2 <= x <= 2")?;
         for &(id, bias) in &self.logit_bias {
             if !(-100.0..=100.0).contains(&bias) {
                 return Err(ParamError {
@@ -115,22 +85,9 @@ impl SamplingParams {
 /// Temperatures below this are greedy: dividing by them would overflow the logits.
 pub const GREEDY_BELOW: f32 = 1e-5;
 
-fn check(
-    field: &'static str,
-    value: f32,
-    ok: bool,
-    expected: &'static str,
-) -> Result<(), ParamError> {
+fn check(field: &'static str, value: f32, ok: bool, expected: &'static str) -> Result<(), ParamError> {
     // Range checks written as `contains` or `>` are false for NaN, so NaN is refused too.
-    if ok {
-        Ok(())
-    } else {
-        Err(ParamError {
-            field,
-            value: value.to_string(),
-            expected,
-        })
-    }
+    if ok { Ok(()) } else { Err(ParamError { field, value: value.to_string(), expected }) }
 }
 
 #[cfg(test)]
@@ -164,33 +121,13 @@ mod tests {
     fn out_of_range_values_are_refused_by_name() {
         type Setter = fn(&mut SamplingParams, f32);
         let cases: [(&str, Setter, &[f32]); 7] = [
-            (
-                "temperature",
-                |p, x| p.temperature = x,
-                &[-0.1, 100.5, f32::NAN, f32::INFINITY],
-            ),
+            ("temperature", |p, x| p.temperature = x, &[-0.1, 100.5, f32::NAN, f32::INFINITY]),
             ("top_p", |p, x| p.top_p = x, &[0.0, -1.0, 1.01, f32::NAN]),
             ("min_p", |p, x| p.min_p = x, &[-0.01, 1.5, f32::NAN]),
-            (
-                "repetition_penalty",
-                |p, x| p.repetition_penalty = x,
-                &[0.0, -1.0, f32::INFINITY, f32::NAN],
-            ),
-            (
-                "presence_penalty",
-                |p, x| p.presence_penalty = x,
-                &[-2.01, 2.5, f32::NAN],
-            ),
-            (
-                "frequency_penalty",
-                |p, x| p.frequency_penalty = x,
-                &[-3.0, 2.01, f32::NEG_INFINITY],
-            ),
-            (
-                "logit_bias",
-                |p, x| p.logit_bias = vec![(3, 1.0), (7, x)],
-                &[100.5, -101.0, f32::NAN],
-            ),
+            ("repetition_penalty", |p, x| p.repetition_penalty = x, &[0.0, -1.0, f32::INFINITY, f32::NAN]),
+            ("presence_penalty", |p, x| p.presence_penalty = x, &[-2.01, 2.5, f32::NAN]),
+            ("frequency_penalty", |p, x| p.frequency_penalty = x, &[-3.0, 2.01, f32::NEG_INFINITY]),
+            ("logit_bias", |p, x| p.logit_bias = vec![(3, 1.0), (7, x)], &[100.5, -101.0, f32::NAN]),
         ];
         for (field, set, bad) in cases {
             for &x in bad {

@@ -9,11 +9,7 @@ fn no_history() -> History {
 }
 
 fn seeded(temperature: f32, seed: u64) -> SamplingParams {
-    SamplingParams {
-        temperature,
-        seed,
-        ..SamplingParams::default()
-    }
+    SamplingParams { temperature, seed, ..SamplingParams::default() }
 }
 
 fn draw(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
@@ -22,9 +18,7 @@ fn draw(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
 
 /// Reproducible logits: `scale` times a uniform in (-1, 1), with a salt per test.
 fn logits(n: usize, scale: f32, salt: u64) -> Vec<f32> {
-    (0..n)
-        .map(|i| scale * (2.0 * uniform(salt, 99, i as u32) - 1.0))
-        .collect()
+    (0..n).map(|i| scale * (2.0 * uniform(salt, 99, i as u32) - 1.0)).collect()
 }
 
 /// Counts of `draws` tokens sampled at positions 0..draws.
@@ -40,18 +34,11 @@ fn histogram(logits: &[f32], params: &SamplingParams, draws: u64) -> Vec<u64> {
 fn chi_square(counts: &[u64], probs: &[f64]) -> f64 {
     let n: u64 = counts.iter().sum();
     let expected = |p: f64| p * n as f64;
-    counts
-        .iter()
-        .zip(probs)
-        .map(|(&c, &p)| (c as f64 - expected(p)).powi(2) / expected(p))
-        .sum()
+    counts.iter().zip(probs).map(|(&c, &p)| (c as f64 - expected(p)).powi(2) / expected(p)).sum()
 }
 
 fn softmax(logits: &[f32], temperature: f32) -> Vec<f64> {
-    let w: Vec<f64> = logits
-        .iter()
-        .map(|&x| (f64::from(x) / f64::from(temperature)).exp())
-        .collect();
+    let w: Vec<f64> = logits.iter().map(|&x| (f64::from(x) / f64::from(temperature)).exp()).collect();
     let z: f64 = w.iter().sum();
     w.into_iter().map(|w| w / z).collect()
 }
@@ -61,9 +48,7 @@ fn greedy_is_argmax_with_ties_to_the_lowest_id() {
     let params = SamplingParams::default();
     for salt in 0..20 {
         let x = logits(1000, 10.0, salt);
-        let want = (0..1000)
-            .max_by(|&a, &b| x[a].total_cmp(&x[b]).then(b.cmp(&a)))
-            .unwrap();
+        let want = (0..1000).max_by(|&a, &b| x[a].total_cmp(&x[b]).then(b.cmp(&a))).unwrap();
         assert_eq!(draw(&x, &params, salt) as usize, want);
     }
     assert_eq!(draw(&[1.0, 4.0, 4.0, f32::NAN, 2.0], &params, 0), 1);
@@ -81,10 +66,7 @@ fn same_seed_and_position_give_the_same_token() {
         assert_eq!(draw(&x, &params, p), first[p as usize]);
     }
     let distinct: std::collections::HashSet<_> = first.iter().collect();
-    assert!(
-        distinct.len() > 10,
-        "positions should draw different tokens: {first:?}"
-    );
+    assert!(distinct.len() > 10, "positions should draw different tokens: {first:?}");
     let other_seed: Vec<u32> = (0..50).map(|p| draw(&x, &seeded(1.0, 1235), p)).collect();
     assert_ne!(first, other_seed);
 }
@@ -96,10 +78,7 @@ fn gumbel_max_follows_softmax() {
     for temperature in [1.0, 0.7, 2.0] {
         let counts = histogram(&x, &seeded(temperature, 42), 20_000);
         let chi = chi_square(&counts, &softmax(&x, temperature));
-        assert!(
-            chi < 30.0,
-            "T {temperature}: chi-square {chi}, counts {counts:?}"
-        );
+        assert!(chi < 30.0, "T {temperature}: chi-square {chi}, counts {counts:?}");
     }
     // A wrong temperature is detected, so the test has teeth.
     let counts = histogram(&x, &seeded(1.0, 42), 20_000);
@@ -108,27 +87,14 @@ fn gumbel_max_follows_softmax() {
 
 #[test]
 fn pruned_noise_gives_the_same_token_as_noise_for_every_id() {
-    for (salt, scale, temperature) in [(1, 1.0, 1.0), (2, 10.0, 1.0), (3, 40.0, 0.5), (4, 5.0, 3.0)]
-    {
+    for (salt, scale, temperature) in [(1, 1.0, 1.0), (2, 10.0, 1.0), (3, 40.0, 0.5), (4, 5.0, 3.0)] {
         let x = logits(3000, scale, salt);
         let params = seeded(temperature, salt);
         for position in 0..200 {
             let brute = (0..3000u32)
-                .map(|i| {
-                    (
-                        x[i as usize] / temperature + gumbel(uniform(salt, position, i)),
-                        i,
-                    )
-                })
-                .fold(
-                    (f32::NEG_INFINITY, 0),
-                    |best, s| if s.0 > best.0 { s } else { best },
-                );
-            assert_eq!(
-                draw(&x, &params, position),
-                brute.1,
-                "salt {salt} position {position}"
-            );
+                .map(|i| (x[i as usize] / temperature + gumbel(uniform(salt, position, i)), i))
+                .fold((f32::NEG_INFINITY, 0), |best, s| if s.0 > best.0 { s } else { best });
+            assert_eq!(draw(&x, &params, position), brute.1, "salt {salt} position {position}");
         }
     }
 }
@@ -147,14 +113,8 @@ fn top_k_one_and_tiny_top_p_are_greedy() {
         let x = logits(2000, 3.0, salt);
         let want = draw(&x, &greedy, 0);
         for position in 0..20 {
-            let top_k = SamplingParams {
-                top_k: 1,
-                ..seeded(1.5, salt)
-            };
-            let top_p = SamplingParams {
-                top_p: 1e-6,
-                ..seeded(1.5, salt)
-            };
+            let top_k = SamplingParams { top_k: 1, ..seeded(1.5, salt) };
+            let top_p = SamplingParams { top_p: 1e-6, ..seeded(1.5, salt) };
             assert_eq!(draw(&x, &top_k, position), want);
             assert_eq!(draw(&x, &top_p, position), want);
         }
@@ -164,38 +124,23 @@ fn top_k_one_and_tiny_top_p_are_greedy() {
 #[test]
 fn top_k_and_top_p_renormalise_over_what_they_keep() {
     let x = [0.0f32, 2.0, 1.0, 1.5, -1.0];
-    let top_k = SamplingParams {
-        top_k: 2,
-        ..seeded(1.0, 9)
-    };
+    let top_k = SamplingParams { top_k: 2, ..seeded(1.0, 9) };
     let counts = histogram(&x, &top_k, 10_000);
     let probs = softmax(&[2.0, 1.5], 1.0);
     assert_eq!(counts[0] + counts[2] + counts[4], 0, "{counts:?}");
-    assert!(
-        chi_square(&[counts[1], counts[3]], &probs) < 20.0,
-        "{counts:?}"
-    );
+    assert!(chi_square(&[counts[1], counts[3]], &probs) < 20.0, "{counts:?}");
     // Masses 0.43, 0.26, 0.16, ...: top_p 0.6 keeps the first two.
-    let top_p = SamplingParams {
-        top_p: 0.6,
-        ..seeded(1.0, 9)
-    };
+    let top_p = SamplingParams { top_p: 0.6, ..seeded(1.0, 9) };
     let counts = histogram(&x, &top_p, 10_000);
     assert_eq!(counts[0] + counts[2] + counts[4], 0, "{counts:?}");
-    assert!(
-        chi_square(&[counts[1], counts[3]], &probs) < 20.0,
-        "{counts:?}"
-    );
+    assert!(chi_square(&[counts[1], counts[3]], &probs) < 20.0, "{counts:?}");
 }
 
 #[test]
 fn min_p_drops_unlikely_tokens_only() {
     // Probabilities proportional to 1, 0.5, 0.2, 0.05.
     let x = [0.0f32, 0.5f32.ln(), 0.2f32.ln(), 0.05f32.ln()];
-    let params = SamplingParams {
-        min_p: 0.1,
-        ..seeded(1.0, 3)
-    };
+    let params = SamplingParams { min_p: 0.1, ..seeded(1.0, 3) };
     let counts = histogram(&x, &params, 10_000);
     assert_eq!(counts[3], 0, "{counts:?}");
     let probs = softmax(&x[..3], 1.0);
@@ -207,23 +152,14 @@ fn min_p_drops_unlikely_tokens_only() {
 #[test]
 fn logit_bias_forces_and_bans() {
     let x = logits(1000, 5.0, 8);
-    let force = SamplingParams {
-        logit_bias: vec![(777, 100.0)],
-        ..seeded(1.0, 1)
-    };
-    let greedy_force = SamplingParams {
-        temperature: 0.0,
-        ..force.clone()
-    };
+    let force = SamplingParams { logit_bias: vec![(777, 100.0)], ..seeded(1.0, 1) };
+    let greedy_force = SamplingParams { temperature: 0.0, ..force.clone() };
     for position in 0..50 {
         assert_eq!(draw(&x, &force, position), 777);
         assert_eq!(draw(&x, &greedy_force, position), 777);
     }
     let top = draw(&x, &SamplingParams::default(), 0);
-    let ban = SamplingParams {
-        logit_bias: vec![(top, -100.0)],
-        ..SamplingParams::default()
-    };
+    let ban = SamplingParams { logit_bias: vec![(top, -100.0)], ..SamplingParams::default() };
     assert_ne!(draw(&x, &ban, 0), top);
 }
 
@@ -236,57 +172,26 @@ fn penalties_change_the_right_logits_by_the_right_amount() {
     }
     let x = [2.0f32, -2.0, 1.0, 0.5, -1.0, 3.0, 0.0, 4.0];
     let mut got = x;
-    let rep = SamplingParams {
-        repetition_penalty: 2.0,
-        ..SamplingParams::default()
-    };
+    let rep = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::default() };
     apply_penalties(&mut got, &rep, &history);
     // Seen once each however often they occur: 0 and 1 from the prompt, 2 from the output.
     assert_eq!(got, [1.0, -4.0, 0.5, 0.5, -1.0, 3.0, 0.0, 4.0]);
 
     let mut got = x;
-    let pf = SamplingParams {
-        frequency_penalty: 0.5,
-        presence_penalty: 0.25,
-        ..SamplingParams::default()
-    };
+    let pf = SamplingParams { frequency_penalty: 0.5, presence_penalty: 0.25, ..SamplingParams::default() };
     apply_penalties(&mut got, &pf, &history);
     // Output only: id 2 twice, id 1 once; prompt-only id 0 untouched.
-    assert_eq!(
-        got,
-        [
-            2.0,
-            -2.0 - 0.5 - 0.25,
-            1.0 - 1.0 - 0.25,
-            0.5,
-            -1.0,
-            3.0,
-            0.0,
-            4.0
-        ]
-    );
+    assert_eq!(got, [2.0, -2.0 - 0.5 - 0.25, 1.0 - 1.0 - 0.25, 0.5, -1.0, 3.0, 0.0, 4.0]);
 
     // Through `sample`: bias, then penalties, then temperature.
     let mut got = x;
     let all = SamplingParams {
         temperature: 2.0,
         logit_bias: vec![(7, -1.0), (1, 4.0)],
-        ..SamplingParams {
-            repetition_penalty: 2.0,
-            ..pf
-        }
+        ..SamplingParams { repetition_penalty: 2.0, ..pf }
     };
     sample(&mut got, &all, &history, 0);
-    let want = [
-        1.0 / 2.0,
-        (1.0 - 0.5 - 0.25) / 2.0,
-        (0.5 - 1.0 - 0.25) / 2.0,
-        0.25,
-        -0.5,
-        1.5,
-        0.0,
-        1.5,
-    ];
+    let want = [1.0 / 2.0, (1.0 - 0.5 - 0.25) / 2.0, (0.5 - 1.0 - 0.25) / 2.0, 0.25, -0.5, 1.5, 0.0, 1.5];
     assert_eq!(got, want);
 }
 
@@ -295,15 +200,8 @@ fn non_finite_logits_do_not_panic_or_win() {
     let x = [f32::NAN, f32::NEG_INFINITY, 1.0, f32::NAN, 0.5];
     for params in [
         seeded(1.0, 5),
-        SamplingParams {
-            top_p: 0.5,
-            ..seeded(1.0, 5)
-        },
-        SamplingParams {
-            top_k: 2,
-            min_p: 0.1,
-            ..seeded(1.0, 5)
-        },
+        SamplingParams { top_p: 0.5, ..seeded(1.0, 5) },
+        SamplingParams { top_k: 2, min_p: 0.1, ..seeded(1.0, 5) },
     ] {
         for position in 0..100 {
             let token = draw(&x, &params, position);
@@ -311,51 +209,4 @@ fn non_finite_logits_do_not_panic_or_win() {
         }
     }
     assert_eq!(draw(&[f32::NEG_INFINITY; 3], &seeded(1.0, 1), 0), 0);
-}
-
-#[test]
-fn zz_timing() {
-    // normal-ish logits: sum of 4 uniforms
-    let n = 151_936;
-    for (sd, t, k, p) in [(2.0f32, 1.0f32, 0u32, 1.0f32), (4.0, 1.0, 0, 1.0), (2.0, 1.0, 0, 0.9), (2.0, 1.0, 50, 1.0), (2.0, 0.0, 0, 1.0)] {
-        let x: Vec<f32> = (0..n).map(|i| sd * (0..4).map(|j| uniform(7, j, i as u32) - 0.5).sum::<f32>() * 1.7).collect();
-        let params = SamplingParams { top_k: k, top_p: p, ..seeded(t, 1) };
-        let h = no_history();
-        let start = std::time::Instant::now();
-        let mut buf = x.clone();
-        for pos in 0..100 { buf.copy_from_slice(&x); sample(&mut buf, &params, &h, pos); }
-        eprintln!("sd {sd} T {t} k {k} p {p}: {:?} per sample", start.elapsed() / 100);
-    }
-}
-
-#[test]
-fn zz_parts() {
-    let n = 151_936u32;
-    let start = std::time::Instant::now();
-    let mut acc = 0.0f32;
-    for pos in 0..20 { for b in 0..n / 4 { acc += crate::rng::uniform_block(1, pos, b)[0]; } }
-    eprintln!("philox: {:?} per vocab ({acc})", start.elapsed() / 20);
-    let start = std::time::Instant::now();
-    let mut acc = 0.0f32;
-    for pos in 0..20 { for i in 0..n { acc += gumbel((i as f32 + 0.5 + pos as f32) / (n as f32 + 100.0)); } }
-    eprintln!("gumbel: {:?} per vocab ({acc})", start.elapsed() / 20);
-}
-
-#[test]
-fn zz_stages() {
-    let n = 151_936;
-    let mut x: Vec<f32> = (0..n).map(|i| 2.0 * (0..4).map(|j| uniform(7, j, i as u32) - 0.5).sum::<f32>() * 1.7).collect();
-    for r in 0..3 {
-    if r == 2 { x[77] = 25.0; x[78] = 24.0; x[79] = 22.0; eprintln!("peaked:"); }
-    let t = std::time::Instant::now();
-    for _ in 0..50 { std::hint::black_box(argmax(std::hint::black_box(&x))); }
-    eprintln!("argmax {:?}", t.elapsed() / 50);
-    let t = std::time::Instant::now();
-    for p in 0..50 { std::hint::black_box(gumbel_argmax(std::hint::black_box(&x), &Kept::All, 1, p)); }
-    eprintln!("gumbel_argmax {:?}", t.elapsed() / 50);
-    let t = std::time::Instant::now();
-    let mut acc = 0.0;
-    for p in 0..50 { for b in 0..n as u32 / 4 { acc += crate::rng::uniform_block(1, p, b)[1]; } }
-    eprintln!("noise {:?} {acc}", t.elapsed() / 50);
-    }
 }

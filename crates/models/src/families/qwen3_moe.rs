@@ -3,8 +3,8 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::MoeSpec;
 use crate::spec::ModelSpec;
+use crate::spec::MoeSpec;
 
 /// The spec of a Qwen3-MoE checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {

@@ -1,0 +1,394 @@
+//! Causal paged attention with GQA, sliding window and score soft-capping: an online softmax
+//! (flash-attention style) over key blocks fixed by absolute position, so a query's result is the
+//! same whether its sequence is computed whole, in chunks across calls, or beside other sequences.
+//!
+//! Work is split over (tile of query rows, KV head); a tile gathers each block of keys once and
+//! every row of it attends to its own part of the block, exactly as it would alone.
+
+use crate::CpuBackend;
+use crate::simd::{Portable, Simd, Vops};
+use rayon::prelude::*;
+use tf_backend::reference::{window_start, write_kv};
+use tf_backend::{AttnMeta, AttnParams, HostKv, HostTensor, SeqAttn};
+
+/// Keys per block; block `b` holds absolute positions `b * KEY_BLOCK ..`, clipped to each row's
+/// window and position.
+const KEY_BLOCK: usize = 32;
+/// Query rows of one sequence per task; they share each gathered block. Changes no result.
+const ROW_TILE: usize = 16;
+
+/// Everything a task reads.
+struct Job<'a> {
+    q: &'a HostTensor,
+    kv: &'a HostKv,
+    p: &'a AttnParams,
+    block_size: usize,
+}
+
+/// Rows `i0..i1` of sequence `seq` (indices within its rows this round) for KV head `kvh`.
+struct Task {
+    seq: usize,
+    i0: usize,
+    i1: usize,
+    kvh: usize,
+}
+
+/// One worker's scratch space, reused across the tasks it runs.
+struct Scratch {
+    /// The block's keys of this KV head, gathered contiguous (`[KEY_BLOCK, head_dim]`): pool
+    /// slots sit a whole slot apart, a stride that makes the rows collide in L1.
+    k: Vec<f32>,
+    /// The block's values, gathered likewise.
+    v: Vec<f32>,
+    /// Offset of each gathered row: `t * head_dim`.
+    offs: Vec<usize>,
+    /// Scores of one row and head over the block.
+    scores: Vec<f32>,
+    /// Running maximum score per (row, query head) of the task.
+    m: Vec<f32>,
+    /// Running sum of `exp(score - m)` per (row, query head).
+    l: Vec<f32>,
+}
+
+/// Writes K/V into their slots, then attends every (row tile, KV head) in parallel.
+pub(crate) fn attention(
+    cpu: &CpuBackend,
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    kv: &mut HostKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+) -> HostTensor {
+    check(q, k, v, kv, meta, p);
+    write_kv(k, v, kv, meta);
+    let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
+    let mut tasks = Vec::new();
+    for (seq, s) in meta.seqs.iter().enumerate() {
+        for i0 in (0..s.q_len).step_by(ROW_TILE) {
+            let i1 = (i0 + ROW_TILE).min(s.q_len);
+            tasks.extend((0..p.num_kv_heads).map(|kvh| Task { seq, i0, i1, kvh }));
+        }
+    }
+    let job = Job { q, kv, p, block_size: meta.block_size };
+    let simd = cpu.simd;
+    let init = || Scratch {
+        k: vec![0.0; KEY_BLOCK * d],
+        v: vec![0.0; KEY_BLOCK * d],
+        offs: (0..KEY_BLOCK).map(|t| t * d).collect(),
+        scores: vec![0.0; KEY_BLOCK],
+        m: vec![0.0; ROW_TILE * group],
+        l: vec![0.0; ROW_TILE * group],
+    };
+    let results: Vec<Vec<f32>> = cpu.pool.install(|| {
+        tasks
+            .par_iter()
+            .map_init(init, |scratch, t| {
+                let mut o = vec![0.0; (t.i1 - t.i0) * group * d];
+                attend_dispatch(simd, &job, &meta.seqs[t.seq], t, &mut o, scratch);
+                o
+            })
+            .collect()
+    });
+    let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
+    for (t, o) in tasks.iter().zip(&results) {
+        let first = meta.seqs[t.seq].q_start + t.i0;
+        for (i, heads) in o.chunks_exact(group * d).enumerate() {
+            out.data[(first + i) * p.num_heads * d + t.kvh * group * d..][..group * d].copy_from_slice(heads);
+        }
+    }
+    out
+}
+
+/// Panics on shapes that disagree (a bug in the caller, never outside input).
+fn check(q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) {
+    let heads_ok = p.num_kv_heads > 0 && p.head_dim > 0 && p.num_heads.is_multiple_of(p.num_kv_heads);
+    assert!(heads_ok, "attention: {} heads over {} KV heads of width {}", p.num_heads, p.num_kv_heads, p.head_dim);
+    assert_eq!(q.cols, p.num_heads * p.head_dim, "attention: q width");
+    assert_eq!((k.cols, v.cols), (kv.slot_width(), kv.slot_width()), "attention: k/v width");
+    assert_eq!(
+        (kv.shape.num_kv_heads, kv.shape.head_dim),
+        (p.num_kv_heads, p.head_dim),
+        "attention: KV heads or head_dim differ from the pool's"
+    );
+    assert_eq!((k.rows, v.rows, meta.slot_mapping.len()), (q.rows, q.rows, q.rows), "attention: row counts");
+    assert_eq!(meta.block_size, kv.shape.block_size, "attention: block size differs from the pool's");
+    for s in &meta.seqs {
+        assert!(s.q_start + s.q_len <= q.rows, "attention: a sequence's rows pass the batch");
+    }
+}
+
+/// Runs [`attend`] with the kernels of `simd`.
+fn attend_dispatch(simd: Simd, job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    #[cfg(target_arch = "x86_64")]
+    if simd == Simd::Avx2 {
+        // SAFETY: a backend holds `Simd::Avx2` only where the CPU has it.
+        unsafe { attend_avx2(job, seq, t, out, s) };
+        return;
+    }
+    let _ = simd;
+    // SAFETY: the portable kernels need no CPU feature.
+    unsafe { attend::<Portable>(job, seq, t, out, s) }
+}
+
+/// [`attend`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    unsafe { attend::<crate::simd::Avx2>(job, seq, t, out, s) }
+}
+
+/// The task's rows and the query heads of its KV head into `out` (`[rows, group, head_dim]`,
+/// zeroed), block by block of keys; each row sees `[window_start(pos), pos]` of every block.
+///
+/// # Safety
+/// The CPU supports `V`'s instruction set.
+#[inline(always)]
+unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    let (p, kv, bs) = (job.p, job.kv, job.block_size);
+    let (d, w, kvh) = (p.head_dim, kv.slot_width(), t.kvh);
+    let group = p.num_heads / p.num_kv_heads;
+    let (first, last) = (seq.start_pos + t.i0, seq.start_pos + t.i1 - 1);
+    let rows = t.i1 - t.i0;
+    s.m[..rows * group].fill(f32::NEG_INFINITY);
+    s.l[..rows * group].fill(0.0);
+    let mut j0 = window_start(first, p.window);
+    while j0 <= last {
+        let j1 = ((j0 / KEY_BLOCK + 1) * KEY_BLOCK).min(last + 1);
+        for (u, j) in (j0..j1).enumerate() {
+            let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
+            s.k[u * d..][..d].copy_from_slice(&kv.k[off..][..d]);
+            s.v[u * d..][..d].copy_from_slice(&kv.v[off..][..d]);
+        }
+        for i in 0..rows {
+            let pos = first + i;
+            let (a, b) = (j0.max(window_start(pos, p.window)), j1.min(pos + 1));
+            if a >= b {
+                continue;
+            }
+            let q = &job.q.row(seq.q_start + t.i0 + i)[kvh * group * d..][..group * d];
+            for h in 0..group {
+                let rh = i * group + h;
+                let (keys, values) = (&s.k[(a - j0) * d..(b - j0) * d], &s.v[(a - j0) * d..(b - j0) * d]);
+                let state = (&mut s.m[rh], &mut s.l[rh]);
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    update::<V>(
+                        p,
+                        &q[h * d..][..d],
+                        keys,
+                        values,
+                        &s.offs,
+                        &mut s.scores,
+                        state,
+                        &mut out[rh * d..][..d],
+                    )
+                };
+            }
+        }
+        j0 = j1;
+    }
+    // A row that sees no key (a zero window) keeps zeros, as in the reference.
+    for (acc, &l) in out.chunks_exact_mut(d).zip(&s.l).filter(|(_, l)| **l > 0.0) {
+        // SAFETY: forwarded from the caller.
+        unsafe { V::scale(acc, 1.0 / l) };
+    }
+}
+
+/// One query head over one block of keys (contiguous rows of `head_dim`): scores, then the
+/// online-softmax update of the running max `m`, sum `l` and unnormalised output `acc`.
+///
+/// # Safety
+/// The CPU supports `V`'s instruction set.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn update<V: Vops>(
+    p: &AttnParams,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    offs: &[usize],
+    scores: &mut [f32],
+    (m, l): (&mut f32, &mut f32),
+    acc: &mut [f32],
+) {
+    let d = q.len();
+    let n = keys.len() / d;
+    let key = |u: usize| &keys[u * d..][..d];
+    let scores = &mut scores[..n];
+    let (sc4, sc1) = scores.as_chunks_mut::<4>();
+    for (c, sc) in sc4.iter_mut().enumerate() {
+        let u = 4 * c;
+        // SAFETY: forwarded from the caller.
+        *sc = unsafe { V::dot4(q, [key(u), key(u + 1), key(u + 2), key(u + 3)]) };
+    }
+    for (u, sc) in sc1.iter_mut().enumerate() {
+        // SAFETY: forwarded from the caller.
+        *sc = unsafe { V::dot(q, key(4 * sc4.len() + u)) };
+    }
+    let mut block_max = f32::NEG_INFINITY;
+    for sc in scores.iter_mut() {
+        let x = *sc * p.scale;
+        *sc = p.softcap.map_or(x, |c| c * (x / c).tanh());
+        block_max = block_max.max(*sc);
+    }
+    if block_max > *m {
+        let alpha = (*m - block_max).exp();
+        *l *= alpha;
+        // SAFETY: forwarded from the caller.
+        unsafe { V::scale(acc, alpha) };
+        *m = block_max;
+    }
+    for sc in scores.iter_mut() {
+        *sc = (*sc - *m).exp();
+        *l += *sc;
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { V::accumulate(acc, scores, values, &offs[..n]) };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testutil::{Rng, bits, concat, cpu, rel_err, simds, sub};
+    use crate::{CpuBackend, Simd};
+    use tf_backend::{AttnMeta, AttnParams, Backend, HostKv, HostTensor, KvShape, RefBackend, SeqAttn};
+
+    const BLOCK: usize = 16;
+
+    /// One sequence's whole input: q, k, v for `len` tokens and its block table.
+    struct Seq {
+        q: HostTensor,
+        k: HostTensor,
+        v: HostTensor,
+        table: Vec<u32>,
+    }
+
+    fn params(window: Option<usize>, softcap: Option<f32>) -> AttnParams {
+        AttnParams { num_heads: 6, num_kv_heads: 2, head_dim: 40, scale: 40f32.powf(-0.5), window, softcap }
+    }
+
+    fn pool(p: &AttnParams) -> KvShape {
+        KvShape { num_blocks: 64, block_size: BLOCK, num_kv_heads: p.num_kv_heads, head_dim: p.head_dim }
+    }
+
+    /// A random sequence of `len` tokens whose blocks are `first, first + 3, ...` (scattered).
+    fn seq(rng: &mut Rng, p: &AttnParams, len: usize, first: u32) -> Seq {
+        let scale = |mut t: HostTensor| {
+            t.data.iter_mut().for_each(|v| *v *= 3.0);
+            t
+        };
+        Seq {
+            q: scale(rng.tensor(len, p.num_heads * p.head_dim)),
+            k: scale(rng.tensor(len, p.num_kv_heads * p.head_dim)),
+            v: rng.tensor(len, p.num_kv_heads * p.head_dim),
+            table: (0..len.div_ceil(BLOCK) as u32).map(|b| first + 3 * b).collect(),
+        }
+    }
+
+    /// Runs rows `start..start + n` of each `(seq, start, n)` as one round on `b`.
+    fn round<B: Backend<Act = HostTensor, Kv = HostKv>>(
+        b: &B,
+        kv: &mut HostKv,
+        p: &AttnParams,
+        parts: &[(&Seq, usize, usize)],
+    ) -> HostTensor {
+        let mut meta = AttnMeta { block_size: BLOCK, ..AttnMeta::default() };
+        let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
+        for &(s, start, n) in parts {
+            let one = AttnMeta::single(start, n, s.table.clone(), BLOCK);
+            meta.seqs.push(SeqAttn { q_start: meta.slot_mapping.len(), ..one.seqs[0].clone() });
+            meta.slot_mapping.extend(one.slot_mapping);
+            qs.push(sub(&s.q, start, n));
+            ks.push(sub(&s.k, start, n));
+            vs.push(sub(&s.v, start, n));
+        }
+        let cat = |ts: &[HostTensor]| concat(&ts.iter().collect::<Vec<_>>());
+        b.attention(&cat(&qs), &cat(&ks), &cat(&vs), kv, &meta, p)
+    }
+
+    /// A sequence prefilled in chunks of `chunk` rows over successive calls.
+    fn chunked(b: &CpuBackend, p: &AttnParams, s: &Seq, chunk: usize) -> HostTensor {
+        let mut kv = b.kv(pool(p)).expect("pool");
+        let len = s.q.rows;
+        let outs: Vec<HostTensor> =
+            (0..len).step_by(chunk).map(|start| round(b, &mut kv, p, &[(s, start, chunk.min(len - start))])).collect();
+        concat(&outs.iter().collect::<Vec<_>>())
+    }
+
+    const OPTIONS: [(Option<usize>, Option<f32>); 3] = [(None, None), (Some(37), None), (Some(100), Some(5.0))];
+
+    #[test]
+    fn chunked_prefill_equals_whole_bit_for_bit() {
+        let mut rng = Rng::new(30);
+        for simd in simds() {
+            let b = cpu(2, simd);
+            for (window, softcap) in OPTIONS {
+                let p = params(window, softcap);
+                let s = seq(&mut rng, &p, 150, 1);
+                let whole = chunked(&b, &p, &s, 150);
+                for chunk in [1, 3, 7] {
+                    assert_eq!(bits(&chunked(&b, &p, &s, chunk)), bits(&whole), "{simd:?} chunk {chunk} {window:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_sequence_alone_equals_it_batched_with_others() {
+        let mut rng = Rng::new(31);
+        for simd in simds() {
+            for (window, softcap) in OPTIONS {
+                let p = params(window, softcap);
+                let (a, x, y) = (seq(&mut rng, &p, 90, 0), seq(&mut rng, &p, 70, 1), seq(&mut rng, &p, 130, 2));
+                // Prefill all three in earlier rounds, then advance each by a few tokens.
+                let b1 = cpu(1, simd);
+                let mut kv = b1.kv(pool(&p)).expect("pool");
+                round(&b1, &mut kv, &p, &[(&a, 0, 80)]);
+                let alone = round(&b1, &mut kv, &p, &[(&a, 80, 10)]);
+                let b2 = cpu(2, simd);
+                let mut kv = b2.kv(pool(&p)).expect("pool");
+                round(&b2, &mut kv, &p, &[(&x, 0, 64), (&a, 0, 80), (&y, 0, 125)]);
+                let batched = round(&b2, &mut kv, &p, &[(&x, 64, 6), (&a, 80, 10), (&y, 125, 5)]);
+                assert_eq!(bits(&sub(&batched, 6, 10)), bits(&alone), "{simd:?} {window:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_reference() {
+        let mut rng = Rng::new(32);
+        for simd in simds() {
+            for (window, softcap) in OPTIONS {
+                let p = params(window, softcap);
+                let (a, x) = (seq(&mut rng, &p, 150, 0), seq(&mut rng, &p, 40, 1));
+                let b = cpu(2, simd);
+                let (mut kv1, mut kv2) = (b.kv(pool(&p)).expect("pool"), RefBackend.kv(pool(&p)).expect("pool"));
+                for parts in [[(&a, 0, 100), (&x, 0, 33)], [(&a, 100, 50), (&x, 33, 7)]] {
+                    let got = round(&b, &mut kv1, &p, &parts);
+                    let want = round(&RefBackend, &mut kv2, &p, &parts);
+                    let e = rel_err(&got.data, &want.data);
+                    assert!(e < 1e-5, "{simd:?} {window:?} {softcap:?}: {e}");
+                }
+                assert_eq!(kv1.k, kv2.k);
+                assert_eq!(kv1.v, kv2.v);
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_and_portable_agree_bit_for_bit() {
+        if !Simd::Avx2.available() {
+            return;
+        }
+        let mut rng = Rng::new(33);
+        let p = params(Some(100), Some(5.0));
+        let s = seq(&mut rng, &p, 150, 0);
+        assert_eq!(
+            bits(&chunked(&cpu(2, Simd::Avx2), &p, &s, 150)),
+            bits(&chunked(&cpu(2, Simd::Portable), &p, &s, 150))
+        );
+    }
+}

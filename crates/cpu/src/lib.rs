@@ -1,0 +1,158 @@
+//! The fast CPU backend: AVX2+FMA kernels chosen at run time (portable fallback), rayon over a
+//! pool the backend owns, and one reduction order per output element, so every op is batch
+//! invariant bit for bit (DESIGN.md principle 3). Host types are the reference backend's.
+
+mod attention;
+mod matmul;
+mod moe;
+mod ops;
+mod simd;
+#[cfg(test)]
+mod testutil;
+
+pub use simd::Simd;
+
+use rayon::{ThreadPool, ThreadPoolBuilder};
+use tf_backend::{
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostTensor, KvShape, MoeParams,
+    Rope,
+};
+use tf_formats::TensorView;
+
+/// The fast CPU implementation of [`Backend`], over the reference backend's host types.
+pub struct CpuBackend {
+    pool: ThreadPool,
+    simd: Simd,
+}
+
+impl CpuBackend {
+    /// A backend on `threads` worker threads with the best instruction set this CPU has.
+    pub fn new(threads: usize) -> Result<CpuBackend, BackendError> {
+        CpuBackend::with_simd(threads, Simd::detect())
+    }
+
+    /// A backend on `threads` worker threads with `simd`, refused where the CPU lacks it.
+    pub fn with_simd(threads: usize, simd: Simd) -> Result<CpuBackend, BackendError> {
+        if threads == 0 {
+            return Err(BackendError::Unsupported("cpu backend: threads must be at least 1".into()));
+        }
+        if !simd.available() {
+            return Err(BackendError::Unsupported(format!("cpu backend: this CPU lacks {}", simd.name())));
+        }
+        let pool = ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tf-cpu-{i}"))
+            .build()
+            .map_err(|e| BackendError::Device(format!("cpu backend: thread pool: {e}")))?;
+        Ok(CpuBackend { pool, simd })
+    }
+
+    /// Worker threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// The instruction set in use.
+    pub fn simd(&self) -> Simd {
+        self.simd
+    }
+}
+
+impl Backend for CpuBackend {
+    type Act = HostTensor;
+    type Mat = HostMat;
+    type Vec = Vec<f32>;
+    type Kv = HostKv;
+
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn mat(&self, t: &TensorView) -> Result<HostMat, BackendError> {
+        HostMat::from_view(t)
+    }
+
+    fn vec(&self, v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+
+    fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
+        HostKv::new(shape)
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> HostTensor {
+        assert_eq!(data.len(), rows * cols, "upload: {} values for {rows}x{cols}", data.len());
+        HostTensor { data: data.to_vec(), rows, cols }
+    }
+
+    fn download(&self, x: &HostTensor) -> Vec<f32> {
+        x.data.clone()
+    }
+
+    fn shape(&self, x: &HostTensor) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn embed(&self, table: &HostMat, ids: &[u32], scale: f32) -> HostTensor {
+        ops::embed(self, table, ids, scale)
+    }
+
+    fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
+        matmul::matmul(&self.pool, self.simd, x, w)
+    }
+
+    fn rms_norm(&self, x: &HostTensor, w: &Vec<f32>, eps: f32, one_plus: bool) -> HostTensor {
+        ops::rms_norm(self, x, w, eps, one_plus)
+    }
+
+    fn add_assign(&self, x: &mut HostTensor, y: &HostTensor) {
+        ops::add_assign(self, x, y)
+    }
+
+    fn rope(&self, x: &mut HostTensor, positions: &[u32], head_dim: usize, rope: &Rope) {
+        ops::rope(self, x, positions, head_dim, rope)
+    }
+
+    fn glu(&self, gate: &HostTensor, up: &HostTensor, act: Activation) -> HostTensor {
+        ops::glu(self, gate, up, act)
+    }
+
+    fn attention(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+    ) -> HostTensor {
+        attention::attention(self, q, k, v, kv, meta, p)
+    }
+
+    fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
+        ops::select_rows(x, rows)
+    }
+
+    fn softcap(&self, x: &mut HostTensor, cap: f32) {
+        ops::softcap(self, x, cap)
+    }
+
+    fn moe(&self, x: &HostTensor, router_logits: &HostTensor, experts: &Experts<HostMat>, p: &MoeParams) -> HostTensor {
+        moe::moe(self, x, router_logits, experts, p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn construction_checks_its_options() {
+        assert!(CpuBackend::new(0).is_err());
+        let b = CpuBackend::new(3).expect("three threads");
+        assert_eq!(b.threads(), 3);
+        assert_eq!(b.simd(), Simd::detect());
+        assert!(CpuBackend::with_simd(1, Simd::Portable).is_ok());
+        assert_eq!(CpuBackend::with_simd(1, Simd::Avx2).is_ok(), Simd::Avx2.available());
+    }
+}

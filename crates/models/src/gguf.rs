@@ -1,0 +1,470 @@
+//! llama.cpp GGUF checkpoints through the Hugging Face model code: a `config.json` built from
+//! GGUF metadata (as transformers' GGUF loader builds it, plus what llama.cpp hard-codes), and
+//! tensors served under HF names with `convert_hf_to_gguf.py`'s changes undone: Gemma's norms
+//! stored as `1 + w`, Llama's q/k rows permuted for interleaved rope, experts stacked in 3-D.
+
+use crate::config::RawConfig;
+use crate::error::ModelError;
+use serde_json::{Map, Value, json};
+use std::path::Path;
+use tf_core::DType;
+use tf_formats::gguf::GgufFile;
+use tf_formats::{FormatError, TensorBytes, TensorView};
+
+/// The GGUF architectures TensorFold maps, with their HF names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `llama` -> `LlamaForCausalLM`.
+    Llama,
+    /// `qwen3` -> `Qwen3ForCausalLM`.
+    Qwen3,
+    /// `qwen3moe` -> `Qwen3MoeForCausalLM`.
+    Qwen3Moe,
+    /// `gemma3` -> `Gemma3ForCausalLM`.
+    Gemma3,
+}
+
+const FAMILIES: &[(&str, Family, &str, &str)] = &[
+    ("llama", Family::Llama, "LlamaForCausalLM", "llama"),
+    ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
+    ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
+    ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
+];
+
+impl Family {
+    /// The family of GGUF `general.architecture` `arch`.
+    pub fn from_arch(arch: &str) -> Option<Family> {
+        FAMILIES.iter().find(|f| f.0 == arch).map(|f| f.1)
+    }
+
+    fn entry(self) -> (&'static str, Family, &'static str, &'static str) {
+        FAMILIES.iter().copied().find(|f| f.1 == self).unwrap_or(FAMILIES[0])
+    }
+
+    /// The HF `architectures[0]`.
+    pub fn hf_architecture(self) -> &'static str {
+        self.entry().2
+    }
+}
+
+fn family(f: &GgufFile) -> Result<Family, ModelError> {
+    let arch = f.architecture()?;
+    Family::from_arch(arch).ok_or_else(|| ModelError::Architecture {
+        file: f.path().to_path_buf(),
+        arch: arch.to_string(),
+        supported: FAMILIES.iter().map(|f| f.0).collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// Reads `{arch}.*` metadata with errors naming the file and key.
+struct Meta<'a> {
+    f: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    fn error(&self, msg: String) -> ModelError {
+        ModelError::Config { file: self.f.path().to_path_buf(), msg }
+    }
+
+    fn opt_u64(&self, k: &str) -> Result<Option<u64>, ModelError> {
+        Ok(self.f.get_u64(&self.key(k))?)
+    }
+
+    fn u64(&self, k: &str) -> Result<u64, ModelError> {
+        self.opt_u64(k)?.ok_or_else(|| self.error(format!("GGUF metadata has no '{}'", self.key(k))))
+    }
+
+    fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
+        Ok(self.f.get_f32(&self.key(k))?)
+    }
+}
+
+/// A HF-style `config.json` object for the GGUF file `f`.
+pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
+    let fam = family(f)?;
+    let m = Meta { f, arch: f.architecture()? };
+    let (_, _, hf_arch, model_type) = fam.entry();
+    let embd = f.tensor_info("token_embd.weight").ok_or_else(|| missing(f, "token_embd.weight"))?;
+    let hidden = m.u64("embedding_length")?;
+    let heads = m.u64("attention.head_count")?;
+    let head_dim = match (m.opt_u64("attention.key_length")?, m.opt_u64("rope.dimension_count")?) {
+        (Some(k), _) => k,
+        (None, Some(r)) if fam == Family::Llama => r,
+        _ if heads > 0 => hidden / heads,
+        _ => return Err(m.error("attention.head_count is 0".into())),
+    };
+    if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim) {
+        return Err(m.error(format!("value_length {v} differs from key_length {head_dim}")));
+    }
+    let layers = m.u64("block_count")?;
+    let mut c = Map::new();
+    c.insert("architectures".into(), json!([hf_arch]));
+    c.insert("model_type".into(), json!(model_type));
+    c.insert("vocab_size".into(), json!(embd.shape.first().copied().unwrap_or(0)));
+    c.insert("hidden_size".into(), json!(hidden));
+    c.insert("num_hidden_layers".into(), json!(layers));
+    c.insert("num_attention_heads".into(), json!(heads));
+    c.insert("num_key_value_heads".into(), json!(m.opt_u64("attention.head_count_kv")?.unwrap_or(heads)));
+    c.insert("head_dim".into(), json!(head_dim));
+    let ffn = match (m.opt_u64("feed_forward_length")?, fam) {
+        (Some(n), _) => n,
+        (None, Family::Qwen3Moe) => m.u64("expert_feed_forward_length")?,
+        (None, _) => m.u64("feed_forward_length")?,
+    };
+    c.insert("intermediate_size".into(), json!(ffn));
+    if let Some(eps) = m.opt_f32("attention.layer_norm_rms_epsilon")? {
+        c.insert("rms_norm_eps".into(), json!(eps));
+    }
+    if let Some(ctx) = m.opt_u64("context_length")? {
+        c.insert("max_position_embeddings".into(), json!(ctx));
+    }
+    c.insert("tie_word_embeddings".into(), json!(f.tensor_info("output.weight").is_none()));
+    c.insert("attention_bias".into(), json!(f.tensor_info("blk.0.attn_q.bias").is_some()));
+    for (key, field) in
+        [("bos", "bos_token_id"), ("eos", "eos_token_id"), ("padding", "pad_token_id"), ("unknown", "unk_token_id")]
+    {
+        if let Some(id) = f.get_u64(&format!("tokenizer.ggml.{key}_token_id"))? {
+            c.insert(field.into(), json!(id));
+        }
+    }
+    let scaling = rope_scaling(&m, head_dim)?;
+    let theta = m.opt_f32("rope.freq_base")?;
+    match fam {
+        Family::Gemma3 => gemma3(&m, &mut c, layers, hidden, heads, head_dim, theta, scaling)?,
+        _ => {
+            c.insert("hidden_act".into(), json!("silu"));
+            if let Some(t) = theta {
+                c.insert("rope_theta".into(), json!(t));
+            }
+            if let Some(s) = scaling {
+                c.insert("rope_scaling".into(), Value::Object(s));
+            }
+        }
+    }
+    if fam == Family::Qwen3Moe {
+        c.insert("num_experts".into(), json!(m.u64("expert_count")?));
+        c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+        c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+        // llama.cpp's qwen3moe graph always renormalises the chosen experts' weights.
+        let norm = f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(true);
+        c.insert("norm_topk_prob".into(), json!(norm));
+        c.insert("decoder_sparse_step".into(), json!(1));
+        c.insert("mlp_only_layers".into(), json!([]));
+    }
+    Ok(Value::Object(c))
+}
+
+/// The config of `f` as a [`RawConfig`] (errors name the GGUF file).
+pub fn raw_config(f: &GgufFile) -> Result<RawConfig, ModelError> {
+    RawConfig::parse(f.path(), &config_from_gguf(f)?.to_string())
+}
+
+/// Texts of control tokens llama.cpp treats as end of generation (its `llama-vocab.cpp` list).
+const EOG_TEXTS: &[&str] = &["<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>"];
+
+/// Ids that end generation as llama.cpp decides them: `tokenizer.ggml.{eos,eot,eom}_token_id`
+/// and control tokens (type 3) named in [`EOG_TEXTS`]; GGUF has no `generation_config.json`.
+pub fn eog_token_ids(f: &GgufFile) -> Result<Vec<i64>, ModelError> {
+    let mut ids = Vec::new();
+    for key in ["eos", "eot", "eom"] {
+        if let Some(id) = f.get_u64(&format!("tokenizer.ggml.{key}_token_id"))? {
+            ids.push(i64::try_from(id).unwrap_or(i64::MAX));
+        }
+    }
+    let tokens = f.get_str_array("tokenizer.ggml.tokens")?.unwrap_or_default();
+    let types = f.get_i32_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+    for (id, (text, ty)) in tokens.iter().zip(&types).enumerate() {
+        if *ty == 3 && EOG_TEXTS.contains(&text.as_str()) {
+            ids.push(id as i64);
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+fn missing(f: &GgufFile, tensor: &str) -> ModelError {
+    ModelError::Missing { dir: f.path().to_path_buf(), tensor: tensor.to_string() }
+}
+
+/// Gemma 3 as llama.cpp runs it: every 6th layer full, sliding layers with rope base 10000,
+/// attention scaled by key_length (the 62-layer 27B by hidden / heads).
+#[allow(clippy::too_many_arguments)]
+fn gemma3(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    head_dim: u64,
+    theta: Option<f32>,
+    scaling: Option<Map<String, Value>>,
+) -> Result<(), ModelError> {
+    c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+    let window = m.u64("attention.sliding_window")?;
+    c.insert("sliding_window".into(), json!(window));
+    let pattern = m.opt_u64("attention.sliding_window_pattern")?.unwrap_or(6).max(1);
+    let kinds: Vec<&str> =
+        (0..layers).map(|i| if (i + 1) % pattern == 0 { "full_attention" } else { "sliding_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    let mut full = scaling.unwrap_or_default();
+    full.entry("rope_type").or_insert(json!("default"));
+    full.insert("rope_theta".into(), json!(theta.unwrap_or(1_000_000.0)));
+    let local = m.opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0);
+    let sliding = json!({"rope_type": "default", "rope_theta": local});
+    c.insert("rope_parameters".into(), json!({"full_attention": full, "sliding_attention": sliding}));
+    let scalar = if layers == 62 && heads > 0 { hidden / heads } else { head_dim };
+    c.insert("query_pre_attn_scalar".into(), json!(scalar));
+    for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        c.insert(key.into(), json!(m.opt_f32(key)?));
+    }
+    Ok(())
+}
+
+/// HF rope scaling from `{arch}.rope.scaling.*`, or Llama 3's from the `rope_freqs` tensor.
+fn rope_scaling(m: &Meta<'_>, head_dim: u64) -> Result<Option<Map<String, Value>>, ModelError> {
+    let orig = m.opt_u64("rope.scaling.original_context_length")?;
+    if let Some(view) = m.f.tensor("rope_freqs.weight")? {
+        let theta = m.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
+        return llama3_from_factors(m, &view.to_f32(), theta, head_dim, orig.unwrap_or(8192)).map(Some);
+    }
+    let kind = match m.f.get_str(&m.key("rope.scaling.type"))? {
+        None | Some("none") => return Ok(None),
+        Some(k) => k,
+    };
+    let mut s = Map::new();
+    s.insert("rope_type".into(), json!(kind));
+    let factor = m.opt_f32("rope.scaling.factor")?;
+    s.insert("factor".into(), json!(factor.unwrap_or(1.0)));
+    if let Some(o) = orig {
+        s.insert("original_max_position_embeddings".into(), json!(o));
+    }
+    for (gguf, hf) in [("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")] {
+        if let Some(v) = m.opt_f32(&format!("rope.scaling.{gguf}"))? {
+            s.insert(hf.into(), json!(v));
+        }
+    }
+    Ok(Some(s))
+}
+
+/// Recovers Llama 3 scaling from the per-frequency divisors `convert_hf_to_gguf.py` stores
+/// (assuming its default low / high frequency factors 1 and 4, then checking every divisor).
+fn llama3_from_factors(
+    m: &Meta<'_>,
+    factors: &[f32],
+    theta: f32,
+    head_dim: u64,
+    orig: u64,
+) -> Result<Map<String, Value>, ModelError> {
+    let factor = factors.iter().copied().fold(f32::NAN, f32::max);
+    let dim = head_dim as f64;
+    let (low, high, orig_f) = (1.0f64, 4.0f64, orig as f64);
+    let fits = factors.len() as u64 * 2 == head_dim
+        && factor.is_finite()
+        && factors.iter().enumerate().all(|(i, &got)| {
+            let freq = 1.0 / f64::from(theta).powf((2 * i) as f64 / dim);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let want = if wavelen < orig_f / high {
+                1.0
+            } else if wavelen > orig_f / low {
+                f64::from(factor)
+            } else {
+                let smooth = (orig_f / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / f64::from(factor) + smooth)
+            };
+            (f64::from(got) - want).abs() <= 1e-4 * want.abs().max(1.0)
+        });
+    if !fits {
+        return Err(m.error("rope_freqs.weight does not match Llama 3 scaling (low 1, high 4); not supported".into()));
+    }
+    let mut s = Map::new();
+    s.insert("rope_type".into(), json!("llama3"));
+    s.insert("factor".into(), json!(factor));
+    s.insert("low_freq_factor".into(), json!(low));
+    s.insert("high_freq_factor".into(), json!(high));
+    s.insert("original_max_position_embeddings".into(), json!(orig));
+    Ok(s)
+}
+
+/// How a GGUF tensor becomes the HF one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fix {
+    /// Served as stored.
+    Plain,
+    /// Gemma norm stored as `1 + w`: served as `w` in f32.
+    MinusOne,
+    /// Llama q/k with rows permuted per head for interleaved rope (`heads` heads).
+    Unpermute { heads: usize },
+    /// Expert `e` of a stacked `[experts, rows, cols]` tensor.
+    Expert(usize),
+}
+
+/// A GGUF file's tensors under Hugging Face names.
+pub struct GgufSource {
+    file: GgufFile,
+    family: Family,
+    num_heads: usize,
+    num_kv_heads: usize,
+}
+
+impl GgufSource {
+    /// Wraps `file`, refusing architectures TensorFold does not map.
+    pub fn new(file: GgufFile) -> Result<GgufSource, ModelError> {
+        let family = family(&file)?;
+        let m = Meta { f: &file, arch: file.architecture()? };
+        let to_usize = |n: u64| usize::try_from(n).map_err(|_| m.error(format!("head count {n} is too large")));
+        let num_heads = to_usize(m.u64("attention.head_count")?)?;
+        let num_kv_heads = to_usize(m.opt_u64("attention.head_count_kv")?.unwrap_or(num_heads as u64))?;
+        Ok(GgufSource { file, family, num_heads, num_kv_heads })
+    }
+
+    /// Opens and wraps the GGUF file at `path`.
+    pub fn open(path: &Path) -> Result<GgufSource, ModelError> {
+        GgufSource::new(GgufFile::open(path)?)
+    }
+
+    /// The underlying file.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// The mapped family.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The GGUF tensor holding HF tensor `hf_name`, and how to convert it.
+    fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
+        let gemma = self.family == Family::Gemma3;
+        let global = match hf_name {
+            "model.embed_tokens.weight" => Some("token_embd.weight"),
+            "model.norm.weight" => Some("output_norm.weight"),
+            "lm_head.weight" => Some("output.weight"),
+            _ => None,
+        };
+        let (name, mut fix) = match global {
+            Some(g) => (g.to_string(), Fix::Plain),
+            None => self.locate_layer(hf_name.strip_prefix("model.layers.")?)?,
+        };
+        if gemma && name.ends_with("norm.weight") {
+            fix = Fix::MinusOne;
+        }
+        Some((name, fix))
+    }
+
+    fn locate_layer(&self, rest: &str) -> Option<(String, Fix)> {
+        let (layer, rest) = rest.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        let stem = rest.strip_suffix(".weight")?;
+        let (gemma, llama) = (self.family == Family::Gemma3, self.family == Family::Llama);
+        let unpermute = |heads| if llama { Fix::Unpermute { heads } } else { Fix::Plain };
+        let (gguf, fix) = match stem {
+            "input_layernorm" => ("attn_norm", Fix::Plain),
+            "post_attention_layernorm" if gemma => ("post_attention_norm", Fix::Plain),
+            "post_attention_layernorm" => ("ffn_norm", Fix::Plain),
+            "pre_feedforward_layernorm" if gemma => ("ffn_norm", Fix::Plain),
+            "post_feedforward_layernorm" if gemma => ("post_ffw_norm", Fix::Plain),
+            "self_attn.q_proj" => ("attn_q", unpermute(self.num_heads)),
+            "self_attn.k_proj" => ("attn_k", unpermute(self.num_kv_heads)),
+            "self_attn.v_proj" => ("attn_v", Fix::Plain),
+            "self_attn.o_proj" => ("attn_output", Fix::Plain),
+            "self_attn.q_norm" => ("attn_q_norm", Fix::Plain),
+            "self_attn.k_norm" => ("attn_k_norm", Fix::Plain),
+            "mlp.gate_proj" => ("ffn_gate", Fix::Plain),
+            "mlp.up_proj" => ("ffn_up", Fix::Plain),
+            "mlp.down_proj" => ("ffn_down", Fix::Plain),
+            "mlp.gate" => ("ffn_gate_inp", Fix::Plain),
+            _ => {
+                let (expert, proj) = stem.strip_prefix("mlp.experts.")?.split_once('.')?;
+                let gguf = match proj {
+                    "gate_proj" => "ffn_gate_exps",
+                    "up_proj" => "ffn_up_exps",
+                    "down_proj" => "ffn_down_exps",
+                    _ => return None,
+                };
+                return Some((format!("blk.{layer}.{gguf}.weight"), Fix::Expert(expert.parse().ok()?)));
+            }
+        };
+        Some((format!("blk.{layer}.{gguf}.weight"), fix))
+    }
+
+    /// Whether HF tensor `hf_name` can be served.
+    pub fn contains(&self, hf_name: &str) -> bool {
+        let Some((name, fix)) = self.locate(hf_name) else { return false };
+        match (self.file.tensor_info(&name), fix) {
+            (Some(t), Fix::Expert(e)) => t.shape.len() == 3 && t.shape.first().is_some_and(|&n| e < n),
+            (Some(_), _) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// HF tensor `hf_name` with llama.cpp's conversion undone; `None` when the file lacks it.
+    pub fn get(&self, hf_name: &str) -> Result<Option<TensorView>, ModelError> {
+        let Some((name, fix)) = self.locate(hf_name) else { return Ok(None) };
+        if matches!(fix, Fix::Expert(_)) && !self.contains(hf_name) {
+            return Ok(None);
+        }
+        let Some(view) = self.file.tensor(&name)? else { return Ok(None) };
+        let bad = |msg: String| ModelError::Format(FormatError::tensor(self.file.path(), &name, msg));
+        let view = match fix {
+            Fix::Plain => view,
+            Fix::MinusOne => {
+                let w: Vec<u8> = view.to_f32().iter().flat_map(|v| (v - 1.0).to_le_bytes()).collect();
+                TensorView { dtype: DType::F32, data: TensorBytes::from_vec(&w), ..view }
+            }
+            Fix::Unpermute { heads } => unpermute_rows(view, heads).map_err(bad)?,
+            Fix::Expert(e) => expert(view, e).map_err(bad)?,
+        };
+        Ok(Some(TensorView { name: hf_name.to_string(), ..view }))
+    }
+}
+
+/// Undoes `convert_hf_to_gguf.py`'s `permute`: within each head, GGUF row `2j + t` is HF row
+/// `t * head_dim / 2 + j`. Whole rows move, so quantized rows are handled unchanged.
+fn unpermute_rows(view: TensorView, heads: usize) -> Result<TensorView, String> {
+    let [rows, _cols] = view.shape[..] else { return Err(format!("expected 2 dims, found {:?}", view.shape)) };
+    if heads == 0 || rows == 0 || !rows.is_multiple_of(2 * heads) {
+        return Err(format!("{rows} rows do not split into {heads} heads of even width"));
+    }
+    let bytes = view.data.as_bytes();
+    if !bytes.len().is_multiple_of(rows) {
+        return Err(format!("{} bytes do not split into {rows} rows", bytes.len()));
+    }
+    let (row_bytes, head_dim) = (bytes.len() / rows, rows / heads);
+    let half = head_dim / 2;
+    let mut out = Vec::with_capacity(bytes.len());
+    for hf_row in 0..rows {
+        let (h, r) = (hf_row / head_dim, hf_row % head_dim);
+        let (t, j) = (r / half, r % half);
+        let src = (h * head_dim + 2 * j + t) * row_bytes;
+        out.extend_from_slice(bytes.get(src..src + row_bytes).ok_or("row outside the tensor")?);
+    }
+    Ok(TensorView { data: TensorBytes::from_vec(&out), ..view })
+}
+
+/// Expert `e` of a stacked `[experts, rows, cols]` tensor, zero copy when mapped.
+fn expert(view: TensorView, e: usize) -> Result<TensorView, String> {
+    let [n, rows, cols] = view.shape[..] else { return Err(format!("expected 3 dims, found {:?}", view.shape)) };
+    let total = view.data.as_bytes().len();
+    if n == 0 || e >= n || !total.is_multiple_of(n) {
+        return Err(format!("expert {e} of {n} experts in {total} bytes"));
+    }
+    let per = total / n;
+    let data = match &view.data {
+        TensorBytes::Mapped(map, range) => {
+            TensorBytes::Mapped(map.clone(), range.start + e * per..range.start + (e + 1) * per)
+        }
+        owned => {
+            TensorBytes::from_vec(owned.as_bytes().get(e * per..(e + 1) * per).ok_or("expert outside the tensor")?)
+        }
+    };
+    Ok(TensorView { shape: vec![rows, cols], data, ..view })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,405 @@
+//! Tests of the GGUF -> Hugging Face mapping on small files written by the GGUF test writer,
+//! and (ignored) on the real Gemma 3 270M file against transformers.
+
+use super::*;
+use crate::registry::spec_for;
+use crate::spec::{LayerKind, ModelSpec};
+use tf_formats::gguf::writer::{GgufWriter, WriteValue};
+
+fn open(w: &GgufWriter) -> GgufFile {
+    GgufFile::from_bytes(Path::new("t.gguf"), w.to_bytes()).unwrap()
+}
+
+/// Distinct values for tensor number `k`, so a wrong mapping shows.
+fn values(n: usize, k: usize) -> Vec<f32> {
+    (0..n).map(|i| (k * 1000 + i) as f32 / 64.0).collect()
+}
+
+/// Writes every tensor a family's HF checkpoint would need, numbering them in order.
+fn add(w: &mut GgufWriter, tensors: &[(String, Vec<usize>)]) {
+    for (k, (name, shape)) in tensors.iter().enumerate() {
+        w.f32_tensor(name, shape, &values(shape.iter().product(), k));
+    }
+}
+
+fn kvs(w: &mut GgufWriter, arch: &str, pairs: &[(&str, u32)]) {
+    w.kv("general.architecture", WriteValue::str(arch));
+    for (k, v) in pairs {
+        w.kv(&format!("{arch}.{k}"), WriteValue::U32(*v));
+    }
+    w.kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), WriteValue::F32(1e-6));
+    w.kv("tokenizer.ggml.bos_token_id", WriteValue::U32(2));
+    w.kv("tokenizer.ggml.eos_token_id", WriteValue::U32(1));
+}
+
+/// The HF names and shapes the shared decoder loads for `s` (as decoder.rs asks for them).
+fn needed(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
+    let (h, d) = (s.hidden_size, s.head_dim);
+    let mut out =
+        vec![("model.embed_tokens.weight".to_string(), vec![s.vocab_size, h]), ("model.norm.weight".into(), vec![h])];
+    for i in 0..s.num_layers {
+        let p = format!("model.layers.{i}.");
+        let mut add = |n: &str, shape: Vec<usize>| out.push((format!("{p}{n}.weight"), shape));
+        add("input_layernorm", vec![h]);
+        add("post_attention_layernorm", vec![h]);
+        if s.sandwich_norms {
+            add("pre_feedforward_layernorm", vec![h]);
+            add("post_feedforward_layernorm", vec![h]);
+        }
+        add("self_attn.q_proj", vec![s.num_heads * d, h]);
+        add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
+        add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
+        add("self_attn.o_proj", vec![h, s.num_heads * d]);
+        if s.qk_norm {
+            add("self_attn.q_norm", vec![d]);
+            add("self_attn.k_norm", vec![d]);
+        }
+        match &s.moe {
+            Some(m) => {
+                add("mlp.gate", vec![m.num_experts, h]);
+                for e in 0..m.num_experts {
+                    add(&format!("mlp.experts.{e}.gate_proj"), vec![m.moe_intermediate_size, h]);
+                    add(&format!("mlp.experts.{e}.up_proj"), vec![m.moe_intermediate_size, h]);
+                    add(&format!("mlp.experts.{e}.down_proj"), vec![h, m.moe_intermediate_size]);
+                }
+            }
+            None => {
+                add("mlp.gate_proj", vec![s.intermediate_size, h]);
+                add("mlp.up_proj", vec![s.intermediate_size, h]);
+                add("mlp.down_proj", vec![h, s.intermediate_size]);
+            }
+        }
+    }
+    out
+}
+
+fn check_serves(src: &GgufSource, s: &ModelSpec) {
+    for (name, shape) in needed(s) {
+        assert!(src.contains(&name), "{name}");
+        let t = src.get(&name).unwrap().unwrap();
+        assert_eq!((t.name.as_str(), &t.shape), (name.as_str(), &shape));
+    }
+}
+
+/// Gemma 3, 6 layers, hidden 8, heads 2 x 4, one KV head, 10 tokens; norms stored as 1 + w.
+fn gemma3() -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let pairs = [
+        ("embedding_length", 8),
+        ("block_count", 6),
+        ("feed_forward_length", 16),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("attention.key_length", 4),
+        ("attention.value_length", 4),
+        ("attention.sliding_window", 3),
+        ("context_length", 64),
+    ];
+    kvs(&mut w, "gemma3", &pairs);
+    w.kv("gemma3.rope.freq_base", WriteValue::F32(1e6));
+    let mut t = vec![("token_embd.weight".to_string(), vec![10, 8]), ("output_norm.weight".into(), vec![8])];
+    for i in 0..6 {
+        for (n, shape) in [
+            ("attn_norm", vec![8]),
+            ("post_attention_norm", vec![8]),
+            ("ffn_norm", vec![8]),
+            ("post_ffw_norm", vec![8]),
+            ("attn_q", vec![8, 8]),
+            ("attn_k", vec![4, 8]),
+            ("attn_v", vec![4, 8]),
+            ("attn_output", vec![8, 8]),
+            ("attn_q_norm", vec![4]),
+            ("attn_k_norm", vec![4]),
+            ("ffn_gate", vec![16, 8]),
+            ("ffn_up", vec![16, 8]),
+            ("ffn_down", vec![8, 16]),
+        ] {
+            t.push((format!("blk.{i}.{n}.weight"), shape));
+        }
+    }
+    add(&mut w, &t);
+    w
+}
+
+#[test]
+fn gemma3_config_follows_llama_cpp() {
+    let f = open(&gemma3());
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!(c["architectures"], json!(["Gemma3ForCausalLM"]));
+    assert_eq!((c["vocab_size"].as_u64(), c["head_dim"].as_u64()), (Some(10), Some(4)));
+    assert_eq!(c["query_pre_attn_scalar"], json!(4));
+    assert_eq!(c["tie_word_embeddings"], json!(true));
+    assert_eq!((c["bos_token_id"].as_u64(), c["eos_token_id"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(c["rope_parameters"]["sliding_attention"]["rope_theta"], json!(10000.0));
+    let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+    let full: Vec<bool> = spec.layer_kinds.iter().map(|k| *k == LayerKind::Full).collect();
+    assert_eq!(full, [false, false, false, false, false, true]);
+    assert_eq!((spec.sliding_window, spec.attn_scale, spec.max_position_embeddings), (Some(3), 0.5, 64));
+    assert!(spec.tie_word_embeddings && spec.norm_one_plus && spec.sandwich_norms && spec.qk_norm);
+    assert_ne!(spec.rope_full, spec.rope_sliding);
+}
+
+#[test]
+fn gemma3_tensors_map_and_norms_lose_the_one() {
+    let f = open(&gemma3());
+    let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+    let src = GgufSource::new(f).unwrap();
+    check_serves(&src, &spec);
+    let pairs = [
+        ("model.layers.2.input_layernorm.weight", "blk.2.attn_norm.weight"),
+        ("model.layers.2.post_attention_layernorm.weight", "blk.2.post_attention_norm.weight"),
+        ("model.layers.2.pre_feedforward_layernorm.weight", "blk.2.ffn_norm.weight"),
+        ("model.layers.2.post_feedforward_layernorm.weight", "blk.2.post_ffw_norm.weight"),
+        ("model.layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+    ];
+    for (hf, gguf) in pairs {
+        let stored = src.file().tensor(gguf).unwrap().unwrap().to_f32();
+        let want: Vec<f32> = stored.iter().map(|v| v - 1.0).collect();
+        assert_eq!(src.get(hf).unwrap().unwrap().to_f32(), want, "{hf}");
+    }
+    let q = src.get("model.layers.4.self_attn.q_proj.weight").unwrap().unwrap();
+    assert_eq!(q.to_f32(), src.file().tensor("blk.4.attn_q.weight").unwrap().unwrap().to_f32());
+    assert!(!src.contains("lm_head.weight") && src.get("lm_head.weight").unwrap().is_none());
+    assert!(!src.contains("model.layers.6.input_layernorm.weight"));
+    assert!(!src.contains("model.layers.x.input_layernorm.weight"));
+}
+
+/// llama.cpp's `permute` (convert_hf_to_gguf.py) on whole rows.
+fn permute<T: Clone>(rows: &[T], heads: usize) -> Vec<T> {
+    let half = rows.len() / heads / 2;
+    let mut out = rows.to_vec();
+    for h in 0..heads {
+        for t in 0..2 {
+            for j in 0..half {
+                out[h * 2 * half + 2 * j + t] = rows[h * 2 * half + t * half + j].clone();
+            }
+        }
+    }
+    out
+}
+
+fn llama(q_type_q8: bool) -> (GgufWriter, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut w = GgufWriter::new();
+    let pairs = [
+        ("embedding_length", 32),
+        ("block_count", 1),
+        ("feed_forward_length", 64),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("rope.dimension_count", 16),
+    ];
+    kvs(&mut w, "llama", &pairs);
+    w.kv("llama.rope.freq_base", WriteValue::F32(500000.0));
+    // HF rows: q has 2 heads x 16, k one head x 16; each row distinct.
+    let row = |r: usize, salt: u8| -> Vec<u8> {
+        if q_type_q8 {
+            (0..34).map(|i| (r as u8).wrapping_mul(7).wrapping_add(i).wrapping_add(salt)).collect()
+        } else {
+            values(32, r + 100 * salt as usize).iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+    };
+    let q_hf: Vec<Vec<u8>> = (0..32).map(|r| row(r, 1)).collect();
+    let k_hf: Vec<Vec<u8>> = (0..16).map(|r| row(r, 2)).collect();
+    let ty = if q_type_q8 { 8 } else { 0 };
+    w.tensor("blk.0.attn_q.weight", &[32, 32], ty, permute(&q_hf, 2).concat());
+    w.tensor("blk.0.attn_k.weight", &[32, 16], ty, permute(&k_hf, 1).concat());
+    let mut t = vec![("token_embd.weight".to_string(), vec![5, 32]), ("output_norm.weight".into(), vec![32])];
+    t.push(("output.weight".into(), vec![5, 32]));
+    for (n, shape) in
+        [("attn_norm", vec![32]), ("ffn_norm", vec![32]), ("attn_v", vec![16, 32]), ("attn_output", vec![32, 32])]
+    {
+        t.push((format!("blk.0.{n}.weight"), shape));
+    }
+    for (n, shape) in [("ffn_gate", vec![64, 32]), ("ffn_up", vec![64, 32]), ("ffn_down", vec![32, 64])] {
+        t.push((format!("blk.0.{n}.weight"), shape));
+    }
+    add(&mut w, &t);
+    (w, q_hf, k_hf)
+}
+
+#[test]
+fn llama_q_k_rows_are_unpermuted() {
+    for q8 in [false, true] {
+        let (w, q_hf, k_hf) = llama(q8);
+        let f = open(&w);
+        let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+        assert_eq!((spec.head_dim, spec.tie_word_embeddings), (16, false));
+        let src = GgufSource::new(f).unwrap();
+        check_serves(&src, &spec);
+        let q = src.get("model.layers.0.self_attn.q_proj.weight").unwrap().unwrap();
+        assert_eq!(q.data.as_bytes(), q_hf.concat().as_slice(), "q8 {q8}");
+        let k = src.get("model.layers.0.self_attn.k_proj.weight").unwrap().unwrap();
+        assert_eq!(k.data.as_bytes(), k_hf.concat().as_slice(), "q8 {q8}");
+        let post = src.get("model.layers.0.post_attention_layernorm.weight").unwrap().unwrap();
+        assert_eq!(post.to_f32(), src.file().tensor("blk.0.ffn_norm.weight").unwrap().unwrap().to_f32());
+        assert!(!src.contains("model.layers.0.pre_feedforward_layernorm.weight"));
+    }
+}
+
+/// The divisors convert_hf_to_gguf.py writes for Llama 3 scaling.
+fn llama3_factors(theta: f64, dim: usize, factor: f64) -> Vec<f32> {
+    (0..dim / 2)
+        .map(|i| {
+            let wavelen = 2.0 * std::f64::consts::PI * theta.powf((2 * i) as f64 / dim as f64);
+            if wavelen < 8192.0 / 4.0 {
+                1.0
+            } else if wavelen > 8192.0 {
+                factor as f32
+            } else {
+                let smooth = (8192.0 / wavelen - 1.0) / 3.0;
+                (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn llama3_scaling_is_recovered_from_rope_freqs() {
+    let (mut w, ..) = llama(false);
+    w.f32_tensor("rope_freqs.weight", &[8], &llama3_factors(500000.0, 16, 8.0));
+    let c = config_from_gguf(&open(&w)).unwrap();
+    let s = &c["rope_scaling"];
+    assert_eq!((s["rope_type"].as_str(), s["factor"].as_f64()), (Some("llama3"), Some(8.0)));
+    assert_eq!(s["original_max_position_embeddings"], json!(8192));
+    assert!(spec_for(&RawConfig::parse(Path::new("c"), &c.to_string()).unwrap()).is_ok());
+    let mut off = llama3_factors(500000.0, 16, 8.0);
+    off[5] *= 1.1;
+    let (mut w, ..) = llama(false);
+    w.f32_tensor("rope_freqs.weight", &[8], &off);
+    assert!(config_from_gguf(&open(&w)).unwrap_err().to_string().contains("rope_freqs"));
+}
+
+fn qwen3moe() -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let pairs = [
+        ("embedding_length", 8),
+        ("block_count", 1),
+        ("feed_forward_length", 12),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("attention.key_length", 4),
+        ("expert_count", 3),
+        ("expert_used_count", 2),
+        ("expert_feed_forward_length", 4),
+    ];
+    kvs(&mut w, "qwen3moe", &pairs);
+    let mut t = vec![("token_embd.weight".to_string(), vec![6, 8]), ("output_norm.weight".into(), vec![8])];
+    for (n, shape) in [
+        ("attn_norm", vec![8]),
+        ("ffn_norm", vec![8]),
+        ("attn_q", vec![8, 8]),
+        ("attn_k", vec![4, 8]),
+        ("attn_v", vec![4, 8]),
+        ("attn_output", vec![8, 8]),
+        ("attn_q_norm", vec![4]),
+        ("attn_k_norm", vec![4]),
+        ("ffn_gate_inp", vec![3, 8]),
+        ("ffn_gate_exps", vec![3, 4, 8]),
+        ("ffn_up_exps", vec![3, 4, 8]),
+        ("ffn_down_exps", vec![3, 8, 4]),
+    ] {
+        t.push((format!("blk.0.{n}.weight"), shape));
+    }
+    add(&mut w, &t);
+    w
+}
+
+#[test]
+fn qwen3_moe_experts_are_sub_views() {
+    let f = open(&qwen3moe());
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!((c["num_experts"].as_u64(), c["moe_intermediate_size"].as_u64()), (Some(3), Some(4)));
+    assert_eq!(c["norm_topk_prob"], json!(true));
+    let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+    assert!(spec.moe.as_ref().is_some_and(|m| m.top_k == 2 && m.sparse_layers == [true]));
+    let src = GgufSource::new(f).unwrap();
+    check_serves(&src, &spec);
+    let all = src.file().tensor("blk.0.ffn_down_exps.weight").unwrap().unwrap().to_f32();
+    let e1 = src.get("model.layers.0.mlp.experts.1.down_proj.weight").unwrap().unwrap();
+    assert_eq!(e1.to_f32(), all[32..64].to_vec());
+    assert!(!src.contains("model.layers.0.mlp.experts.3.up_proj.weight"));
+    assert!(src.get("model.layers.0.mlp.experts.3.up_proj.weight").unwrap().is_none());
+}
+
+#[test]
+fn end_of_generation_ids_include_control_turn_ends() {
+    let mut w = gemma3();
+    w.kv("tokenizer.ggml.tokens", WriteValue::strs(&["<pad>", "<eos>", "<bos>", "<end_of_turn>", "<|im_end|>"]));
+    w.kv("tokenizer.ggml.token_type", WriteValue::i32s(&[3, 3, 3, 3, 1]));
+    assert_eq!(eog_token_ids(&open(&w)).unwrap(), vec![1, 3]);
+}
+
+#[test]
+fn unknown_architecture_and_missing_keys_are_refused() {
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", WriteValue::str("mamba")).f32_tensor("token_embd.weight", &[2, 2], &[0.0; 4]);
+    assert!(matches!(config_from_gguf(&open(&w)), Err(ModelError::Architecture { .. })));
+    assert!(GgufSource::new(open(&w)).is_err());
+    let mut g = gemma3();
+    g.kvs.retain(|(k, _)| k != "gemma3.attention.sliding_window");
+    let e = config_from_gguf(&open(&g)).unwrap_err().to_string();
+    assert!(e.contains("t.gguf") && e.contains("gemma3.attention.sliding_window"), "{e}");
+}
+
+/// Fingerprint of f32 bit patterns (as scripts/make_quant_golden.py computes it).
+fn fingerprint(values: &[f32]) -> u64 {
+    values.iter().enumerate().fold(0u64, |acc, (i, v)| {
+        let weight = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        acc.wrapping_add((u64::from(v.to_bits()) + 1).wrapping_mul(weight))
+    })
+}
+
+/// The real Gemma 3 270M file: our config equals the one transformers builds from it, and
+/// tensors under HF names equal transformers' loaded state dict (float32) bit for bit.
+#[test]
+#[ignore = "needs the real GGUF: set TF_GEMMA3_GGUF (scripts/fetch_gemma3_gguf.sh)"]
+fn gemma3_270m_matches_transformers() {
+    let Some(path) = std::env::var_os("TF_GEMMA3_GGUF") else { panic!("set TF_GEMMA3_GGUF") };
+    let f = GgufFile::open(Path::new(&path)).unwrap();
+    let ours = config_from_gguf(&f).unwrap();
+    // transformers 5.24 AutoConfig.from_pretrained(dir, gguf_file=...), fields it sets.
+    let theirs = json!({"model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640,
+        "intermediate_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 32768, "rms_norm_eps": 9.999999974752427e-07, "pad_token_id": 0,
+        "eos_token_id": 1, "bos_token_id": 2, "unk_token_id": 3, "tie_word_embeddings": true,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+        "attention_bias": false, "query_pre_attn_scalar": 256, "sliding_window": 512,
+        "final_logit_softcapping": null, "attn_logit_softcapping": null,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "full_attention"]});
+    for (k, v) in theirs.as_object().unwrap() {
+        assert_eq!(&ours[k], v, "{k}");
+    }
+    assert_eq!(eog_token_ids(&f).unwrap(), vec![1, 106]);
+    let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+    let src = GgufSource::new(f).unwrap();
+    check_serves(&src, &spec);
+    let want = [
+        ("model.embed_tokens.weight", "352155e3cef59d80"),
+        ("model.norm.weight", "7023f7fd1ca88700"),
+        ("model.layers.0.input_layernorm.weight", "a1be50dfb5028700"),
+        ("model.layers.0.post_attention_layernorm.weight", "e149f78b1da98700"),
+        ("model.layers.0.pre_feedforward_layernorm.weight", "5a07bbf579f68700"),
+        ("model.layers.0.post_feedforward_layernorm.weight", "80e4704d799f8700"),
+        ("model.layers.0.self_attn.q_norm.weight", "db9ddff992e57600"),
+        ("model.layers.0.self_attn.k_norm.weight", "cba5270350f67600"),
+        ("model.layers.0.self_attn.q_proj.weight", "f60b6041544f4000"),
+        ("model.layers.0.self_attn.v_proj.weight", "d69a3e66bd460000"),
+        ("model.layers.1.self_attn.v_proj.weight", "7f38c13217edd340"),
+        ("model.layers.0.self_attn.o_proj.weight", "a49306f124b0c160"),
+        ("model.layers.0.mlp.down_proj.weight", "5fbe96fab7163152"),
+        ("model.layers.1.mlp.down_proj.weight", "48e7b8e3c2b094e4"),
+        ("model.layers.17.mlp.gate_proj.weight", "898c98171a84e000"),
+        ("model.layers.17.mlp.up_proj.weight", "3a5453d13ac36000"),
+    ];
+    for (name, fp) in want {
+        let t = src.get(name).unwrap().unwrap();
+        assert_eq!(format!("{:016x}", fingerprint(&t.to_f32())), fp, "{name}");
+    }
+}

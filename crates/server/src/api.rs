@@ -1,0 +1,248 @@
+//! `POST /v1/completions` and `POST /v1/chat/completions`: parse and check on a blocking thread
+//! (JSON, templates and tokenization stay off the async workers), then run and respond.
+
+use crate::body::json_body;
+use crate::error::ApiError;
+use crate::fields::{Obj, get, opt_bool, show};
+use crate::generation::{Generation, SeqSpec};
+use crate::request::{
+    Api, Options, check_model, check_prompt_len, encode, max_tokens_for, parse_options, parse_prompts, seed_for,
+};
+use crate::respond::Reply;
+use crate::state::AppState;
+use crate::template::TemplateInput;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use minijinja::Value as JValue;
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tf_core::TokenIds;
+
+/// Tokens a completion generates when the request names no `max_tokens` (OpenAI's default).
+const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Handles `POST /v1/completions`.
+pub async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    run(st, headers, body, Api::Completions).await
+}
+
+/// Handles `POST /v1/chat/completions`.
+pub async fn chat(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    run(st, headers, body, Api::Chat).await
+}
+
+async fn run(
+    st: Arc<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    api: Api,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let body = json_body(&headers, body, st.limits.max_body_bytes)?;
+    let prep = st.clone();
+    let (reply, specs) = blocking(move || match api {
+        Api::Completions => prepare_completions(&prep, &body.obj),
+        Api::Chat => prepare_chat(&prep, &body.obj, &body.raw),
+    })
+    .await?;
+    let generation = Generation::start(&st, specs, &reply.opts, started)?;
+    if reply.opts.stream {
+        return Ok(reply.stream(generation));
+    }
+    let doc = reply.collect(generation).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], doc.to_string()).into_response())
+}
+
+/// Runs CPU-bound request preparation on tokio's blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+fn reply(st: &AppState, api: Api, opts: Options, prompt_tokens: usize, echo: Vec<Option<String>>) -> Reply {
+    let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
+    Reply {
+        api,
+        id: format!("{prefix}-{:016x}", st.random_u64()),
+        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        model: st.model.name.clone(),
+        opts,
+        prompt_tokens,
+        echo,
+        tokenizer: st.model.tokenizer.clone(),
+    }
+}
+
+/// `n` sequences of one prompt, the first with the request's seed.
+fn specs_for(st: &AppState, opts: &Options, prompt: &TokenIds, max_tokens: usize) -> Vec<SeqSpec> {
+    (0..opts.n)
+        .map(|j| {
+            let mut params = opts.params.clone();
+            params.seed = seed_for(st, opts.seed, j);
+            SeqSpec { prompt: prompt.clone(), params, max_tokens }
+        })
+        .collect()
+}
+
+fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    check_model(o, st)?;
+    let opts = parse_options(o, st, Api::Completions)?;
+    let prompts = parse_prompts(o, st)?;
+    if prompts.len() * opts.n > st.limits.max_n {
+        let msg =
+            format!("{} prompts x n = {} sequences; at most {} are allowed", prompts.len(), opts.n, st.limits.max_n);
+        return Err(ApiError::invalid("n", msg));
+    }
+    let mut specs = Vec::new();
+    let mut echo = Vec::new();
+    for p in &prompts {
+        let max_tokens = max_tokens_for(st, &opts, p.ids.len(), COMPLETIONS_DEFAULT_MAX_TOKENS, Api::Completions)?;
+        specs.extend(specs_for(st, &opts, &p.ids, max_tokens));
+        let text = match (opts.echo, &p.text, &st.model.tokenizer) {
+            (false, _, _) => None,
+            (true, Some(t), _) => Some(t.clone()),
+            (true, None, Some(tok)) => Some(tok.decode(p.ids.as_slice(), false).unwrap_or_default()),
+            (true, None, None) => Some(String::new()),
+        };
+        echo.extend(std::iter::repeat_n(text, opts.n));
+    }
+    let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
+    Ok((reply(st, Api::Completions, opts, prompt_tokens, echo), specs))
+}
+
+fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    check_model(o, st)?;
+    let opts = parse_options(o, st, Api::Chat)?;
+    let text = render_chat(st, o, raw)?;
+    let prompt = encode(st, "messages", &text, false)?;
+    check_prompt_len(st, "messages", prompt.len())?;
+    let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
+    let specs = specs_for(st, &opts, &prompt, max_tokens);
+    let echo = vec![None; opts.n];
+    let prompt_tokens = prompt.len();
+    Ok((reply(st, Api::Chat, opts, prompt_tokens, echo), specs))
+}
+
+/// The order-preserving parts of a chat body (tool schemas keep their key order, as in HF).
+#[derive(Deserialize)]
+struct ChatParts {
+    #[serde(default)]
+    messages: Option<JValue>,
+    #[serde(default)]
+    tools: Option<JValue>,
+    #[serde(default)]
+    chat_template_kwargs: Option<JValue>,
+}
+
+/// Checks `messages` (and `tools`) and renders the chat template to prompt text.
+pub fn render_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<String, ApiError> {
+    let template = st
+        .template
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid("messages", "this model has no chat template; use /v1/completions"))?;
+    check_messages(o)?;
+    if let Some(v) = get(o, "tools").filter(|v| !v.is_array()) {
+        return Err(ApiError::invalid("tools", format!("expected a list, got {}", show(v))));
+    }
+    let kwargs = match get(o, "chat_template_kwargs") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(v) => Err(ApiError::invalid("chat_template_kwargs", format!("expected an object, got {}", show(v)))),
+    };
+    kwargs?;
+    let parts: ChatParts =
+        serde_json::from_slice(raw).map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
+    let messages = parts.messages.map(normalize_messages).unwrap_or_default();
+    let mut extra = Vec::new();
+    if let Some(kw) = parts.chat_template_kwargs.filter(|v| !v.is_none()) {
+        for key in kw.try_iter().map_err(|e| ApiError::invalid("chat_template_kwargs", e.to_string()))? {
+            let value = kw.get_item(&key).unwrap_or_default();
+            extra.push((key.to_string(), value));
+        }
+    }
+    let input = TemplateInput {
+        messages,
+        tools: parts.tools.filter(|v| !v.is_none()),
+        add_generation_prompt: opt_bool(o, "add_generation_prompt")?.unwrap_or(true),
+        extra,
+    };
+    template.render(input).map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
+}
+
+/// `messages`: a non-empty list of objects with a string `role` and text `content`.
+fn check_messages(o: &Obj) -> Result<(), ApiError> {
+    let list = match get(o, "messages") {
+        Some(Value::Array(l)) if !l.is_empty() => l,
+        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "must not be empty")),
+        None => return Err(ApiError::invalid("messages", "is required")),
+        Some(v) => return Err(ApiError::invalid("messages", format!("expected a list, got {}", show(v)))),
+    };
+    for (i, m) in list.iter().enumerate() {
+        let field = format!("messages[{i}]");
+        let Value::Object(m) = m else {
+            return Err(ApiError::invalid(field, format!("expected an object, got {}", show(m))));
+        };
+        if !m.get("role").is_some_and(Value::is_string) {
+            return Err(ApiError::invalid(format!("{field}.role"), "expected a string"));
+        }
+        match m.get("content") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(Value::Array(parts)) => {
+                for (j, p) in parts.iter().enumerate() {
+                    if p.get("type").and_then(Value::as_str) != Some("text")
+                        || !p.get("text").is_some_and(Value::is_string)
+                    {
+                        let msg = "only text parts ({\"type\": \"text\", \"text\": ...}) are supported";
+                        return Err(ApiError::invalid(format!("{field}.content[{j}]"), msg));
+                    }
+                }
+            }
+            Some(v) => {
+                return Err(ApiError::invalid(format!("{field}.content"), format!("expected text, got {}", show(v))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Joins list-of-text-parts contents into one string (vLLM's "string" content format).
+fn normalize_messages(messages: JValue) -> JValue {
+    let Ok(iter) = messages.try_iter() else { return messages };
+    iter.map(|m| {
+        let content = m.get_attr("content").unwrap_or_default();
+        if content.kind() != minijinja::value::ValueKind::Seq {
+            return m;
+        }
+        let texts: Vec<String> = content
+            .try_iter()
+            .into_iter()
+            .flatten()
+            .map(|p| p.get_attr("text").ok().and_then(|t| t.as_str().map(str::to_string)).unwrap_or_default())
+            .collect();
+        let keys: Vec<JValue> = m.try_iter().into_iter().flatten().collect();
+        keys.into_iter()
+            .map(|k| {
+                let v = if k.as_str() == Some("content") {
+                    JValue::from(texts.join("\n"))
+                } else {
+                    m.get_item(&k).unwrap_or_default()
+                };
+                (k, v)
+            })
+            .collect()
+    })
+    .collect()
+}

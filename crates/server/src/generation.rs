@@ -1,0 +1,252 @@
+//! One request's sequences in the engine. Submits them, turns engine events into text deltas on
+//! the HTTP side (incremental detokenization, stop strings: a hit cancels the sequence and reports
+//! "stop"), and cancels every sequence when dropped, e.g. when the client goes away.
+
+use crate::error::ApiError;
+use crate::request::Options;
+use crate::state::{Admission, AppState};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use tf_core::TokenIds;
+use tf_engine::engine::{Event, FinishReason, GenRequest, TokenEvent};
+use tf_engine::sampler::SamplingParams;
+use tf_tokenize::{IncrementalDecoder, StopMatcher};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// One sequence to run.
+#[derive(Debug, Clone)]
+pub struct SeqSpec {
+    /// The checked prompt.
+    pub prompt: TokenIds,
+    /// Sampling settings, seed included.
+    pub params: SamplingParams,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+}
+
+/// What happened to one sequence since the last update.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    /// New text (possibly empty) and the tokens that produced it.
+    Delta {
+        /// The sequence.
+        index: usize,
+        /// Text safe to show.
+        text: String,
+        /// The tokens, with logprobs when asked for.
+        tokens: Vec<TokenEvent>,
+    },
+    /// The sequence ended: "stop", "length" or "abort".
+    Finish {
+        /// The sequence.
+        index: usize,
+        /// OpenAI's finish reason.
+        reason: &'static str,
+    },
+    /// The engine refused the sequence.
+    Failed {
+        /// The sequence.
+        index: usize,
+        /// Why.
+        message: String,
+    },
+}
+
+struct SeqState {
+    decoder: IncrementalDecoder,
+    stops: StopMatcher,
+    cancel: Arc<AtomicBool>,
+    /// A finish was reported (stop string, or the engine's end).
+    finished: bool,
+    /// The engine sent its last event.
+    done: bool,
+    completion_tokens: usize,
+}
+
+/// A running request: yields [`Update`]s until every sequence has ended.
+pub struct Generation {
+    state: Arc<AppState>,
+    rx: UnboundedReceiver<(usize, Event)>,
+    seqs: Vec<SeqState>,
+    pending: VecDeque<Update>,
+    /// Ids that end a sequence and are not part of its text (EOS unless ignored, stop ids).
+    final_ids: Vec<u32>,
+    started: Instant,
+    open: usize,
+    _admission: Admission,
+}
+
+impl Generation {
+    /// Admits (429 when the queue is full) and submits every sequence.
+    pub fn start(
+        state: &Arc<AppState>,
+        specs: Vec<SeqSpec>,
+        opts: &Options,
+        started: Instant,
+    ) -> Result<Self, ApiError> {
+        let admission = state.admit(specs.len())?;
+        let (tx, rx) = unbounded_channel();
+        let mut seqs = Vec::with_capacity(specs.len());
+        let mut gen_requests = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.into_iter().enumerate() {
+            let cancel = Arc::new(AtomicBool::new(false));
+            let tx = tx.clone();
+            seqs.push(SeqState {
+                decoder: IncrementalDecoder::new(spec.prompt.as_slice(), true),
+                stops: StopMatcher::new(&opts.stop),
+                cancel: cancel.clone(),
+                finished: false,
+                done: false,
+                completion_tokens: 0,
+            });
+            gen_requests.push(GenRequest {
+                prompt: spec.prompt,
+                params: spec.params,
+                max_tokens: spec.max_tokens,
+                stop_ids: opts.stop_ids.clone(),
+                ignore_eos: opts.ignore_eos,
+                top_logprobs: opts.logprobs,
+                sink: Box::new(move |e| tx.send((i, e)).is_ok()),
+                cancel,
+            });
+        }
+        let mut final_ids = opts.stop_ids.as_slice().to_vec();
+        if !opts.ignore_eos {
+            final_ids.extend(&state.model.eos_ids);
+        }
+        let open = seqs.len();
+        let generation = Generation {
+            state: state.clone(),
+            rx,
+            seqs,
+            pending: VecDeque::new(),
+            final_ids,
+            started,
+            open,
+            _admission: admission,
+        };
+        for r in gen_requests {
+            if !state.engine.submit(r) {
+                return Err(ApiError::unavailable());
+            }
+        }
+        Ok(generation)
+    }
+
+    /// The next update; `None` once every sequence has ended.
+    pub async fn next(&mut self) -> Option<Update> {
+        loop {
+            if let Some(u) = self.pending.pop_front() {
+                return Some(u);
+            }
+            if self.open == 0 {
+                return None;
+            }
+            match self.rx.recv().await {
+                Some((i, event)) => self.on_event(i, event),
+                None => self.engine_gone(),
+            }
+        }
+    }
+
+    /// Tokens generated so far, over all sequences (up to a stop string where one hit).
+    pub fn completion_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.completion_tokens).sum()
+    }
+
+    fn on_event(&mut self, i: usize, event: Event) {
+        let Some(s) = self.seqs.get_mut(i) else { return };
+        if s.done {
+            return;
+        }
+        match event {
+            Event::Token(t) => self.on_token(i, t),
+            Event::Done { reason, .. } => {
+                s.done = true;
+                self.open -= 1;
+                if !s.finished {
+                    self.flush(i, reason);
+                }
+            }
+            Event::Error(message) => {
+                s.done = true;
+                self.open -= 1;
+                if !s.finished {
+                    s.finished = true;
+                    self.pending.push_back(Update::Failed { index: i, message });
+                }
+            }
+        }
+    }
+
+    fn on_token(&mut self, i: usize, t: TokenEvent) {
+        let s = &mut self.seqs[i];
+        if s.finished {
+            return; // a stop string hit; the engine has not seen the cancel yet
+        }
+        s.completion_tokens += 1;
+        if s.completion_tokens == 1 {
+            self.state.metrics.ttft.observe(self.started.elapsed());
+        }
+        if self.final_ids.contains(&t.id) {
+            return;
+        }
+        let piece = match &self.state.model.tokenizer {
+            Some(tok) => s.decoder.step(tok, t.id).unwrap_or_default(),
+            None => String::new(),
+        };
+        let out = s.stops.push(&piece);
+        self.pending.push_back(Update::Delta { index: i, text: out.text, tokens: vec![t] });
+        if out.stopped {
+            s.cancel.store(true, Ordering::Relaxed);
+            s.finished = true;
+            self.pending.push_back(Update::Finish { index: i, reason: "stop" });
+        }
+    }
+
+    /// The engine ended sequence `i`: emit held-back text, then the finish.
+    fn flush(&mut self, i: usize, reason: FinishReason) {
+        let s = &mut self.seqs[i];
+        s.finished = true;
+        let rest = match &self.state.model.tokenizer {
+            Some(tok) => s.decoder.finish(tok).unwrap_or_default(),
+            None => String::new(),
+        };
+        let out = s.stops.push(&rest);
+        let mut text = out.text;
+        if !out.stopped {
+            text.push_str(&s.stops.finish());
+        }
+        if !text.is_empty() {
+            self.pending.push_back(Update::Delta { index: i, text, tokens: Vec::new() });
+        }
+        let reason = match reason {
+            _ if out.stopped => "stop",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "abort",
+        };
+        self.pending.push_back(Update::Finish { index: i, reason });
+    }
+
+    fn engine_gone(&mut self) {
+        for (i, s) in self.seqs.iter_mut().enumerate() {
+            if !s.done && !s.finished {
+                self.pending.push_back(Update::Finish { index: i, reason: "abort" });
+            }
+            s.done = true;
+            s.finished = true;
+        }
+        self.open = 0;
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        for s in &self.seqs {
+            s.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+}

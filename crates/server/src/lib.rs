@@ -1,0 +1,91 @@
+//! The OpenAI-compatible HTTP server (axum + tokio): routes, SSE, request checks at the trust
+//! boundary, chat templates, metrics. It owns JSON, templates and tokenization; the engine
+//! thread only sees checked native requests (DESIGN.md, "Layers").
+
+mod api;
+mod body;
+pub mod error;
+mod fields;
+mod generation;
+pub mod metrics;
+pub mod options;
+pub mod request;
+mod respond;
+mod routes;
+pub mod state;
+pub mod template;
+
+pub use error::ApiError;
+pub use options::{ServeArgs, options_table};
+pub use state::{AppState, Limits, ModelInfo};
+pub use template::ChatTemplate;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tf_engine::engine::EngineHandle;
+use tokio::sync::Notify;
+
+/// How long in-flight responses get to end after a shutdown signal before the server exits.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Where to listen.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// Host name or address.
+    pub host: String,
+    /// Port; 0 picks a free one.
+    pub port: u16,
+}
+
+/// Serves until SIGINT or SIGTERM, then stops accepting, cancels in-flight work through the
+/// engine and returns. `on_ready` gets the bound address once the socket listens.
+pub fn run(
+    engine: EngineHandle,
+    model: ModelInfo,
+    template: Option<ChatTemplate>,
+    limits: Limits,
+    listen: &Listen,
+    on_ready: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tensorfold-http").build()?;
+    let state = Arc::new(AppState::new(engine, model, template, limits));
+    let result = rt.block_on(serve(state, listen, on_ready));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn serve(state: Arc<AppState>, listen: &Listen, on_ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind((listen.host.as_str(), listen.port)).await?;
+    on_ready(listener.local_addr()?);
+    let stopping = Arc::new(Notify::new());
+    let (st, notify) = (state.clone(), stopping.clone());
+    let signal = async move {
+        shutdown_signal().await;
+        st.shutting_down.store(true, Ordering::Relaxed);
+        st.engine.shutdown();
+        notify.notify_one();
+    };
+    let server = axum::serve(listener, routes::router(state)).with_graceful_shutdown(signal);
+    tokio::select! {
+        r = server.into_future() => r,
+        _ = async { stopping.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,272 @@
+//! The `serve` switches (server and engine), their TOML profile (keys are the long flag names;
+//! the command line wins), and the options table of `docs/serve.md`, generated from them.
+
+use clap::{Args, CommandFactory, Parser};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// `tensorfold serve`: every switch, with its default and accepted values.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    /// Checkpoint directory to serve.
+    ///
+    /// Accepts: a Hugging Face checkpoint directory. Default: none (required here or in the profile).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// TOML file of switches (keys are the long flag names); the command line wins over it.
+    ///
+    /// Accepts: a file path. Default: none.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Address to listen on.
+    ///
+    /// Accepts: an IP address or host name.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; the bound address is printed on stdout once ready.
+    ///
+    /// Accepts: 0-65535 (0 picks a free port).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Model name clients use in requests and see in `/v1/models`.
+    ///
+    /// Accepts: any string. Default: the model directory's name.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Backend to run on.
+    ///
+    /// Accepts: cpu, ref, auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads of the backend.
+    ///
+    /// Accepts: an integer >= 1. Default: all cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub threads: Option<u64>,
+    /// Memory for the KV cache; the block count it gives is reported at start.
+    ///
+    /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    pub kv_memory: u64,
+    /// Tokens per KV block.
+    ///
+    /// Accepts: 1-1024.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub block_size: u64,
+    /// Sequences the engine runs at once.
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_num_seqs: u64,
+    /// Tokens one engine round advances at most (all sequences together).
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_round_tokens: u64,
+    /// Largest prefill chunk of one sequence in one round (results do not depend on it).
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub prefill_chunk: u64,
+    /// Reuse cached KV blocks of earlier prompts with the same prefix.
+    ///
+    /// Accepts: true, false.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub prefix_cache: bool,
+    /// Largest request body; larger ones get 413.
+    ///
+    /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
+    #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
+    pub max_body_bytes: u64,
+    /// Longest prompt in tokens.
+    ///
+    /// Accepts: an integer >= 1. Default: the model's context (and what the KV cache holds).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest `max_tokens` (`max_completion_tokens`) a request may ask for.
+    ///
+    /// Accepts: an integer >= 1. Default: the model's context.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens_limit: Option<u64>,
+    /// Most sequences one request may start: `n` times the number of prompts.
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_n: u64,
+    /// Sequences that may wait beyond `--max-num-seqs` running ones; past that, 429.
+    ///
+    /// Accepts: an integer >= 0.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: u64,
+    /// Most entries of `stop`, and of `stop_token_ids`, per request.
+    ///
+    /// Accepts: an integer >= 0.
+    #[arg(long, default_value_t = 16)]
+    pub max_stop_strings: u64,
+    /// Largest `logprobs` (completions) or `top_logprobs` (chat).
+    ///
+    /// Accepts: an integer >= 0.
+    #[arg(long, default_value_t = 20)]
+    pub max_logprobs: u64,
+    /// Most `logit_bias` entries per request.
+    ///
+    /// Accepts: an integer >= 0.
+    #[arg(long, default_value_t = 1024)]
+    pub max_logit_bias: u64,
+}
+
+/// A parser over [`ServeArgs`] alone, where a later occurrence of a switch wins.
+#[derive(Parser, Debug)]
+#[command(name = "serve", args_override_self = true)]
+struct ServeOnly {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+/// Parses a byte count: digits with an optional K/M/G (x1000) or KiB/MiB/GiB (x1024) suffix.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a byte count such as 4096 or 2GiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "m" | "mb" => 1000 * 1000,
+        "g" | "gb" => 1000 * 1000 * 1000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return Err(format!("'{s}': unknown unit (use K, M, G, KiB, MiB or GiB)")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Applies `args.profile` (if any): its keys become switches placed before the command line's,
+/// so the command line wins. `argv` is the process's full argument list.
+pub fn with_profile(args: ServeArgs, argv: &[OsString]) -> Result<ServeArgs, String> {
+    let Some(path) = &args.profile else { return Ok(args) };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--profile {}: {e}", path.display()))?;
+    let mut merged: Vec<OsString> = vec!["serve".into()];
+    merged.extend(profile_switches(&text).map_err(|e| format!("--profile {}: {e}", path.display()))?);
+    let after = argv.iter().position(|a| a == "serve").map_or(argv.len(), |i| i + 1);
+    merged.extend(argv[after..].iter().cloned());
+    ServeOnly::try_parse_from(merged).map(|p| p.args).map_err(|e| e.to_string())
+}
+
+/// Turns a TOML profile into `--key=value` switches, refusing keys that are not long flags.
+pub fn profile_switches(text: &str) -> Result<Vec<OsString>, String> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_string())?;
+    let cmd = ServeOnly::command();
+    let mut out = Vec::new();
+    for (key, value) in table {
+        let flag = key.replace('_', "-");
+        let known = cmd.get_arguments().any(|a| a.get_long() == Some(flag.as_str()));
+        if !known || flag == "profile" {
+            return Err(format!("'{key}' is not a serve switch"));
+        }
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => return Err(format!("'{key}': expected a string, number or boolean")),
+        };
+        out.push(format!("--{flag}={value}").into());
+    }
+    Ok(out)
+}
+
+/// The options table of `docs/serve.md` (Markdown), generated from the switch definitions.
+pub fn options_table() -> String {
+    let cmd = ServeOnly::command();
+    let mut out = String::from("| Switch | Accepts | Default | Meaning |\n|---|---|---|---|\n");
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" {
+            continue;
+        }
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let long_help = arg.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+        let accepts = field_of(&long_help, "Accepts:").unwrap_or_default();
+        let defaults: Vec<String> = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+        let default = match defaults.is_empty() {
+            true => field_of(&long_help, "Default:").unwrap_or_else(|| "none".into()),
+            false => format!("`{}`", defaults.join(",")),
+        };
+        out.push_str(&format!("| `--{long}` | {accepts} | {default} | {help} |\n"));
+    }
+    out
+}
+
+/// The text after `label` up to the next label or the end, trimmed of a final period.
+fn field_of(long_help: &str, label: &str) -> Option<String> {
+    let start = long_help.find(label)? + label.len();
+    let rest = &long_help[start..];
+    let end = ["Accepts:", "Default:"].iter().filter_map(|l| rest.find(l)).min().unwrap_or(rest.len());
+    Some(rest[..end].trim().trim_end_matches('.').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> ServeArgs {
+        ServeOnly::try_parse_from(argv).map(|p| p.args).unwrap()
+    }
+
+    #[test]
+    fn byte_counts_parse_with_units() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("3 MiB"), Ok(3 << 20));
+        assert_eq!(parse_bytes("5k"), Ok(5000));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("12XB").is_err());
+        assert!(parse_bytes("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn profile_sets_switches_and_the_command_line_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        let text = "model = \"/m\"\nport = 9000\nmax-num-seqs = 3\nkv_memory = \"2MiB\"\nprefix-cache = false\n";
+        std::fs::write(&path, text).unwrap();
+        let p = path.to_str().unwrap();
+        let argv: Vec<OsString> =
+            ["tensorfold", "serve", "--profile", p, "--port", "0"].iter().map(OsString::from).collect();
+        let args = with_profile(parse(&["serve", "--profile", p, "--port", "0"]), &argv).unwrap();
+        assert_eq!(args.model, Some(PathBuf::from("/m")));
+        assert_eq!(args.port, 0, "command line wins");
+        assert_eq!(args.max_num_seqs, 3);
+        assert_eq!(args.kv_memory, 2 << 20);
+        assert!(!args.prefix_cache);
+    }
+
+    #[test]
+    fn profile_refuses_unknown_keys_and_bad_values() {
+        assert!(profile_switches("no-such-flag = 1").unwrap_err().contains("no-such-flag"));
+        assert!(profile_switches("profile = \"x\"").is_err());
+        assert!(profile_switches("port = [1]").is_err());
+        assert!(profile_switches("port = ").is_err());
+        let argv = vec![OsString::from("serve")];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, "port = \"eighty\"").unwrap();
+        let args = parse(&["serve", "--profile", path.to_str().unwrap()]);
+        assert!(with_profile(args, &argv).is_err());
+    }
+
+    #[test]
+    fn every_switch_is_documented_with_accepted_values() {
+        let table = options_table();
+        for arg in ServeOnly::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long != "help" {
+                let row = table.lines().find(|l| l.starts_with(&format!("| `--{long}` |"))).unwrap();
+                assert!(!row.contains("|  |"), "--{long} lacks a column: {row}");
+            }
+        }
+    }
+}

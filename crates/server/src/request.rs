@@ -1,0 +1,326 @@
+//! The trust boundary on the HTTP side: request fields to native, checked values. Every id from
+//! outside (prompt ids, `logit_bias` keys, `stop_token_ids`) goes through `Vocab::check`; sampling
+//! values go through `SamplingParams::validate`; sizes are held to the deployment's limits.
+
+use crate::error::ApiError;
+use crate::fields::{Obj, get, int_list, opt_bool, opt_count, opt_f32, opt_int, opt_str, show, str_or_list};
+use crate::state::AppState;
+use serde_json::Value;
+use tf_core::{BadToken, TokenIds};
+use tf_engine::sampler::SamplingParams;
+
+/// Which route a request came through (their fields differ a little).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/chat/completions`.
+    Chat,
+}
+
+/// Generation options common to every prompt of a request, all checked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Sampling settings (validated); the seed is set per sequence.
+    pub params: SamplingParams,
+    /// The request's seed, if it gave one.
+    pub seed: Option<u64>,
+    /// Sequences per prompt.
+    pub n: usize,
+    /// Requested `max_tokens` (within `1..=max_tokens_limit`), if given.
+    pub max_tokens: Option<usize>,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Stop ids (checked).
+    pub stop_ids: TokenIds,
+    /// Keep going past EOS.
+    pub ignore_eos: bool,
+    /// Alternatives per token when logprobs are asked for.
+    pub logprobs: Option<usize>,
+    /// Stream as server-sent events.
+    pub stream: bool,
+    /// Add a usage chunk at the end of a stream.
+    pub include_usage: bool,
+    /// Completions: prepend the prompt to the output.
+    pub echo: bool,
+    /// Report logprob tokens as `token_id:<id>` (vLLM's switch).
+    pub tokens_as_ids: bool,
+}
+
+/// A prompt as the engine will see it, and its text when echoed.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    /// Checked ids.
+    pub ids: TokenIds,
+    /// The prompt as text (for `echo`).
+    pub text: Option<String>,
+}
+
+/// Refuses a `model` other than the served one (absent is fine).
+pub fn check_model(o: &Obj, st: &AppState) -> Result<(), ApiError> {
+    match opt_str(o, "model")? {
+        Some(name) if name != st.model.name => Err(ApiError::unknown_model(name)),
+        _ => Ok(()),
+    }
+}
+
+/// Reads and checks the generation options.
+pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiError> {
+    let lim = &st.limits;
+    let params = sampling_params(o, st)?;
+    let seed = opt_int(o, "seed")?.map(|s| s as u64);
+    let n = opt_count(o, "n", 1, lim.max_n)?.unwrap_or(1);
+    let max_tokens = match api {
+        Api::Chat if get(o, "max_completion_tokens").is_some() => {
+            opt_count(o, "max_completion_tokens", 1, lim.max_tokens_limit)?
+        }
+        _ => opt_count(o, "max_tokens", 1, lim.max_tokens_limit)?,
+    };
+    let stop = str_or_list(o, "stop", lim.max_stop_strings)?;
+    let stop_ids = checked_ids(o, st, "stop_token_ids", lim.max_stop_strings)?;
+    let logprobs = match api {
+        Api::Completions => opt_count(o, "logprobs", 0, lim.max_logprobs)?,
+        Api::Chat => chat_logprobs(o, lim.max_logprobs)?,
+    };
+    let stream = opt_bool(o, "stream")?.unwrap_or(false);
+    let include_usage = match get(o, "stream_options") {
+        None => false,
+        Some(Value::Object(so)) => {
+            opt_bool(so, "include_usage").map_err(|e| rename(e, "stream_options."))?.unwrap_or(false)
+        }
+        Some(v) => return Err(ApiError::invalid("stream_options", format!("expected an object, got {}", show(v)))),
+    };
+    let echo = api == Api::Completions && opt_bool(o, "echo")?.unwrap_or(false);
+    if echo && logprobs.is_some() {
+        return Err(ApiError::invalid("echo", "echo with logprobs needs prompt logprobs, which are not supported"));
+    }
+    opt_bool(o, "draft")?; // reserved for speculative decoding: accepted, no effect yet
+    Ok(Options {
+        params,
+        seed,
+        n,
+        max_tokens,
+        stop,
+        stop_ids,
+        ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+        logprobs,
+        stream,
+        include_usage,
+        echo,
+        tokens_as_ids: opt_bool(o, "return_tokens_as_token_ids")?.unwrap_or(false),
+    })
+}
+
+fn rename(mut e: ApiError, prefix: &str) -> ApiError {
+    if let Some(p) = &e.param {
+        e.message = format!("{prefix}{}", e.message);
+        e.param = Some(format!("{prefix}{p}"));
+    }
+    e
+}
+
+/// Chat's `logprobs` (bool) and `top_logprobs` (count, only with `logprobs: true`).
+fn chat_logprobs(o: &Obj, max: usize) -> Result<Option<usize>, ApiError> {
+    let on = opt_bool(o, "logprobs")?.unwrap_or(false);
+    let top = opt_count(o, "top_logprobs", 0, max)?;
+    match (on, top) {
+        (false, Some(_)) => Err(ApiError::invalid("top_logprobs", "needs \"logprobs\": true")),
+        (false, None) => Ok(None),
+        (true, top) => Ok(Some(top.unwrap_or(0))),
+    }
+}
+
+/// Sampling settings with OpenAI's defaults (temperature 1, top_p 1), validated.
+fn sampling_params(o: &Obj, st: &AppState) -> Result<SamplingParams, ApiError> {
+    let rows = st.model.vocab.rows();
+    let top_k = match opt_int(o, "top_k")? {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k >= 1 && k as usize <= rows => k as u32,
+        Some(k) => {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("{k} is out of range: expected -1 or 0 (off) or 1..={rows}"),
+            ));
+        }
+    };
+    let p = SamplingParams {
+        temperature: opt_f32(o, "temperature")?.unwrap_or(1.0),
+        top_k,
+        top_p: opt_f32(o, "top_p")?.unwrap_or(1.0),
+        min_p: opt_f32(o, "min_p")?.unwrap_or(0.0),
+        repetition_penalty: opt_f32(o, "repetition_penalty")?.unwrap_or(1.0),
+        presence_penalty: opt_f32(o, "presence_penalty")?.unwrap_or(0.0),
+        frequency_penalty: opt_f32(o, "frequency_penalty")?.unwrap_or(0.0),
+        logit_bias: logit_bias(o, st)?,
+        seed: 0,
+    };
+    p.validate()
+        .map_err(|e| ApiError::invalid(e.field, format!("{} is out of range: expected {}", e.value, e.expected)))?;
+    Ok(p)
+}
+
+/// `logit_bias`: keys are token ids as strings (checked), values finite in [-100, 100].
+fn logit_bias(o: &Obj, st: &AppState) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match get(o, "logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(v) => return Err(ApiError::invalid("logit_bias", format!("expected an object, got {}", show(v)))),
+    };
+    if map.len() > st.limits.max_logit_bias {
+        let msg = format!("{} entries; at most {} are allowed", map.len(), st.limits.max_logit_bias);
+        return Err(ApiError::invalid("logit_bias", msg));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let raw: i64 = key
+            .trim()
+            .parse()
+            .map_err(|_| ApiError::invalid("logit_bias", format!("key {key:?} is not an integer token id")))?;
+        let id = st.model.vocab.check_one(raw).map_err(|e| ApiError::invalid("logit_bias", bad_id(&e)))?;
+        let bias = value.as_f64().ok_or_else(|| {
+            ApiError::invalid("logit_bias", format!("value for {key:?} is not a number: {}", show(value)))
+        })?;
+        out.push((id, bias as f32));
+    }
+    Ok(out)
+}
+
+/// A list field of token ids (at most `max`), each checked against the vocabulary.
+fn checked_ids(o: &Obj, st: &AppState, key: &str, max: usize) -> Result<TokenIds, ApiError> {
+    let Some(v) = get(o, key) else { return Ok(TokenIds::new()) };
+    let raw = int_list(v, key)?;
+    if raw.len() > max {
+        return Err(ApiError::invalid(key, format!("{} entries; at most {max} are allowed", raw.len())));
+    }
+    st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("{key}[{}]", e.index), bad_id(&e)))
+}
+
+/// The message for an id outside the vocabulary.
+pub fn bad_id(e: &BadToken) -> String {
+    format!("token id {} is outside the vocabulary (0..{})", e.id, e.rows)
+}
+
+/// The prompts of a completions request (`prompt` or `prompt_token_ids`): a text, a list of
+/// ids, or a batch of either; each checked and tokenized.
+pub fn parse_prompts(o: &Obj, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
+    let (key, v) = match (get(o, "prompt"), get(o, "prompt_token_ids")) {
+        (Some(v), _) => ("prompt", v),
+        (None, Some(v)) => ("prompt_token_ids", v),
+        (None, None) => return Err(ApiError::invalid("prompt", "is required")),
+    };
+    let prompts = match v {
+        Value::String(text) => vec![text_prompt(st, key, text)?],
+        Value::Array(items) if items.is_empty() => return Err(ApiError::invalid(key, "must not be empty")),
+        Value::Array(items) => match &items[0] {
+            Value::String(_) => items
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match t {
+                    Value::String(text) => text_prompt(st, &format!("{key}[{i}]"), text),
+                    other => {
+                        Err(ApiError::invalid(format!("{key}[{i}]"), format!("expected a string, got {}", show(other))))
+                    }
+                })
+                .collect::<Result<_, _>>()?,
+            Value::Array(_) => items
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| id_prompt(st, &format!("{key}[{i}]"), ids))
+                .collect::<Result<_, _>>()?,
+            _ => vec![id_prompt(st, key, v)?],
+        },
+        other => {
+            let msg = format!("expected a string, a list of token ids or a batch of either, got {}", show(other));
+            return Err(ApiError::invalid(key, msg));
+        }
+    };
+    if prompts.len() > st.limits.max_n {
+        return Err(ApiError::invalid(
+            key,
+            format!("{} prompts; at most {} are allowed", prompts.len(), st.limits.max_n),
+        ));
+    }
+    Ok(prompts)
+}
+
+fn id_prompt(st: &AppState, key: &str, v: &Value) -> Result<Prompt, ApiError> {
+    let raw = int_list(v, key)?;
+    let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("{key}[{}]", e.index), bad_id(&e)))?;
+    check_prompt_len(st, key, ids.len())?;
+    Ok(Prompt { ids, text: None })
+}
+
+fn text_prompt(st: &AppState, key: &str, text: &str) -> Result<Prompt, ApiError> {
+    let ids = encode(st, key, text, true)?;
+    check_prompt_len(st, key, ids.len())?;
+    Ok(Prompt { ids, text: Some(text.to_string()) })
+}
+
+/// Tokenizes text (ids come out checked: the tokenizer was validated at load).
+pub fn encode(st: &AppState, key: &str, text: &str, add_special_tokens: bool) -> Result<TokenIds, ApiError> {
+    let tok = st
+        .model
+        .tokenizer
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid(key, "this model has no tokenizer; send token ids"))?;
+    tok.encode(text, add_special_tokens).map_err(|e| ApiError::invalid(key, e.to_string()))
+}
+
+/// Refuses an empty prompt or one that leaves no room in the context.
+pub fn check_prompt_len(st: &AppState, key: &str, len: usize) -> Result<(), ApiError> {
+    let ctx = st.max_model_len();
+    if len == 0 {
+        return Err(ApiError::invalid(key, "the prompt is empty"));
+    }
+    if len > st.limits.max_prompt_tokens {
+        return Err(ApiError::invalid(
+            key,
+            format!("{len} tokens; at most {} are allowed", st.limits.max_prompt_tokens),
+        ));
+    }
+    if len >= ctx {
+        return Err(ApiError::invalid(key, format!("{len} tokens leave no room in the context of {ctx} tokens")));
+    }
+    Ok(())
+}
+
+/// Tokens to generate for a prompt: the request's `max_tokens` (refused if it does not fit)
+/// or `default` (clipped to what is left of the context).
+pub fn max_tokens_for(
+    st: &AppState,
+    opts: &Options,
+    prompt_len: usize,
+    default: usize,
+    api: Api,
+) -> Result<usize, ApiError> {
+    let left = st.max_model_len().saturating_sub(prompt_len);
+    match opts.max_tokens {
+        Some(m) if m > left => {
+            let field = if api == Api::Chat { "max_completion_tokens" } else { "max_tokens" };
+            let msg = format!(
+                "{m} tokens requested, but the context holds {} and the prompt has {prompt_len}: at most {left} are left",
+                st.max_model_len()
+            );
+            Err(ApiError::invalid(field, msg))
+        }
+        Some(m) => Ok(m),
+        None => Ok(default.min(left).min(st.limits.max_tokens_limit).max(1)),
+    }
+}
+
+/// The seed of sequence `i` of a request: the request's for the first, a mix of it for the
+/// others (so `n > 1` gives different samples), a fresh draw when the request gave none.
+pub fn seed_for(st: &AppState, seed: Option<u64>, i: usize) -> u64 {
+    match seed {
+        Some(s) if i == 0 => s,
+        Some(s) => splitmix64(s ^ splitmix64(i as u64)),
+        None => st.random_u64(),
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

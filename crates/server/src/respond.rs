@@ -1,0 +1,246 @@
+//! Responses in OpenAI's shapes for completions and chat: one JSON body, or server-sent events
+//! (`data: {chunk}` per delta, a usage chunk when asked, then `data: [DONE]`).
+
+use crate::error::ApiError;
+use crate::generation::{Generation, Update};
+use crate::request::{Api, Options};
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tf_engine::engine::TokenEvent;
+use tf_tokenize::Tokenizer;
+
+/// What every chunk or body of one response shares.
+pub struct Reply {
+    /// Which route.
+    pub api: Api,
+    /// `cmpl-...` or `chatcmpl-...`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model name.
+    pub model: String,
+    /// The request's options.
+    pub opts: Options,
+    /// Prompt tokens over all prompts (each counted once).
+    pub prompt_tokens: usize,
+    /// Per sequence: the prompt text to echo first (completions with `echo`).
+    pub echo: Vec<Option<String>>,
+    /// For token texts in logprobs.
+    pub tokenizer: Option<Arc<Tokenizer>>,
+}
+
+impl Reply {
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.api, stream) {
+            (Api::Completions, _) => "text_completion",
+            (Api::Chat, false) => "chat.completion",
+            (Api::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        match &self.tokenizer {
+            Some(t) if !self.opts.tokens_as_ids => t.decode(&[id], false).unwrap_or_default(),
+            _ => format!("token_id:{id}"),
+        }
+    }
+
+    fn usage(&self, completion_tokens: usize) -> Value {
+        json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+               "total_tokens": self.prompt_tokens + completion_tokens})
+    }
+
+    /// Logprobs of `tokens` in the route's shape; `offset` is the text length before them.
+    fn logprobs(&self, tokens: &[TokenEvent], offset: usize) -> Value {
+        match self.api {
+            Api::Completions => {
+                let texts: Vec<String> = tokens.iter().map(|t| self.token_text(t.id)).collect();
+                let top: Vec<Value> = tokens
+                    .iter()
+                    .map(|t| Value::Object(t.top.iter().map(|&(id, lp)| (self.token_text(id), json!(lp))).collect()))
+                    .collect();
+                let mut offsets = Vec::with_capacity(texts.len());
+                let mut at = offset;
+                for t in &texts {
+                    offsets.push(at);
+                    at += t.len();
+                }
+                let lps: Vec<Option<f32>> = tokens.iter().map(|t| t.logprob).collect();
+                json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": top, "text_offset": offsets})
+            }
+            Api::Chat => {
+                let entry = |id: u32, lp: Option<f32>| {
+                    let text = self.token_text(id);
+                    json!({"token": text, "logprob": lp, "bytes": text.as_bytes()})
+                };
+                let content: Vec<Value> = tokens
+                    .iter()
+                    .map(|t| {
+                        let mut e = entry(t.id, t.logprob);
+                        e["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, Some(lp))).collect();
+                        e
+                    })
+                    .collect();
+                json!({ "content": content })
+            }
+        }
+    }
+
+    /// Runs `generation` to the end and builds the response body.
+    pub async fn collect(self, mut generation: Generation) -> Result<Value, ApiError> {
+        let k = self.echo.len();
+        let mut texts: Vec<String> = self.echo.iter().map(|e| e.clone().unwrap_or_default()).collect();
+        let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); k];
+        let mut finish: Vec<&str> = vec!["abort"; k];
+        while let Some(u) = generation.next().await {
+            match u {
+                Update::Delta { index, text, tokens: t } => {
+                    texts[index].push_str(&text);
+                    tokens[index].extend(t);
+                }
+                Update::Finish { index, reason } => finish[index] = reason,
+                Update::Failed { message, .. } => return Err(ApiError::invalid("prompt", message)),
+            }
+        }
+        let choices: Vec<Value> = (0..k)
+            .map(|i| {
+                let lp = self.opts.logprobs.map(|_| self.logprobs(&tokens[i], 0));
+                match self.api {
+                    Api::Completions => {
+                        json!({"index": i, "text": texts[i], "logprobs": lp, "finish_reason": finish[i]})
+                    }
+                    Api::Chat => json!({"index": i, "message": {"role": "assistant", "content": texts[i]},
+                                        "logprobs": lp, "finish_reason": finish[i]}),
+                }
+            })
+            .collect();
+        Ok(json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
+                  "choices": choices, "usage": self.usage(generation.completion_tokens())}))
+    }
+
+    /// One streamed chunk holding `choice`.
+    fn chunk(&self, choice: Value) -> Bytes {
+        let mut c = json!({"id": self.id, "object": self.object(true), "created": self.created,
+                           "model": self.model, "choices": [choice]});
+        if self.opts.include_usage {
+            c["usage"] = Value::Null;
+        }
+        sse(&c)
+    }
+
+    fn delta_choice(&self, index: usize, text: String, lp: Option<Value>, finish: Option<&str>) -> Value {
+        match self.api {
+            Api::Completions => json!({"index": index, "text": text, "logprobs": lp, "finish_reason": finish}),
+            Api::Chat => {
+                let delta = if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) };
+                json!({"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish})
+            }
+        }
+    }
+
+    /// Chunks sent before any token: chat's role announcements, completions' echoed prompts.
+    fn prelude(&self, offsets: &mut [usize]) -> Vec<Bytes> {
+        (0..self.echo.len())
+            .filter_map(|i| match self.api {
+                Api::Chat => Some(self.chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""},
+                                                     "logprobs": null, "finish_reason": null}))),
+                Api::Completions => self.echo[i].as_ref().map(|text| {
+                    offsets[i] = text.len();
+                    self.chunk(self.delta_choice(i, text.clone(), None, None))
+                }),
+            })
+            .collect()
+    }
+
+    /// The chunk for one update, if it has anything to say.
+    fn update_chunk(&self, u: Update, offsets: &mut [usize]) -> Option<Bytes> {
+        match u {
+            Update::Delta { index, text, tokens } => {
+                if text.is_empty() && (tokens.is_empty() || self.opts.logprobs.is_none()) {
+                    return None;
+                }
+                let lp = self.opts.logprobs.map(|_| self.logprobs(&tokens, offsets[index]));
+                offsets[index] += text.len();
+                Some(self.chunk(self.delta_choice(index, text, lp, None)))
+            }
+            Update::Finish { index, reason } => {
+                Some(self.chunk(self.delta_choice(index, String::new(), None, Some(reason))))
+            }
+            Update::Failed { message, .. } => Some(sse(&ApiError::invalid("prompt", message).body())),
+        }
+    }
+
+    /// Streams `generation` as server-sent events.
+    pub fn stream(self, generation: Generation) -> Response {
+        let mut offsets = vec![0; self.echo.len()];
+        let mut prelude = self.prelude(&mut offsets);
+        prelude.reverse(); // popped from the back
+        let state = StreamState { reply: self, generation, offsets, prelude, phase: Phase::Prelude };
+        let body = futures_util::stream::unfold(state, |mut s| async move {
+            let b = s.next_bytes().await?;
+            Some((Ok::<Bytes, Infallible>(b), s))
+        });
+        let headers = [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")];
+        (headers, Body::from_stream(body)).into_response()
+    }
+}
+
+/// A value as one server-sent event.
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+enum Phase {
+    Prelude,
+    Tokens,
+    Usage,
+    Done,
+    End,
+}
+
+struct StreamState {
+    reply: Reply,
+    generation: Generation,
+    offsets: Vec<usize>,
+    prelude: Vec<Bytes>,
+    phase: Phase,
+}
+
+impl StreamState {
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        loop {
+            match self.phase {
+                Phase::Prelude => match self.prelude.pop() {
+                    Some(b) => return Some(b),
+                    None => self.phase = Phase::Tokens,
+                },
+                Phase::Tokens => match self.generation.next().await {
+                    Some(u) => {
+                        if let Some(b) = self.reply.update_chunk(u, &mut self.offsets) {
+                            return Some(b);
+                        }
+                    }
+                    None => self.phase = Phase::Usage,
+                },
+                Phase::Usage => {
+                    self.phase = Phase::Done;
+                    if self.reply.opts.include_usage {
+                        let r = &self.reply;
+                        let usage = r.usage(self.generation.completion_tokens());
+                        return Some(sse(&json!({"id": r.id, "object": r.object(true), "created": r.created,
+                                                "model": r.model, "choices": [], "usage": usage})));
+                    }
+                }
+                Phase::Done => {
+                    self.phase = Phase::End;
+                    return Some(Bytes::from_static(b"data: [DONE]\n\n"));
+                }
+                Phase::End => return None,
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The router: OpenAI routes, vLLM's `/tokenize` and `/detokenize`, `/health`, `/metrics`, and
+//! OpenAI-shaped errors for unknown routes and methods.
+
+use crate::api::{blocking, chat, completions, render_chat};
+use crate::body::json_body;
+use crate::error::ApiError;
+use crate::fields::{get, int_list, opt_bool, opt_str};
+use crate::request::{bad_id, check_model, encode};
+use crate::state::AppState;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get as get_route, post};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// All routes over `state`, with the body size cap and response counting.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.limits.max_body_bytes;
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get_route(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get_route(health))
+        .route("/metrics", get_route(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::map_response_with_state(state.clone(), count_response))
+        .with_state(state)
+}
+
+async fn count_response(State(st): State<Arc<AppState>>, r: Response) -> Response {
+    st.metrics.count_response(r.status().as_u16());
+    r
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::with_status(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
+}
+
+fn json_response(v: Value) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> Response {
+    json_response(json!({"object": "list", "data": [{
+        "id": st.model.name, "object": "model", "created": 0, "owned_by": "tensorfold",
+        "root": st.model.name, "max_model_len": st.max_model_len()}]}))
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    match st.shutting_down.load(Ordering::Relaxed) {
+        true => ApiError::unavailable().into_response(),
+        false => json_response(json!({"status": "ok"})),
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let text = st.metrics.render(&st.engine.stats, st.in_flight());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `POST /tokenize`: `{"prompt": text}` or `{"messages": [...]}` to checked ids.
+async fn tokenize(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(&headers, body, st.limits.max_body_bytes)?;
+    let prep = st.clone();
+    let ids = blocking(move || {
+        let o = &body.obj;
+        check_model(o, &prep)?;
+        if get(o, "messages").is_some() {
+            let text = render_chat(&prep, o, &body.raw)?;
+            let special = opt_bool(o, "add_special_tokens")?.unwrap_or(false);
+            return encode(&prep, "messages", &text, special);
+        }
+        let text = opt_str(o, "prompt")?.ok_or_else(|| ApiError::invalid("prompt", "is required (or messages)"))?;
+        encode(&prep, "prompt", text, opt_bool(o, "add_special_tokens")?.unwrap_or(true))
+    })
+    .await?;
+    Ok(json_response(json!({"count": ids.len(), "max_model_len": st.max_model_len(), "tokens": ids.as_slice()})))
+}
+
+/// `POST /detokenize`: `{"tokens": [ids]}` (checked) to text.
+async fn detokenize(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(&headers, body, st.limits.max_body_bytes)?;
+    let o = &body.obj;
+    check_model(o, &st)?;
+    let raw = int_list(get(o, "tokens").ok_or_else(|| ApiError::invalid("tokens", "is required"))?, "tokens")?;
+    let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("tokens[{}]", e.index), bad_id(&e)))?;
+    let tok = st.model.tokenizer.as_ref().ok_or_else(|| ApiError::invalid("tokens", "this model has no tokenizer"))?;
+    let text = tok.decode(ids.as_slice(), false).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+    Ok(json_response(json!({ "prompt": text })))
+}
