@@ -51,6 +51,11 @@ impl HostMat {
         if !t.dtype.is_float() {
             return Err(BackendError::Unsupported(format!("{}: dtype {} is not a float type", t.name, t.dtype)));
         }
+        let want = rows.checked_mul(cols).and_then(|n| t.dtype.bytes_for(n));
+        if want != Some(t.data.as_bytes().len()) {
+            let msg = format!("{}: {} bytes do not hold {rows}x{cols} {}", t.name, t.data.as_bytes().len(), t.dtype);
+            return Err(BackendError::Unsupported(msg));
+        }
         Ok(HostMat { dtype: t.dtype, rows, cols, data: t.data.clone().aligned(t.dtype.size()) })
     }
 
@@ -105,5 +110,35 @@ impl HostKv {
     /// Width of one slot (all KV heads).
     pub fn slot_width(&self) -> usize {
         self.shape.num_kv_heads * self.shape.head_dim
+    }
+
+    /// f32 values in one block of K (or V).
+    fn block_len(&self) -> usize {
+        self.shape.block_size * self.slot_width()
+    }
+
+    /// K then V of `blocks`, as little-endian f32 bytes.
+    pub fn read_blocks(&self, blocks: &[u32]) -> Vec<u8> {
+        let n = self.block_len();
+        let mut out = Vec::with_capacity(2 * blocks.len() * n * 4);
+        for pool in [&self.k, &self.v] {
+            for &b in blocks {
+                out.extend(pool[b as usize * n..(b as usize + 1) * n].iter().flat_map(|x| x.to_le_bytes()));
+            }
+        }
+        out
+    }
+
+    /// Writes bytes laid out as [`HostKv::read_blocks`] gives them (length checked by the caller).
+    pub fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
+        let n = self.block_len();
+        let mut words = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        for pool in [&mut self.k, &mut self.v] {
+            for &b in blocks {
+                for (dst, src) in pool[b as usize * n..(b as usize + 1) * n].iter_mut().zip(&mut words) {
+                    *dst = src;
+                }
+            }
+        }
     }
 }

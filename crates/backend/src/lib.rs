@@ -111,4 +111,11 @@ pub trait Backend: Send + Sync {
     fn softcap(&self, x: &mut Self::Act, cap: f32);
     /// Mixture of experts: route each row by `router_logits` `[rows, experts]`, run its experts.
     fn moe(&self, x: &Self::Act, router_logits: &Self::Act, experts: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act;
+
+    /// Element type of the KV pool (what a saved session stores).
+    fn kv_dtype(&self) -> tf_core::DType;
+    /// Raw little-endian bytes of `blocks` of one layer's pool: all their K, then all their V.
+    fn read_kv_blocks(&self, kv: &Self::Kv, blocks: &[u32]) -> Vec<u8>;
+    /// Writes bytes laid out as [`Backend::read_kv_blocks`] gives them into `blocks`.
+    fn write_kv_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], bytes: &[u8]);
 }

@@ -215,4 +215,16 @@ impl Backend for RefBackend {
         }
         out
     }
+
+    fn kv_dtype(&self) -> tf_core::DType {
+        tf_core::DType::F32
+    }
+
+    fn read_kv_blocks(&self, kv: &HostKv, blocks: &[u32]) -> Vec<u8> {
+        kv.read_blocks(blocks)
+    }
+
+    fn write_kv_blocks(&self, kv: &mut HostKv, blocks: &[u32], bytes: &[u8]) {
+        kv.write_blocks(blocks, bytes)
+    }
 }

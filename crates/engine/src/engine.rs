@@ -5,7 +5,10 @@
 use crate::block_pool::BlockPool;
 use crate::sampler::{History, SamplingParams, logprobs, sample};
 use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
+use crate::session::{CheckedSession, SessionLayout};
+use session_ops::PendingSave;
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -14,6 +17,8 @@ use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_core::TokenIds;
 use tf_models::{Batch, Model};
+
+mod session_ops;
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +127,8 @@ pub struct EngineStats {
 
 enum Command {
     Submit(Box<GenRequest>),
+    SaveSession { ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>> },
+    RestoreSession { session: Box<CheckedSession>, reply: Sender<Result<usize, String>> },
     Shutdown,
 }
 
@@ -133,12 +140,30 @@ pub struct EngineHandle {
     pub stats: Arc<EngineStats>,
     /// Most tokens one sequence can hold (prompt + generated).
     pub max_seq_tokens: usize,
+    /// What a saved session must match to be restored here.
+    pub session_layout: SessionLayout,
 }
 
 impl EngineHandle {
     /// Hands a request to the engine; false when the engine has stopped.
     pub fn submit(&self, req: GenRequest) -> bool {
         self.tx.send(Command::Submit(Box::new(req))).is_ok()
+    }
+
+    /// Computes the K/V of the full blocks of `ids` (from the prefix cache where possible) and
+    /// writes them with the ids to `path`; returns the tokens saved.
+    pub fn save_session(&self, ids: TokenIds, path: PathBuf) -> Result<usize, String> {
+        let (reply, rx) = channel();
+        self.tx.send(Command::SaveSession { ids, path, reply }).map_err(|_| "the engine has stopped".to_string())?;
+        rx.recv().map_err(|_| "the engine has stopped".to_string())?
+    }
+
+    /// Puts a checked session's blocks into the prefix cache; returns the tokens restored.
+    pub fn restore_session(&self, session: CheckedSession) -> Result<usize, String> {
+        let (reply, rx) = channel();
+        let cmd = Command::RestoreSession { session: Box::new(session), reply };
+        self.tx.send(cmd).map_err(|_| "the engine has stopped".to_string())?;
+        rx.recv().map_err(|_| "the engine has stopped".to_string())?
     }
 
     /// Asks the engine to cancel everything and stop.
@@ -164,9 +189,30 @@ pub fn spawn<B: Backend + 'static>(
     let stats = Arc::new(EngineStats::default());
     stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
     let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
-    let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens };
+    let spec = &model.decoder.spec;
+    let session_layout = SessionLayout {
+        fingerprint: model.fingerprint,
+        kv_dtype: backend.kv_dtype(),
+        num_layers: spec.num_layers,
+        num_kv_heads: spec.num_kv_heads,
+        head_dim: spec.head_dim,
+        block_size: cfg.block_size,
+        max_tokens: max_seq_tokens,
+        vocab: model.vocab,
+    };
+    let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens, session_layout };
     let sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
-    let mut core = Core { model, backend, kv, sched, active: HashMap::new(), next_id: 0, stats, max_seq_tokens };
+    let mut core = Core {
+        model,
+        backend,
+        kv,
+        sched,
+        active: HashMap::new(),
+        saves: HashMap::new(),
+        next_id: 0,
+        stats,
+        max_seq_tokens,
+    };
     let thread = std::thread::Builder::new()
         .name("tensorfold-engine".into())
         .spawn(move || core.run(rx))
@@ -180,6 +226,7 @@ struct Core<B: Backend> {
     kv: Vec<B::Kv>,
     sched: Scheduler,
     active: HashMap<SeqId, Active>,
+    saves: HashMap<SeqId, PendingSave>,
     next_id: SeqId,
     stats: Arc<EngineStats>,
     max_seq_tokens: usize,
@@ -190,14 +237,14 @@ impl<B: Backend> Core<B> {
         loop {
             if self.sched.is_idle() {
                 match rx.recv() {
-                    Ok(Command::Submit(r)) => self.admit(*r),
                     Ok(Command::Shutdown) | Err(_) => return,
+                    Ok(cmd) => self.command(cmd),
                 }
             }
             loop {
                 match rx.try_recv() {
-                    Ok(Command::Submit(r)) => self.admit(*r),
                     Ok(Command::Shutdown) => return self.cancel_all(),
+                    Ok(cmd) => self.command(cmd),
                     Err(std::sync::mpsc::TryRecvError::Empty) => break,
                     Err(std::sync::mpsc::TryRecvError::Disconnected) => return self.cancel_all(),
                 }
@@ -208,6 +255,17 @@ impl<B: Backend> Core<B> {
                 self.round(&plan);
             }
             self.publish();
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(r) => self.admit(*r),
+            Command::SaveSession { ids, path, reply } => self.admit_save(ids, path, reply),
+            Command::RestoreSession { session, reply } => {
+                let _ = reply.send(self.restore(&session));
+            }
+            Command::Shutdown => self.cancel_all(),
         }
     }
 
@@ -240,7 +298,7 @@ impl<B: Backend> Core<B> {
     }
 
     fn cancel_all(&mut self) {
-        let ids: Vec<SeqId> = self.active.keys().copied().collect();
+        let ids: Vec<SeqId> = self.active.keys().chain(self.saves.keys()).copied().collect();
         for id in ids {
             self.finish(id, FinishReason::Cancelled);
         }
@@ -248,6 +306,9 @@ impl<B: Backend> Core<B> {
 
     fn finish(&mut self, id: SeqId, reason: FinishReason) {
         self.sched.remove(id);
+        if let Some(save) = self.saves.remove(&id) {
+            let _ = save.reply.send(Err("the engine stopped before the session was saved".into()));
+        }
         if let Some(mut a) = self.active.remove(&id) {
             let done = Event::Done { reason, prompt_tokens: a.req.prompt.len(), completion_tokens: a.generated };
             (a.req.sink)(done);
@@ -286,11 +347,13 @@ impl<B: Backend> Core<B> {
         let logits = self.backend.download(&logits);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
-        let mut row = 0;
-        for e in plan.iter().filter(|e| e.wants_logits) {
+        for (row, e) in plan.iter().filter(|e| e.wants_logits).enumerate() {
             let mut l = logits[row * vocab..(row + 1) * vocab].to_vec();
-            row += 1;
-            self.emit(e.seq, &mut l);
+            if self.saves.contains_key(&e.seq) {
+                self.complete_save(e.seq);
+            } else {
+                self.emit(e.seq, &mut l);
+            }
         }
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
         self.stats.round_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);

@@ -6,5 +6,6 @@ pub mod rng;
 pub mod runner;
 pub mod sampler;
 pub mod scheduler;
+pub mod session;
 
 pub use runner::Runner;

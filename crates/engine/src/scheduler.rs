@@ -89,6 +89,11 @@ impl Scheduler {
         &self.pool
     }
 
+    /// The block pool, for restoring saved blocks into the prefix cache.
+    pub fn pool_mut(&mut self) -> &mut BlockPool {
+        &mut self.pool
+    }
+
     /// Sequences waiting for admission.
     pub fn num_waiting(&self) -> usize {
         self.waiting.len()

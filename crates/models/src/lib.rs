@@ -4,6 +4,7 @@ pub mod config;
 pub mod decoder;
 pub mod error;
 pub mod families;
+pub mod fingerprint;
 pub mod gguf;
 pub mod loaded;
 pub mod registry;

@@ -26,6 +26,8 @@ pub struct Model<B: Backend> {
     pub eos_ids: Vec<u32>,
     /// The BOS id, if any.
     pub bos_id: Option<u32>,
+    /// Identity of the checkpoint (config and weights), for saved state.
+    pub fingerprint: u64,
 }
 
 impl<B: Backend> Model<B> {
@@ -59,7 +61,11 @@ impl<B: Backend> Model<B> {
         eos_ids.dedup();
         let ckpt = Checkpoint::open(dir)?;
         let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend))?;
-        Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id })
+        let tensors = ckpt.names().filter_map(|n| ckpt.get(n).ok().flatten()).collect();
+        let config_bytes =
+            std::fs::read(dir.join("config.json")).map_err(|e| config.error(format!("cannot read: {e}")))?;
+        let fingerprint = crate::fingerprint::fingerprint(&config_bytes, tensors);
+        Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 }
 

@@ -1,0 +1,98 @@
+//! The engine thread's side of saved sessions: a save runs the ids as a prefill-only sequence
+//! (reusing cached blocks) and writes its blocks when the last one is computed; a restore puts
+//! an already-checked session's blocks into the prefix cache, block by block.
+
+use super::Core;
+use crate::session::{self, CheckedSession};
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use tf_backend::Backend;
+use tf_core::TokenIds;
+
+/// A save waiting for its sequence's K/V to be computed.
+pub(super) struct PendingSave {
+    pub(super) path: PathBuf,
+    pub(super) reply: Sender<Result<usize, String>>,
+}
+
+impl<B: Backend> Core<B> {
+    pub(super) fn admit_save(&mut self, ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>>) {
+        let bs = self.sched.pool().block_size();
+        let full = ids.len() / bs * bs;
+        if full == 0 || full > self.max_seq_tokens {
+            let msg = format!(
+                "a session holds 1 to {} whole blocks of {bs} tokens; {} tokens given",
+                self.max_seq_tokens / bs,
+                ids.len()
+            );
+            let _ = reply.send(Err(msg));
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sched.add(id, ids.as_slice()[..full].to_vec());
+        self.saves.insert(id, PendingSave { path, reply });
+    }
+
+    /// Writes the finished save sequence `id` and removes it.
+    pub(super) fn complete_save(&mut self, id: u64) {
+        let Some(save) = self.saves.remove(&id) else { return };
+        let result = match self.sched.seq(id) {
+            Some(seq) => {
+                let layers = self.kv.iter().map(|kv| self.backend.read_kv_blocks(kv, &seq.block_table)).collect();
+                let checked = self.model.vocab.check_u32(&seq.tokens).map_err(|e| e.to_string());
+                checked.and_then(|ids| {
+                    let s = CheckedSession { ids, layers };
+                    let layout = self.session_layout();
+                    session::write(&save.path, &layout, &s).map(|_| s.ids.len()).map_err(|e| e.to_string())
+                })
+            }
+            None => Err("the session's sequence vanished".into()),
+        };
+        self.sched.remove(id);
+        let _ = save.reply.send(result);
+    }
+
+    /// Puts each block of `s` not already cached into a fresh pool block and caches it.
+    pub(super) fn restore(&mut self, s: &CheckedSession) -> Result<usize, String> {
+        let layout = self.session_layout();
+        let bs = layout.block_size;
+        let half = layout.half_block_bytes();
+        let num_blocks = s.ids.len() / bs;
+        let mut parent = 0;
+        for (i, tokens) in s.ids.as_slice().chunks_exact(bs).enumerate() {
+            let hash = self.sched.pool().chain_hash(parent, tokens);
+            parent = hash;
+            if let Some(b) = self.sched.pool_mut().acquire_cached(hash) {
+                self.sched.pool_mut().release(&[b]);
+                continue;
+            }
+            let Some(block) = self.sched.pool_mut().allocate(1) else {
+                return Err(format!("the KV pool has no free block for block {i} of {num_blocks}"));
+            };
+            for (kv, layer) in self.kv.iter_mut().zip(&s.layers) {
+                let k = &layer[i * half..(i + 1) * half];
+                let v = &layer[(num_blocks + i) * half..(num_blocks + i + 1) * half];
+                self.backend.write_kv_blocks(kv, &block, &[k, v].concat());
+            }
+            self.sched.pool_mut().register(block[0], hash);
+            self.sched.pool_mut().release(&block);
+        }
+        self.publish();
+        Ok(s.ids.len())
+    }
+
+    fn session_layout(&self) -> session::SessionLayout {
+        let spec = &self.model.decoder.spec;
+        session::SessionLayout {
+            fingerprint: self.model.fingerprint,
+            kv_dtype: self.backend.kv_dtype(),
+            num_layers: spec.num_layers,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+            block_size: self.sched.pool().block_size(),
+            max_tokens: self.max_seq_tokens,
+            vocab: self.model.vocab,
+        }
+    }
+}
