@@ -11,7 +11,7 @@ also records llama.cpp's tokenization / top-10 / greedy for the same prompts
 
 The GGUF is dequantised to float32 by transformers (`gguf` package), so these are the
 logits of the *dequantised* weights in f32 - an f32 engine that dequantises the same
-blocks should match to ~1e-3; one that runs quantised dot products (Q8 activations, like
+blocks should match up to f32 summation-order error; one that runs quantised dot products (Q8 activations, like
 llama.cpp) will differ more: see `greedy_top2_margin` before asserting a greedy token.
 
 Usage:

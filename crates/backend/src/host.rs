@@ -43,27 +43,42 @@ pub struct HostMat {
 }
 
 impl HostMat {
-    /// Takes a 2-D float tensor.
+    /// Takes a 2-D float or block-quantized tensor (each row a whole number of quant blocks).
     pub fn from_view(t: &TensorView) -> Result<HostMat, BackendError> {
         let [rows, cols] = t.shape[..] else {
             return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
         };
-        if !t.dtype.is_float() {
-            return Err(BackendError::Unsupported(format!("{}: dtype {} is not a float type", t.name, t.dtype)));
+        if !t.dtype.is_weight() {
+            return Err(BackendError::Unsupported(format!("{}: dtype {} is not a weight type", t.name, t.dtype)));
+        }
+        if let DType::Quant(q) = t.dtype
+            && !cols.is_multiple_of(q.block_len())
+        {
+            let msg = format!("{}: rows of {cols} do not split into {} blocks of {}", t.name, q.name(), q.block_len());
+            return Err(BackendError::Unsupported(msg));
         }
         let want = rows.checked_mul(cols).and_then(|n| t.dtype.bytes_for(n));
         if want != Some(t.data.as_bytes().len()) {
             let msg = format!("{}: {} bytes do not hold {rows}x{cols} {}", t.name, t.data.as_bytes().len(), t.dtype);
             return Err(BackendError::Unsupported(msg));
         }
-        Ok(HostMat { dtype: t.dtype, rows, cols, data: t.data.clone().aligned(t.dtype.size()) })
+        // Quant blocks are read byte-wise, so a mapped tensor is never copied for them.
+        let align = if t.dtype.is_float() { t.dtype.size() } else { 1 };
+        Ok(HostMat { dtype: t.dtype, rows, cols, data: t.data.clone().aligned(align) })
     }
 
-    /// Row `r` converted to f32 into `out` (`out.len() == cols`).
+    /// Bytes of one row in storage type.
+    pub fn row_bytes(&self) -> usize {
+        match self.dtype {
+            DType::Quant(q) => self.cols / q.block_len() * q.block_bytes(),
+            d => self.cols * d.size(),
+        }
+    }
+
+    /// Row `r` converted (or dequantized, as ggml does) to f32 into `out` (`out.len() == cols`).
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
-        let b = self.data.as_bytes();
-        let sz = self.dtype.size();
-        let bytes = &b[r * self.cols * sz..(r + 1) * self.cols * sz];
+        let rb = self.row_bytes();
+        let bytes = &self.data.as_bytes()[r * rb..(r + 1) * rb];
         match self.dtype {
             DType::F32 => {
                 for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -80,7 +95,12 @@ impl HostMat {
                     *o = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
             }
-            DType::I64 | DType::Quant(_) => unreachable!("HostMat::from_view takes float weights only"),
+            DType::Quant(q) => {
+                for (o, v) in out.iter_mut().zip(tf_formats::quant::dequantize(q, bytes)) {
+                    *o = v;
+                }
+            }
+            DType::I64 => unreachable!("HostMat::from_view takes weight dtypes only"),
         }
     }
 }
@@ -140,5 +160,45 @@ impl HostKv {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_core::QuantType;
+
+    fn view(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> TensorView {
+        TensorView { name: "w".into(), dtype, shape, data: TensorBytes::from_vec(bytes), file: "t.gguf".into() }
+    }
+
+    /// Deterministic bytes; any pattern is a valid block (scales are f16 bits).
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 37 % 251) as u8 ^ 0x15).map(|b| if b & 0x7C == 0x7C { b & 0x3F } else { b }).collect()
+    }
+
+    #[test]
+    fn quantized_rows_dequantize_like_ggml() {
+        let q = QuantType::Q4K;
+        let (rows, cols) = (3, 512);
+        let bytes = pattern(rows * cols / 256 * q.block_bytes());
+        let m = HostMat::from_view(&view(DType::Quant(q), vec![rows, cols], &bytes)).expect("q4_k weight");
+        assert_eq!(m.row_bytes(), 2 * 144);
+        let all = tf_formats::quant::dequantize(q, &bytes);
+        let mut row = vec![0.0; cols];
+        for r in 0..rows {
+            m.row_f32(r, &mut row);
+            assert_eq!(row, all[r * cols..(r + 1) * cols], "row {r}");
+        }
+    }
+
+    #[test]
+    fn quantized_weights_are_checked() {
+        let q = DType::Quant(QuantType::Q8_0);
+        // 48 columns is not a whole number of 32-blocks, even though 2 x 48 is.
+        assert!(HostMat::from_view(&view(q, vec![2, 48], &pattern(3 * 34))).is_err());
+        assert!(HostMat::from_view(&view(q, vec![2, 64], &pattern(4 * 34 - 1))).is_err());
+        assert!(HostMat::from_view(&view(q, vec![2, 64], &pattern(4 * 34))).is_ok());
+        assert!(HostMat::from_view(&view(DType::I64, vec![2, 4], &[0; 64])).is_err());
     }
 }

@@ -25,12 +25,14 @@ pub enum Command {
     Synth(SynthArgs),
     /// Measure prefill and decode speed.
     Bench(BenchArgs),
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(tf_server::ServeArgs),
 }
 
 /// Where and how to run.
 #[derive(Args, Debug, Clone)]
 pub struct DeviceArgs {
-    /// Backend: `cpu` (fast), `ref` (scalar reference), `auto`.
+    /// Backend: `cpu` (fast), `ref` (scalar reference), `cuda[:N]` (with the cuda feature), `auto`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads (default: all cores).
@@ -160,6 +162,9 @@ pub struct BenchArgs {
     /// Tokens to decode after the prompt.
     #[arg(long, default_value_t = 32)]
     pub gen_len: usize,
+    /// Sequences decoded together per round, comma-separated (each a separate measurement).
+    #[arg(long, default_value = "1")]
+    pub batch: String,
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,

@@ -1,15 +1,23 @@
-//! `tensorfold bench`: prefill and decode tokens/s on a checkpoint, medians over repetitions.
+//! `tensorfold bench`: prefill and batched decode speed on a checkpoint, and on a GPU the ratios
+//! of BENCH.md against the card's copy bandwidth and bf16 GEMM peak measured in the same run.
+//!
+//! Batched decode runs `batch` sequences through one forward per round (vLLM-style paged rows).
+//! They share the prompt's full KV blocks (prefix sharing: one prefill, as a prefix cache would
+//! give) and own their tail and generated blocks. Each round computes every row's logits; the
+//! next token of all rows is the argmax of row 0, so only one logits row crosses to the host.
 
 use crate::args::BenchArgs;
-use crate::device::{OnBackend, dispatch, threads};
+use crate::device::{Limits, OnBackend, dispatch, limits, threads};
 use crate::exit::{Failure, failed, refused};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Instant;
-use tf_backend::Backend;
-use tf_engine::Runner;
-use tf_models::Model;
+use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_models::{Batch, Model, ModelSpec};
 
-struct Bench<'a>(&'a BenchArgs);
+/// Tokens per KV block.
+const BLOCK: usize = 16;
+
+struct Bench<'a>(&'a BenchArgs, Option<Limits>);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -20,41 +28,167 @@ fn argmax(row: &[f32]) -> usize {
     row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best })
 }
 
+/// What a forward reads and computes, from the model's shape.
+struct Cost {
+    /// Matmul weights of the layers (dense models), elements.
+    layer_params: f64,
+    /// lm_head elements.
+    head_params: f64,
+    /// KV cache bytes per token (all layers) in the backend's KV type.
+    kv_bytes_per_token: f64,
+    /// `layers * heads * head_dim`, for attention FLOPs.
+    attn_width: f64,
+}
+
+fn cost(s: &ModelSpec, kv_elem: usize) -> Cost {
+    let (h, q, kv) = (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
+    let per_layer = h * (q + 2.0 * kv) + q * h + 3.0 * h * s.intermediate_size as f64;
+    Cost {
+        layer_params: per_layer * s.num_layers as f64,
+        head_params: (s.vocab_size * s.hidden_size) as f64,
+        kv_bytes_per_token: (2 * s.num_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
+        attn_width: (s.num_layers * s.num_heads * s.head_dim) as f64,
+    }
+}
+
+/// One sequence group's KV layout: shared prompt blocks, then private blocks per sequence.
+struct Layout {
+    shared: usize,
+    private: usize,
+}
+
+impl Layout {
+    fn new(len: usize, total: usize) -> Layout {
+        let shared = len / BLOCK;
+        Layout { shared, private: total.div_ceil(BLOCK) - shared }
+    }
+    fn num_blocks(&self, batch: usize) -> usize {
+        self.shared + batch * self.private
+    }
+    fn table(&self, seq: usize) -> Vec<u32> {
+        let own = self.shared + seq * self.private;
+        (0..self.shared as u32).chain((own..own + self.private).map(|b| b as u32)).collect()
+    }
+}
+
+/// Feeds `ids` at `start_pos` for each `(seq, table)`; returns the logits of every row.
+fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], usize, &Vec<u32>)]) -> B::Act {
+    let (mut ids, mut meta) = (Vec::new(), AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: BLOCK });
+    for &(tokens, start_pos, table) in seqs {
+        meta.seqs.push(SeqAttn { q_start: ids.len(), q_len: tokens.len(), start_pos, block_table: table.clone() });
+        meta.slot_mapping.extend(
+            (start_pos..start_pos + tokens.len()).map(|p| table[p / BLOCK] as usize * BLOCK + p % BLOCK),
+        );
+        ids.extend_from_slice(tokens);
+    }
+    let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
+    m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, kv)
+}
+
+/// The first logits row on the host (waits for the device).
+fn first_row<B: Backend>(b: &B, logits: &B::Act) -> Vec<f32> {
+    b.download(&b.select_rows(logits, &[0]))
+}
+
+struct Measured {
+    prefill_s: f64,
+    round_s: Vec<f64>,
+}
+
+fn measure<B: Backend>(m: &Model<B>, b: &B, prompt: &[u32], batch: usize, gen_len: usize, repeat: usize) -> Result<Measured, Failure> {
+    let len = prompt.len();
+    let lay = Layout::new(len, len + gen_len);
+    let mut kv = m.decoder.alloc_kv(b, lay.num_blocks(batch), BLOCK).map_err(refused)?;
+    let tables: Vec<Vec<u32>> = (0..batch).map(|i| lay.table(i)).collect();
+    let shared = lay.shared * BLOCK;
+    let mut prefill = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        last = first_row(b, &forward(m, b, &mut kv, &[(prompt, 0, &tables[0])]));
+        prefill.push(t.elapsed().as_secs_f64());
+    }
+    // Every other sequence adds its own copy of the prompt's tail after the shared blocks.
+    if len > shared {
+        for table in &tables[1..] {
+            first_row(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)]));
+        }
+    }
+    let mut round_s = Vec::with_capacity(gen_len);
+    for step in 0..gen_len {
+        let id = [m.vocab.sampled(argmax(&last))];
+        let seqs: Vec<(&[u32], usize, &Vec<u32>)> = tables.iter().map(|t| (&id[..], len + step, t)).collect();
+        let t = Instant::now();
+        last = first_row(b, &forward(m, b, &mut kv, &seqs));
+        round_s.push(t.elapsed().as_secs_f64());
+    }
+    Ok(Measured { prefill_s: median(prefill), round_s })
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
 impl OnBackend for Bench<'_> {
     type Out = ();
     fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
-        let a = self.0;
+        let (a, lim) = (self.0, self.1);
         let m = Model::open(&a.model, b).map_err(refused)?;
         let rows = m.vocab.rows();
-        let mut results = Vec::new();
+        let c = cost(&m.decoder.spec, b.kv_dtype().size());
+        let dense = m.decoder.spec.moe.is_none();
+        let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
+            .map_err(refused)?
+            .into_iter()
+            .map(|n| usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| refused("--batch values must be positive")))
+            .collect::<Result<_, _>>()?;
         println!("model={} backend={} threads={}", a.model.display(), b.name(), threads(&a.dev));
-        println!("{:>8} {:>8} {:>14} {:>14} {:>10}", "prompt", "gen", "prefill tok/s", "decode tok/s", "ttft ms");
+        if let Some(l) = lim {
+            println!("measured: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", l.copy_gb_s, l.gemm_tflops);
+        }
+        let mut results: Vec<Value> = Vec::new();
         for len in crate::args::parse_ids(&a.prompt_len).map_err(refused)? {
             let len = usize::try_from(len).map_err(|_| refused("--prompt-len must be positive"))?.max(1);
             let raw: Vec<i64> = (0..len as i64).map(|i| (i * 7919 + 13) % rows as i64).collect();
             let prompt = m.vocab.check(&raw).map_err(failed)?;
-            let (mut prefill, mut decode) = (Vec::new(), Vec::new());
-            for _ in 0..a.repeat.max(1) {
-                let mut runner = Runner::new(&m, b, len + a.gen_len).map_err(refused)?;
-                let t = Instant::now();
-                let mut logits = runner.prefill(&prompt, len, false);
-                prefill.push(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                let steps = a.gen_len.min(runner.room());
-                for _ in 0..steps {
-                    let id = m.vocab.sampled(argmax(&logits));
-                    logits = runner.feed(&[id], false);
+            let gen_len = a.gen_len.min(m.decoder.spec.max_position_embeddings.saturating_sub(len)).max(1);
+            for &batch in &batches {
+                let r = measure(&m, b, prompt.as_slice(), batch, gen_len, a.repeat)?;
+                let round = median(r.round_s.clone());
+                let flops = 2.0 * c.layer_params * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
+                let ctx = len as f64 + gen_len as f64 / 2.0;
+                let bytes = 2.0 * (c.layer_params + c.head_params) + batch as f64 * ctx * c.kv_bytes_per_token;
+                let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,
+                    "prefill_tok_s": len as f64 / r.prefill_s, "ttft_ms": r.prefill_s * 1e3,
+                    "prefill_tflops": flops / r.prefill_s / 1e12,
+                    "decode_round_ms": round * 1e3, "decode_round_p10_ms": percentile(&r.round_s, 0.1) * 1e3,
+                    "decode_round_p90_ms": percentile(&r.round_s, 0.9) * 1e3,
+                    "decode_tok_s": batch as f64 / round, "decode_bytes_per_round": bytes});
+                let (mut mfu, mut ratio) = (f64::NAN, f64::NAN);
+                if let (Some(l), true) = (lim, dense) {
+                    mfu = flops / r.prefill_s / 1e12 / l.gemm_tflops;
+                    ratio = bytes / (l.copy_gb_s * 1e9) / round;
+                    row["prefill_mfu"] = json!(mfu);
+                    row["decode_roofline_ratio"] = json!(ratio);
                 }
-                decode.push(t.elapsed().as_secs_f64() / steps.max(1) as f64);
+                results.push(row);
+                println!(
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:.3} | decode {:>9.1} tok/s {:>7.3} ms/round roofline {ratio:.3}",
+                    len as f64 / r.prefill_s,
+                    r.prefill_s * 1e3,
+                    batch as f64 / round,
+                    round * 1e3
+                );
             }
-            let (p, d) = (median(prefill), median(decode));
-            println!("{len:>8} {:>8} {:>14.1} {:>14.2} {:>10.1}", a.gen_len, len as f64 / p, 1.0 / d, p * 1e3);
-            results.push(json!({"prompt_len": len, "gen_len": a.gen_len, "prefill_tok_s": len as f64 / p,
-                "decode_tok_s": 1.0 / d, "ttft_ms": p * 1e3}));
         }
         if let Some(path) = &a.json {
             let doc = json!({"model": a.model, "backend": b.name(), "threads": threads(&a.dev),
-                "architecture": m.decoder.spec.architecture, "results": results});
+                "architecture": m.decoder.spec.architecture,
+                "limits": lim.map(|l| json!({"copy_gb_s": l.copy_gb_s, "gemm_tflops": l.gemm_tflops})),
+                "weight_bytes_bf16": 2.0 * (c.layer_params + c.head_params),
+                "results": results});
             std::fs::write(path, doc.to_string()).map_err(failed)?;
         }
         Ok(())
@@ -63,5 +197,6 @@ impl OnBackend for Bench<'_> {
 
 /// Runs `bench`.
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
-    dispatch(&a.dev, Bench(a))
+    let lim = limits(&a.dev)?;
+    dispatch(&a.dev, Bench(a, lim))
 }

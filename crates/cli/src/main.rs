@@ -7,6 +7,7 @@ mod device;
 mod exit;
 mod generate;
 mod logits;
+mod serve;
 mod synth;
 
 use clap::Parser;
@@ -20,6 +21,7 @@ fn main() {
         args::Command::Generate(a) => generate::run(&a),
         args::Command::Synth(a) => synth::run(&a),
         args::Command::Bench(a) => bench::run(&a),
+        args::Command::Serve(a) => serve::run(a),
     };
     if let Err(f) = result {
         eprintln!("error: {}", f.message);

@@ -18,7 +18,7 @@ fn engine(family: &str, num_blocks: usize, prefix_cache: bool) -> EngineHandle {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family);
     let m = Model::open(&dir, &b).unwrap();
     let sched = SchedulerConfig { max_num_seqs: 16, max_round_tokens: 256, prefill_chunk: 64, prefix_cache };
-    spawn(m, b, EngineConfig { num_blocks, block_size: 16, sched }).unwrap().0
+    spawn(m, b, EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default() }).unwrap().0
 }
 
 /// Greedy and seeded outputs (token, logprob bits) for `prompt`.
@@ -38,6 +38,7 @@ fn generate(h: &EngineHandle, prompt: &[i64], seed: Option<u64>) -> Vec<(u32, u3
         top_logprobs: Some(1),
         sink: Box::new(move |e| tx.send(e).is_ok()),
         cancel: Arc::new(AtomicBool::new(false)),
+        draft: false,
     };
     assert!(h.submit(req));
     let mut out = Vec::new();

@@ -5,7 +5,9 @@
 use crate::block_pool::BlockPool;
 use crate::sampler::{History, SamplingParams, logprobs, sample};
 use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
+use crate::draft::Drafter;
 use crate::session::{CheckedSession, SessionLayout};
+pub use speculate::{DraftConfig, DraftKind};
 use session_ops::PendingSave;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +21,7 @@ use tf_core::TokenIds;
 use tf_models::{Batch, Model};
 
 mod session_ops;
+mod speculate;
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,8 @@ pub struct GenRequest {
     pub sink: EventSink,
     /// Set by anyone to cancel the request within one round.
     pub cancel: Arc<AtomicBool>,
+    /// Allow speculative decoding (output is identical either way).
+    pub draft: bool,
 }
 
 /// Engine sizing.
@@ -92,6 +97,8 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Round limits.
     pub sched: SchedulerConfig,
+    /// Speculative decoding.
+    pub draft: DraftConfig,
 }
 
 /// Counters the engine keeps for metrics.
@@ -123,6 +130,14 @@ pub struct EngineStats {
     pub prefix_query_tokens: AtomicU64,
     /// Blocks findable in the prefix cache.
     pub prefix_cached_blocks: AtomicU64,
+    /// Draft tokens proposed.
+    pub draft_proposed: AtomicU64,
+    /// Draft tokens accepted.
+    pub draft_accepted: AtomicU64,
+    /// Verify rounds (sequence-rounds carrying a draft).
+    pub draft_verifies: AtomicU64,
+    /// Time spent drafting, microseconds.
+    pub draft_micros: AtomicU64,
 }
 
 enum Command {
@@ -176,6 +191,8 @@ struct Active {
     req: GenRequest,
     history: History,
     generated: usize,
+    /// Draft tokens to propose next (adapted to the acceptance seen).
+    draft_k: usize,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -202,7 +219,10 @@ pub fn spawn<B: Backend + 'static>(
     };
     let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens, session_layout };
     let sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
+    let drafter = cfg.draft.drafter();
     let mut core = Core {
+        draft: cfg.draft,
+        drafter,
         model,
         backend,
         kv,
@@ -221,6 +241,8 @@ pub fn spawn<B: Backend + 'static>(
 }
 
 struct Core<B: Backend> {
+    draft: DraftConfig,
+    drafter: Option<Box<dyn Drafter>>,
     model: Model<B>,
     backend: B,
     kv: Vec<B::Kv>,
@@ -250,6 +272,7 @@ impl<B: Backend> Core<B> {
                 }
             }
             self.reap_cancelled();
+            self.propose_drafts();
             let plan = self.sched.schedule();
             if !plan.is_empty() {
                 self.round(&plan);
@@ -286,7 +309,8 @@ impl<B: Backend> Core<B> {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.sched.add(id, req.prompt.as_slice().to_vec());
         let history = History::new(&req.prompt);
-        self.active.insert(id, Active { req, history, generated: 0 });
+        let draft_k = if req.draft { self.draft.num_tokens } else { 0 };
+        self.active.insert(id, Active { req, history, generated: 0, draft_k });
     }
 
     fn reap_cancelled(&mut self) {
@@ -324,14 +348,15 @@ impl<B: Backend> Core<B> {
                 continue;
             };
             let q_start = ids.len();
-            ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens]);
+            ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens - e.draft.len()]);
+            ids.extend_from_slice(&e.draft);
             slots.extend(
                 (e.start..e.start + e.num_tokens)
                     .map(|p| s.block_table[p / block_size] as usize * block_size + p % block_size),
             );
             seqs.push(SeqAttn { q_start, q_len: e.num_tokens, start_pos: e.start, block_table: s.block_table.clone() });
             if e.wants_logits {
-                rows.push(ids.len() - 1);
+                rows.extend(ids.len() - 1 - e.draft.len()..ids.len());
             }
             if e.start < s.prompt_len {
                 let n = (e.start + e.num_tokens).min(s.prompt_len) - e.start;
@@ -347,22 +372,28 @@ impl<B: Backend> Core<B> {
         let logits = self.backend.download(&logits);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
-        for (row, e) in plan.iter().filter(|e| e.wants_logits).enumerate() {
-            let mut l = logits[row * vocab..(row + 1) * vocab].to_vec();
+        let mut row = 0;
+        for e in plan.iter().filter(|e| e.wants_logits) {
+            let n = 1 + e.draft.len();
+            let rows = &logits[row * vocab..(row + n) * vocab];
+            row += n;
             if self.saves.contains_key(&e.seq) {
                 self.complete_save(e.seq);
+            } else if e.draft.is_empty() {
+                if let Some(token) = self.emit(e.seq, &mut rows.to_vec()) {
+                    self.sched.append(e.seq, token);
+                }
             } else {
-                self.emit(e.seq, &mut l);
+                self.verify(e, rows);
             }
         }
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
         self.stats.round_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
-    fn emit(&mut self, id: SeqId, logits: &mut [f32]) {
-        let Some(a) = self.active.get_mut(&id) else {
-            return;
-        };
+    /// Samples, reports and checks the end of sequence `id`; the token when it goes on.
+    fn emit(&mut self, id: SeqId, logits: &mut [f32]) -> Option<u32> {
+        let a = self.active.get_mut(&id)?;
         let position = (a.req.prompt.len() + a.generated) as u64;
         let raw = a.req.top_logprobs.map(|n| (logits.to_vec(), n));
         let token = sample(logits, &a.req.params, &a.history, position);
@@ -379,15 +410,14 @@ impl<B: Backend> Core<B> {
         let stop =
             (!a.req.ignore_eos && self.model.eos_ids.contains(&token)) || a.req.stop_ids.as_slice().contains(&token);
         let length = a.generated >= a.req.max_tokens;
-        if !alive {
-            self.finish(id, FinishReason::Cancelled);
-        } else if stop {
-            self.finish(id, FinishReason::Stop);
-        } else if length {
-            self.finish(id, FinishReason::Length);
-        } else {
-            self.sched.append(id, token);
-        }
+        let end = match (alive, stop, length) {
+            (false, _, _) => FinishReason::Cancelled,
+            (_, true, _) => FinishReason::Stop,
+            (_, _, true) => FinishReason::Length,
+            _ => return Some(token),
+        };
+        self.finish(id, end);
+        None
     }
 
     fn publish(&self) {

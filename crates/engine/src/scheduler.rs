@@ -28,6 +28,8 @@ pub struct Sequence {
     pub block_hashes: Vec<u64>,
     /// Tokens found in the prefix cache at its (last) admission.
     pub cached_tokens: usize,
+    /// Proposed continuation to verify in the next round (speculative decoding).
+    pub draft: Vec<u32>,
 }
 
 /// Limits of a round.
@@ -54,6 +56,8 @@ pub struct RoundEntry {
     pub num_tokens: usize,
     /// The round reaches the end of its tokens, so a next token is sampled.
     pub wants_logits: bool,
+    /// Draft tokens fed after the last real token (their rows' logits verify them).
+    pub draft: Vec<u32>,
 }
 
 /// The lane-round scheduler.
@@ -142,6 +146,7 @@ impl Scheduler {
                 block_table: Vec::new(),
                 block_hashes: Vec::new(),
                 cached_tokens: 0,
+                draft: Vec::new(),
             },
         );
         self.waiting.push_back(id);
@@ -183,22 +188,59 @@ impl Scheduler {
         plan
     }
 
-    /// Records that the round's entries were computed and caches their newly full blocks.
+    /// Records that the round's entries were computed (draft positions stay pending until
+    /// accepted) and caches their newly full blocks.
     pub fn commit(&mut self, plan: &[RoundEntry]) {
-        let bs = self.pool.block_size();
         for e in plan {
-            let Some(s) = self.seqs.get_mut(&e.seq) else { continue };
-            s.num_computed = e.start + e.num_tokens;
-            if !self.config.prefix_cache {
-                continue;
+            if let Some(s) = self.seqs.get_mut(&e.seq) {
+                s.num_computed = e.start + e.num_tokens - e.draft.len();
             }
-            while s.block_hashes.len() < s.num_computed / bs {
-                let i = s.block_hashes.len();
-                let parent = s.block_hashes.last().copied().unwrap_or(0);
-                let hash = self.pool.chain_hash(parent, &s.tokens[i * bs..(i + 1) * bs]);
-                self.pool.register(s.block_table[i], hash);
-                s.block_hashes.push(hash);
+            self.register_full_blocks(e.seq);
+        }
+    }
+
+    /// Proposes `draft` to follow a decoding sequence's last token in the next round.
+    pub fn set_draft(&mut self, id: SeqId, draft: Vec<u32>) {
+        if let Some(s) = self.seqs.get_mut(&id)
+            && s.tokens.len() == s.num_computed + 1
+        {
+            s.draft = draft;
+        }
+    }
+
+    /// Appends an accepted draft token, whose K/V the verify round already computed.
+    pub fn accept(&mut self, id: SeqId, token: u32) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.tokens.push(token);
+            s.num_computed += 1;
+        }
+    }
+
+    /// Ends a verify round: drops the draft and the blocks that only rejected positions used.
+    pub fn end_draft(&mut self, id: SeqId) {
+        let keep = self.seqs.get(&id).map(|s| self.pool.blocks_for(s.num_computed));
+        if let (Some(s), Some(keep)) = (self.seqs.get_mut(&id), keep) {
+            s.draft.clear();
+            if s.block_table.len() > keep {
+                self.pool.release(&s.block_table[keep..]);
+                s.block_table.truncate(keep);
             }
+        }
+        self.register_full_blocks(id);
+    }
+
+    fn register_full_blocks(&mut self, id: SeqId) {
+        let bs = self.pool.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        if !self.config.prefix_cache {
+            return;
+        }
+        while s.block_hashes.len() < s.num_computed / bs {
+            let i = s.block_hashes.len();
+            let parent = s.block_hashes.last().copied().unwrap_or(0);
+            let hash = self.pool.chain_hash(parent, &s.tokens[i * bs..(i + 1) * bs]);
+            self.pool.register(s.block_table[i], hash);
+            s.block_hashes.push(hash);
         }
     }
 
@@ -259,12 +301,18 @@ impl Scheduler {
     fn want(&self, id: SeqId, budget: usize) -> usize {
         let s = &self.seqs[&id];
         let left = s.tokens.len() - s.num_computed;
-        left.min(budget).min(if left > 1 { self.config.prefill_chunk.max(1) } else { 1 })
+        if left == 1 {
+            return budget.min(1 + s.draft.len());
+        }
+        left.min(budget).min(self.config.prefill_chunk.max(1))
     }
 
     fn entry(&self, id: SeqId, n: usize) -> RoundEntry {
         let s = &self.seqs[&id];
-        RoundEntry { seq: id, start: s.num_computed, num_tokens: n, wants_logits: s.num_computed + n == s.tokens.len() }
+        let left = s.tokens.len() - s.num_computed;
+        let draft = if left == 1 && n > 1 { s.draft[..n - 1].to_vec() } else { Vec::new() };
+        let wants_logits = s.num_computed + n - draft.len() == s.tokens.len();
+        RoundEntry { seq: id, start: s.num_computed, num_tokens: n, wants_logits, draft }
     }
 
     /// Makes room for `n` more tokens of running sequence `id` (at `index`), preempting from
@@ -304,6 +352,7 @@ impl Scheduler {
             self.pool.release(&s.block_table);
             s.block_table.clear();
             s.block_hashes.clear();
+            s.draft.clear();
             s.num_computed = 0;
         }
         self.waiting.push_front(id);

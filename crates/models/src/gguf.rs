@@ -135,7 +135,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     let scaling = rope_scaling(&m, head_dim)?;
     let theta = m.opt_f32("rope.freq_base")?;
     match fam {
-        Family::Gemma3 => gemma3(&m, &mut c, layers, hidden, heads, head_dim, theta, scaling)?,
+        Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         _ => {
             c.insert("hidden_act".into(), json!("silu"));
             if let Some(t) = theta {
@@ -168,7 +168,7 @@ pub fn raw_config(f: &GgufFile) -> Result<RawConfig, ModelError> {
 const EOG_TEXTS: &[&str] = &["<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>"];
 
 /// Ids that end generation as llama.cpp decides them: `tokenizer.ggml.{eos,eot,eom}_token_id`
-/// and control tokens (type 3) named in [`EOG_TEXTS`]; GGUF has no `generation_config.json`.
+/// and control tokens (type 3) with a turn-end text; GGUF has no `generation_config.json`.
 pub fn eog_token_ids(f: &GgufFile) -> Result<Vec<i64>, ModelError> {
     let mut ids = Vec::new();
     for key in ["eos", "eot", "eom"] {
@@ -192,16 +192,21 @@ fn missing(f: &GgufFile, tensor: &str) -> ModelError {
     ModelError::Missing { dir: f.path().to_path_buf(), tensor: tensor.to_string() }
 }
 
-/// Gemma 3 as llama.cpp runs it: every 6th layer full, sliding layers with rope base 10000,
-/// attention scaled by key_length (the 62-layer 27B by hidden / heads).
-#[allow(clippy::too_many_arguments)]
-fn gemma3(
-    m: &Meta<'_>,
-    c: &mut Map<String, Value>,
+/// Sizes read from the common metadata.
+#[derive(Clone, Copy)]
+struct Dims {
     layers: u64,
     hidden: u64,
     heads: u64,
     head_dim: u64,
+}
+
+/// Gemma 3 as llama.cpp runs it: every 6th layer full, sliding layers with rope base 10000,
+/// attention scaled by key_length (the 62-layer 27B by hidden / heads).
+fn gemma3(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    d: Dims,
     theta: Option<f32>,
     scaling: Option<Map<String, Value>>,
 ) -> Result<(), ModelError> {
@@ -210,7 +215,7 @@ fn gemma3(
     c.insert("sliding_window".into(), json!(window));
     let pattern = m.opt_u64("attention.sliding_window_pattern")?.unwrap_or(6).max(1);
     let kinds: Vec<&str> =
-        (0..layers).map(|i| if (i + 1) % pattern == 0 { "full_attention" } else { "sliding_attention" }).collect();
+        (0..d.layers).map(|i| if (i + 1) % pattern == 0 { "full_attention" } else { "sliding_attention" }).collect();
     c.insert("layer_types".into(), json!(kinds));
     let mut full = scaling.unwrap_or_default();
     full.entry("rope_type").or_insert(json!("default"));
@@ -218,7 +223,7 @@ fn gemma3(
     let local = m.opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0);
     let sliding = json!({"rope_type": "default", "rope_theta": local});
     c.insert("rope_parameters".into(), json!({"full_attention": full, "sliding_attention": sliding}));
-    let scalar = if layers == 62 && heads > 0 { hidden / heads } else { head_dim };
+    let scalar = if d.layers == 62 && d.heads > 0 { d.hidden / d.heads } else { d.head_dim };
     c.insert("query_pre_attn_scalar".into(), json!(scalar));
     for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
         c.insert(key.into(), json!(m.opt_f32(key)?));

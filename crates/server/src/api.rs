@@ -233,16 +233,13 @@ fn normalize_messages(messages: JValue) -> JValue {
             .map(|p| p.get_attr("text").ok().and_then(|t| t.as_str().map(str::to_string)).unwrap_or_default())
             .collect();
         let keys: Vec<JValue> = m.try_iter().into_iter().flatten().collect();
-        keys.into_iter()
-            .map(|k| {
-                let v = if k.as_str() == Some("content") {
-                    JValue::from(texts.join("\n"))
-                } else {
-                    m.get_item(&k).unwrap_or_default()
-                };
-                (k, v)
-            })
-            .collect()
+        JValue::from_pairs(keys.into_iter().map(|k| {
+            let v = match k.as_str() == Some("content") {
+                true => JValue::from(texts.join("\n")),
+                false => m.get_item(&k).unwrap_or_default(),
+            };
+            (k, v)
+        }))
     })
     .collect()
 }

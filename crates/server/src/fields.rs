@@ -105,17 +105,18 @@ pub fn str_or_list(o: &Obj, key: &str, max: usize) -> Result<Vec<String>, ApiErr
     Ok(list)
 }
 
-/// A list of raw integers (ids before the vocabulary check), naming the index of a bad entry.
+/// A list of raw token ids (checked against the vocabulary later), naming the index of a bad entry.
 pub fn int_list(v: &Value, key: &str) -> Result<Vec<i64>, ApiError> {
     let Value::Array(items) = v else {
-        return Err(ApiError::invalid(key, format!("expected a list of integers, got {}", show(v))));
+        return Err(ApiError::invalid(key, format!("expected a list of integer token ids, got {}", show(v))));
     };
     items
         .iter()
         .enumerate()
         .map(|(i, x)| match x {
-            // Past i64: certainly past the vocabulary, reported by the vocabulary check.
-            Value::Number(n) if n.as_u64().is_some() && n.as_i64().is_none() => Ok(i64::MAX),
+            Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_some() => {
+                Err(ApiError::invalid(format!("{key}[{i}]"), format!("token id {n} is outside the vocabulary")))
+            }
             _ => int_of(x).map_err(|m| ApiError::invalid(format!("{key}[{i}]"), m)),
         })
         .collect()
@@ -147,9 +148,11 @@ mod tests {
     }
 
     #[test]
-    fn ids_past_i64_stay_out_of_range() {
-        let v = json!([1, 18446744073709551615u64]);
-        assert_eq!(int_list(&v, "p").unwrap(), vec![1, i64::MAX]);
+    fn ids_past_i64_are_refused_by_index() {
+        let e = int_list(&json!([1, 9223372036854775808u64]), "p").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("p[1]"));
+        assert!(e.message.contains("9223372036854775808"), "{}", e.message);
         assert!(int_list(&json!([1e300]), "p").is_err());
+        assert_eq!(int_list(&json!([0, -1]), "p").unwrap(), vec![0, -1]);
     }
 }

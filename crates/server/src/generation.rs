@@ -110,6 +110,7 @@ impl Generation {
                 top_logprobs: opts.logprobs,
                 sink: Box::new(move |e| tx.send((i, e)).is_ok()),
                 cancel,
+                draft: opts.draft,
             });
         }
         let mut final_ids = opts.stop_ids.as_slice().to_vec();

@@ -73,6 +73,17 @@ pub struct ServeArgs {
     /// Accepts: true, false.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub prefix_cache: bool,
+    /// Speculative decoding drafter; output is identical with or without it (a request opts out
+    /// with `"draft": false`).
+    ///
+    /// Accepts: off, ngram (prompt lookup).
+    #[arg(long, default_value = "off", value_parser = ["off", "ngram"])]
+    pub draft: String,
+    /// Most draft tokens verified per round (adapted per sequence between 1 and this).
+    ///
+    /// Accepts: an integer from 1 to 16.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub num_draft_tokens: u64,
     /// Largest request body; larger ones get 413.
     ///
     /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.

@@ -45,6 +45,8 @@ pub struct Options {
     pub echo: bool,
     /// Report logprob tokens as `token_id:<id>` (vLLM's switch).
     pub tokens_as_ids: bool,
+    /// Allow speculative decoding for this request.
+    pub draft: bool,
 }
 
 /// A prompt as the engine will see it, and its text when echoed.
@@ -94,8 +96,10 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
     if echo && logprobs.is_some() {
         return Err(ApiError::invalid("echo", "echo with logprobs needs prompt logprobs, which are not supported"));
     }
-    opt_bool(o, "draft")?; // reserved for speculative decoding: accepted, no effect yet
+    // Speculative decoding when the server runs a drafter; output is identical either way.
+    let draft = opt_bool(o, "draft")?.unwrap_or(true);
     Ok(Options {
+        draft,
         params,
         seed,
         n,

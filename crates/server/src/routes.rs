@@ -10,7 +10,8 @@ use crate::state::AppState;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get as get_route, post};
@@ -32,8 +33,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), length_cap))
         .layer(axum::middleware::map_response_with_state(state.clone(), count_response))
         .with_state(state)
+}
+
+/// Refuses a declared body length over the cap before reading any of it (the body limit
+/// layer catches bodies whose length is not declared while they are read).
+async fn length_cap(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let limit = st.limits.max_body_bytes;
+    if declared.is_some_and(|n| n > limit as u64) {
+        let msg = format!("the request body is larger than the limit of {limit} bytes");
+        return ApiError::with_status(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", msg).into_response();
+    }
+    next.run(req).await
 }
 
 async fn count_response(State(st): State<Arc<AppState>>, r: Response) -> Response {

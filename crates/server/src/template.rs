@@ -48,7 +48,7 @@ impl ChatTemplate {
         if let Some(tools) = input.tools {
             ctx.push(("tools".into(), tools));
         }
-        tmpl.render(Value::from_iter(ctx))
+        tmpl.render(Value::from_pairs(ctx))
     }
 }
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds, here, what scripts/device/run_all.sh runs on the GPU machine: the release binary with
+# the cuda feature and the tf-cuda test binaries, copied into .carry/ (ignored; carry it).
+set -euo pipefail
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target-cuda}
+cargo build --release -p tensorfold --features cuda
+rm -rf .carry && mkdir -p .carry/tests
+cp "$CARGO_TARGET_DIR/release/tensorfold" .carry/
+cargo test --release -p tf-cuda --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys,shutil
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
+        shutil.copy(m["executable"], ".carry/tests/" + m["target"]["name"])'
+ls -la .carry .carry/tests
