@@ -53,7 +53,11 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         prefill_chunk: a.prefill_chunk as usize,
         prefix_cache: a.prefix_cache,
     };
-    let kind = if a.draft == "ngram" { DraftKind::Ngram } else { DraftKind::Off };
+    let kind = match a.draft.strip_prefix("early-exit:").and_then(|n| n.parse().ok()) {
+        Some(n) => DraftKind::EarlyExit(n),
+        None if a.draft == "ngram" => DraftKind::Ngram,
+        None => DraftKind::Off,
+    };
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };
     let (engine, thread) = spawn(model, backend, EngineConfig { num_blocks, block_size, sched, draft }).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens);

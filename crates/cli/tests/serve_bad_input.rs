@@ -158,7 +158,7 @@ fn s6_counts_out_of_range() {
         cases.push((completion(json!({ "n": n })), "n"));
     }
     cases.push((completion(json!({"n": 3, "prompt": ["a", "b", "c"]})), "n"));
-    cases.push((completion(json!({"prompt": ["a"; 9]})), "prompt"));
+    cases.push((completion(json!({"prompt": vec!["a"; 9]})), "prompt"));
     for k in [json!(-2), json!(513), json!(1000000000000u64), json!(0.5)] {
         cases.push((completion(json!({ "top_k": k })), "top_k"));
     }

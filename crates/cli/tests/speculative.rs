@@ -96,3 +96,21 @@ fn drafted_equals_undrafted() {
     }
     assert!(accepted_total > 0, "some drafts were accepted, so the accept path ran");
 }
+
+#[test]
+fn early_exit_drafting_equals_undrafted() {
+    for (family, layers) in [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1)] {
+        for seeded in [false, true] {
+            let plain = engine(family, 256, DraftKind::Off);
+            let all: Vec<usize> = (0..10).collect();
+            let want: Vec<Output> = all.iter().map(|&i| run(&plain, &[i], seeded, false).remove(0)).collect();
+            let spec = engine(family, 256, DraftKind::EarlyExit(layers));
+            let solo: Vec<Output> = all.iter().map(|&i| run(&spec, &[i], seeded, true).remove(0)).collect();
+            assert_eq!(solo, want, "{family} seeded={seeded} solo");
+            assert_eq!(run(&spec, &all, seeded, true), want, "{family} seeded={seeded} concurrent");
+            let tight = engine(family, 10, DraftKind::EarlyExit(layers));
+            assert_eq!(run(&tight, &all, seeded, true), want, "{family} seeded={seeded} tight pool");
+            assert!(spec.stats.draft_proposed.load(Ordering::Relaxed) > 0, "{family}: drafts were proposed");
+        }
+    }
+}

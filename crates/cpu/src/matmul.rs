@@ -14,24 +14,53 @@ use tf_backend::{HostMat, HostTensor};
 use tf_core::DType;
 
 /// Output features per task granule and cache block: a multiple of every tile width (3 and 8).
-const GRAIN: usize = 24;
+pub(crate) const GRAIN: usize = 24;
 /// Bytes of weight rows kept in L2 while all row tiles pass over them.
-const BLOCK_BYTES: usize = 128 << 10;
+pub(crate) const BLOCK_BYTES: usize = 128 << 10;
 /// Tasks per thread, for balance; it moves work between threads, never changes a sum.
 const TASKS_PER_THREAD: usize = 4;
 
 /// The output buffer, shared by tasks that write disjoint columns.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(*mut f32);
 // SAFETY: tasks write disjoint elements through it while the owning buffer outlives them.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    fn get(self) -> *mut f32 {
+    /// The first element of the `[rows, n]` output.
+    pub(crate) fn get(self) -> *mut f32 {
         self.0
     }
+}
+
+/// A `[rows, n]` output filled by `f(outs, dst)` over chunks of output columns in parallel.
+///
+/// Each call must write only columns `outs` of `dst`. Chunk edges are multiples of [`GRAIN`]
+/// where the width allows; they move work between threads and never change a value.
+pub(crate) fn par_columns(
+    pool: &ThreadPool,
+    rows: usize,
+    n: usize,
+    f: impl Fn(Range<usize>, OutPtr) + Send + Sync,
+) -> HostTensor {
+    let mut out = HostTensor::zeros(rows, n);
+    if rows == 0 || n == 0 {
+        return out;
+    }
+    let tasks = (pool.current_num_threads() * TASKS_PER_THREAD).min(n.div_ceil(GRAIN));
+    let edge = |t: usize| if t == tasks { n } else { (t * n / tasks).next_multiple_of(GRAIN).min(n) };
+    let dst = OutPtr(out.data.as_mut_ptr());
+    pool.install(|| {
+        (0..tasks).into_par_iter().for_each(|t| {
+            let outs = edge(t)..edge(t + 1);
+            if !outs.is_empty() {
+                f(outs, dst)
+            }
+        })
+    });
+    out
 }
 
 /// `x[rows, in] @ w[out, in]^T`, parallel over chunks of output features.
@@ -41,22 +70,9 @@ pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, x: &HostTensor, w: &HostMat)
     assert!(w.dtype.is_float(), "matmul: weight dtype {} is not a float type", w.dtype);
     let need = w.rows * w.cols * w.dtype.size();
     assert!(w.data.as_bytes().len() >= need, "matmul: weight holds {} bytes, needs {need}", w.data.as_bytes().len());
-    let (rows, n) = (x.rows, w.rows);
-    let mut out = HostTensor::zeros(rows, n);
-    if rows == 0 || n == 0 {
-        return out;
-    }
-    let chunk = n.div_ceil(pool.current_num_threads() * TASKS_PER_THREAD).next_multiple_of(GRAIN);
-    let dst = OutPtr(out.data.as_mut_ptr());
-    pool.install(|| {
-        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
-            let outs = c * chunk..((c + 1) * chunk).min(n);
-            // SAFETY: each task writes only columns `outs` of `out`, which outlives the scope;
-            // shapes and byte lengths were checked above.
-            unsafe { run(simd, x, w, outs, dst.get()) }
-        })
-    });
-    out
+    // SAFETY: each call writes only columns `outs` of the output, which outlives the scope;
+    // shapes and byte lengths were checked above.
+    par_columns(pool, x.rows, w.rows, |outs, dst| unsafe { run(simd, x, w, outs, dst.get()) })
 }
 
 /// Computes output columns `outs` of every row into `dst` (`[x.rows, w.rows]`).

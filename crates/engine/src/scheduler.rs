@@ -208,6 +208,12 @@ impl Scheduler {
         }
     }
 
+    /// Gives a running sequence blocks for `tokens` positions without preempting anyone.
+    pub fn ensure_blocks(&mut self, id: SeqId, tokens: usize) -> bool {
+        let Some(s) = self.seqs.get(&id) else { return false };
+        tokens <= s.num_computed || self.grow(id, tokens - s.num_computed)
+    }
+
     /// Appends an accepted draft token, whose K/V the verify round already computed.
     pub fn accept(&mut self, id: SeqId, token: u32) {
         if let Some(s) = self.seqs.get_mut(&id) {

@@ -75,10 +75,16 @@ impl<B: Backend> Decoder<B> {
 
     /// Runs one round; returns logits `(logits_rows, vocab)`.
     pub fn forward(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv]) -> B::Act {
+        self.forward_layers(b, batch, kv, self.layers.len())
+    }
+
+    /// Runs only the first `num_layers` layers, then the final norm and head (early-exit
+    /// drafting); their K/V land in the same pools as a full forward would put them.
+    pub fn forward_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let s = &self.spec;
         let positions = batch.meta.positions();
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
-        for (layer, kv) in self.layers.iter().zip(kv.iter_mut()) {
+        for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
             h = self.block(b, layer, h, &positions, batch.meta, kv);
         }
         let h = b.select_rows(&h, batch.logits_rows);

@@ -9,6 +9,7 @@ use crate::weights::Loader;
 use std::path::{Path, PathBuf};
 use tf_backend::Backend;
 use tf_core::Vocab;
+use crate::gguf::{self, GgufSource};
 use tf_formats::Checkpoint;
 use tf_tokenize::Tokenizer;
 
@@ -31,8 +32,40 @@ pub struct Model<B: Backend> {
 }
 
 impl<B: Backend> Model<B> {
-    /// Loads and validates the checkpoint in `dir` onto `backend`.
-    pub fn open(dir: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+    /// Loads and validates a checkpoint onto `backend`: a Hugging Face directory or a `.gguf` file.
+    pub fn open(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+        if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            return Model::open_gguf(path, backend);
+        }
+        Model::open_dir(path, backend)
+    }
+
+    /// Loads a GGUF file: config, vocabulary and stop ids from its metadata, weights mapped
+    /// onto the Hugging Face names (quantized weights stay quantized).
+    pub fn open_gguf(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+        let src = GgufSource::open(path)?;
+        let config = gguf::raw_config(src.file())?;
+        let spec = spec_for(&config)?;
+        let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;
+        let tokenizer: Option<tf_tokenize::Tokenizer> = None; // TEMP-GGUF-TOKENIZER
+        let mut eos_ids = Vec::new();
+        for id in gguf::eog_token_ids(src.file())? {
+            eos_ids.push(special(&config, vocab, "eos_token_id", id)?);
+        }
+        let bos_id = match config.ids("bos_token_id")?.first() {
+            Some(&id) => Some(special(&config, vocab, "bos_token_id", id)?),
+            None => None,
+        };
+        eos_ids.sort_unstable();
+        eos_ids.dedup();
+        let decoder = Decoder::load(spec, &Loader::new(&src, path, backend))?;
+        let tensors = src.file().tensors().iter().filter_map(|t| src.file().tensor(&t.name).ok().flatten()).collect();
+        let fingerprint = crate::fingerprint::fingerprint(b"gguf", tensors);
+        Ok(Model { dir: path.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
+    }
+
+    /// Loads a Hugging Face checkpoint directory.
+    pub fn open_dir(dir: &Path, backend: &B) -> Result<Model<B>, ModelError> {
         let config = RawConfig::read(&dir.join("config.json"))?;
         let spec = spec_for(&config)?;
         let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;

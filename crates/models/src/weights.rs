@@ -6,16 +6,45 @@ use std::path::{Path, PathBuf};
 use tf_backend::Backend;
 use tf_formats::{Checkpoint, TensorView};
 
+/// Where weights come from, by Hugging Face tensor name (a safetensors directory or a GGUF
+/// file mapped onto HF names).
+pub trait TensorSource {
+    /// The tensor `name`, `None` when absent.
+    fn get(&self, name: &str) -> Result<Option<TensorView>, ModelError>;
+    /// Whether the source has `name`.
+    fn contains(&self, name: &str) -> bool;
+}
+
+impl TensorSource for Checkpoint {
+    fn get(&self, name: &str) -> Result<Option<TensorView>, ModelError> {
+        Ok(Checkpoint::get(self, name)?)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        Checkpoint::contains(self, name)
+    }
+}
+
+impl TensorSource for crate::gguf::GgufSource {
+    fn get(&self, name: &str) -> Result<Option<TensorView>, ModelError> {
+        crate::gguf::GgufSource::get(self, name)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        crate::gguf::GgufSource::contains(self, name)
+    }
+}
+
 /// Loads named tensors with checked shapes.
 pub struct Loader<'a, B: Backend> {
-    ckpt: &'a Checkpoint,
+    ckpt: &'a dyn TensorSource,
     dir: PathBuf,
     backend: &'a B,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
     /// A loader over `ckpt` (from `dir`) for `backend`.
-    pub fn new(ckpt: &'a Checkpoint, dir: &Path, backend: &'a B) -> Loader<'a, B> {
+    pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
         Loader { ckpt, dir: dir.to_path_buf(), backend }
     }
 
@@ -38,8 +67,8 @@ impl<'a, B: Backend> Loader<'a, B> {
                 found: t.shape.clone(),
             });
         }
-        if !t.dtype.is_float() {
-            let msg = format!("dtype {} is not bf16, f16 or f32", t.dtype);
+        if !t.dtype.is_weight() {
+            let msg = format!("dtype {} is not a float or quantized weight type", t.dtype);
             return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
         }
         Ok(t)

@@ -76,8 +76,8 @@ pub struct ServeArgs {
     /// Speculative decoding drafter; output is identical with or without it (a request opts out
     /// with `"draft": false`).
     ///
-    /// Accepts: off, ngram (prompt lookup).
-    #[arg(long, default_value = "off", value_parser = ["off", "ngram"])]
+    /// Accepts: off, ngram (prompt lookup), early-exit:N (the model's first N layers + head).
+    #[arg(long, default_value = "off", value_parser = parse_draft)]
     pub draft: String,
     /// Most draft tokens verified per round (adapted per sequence between 1 and this).
     ///
@@ -280,4 +280,11 @@ mod tests {
             }
         }
     }
+}
+
+/// Checks a `--draft` value: `off`, `ngram` or `early-exit:N` with N >= 1.
+fn parse_draft(s: &str) -> Result<String, String> {
+    let ok = matches!(s, "off" | "ngram")
+        || s.strip_prefix("early-exit:").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n >= 1);
+    if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram or early-exit:N")) }
 }

@@ -9,7 +9,9 @@ use crate::draft::{Drafter, NgramDrafter};
 use crate::scheduler::RoundEntry;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tf_backend::Backend;
+use crate::sampler::argmax;
+use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_models::Batch;
 
 /// Which drafter the engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +20,9 @@ pub enum DraftKind {
     Off,
     /// Prompt lookup over the sequence's own tokens.
     Ngram,
+    /// The target's first N layers plus its head (no extra weights); their K/V go to the
+    /// target's own pools and are rewritten by the verify round.
+    EarlyExit(usize),
 }
 
 /// Speculative decoding settings.
@@ -39,7 +44,7 @@ impl DraftConfig {
     /// The drafter this config names.
     pub fn drafter(&self) -> Option<Box<dyn Drafter>> {
         match self.kind {
-            DraftKind::Off => None,
+            DraftKind::Off | DraftKind::EarlyExit(_) => None,
             DraftKind::Ngram => Some(Box::new(NgramDrafter::default())),
         }
     }
@@ -48,6 +53,9 @@ impl DraftConfig {
 impl<B: Backend> Core<B> {
     /// Gives each decoding sequence that allows it a draft for the next round.
     pub(super) fn propose_drafts(&mut self) {
+        if let DraftKind::EarlyExit(layers) = self.draft.kind {
+            return self.early_exit_drafts(layers);
+        }
         let Some(drafter) = self.drafter.as_mut() else { return };
         let t = Instant::now();
         let mut proposed = 0;
@@ -90,5 +98,52 @@ impl<B: Backend> Core<B> {
         s.draft_proposed.fetch_add(e.draft.len() as u64, Ordering::Relaxed);
         s.draft_accepted.fetch_add(accepted as u64, Ordering::Relaxed);
         s.draft_verifies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drafts for every eligible sequence together: k steps of the first `layers` layers, each
+    /// one token per sequence, greedy.
+    fn early_exit_drafts(&mut self, layers: usize) {
+        let t = Instant::now();
+        let mut want: Vec<(u64, usize, usize, u32)> = Vec::new(); // (seq, start, k, last token)
+        for (&id, a) in &self.active {
+            let k = a.draft_k.min((a.req.max_tokens - a.generated).saturating_sub(1));
+            let Some(seq) = self.sched.seq(id) else { continue };
+            if k > 0 && seq.tokens.len() == seq.num_computed + 1 {
+                want.push((id, seq.num_computed, k, seq.tokens[seq.num_computed]));
+            }
+        }
+        want.retain(|&(id, start, k, _)| self.sched.ensure_blocks(id, start + k));
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); want.len()];
+        let bs = self.sched.pool().block_size();
+        for step in 0.. {
+            let live: Vec<usize> = (0..want.len()).filter(|&i| want[i].2 > step).collect();
+            if live.is_empty() {
+                break;
+            }
+            let (mut ids, mut seqs, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+            for (row, &i) in live.iter().enumerate() {
+                let (id, start, _, last) = want[i];
+                let Some(seq) = self.sched.seq(id) else { continue };
+                let pos = start + step;
+                ids.push(drafts[i].last().copied().unwrap_or(last));
+                slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
+                let block_table = seq.block_table.clone();
+                seqs.push(SeqAttn { q_start: row, q_len: 1, start_pos: pos, block_table });
+            }
+            let rows: Vec<usize> = (0..ids.len()).collect();
+            let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
+            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows };
+            let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.kv, layers);
+            let logits = self.backend.download(&logits);
+            let vocab = self.model.vocab.rows();
+            for (row, &i) in live.iter().enumerate() {
+                let best = argmax(&logits[row * vocab..(row + 1) * vocab]);
+                drafts[i].push(self.model.vocab.sampled(best as usize));
+            }
+        }
+        for ((id, ..), draft) in want.into_iter().zip(drafts) {
+            self.sched.set_draft(id, draft);
+        }
+        self.stats.draft_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 }

@@ -1,0 +1,182 @@
+//! Activation rows quantized to signed 8-bit blocks once per matmul call, as ggml does before its
+//! integer dot products: 32-value blocks (ggml's Q8_0, plus the sums Q4_1 / Q5_1 need) for the
+//! 32-weight types, 256-value blocks with per-16 sums (ggml's Q8_K) for the k-quants.
+//!
+//! A row's blocks depend on that row alone, and both instruction sets run this same code (the
+//! AVX2 build only lets the compiler vectorise it), so the integer path stays batch invariant.
+
+use rayon::ThreadPool;
+use rayon::prelude::*;
+
+/// 32 activations: `x[i] ~ d * qs[i]`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Q8 {
+    /// Scale: the block's largest magnitude / 127.
+    pub d: f32,
+    /// `d * sum`, the block's contribution per unit of a weight block's additive min.
+    pub s: f32,
+    /// Sum of `qs`.
+    pub sum: i32,
+    /// Values in [-127, 127].
+    pub qs: [i8; 32],
+}
+
+/// 256 activations: `x[i] ~ d * qs[i]`, with the sums of each 16.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Q8K {
+    /// Scale: the block's largest magnitude / 127.
+    pub d: f32,
+    /// Values in [-127, 127].
+    pub qs: [i8; 256],
+    /// `bsums[j]` = sum of `qs[16 j..16 j + 16]`.
+    pub bsums: [i16; 16],
+}
+
+/// A quantized activation block of either kind.
+pub(crate) trait ActBlock: Copy + Send + Sync {
+    /// Values per block.
+    const LEN: usize;
+    /// A zero block.
+    const ZERO: Self;
+    /// Quantizes `x` (`LEN` values).
+    fn quantize(x: &[f32]) -> Self;
+}
+
+/// Rounds to the nearest integer, ties to even, for `|v| <= 2^22`: exact and vectorisable.
+#[inline(always)]
+fn round(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    (v + MAGIC) - MAGIC
+}
+
+/// Quantizes `x` into `qs` (same length) with one scale, returned.
+#[inline(always)]
+fn quantize_into(x: &[f32], qs: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = round(v * id) as i32 as i8;
+    }
+    d
+}
+
+impl ActBlock for Q8 {
+    const LEN: usize = 32;
+    const ZERO: Q8 = Q8 { d: 0.0, s: 0.0, sum: 0, qs: [0; 32] };
+
+    #[inline(always)]
+    fn quantize(x: &[f32]) -> Q8 {
+        let mut b = Q8::ZERO;
+        b.d = quantize_into(x, &mut b.qs);
+        b.sum = b.qs.iter().map(|&q| q as i32).sum();
+        b.s = b.d * b.sum as f32;
+        b
+    }
+}
+
+impl ActBlock for Q8K {
+    const LEN: usize = 256;
+    const ZERO: Q8K = Q8K { d: 0.0, qs: [0; 256], bsums: [0; 16] };
+
+    #[inline(always)]
+    fn quantize(x: &[f32]) -> Q8K {
+        let mut b = Q8K::ZERO;
+        b.d = quantize_into(x, &mut b.qs);
+        for (s, q) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = q.iter().map(|&v| v as i16).sum();
+        }
+        b
+    }
+}
+
+/// Below this many activations the rows are quantized on the calling thread.
+const PAR_MIN: usize = 1 << 15;
+
+/// The `rows` rows of `x` (each `cols` long, a multiple of `A::LEN`) as blocks, row after row.
+pub(crate) fn quantize_rows<A: ActBlock>(pool: &ThreadPool, avx2: bool, x: &[f32], cols: usize) -> Vec<A> {
+    let nb = cols / A::LEN;
+    let mut out = vec![A::ZERO; x.len() / A::LEN];
+    if nb == 0 {
+        return out;
+    }
+    let one = |(xs, bs): (&[f32], &mut [A])| {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: `avx2` is set only where the backend detected AVX2 and FMA.
+            return unsafe { quantize_row_avx2(xs, bs) };
+        }
+        let _ = avx2;
+        quantize_row(xs, bs)
+    };
+    if x.len() < PAR_MIN {
+        x.chunks_exact(cols).zip(out.chunks_exact_mut(nb)).for_each(one);
+    } else {
+        pool.install(|| x.par_chunks_exact(cols).zip(out.par_chunks_exact_mut(nb)).for_each(one));
+    }
+    out
+}
+
+/// One row into its blocks.
+#[inline(always)]
+fn quantize_row<A: ActBlock>(x: &[f32], out: &mut [A]) {
+    for (b, xs) in out.iter_mut().zip(x.chunks_exact(A::LEN)) {
+        *b = A::quantize(xs);
+    }
+}
+
+/// [`quantize_row`] compiled for AVX2: the same operations, vectorised.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_row_avx2<A: ActBlock>(x: &[f32], out: &mut [A]) {
+    quantize_row(x, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Rng;
+
+    #[test]
+    fn blocks_round_trip_within_half_a_step() {
+        let mut rng = Rng::new(21);
+        let x: Vec<f32> = rng.vec(512).iter().map(|v| v * 3.0).collect();
+        let b = Q8K::quantize(&x[..256]);
+        for (v, &q) in x.iter().zip(&b.qs) {
+            assert!((v - b.d * q as f32).abs() <= 0.5001 * b.d, "{v} vs {q} * {}", b.d);
+        }
+        assert!(b.qs.iter().any(|&q| q.abs() == 127));
+        assert_eq!(b.bsums[3], b.qs[48..64].iter().map(|&q| q as i16).sum::<i16>());
+        let z = Q8::quantize(&[0.0; 32]);
+        assert_eq!((z.d, z.sum, z.qs), (0.0, 0, [0; 32]));
+        let s = Q8::quantize(&x[..32]);
+        assert_eq!(s.sum, s.qs.iter().map(|&q| q as i32).sum::<i32>());
+    }
+
+    #[test]
+    fn ties_round_to_even() {
+        assert_eq!([round(2.5), round(-2.5), round(3.5), round(126.5), round(-0.4)], [2.0, -2.0, 4.0, 126.0, 0.0]);
+    }
+
+    #[test]
+    fn avx2_build_quantizes_identically() {
+        if !crate::Simd::Avx2.available() {
+            return;
+        }
+        let mut rng = Rng::new(22);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        let x: Vec<f32> = rng.vec(3 * 512).iter().map(|v| v * 7.0).collect();
+        let (a, p) = (quantize_rows::<Q8K>(&pool, true, &x, 512), quantize_rows::<Q8K>(&pool, false, &x, 512));
+        for (a, p) in a.iter().zip(&p) {
+            assert_eq!((a.d.to_bits(), a.qs, a.bsums), (p.d.to_bits(), p.qs, p.bsums));
+        }
+        let (a, p) = (quantize_rows::<Q8>(&pool, true, &x, 512), quantize_rows::<Q8>(&pool, false, &x, 512));
+        for (a, p) in a.iter().zip(&p) {
+            assert_eq!((a.d.to_bits(), a.s.to_bits(), a.qs), (p.d.to_bits(), p.s.to_bits(), p.qs));
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Batch-invariant `x @ w^T` over GGML block-quantized weights kept quantized in memory.
+//!
+//! Two numerics, chosen per backend by [`QuantActs`]:
+//! - `Int8` (llama.cpp's): each activation row is quantized once per call to 8-bit blocks
+//!   ([`act`]), and each weight block meets them in integer dot products (`maddubs` / `madd` on
+//!   AVX2), scaled in f32 per block. The integers and the f32 steps are fixed per output element
+//!   ([`spec`]), so a row's result depends on that row alone, whatever the batch, tile or threads.
+//! - `F32`: each weight block is dequantized exactly as ggml does and multiplied with the f32
+//!   activations in the fixed order of [`crate::simd`]: the plain dequantize-then-f32 result.
+//!
+//! Work is split over output features only, as in [`crate::matmul`].
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_blocks;
+mod spec;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use crate::matmul::par_columns;
+use crate::simd::{Portable, Simd};
+use act::{ActBlock, Q8, Q8K, quantize_rows};
+use rayon::ThreadPool;
+use std::ops::Range;
+use tf_backend::{HostMat, HostTensor};
+use tf_core::{DType, QuantType};
+
+/// How activations meet block-quantized weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QuantActs {
+    /// Activation rows quantized to 8-bit blocks, integer dot products: llama.cpp's numerics
+    /// (within about 1e-3 of the f32 result, relative to the output's scale) at its speed.
+    #[default]
+    Int8,
+    /// f32 activations against exactly dequantized weights: the dequantize-then-f32 result
+    /// (what Hugging Face transformers computes from a GGUF file), at a multiple of the cost.
+    F32,
+}
+
+impl QuantActs {
+    /// Lower-case name for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantActs::Int8 => "int8",
+            QuantActs::F32 => "f32",
+        }
+    }
+}
+
+/// `x[rows, in] @ w[out, in]^T` for a quantized `w`.
+pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, acts: QuantActs, x: &HostTensor, w: &HostMat) -> HostTensor {
+    let DType::Quant(q) = w.dtype else { panic!("quant matmul: weight dtype {} is not quantized", w.dtype) };
+    assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);
+    assert_eq!(x.data.len(), x.rows * x.cols, "matmul: x holds {} values for {}x{}", x.data.len(), x.rows, x.cols);
+    assert!(w.cols.is_multiple_of(q.block_len()), "matmul: {} inputs are not whole {} blocks", w.cols, q.name());
+    let need = w.rows * w.row_bytes();
+    assert!(w.data.as_bytes().len() >= need, "matmul: weight holds {} bytes, needs {need}", w.data.as_bytes().len());
+    let avx2 = cfg!(target_arch = "x86_64") && simd == Simd::Avx2;
+    match acts {
+        QuantActs::F32 => par_columns(pool, x.rows, w.rows, |outs, dst| {
+            // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
+            unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
+        }),
+        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, q, x, w),
+        QuantActs::Int8 => int8::<Q8>(pool, avx2, q, x, w),
+    }
+}
+
+/// The integer path: quantize the activation rows, then every output column from them.
+fn int8<A: ActBlock>(pool: &ThreadPool, avx2: bool, q: QuantType, x: &HostTensor, w: &HostMat) -> HostTensor
+where
+    Kernels: IntKernel<A>,
+{
+    let xq = quantize_rows::<A>(pool, avx2, &x.data, x.cols);
+    let a = Operands { xq: &xq, nb: x.cols / A::LEN, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
+    par_columns(pool, x.rows, w.rows, |outs, dst| {
+        // SAFETY: each call writes only columns `outs` of the `[x.rows, w.rows]` output; the
+        // weight holds `w.rows` rows of `nb` blocks (checked above); `avx2` was detected.
+        unsafe { <Kernels as IntKernel<A>>::run(avx2, q, &a, x.rows, outs, dst.get()) }
+    })
+}
+
+/// One integer-path call's operands: quantized activations `[rows, nb]` and weight rows.
+pub(crate) struct Operands<'a, A> {
+    /// Activation blocks, row after row.
+    pub xq: &'a [A],
+    /// Blocks per row.
+    pub nb: usize,
+    /// Weight bytes, `n` rows of `row_bytes`.
+    pub w: &'a [u8],
+    /// Bytes per weight row.
+    pub row_bytes: usize,
+    /// Output features (weight rows).
+    pub n: usize,
+}
+
+/// Dispatch of the integer path by activation block kind.
+pub(crate) struct Kernels;
+
+/// The integer kernels for one activation block kind.
+pub(crate) trait IntKernel<A> {
+    /// Output columns `outs` of every row into `dst` (`[rows, a.n]`).
+    ///
+    /// # Safety
+    /// `dst` holds `rows * a.n` values and no one else writes columns `outs`; `a` is consistent;
+    /// `avx2` only where the CPU has AVX2, FMA and F16C.
+    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<A>, rows: usize, outs: Range<usize>, dst: *mut f32);
+}
+
+impl IntKernel<Q8K> for Kernels {
+    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: forwarded from the caller.
+            return unsafe { avx2::run_k(q, a, rows, outs, dst) };
+        }
+        let f = spec::format(q);
+        // SAFETY: forwarded from the caller.
+        unsafe { portable_int(q, a, rows, outs, dst, |u, x, acc, _| spec::dot_block_k(f, u, x, acc)) }
+    }
+}
+
+impl IntKernel<Q8> for Kernels {
+    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: forwarded from the caller.
+            return unsafe { avx2::run_32(q, a, rows, outs, dst) };
+        }
+        let f = spec::format(q);
+        // SAFETY: forwarded from the caller.
+        unsafe { portable_int(q, a, rows, outs, dst, |u, x, acc, accm| spec::dot_block_32(f, u, x, acc, accm)) }
+    }
+}
+
+/// The integer path in plain Rust: each weight block unpacked once, then met by every row.
+///
+/// # Safety
+/// As for [`IntKernel::run`].
+unsafe fn portable_int<A>(
+    q: QuantType,
+    a: &Operands<A>,
+    rows: usize,
+    outs: Range<usize>,
+    dst: *mut f32,
+    block: impl Fn(&spec::IntBlock, &A, &mut [f32; 8], &mut f32),
+) {
+    let f = spec::format(q);
+    let mut acc = vec![([0.0f32; 8], 0.0f32); rows];
+    for o in outs {
+        acc.fill(([0.0; 8], 0.0));
+        let row = &a.w[o * a.row_bytes..(o + 1) * a.row_bytes];
+        for (b, wb) in row.chunks_exact(q.block_bytes()).enumerate() {
+            let u = spec::unpack(q, wb);
+            for (r, (lanes, accm)) in acc.iter_mut().enumerate() {
+                block(&u, &a.xq[r * a.nb + b], lanes, accm);
+            }
+        }
+        for (r, &(lanes, accm)) in acc.iter().enumerate() {
+            // SAFETY: `r * a.n + o` is inside `dst` and in this task's columns.
+            unsafe { *dst.add(r * a.n + o) = spec::finish(f, lanes, accm) };
+        }
+    }
+}
+
+/// The f32 path: each output `Portable::dot(x_row, dequantized weight row)`, bit for bit.
+///
+/// # Safety
+/// `dst` holds `x.rows * w.rows` values and no one else writes columns `outs`; `w` holds
+/// `w.rows` whole rows; `avx2` only where the CPU has AVX2, FMA and F16C.
+unsafe fn run_f32(avx2: bool, q: QuantType, x: &HostTensor, w: &HostMat, outs: Range<usize>, dst: *mut f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        let a = avx2::F32Args { x: x.data.as_ptr(), w: w.data.as_bytes(), row_bytes: w.row_bytes(), k: w.cols, n: w.rows };
+        // SAFETY: forwarded from the caller.
+        return unsafe { avx2::run_f32(q, &a, x.rows, outs, dst) };
+    }
+    let _ = (avx2, q);
+    let mut wrow = vec![0.0; w.cols];
+    for o in outs {
+        w.row_f32(o, &mut wrow);
+        for r in 0..x.rows {
+            // SAFETY: `r * w.rows + o` is inside `dst` and in this task's columns.
+            unsafe { *dst.add(r * w.rows + o) = Portable::dot(x.row(r), &wrow) };
+        }
+    }
+}
