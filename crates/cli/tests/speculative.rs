@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use tf_cpu::CpuBackend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn};
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn, spawn_with_drafter};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -113,4 +113,59 @@ fn early_exit_drafting_equals_undrafted() {
             assert!(spec.stats.draft_proposed.load(Ordering::Relaxed) > 0, "{family}: drafts were proposed");
         }
     }
+}
+
+fn with_draft_model(family: &str, drafter: &str, num_blocks: usize) -> EngineHandle {
+    let b = CpuBackend::new(2).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let m = Model::open(&fixtures.join(family), &b).unwrap();
+    let d = Model::open(&fixtures.join(drafter), &b).unwrap();
+    let sched = SchedulerConfig { max_num_seqs: 32, max_round_tokens: 128, prefill_chunk: 32, prefix_cache: true };
+    let draft = DraftConfig { kind: DraftKind::Model, num_tokens: 4 };
+    spawn_with_drafter(m, Some(d), b, EngineConfig { num_blocks, block_size: 16, sched, draft }).unwrap().0
+}
+
+#[test]
+fn draft_model_equals_undrafted() {
+    for (family, drafter) in [("qwen3", "llama"), ("gemma3", "qwen3")] {
+        for seeded in [false, true] {
+            let plain = engine(family, 256, DraftKind::Off);
+            let all: Vec<usize> = (0..10).collect();
+            let want: Vec<Output> = all.iter().map(|&i| run(&plain, &[i], seeded, false).remove(0)).collect();
+            let spec = with_draft_model(family, drafter, 256);
+            let solo: Vec<Output> = all.iter().map(|&i| run(&spec, &[i], seeded, true).remove(0)).collect();
+            assert_eq!(solo, want, "{family}+{drafter} seeded={seeded} solo");
+            assert_eq!(run(&spec, &all, seeded, true), want, "{family}+{drafter} seeded={seeded} concurrent");
+            let tight = with_draft_model(family, drafter, 10);
+            assert_eq!(run(&tight, &all, seeded, true), want, "{family}+{drafter} seeded={seeded} tight");
+            assert!(spec.stats.draft_proposed.load(Ordering::Relaxed) > 0);
+        }
+    }
+    // The draft model itself as target and drafter accepts everything it proposes (greedy).
+    let same = with_draft_model("qwen3", "qwen3", 256);
+    let plain = engine("qwen3", 256, DraftKind::Off);
+    for i in 0..4 {
+        assert_eq!(run(&same, &[i], false, true), run(&plain, &[i], false, false));
+    }
+    let (p, a) = (same.stats.draft_proposed.load(Ordering::Relaxed), same.stats.draft_accepted.load(Ordering::Relaxed));
+    assert!(p > 0 && a == p, "a model drafting for itself is always right: {a}/{p}");
+}
+
+#[test]
+fn draft_model_with_another_vocabulary_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tmp.path().join("tiny");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["synth", "--like", "tiny", "--out", tiny.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let b = CpuBackend::new(1).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let m = Model::open(&fixtures.join("qwen3"), &b).unwrap();
+    let d = Model::open(&tiny, &b).unwrap();
+    let sched = SchedulerConfig { max_num_seqs: 4, max_round_tokens: 64, prefill_chunk: 32, prefix_cache: true };
+    let draft = DraftConfig { kind: DraftKind::Model, num_tokens: 4 };
+    let err = spawn_with_drafter(m, Some(d), b, EngineConfig { num_blocks: 16, block_size: 16, sched, draft });
+    assert!(err.err().unwrap().to_string().contains("vocabulary"));
 }

@@ -6,10 +6,12 @@ mod attention;
 mod matmul;
 mod moe;
 mod ops;
+mod quant;
 mod simd;
 #[cfg(test)]
 mod testutil;
 
+pub use quant::QuantActs;
 pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -23,28 +25,52 @@ use tf_formats::TensorView;
 pub struct CpuBackend {
     pool: ThreadPool,
     simd: Simd,
+    quant_acts: QuantActs,
+}
+
+/// Construction options of [`CpuBackend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Worker threads (at least 1).
+    pub threads: usize,
+    /// Instruction set; refused where the CPU lacks it.
+    pub simd: Simd,
+    /// How activations meet block-quantized weights.
+    pub quant_acts: QuantActs,
+}
+
+impl CpuOptions {
+    /// `threads` workers, the best instruction set of this CPU, the default quantized numerics.
+    pub fn new(threads: usize) -> CpuOptions {
+        CpuOptions { threads, simd: Simd::detect(), quant_acts: QuantActs::default() }
+    }
 }
 
 impl CpuBackend {
     /// A backend on `threads` worker threads with the best instruction set this CPU has.
     pub fn new(threads: usize) -> Result<CpuBackend, BackendError> {
-        CpuBackend::with_simd(threads, Simd::detect())
+        CpuBackend::with_options(CpuOptions::new(threads))
     }
 
     /// A backend on `threads` worker threads with `simd`, refused where the CPU lacks it.
     pub fn with_simd(threads: usize, simd: Simd) -> Result<CpuBackend, BackendError> {
-        if threads == 0 {
+        CpuBackend::with_options(CpuOptions { simd, ..CpuOptions::new(threads) })
+    }
+
+    /// A backend with every option given.
+    pub fn with_options(o: CpuOptions) -> Result<CpuBackend, BackendError> {
+        if o.threads == 0 {
             return Err(BackendError::Unsupported("cpu backend: threads must be at least 1".into()));
         }
-        if !simd.available() {
-            return Err(BackendError::Unsupported(format!("cpu backend: this CPU lacks {}", simd.name())));
+        if !o.simd.available() {
+            return Err(BackendError::Unsupported(format!("cpu backend: this CPU lacks {}", o.simd.name())));
         }
         let pool = ThreadPoolBuilder::new()
-            .num_threads(threads)
+            .num_threads(o.threads)
             .thread_name(|i| format!("tf-cpu-{i}"))
             .build()
             .map_err(|e| BackendError::Device(format!("cpu backend: thread pool: {e}")))?;
-        Ok(CpuBackend { pool, simd })
+        Ok(CpuBackend { pool, simd: o.simd, quant_acts: o.quant_acts })
     }
 
     /// Worker threads in the pool.
@@ -55,6 +81,11 @@ impl CpuBackend {
     /// The instruction set in use.
     pub fn simd(&self) -> Simd {
         self.simd
+    }
+
+    /// How activations meet block-quantized weights.
+    pub fn quant_acts(&self) -> QuantActs {
+        self.quant_acts
     }
 }
 
@@ -98,7 +129,10 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
-        matmul::matmul(&self.pool, self.simd, x, w)
+        match w.dtype {
+            tf_core::DType::Quant(_) => quant::matmul(&self.pool, self.simd, self.quant_acts, x, w),
+            _ => matmul::matmul(&self.pool, self.simd, x, w),
+        }
     }
 
     fn rms_norm(&self, x: &HostTensor, w: &Vec<f32>, eps: f32, one_plus: bool) -> HostTensor {
@@ -166,5 +200,8 @@ mod tests {
         assert_eq!(b.simd(), Simd::detect());
         assert!(CpuBackend::with_simd(1, Simd::Portable).is_ok());
         assert_eq!(CpuBackend::with_simd(1, Simd::Avx2).is_ok(), Simd::Avx2.available());
+        assert_eq!(b.quant_acts(), QuantActs::Int8);
+        let f = CpuBackend::with_options(CpuOptions { quant_acts: QuantActs::F32, ..CpuOptions::new(1) });
+        assert_eq!(f.expect("f32 acts").quant_acts(), QuantActs::F32);
     }
 }

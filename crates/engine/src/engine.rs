@@ -20,8 +20,10 @@ use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_core::TokenIds;
 use tf_models::{Batch, Model};
 
+mod draft_model;
 mod session_ops;
 mod speculate;
+use draft_model::DraftModel;
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +203,26 @@ pub fn spawn<B: Backend + 'static>(
     backend: B,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
+    spawn_with_drafter(model, None, backend, cfg)
+}
+
+/// Starts the engine thread with a draft model (same vocabulary) for `DraftKind::Model`.
+pub fn spawn_with_drafter<B: Backend + 'static>(
+    model: Model<B>,
+    draft_model: Option<Model<B>>,
+    backend: B,
+    cfg: EngineConfig,
+) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
     let kv = model.decoder.alloc_kv(&backend, cfg.num_blocks, cfg.block_size)?;
+    let draft_model = match (cfg.draft.kind, draft_model) {
+        (DraftKind::Model, Some(d)) => Some(DraftModel::new(&model, d, &backend, cfg.num_blocks, cfg.block_size)?),
+        (DraftKind::Model, None) => {
+            return Err(tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(
+                "--draft model needs a draft checkpoint".into(),
+            )));
+        }
+        _ => None,
+    };
     let (tx, rx) = channel();
     let stats = Arc::new(EngineStats::default());
     stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
@@ -223,6 +244,7 @@ pub fn spawn<B: Backend + 'static>(
     let mut core = Core {
         draft: cfg.draft,
         drafter,
+        draft_model,
         model,
         backend,
         kv,
@@ -243,6 +265,7 @@ pub fn spawn<B: Backend + 'static>(
 struct Core<B: Backend> {
     draft: DraftConfig,
     drafter: Option<Box<dyn Drafter>>,
+    draft_model: Option<DraftModel<B>>,
     model: Model<B>,
     backend: B,
     kv: Vec<B::Kv>,
@@ -330,6 +353,9 @@ impl<B: Backend> Core<B> {
 
     fn finish(&mut self, id: SeqId, reason: FinishReason) {
         self.sched.remove(id);
+        if let Some(d) = self.draft_model.as_mut() {
+            d.forget(id);
+        }
         if let Some(save) = self.saves.remove(&id) {
             let _ = save.reply.send(Err("the engine stopped before the session was saved".into()));
         }

@@ -2,6 +2,7 @@
 //! table at load, streaming detokenization and stop-string matching.
 
 mod error;
+mod gguf_vocab;
 mod incremental;
 mod stop;
 #[cfg(test)]
@@ -9,6 +10,7 @@ mod testutil;
 mod tokenizer;
 
 pub use error::TokenizeError;
+pub use gguf_vocab::tokenizer_from_gguf;
 pub use incremental::IncrementalDecoder;
 pub use stop::{StopMatcher, StopOutput};
 pub use tokenizer::{SpecialIds, Tokenizer};

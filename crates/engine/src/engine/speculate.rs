@@ -23,6 +23,8 @@ pub enum DraftKind {
     /// The target's first N layers plus its head (no extra weights); their K/V go to the
     /// target's own pools and are rewritten by the verify round.
     EarlyExit(usize),
+    /// A smaller checkpoint with the same vocabulary, with its own KV pool.
+    Model,
 }
 
 /// Speculative decoding settings.
@@ -44,7 +46,7 @@ impl DraftConfig {
     /// The drafter this config names.
     pub fn drafter(&self) -> Option<Box<dyn Drafter>> {
         match self.kind {
-            DraftKind::Off | DraftKind::EarlyExit(_) => None,
+            DraftKind::Off | DraftKind::EarlyExit(_) | DraftKind::Model => None,
             DraftKind::Ngram => Some(Box::new(NgramDrafter::default())),
         }
     }
@@ -55,6 +57,9 @@ impl<B: Backend> Core<B> {
     pub(super) fn propose_drafts(&mut self) {
         if let DraftKind::EarlyExit(layers) = self.draft.kind {
             return self.early_exit_drafts(layers);
+        }
+        if self.draft_model.is_some() {
+            return self.model_drafts();
         }
         let Some(drafter) = self.drafter.as_mut() else { return };
         let t = Instant::now();
@@ -102,9 +107,9 @@ impl<B: Backend> Core<B> {
 
     /// Drafts for every eligible sequence together: k steps of the first `layers` layers, each
     /// one token per sequence, greedy.
-    fn early_exit_drafts(&mut self, layers: usize) {
-        let t = Instant::now();
-        let mut want: Vec<(u64, usize, usize, u32)> = Vec::new(); // (seq, start, k, last token)
+    /// `(seq, first uncomputed position, k, its token)` of every sequence to draft for now.
+    pub(super) fn draft_candidates(&self) -> Vec<(u64, usize, usize, u32)> {
+        let mut want = Vec::new();
         for (&id, a) in &self.active {
             let k = a.draft_k.min((a.req.max_tokens - a.generated).saturating_sub(1));
             let Some(seq) = self.sched.seq(id) else { continue };
@@ -112,6 +117,13 @@ impl<B: Backend> Core<B> {
                 want.push((id, seq.num_computed, k, seq.tokens[seq.num_computed]));
             }
         }
+        want.sort_unstable();
+        want
+    }
+
+    fn early_exit_drafts(&mut self, layers: usize) {
+        let t = Instant::now();
+        let mut want = self.draft_candidates();
         want.retain(|&(id, start, k, _)| self.sched.ensure_blocks(id, start + k));
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); want.len()];
         let bs = self.sched.pool().block_size();

@@ -1,0 +1,137 @@
+//! Drafting with a smaller model of the same vocabulary: it keeps its own KV pool and, per
+//! sequence, a block table valid for the committed tokens it has seen. Each round it catches up
+//! on the newly committed tokens in one chunk, then drafts greedily one token per step for all
+//! drafting sequences together. Its proposals only affect speed: verification is exact.
+
+use super::Core;
+use crate::block_pool::{BlockId, BlockPool};
+use crate::sampler::argmax;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_models::{Batch, Model, ModelError};
+
+/// One sequence's state in the draft model's cache.
+#[derive(Default)]
+struct DraftSeq {
+    block_table: Vec<BlockId>,
+    /// Tokens of the committed sequence whose K/V the draft cache holds.
+    num_valid: usize,
+}
+
+/// The draft model, its KV pool and its sequences.
+pub(super) struct DraftModel<B: Backend> {
+    model: Model<B>,
+    kv: Vec<B::Kv>,
+    pool: BlockPool,
+    seqs: HashMap<u64, DraftSeq>,
+}
+
+impl<B: Backend> DraftModel<B> {
+    /// Checks that `draft` shares `target`'s vocabulary and gives it a pool of its own.
+    pub(super) fn new(
+        target: &Model<B>,
+        draft: Model<B>,
+        backend: &B,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<DraftModel<B>, ModelError> {
+        let same_tokenizer = match (&target.tokenizer, &draft.tokenizer) {
+            (Some(a), Some(b)) => a.len() == b.len(),
+            _ => true,
+        };
+        if draft.vocab != target.vocab || !same_tokenizer {
+            let msg = format!(
+                "draft model {} has a vocabulary of {} rows, the target {}: they must be the same",
+                draft.dir.display(),
+                draft.vocab.rows(),
+                target.vocab.rows()
+            );
+            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
+        }
+        let kv = draft.decoder.alloc_kv(backend, num_blocks, block_size)?;
+        Ok(DraftModel { model: draft, kv, pool: BlockPool::new(num_blocks, block_size), seqs: HashMap::new() })
+    }
+
+    /// Drops a finished sequence's draft cache.
+    pub(super) fn forget(&mut self, id: u64) {
+        if let Some(s) = self.seqs.remove(&id) {
+            self.pool.release(&s.block_table);
+        }
+    }
+
+    /// Gives `id` blocks for `tokens` positions; false (and forgets it) when the pool is short.
+    fn reserve(&mut self, id: u64, tokens: usize) -> bool {
+        let need = self.pool.blocks_for(tokens).saturating_sub(self.seqs.get(&id).map_or(0, |s| s.block_table.len()));
+        match self.pool.allocate(need) {
+            Some(blocks) => {
+                self.seqs.entry(id).or_default().block_table.extend(blocks);
+                true
+            }
+            None => {
+                self.forget(id);
+                false
+            }
+        }
+    }
+}
+
+impl<B: Backend> Core<B> {
+    /// Drafts with the draft model for every eligible sequence.
+    pub(super) fn model_drafts(&mut self) {
+        let t = Instant::now();
+        let mut want = self.draft_candidates();
+        let Some(dm) = self.draft_model.as_mut() else { return };
+        // (seq, tokens to feed first, their first position, k)
+        let mut jobs: Vec<(u64, Vec<u32>, usize, usize)> = Vec::new();
+        for &(id, start, k, _) in &want {
+            let Some(seq) = self.sched.seq(id) else { continue };
+            let valid = dm.seqs.get(&id).map_or(0, |s| s.num_valid).min(start);
+            if !dm.reserve(id, start + k) {
+                continue;
+            }
+            jobs.push((id, seq.tokens[valid..=start].to_vec(), valid, k));
+        }
+        want.clear();
+        let bs = dm.pool.block_size();
+        let vocab = dm.model.vocab;
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
+        for step in 0.. {
+            let live: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].3 > step).collect();
+            if live.is_empty() {
+                break;
+            }
+            let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for &i in &live {
+                let (id, ref feed, first, _) = jobs[i];
+                let Some(ds) = dm.seqs.get(&id) else { continue };
+                let (chunk, pos): (Vec<u32>, usize) = match step {
+                    0 => (feed.clone(), first),
+                    _ => (vec![drafts[i][step - 1]], first + feed.len() + step - 1),
+                };
+                let q_start = ids.len();
+                ids.extend(&chunk);
+                slots.extend((pos..pos + chunk.len()).map(|p| ds.block_table[p / bs] as usize * bs + p % bs));
+                let block_table = ds.block_table.clone();
+                seqs.push(SeqAttn { q_start, q_len: chunk.len(), start_pos: pos, block_table });
+                rows.push(ids.len() - 1);
+            }
+            let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
+            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows };
+            let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.kv);
+            let logits = self.backend.download(&logits);
+            let width = vocab.rows();
+            for (row, &i) in live.iter().enumerate() {
+                drafts[i].push(vocab.sampled(argmax(&logits[row * width..(row + 1) * width]) as usize));
+            }
+        }
+        for ((id, feed, first, _), draft) in jobs.into_iter().zip(drafts) {
+            if let Some(ds) = dm.seqs.get_mut(&id) {
+                ds.num_valid = first + feed.len();
+            }
+            self.sched.set_draft(id, draft);
+        }
+        self.stats.draft_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}

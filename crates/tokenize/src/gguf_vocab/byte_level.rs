@@ -1,0 +1,126 @@
+//! Byte-level BPE vocabularies (`tokenizer.ggml.model` "gpt2": GPT-2, Llama 3, Qwen): tokens and
+//! `tokenizer.ggml.merges` over GPT-2's byte alphabet, split first by the regex that
+//! `tokenizer.ggml.pre` names (transformers' `GGUF_PRE_TOKENIZER_SPLITS`).
+
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::models::bpe::{BPE, Vocab as BpeVocab};
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use super::{GgufVocab, Meta};
+use crate::TokenizeError;
+
+const LLAMA3: &str = concat!(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}",
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+const TEKKEN: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+const GPT4O: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+const QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN35: &str = concat!(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}",
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+
+/// The split regex for a `tokenizer.ggml.pre` value; `None` (e.g. "default", "gpt2") keeps
+/// GPT-2's own regex inside the `ByteLevel` pre-tokenizer.
+fn split_regex(pre: &str) -> Option<&'static str> {
+    Some(match pre {
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3,
+        "tekken" => TEKKEN,
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2,
+        "qwen35" => QWEN35,
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O,
+        _ => return None,
+    })
+}
+
+/// Whether a byte is one GPT-2 shows as itself (printable Latin-1 other than the soft hyphen).
+fn printable(b: u8) -> bool {
+    matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF)
+}
+
+/// The character GPT-2's byte alphabet uses for `b`: itself when printable, else 256 + its rank
+/// among the others.
+fn byte_char(b: u8) -> char {
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
+/// Whether `c` is in GPT-2's byte alphabet.
+pub(super) fn in_alphabet(c: char) -> bool {
+    match u32::from(c) {
+        u @ 0..=0xFF => printable(u as u8),
+        u => u < 256 + 68,
+    }
+}
+
+/// A token as the model sees it: as stored when all in the byte alphabet, else its UTF-8 bytes
+/// spelled in that alphabet (transformers' `byte_level_tokenizer`).
+fn spell(token: &str) -> String {
+    if token.chars().all(in_alphabet) { token.to_string() } else { token.bytes().map(byte_char).collect() }
+}
+
+/// The model and pipeline, without added tokens or post-processor.
+pub(super) fn build(meta: &Meta, file: &GgufVocab, pre: Option<&str>) -> Result<tokenizers::Tokenizer, TokenizeError> {
+    let merges = file.merges.clone().ok_or_else(|| meta.bad("tokenizer.ggml.merges", "missing"))?;
+    // A token listed twice keeps its last id, as a Python dict does.
+    let vocab: BpeVocab = file.tokens.iter().enumerate().map(|(id, t)| (spell(t), id as u32)).collect();
+    let model = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .continuing_subword_prefix(String::new())
+        .end_of_word_suffix(String::new())
+        .fuse_unk(false)
+        .build()
+        .map_err(|e| meta.bad("tokenizer.ggml.merges", &e.to_string()))?;
+    let mut inner = tokenizers::Tokenizer::new(model);
+    match pre.and_then(split_regex) {
+        Some(regex) => {
+            let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| meta.bad("tokenizer.ggml.pre", &e.to_string()))?;
+            let steps: Vec<PreTokenizerWrapper> = vec![split.into(), ByteLevel::new(false, true, false).into()];
+            inner.with_pre_tokenizer(Some(Sequence::new(steps)));
+        }
+        None => {
+            inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+        }
+    }
+    inner.with_decoder(Some(ByteLevel::default()));
+    Ok(inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_alphabet_is_gpt2s() {
+        let chars: Vec<char> = (0..=255u8).map(byte_char).collect();
+        assert_eq!(chars[b' ' as usize], '\u{120}');
+        assert_eq!(chars[b'\n' as usize], '\u{10a}');
+        assert_eq!(chars[0xAD], '\u{143}');
+        assert_eq!(chars[b'a' as usize], 'a');
+        assert!(chars.iter().all(|&c| in_alphabet(c)));
+        let distinct: std::collections::HashSet<char> = chars.iter().copied().collect();
+        assert_eq!(distinct.len(), 256);
+        assert!(!in_alphabet(' ') && !in_alphabet('\u{144}') && in_alphabet('é'));
+        assert_eq!(spell("<|x y|>"), "<|x\u{120}y|>");
+        assert_eq!(spell("\u{120}hello"), "\u{120}hello");
+        assert_eq!(split_regex("llama-bpe"), Some(LLAMA3));
+        assert_eq!(split_regex("default"), None);
+    }
+}
