@@ -25,6 +25,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// Measure prefill and decode speed.
     Bench(BenchArgs),
+    /// Measure speculative decoding: tokens/s with and without a drafter, acceptance.
+    BenchDraft(BenchDraftArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(tf_server::ServeArgs),
 }
@@ -168,6 +170,29 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Write results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `bench-draft`.
+#[derive(Args, Debug)]
+pub struct BenchDraftArgs {
+    /// Checkpoint directory or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Drafter: ngram, early-exit:N or model:DIR.
+    #[arg(long, default_value = "ngram")]
+    pub draft: String,
+    /// Most draft tokens per round.
+    #[arg(long, default_value_t = 4)]
+    pub num_draft_tokens: usize,
+    /// Tokens to generate per task.
+    #[arg(long, default_value_t = 64)]
+    pub gen_len: usize,
     /// Write results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -2,6 +2,7 @@
 
 mod args;
 mod bench;
+mod bench_draft;
 mod check;
 mod device;
 mod exit;
@@ -21,6 +22,7 @@ fn main() {
         args::Command::Generate(a) => generate::run(&a),
         args::Command::Synth(a) => synth::run(&a),
         args::Command::Bench(a) => bench::run(&a),
+        args::Command::BenchDraft(a) => bench_draft::run(&a),
         args::Command::Serve(a) => serve::run(a),
     };
     if let Err(f) = result {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tf_backend::{Backend, RefBackend};
 use tf_cpu::CpuBackend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn};
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 use tf_server::{ChatTemplate, Limits, Listen, ModelInfo, ServeArgs};
@@ -53,13 +53,20 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         prefill_chunk: a.prefill_chunk as usize,
         prefix_cache: a.prefix_cache,
     };
+    let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
+    let draft_model = match draft_dir {
+        Some(d) => Some(Model::open(d, &backend).map_err(refused)?),
+        None => None,
+    };
     let kind = match a.draft.strip_prefix("early-exit:").and_then(|n| n.parse().ok()) {
         Some(n) => DraftKind::EarlyExit(n),
         None if a.draft == "ngram" => DraftKind::Ngram,
+        None if draft_model.is_some() => DraftKind::Model,
         None => DraftKind::Off,
     };
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };
-    let (engine, thread) = spawn(model, backend, EngineConfig { num_blocks, block_size, sched, draft }).map_err(refused)?;
+    let cfg = EngineConfig { num_blocks, block_size, sched, draft };
+    let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens);
     let listen = Listen { host: a.host.clone(), port: a.port };
     let result = tf_server::run(engine.clone(), info, template, limits, &listen, |addr| {

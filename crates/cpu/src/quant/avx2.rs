@@ -21,8 +21,6 @@ use tf_core::QuantType;
 trait Kernel {
     /// Activation operand per block.
     type X;
-    /// Weight bytes per block.
-    const BYTES: usize;
     /// Block `b` of outputs `o0..o0 + C` against rows `r0..r0 + R` into the accumulators.
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Self::X>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>);
     /// The output value of one accumulator.
@@ -73,7 +71,6 @@ unsafe fn scale_pick(k: usize) -> __m256i {
 
 impl<T: KType> Kernel for IntK<T> {
     type X = Q8K;
-    const BYTES: usize = T::BYTES;
 
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8K>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
@@ -132,7 +129,6 @@ impl<T: KType> Kernel for IntK<T> {
 
 impl<T: QType> Kernel for Int32<T> {
     type X = Q8;
-    const BYTES: usize = T::BYTES;
 
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
@@ -208,7 +204,6 @@ impl<T: QType> Dequant for Int32<T> {
 
 impl<D: Dequant> Kernel for Deq<D> {
     type X = f32;
-    const BYTES: usize = D::BYTES;
 
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<f32>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
