@@ -1,0 +1,155 @@
+// Element-wise and row-wise kernels: embedding gather, RMSNorm, residual add, RoPE, gated
+// activations, row selection, soft-capping, bf16 conversion, MoE scatter, KV-cache writes.
+// Every output element is computed by one thread (or one block with a fixed-order reduction),
+// so results do not depend on how many rows share a launch.
+
+// Packed bf16 weight layout (see gemm.cu): element (n, k) of an [N, K] matrix.
+__device__ __forceinline__ size_t packed_index(int n, int k, int kt) {
+    int i = n >> 4, r = n & 15, j = k >> 4, kk = k & 15;
+    int g = r & 7, rowhi = r >> 3, khi = kk >> 3, c = (kk & 7) >> 1, h = kk & 1;
+    int lane = g * 4 + c, e = 2 * (rowhi + 2 * khi) + h;
+    return (((size_t)i * kt + j) * 32 + lane) * 8 + e;
+}
+
+extern "C" __global__ void pack_bf16(const u16* __restrict__ src, u16* __restrict__ dst, int n, int k, int nt, int kt) {
+    size_t total = (size_t)nt * kt * 512;
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (size_t)gridDim.x * blockDim.x) {
+        int e = p & 7, lane = (p >> 3) & 31;
+        size_t tile = p >> 8;
+        int j = (int)(tile % kt), i = (int)(tile / kt);
+        int g = lane >> 2, c = lane & 3, reg = e >> 1, h = e & 1;
+        int row = 16 * i + g + ((reg & 1) ? 8 : 0);
+        int col = 16 * j + 2 * c + h + ((reg & 2) ? 8 : 0);
+        dst[p] = (row < n && col < k) ? src[(size_t)row * k + col] : (u16)0;
+    }
+}
+
+// out[r, :] = table[ids[r], :] * scale. dtype: 0 packed bf16, 1 f16, 2 f32.
+extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int kt, const u32* __restrict__ ids, int k,
+                                 float scale, float* __restrict__ out) {
+    int r = blockIdx.x;
+    u32 id = ids[r];
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        float w;
+        if (dtype == 0) w = bf2f(((const u16*)table)[packed_index(id, c, kt)]);
+        else if (dtype == 1) w = h2f(((const u16*)table)[(size_t)id * k + c]);
+        else w = ((const float*)table)[(size_t)id * k + c];
+        out[(size_t)r * k + c] = w * scale;
+    }
+}
+
+// RMSNorm over consecutive groups of `group` values (one block per group). Also writes the bf16
+// copy (row stride kp) that matmuls read.
+extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                    u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
+    __shared__ float scratch[32];
+    size_t base = (size_t)blockIdx.x * group;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < group; i += blockDim.x) {
+        float v = x[base + i];
+        ss += v * v;
+    }
+    float ms = block_sum(ss, scratch) / (float)group;
+    float inv = 1.0f / sqrtf(ms + eps);
+    for (int i = threadIdx.x; i < group; i += blockDim.x) {
+        float s = one_plus ? 1.0f + w[i] : w[i];
+        float v = x[base + i] * inv * s;
+        size_t f = base + i;
+        y[f] = v;
+        yb[(f / cols) * kp + f % cols] = f2bf(v);
+    }
+}
+
+extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __restrict__ y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
+}
+
+// Rotate-half RoPE in place: one thread per (row, head, pair).
+extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ pos, const float* __restrict__ inv_freq,
+                                int rows, int cols, int head_dim, int half, float attn_scaling) {
+    int heads = cols / head_dim;
+    size_t total = (size_t)rows * heads * half;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(t % half);
+        size_t rh = t / half;
+        int h = (int)(rh % heads), r = (int)(rh / heads);
+        float angle = (float)pos[r] * inv_freq[i];
+        float c = cosf(angle) * attn_scaling, s = sinf(angle) * attn_scaling;
+        float* p = x + (size_t)r * cols + (size_t)h * head_dim;
+        float x1 = p[i], x2 = p[i + half];
+        p[i] = x1 * c - x2 * s;
+        p[i + half] = x2 * c + x1 * s;
+    }
+}
+
+// y = act(gate) * up; act 0 SiLU, 1 GELU (tanh). Also writes the bf16 copy.
+extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
+                               u16* __restrict__ yb, int rows, int cols, int kp, int act) {
+    size_t n = (size_t)rows * cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = g[i], a;
+        if (act == 0) {
+            a = v / (1.0f + expf(-v));
+        } else {
+            const float c = 0.7978845608028654f;
+            a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+        }
+        float o = a * u[i];
+        y[i] = o;
+        yb[(i / cols) * kp + i % cols] = f2bf(o);
+    }
+}
+
+extern "C" __global__ void select_rows(const float* __restrict__ x, const u32* __restrict__ rows, float* __restrict__ y,
+                                       int n_rows, int cols) {
+    int r = blockIdx.x;
+    const float* src = x + (size_t)rows[r] * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) y[(size_t)r * cols + c] = src[c];
+}
+
+extern "C" __global__ void softcap(float* __restrict__ x, size_t n, float cap) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+// f32 [rows, cols] -> bf16 [rows, kp], zero padding past cols.
+extern "C" __global__ void to_bf16(const float* __restrict__ x, u16* __restrict__ y, int rows, int cols, int kp) {
+    size_t n = (size_t)rows * kp;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / kp, c = i % kp;
+        y[i] = c < (size_t)cols ? f2bf(x[r * cols + c]) : (u16)0;
+    }
+}
+
+extern "C" __global__ void fill_zero_u16(u16* __restrict__ y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] = 0;
+}
+
+// out[rows[i], :] += w[i] * y[i, :] (each row at most once per launch).
+extern "C" __global__ void scatter_add(float* __restrict__ out, const float* __restrict__ y, const u32* __restrict__ rows,
+                                       const float* __restrict__ w, int cols) {
+    int i = blockIdx.x;
+    float s = w[i];
+    float* o = out + (size_t)rows[i] * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] += s * y[(size_t)i * cols + c];
+}
+
+// Writes this round's K and V rows (f32) into their pool slots as bf16.
+extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __restrict__ v, const u32* __restrict__ slots,
+                                    u16* __restrict__ kc, u16* __restrict__ vc, int width) {
+    int r = blockIdx.x;
+    size_t dst = (size_t)slots[r] * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        kc[dst + c] = f2bf(k[(size_t)r * width + c]);
+        vc[dst + c] = f2bf(v[(size_t)r * width + c]);
+    }
+}
+
+// Deterministic pseudo-random bf16 in [-1, 1) for measuring the GEMM peak on non-zero data.
+extern "C" __global__ void fill_random_bf16(u16* __restrict__ y, size_t n, u32 seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        u32 h = (u32)i * 2654435761u ^ seed;
+        h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+        y[i] = f2bf((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}

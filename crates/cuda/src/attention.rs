@@ -1,0 +1,163 @@
+//! Paged attention: round metadata packed and uploaded once per round, the KV write, and the
+//! flash-attention kernel (kernels/attention.cu) over work items of whole query tokens.
+
+use crate::CudaBackend;
+use crate::device::{Arg, attention_smem, ptr};
+use crate::ops::bf16_out;
+use crate::tensor::{CudaAct, CudaKv, padded};
+use cudarc::driver::CudaSlice;
+use tf_backend::{AttnMeta, AttnParams};
+
+/// The round's metadata as uploaded: `[seqs | items | block tables | slot mapping]`.
+pub(crate) struct MetaUpload {
+    host: Vec<u32>,
+    dev: CudaSlice<u32>,
+    items_off: usize,
+    bt_off: usize,
+    slots_off: usize,
+    num_items: usize,
+    warps: u32,
+}
+
+/// Warps per CTA and whole query tokens per CTA for a round whose longest sequence advances
+/// `max_q` tokens with `group` query heads per KV head. Only scheduling: results do not depend on it.
+fn tiling(max_q: usize, group: usize) -> (u32, usize) {
+    let warps = if max_q * group <= 16 { 1 } else { 4 };
+    (warps, (16 * warps as usize / group).max(1))
+}
+
+fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize, u32) {
+    let max_q = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
+    let (warps, per_item) = tiling(max_q, group);
+    let mut seqs = Vec::with_capacity(4 * meta.seqs.len());
+    let mut items = Vec::new();
+    let mut bts = Vec::new();
+    for (i, s) in meta.seqs.iter().enumerate() {
+        let needed = (s.start_pos + s.q_len).div_ceil(meta.block_size);
+        assert!(
+            s.block_table.len() >= needed,
+            "attention: sequence {i} has {} blocks, needs {needed}",
+            s.block_table.len()
+        );
+        seqs.extend([s.q_start as u32, s.q_len as u32, s.start_pos as u32, bts.len() as u32]);
+        bts.extend_from_slice(&s.block_table[..needed]);
+        let mut t = 0;
+        while t < s.q_len {
+            let n = per_item.min(s.q_len - t);
+            items.extend([i as u32, t as u32, n as u32]);
+            t += n;
+        }
+    }
+    let items_off = seqs.len();
+    let bt_off = items_off + items.len();
+    let slots_off = bt_off + bts.len();
+    let num_items = items.len() / 3;
+    let mut host = seqs;
+    host.extend(items);
+    host.extend(bts);
+    host.extend(meta.slot_mapping.iter().map(|&s| s as u32));
+    (host, items_off, bt_off, slots_off, num_items, warps)
+}
+
+pub(crate) fn attention(
+    b: &CudaBackend,
+    q: &CudaAct,
+    k: &CudaAct,
+    v: &CudaAct,
+    kv: &mut CudaKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+) -> CudaAct {
+    let d = &b.dev;
+    let (hd, kvh) = (p.head_dim, p.num_kv_heads);
+    assert!(kvh > 0 && p.num_heads % kvh == 0, "attention: {} heads over {kvh} KV heads", p.num_heads);
+    let group = p.num_heads / kvh;
+    assert!(group <= 64, "attention: {group} query heads per KV head (at most 64 supported)");
+    assert_eq!((kv.shape.head_dim, kv.shape.num_kv_heads), (hd, kvh), "attention: KV pool shape");
+    assert_eq!(meta.block_size, kv.shape.block_size, "attention: block size");
+    assert_eq!((q.cols, k.cols, v.cols), (p.num_heads * hd, kvh * hd, kvh * hd), "attention: q/k/v widths");
+    assert_eq!(meta.slot_mapping.len(), k.rows, "attention: one slot per K/V row");
+    let pool_slots = kv.shape.num_blocks * kv.shape.block_size;
+    assert!(meta.slot_mapping.iter().all(|&s| s < pool_slots), "attention: slot outside the pool");
+    let func = match hd {
+        16 => &d.k.attention_d16,
+        32 => &d.k.attention_d32,
+        64 => &d.k.attention_d64,
+        128 => &d.k.attention_d128,
+        256 => &d.k.attention_d256,
+        other => panic!("attention: head_dim {other} is not supported on CUDA (16, 32, 64, 128, 256)"),
+    };
+    let width = p.num_heads * hd;
+    let out = d.alloc::<f32>(q.rows * width);
+    let outb = bf16_out(b, q.rows, width);
+
+    let mut c = b.caches();
+    let (host, items_off, bt_off, slots_off, num_items, warps) = pack(meta, group);
+    if c.attn.as_ref().is_none_or(|m| m.host != host) {
+        let dev = d.upload(&host);
+        c.attn = Some(MetaUpload { host, dev, items_off, bt_off, slots_off, num_items, warps });
+    }
+    let m = c.attn.as_ref().expect("just filled");
+    let base = ptr(&m.dev, &d.stream);
+    let at = |off: usize| base + 4 * off as u64;
+    let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));
+    if k.rows > 0 {
+        let args = [
+            Arg::P(ptr(&k.data, &d.stream)),
+            Arg::P(ptr(&v.data, &d.stream)),
+            Arg::P(at(m.slots_off)),
+            Arg::P(kp),
+            Arg::P(vp),
+            Arg::I((kvh * hd) as i32),
+        ];
+        d.launch(&d.k.kv_write, (k.rows as u32, 1, 1), 128, 0, &args);
+    }
+    if m.num_items > 0 {
+        let args = [
+            Arg::P(ptr(&q.data, &d.stream)),
+            Arg::P(kp),
+            Arg::P(vp),
+            Arg::P(base),
+            Arg::P(at(m.items_off)),
+            Arg::P(at(m.bt_off)),
+            Arg::P(ptr(&out, &d.stream)),
+            Arg::P(ptr(&outb, &d.stream)),
+            Arg::I(p.num_heads as i32),
+            Arg::I(kvh as i32),
+            Arg::I(meta.block_size as i32),
+            Arg::F(p.scale),
+            Arg::I(p.window.map_or(0, |w| w.min(i32::MAX as usize)) as i32),
+            Arg::F(p.softcap.unwrap_or(0.0)),
+            Arg::I(padded(width) as i32),
+        ];
+        d.launch(func, (m.num_items as u32, kvh as u32, 1), 32 * m.warps, attention_smem(hd), &args);
+    }
+    drop(c);
+    CudaAct::with_bf16(out, outb, q.rows, width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_backend::SeqAttn;
+
+    #[test]
+    fn items_cover_every_token_once_in_whole_tokens() {
+        let meta = AttnMeta {
+            seqs: vec![
+                SeqAttn { q_start: 0, q_len: 1, start_pos: 40, block_table: vec![3, 4, 5] },
+                SeqAttn { q_start: 1, q_len: 37, start_pos: 0, block_table: vec![0, 1, 2] },
+            ],
+            slot_mapping: (0..38).collect(),
+            block_size: 16,
+        };
+        let (host, items_off, bt_off, _, n, warps) = pack(&meta, 4);
+        assert_eq!(warps, 4);
+        let items: Vec<&[u32]> = host[items_off..bt_off].chunks(3).collect();
+        assert_eq!(items.len(), n);
+        let covered: usize = items.iter().filter(|i| i[0] == 1).map(|i| i[2] as usize).sum();
+        assert_eq!(covered, 37);
+        assert!(items.iter().all(|i| i[2] as usize * 4 <= 64));
+        assert_eq!(tiling(1, 4), (1, 4));
+    }
+}

@@ -1,0 +1,225 @@
+//! The device: context, stream, the compiled kernel module, and raw kernel launches.
+
+use crate::error::{CudaError, drv, must};
+use crate::nvrtc;
+use cudarc::driver::sys::{CUfunction_attribute, CUmemPool_attribute};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, result, sys,
+};
+use cudarc::nvrtc::Ptx;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How to start the backend.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// CUDA include directory handed to NVRTC (`$CUDA_HOME/include`); the kernels need no
+    /// headers, so a missing directory is only an error when one is named explicitly.
+    pub include_dir: Option<PathBuf>,
+    /// Where compiled kernels are cached (none: compile at every start).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// One kernel argument.
+#[derive(Clone, Copy)]
+pub(crate) enum Arg {
+    /// A device pointer.
+    P(u64),
+    /// An `int`.
+    I(i32),
+    /// A `float`.
+    F(f32),
+    /// A `size_t`.
+    Z(usize),
+}
+
+macro_rules! kernels {
+    ($($name:ident),* $(,)?) => {
+        /// Every kernel of the module, looked up once.
+        pub(crate) struct Kernels { $(pub(crate) $name: CudaFunction,)* }
+        impl Kernels {
+            fn load(m: &Arc<CudaModule>) -> Result<Kernels, CudaError> {
+                Ok(Kernels { $($name: drv(m.load_function(stringify!($name)), "loading a kernel")?,)* })
+            }
+        }
+    };
+}
+
+kernels!(
+    pack_bf16,
+    embed,
+    rms_norm,
+    add_inplace,
+    rope,
+    glu,
+    select_rows,
+    softcap,
+    to_bf16,
+    fill_zero_u16,
+    scatter_add,
+    kv_write,
+    fill_random_bf16,
+    gemv_bf16_n1,
+    gemv_bf16_n2,
+    gemv_bf16_n4,
+    gemv_bf16_n8,
+    gemm_bf16,
+    gemm_simt,
+    attention_d16,
+    attention_d32,
+    attention_d64,
+    attention_d128,
+    attention_d256,
+);
+
+/// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`).
+pub(crate) const GEMM_SMEM: u32 = 4 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
+
+/// A started device.
+pub struct Device {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) k: Kernels,
+    pub(crate) ordinal: usize,
+    pub(crate) num_sms: usize,
+    pub(crate) name: String,
+}
+
+impl Device {
+    /// Opens GPU `ordinal`, compiles (or loads from cache) the kernels for its architecture.
+    pub fn new(ordinal: usize, opts: &CudaOptions) -> Result<Device, CudaError> {
+        // SAFETY: only probes whether the shared library can be opened.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::NoDriver);
+        }
+        drv(result::init(), "cuInit")?;
+        let count = drv(CudaContext::device_count(), "counting devices")? as usize;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice { ordinal, count });
+        }
+        if let Some(dir) = &opts.include_dir
+            && !dir.is_dir()
+        {
+            return Err(CudaError::NoHeaders(dir.clone()));
+        }
+        let ctx = drv(CudaContext::new(ordinal), "creating the context")?;
+        // One stream, ordered by construction: no per-buffer events (also required for graphs).
+        // SAFETY: called before anything is allocated on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = drv(ctx.compute_capability(), "reading the compute capability")?;
+        if major < 8 {
+            return Err(CudaError::OldDevice { ordinal, major, minor });
+        }
+        let stream = drv(ctx.new_stream(), "creating a stream")?;
+        keep_pool_memory(&ctx)?;
+        let arch = format!("sm_{major}{minor}");
+        let cubin = nvrtc::compile(&arch, opts.include_dir.as_deref(), opts.cache_dir.as_deref())?;
+        let module = drv(ctx.load_module(Ptx::from_binary(cubin)), "loading the kernel module")?;
+        let k = Kernels::load(&module)?;
+        let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
+        for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
+            drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
+        }
+        let num_sms = drv(
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            "reading the SM count",
+        )? as usize;
+        let name = drv(ctx.name(), "reading the device name")?;
+        Ok(Device { ctx, stream, k, ordinal, num_sms, name })
+    }
+
+    /// Allocates `n` elements (at least one), contents undefined.
+    pub(crate) fn alloc<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
+        // SAFETY: every kernel writes what it allocates before it is read.
+        must(unsafe { self.stream.alloc::<T>(n.max(1)) }, "allocating device memory")
+    }
+
+    /// Allocates `n` zeroed elements.
+    pub(crate) fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
+        must(self.stream.alloc_zeros::<T>(n.max(1)), "allocating device memory")
+    }
+
+    /// Copies host data to a new device buffer.
+    pub(crate) fn upload<T: DeviceRepr>(&self, data: &[T]) -> CudaSlice<T> {
+        let mut d = self.alloc::<T>(data.len());
+        if !data.is_empty() {
+            must(self.stream.memcpy_htod(data, &mut d.slice_mut(..data.len())), "copying to the device");
+        }
+        d
+    }
+
+    /// Copies a device buffer's first `n` elements back (waits for the stream).
+    pub(crate) fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>, n: usize) -> Vec<T> {
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            must(self.stream.memcpy_dtoh(&src.slice(..n), &mut out), "copying from the device");
+        }
+        out
+    }
+
+    /// Launches `f` on the backend's stream.
+    pub(crate) fn launch(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) {
+        let mut vals: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::P(p) => p,
+                Arg::I(i) => i as u32 as u64,
+                Arg::F(f) => f.to_bits() as u64,
+                Arg::Z(z) => z as u64,
+            })
+            .collect();
+        let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut _).collect();
+        must(self.ctx.bind_to_thread(), "binding the context");
+        // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
+        // (little-endian u64 slots), the arguments match the kernel signatures in kernels/*.cu.
+        let r = unsafe {
+            result::launch_kernel(f.cu_function(), grid, (block, 1, 1), smem, self.stream.cu_stream(), &mut ptrs)
+        };
+        must(r, "launching a kernel");
+    }
+
+    /// Waits for all queued work.
+    pub fn synchronize(&self) {
+        must(self.stream.synchronize(), "synchronizing");
+    }
+}
+
+/// The raw address of a buffer (single stream, no event tracking: nothing to record).
+pub(crate) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _sync) = s.device_ptr(stream);
+    p
+}
+
+/// Dynamic shared memory of the attention kernel for head width `d`.
+pub(crate) fn attention_smem(d: usize) -> u32 {
+    (2 * 64 * (d + 8) * 2) as u32
+}
+
+/// Blocks for a grid-stride loop over `n` elements.
+pub(crate) fn grid_for(n: usize, block: u32) -> u32 {
+    (n.div_ceil(block as usize)).clamp(1, 65535 * 4) as u32
+}
+
+/// Keeps freed memory in the stream-ordered pool instead of returning it at every synchronize.
+fn keep_pool_memory(ctx: &Arc<CudaContext>) -> Result<(), CudaError> {
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: out-parameter and attribute value of the documented types.
+    unsafe {
+        drv(sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result(), "getting the memory pool")?;
+        drv(
+            sys::cuMemPoolSetAttribute(
+                pool,
+                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut _,
+            )
+            .result(),
+            "setting the pool's release threshold",
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! The CUDA backend: every `Backend` op as a kernel of our own (CUDA C under `kernels/`, compiled
+//! by NVRTC for the device at start and cached on disk), bf16 weights kept as bf16 and multiplied
+//! on the tensor cores with f32 accumulation, a bf16 paged KV cache, f32 activations.
+//!
+//! Exactness (DESIGN.md principle 3): each kernel fixes the reduction order of every output
+//! element independently of how many rows share the call. Matmuls of any row count walk K in the
+//! same 16-wide steps through the same MMA instruction (no split-K); attention walks keys in
+//! blocks aligned to absolute positions. So concurrent == solo and chunked == whole, bit for bit.
+//!
+//! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
+//! machines without CUDA.
+
+mod attention;
+mod device;
+mod error;
+pub mod limits;
+mod moe;
+mod nvrtc;
+mod ops;
+mod tensor;
+
+pub use device::CudaOptions;
+pub use error::CudaError;
+pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
+
+use device::Device;
+use std::sync::Mutex;
+use tf_backend::{Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, KvShape, MoeParams, Rope};
+use tf_formats::TensorView;
+
+/// Whether a CUDA driver library can be loaded on this machine (no device needed).
+pub fn driver_present() -> bool {
+    // SAFETY: only probes whether the shared library can be opened.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Host data uploaded once and reused while it is unchanged (positions and attention metadata
+/// are the same for every layer of a round).
+#[derive(Default)]
+struct Caches {
+    positions: Option<(Vec<u32>, cudarc::driver::CudaSlice<u32>)>,
+    ropes: Vec<(Vec<f32>, cudarc::driver::CudaSlice<f32>)>,
+    attn: Option<attention::MetaUpload>,
+}
+
+/// The CUDA implementation of [`Backend`] on one GPU.
+pub struct CudaBackend {
+    dev: Device,
+    caches: Mutex<Caches>,
+}
+
+impl CudaBackend {
+    /// GPU `ordinal` with default options (no kernel cache, no include path).
+    pub fn new(ordinal: usize) -> Result<CudaBackend, CudaError> {
+        CudaBackend::with_options(ordinal, &CudaOptions::default())
+    }
+
+    /// GPU `ordinal` with `opts`.
+    pub fn with_options(ordinal: usize, opts: &CudaOptions) -> Result<CudaBackend, CudaError> {
+        Ok(CudaBackend { dev: Device::new(ordinal, opts)?, caches: Mutex::new(Caches::default()) })
+    }
+
+    /// The GPU's name as the driver reports it.
+    pub fn device_name(&self) -> &str {
+        &self.dev.name
+    }
+
+    /// Streaming multiprocessors on the GPU.
+    pub fn num_sms(&self) -> usize {
+        self.dev.num_sms
+    }
+
+    /// Waits until all queued device work is done.
+    pub fn synchronize(&self) {
+        self.dev.synchronize()
+    }
+
+    fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
+        self.caches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Backend for CudaBackend {
+    type Act = CudaAct;
+    type Mat = CudaMat;
+    type Vec = CudaVec;
+    type Kv = CudaKv;
+
+    fn name(&self) -> String {
+        format!("cuda:{}", self.dev.ordinal)
+    }
+
+    fn mat(&self, t: &TensorView) -> Result<CudaMat, BackendError> {
+        ops::mat(self, t)
+    }
+
+    fn vec(&self, v: &[f32]) -> CudaVec {
+        CudaVec { data: self.dev.upload(v), len: v.len() }
+    }
+
+    fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
+        ops::kv(self, shape)
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CudaAct {
+        assert_eq!(data.len(), rows * cols, "upload: {} values for {rows}x{cols}", data.len());
+        CudaAct::new(self.dev.upload(data), rows, cols)
+    }
+
+    fn download(&self, x: &CudaAct) -> Vec<f32> {
+        self.dev.download(&x.data, x.len())
+    }
+
+    fn shape(&self, x: &CudaAct) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn embed(&self, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
+        ops::embed(self, table, ids, scale)
+    }
+
+    fn matmul(&self, x: &CudaAct, w: &CudaMat) -> CudaAct {
+        ops::matmul(self, x, w)
+    }
+
+    fn rms_norm(&self, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+        ops::rms_norm(self, x, w, eps, one_plus)
+    }
+
+    fn add_assign(&self, x: &mut CudaAct, y: &CudaAct) {
+        ops::add_assign(self, x, y)
+    }
+
+    fn rope(&self, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
+        ops::rope(self, x, positions, head_dim, rope)
+    }
+
+    fn glu(&self, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
+        ops::glu(self, gate, up, act)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaAct,
+        k: &CudaAct,
+        v: &CudaAct,
+        kv: &mut CudaKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+    ) -> CudaAct {
+        attention::attention(self, q, k, v, kv, meta, p)
+    }
+
+    fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {
+        ops::select_rows(self, x, rows)
+    }
+
+    fn softcap(&self, x: &mut CudaAct, cap: f32) {
+        ops::softcap(self, x, cap)
+    }
+
+    fn moe(&self, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat>, p: &MoeParams) -> CudaAct {
+        moe::moe(self, x, router_logits, experts, p)
+    }
+
+    fn kv_dtype(&self) -> tf_core::DType {
+        tf_core::DType::BF16
+    }
+
+    fn read_kv_blocks(&self, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
+        ops::read_kv_blocks(self, kv, blocks)
+    }
+
+    fn write_kv_blocks(&self, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
+        ops::write_kv_blocks(self, kv, blocks, bytes)
+    }
+}

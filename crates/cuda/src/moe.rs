@@ -1,0 +1,57 @@
+//! Mixture of experts: routing on the host (the reference `route`, so expert choice matches the
+//! CPU backends exactly given the same router logits), then per expert a gather, the expert's
+//! gated MLP through the ordinary matmul kernels, and a weighted scatter-add. Experts are applied
+//! in index order, so each row's sum has a fixed order whatever else is batched with it.
+
+use crate::CudaBackend;
+use crate::device::{Arg, ptr};
+use crate::ops::{gather, glu, matmul};
+use crate::tensor::{CudaAct, CudaMat};
+use tf_backend::reference::route;
+use tf_backend::{Experts, MoeParams};
+
+pub(crate) fn moe(
+    b: &CudaBackend,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    experts: &Experts<CudaMat>,
+    p: &MoeParams,
+) -> CudaAct {
+    let d = &b.dev;
+    let num_experts = router_logits.cols;
+    assert_eq!(router_logits.rows, x.rows, "moe: one router row per token");
+    assert_eq!(experts.gate.len(), num_experts, "moe: router width vs experts");
+    let logits = d.download(&router_logits.data, router_logits.rows * num_experts);
+    let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); num_experts];
+    for r in 0..x.rows {
+        for (e, w) in route(&logits[r * num_experts..(r + 1) * num_experts], p) {
+            lists[e].push((r as u32, w));
+        }
+    }
+    let rows: Vec<u32> = lists.iter().flatten().map(|&(r, _)| r).collect();
+    let weights: Vec<f32> = lists.iter().flatten().map(|&(_, w)| w).collect();
+    let (rows_d, weights_d) = (d.upload(&rows), d.upload(&weights));
+    let (rbase, wbase) = (ptr(&rows_d, &d.stream), ptr(&weights_d, &d.stream));
+    let out = d.zeros::<f32>(x.rows * x.cols);
+    let mut start = 0usize;
+    for (e, list) in lists.iter().enumerate() {
+        let n = list.len();
+        if n == 0 {
+            continue;
+        }
+        let (ri, wi) = (rbase + 4 * start as u64, wbase + 4 * start as u64);
+        let xe = gather(b, x, ri, n);
+        let h = glu(b, &matmul(b, &xe, &experts.gate[e]), &matmul(b, &xe, &experts.up[e]), p.act);
+        let y = matmul(b, &h, &experts.down[e]);
+        let args = [
+            Arg::P(ptr(&out, &d.stream)),
+            Arg::P(ptr(&y.data, &d.stream)),
+            Arg::P(ri),
+            Arg::P(wi),
+            Arg::I(x.cols as i32),
+        ];
+        d.launch(&d.k.scatter_add, (n as u32, 1, 1), 256, 0, &args);
+        start += n;
+    }
+    CudaAct::new(out, x.rows, x.cols)
+}

@@ -1,0 +1,148 @@
+//! Compiling the embedded CUDA C kernels with NVRTC for the device's architecture, with an
+//! on-disk cache of the resulting cubin keyed by a hash of the source, options and NVRTC version.
+
+use crate::error::CudaError;
+use cudarc::nvrtc::sys;
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+
+/// The kernel sources, concatenated in this order into one translation unit.
+const SOURCES: [&str; 4] = [
+    include_str!("../kernels/common.cuh"),
+    include_str!("../kernels/ops.cu"),
+    include_str!("../kernels/gemm.cu"),
+    include_str!("../kernels/attention.cu"),
+];
+
+/// The whole program text.
+pub fn source() -> String {
+    SOURCES.join("\n")
+}
+
+/// FNV-1a 64: a hash that is stable across builds and platforms (file names depend on it).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn nvrtc_version() -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+    (major, minor)
+}
+
+/// The compiled cubin for `arch` (e.g. `sm_90`), from `cache_dir` when present there.
+pub fn compile(arch: &str, include: Option<&Path>, cache_dir: Option<&Path>) -> Result<Vec<u8>, CudaError> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::NoNvrtc);
+    }
+    let src = source();
+    let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
+    if let Some(dir) = include {
+        opts.push(format!("--include-path={}", dir.display()));
+    }
+    let (major, minor) = nvrtc_version();
+    let ver = format!("{major}.{minor}");
+    let joined = opts.join(" ");
+    let key = fnv1a(&[src.as_bytes(), joined.as_bytes(), ver.as_bytes()]);
+    let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("tf-cuda-{key:016x}-{arch}.cubin")));
+    if let Some(p) = &path
+        && let Ok(bytes) = std::fs::read(p)
+        && !bytes.is_empty()
+    {
+        return Ok(bytes);
+    }
+    let cubin = run_nvrtc(&src, &opts, arch)?;
+    if let (Some(p), Some(dir)) = (&path, cache_dir) {
+        // A cache that cannot be written only costs the next start a compile.
+        let tmp = dir.join(format!(".tf-cuda-{key:016x}-{}.tmp", std::process::id()));
+        if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, &cubin).is_ok() {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+    Ok(cubin)
+}
+
+fn check(r: sys::nvrtcResult, arch: &str, what: &str) -> Result<(), CudaError> {
+    if r == sys::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Compile { arch: arch.to_string(), log: format!("{what}: {r:?}") })
+    }
+}
+
+fn run_nvrtc(src: &str, opts: &[String], arch: &str) -> Result<Vec<u8>, CudaError> {
+    let csrc = CString::new(src).map_err(|_| CudaError::Compile { arch: arch.into(), log: "NUL in source".into() })?;
+    let name = c"tensorfold.cu";
+    let copts: Vec<CString> = opts.iter().map(|o| CString::new(o.as_str()).unwrap_or_default()).collect();
+    let ptrs: Vec<*const std::ffi::c_char> = copts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer handed to NVRTC outlives the program, destroyed before returning.
+    unsafe {
+        check(
+            sys::nvrtcCreateProgram(&mut prog, csrc.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null()),
+            arch,
+            "nvrtcCreateProgram",
+        )?;
+        let compiled = sys::nvrtcCompileProgram(prog, ptrs.len() as i32, ptrs.as_ptr());
+        let result = if compiled == sys::nvrtcResult::NVRTC_SUCCESS {
+            let mut size = 0usize;
+            check(sys::nvrtcGetCUBINSize(prog, &mut size), arch, "nvrtcGetCUBINSize").and_then(|_| {
+                let mut buf = vec![0u8; size];
+                check(sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut std::ffi::c_char), arch, "nvrtcGetCUBIN")
+                    .map(|_| buf)
+            })
+        } else {
+            Err(CudaError::Compile { arch: arch.to_string(), log: program_log(prog) })
+        };
+        sys::nvrtcDestroyProgram(&mut prog);
+        result
+    }
+}
+
+/// # Safety
+/// `prog` must be a live program.
+unsafe fn program_log(prog: sys::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    // SAFETY: the caller guarantees `prog` is live; the buffer has the size NVRTC reported.
+    unsafe {
+        if sys::nvrtcGetProgramLogSize(prog, &mut size) != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+            return String::from("(no log)");
+        }
+        let mut buf = vec![0u8; size];
+        sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut std::ffi::c_char);
+        CStr::from_bytes_until_nul(&buf).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_stable_and_separates_parts() {
+        assert_eq!(fnv1a(&[b"abc"]), fnv1a(&[b"abc"]));
+        assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+
+    #[test]
+    fn kernels_compile_when_nvrtc_is_present() {
+        // SAFETY: only probes whether the shared library can be opened.
+        if !unsafe { sys::is_culib_present() } {
+            eprintln!("skipped: NVRTC not found");
+            return;
+        }
+        let cubin = compile("sm_90", None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cubin.len() > 1000);
+    }
+}

@@ -1,0 +1,339 @@
+//! Launching the element-wise, row-wise and matmul kernels.
+
+use crate::CudaBackend;
+use crate::device::{Arg, GEMM_SMEM, grid_for, ptr};
+use crate::error::must;
+use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
+use cudarc::driver::CudaSlice;
+use tf_backend::{Activation, BackendError, KvShape, Rope};
+use tf_core::DType;
+use tf_formats::TensorView;
+
+const BLOCK: u32 = 256;
+
+/// Takes a 2-D float weight: bf16 is repacked on the device, f16 and f32 kept as stored.
+pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendError> {
+    let [rows, cols] = t.shape[..] else {
+        return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
+    };
+    let d = &b.dev;
+    let raw = d.upload(t.data.as_bytes());
+    match t.dtype {
+        DType::BF16 => {
+            let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
+            let w = d.alloc::<u16>(ntiles * kt * 256);
+            let total = ntiles * kt * 256;
+            let args = [
+                Arg::P(ptr(&raw, &d.stream)),
+                Arg::P(ptr(&w, &d.stream)),
+                Arg::I(rows as i32),
+                Arg::I(cols as i32),
+                Arg::I(ntiles as i32),
+                Arg::I(kt as i32),
+            ];
+            d.launch(&d.k.pack_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
+            Ok(CudaMat::Packed { w, rows, cols, ntiles, kt })
+        }
+        DType::F16 => Ok(CudaMat::Plain { w: raw, f16: true, rows, cols }),
+        DType::F32 => Ok(CudaMat::Plain { w: raw, f16: false, rows, cols }),
+        other => Err(BackendError::Unsupported(format!("{}: dtype {other} is not supported on CUDA", t.name))),
+    }
+}
+
+/// One layer's zeroed bf16 KV pool.
+pub(crate) fn kv(b: &CudaBackend, shape: KvShape) -> Result<CudaKv, BackendError> {
+    let n = shape
+        .num_blocks
+        .checked_mul(shape.block_size)
+        .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
+        .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))?;
+    Ok(CudaKv { shape, k: b.dev.zeros(n), v: b.dev.zeros(n) })
+}
+
+/// A bf16 buffer `[rows, padded(cols)]` whose padding is zero.
+pub(crate) fn bf16_out(b: &CudaBackend, rows: usize, cols: usize) -> CudaSlice<u16> {
+    let kp = padded(cols);
+    let y = b.dev.alloc::<u16>(rows * kp);
+    if kp != cols {
+        let n = rows * kp;
+        b.dev.launch(
+            &b.dev.k.fill_zero_u16,
+            (grid_for(n, BLOCK), 1, 1),
+            BLOCK,
+            0,
+            &[Arg::P(ptr(&y, &b.dev.stream)), Arg::Z(n)],
+        );
+    }
+    y
+}
+
+/// The activation's bf16 copy, made now if no kernel left one.
+pub(crate) fn bf16_of<'a>(b: &CudaBackend, x: &'a CudaAct) -> &'a CudaSlice<u16> {
+    x.bf16.get_or_init(|| {
+        let d = &b.dev;
+        let kp = padded(x.cols);
+        let y = d.alloc::<u16>(x.rows * kp);
+        let n = x.rows * kp;
+        let args = [
+            Arg::P(ptr(&x.data, &d.stream)),
+            Arg::P(ptr(&y, &d.stream)),
+            Arg::I(x.rows as i32),
+            Arg::I(x.cols as i32),
+            Arg::I(kp as i32),
+        ];
+        d.launch(&d.k.to_bf16, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+        y
+    })
+}
+
+pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
+    let d = &b.dev;
+    let (_, cols) = table.shape();
+    let out = d.alloc::<f32>(ids.len() * cols);
+    let idb = d.upload(ids);
+    let (w, dtype, kt) = match table {
+        CudaMat::Packed { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
+        CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
+    };
+    if !ids.is_empty() {
+        let args = [
+            Arg::P(w),
+            Arg::I(dtype),
+            Arg::I(kt as i32),
+            Arg::P(ptr(&idb, &d.stream)),
+            Arg::I(cols as i32),
+            Arg::F(scale),
+            Arg::P(ptr(&out, &d.stream)),
+        ];
+        d.launch(&d.k.embed, (ids.len() as u32, 1, 1), BLOCK, 0, &args);
+    }
+    CudaAct::new(out, ids.len(), cols)
+}
+
+pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
+    let d = &b.dev;
+    let (n, k) = w.shape();
+    assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
+    let m = x.rows;
+    let y = d.alloc::<f32>(m * n);
+    if m == 0 {
+        return CudaAct::new(y, m, n);
+    }
+    match w {
+        CudaMat::Packed { w, ntiles, kt, .. } => {
+            let xb = bf16_of(b, x);
+            let args = [
+                Arg::P(ptr(w, &d.stream)),
+                Arg::P(ptr(xb, &d.stream)),
+                Arg::P(ptr(&y, &d.stream)),
+                Arg::I(m as i32),
+                Arg::I(n as i32),
+                Arg::I(*ntiles as i32),
+                Arg::I(*kt as i32),
+                Arg::I(padded(k) as i32),
+            ];
+            if m <= 64 {
+                let f = match m.div_ceil(8) {
+                    1 => &d.k.gemv_bf16_n1,
+                    2 => &d.k.gemv_bf16_n2,
+                    3 | 4 => &d.k.gemv_bf16_n4,
+                    _ => &d.k.gemv_bf16_n8,
+                };
+                d.launch(f, (ntiles.div_ceil(2) as u32, 1, 1), 64, 0, &args);
+            } else {
+                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
+                d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
+            }
+        }
+        CudaMat::Plain { w, f16, .. } => {
+            let args = [
+                Arg::P(ptr(&x.data, &d.stream)),
+                Arg::P(ptr(w, &d.stream)),
+                Arg::I(*f16 as i32),
+                Arg::P(ptr(&y, &d.stream)),
+                Arg::I(m as i32),
+                Arg::I(n as i32),
+                Arg::I(k as i32),
+            ];
+            d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
+        }
+    }
+    CudaAct::new(y, m, n)
+}
+
+pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+    let d = &b.dev;
+    let group = w.len;
+    assert!(group > 0 && x.len() % group == 0, "rms_norm: {} values in groups of {group}", x.len());
+    let y = d.alloc::<f32>(x.len());
+    let yb = bf16_out(b, x.rows, x.cols);
+    let groups = x.len() / group;
+    if groups > 0 {
+        let block = if group >= 256 { 256 } else { group.div_ceil(32) as u32 * 32 };
+        let args = [
+            Arg::P(ptr(&x.data, &d.stream)),
+            Arg::P(ptr(&w.data, &d.stream)),
+            Arg::P(ptr(&y, &d.stream)),
+            Arg::P(ptr(&yb, &d.stream)),
+            Arg::I(x.cols as i32),
+            Arg::I(group as i32),
+            Arg::I(padded(x.cols) as i32),
+            Arg::F(eps),
+            Arg::I(one_plus as i32),
+        ];
+        d.launch(&d.k.rms_norm, (groups as u32, 1, 1), block, 0, &args);
+    }
+    CudaAct::with_bf16(y, yb, x.rows, x.cols)
+}
+
+pub(crate) fn add_assign(b: &CudaBackend, x: &mut CudaAct, y: &CudaAct) {
+    assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_assign: shapes differ");
+    let d = &b.dev;
+    let n = x.len();
+    let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&y.data, &d.stream)), Arg::Z(n)];
+    d.launch(&d.k.add_inplace, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    x.touched();
+}
+
+/// The device copy of `data` in `slot`, uploaded again only when it changed.
+fn cached_u32<'a>(
+    b: &CudaBackend,
+    slot: &'a mut Option<(Vec<u32>, CudaSlice<u32>)>,
+    data: &[u32],
+) -> &'a CudaSlice<u32> {
+    if slot.as_ref().is_none_or(|(h, _)| h.as_slice() != data) {
+        *slot = Some((data.to_vec(), b.dev.upload(data)));
+    }
+    &slot.as_ref().expect("just filled").1
+}
+
+pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
+    assert_eq!(positions.len(), x.rows, "rope: one position per row");
+    assert!(head_dim > 0 && x.cols % head_dim == 0, "rope: {} columns in heads of {head_dim}", x.cols);
+    let half = rope.inv_freq.len();
+    assert!(2 * half <= head_dim, "rope: rotary width exceeds head_dim");
+    if half == 0 || x.rows == 0 {
+        return;
+    }
+    let d = &b.dev;
+    let mut c = b.caches();
+    let caches = &mut *c;
+    let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
+    let table = match caches.ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
+        Some(i) => &caches.ropes[i].1,
+        None => {
+            caches.ropes.push((rope.inv_freq.clone(), d.upload(&rope.inv_freq)));
+            &caches.ropes.last().expect("just pushed").1
+        }
+    };
+    let total = x.rows * (x.cols / head_dim) * half;
+    let args = [
+        Arg::P(ptr(&x.data, &d.stream)),
+        Arg::P(pos),
+        Arg::P(ptr(table, &d.stream)),
+        Arg::I(x.rows as i32),
+        Arg::I(x.cols as i32),
+        Arg::I(head_dim as i32),
+        Arg::I(half as i32),
+        Arg::F(rope.attention_scaling),
+    ];
+    d.launch(&d.k.rope, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
+    drop(c);
+    x.touched();
+}
+
+pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
+    assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "glu: shapes differ");
+    let d = &b.dev;
+    let n = gate.len();
+    let y = d.alloc::<f32>(n);
+    let yb = bf16_out(b, gate.rows, gate.cols);
+    let args = [
+        Arg::P(ptr(&gate.data, &d.stream)),
+        Arg::P(ptr(&up.data, &d.stream)),
+        Arg::P(ptr(&y, &d.stream)),
+        Arg::P(ptr(&yb, &d.stream)),
+        Arg::I(gate.rows as i32),
+        Arg::I(gate.cols as i32),
+        Arg::I(padded(gate.cols) as i32),
+        Arg::I(matches!(act, Activation::GeluTanh) as i32),
+    ];
+    d.launch(&d.k.glu, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    CudaAct::with_bf16(y, yb, gate.rows, gate.cols)
+}
+
+/// Rows `idx` (a device list of `n` row numbers) of `x`.
+pub(crate) fn gather(b: &CudaBackend, x: &CudaAct, idx: u64, n: usize) -> CudaAct {
+    let d = &b.dev;
+    let y = d.alloc::<f32>(n * x.cols);
+    if n > 0 {
+        let args = [
+            Arg::P(ptr(&x.data, &d.stream)),
+            Arg::P(idx),
+            Arg::P(ptr(&y, &d.stream)),
+            Arg::I(n as i32),
+            Arg::I(x.cols as i32),
+        ];
+        d.launch(&d.k.select_rows, (n as u32, 1, 1), BLOCK, 0, &args);
+    }
+    CudaAct::new(y, n, x.cols)
+}
+
+pub(crate) fn select_rows(b: &CudaBackend, x: &CudaAct, rows: &[usize]) -> CudaAct {
+    let idx: Vec<u32> = rows
+        .iter()
+        .map(|&r| {
+            assert!(r < x.rows, "select_rows: row {r} of {}", x.rows);
+            r as u32
+        })
+        .collect();
+    let buf = b.dev.upload(&idx);
+    gather(b, x, ptr(&buf, &b.dev.stream), idx.len())
+}
+
+pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
+    let d = &b.dev;
+    let n = x.len();
+    d.launch(
+        &d.k.softcap,
+        (grid_for(n, BLOCK), 1, 1),
+        BLOCK,
+        0,
+        &[Arg::P(ptr(&x.data, &d.stream)), Arg::Z(n), Arg::F(cap)],
+    );
+    x.touched();
+}
+
+/// bf16 values in one block of K (or V).
+fn kv_block_len(kv: &CudaKv) -> usize {
+    kv.shape.block_size * kv.shape.num_kv_heads * kv.shape.head_dim
+}
+
+/// K then V of `blocks`, as little-endian bf16 bytes.
+pub(crate) fn read_kv_blocks(b: &CudaBackend, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
+    let n = kv_block_len(kv);
+    let mut out = Vec::with_capacity(4 * blocks.len() * n);
+    let mut buf = vec![0u16; n];
+    for pool in [&kv.k, &kv.v] {
+        for &blk in blocks {
+            let start = blk as usize * n;
+            must(b.dev.stream.memcpy_dtoh(&pool.slice(start..start + n), &mut buf), "reading KV blocks");
+            out.extend(buf.iter().flat_map(|x| x.to_le_bytes()));
+        }
+    }
+    out
+}
+
+/// Writes bytes laid out as [`read_kv_blocks`] gives them.
+pub(crate) fn write_kv_blocks(b: &CudaBackend, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
+    let n = kv_block_len(kv);
+    assert_eq!(bytes.len(), 4 * blocks.len() * n, "write_kv_blocks: byte count");
+    let mut words = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+    for pool in [&mut kv.k, &mut kv.v] {
+        for &blk in blocks {
+            let vals: Vec<u16> = words.by_ref().take(n).collect();
+            let start = blk as usize * n;
+            must(b.dev.stream.memcpy_htod(&vals, &mut pool.slice_mut(start..start + n)), "writing KV blocks");
+        }
+    }
+}

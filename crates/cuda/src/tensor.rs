@@ -1,0 +1,91 @@
+//! Device tensors: f32 activations (with a lazily made bf16 copy that matmuls read), weights in
+//! their storage type (bf16 repacked into MMA fragment order), norm vectors, bf16 KV pools.
+
+use cudarc::driver::CudaSlice;
+use std::cell::OnceCell;
+use tf_backend::KvShape;
+
+/// Columns of a bf16 activation row as matmuls read it: `cols` rounded up to 16, zero padded.
+pub(crate) fn padded(cols: usize) -> usize {
+    cols.div_ceil(16) * 16
+}
+
+/// An activation `[rows, cols]`, f32 row-major on the device.
+pub struct CudaAct {
+    pub(crate) data: CudaSlice<f32>,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// The same values rounded to bf16, row stride `padded(cols)`; made by the producing kernel
+    /// or on first use, dropped when the activation changes.
+    pub(crate) bf16: OnceCell<CudaSlice<u16>>,
+}
+
+impl CudaAct {
+    pub(crate) fn new(data: CudaSlice<f32>, rows: usize, cols: usize) -> CudaAct {
+        CudaAct { data, rows, cols, bf16: OnceCell::new() }
+    }
+
+    pub(crate) fn with_bf16(data: CudaSlice<f32>, bf16: CudaSlice<u16>, rows: usize, cols: usize) -> CudaAct {
+        CudaAct { data, rows, cols, bf16: OnceCell::from(bf16) }
+    }
+
+    /// Number of values.
+    pub(crate) fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Marks the bf16 copy stale after an in-place change.
+    pub(crate) fn touched(&mut self) {
+        self.bf16 = OnceCell::new();
+    }
+}
+
+/// A weight matrix `[rows, cols]` (`y = x @ W^T`).
+pub enum CudaMat {
+    /// bf16, repacked into 16x16 MMA fragment tiles (kernels/gemm.cu).
+    Packed {
+        /// Packed elements, `ntiles * kt * 256`.
+        w: CudaSlice<u16>,
+        /// Output features.
+        rows: usize,
+        /// Input features.
+        cols: usize,
+        /// 16-row tiles.
+        ntiles: usize,
+        /// 16-column tiles.
+        kt: usize,
+    },
+    /// f16 or f32, row-major as stored (small checkpoints; one FMA chain per output).
+    Plain {
+        /// The elements' bytes.
+        w: CudaSlice<u8>,
+        /// Whether the elements are f16 (else f32).
+        f16: bool,
+        /// Output features.
+        rows: usize,
+        /// Input features.
+        cols: usize,
+    },
+}
+
+impl CudaMat {
+    /// `(rows, cols)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match *self {
+            CudaMat::Packed { rows, cols, .. } | CudaMat::Plain { rows, cols, .. } => (rows, cols),
+        }
+    }
+}
+
+/// A weight vector (norm scales), f32.
+pub struct CudaVec {
+    pub(crate) data: CudaSlice<f32>,
+    pub(crate) len: usize,
+}
+
+/// One layer's paged KV pool, bf16 `[num_blocks * block_size, num_kv_heads, head_dim]` each.
+pub struct CudaKv {
+    pub(crate) shape: KvShape,
+    pub(crate) k: CudaSlice<u16>,
+    pub(crate) v: CudaSlice<u16>,
+}

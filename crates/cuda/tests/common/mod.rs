@@ -1,0 +1,70 @@
+//! Shared by the device tests: the backend (or a clean skip), random data, weight views.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use tf_core::DType;
+use tf_cuda::{CudaBackend, CudaError, CudaOptions};
+use tf_formats::{TensorBytes, TensorView};
+
+/// GPU 0, or `None` (with a message) on a machine without a CUDA driver or device.
+pub fn backend() -> Option<CudaBackend> {
+    if !tf_cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return None;
+    }
+    let cache_dir = std::env::var_os("TF_CUDA_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
+    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir }) {
+        Ok(b) => Some(b),
+        Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("CUDA backend failed to start: {e}"),
+    }
+}
+
+/// Deterministic values in [-scale, scale).
+pub fn rand(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Rounds to bf16 (nearest even) and back.
+pub fn bf16_round(v: f32) -> f32 {
+    half::bf16::from_f32(v).to_f32()
+}
+
+/// A 2-D weight view in `dtype` holding `vals` (rounded to the type).
+pub fn weight(name: &str, dtype: DType, rows: usize, cols: usize, vals: &[f32]) -> TensorView {
+    let bytes: Vec<u8> = match dtype {
+        DType::BF16 => vals.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        DType::F16 => vals.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+        _ => vals.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+    };
+    TensorView {
+        name: name.into(),
+        dtype,
+        shape: vec![rows, cols],
+        data: TensorBytes::from_vec(&bytes),
+        file: PathBuf::from("test"),
+    }
+}
+
+/// Largest |a - b|.
+pub fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Whether two slices are equal bit for bit.
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
