@@ -3,3 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace "$@"
+# The server through the official `openai` client, using the debug binary built above.
+python3 -m pytest -q tests/python

@@ -12,4 +12,5 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
         shutil.copy(m["executable"], ".carry/tests/" + m["target"]["name"])'
+strip .carry/tensorfold .carry/tests/*
 ls -la .carry .carry/tests

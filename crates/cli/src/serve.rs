@@ -28,7 +28,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
 }
 
 fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failure> {
-    let dir = a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
+    let dir =
+        a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
     let model = Model::open(dir, &backend).map_err(refused)?;
     let block_size = a.block_size as usize;
     let block_bytes = (model.decoder.kv_bytes_per_token() * block_size) as u64;

@@ -38,8 +38,7 @@ fn chat(extra: Value) -> Value {
 fn s1_prompt_ids_out_of_range() {
     let s = Server::start(&[]);
     let base = s.normal();
-    let bad: [Value; 5] =
-        [json!(512), json!(513), json!(-1), json!(4294967296u64), json!(9223372036854775808u64)];
+    let bad: [Value; 5] = [json!(512), json!(513), json!(-1), json!(4294967296u64), json!(9223372036854775808u64)];
     let mut cases = Vec::new();
     for id in &bad {
         cases.push((completion(json!({"prompt": [1, id.clone()]})), "prompt[1]"));
@@ -121,8 +120,11 @@ fn s4_logit_bias() {
     cases.push((completion(json!({"logit_bias": [1, 2]})), "logit_bias"));
     refuse_all(&s, "/v1/completions", &cases, &base);
     // A bias at the edge of the range steers greedy decoding onto that token.
-    let r = s.post("/v1/completions", &completion(json!({"prompt": [10], "temperature": 0, "ignore_eos": true,
-        "logit_bias": {"7": 100}, "logprobs": 0, "return_tokens_as_token_ids": true})));
+    let r = s.post(
+        "/v1/completions",
+        &completion(json!({"prompt": [10], "temperature": 0, "ignore_eos": true,
+        "logit_bias": {"7": 100}, "logprobs": 0, "return_tokens_as_token_ids": true})),
+    );
     assert_eq!(r.json()["choices"][0]["logprobs"]["tokens"], json!(["token_id:7", "token_id:7"]), "{}", r.text());
 }
 
@@ -261,7 +263,10 @@ fn s9_body_cap_malformed_json_and_content_type() {
     s.raw("POST", "/v1/completions", &json_ct, big.as_bytes()).assert_error(413, None);
     assert_eq!(s.normal(), base);
     let mut c = s.connect();
-    let chunked = format!("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
+    let chunked = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n",
+        big.len()
+    );
     let _ = c.write_all(chunked.as_bytes());
     read_response(&mut c).assert_error(413, None);
     assert_eq!(s.normal(), base);

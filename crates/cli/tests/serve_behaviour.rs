@@ -27,7 +27,9 @@ fn tokens_of(events: &[Value]) -> (Vec<(String, String)>, String) {
         let c = &e["choices"][0];
         text.push_str(c["text"].as_str().unwrap_or_default());
         let lp = &c["logprobs"];
-        for (t, l) in lp["tokens"].as_array().into_iter().flatten().zip(lp["token_logprobs"].as_array().into_iter().flatten()) {
+        for (t, l) in
+            lp["tokens"].as_array().into_iter().flatten().zip(lp["token_logprobs"].as_array().into_iter().flatten())
+        {
             tokens.push((t.to_string(), l.to_string()));
         }
     }
@@ -89,8 +91,14 @@ fn clients_that_disconnect_mid_stream_are_cancelled_and_free_their_blocks() {
                           "ignore_eos": true, "temperature": 0.7, "seed": i});
         let body = body.to_string();
         let mut c = s.connect();
-        c.write_all(&serve_util::head(&s.addr, "POST", "/v1/completions", &[("Content-Type", "application/json")], body.len()))
-            .unwrap();
+        c.write_all(&serve_util::head(
+            &s.addr,
+            "POST",
+            "/v1/completions",
+            &[("Content-Type", "application/json")],
+            body.len(),
+        ))
+        .unwrap();
         c.write_all(body.as_bytes()).unwrap();
         conns.push(c);
     }
@@ -110,9 +118,39 @@ fn clients_that_disconnect_mid_stream_are_cancelled_and_free_their_blocks() {
     assert_eq!(s.wait_metric("tensorfold_in_flight", 0.0), 0.0);
     let generated = s.metric("tensorfold_generation_tokens_total") - before;
     let full = (num_clients * max_tokens) as f64;
-    eprintln!("MARGIN generated {generated} of {full}");
     assert!(generated < full / 2.0, "disconnected sequences ran on: {generated} of {full} tokens");
     assert_eq!(s.normal().len(), 6);
+
+    // Non-streaming requests whose clients go away are cancelled too.
+    let before = s.metric("tensorfold_generation_tokens_total");
+    let started = s.metric("tensorfold_requests_total");
+    let conns: Vec<_> = (0..num_clients)
+        .map(|i| {
+            let body = json!({"prompt": &prompt(i)[..3], "max_tokens": max_tokens, "ignore_eos": true}).to_string();
+            let mut c = s.connect();
+            c.write_all(&serve_util::head(
+                &s.addr,
+                "POST",
+                "/v1/completions",
+                &[("Content-Type", "application/json")],
+                body.len(),
+            ))
+            .unwrap();
+            c.write_all(body.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    let t = Instant::now();
+    while s.metric("tensorfold_requests_total") < started + num_clients as f64 && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(conns);
+    assert_eq!(s.wait_metric("tensorfold_kv_blocks_used", 0.0), 0.0, "blocks came back");
+    assert_eq!(s.wait_metric("tensorfold_in_flight", 0.0), 0.0);
+    let generated = s.metric("tensorfold_generation_tokens_total") - before;
+    eprintln!("MARGIN2 {generated}");
+    assert!(generated < full / 2.0, "abandoned requests ran on: {generated} of {full} tokens");
 }
 
 #[test]
@@ -143,8 +181,14 @@ fn sigterm_cancels_in_flight_work_and_exits_zero() {
     let mut s = Server::start(&["--device", "ref"]);
     let body = json!({"prompt": [5, 6, 7], "max_tokens": 240, "ignore_eos": true, "stream": true}).to_string();
     let mut c = s.connect();
-    c.write_all(&serve_util::head(&s.addr, "POST", "/v1/completions", &[("Content-Type", "application/json")], body.len()))
-        .unwrap();
+    c.write_all(&serve_util::head(
+        &s.addr,
+        "POST",
+        "/v1/completions",
+        &[("Content-Type", "application/json")],
+        body.len(),
+    ))
+    .unwrap();
     c.write_all(body.as_bytes()).unwrap();
     let mut first = [0u8; 64];
     assert!(c.read(&mut first).unwrap() > 0);
@@ -196,28 +240,43 @@ fn routes_answer_in_openai_shapes() {
     let text = s.post("/detokenize", &json!({"tokens": chat_ids["tokens"]})).json();
     assert_eq!(text["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 
-    let c = s.post("/v1/completions", &json!({"prompt": ["ab", "cd"], "n": 2, "max_tokens": 3, "echo": true, "seed": 1})).json();
+    let c = s
+        .post("/v1/completions", &json!({"prompt": ["ab", "cd"], "n": 2, "max_tokens": 3, "echo": true, "seed": 1}))
+        .json();
     let choices = c["choices"].as_array().unwrap();
     assert_eq!(choices.len(), 4);
     assert!(choices[0]["text"].as_str().unwrap().starts_with("ab"));
     assert!(choices[3]["text"].as_str().unwrap().starts_with("cd"));
     assert_ne!(choices[0]["text"], choices[1]["text"], "n > 1 samples differ");
     assert_eq!(c["object"], "text_completion");
-    assert_eq!(c["usage"]["total_tokens"], c["usage"]["prompt_tokens"].as_u64().unwrap() + c["usage"]["completion_tokens"].as_u64().unwrap());
+    assert_eq!(
+        c["usage"]["total_tokens"],
+        c["usage"]["prompt_tokens"].as_u64().unwrap() + c["usage"]["completion_tokens"].as_u64().unwrap()
+    );
 
-    let events = stream(&s, &json!({"prompt": "ab", "max_tokens": 4, "stream": true, "ignore_eos": true,
-                                    "stream_options": {"include_usage": true}}));
+    let events = stream(
+        &s,
+        &json!({"prompt": "ab", "max_tokens": 4, "stream": true, "ignore_eos": true,
+                                    "stream_options": {"include_usage": true}}),
+    );
     assert_eq!(events[events.len() - 2]["usage"]["completion_tokens"], 4);
     assert_eq!(events[events.len() - 3]["choices"][0]["finish_reason"], "length");
 
-    let chat = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 2})).json();
+    let chat = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 2}),
+        )
+        .json();
     assert_eq!(chat["object"], "chat.completion");
     assert_eq!(chat["choices"][0]["message"]["role"], "assistant");
     let content = &chat["choices"][0]["logprobs"]["content"];
     assert_eq!(content[0]["top_logprobs"].as_array().map(Vec::len), Some(2), "{chat}");
     let metrics = s.get("/metrics").text();
-    for series in ["tensorfold_time_to_first_token_seconds_count", "tensorfold_kv_blocks_total 256", "tensorfold_queue_depth"] {
+    for series in
+        ["tensorfold_time_to_first_token_seconds_count", "tensorfold_kv_blocks_total 256", "tensorfold_queue_depth"]
+    {
         assert!(metrics.contains(series), "{series}");
     }
     assert!(s.metric("tensorfold_time_to_first_token_seconds_count") >= 6.0);

@@ -1,7 +1,8 @@
 //! Matmul throughput of the CPU backend for decode and prefill shapes, as ratios against limits
-//! measured in the same run: copy and read bandwidth for decode, an FMA-loop peak for prefill.
+//! measured in the same run: copy and read bandwidth for decode, an FMA-loop peak (f32 weights,
+//! f32 path of quantized ones) or an 8-bit multiply-add peak (integer path) for prefill.
 //!
-//! `cargo run -p tf-cpu --release --example matmul_bench [threads]`
+//! `cargo run -p tf-cpu --release --example matmul_bench [threads] [float|quant]`
 //!
 //! "hot" repeats one weight matrix (it may sit in the last-level cache); "cold" cycles through
 //! copies totalling 256 MiB, so every call reads its weights from memory, as a model's layers do.
@@ -11,13 +12,18 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tf_backend::{Backend, HostMat, HostTensor};
-use tf_core::DType;
-use tf_cpu::CpuBackend;
+use tf_core::{DType, QuantType};
+use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 use tf_formats::TensorBytes;
 
 /// `(rows, out, in)`: decode then prefill.
 const SHAPES: [(usize, usize, usize); 5] =
     [(1, 1024, 1024), (1, 4096, 4096), (1, 3072, 1024), (128, 1024, 1024), (128, 4096, 4096)];
+/// `(rows, out, in)` of the quantized table: decode then prefill.
+const QSHAPES: [(usize, usize, usize); 6] =
+    [(1, 640, 2048), (1, 2048, 640), (1, 4096, 4096), (128, 640, 2048), (128, 2048, 640), (128, 4096, 4096)];
+/// Quantized types of the table: those of common GGUF files (Q4_K_M mixes the first four).
+const QTYPES: [QuantType; 4] = [QuantType::Q4K, QuantType::Q6K, QuantType::Q8_0, QuantType::Q5_0];
 /// Bytes of the rings that measure memory bandwidth and of the cold weight rotation: well past
 /// the last-level cache.
 const BIG: usize = 256 << 20;
@@ -25,10 +31,12 @@ const BIG: usize = 256 << 20;
 const PIECE: usize = 8 << 20;
 
 fn main() {
-    let threads = std::env::args()
-        .nth(1)
+    let mut args = std::env::args().skip(1);
+    let threads = args
+        .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let which = args.next().unwrap_or_default();
     let cpu = CpuBackend::new(threads).expect("cpu backend");
     println!("tf-cpu matmul bench: {} threads, simd {}", cpu.threads(), cpu.simd().name());
     let pool = |n| ThreadPoolBuilder::new().num_threads(n).build().expect("thread pool");
@@ -36,10 +44,57 @@ fn main() {
     let (copy1, copy) = (copy_gbs(&one), copy_gbs(&all));
     let read = read_gbs(&all);
     let peak = fma_peak_gflops(&all);
+    let ipeak = int8_peak_gops(&all);
     println!("memcpy (cold), read + written: {copy1:.1} GB/s on 1 thread, {copy:.1} GB/s on {threads}");
     println!("read-only sum (cold, 8 streams a thread): {read:.1} GB/s on {threads} threads");
     println!("FMA-loop peak, f32: {peak:.1} GFLOP/s on {threads} threads");
+    println!("maddubs+madd loop peak, 8-bit: {ipeak:.1} GOP/s on {threads} threads");
+    let limits = Limits { read, copy };
+    if which != "quant" {
+        println!();
+        header("dtype");
+        for dtype in [DType::BF16, DType::F32] {
+            for (rows, out, inp) in SHAPES {
+                let bytes = random_bytes(dtype, out * inp);
+                let mat = |data| HostMat { dtype, rows: out, cols: inp, data };
+                bench_shape(&cpu, dtype.name(), (rows, out, inp), &bytes, mat, peak, &limits);
+            }
+        }
+    }
+    if which != "float" {
+        for acts in [QuantActs::Int8, QuantActs::F32] {
+            let cpu = CpuBackend::with_options(CpuOptions { quant_acts: acts, ..CpuOptions::new(threads) }).expect("cpu");
+            let peak = if acts == QuantActs::Int8 { ipeak } else { peak };
+            println!();
+            header(&format!("quant, {} activations", acts.name()));
+            for q in QTYPES {
+                for (rows, out, inp) in QSHAPES {
+                    if !inp.is_multiple_of(q.block_len()) {
+                        println!("{:<5} {:>15} (rows of {inp} are not whole {} blocks)", q.name(), format!("{rows}x{out}x{inp}"), q.block_len());
+                        continue;
+                    }
+                    let bytes = random_quant(q, out * inp);
+                    let mat = |data| HostMat { dtype: DType::Quant(q), rows: out, cols: inp, data };
+                    bench_shape(&cpu, q.name(), (rows, out, inp), &bytes, mat, peak, &limits);
+                }
+            }
+        }
+    }
     println!();
+    println!("Rates and limits use the best time (the machine may be shared); GB/s counts weights and");
+    println!("activations once. GB/s/rd, GB/s/cp: against read-only and copy bandwidth (decode's limit);");
+    println!("GFLOP/pk: against the FMA-loop peak, or the 8-bit peak for int8 activations (prefill's limit).");
+}
+
+/// The bandwidths measured at the start of the run, GB/s.
+struct Limits {
+    read: f64,
+    copy: f64,
+}
+
+/// The column heads of a table whose first column is `first`.
+fn header(first: &str) {
+    println!("{first}");
     println!(
         "{:<5} {:>15} {:<5} {:>9} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}",
         "dtype",
@@ -54,47 +109,48 @@ fn main() {
         "GB/s/cp",
         "GFLOP/pk"
     );
-    for dtype in [DType::BF16, DType::F32] {
-        for (rows, out, inp) in SHAPES {
-            let x = HostTensor { data: random(rows * inp, 7), rows, cols: inp };
-            let bytes = random_bytes(dtype, out * inp);
-            let copies = if rows == 1 { BIG.div_ceil(bytes.len()) } else { 1 };
-            let ws: Vec<HostMat> = (0..copies)
-                .map(|_| HostMat { dtype, rows: out, cols: inp, data: TensorBytes::from_vec(&bytes) })
-                .collect();
-            for (mode, ring) in [("hot", &ws[..1]), ("cold", &ws[..])] {
-                if mode == "cold" && copies == 1 {
-                    continue;
-                }
-                let mut next = 0;
-                let t = time(|| {
-                    black_box(cpu.matmul(&x, &ring[next % ring.len()]));
-                    next += 1;
-                });
-                let secs = t.best.as_secs_f64();
-                let flops = 2.0 * (rows * out * inp) as f64 / secs / 1e9;
-                let gbs = (bytes.len() + 4 * rows * (inp + out)) as f64 / secs / 1e9;
-                println!(
-                    "{:<5} {:>15} {:<5} {:>9.3} {:>8.0} {:>8.3} {:>8.1} {:>7.1} {:>8.2} {:>8.2} {:>9.2}",
-                    dtype.name(),
-                    format!("{rows}x{out}x{inp}"),
-                    mode,
-                    t.median.as_secs_f64() * 1e3,
-                    t.spread * 100.0,
-                    secs * 1e3,
-                    flops,
-                    gbs,
-                    gbs / read,
-                    gbs / copy,
-                    flops / peak
-                );
-            }
+}
+
+/// Times one shape: "hot" on one weight, and for decode "cold" over copies past the caches.
+fn bench_shape(
+    cpu: &CpuBackend,
+    name: &str,
+    (rows, out, inp): (usize, usize, usize),
+    bytes: &[u8],
+    mat: impl Fn(TensorBytes) -> HostMat,
+    peak: f64,
+    l: &Limits,
+) {
+    let x = HostTensor { data: random(rows * inp, 7), rows, cols: inp };
+    let copies = if rows == 1 { BIG.div_ceil(bytes.len()) } else { 1 };
+    let ws: Vec<HostMat> = (0..copies).map(|_| mat(TensorBytes::from_vec(bytes))).collect();
+    for (mode, ring) in [("hot", &ws[..1]), ("cold", &ws[..])] {
+        if mode == "cold" && copies == 1 {
+            continue;
         }
+        let mut next = 0;
+        let t = time(|| {
+            black_box(cpu.matmul(&x, &ring[next % ring.len()]));
+            next += 1;
+        });
+        let secs = t.best.as_secs_f64();
+        let flops = 2.0 * (rows * out * inp) as f64 / secs / 1e9;
+        let gbs = (bytes.len() + 4 * rows * (inp + out)) as f64 / secs / 1e9;
+        println!(
+            "{:<5} {:>15} {:<5} {:>9.3} {:>8.0} {:>8.3} {:>8.1} {:>7.1} {:>8.2} {:>8.2} {:>9.2}",
+            name,
+            format!("{rows}x{out}x{inp}"),
+            mode,
+            t.median.as_secs_f64() * 1e3,
+            t.spread * 100.0,
+            secs * 1e3,
+            flops,
+            gbs,
+            gbs / l.read,
+            gbs / l.copy,
+            flops / peak
+        );
     }
-    println!();
-    println!("Rates and limits use the best time (the machine may be shared); GB/s counts weights and");
-    println!("activations once. GB/s/rd, GB/s/cp: against read-only and copy bandwidth (decode's limit);");
-    println!("GFLOP/pk: against the FMA-loop peak (prefill's limit).");
 }
 
 /// Wall times of repeated runs: median, best, and spread `(max - min) / median`.
@@ -204,6 +260,57 @@ fn fma_loop_generic(iters: usize, seed: f32) -> f32 {
         }
     }
     acc.iter().flatten().sum()
+}
+
+/// Sustained 8-bit multiply-add rate as the integer path uses it (`maddubs`, `madd`, `add`: 32
+/// multiply-adds, 64 operations), 12 independent chains on every thread of `pool`.
+fn int8_peak_gops(pool: &ThreadPool) -> f64 {
+    const ITERS: usize = 500_000;
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        let best = time(|| {
+            // SAFETY: AVX2 was detected just above.
+            black_box(pool.broadcast(|ctx| unsafe { int8_loop(ITERS, ctx.index() as i8) }));
+        })
+        .best;
+        return (pool.current_num_threads() * ITERS * 12 * 64) as f64 / best.as_secs_f64() / 1e9;
+    }
+    let _ = pool;
+    f64::NAN
+}
+
+/// `iters` rounds of 12 independent chains `acc += madd(maddubs(a, acc), 1)` (each round
+/// depends on the last, so nothing leaves the loop).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn int8_loop(iters: usize, seed: i8) -> i32 {
+    use std::arch::x86_64::*;
+    let (a, ones) = (_mm256_set1_epi8(black_box(3)), _mm256_set1_epi16(1));
+    let mut acc: [__m256i; 12] = std::array::from_fn(|i| _mm256_set1_epi8(seed.wrapping_add(i as i8)));
+    for _ in 0..iters {
+        for s in acc.iter_mut() {
+            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(a, *s), ones));
+        }
+    }
+    acc.iter().map(|v| _mm256_extract_epi32::<0>(*v)).fold(0, i32::wrapping_add)
+}
+
+/// `n` weights of `q`: random codes, block scales of f16 values in (0, 2^-4].
+fn random_quant(q: QuantType, n: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = random(n / q.block_len() * q.block_bytes(), 13).iter().map(|v| v.to_bits() as u8).collect();
+    let halves: &[usize] = match q {
+        QuantType::Q2K => &[80, 82],
+        QuantType::Q3K => &[108],
+        QuantType::Q6K => &[208],
+        QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
+        _ => &[0],
+    };
+    for block in bytes.chunks_exact_mut(q.block_bytes()) {
+        for &at in halves {
+            block[at..at + 2].copy_from_slice(&half::f16::from_f32(1.0 / 16.0 / (1 + at) as f32).to_le_bytes());
+        }
+    }
+    bytes
 }
 
 /// `n` pseudo-random values in [-1, 1).

@@ -70,6 +70,17 @@ impl CudaBackend {
         self.dev.num_sms
     }
 
+    /// Mixture of experts over experts held in any container (`experts(e)`: gate, up, down).
+    pub fn moe_by<'a>(
+        &self,
+        x: &CudaAct,
+        router_logits: &CudaAct,
+        experts: impl Fn(usize) -> [&'a CudaMat; 3],
+        p: &MoeParams,
+    ) -> CudaAct {
+        moe::moe_by(self, x, router_logits, experts, p)
+    }
+
     /// Waits until all queued device work is done.
     pub fn synchronize(&self) {
         self.dev.synchronize()

@@ -17,10 +17,21 @@ pub(crate) fn moe(
     experts: &Experts<CudaMat>,
     p: &MoeParams,
 ) -> CudaAct {
+    assert_eq!(experts.gate.len(), router_logits.cols, "moe: router width vs experts");
+    moe_by(b, x, router_logits, |e| [&experts.gate[e], &experts.up[e], &experts.down[e]], p)
+}
+
+/// [`moe`] over experts held in any container: `experts(e)` gives expert `e`'s gate, up, down.
+pub(crate) fn moe_by<'a>(
+    b: &CudaBackend,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    experts: impl Fn(usize) -> [&'a CudaMat; 3],
+    p: &MoeParams,
+) -> CudaAct {
     let d = &b.dev;
     let num_experts = router_logits.cols;
     assert_eq!(router_logits.rows, x.rows, "moe: one router row per token");
-    assert_eq!(experts.gate.len(), num_experts, "moe: router width vs experts");
     let logits = d.download(&router_logits.data, router_logits.rows * num_experts);
     let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); num_experts];
     for r in 0..x.rows {
@@ -40,9 +51,10 @@ pub(crate) fn moe(
             continue;
         }
         let (ri, wi) = (rbase + 4 * start as u64, wbase + 4 * start as u64);
+        let [gate, up, down] = experts(e);
         let xe = gather(b, x, ri, n);
-        let h = glu(b, &matmul(b, &xe, &experts.gate[e]), &matmul(b, &xe, &experts.up[e]), p.act);
-        let y = matmul(b, &h, &experts.down[e]);
+        let h = glu(b, &matmul(b, &xe, gate), &matmul(b, &xe, up), p.act);
+        let y = matmul(b, &h, down);
         let args = [
             Arg::P(ptr(&out, &d.stream)),
             Arg::P(ptr(&y.data, &d.stream)),

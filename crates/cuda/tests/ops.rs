@@ -32,7 +32,7 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
     let Some(b) = backend() else { return };
-    for (n, k) in [(80, 200), (256, 64), (48, 1000)] {
+    for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096)] {
         let w = rand(n * k, 1 + n as u64, 0.5);
         let wm = b.mat(&weight("w", DType::BF16, n, k, &w)).unwrap();
         let big = 300;
@@ -43,7 +43,7 @@ fn bf16_matmul_matches_reference_and_rows_are_invariant() {
             let tol = 1e-5 * mag[i] + 1e-6;
             assert!((full[i] - want[i]).abs() <= tol, "{n}x{k} element {i}: {} vs {} (tol {tol})", full[i], want[i]);
         }
-        for m in [1, 2, 5, 8, 9, 17, 33, 64, 65, 130, 299] {
+        for m in [1, 2, 5, 8, 9, 17, 33, 64, 65, 130, 293] {
             let y = b.download(&b.matmul(&b.upload(&x[..m * k], m, k), &wm));
             assert!(same_bits(&y, &full[..m * n]), "{n}x{k}: rows of a {m}-row call differ from the {big}-row call");
             let ys = b.download(&b.matmul(&b.upload(&x[7 * k..(7 + m) * k], m, k), &wm));
@@ -258,4 +258,26 @@ fn run_solo<B: Backend>(b: &B, solo: &AttnCase, full: &AttnCase, i: usize) -> Ve
         out.extend(b.download(&b.attention(&q, &k, &v, &mut kv, &one, &full.p)));
     }
     out
+}
+
+#[test]
+fn producers_bf16_copies_equal_a_fresh_conversion() {
+    let Some(b) = backend() else { return };
+    let (rows, cols, n) = (3, 128, 64);
+    let w = b.mat(&weight("w", DType::BF16, n, cols, &rand(n * cols, 31, 0.5))).unwrap();
+    let x = rand(rows * cols, 32, 2.0);
+    let y = rand(rows * cols, 33, 2.0);
+    let via = |a: &tf_cuda::CudaAct| {
+        let fresh = b.upload(&b.download(a), rows, cols);
+        (b.download(&b.matmul(a, &w)), b.download(&b.matmul(&fresh, &w)))
+    };
+    let normed = b.rms_norm(&b.upload(&x, rows, cols), &b.vec(&rand(cols, 34, 1.0)), 1e-6, false);
+    let (p, q) = via(&normed);
+    assert!(same_bits(&p, &q), "rms_norm's bf16 copy");
+    let gl = b.glu(&b.upload(&x, rows, cols), &b.upload(&y, rows, cols), Activation::Silu);
+    let (p, q) = via(&gl);
+    assert!(same_bits(&p, &q), "glu's bf16 copy");
+    let grouped = b.rms_norm(&b.upload(&x, rows, cols), &b.vec(&rand(32, 35, 1.0)), 1e-6, true);
+    let (p, q) = via(&grouped);
+    assert!(same_bits(&p, &q), "grouped rms_norm's bf16 copy");
 }

@@ -92,7 +92,12 @@ impl Meta<'_> {
     }
 
     /// An array that, when present, has one item per token.
-    fn per_token<T>(&self, key: &str, num_tokens: usize, items: Option<Vec<T>>) -> Result<Option<Vec<T>>, TokenizeError> {
+    fn per_token<T>(
+        &self,
+        key: &str,
+        num_tokens: usize,
+        items: Option<Vec<T>>,
+    ) -> Result<Option<Vec<T>>, TokenizeError> {
         match items {
             Some(items) if items.len() != num_tokens => {
                 Err(self.bad(key, &format!("{} items for {num_tokens} tokens", items.len())))
@@ -189,7 +194,8 @@ fn add_typed_tokens(
     file: &GgufVocab,
     byte_level: bool,
 ) -> Result<(), TokenizeError> {
-    let of_type = |wanted: i32| file.tokens.iter().enumerate().filter(move |&(id, _)| file.token_type(id) == Some(wanted));
+    let of_type =
+        |wanted: i32| file.tokens.iter().enumerate().filter(move |&(id, _)| file.token_type(id) == Some(wanted));
     let control: Vec<AddedToken> = of_type(CONTROL)
         .filter(|(_, t)| !byte_level || t.chars().all(byte_level::in_alphabet))
         .filter(|(_, t)| inner.token_to_id(t).is_some())

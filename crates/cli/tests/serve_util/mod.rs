@@ -100,7 +100,9 @@ impl Server {
     pub fn metric(&self, name: &str) -> f64 {
         let text = self.get("/metrics").text();
         let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '));
-        line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} in {text}"))
+        line.and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text}"))
     }
 
     /// Waits until `metric` equals `want` (10 s at most); returns the last value seen.

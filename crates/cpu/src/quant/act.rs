@@ -14,10 +14,8 @@ use rayon::prelude::*;
 pub(crate) struct Q8 {
     /// Scale: the block's largest magnitude / 127.
     pub d: f32,
-    /// `d * sum`, the block's contribution per unit of a weight block's additive min.
+    /// `d * (sum of qs)`, the block's contribution per unit of a weight block's additive min.
     pub s: f32,
-    /// Sum of `qs`.
-    pub sum: i32,
     /// Values in [-127, 127].
     pub qs: [i8; 32],
 }
@@ -64,14 +62,13 @@ fn quantize_into(x: &[f32], qs: &mut [i8]) -> f32 {
 
 impl ActBlock for Q8 {
     const LEN: usize = 32;
-    const ZERO: Q8 = Q8 { d: 0.0, s: 0.0, sum: 0, qs: [0; 32] };
+    const ZERO: Q8 = Q8 { d: 0.0, s: 0.0, qs: [0; 32] };
 
     #[inline(always)]
     fn quantize(x: &[f32]) -> Q8 {
         let mut b = Q8::ZERO;
         b.d = quantize_into(x, &mut b.qs);
-        b.sum = b.qs.iter().map(|&q| q as i32).sum();
-        b.s = b.d * b.sum as f32;
+        b.s = b.d * b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32;
         b
     }
 }
@@ -152,9 +149,9 @@ mod tests {
         assert!(b.qs.iter().any(|&q| q.abs() == 127));
         assert_eq!(b.bsums[3], b.qs[48..64].iter().map(|&q| q as i16).sum::<i16>());
         let z = Q8::quantize(&[0.0; 32]);
-        assert_eq!((z.d, z.sum, z.qs), (0.0, 0, [0; 32]));
+        assert_eq!((z.d, z.s, z.qs), (0.0, 0.0, [0; 32]));
         let s = Q8::quantize(&x[..32]);
-        assert_eq!(s.sum, s.qs.iter().map(|&q| q as i32).sum::<i32>());
+        assert_eq!(s.s, s.d * s.qs.iter().map(|&q| q as i32).sum::<i32>() as f32);
     }
 
     #[test]

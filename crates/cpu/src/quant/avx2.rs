@@ -22,7 +22,13 @@ trait Kernel {
     /// Activation operand per block.
     type X;
     /// Block `b` of outputs `o0..o0 + C` against rows `r0..r0 + R` into the accumulators.
-    unsafe fn block<const R: usize, const C: usize>(a: &Args<Self::X>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>);
+    unsafe fn block<const R: usize, const C: usize>(
+        a: &Args<Self::X>,
+        r0: usize,
+        o0: usize,
+        b: usize,
+        t: &mut Acc<R, C>,
+    );
     /// The output value of one accumulator.
     fn finish(acc: __m256, accm: f32) -> f32;
 }
@@ -64,58 +70,46 @@ struct Int32<T>(PhantomData<T>);
 /// `_mm256_shuffle_epi8` control giving 16-bit element `2 k` in the low lane, `2 k + 1` in the high.
 #[inline(always)]
 unsafe fn scale_pick(k: usize) -> __m256i {
-    let lo = ((4 * k + 1) << 8 | 4 * k) as i16;
-    let hi = ((4 * k + 3) << 8 | (4 * k + 2)) as i16;
+    let lo = (((4 * k + 1) << 8) | (4 * k)) as i16;
+    let hi = (((4 * k + 3) << 8) | (4 * k + 2)) as i16;
     unsafe { _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)) }
 }
 
 impl<T: KType> Kernel for IntK<T> {
     type X = Q8K;
 
+    /// One output at a time (its unpacked block then stays in registers), met by each row.
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8K>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
         unsafe {
-            let zero = _mm256_setzero_si256();
-            let (mut d, mut dmin) = ([0.0f32; C], [0.0f32; C]);
-            let (mut lo, mut hi, mut corr) = ([zero; C], [zero; C], [zero; C]);
-            let w: [*const u8; C] = std::array::from_fn(|c| a.wblock(o0 + c, b, T::BYTES));
             let x: [&Q8K; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + b));
             for c in 0..C {
-                let (dc, mc, sc, m) = T::head(w[c]);
-                (d[c], dmin[c]) = (dc, mc);
-                lo[c] = _mm256_permute2x128_si256::<0x00>(sc, sc);
-                hi[c] = _mm256_permute2x128_si256::<0x11>(sc, sc);
-                corr[c] = if T::MIN { m } else { _mm256_mullo_epi16(sc, _mm256_set1_epi16(T::OFF)) };
-            }
-            let mut isum = [[zero; C]; R];
-            for p in 0..4 {
-                let (mut wv, mut sv) = ([[zero; 2]; C], [[zero; 2]; C]);
-                for c in 0..C {
-                    let (w0, w1) = T::pair(w[c], p);
-                    let src = if p < 2 { lo[c] } else { hi[c] };
-                    wv[c] = [w0, w1];
-                    sv[c] = [_mm256_shuffle_epi8(src, scale_pick(2 * p % 4)), _mm256_shuffle_epi8(src, scale_pick(2 * p % 4 + 1))];
+                let w = a.wblock(o0 + c, b, T::BYTES);
+                let (d, dmin, sc, m) = T::head(w);
+                let lo = _mm256_permute2x128_si256::<0x00>(sc, sc);
+                let hi = _mm256_permute2x128_si256::<0x11>(sc, sc);
+                let corr = if T::MIN { m } else { _mm256_mullo_epi16(sc, _mm256_set1_epi16(T::OFF)) };
+                let mut isum = [_mm256_setzero_si256(); R];
+                for p in 0..4 {
+                    let (w0, w1) = T::pair(w, p);
+                    let src = if p < 2 { lo } else { hi };
+                    let s0 = _mm256_shuffle_epi8(src, scale_pick(2 * p % 4));
+                    let s1 = _mm256_shuffle_epi8(src, scale_pick(2 * p % 4 + 1));
+                    for (xr, is) in x.iter().zip(isum.iter_mut()) {
+                        let xp = xr.qs.as_ptr().add(64 * p).cast::<u8>();
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, load32(xp)), s0);
+                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, load32(xp.add(32))), s1);
+                        *is = _mm256_add_epi32(*is, _mm256_add_epi32(p0, p1));
+                    }
                 }
                 for (r, xr) in x.iter().enumerate() {
-                    let xp = xr.qs.as_ptr().add(64 * p).cast::<u8>();
-                    let (x0, x1) = (load32(xp), load32(xp.add(32)));
-                    for c in 0..C {
-                        let s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[c][0], x0), sv[c][0]);
-                        let s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[c][1], x1), sv[c][1]);
-                        isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_add_epi32(s0, s1));
-                    }
-                }
-            }
-            for (r, xr) in x.iter().enumerate() {
-                let bs = _mm256_loadu_si256(xr.bsums.as_ptr().cast());
-                for c in 0..C {
-                    let g = _mm256_madd_epi16(bs, corr[c]);
+                    let g = _mm256_madd_epi16(_mm256_loadu_si256(xr.bsums.as_ptr().cast()), corr);
                     let acc = &mut t.v[r][c];
                     if T::MIN {
-                        *acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin[c] * xr.d), _mm256_cvtepi32_ps(g), *acc);
+                        *acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xr.d), _mm256_cvtepi32_ps(g), *acc);
                     }
-                    let i = if T::OFF != 0 { _mm256_sub_epi32(isum[r][c], g) } else { isum[r][c] };
-                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d[c] * xr.d), _mm256_cvtepi32_ps(i), *acc);
+                    let i = if T::OFF != 0 { _mm256_sub_epi32(isum[r], g) } else { isum[r] };
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xr.d), _mm256_cvtepi32_ps(i), *acc);
                 }
             }
         }
@@ -130,34 +124,26 @@ impl<T: KType> Kernel for IntK<T> {
 impl<T: QType> Kernel for Int32<T> {
     type X = Q8;
 
+    /// One output at a time (its unpacked block then stays in registers), met by each row.
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
         unsafe {
-            let (zero, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
-            let (mut d, mut m, mut wv, mut aw) = ([_mm256_setzero_ps(); C], [0.0f32; C], [zero; C], [zero; C]);
+            let ones = _mm256_set1_epi16(1);
+            let x: [&Q8; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + b));
             for c in 0..C {
                 let wb = a.wblock(o0 + c, b, T::BYTES);
-                let (dc, mc) = T::head(wb);
-                (d[c], m[c], wv[c]) = (_mm256_set1_ps(dc), mc, T::codes(wb));
-                if T::SIGNED {
-                    aw[c] = _mm256_sign_epi8(wv[c], wv[c]);
-                }
-            }
-            for r in 0..R {
-                let xr = &*a.x.add((r0 + r) * a.x_stride + b);
-                let (xv, dx) = (load32(xr.qs.as_ptr().cast()), _mm256_set1_ps(xr.d));
-                let off = _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, T::OFF * xr.sum);
-                for c in 0..C {
-                    let p = if T::SIGNED {
-                        _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c]))
-                    } else {
-                        _mm256_maddubs_epi16(wv[c], xv)
-                    };
-                    let i = _mm256_madd_epi16(p, ones);
-                    let i = if T::OFF != 0 { _mm256_sub_epi32(i, off) } else { i };
-                    t.v[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(d[c], dx), _mm256_cvtepi32_ps(i), t.v[r][c]);
+                let (d, m) = T::head(wb);
+                let (d, wv) = (_mm256_set1_ps(d), T::codes(wb));
+                // Signed weights meet the activations through the sign trick: |w| * (sign(w) x).
+                let aw = if T::SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                for (r, xr) in x.iter().enumerate() {
+                    let xv = load32(xr.qs.as_ptr().cast());
+                    let xv = if T::SIGNED { _mm256_sign_epi8(xv, wv) } else { xv };
+                    let i = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
+                    let s = _mm256_mul_ps(d, _mm256_set1_ps(xr.d));
+                    t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), t.v[r][c]);
                     if T::MIN {
-                        t.m[r][c] = m[c].mul_add(xr.s, t.m[r][c]);
+                        t.m[r][c] = m.mul_add(xr.s, t.m[r][c]);
                     }
                 }
             }
@@ -262,7 +248,7 @@ unsafe fn panel<F: Kernel, const R: usize, const C: usize>(a: &Args<F::X>, r0: u
 }
 
 /// Tile shapes `(rows, columns)`: full row tiles, then 1, 2 or 3 leftover rows.
-const INT_SHAPES: [(usize, usize); 4] = [(4, 2), (1, 4), (2, 2), (3, 2)];
+const INT_SHAPES: [(usize, usize); 4] = [(4, 1), (1, 1), (2, 1), (3, 1)];
 
 /// All rows times output columns `outs`, in cache blocks of weight rows.
 #[inline(always)]
@@ -423,7 +409,8 @@ mod tests {
             for (i, b) in bytes.chunks_exact(q.block_bytes()).enumerate() {
                 let got = dequant(q, b);
                 let want = &want[i * q.block_len()..(i + 1) * q.block_len()];
-                let (g, w): (Vec<u32>, Vec<u32>) = (got.iter().map(|v| v.to_bits()).collect(), want.iter().map(|v| v.to_bits()).collect());
+                let (g, w): (Vec<u32>, Vec<u32>) =
+                    (got.iter().map(|v| v.to_bits()).collect(), want.iter().map(|v| v.to_bits()).collect());
                 assert_eq!(g, w, "{q:?} block {i}");
             }
         }

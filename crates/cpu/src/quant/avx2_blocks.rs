@@ -44,7 +44,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
     }
 }
 
-/// Bit `i` of `x` as 0x10 in byte `i` (the fifth bit of Q5_0 / Q5_1 codes).
+/// Bit `i` of `x` as 0xFF in byte `i` (the fifth bits of Q5_0 / Q5_1 codes).
 #[inline(always)]
 unsafe fn fifth_bits(x: u32) -> __m256i {
     unsafe {
@@ -53,8 +53,7 @@ unsafe fn fifth_bits(x: u32) -> __m256i {
             _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
         );
         let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
-        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel)
     }
 }
 
@@ -212,9 +211,7 @@ impl KType for Q6K {
 pub(super) trait QType {
     /// Bytes per block.
     const BYTES: usize;
-    /// Subtracted from every code (Q4_0, Q5_0).
-    const OFF: i32;
-    /// Codes are signed values (Q8_0).
+    /// Codes are the signed values `w - off` (Q4_0, Q5_0, Q8_0), else unsigned (Q4_1, Q5_1).
     const SIGNED: bool;
     /// Carries an additive min (Q4_1, Q5_1).
     const MIN: bool;
@@ -233,8 +230,7 @@ pub(super) struct Q8_0;
 
 impl QType for Q4_0 {
     const BYTES: usize = 18;
-    const OFF: i32 = 8;
-    const SIGNED: bool = false;
+    const SIGNED: bool = true;
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn head(b: *const u8) -> (f32, f32) {
@@ -242,13 +238,12 @@ impl QType for Q4_0 {
     }
     #[inline(always)]
     unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { nibbles(b.add(2)) }
+        unsafe { _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8)) }
     }
 }
 
 impl QType for Q4_1 {
     const BYTES: usize = 20;
-    const OFF: i32 = 0;
     const SIGNED: bool = false;
     const MIN: bool = true;
     #[inline(always)]
@@ -263,22 +258,24 @@ impl QType for Q4_1 {
 
 impl QType for Q5_0 {
     const BYTES: usize = 22;
-    const OFF: i32 = 16;
-    const SIGNED: bool = false;
+    const SIGNED: bool = true;
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn head(b: *const u8) -> (f32, f32) {
         unsafe { (f16(b), 0.0) }
     }
+    /// `nibble | 0xF0` (that is `nibble - 16`) where the fifth bit is clear, else `nibble`.
     #[inline(always)]
     unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { _mm256_or_si256(nibbles(b.add(6)), fifth_bits(rd32(b.add(2)))) }
+        unsafe {
+            let clear = _mm256_andnot_si256(fifth_bits(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
+            _mm256_or_si256(nibbles(b.add(6)), clear)
+        }
     }
 }
 
 impl QType for Q5_1 {
     const BYTES: usize = 24;
-    const OFF: i32 = 0;
     const SIGNED: bool = false;
     const MIN: bool = true;
     #[inline(always)]
@@ -287,13 +284,12 @@ impl QType for Q5_1 {
     }
     #[inline(always)]
     unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { _mm256_or_si256(nibbles(b.add(8)), fifth_bits(rd32(b.add(4)))) }
+        unsafe { _mm256_or_si256(nibbles(b.add(8)), _mm256_and_si256(fifth_bits(rd32(b.add(4))), _mm256_set1_epi8(0x10))) }
     }
 }
 
 impl QType for Q8_0 {
     const BYTES: usize = 34;
-    const OFF: i32 = 0;
     const SIGNED: bool = true;
     const MIN: bool = false;
     #[inline(always)]
@@ -355,6 +351,6 @@ pub(super) unsafe fn dequant_32<Q: QType>(b: *const u8, out: *mut f32) {
     unsafe {
         let (d, m) = Q::head(b);
         let ab = (d, Q::MIN.then_some(m));
-        affine32(Q::codes(b), Q::SIGNED, Q::OFF, [ab, ab], out);
+        affine32(Q::codes(b), Q::SIGNED, 0, [ab, ab], out);
     }
 }

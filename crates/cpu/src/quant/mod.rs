@@ -173,7 +173,8 @@ unsafe fn portable_int<A>(
 unsafe fn run_f32(avx2: bool, q: QuantType, x: &HostTensor, w: &HostMat, outs: Range<usize>, dst: *mut f32) {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
-        let a = avx2::F32Args { x: x.data.as_ptr(), w: w.data.as_bytes(), row_bytes: w.row_bytes(), k: w.cols, n: w.rows };
+        let a =
+            avx2::F32Args { x: x.data.as_ptr(), w: w.data.as_bytes(), row_bytes: w.row_bytes(), k: w.cols, n: w.rows };
         // SAFETY: forwarded from the caller.
         return unsafe { avx2::run_f32(q, &a, x.rows, outs, dst) };
     }

@@ -6,9 +6,9 @@
 //! (`value = d * sc * (w - off)`: Q4_0, Q5_0, Q3_K, Q6_K) or a min (`d * sc * w - dmin * m`: the
 //! k-quants Q2_K, Q4_K, Q5_K; `d * w + m`: Q4_1, Q5_1). Against an 8-bit activation block the
 //! integer products go into 8 lanes: lane `l` sums the elements `32 c + 4 l .. 32 c + 4 l + 4` of
-//! every 32-element chunk `c` (the lanes of `_mm256_madd_epi16`), each times its group's scale;
-//! offsets and k-quant mins come in through the activation's per-16 sums, lane `l` taking groups
-//! `2 l` and `2 l + 1`. Each block then adds `fma(d_w * d_x, lane, acc)` per lane (k-quant mins
+//! every 32-element chunk `c` (the lanes of `_mm256_madd_epi16`), each times its group's scale.
+//! The 32-weight types multiply `w - off` directly; k-quant offsets and mins come in through the
+//! activation's per-16 sums, lane `l` taking groups `2 l` and `2 l + 1`. Each block then adds `fma(d_w * d_x, lane, acc)` per lane (k-quant mins
 //! first as `fma(-(dmin_w * d_x), mins, acc)`), and a row's result is the fixed lane sum
 //! [`hsum8`]; Q4_1 / Q5_1 add their min term `fma(m_w, s_x, accm)` in a scalar after it.
 
@@ -153,9 +153,7 @@ pub(crate) fn dot_block_k(f: Format, u: &IntBlock, x: &Q8K, acc: &mut [f32; 8]) 
     for (e, (&w, &xq)) in u.w.iter().zip(&x.qs).enumerate() {
         lanes[e % 32 / 4] += u.sc[e / 16] as i32 * w as i32 * xq as i32;
     }
-    let group = |l: usize, c: &[i16; 16]| -> i32 {
-        (2 * l..2 * l + 2).map(|j| c[j] as i32 * x.bsums[j] as i32).sum()
-    };
+    let group = |l: usize, c: &[i16; 16]| -> i32 { (2 * l..2 * l + 2).map(|j| c[j] as i32 * x.bsums[j] as i32).sum() };
     for (l, a) in acc.iter_mut().enumerate() {
         if f.min {
             *a = (-(u.dmin * x.d)).mul_add(group(l, &u.m) as f32, *a);
@@ -169,9 +167,8 @@ pub(crate) fn dot_block_k(f: Format, u: &IntBlock, x: &Q8K, acc: &mut [f32; 8]) 
 pub(crate) fn dot_block_32(f: Format, u: &IntBlock, x: &Q8, acc: &mut [f32; 8], accm: &mut f32) {
     let mut lanes = [0i32; 8];
     for (e, (&w, &xq)) in u.w[..32].iter().zip(&x.qs).enumerate() {
-        lanes[e / 4] += w as i32 * xq as i32;
+        lanes[e / 4] += (w as i32 - f.off) * xq as i32;
     }
-    lanes[0] -= f.off * x.sum;
     for (a, &l) in acc.iter_mut().zip(&lanes) {
         *a = (u.d * x.d).mul_add(l as f32, *a);
     }

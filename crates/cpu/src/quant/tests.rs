@@ -112,15 +112,16 @@ fn int8_path_is_the_reference_on_8_bit_activations() {
 
 #[test]
 fn int8_path_is_near_the_f32_reference() {
-    // 8-bit activations: each value within half a step (1/254 of its block's largest), so each
-    // output within a small part of |x| |w|.
+    // 8-bit activations: each value within half a step (1/254 of its block's largest). Over
+    // uniform data the worst output is off by about 2e-3 of |x| |w| for one block, 2e-4 for 4096
+    // inputs; llama.cpp's numerics, which the tolerance allows with a margin.
     let mut rng = Rng::new(51);
     let b = backend(2, Simd::detect(), QuantActs::Int8);
     for q in QUANTS {
         for k in widths(q) {
             let (w, x) = (rand_qmat(&mut rng, q, 37, k), rng.tensor(5, k));
             let e = norm_err(&b.matmul(&x, &w), &RefBackend.matmul(&x, &w), &x, &w);
-            assert!(e < 2e-3, "{q:?} k={k}: {e}");
+            assert!(e < 5e-3, "{q:?} k={k}: {e}");
         }
     }
 }
@@ -156,7 +157,11 @@ fn every_row_count_and_thread_count_gives_the_single_row_bits() {
                         let y = b.matmul(&sub(&x, 0, m), &w);
                         for (r, single) in singles.iter().enumerate().take(m) {
                             let t = b.threads();
-                            assert_eq!(&bits(&sub(&y, r, 1)), single, "{simd:?} {acts:?} {q:?} m={m} r={r} threads={t}");
+                            assert_eq!(
+                                &bits(&sub(&y, r, 1)),
+                                single,
+                                "{simd:?} {acts:?} {q:?} m={m} r={r} threads={t}"
+                            );
                         }
                     }
                 }

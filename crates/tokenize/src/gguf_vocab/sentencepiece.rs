@@ -3,8 +3,9 @@
 //! and their scores (`generate_merges`), with the space handling of its Llama, Phi-3 and Gemma
 //! tokenizers.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
@@ -56,29 +57,30 @@ impl Style {
 
 /// The model and pipeline, without added tokens or post-processor.
 pub(super) fn build(meta: &Meta, file: &GgufVocab, style: Style) -> Result<tokenizers::Tokenizer, TokenizeError> {
-    let tokens: Vec<String> = match style {
+    let tokens: Vec<Cow<str>> = match style {
         Style::Gemma => file.tokens.iter().map(|t| respell_spaces(t)).collect(),
-        _ => file.tokens.clone(),
+        _ => file.tokens.iter().map(|t| Cow::Borrowed(t.as_str())).collect(),
     };
-    let ids = last_ids(&tokens);
+    let vocab = last_ids(&tokens);
     let merges = match (&file.merges, style) {
         (Some(merges), _) => merges.clone(),
         // Gemma's scores do not follow its merge order; its token order does.
-        (None, Style::Gemma) => derive_merges(&tokens, &ids, |id| -(id as f64)),
+        (None, Style::Gemma) => derive_merges(&tokens, &vocab, |id| -f64::from(id)),
         (None, _) => {
             let key = "tokenizer.ggml.scores";
             let scores = file.scores.as_ref().ok_or_else(|| meta.bad(key, "missing (merges are derived from them)"))?;
-            derive_merges(&tokens, &ids, |id| scores.get(id as usize).map_or(f64::NEG_INFINITY, |&s| f64::from(s)))
+            derive_merges(&tokens, &vocab, |id| scores.get(id as usize).map_or(f64::NEG_INFINITY, |&s| f64::from(s)))
         }
     };
     let mut builder = BPE::builder().fuse_unk(true).byte_fallback(true);
     // Only transformers' Gemma class names an unknown token.
-    if style.is_gemma() && ids.contains_key("<unk>") {
+    if style.is_gemma() && vocab.contains_key("<unk>") {
         builder = builder.unk_token("<unk>".to_string());
     }
-    let vocab: BpeVocab = ids.iter().map(|(t, &id)| (t.to_string(), id)).collect();
-    let model =
-        builder.vocab_and_merges(vocab, merges).build().map_err(|e| meta.bad("tokenizer.ggml.tokens", &e.to_string()))?;
+    let model = builder
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| meta.bad("tokenizer.ggml.tokens", &e.to_string()))?;
 
     let mut inner = tokenizers::Tokenizer::new(model);
     let regex_error = |e: tokenizers::Error| meta.bad("tokenizer.ggml.model", &e.to_string());
@@ -113,62 +115,100 @@ pub(super) fn build(meta: &Meta, file: &GgufVocab, style: Style) -> Result<token
 
 /// A token of only whitespace with at least one space is stored with real spaces by llama.cpp's
 /// Gemma converter; the tokenizer sees `▁` (one per character, as transformers counts them).
-fn respell_spaces(token: &str) -> String {
+fn respell_spaces(token: &str) -> Cow<'_, str> {
     let python_space = |c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
     if token.contains(' ') && token.chars().all(python_space) {
-        SPACE.repeat(token.chars().count())
+        Cow::Owned(SPACE.repeat(token.chars().count()))
     } else {
-        token.to_string()
+        Cow::Borrowed(token)
     }
 }
 
 /// Token to id; a token listed twice keeps its last id, as a Python dict does.
-fn last_ids(tokens: &[String]) -> HashMap<&str, u32> {
-    let mut ids = HashMap::with_capacity(tokens.len());
+fn last_ids<S: AsRef<str>>(tokens: &[S]) -> BpeVocab {
+    let mut ids = BpeVocab::with_capacity(tokens.len());
     for (id, token) in tokens.iter().enumerate() {
-        ids.insert(token.as_str(), id as u32);
+        ids.insert(token.as_ref().to_string(), id as u32);
     }
     ids
+}
+
+/// Token `index` cut at byte `at`, with what the merge order sorts by.
+struct Cut {
+    score: f64,
+    index: u32,
+    at: u32,
+    left_chars: u32,
+    right_chars: u32,
 }
 
 /// transformers' `generate_merges` with scores: every way to cut a token into two tokens of the
 /// vocabulary, ordered by the score of the whole token (best first), then by the longer left
 /// part, then the longer right part (in characters); ties keep the order of first appearance.
-fn derive_merges(tokens: &[String], ids: &HashMap<&str, u32>, score: impl Fn(u32) -> f64) -> Vec<(String, String)> {
-    struct Cut<'a> {
-        left: &'a str,
-        right: &'a str,
-        score: f64,
-        left_chars: usize,
-        right_chars: usize,
-    }
-    let mut seen: Option<HashSet<&str>> = (ids.len() != tokens.len()).then(HashSet::new);
-    let mut cuts = Vec::new();
-    for token in tokens {
-        if let Some(seen) = seen.as_mut()
-            && !seen.insert(token.as_str())
-        {
-            continue;
-        }
-        let Some(&id) = ids.get(token.as_str()) else { continue };
-        // `+ 0.0` makes -0.0 equal to 0.0 under `total_cmp`, as Python compares them.
-        let token_score = score(id) + 0.0;
-        let num_chars = token.chars().count();
-        for (left_chars, (at, _)) in token.char_indices().enumerate().skip(1) {
-            let (left, right) = token.split_at(at);
-            if ids.contains_key(left) && ids.contains_key(right) {
-                cuts.push(Cut { left, right, score: token_score, left_chars, right_chars: num_chars - left_chars });
+fn derive_merges<S>(tokens: &[S], ids: &BpeVocab, score: impl Fn(u32) -> f64 + Sync) -> Vec<(String, String)>
+where
+    S: AsRef<str> + Sync,
+{
+    let repeated = repeated_tokens(tokens, ids);
+    let cuts_of = |start: usize, part: &[S]| -> Vec<Cut> {
+        let mut cuts = Vec::new();
+        for (index, token) in (start..).zip(part) {
+            let token = token.as_ref();
+            let Some(&id) = ids.get(token) else { continue };
+            if repeated.get(index) == Some(&true) {
+                continue;
+            }
+            // `+ 0.0` makes -0.0 equal to 0.0 under `total_cmp`, as Python compares them.
+            let token_score = score(id) + 0.0;
+            let num_chars = token.chars().count() as u32;
+            for (left_chars, (at, _)) in (0u32..).zip(token.char_indices()).skip(1) {
+                let (left, right) = token.split_at(at);
+                if ids.contains_key(left) && ids.contains_key(right) {
+                    let right_chars = num_chars - left_chars;
+                    cuts.push(Cut { score: token_score, index: index as u32, at: at as u32, left_chars, right_chars });
+                }
             }
         }
-    }
+        cuts
+    };
+    let mut cuts: Vec<Cut> = in_chunks(tokens, cuts_of).into_iter().flatten().collect();
     // A stable sort on the reversed key keeps equal keys in order, as Python's `reverse=True` does.
     cuts.sort_by(|a, b| -> Ordering {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.left_chars.cmp(&a.left_chars))
-            .then(b.right_chars.cmp(&a.right_chars))
+        b.score.total_cmp(&a.score).then(b.left_chars.cmp(&a.left_chars)).then(b.right_chars.cmp(&a.right_chars))
     });
-    cuts.into_iter().map(|c| (c.left.to_string(), c.right.to_string())).collect()
+    let strings = |_, part: &[Cut]| -> Vec<(String, String)> {
+        let split = |c: &Cut| tokens[c.index as usize].as_ref().split_at(c.at as usize);
+        part.iter().map(split).map(|(l, r)| (l.to_string(), r.to_string())).collect()
+    };
+    in_chunks(&cuts, strings).into_iter().flatten().collect()
+}
+
+/// Which tokens repeat an earlier one (empty when none does): only a first appearance is cut,
+/// as a Python dict keeps a key where it was first inserted.
+fn repeated_tokens<S: AsRef<str>>(tokens: &[S], ids: &BpeVocab) -> Vec<bool> {
+    if ids.len() == tokens.len() {
+        return Vec::new();
+    }
+    let mut seen = HashSet::with_capacity(ids.len());
+    tokens.iter().map(|t| !seen.insert(t.as_ref())).collect()
+}
+
+/// `work(start, chunk)` over consecutive chunks of `items`, one per core for large inputs (a
+/// 262k-token vocabulary spends most of its load time here); results in order.
+fn in_chunks<T: Sync, R: Send>(items: &[T], work: impl Fn(usize, &[T]) -> R + Sync) -> Vec<R> {
+    const MIN_CHUNK: usize = 16_384;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let num_chunks = (items.len() / MIN_CHUNK).clamp(1, cores.min(8));
+    if num_chunks == 1 {
+        return vec![work(0, items)];
+    }
+    let size = items.len().div_ceil(num_chunks);
+    let work = &work;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            items.chunks(size).enumerate().map(|(i, chunk)| scope.spawn(move || work(i * size, chunk))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }
 
 #[cfg(test)]
@@ -186,12 +226,12 @@ mod tests {
     #[test]
     fn merges_follow_score_then_longer_left_then_file_order() {
         let tokens = strings(&["a", "b", "c", "ab", "bc", "abc", "ca"]);
-        let scores = [0.0, 0.0, 0.0, -2.0, -2.0, -1.0, -2.0];
+        let scores: [f64; 7] = [0.0, 0.0, 0.0, -2.0, -2.0, -1.0, -2.0];
         let ids = last_ids(&tokens);
-        let merges = derive_merges(&tokens, &ids, |id| f64::from(scores[id as usize]));
+        let merges = derive_merges(&tokens, &ids, |id| scores[id as usize]);
         // abc (-1) first, its longer left part first; then the -2 ties in file order.
         assert_eq!(pairs(&merges), ["ab c", "a bc", "a b", "b c", "c a"]);
-        let by_position = derive_merges(&tokens, &ids, |id| -(id as f64));
+        let by_position = derive_merges(&tokens, &ids, |id| -f64::from(id));
         assert_eq!(pairs(&by_position), ["a b", "b c", "ab c", "a bc", "c a"]);
     }
 
@@ -209,8 +249,8 @@ mod tests {
     fn duplicate_tokens_keep_first_place_and_last_id() {
         let tokens = strings(&["x", "y", "xy", "x"]);
         let ids = last_ids(&tokens);
-        assert_eq!(ids["x"], 3);
-        let merges = derive_merges(&tokens, &ids, |id| -(id as f64));
+        assert_eq!(ids.get("x"), Some(&3));
+        let merges = derive_merges(&tokens, &ids, |id| -f64::from(id));
         assert_eq!(pairs(&merges), ["x y"]);
     }
 

@@ -1,0 +1,160 @@
+//! Runs each fixture family through a backend that executes every op on both the CPU backend
+//! and the GPU and compares them op by op, naming the first op whose result drifts (a debugging
+//! aid that localises a faulty kernel; it asserts the same bound as the golden test).
+
+mod common;
+
+use common::backend;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use tf_backend::{
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostTensor, KvShape, MoeParams,
+    Rope,
+};
+use tf_cpu::CpuBackend;
+use tf_cuda::{CudaAct, CudaBackend, CudaKv, CudaMat, CudaVec};
+use tf_engine::Runner;
+use tf_formats::TensorView;
+use tf_models::Model;
+
+struct Dual {
+    c: CpuBackend,
+    g: CudaBackend,
+    log: Mutex<Vec<String>>,
+}
+
+impl Dual {
+    fn check(&self, op: &str, c: &HostTensor, g: &CudaAct) {
+        let gv = self.g.download(g);
+        let scale = c.data.iter().fold(1e-6f32, |a, &b| a.max(b.abs()));
+        let err = c.data.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let rel = err / scale;
+        let mut log = self.log.lock().unwrap();
+        if rel > 0.03 || gv.iter().any(|v| !v.is_finite()) {
+            log.push(format!("{op}: rel err {rel:.3e} (max |cpu| {scale:.3e}) shape {}x{}", c.rows, c.cols));
+        }
+    }
+}
+
+impl Backend for Dual {
+    type Act = (HostTensor, CudaAct);
+    type Mat = (HostMat, CudaMat);
+    type Vec = (Vec<f32>, CudaVec);
+    type Kv = (HostKv, CudaKv);
+    fn name(&self) -> String {
+        "dual".into()
+    }
+    fn mat(&self, t: &TensorView) -> Result<Self::Mat, BackendError> {
+        Ok((self.c.mat(t)?, self.g.mat(t)?))
+    }
+    fn vec(&self, v: &[f32]) -> Self::Vec {
+        (self.c.vec(v), self.g.vec(v))
+    }
+    fn kv(&self, shape: KvShape) -> Result<Self::Kv, BackendError> {
+        Ok((self.c.kv(shape)?, self.g.kv(shape)?))
+    }
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Act {
+        (self.c.upload(data, rows, cols), self.g.upload(data, rows, cols))
+    }
+    fn download(&self, x: &Self::Act) -> Vec<f32> {
+        self.g.download(&x.1)
+    }
+    fn shape(&self, x: &Self::Act) -> (usize, usize) {
+        self.g.shape(&x.1)
+    }
+    fn embed(&self, t: &Self::Mat, ids: &[u32], scale: f32) -> Self::Act {
+        let r = (self.c.embed(&t.0, ids, scale), self.g.embed(&t.1, ids, scale));
+        self.check("embed", &r.0, &r.1);
+        r
+    }
+    fn matmul(&self, x: &Self::Act, w: &Self::Mat) -> Self::Act {
+        let r = (self.c.matmul(&x.0, &w.0), self.g.matmul(&x.1, &w.1));
+        self.check(&format!("matmul {:?}", w.1.shape()), &r.0, &r.1);
+        r
+    }
+    fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act {
+        let r = (self.c.rms_norm(&x.0, &w.0, eps, one_plus), self.g.rms_norm(&x.1, &w.1, eps, one_plus));
+        self.check("rms_norm", &r.0, &r.1);
+        r
+    }
+    fn add_assign(&self, x: &mut Self::Act, y: &Self::Act) {
+        self.c.add_assign(&mut x.0, &y.0);
+        self.g.add_assign(&mut x.1, &y.1);
+        self.check("add_assign", &x.0, &x.1);
+    }
+    fn rope(&self, x: &mut Self::Act, positions: &[u32], head_dim: usize, rope: &Rope) {
+        self.c.rope(&mut x.0, positions, head_dim, rope);
+        self.g.rope(&mut x.1, positions, head_dim, rope);
+        self.check("rope", &x.0, &x.1);
+    }
+    fn glu(&self, g: &Self::Act, u: &Self::Act, act: Activation) -> Self::Act {
+        let r = (self.c.glu(&g.0, &u.0, act), self.g.glu(&g.1, &u.1, act));
+        self.check("glu", &r.0, &r.1);
+        r
+    }
+    fn attention(
+        &self,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+    ) -> Self::Act {
+        let r = (
+            self.c.attention(&q.0, &k.0, &v.0, &mut kv.0, meta, p),
+            self.g.attention(&q.1, &k.1, &v.1, &mut kv.1, meta, p),
+        );
+        self.check("attention", &r.0, &r.1);
+        r
+    }
+    fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act {
+        (self.c.select_rows(&x.0, rows), self.g.select_rows(&x.1, rows))
+    }
+    fn softcap(&self, x: &mut Self::Act, cap: f32) {
+        self.c.softcap(&mut x.0, cap);
+        self.g.softcap(&mut x.1, cap);
+    }
+    fn moe(&self, x: &Self::Act, r: &Self::Act, e: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act {
+        let ce = Experts { gate: e.gate.iter().map(|m| m.0.clone()).collect(), up: e.up.iter().map(|m| m.0.clone()).collect(), down: e.down.iter().map(|m| m.0.clone()).collect() };
+        let out = self.c.moe(&x.0, &r.0, &ce, p);
+        let gout = self.g.moe_by(&x.1, &r.1, |i| [&e.gate[i].1, &e.up[i].1, &e.down[i].1], p);
+        self.check("moe", &out, &gout);
+        (out, gout)
+    }
+    fn kv_dtype(&self) -> tf_core::DType {
+        self.g.kv_dtype()
+    }
+    fn read_kv_blocks(&self, kv: &Self::Kv, blocks: &[u32]) -> Vec<u8> {
+        self.g.read_kv_blocks(&kv.1, blocks)
+    }
+    fn write_kv_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], bytes: &[u8]) {
+        self.g.write_kv_blocks(&mut kv.1, blocks, bytes)
+    }
+}
+
+#[test]
+fn families_op_by_op_against_the_cpu() {
+    let Some(g) = backend() else { return };
+    let d = Dual { c: CpuBackend::new(2).unwrap(), g, log: Mutex::new(Vec::new()) };
+    let root = std::env::var_os("TF_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"));
+    let mut bad = Vec::new();
+    for family in ["llama", "qwen3", "gemma3", "qwen3_moe"] {
+        let m = Model::open(&root.join(family), &d).unwrap();
+        let ids = m.vocab.check(&[5, 300, 17, 42, 99, 3, 7, 480]).unwrap();
+        let mut r = Runner::new(&m, &d, 16).unwrap();
+        r.prefill(&ids, 8, true);
+        r.feed(&[11], false);
+        let log = std::mem::take(&mut *d.log.lock().unwrap());
+        eprintln!("{family}: {} drifting ops", log.len());
+        for l in log.iter().take(8) {
+            eprintln!("  {l}");
+        }
+        if !log.is_empty() {
+            bad.push(family);
+        }
+    }
+    assert!(bad.is_empty(), "ops drift on {bad:?}");
+}
