@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
 
 if [[ $STEPS == *tests* ]]; then
-  for t in .carry/tests/*; do
+  for t in .carry/tests/ops .carry/tests/golden; do
     echo "== $t"
     timeout 300 "$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | grep -E "test |result|max \||attention case|panicked|skipped" | head -60
   done
@@ -32,7 +32,7 @@ if [[ $STEPS == *bench* ]]; then
 fi
 if [[ $STEPS == *peer* ]]; then
   PYTHONUNBUFFERED=1 timeout 400 python3 scripts/device/peer_hf.py --model "$CKPT" --runs "$PEER_RUNS" \
-    --gen-len "$GEN" --json "$OUT/peer.json" 2>&1 | grep -v Warning | tee "$OUT/peer.log" | tail -8
+    --gen-len "$GEN" --repeat 1 --json "$OUT/peer.json" 2>&1 | grep -v Warning | tee "$OUT/peer.log" | tail -8
 fi
 grep -E "^test result|FAILED|panicked" "$OUT/tests.log" 2>/dev/null | sort | uniq -c
 python3 scripts/device/table.py "$OUT/ours.json" "$OUT/peer.json"

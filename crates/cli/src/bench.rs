@@ -76,9 +76,8 @@ fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], u
     let (mut ids, mut meta) = (Vec::new(), AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: BLOCK });
     for &(tokens, start_pos, table) in seqs {
         meta.seqs.push(SeqAttn { q_start: ids.len(), q_len: tokens.len(), start_pos, block_table: table.clone() });
-        meta.slot_mapping.extend(
-            (start_pos..start_pos + tokens.len()).map(|p| table[p / BLOCK] as usize * BLOCK + p % BLOCK),
-        );
+        meta.slot_mapping
+            .extend((start_pos..start_pos + tokens.len()).map(|p| table[p / BLOCK] as usize * BLOCK + p % BLOCK));
         ids.extend_from_slice(tokens);
     }
     let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
@@ -95,7 +94,14 @@ struct Measured {
     round_s: Vec<f64>,
 }
 
-fn measure<B: Backend>(m: &Model<B>, b: &B, prompt: &[u32], batch: usize, gen_len: usize, repeat: usize) -> Result<Measured, Failure> {
+fn measure<B: Backend>(
+    m: &Model<B>,
+    b: &B,
+    prompt: &[u32],
+    batch: usize,
+    gen_len: usize,
+    repeat: usize,
+) -> Result<Measured, Failure> {
     let len = prompt.len();
     let lay = Layout::new(len, len + gen_len);
     let mut kv = m.decoder.alloc_kv(b, lay.num_blocks(batch), BLOCK).map_err(refused)?;
@@ -142,7 +148,9 @@ impl OnBackend for Bench<'_> {
         let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
             .map_err(refused)?
             .into_iter()
-            .map(|n| usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| refused("--batch values must be positive")))
+            .map(|n| {
+                usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| refused("--batch values must be positive"))
+            })
             .collect::<Result<_, _>>()?;
         println!("model={} backend={} threads={}", a.model.display(), b.name(), threads(&a.dev));
         if let Some(l) = lim {
@@ -157,7 +165,8 @@ impl OnBackend for Bench<'_> {
             for &batch in &batches {
                 let r = measure(&m, b, prompt.as_slice(), batch, gen_len, a.repeat)?;
                 let round = median(r.round_s.clone());
-                let flops = 2.0 * c.layer_params * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
+                let flops =
+                    2.0 * c.layer_params * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
                 let ctx = len as f64 + gen_len as f64 / 2.0;
                 let bytes = 2.0 * (c.layer_params + c.head_params) + batch as f64 * ctx * c.kv_bytes_per_token;
                 let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,

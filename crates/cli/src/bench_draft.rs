@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::time::Instant;
 use tf_backend::{Backend, RefBackend};
-use tf_cpu::CpuBackend;
 use tf_core::TokenIds;
+use tf_cpu::CpuBackend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
@@ -22,7 +22,6 @@ use tf_models::Model;
 
 const CODE_TASK: &str = "Rewrite the function with the loop counting down instead of up.\n\n```python\ndef total(values):\n    result = 0\n    for i in range(len(values)):\n        result += values[i] * weights[i]\n    return result\n```\n\nRewritten:\n\n```python\ndef total(values):\n    result = 0\n    for i in range(";
 const FREE_TASK: &str = "Once upon a time, in a small village by the sea, there lived";
-
 
 fn kind(s: &str) -> Result<DraftKind, Failure> {
     match (s, s.strip_prefix("early-exit:").and_then(|n| n.parse().ok())) {
@@ -74,20 +73,28 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
         let tok = m.tokenizer.clone().ok_or_else(|| refused("bench-draft needs a tokenizer"))?;
         let prompts = [("code-edit", CODE_TASK), ("free", FREE_TASK)]
             .map(|(name, text)| tok.encode(text, true).map(|ids| (name, ids)).map_err(refused));
-        let sched = SchedulerConfig { max_num_seqs: 4, max_round_tokens: 2048, prefill_chunk: 2048, prefix_cache: false };
+        let sched =
+            SchedulerConfig { max_num_seqs: 4, max_round_tokens: 2048, prefill_chunk: 2048, prefix_cache: false };
         let num_blocks = (4096 + a.gen_len * 2).div_ceil(16);
         let cfg = EngineConfig { num_blocks, block_size: 16, sched, draft };
         // One engine; tasks run one at a time, drafting off then on.
         let (h, thread) = spawn_with_drafter(m, dm, b, cfg).map_err(refused)?;
         println!("model={} draft={} k={} threads={}", a.model.display(), a.draft, draft.num_tokens, threads(&a.dev));
-        println!("{:>10} {:>12} {:>12} {:>7} {:>10} {:>12}", "task", "off tok/s", "on tok/s", "ratio", "accept", "mean accept");
+        println!(
+            "{:>10} {:>12} {:>12} {:>7} {:>10} {:>12}",
+            "task", "off tok/s", "on tok/s", "ratio", "accept", "mean accept"
+        );
         let mut results = Vec::new();
         for p in prompts {
             let (name, prompt) = p?;
             let _warm = timed(&h, &prompt, 4, false)?;
             let (plain, t_off) = timed(&h, &prompt, a.gen_len, false)?;
             let s = &h.stats;
-            let (p0, a0, v0) = (s.draft_proposed.load(Ordering::Relaxed), s.draft_accepted.load(Ordering::Relaxed), s.draft_verifies.load(Ordering::Relaxed));
+            let (p0, a0, v0) = (
+                s.draft_proposed.load(Ordering::Relaxed),
+                s.draft_accepted.load(Ordering::Relaxed),
+                s.draft_verifies.load(Ordering::Relaxed),
+            );
             let (drafted, t_on) = timed(&h, &prompt, a.gen_len, true)?;
             let proposed = s.draft_proposed.load(Ordering::Relaxed) - p0;
             let accepted = s.draft_accepted.load(Ordering::Relaxed) - a0;
@@ -106,7 +113,8 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
         h.shutdown();
         let _ = thread.join();
         if let Some(path) = &a.json {
-            let doc = json!({"model": a.model, "draft": a.draft, "num_draft_tokens": draft.num_tokens, "results": results});
+            let doc =
+                json!({"model": a.model, "draft": a.draft, "num_draft_tokens": draft.num_tokens, "results": results});
             std::fs::write(path, doc.to_string()).map_err(failed)?;
         }
         Ok(())

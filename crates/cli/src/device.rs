@@ -44,7 +44,9 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
             #[cfg(feature = "cuda")]
             Some(ordinal) => job.run(&cuda::backend(ordinal?)?),
             #[cfg(not(feature = "cuda"))]
-            Some(_) => Err(refused(format!("--device {other}: this build has no CUDA backend (build with --features cuda)"))),
+            Some(_) => {
+                Err(refused(format!("--device {other}: this build has no CUDA backend (build with --features cuda)")))
+            }
             None => Err(refused(format!("--device {other}: expected cpu, ref, cuda[:N] or auto"))),
         },
     }

@@ -90,6 +90,7 @@ fn limits(a: &ServeArgs, max_len: usize) -> Limits {
         max_stop_strings: size(a.max_stop_strings),
         max_logprobs: size(a.max_logprobs),
         max_logit_bias: size(a.max_logit_bias),
+        session_dir: a.session_dir.clone(),
     }
 }
 

@@ -23,7 +23,8 @@ fn engine_with(family: &str, num_blocks: usize, chunk: usize, prefix_cache: bool
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family);
     let m = Model::open(&dir, &b).unwrap();
     let sched = SchedulerConfig { max_num_seqs: 64, max_round_tokens: 256, prefill_chunk: chunk, prefix_cache };
-    let (h, _thread) = spawn(m, b, EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default() }).unwrap();
+    let (h, _thread) =
+        spawn(m, b, EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default() }).unwrap();
     h
 }
 

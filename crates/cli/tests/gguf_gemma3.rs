@@ -55,7 +55,8 @@ fn gemma3_270m_gguf_matches_transformers() {
         let prompt = tok.encode(text, true).unwrap();
         assert_eq!(prompt.as_slice().iter().map(|&i| i64::from(i)).collect::<Vec<_>>(), ints(&p["ids"]));
         let want = ints(&p["greedy_ids"]);
-        let margins: Vec<f64> = p["greedy_top2_margin"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let margins: Vec<f64> =
+            p["greedy_top2_margin"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         let steps = margins.iter().position(|&m| m < MARGIN).unwrap_or(want.len());
         let mut r = Runner::new(&m, &b, prompt.len() + steps + 1).unwrap();
         let mut logits = r.prefill(&prompt, 512, false);

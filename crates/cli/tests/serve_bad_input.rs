@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 use serve_util::{Server, head, read_response};
 use std::io::Write;
 
+/// Request headers as `(name, value)` pairs.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 /// Sends each `(request, param)` to `path`, expecting 400 naming `param`, then a normal request.
 fn refuse_all(s: &Server, path: &str, cases: &[(Value, &str)], baseline: &[Value]) {
     for (body, param) in cases {
@@ -271,7 +274,7 @@ fn s9_body_cap_malformed_json_and_content_type() {
     read_response(&mut c).assert_error(413, None);
     assert_eq!(s.normal(), base);
     let deep = "[".repeat(50_000);
-    let bad: [(&[(&str, &str)], &[u8], u16); 8] = [
+    let bad: [(Headers, &[u8], u16); 8] = [
         (&json_ct, b"{\"prompt\": ", 400),
         (&json_ct, b"not json", 400),
         (&json_ct, b"[1, 2]", 400),

@@ -149,7 +149,6 @@ fn clients_that_disconnect_mid_stream_are_cancelled_and_free_their_blocks() {
     assert_eq!(s.wait_metric("tensorfold_kv_blocks_used", 0.0), 0.0, "blocks came back");
     assert_eq!(s.wait_metric("tensorfold_in_flight", 0.0), 0.0);
     let generated = s.metric("tensorfold_generation_tokens_total") - before;
-    eprintln!("MARGIN2 {generated}");
     assert!(generated < full / 2.0, "abandoned requests ran on: {generated} of {full} tokens");
 }
 

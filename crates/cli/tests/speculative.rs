@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use tf_cpu::CpuBackend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn, spawn_with_drafter};
+use tf_engine::engine::{
+    DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn, spawn_with_drafter,
+};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;

@@ -2,7 +2,7 @@
 //! measured in the same run: copy and read bandwidth for decode, an FMA-loop peak (f32 weights,
 //! f32 path of quantized ones) or an 8-bit multiply-add peak (integer path) for prefill.
 //!
-//! `cargo run -p tf-cpu --release --example matmul_bench [threads] [float|quant]`
+//! `cargo run -p tf-cpu --release --example matmul_bench [threads] [float|quant] [q4_k,q8_0,...]`
 //!
 //! "hot" repeats one weight matrix (it may sit in the last-level cache); "cold" cycles through
 //! copies totalling 256 MiB, so every call reads its weights from memory, as a model's layers do.
@@ -37,6 +37,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let which = args.next().unwrap_or_default();
+    let only = args.next().unwrap_or_default();
     let cpu = CpuBackend::new(threads).expect("cpu backend");
     println!("tf-cpu matmul bench: {} threads, simd {}", cpu.threads(), cpu.simd().name());
     let pool = |n| ThreadPoolBuilder::new().num_threads(n).build().expect("thread pool");
@@ -63,14 +64,20 @@ fn main() {
     }
     if which != "float" {
         for acts in [QuantActs::Int8, QuantActs::F32] {
-            let cpu = CpuBackend::with_options(CpuOptions { quant_acts: acts, ..CpuOptions::new(threads) }).expect("cpu");
+            let cpu =
+                CpuBackend::with_options(CpuOptions { quant_acts: acts, ..CpuOptions::new(threads) }).expect("cpu");
             let peak = if acts == QuantActs::Int8 { ipeak } else { peak };
             println!();
             header(&format!("quant, {} activations", acts.name()));
-            for q in QTYPES {
+            for q in QTYPES.into_iter().filter(|q| only.is_empty() || only.split(',').any(|n| n == q.name())) {
                 for (rows, out, inp) in QSHAPES {
                     if !inp.is_multiple_of(q.block_len()) {
-                        println!("{:<5} {:>15} (rows of {inp} are not whole {} blocks)", q.name(), format!("{rows}x{out}x{inp}"), q.block_len());
+                        println!(
+                            "{:<5} {:>15} (rows of {inp} are not whole {} blocks)",
+                            q.name(),
+                            format!("{rows}x{out}x{inp}"),
+                            q.block_len()
+                        );
                         continue;
                     }
                     let bytes = random_quant(q, out * inp);
@@ -297,7 +304,8 @@ fn int8_loop(iters: usize, seed: i8) -> i32 {
 
 /// `n` weights of `q`: random codes, block scales of f16 values in (0, 2^-4].
 fn random_quant(q: QuantType, n: usize) -> Vec<u8> {
-    let mut bytes: Vec<u8> = random(n / q.block_len() * q.block_bytes(), 13).iter().map(|v| v.to_bits() as u8).collect();
+    let mut bytes: Vec<u8> =
+        random(n / q.block_len() * q.block_bytes(), 13).iter().map(|v| v.to_bits() as u8).collect();
     let halves: &[usize] = match q {
         QuantType::Q2K => &[80, 82],
         QuantType::Q3K => &[108],

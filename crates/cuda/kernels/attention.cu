@@ -20,8 +20,8 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                                                int num_kv_heads, int block_size, float scale, int window,
                                                float softcap, int kp) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
-    extern __shared__ __align__(16) unsigned char smem[];
-    u16* ks = (u16*)smem;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    u16* ks = (u16*)attn_smem;
     u16* vs = ks + KB * RS;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
     const int g = lane >> 2, c = lane & 3;
@@ -31,7 +31,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
     const int q_start = sm[0], q_len = sm[1], start_pos = sm[2];
     const u32* bt = bts + sm[3];
     const int kvh = blockIdx.y, group = num_heads / num_kv_heads;
-    const int qw = num_heads * D, kvw = num_kv_heads * D;
+    const int qw = num_heads * D;
     const int kv_len = start_pos + q_len;
 
     // This thread's two rows (g and g + 8 of the warp's 16).

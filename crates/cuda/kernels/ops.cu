@@ -12,7 +12,7 @@ __device__ __forceinline__ size_t packed_index(int n, int k, int kt) {
 }
 
 extern "C" __global__ void pack_bf16(const u16* __restrict__ src, u16* __restrict__ dst, int n, int k, int nt, int kt) {
-    size_t total = (size_t)nt * kt * 512;
+    size_t total = (size_t)nt * kt * 256;
     for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (size_t)gridDim.x * blockDim.x) {
         int e = p & 7, lane = (p >> 3) & 31;
         size_t tile = p >> 8;

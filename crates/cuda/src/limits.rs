@@ -34,8 +34,10 @@ fn time_ms(
     f()?;
     let mut times = Vec::new();
     for _ in 0..rounds {
-        let start = drv(d.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
-        let end = drv(d.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+        let start =
+            drv(d.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+        let end =
+            drv(d.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
         drv(start.record(&d.stream), "recording an event")?;
         for _ in 0..reps {
             f()?;

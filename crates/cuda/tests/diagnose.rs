@@ -116,7 +116,11 @@ impl Backend for Dual {
         self.g.softcap(&mut x.1, cap);
     }
     fn moe(&self, x: &Self::Act, r: &Self::Act, e: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act {
-        let ce = Experts { gate: e.gate.iter().map(|m| m.0.clone()).collect(), up: e.up.iter().map(|m| m.0.clone()).collect(), down: e.down.iter().map(|m| m.0.clone()).collect() };
+        let ce = Experts {
+            gate: e.gate.iter().map(|m| m.0.clone()).collect(),
+            up: e.up.iter().map(|m| m.0.clone()).collect(),
+            down: e.down.iter().map(|m| m.0.clone()).collect(),
+        };
         let out = self.c.moe(&x.0, &r.0, &ce, p);
         let gout = self.g.moe_by(&x.1, &r.1, |i| [&e.gate[i].1, &e.up[i].1, &e.down[i].1], p);
         self.check("moe", &out, &gout);

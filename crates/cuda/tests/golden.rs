@@ -171,7 +171,8 @@ fn concurrent_equals_solo_through_the_engine() {
         let b = backend().expect("device seen above");
         let m = Model::open(&fixture(family), &b).unwrap();
         let sched = SchedulerConfig { max_num_seqs: 64, max_round_tokens: 256, prefill_chunk: 7, prefix_cache: false };
-        let (h, _thread) = spawn(m, b, EngineConfig { num_blocks: 256, block_size: 16, sched, draft: Default::default() }).unwrap();
+        let (h, _thread) =
+            spawn(m, b, EngineConfig { num_blocks: 256, block_size: 16, sched, draft: Default::default() }).unwrap();
         for seeded in [false, true] {
             let solo: Vec<Output> = (0..17).map(|i| submit(&h, &[i], seeded).remove(0)).collect();
             for group in [vec![0, 1], vec![2, 3, 4, 5, 6], (0..17).collect::<Vec<_>>()] {

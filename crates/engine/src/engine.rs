@@ -3,12 +3,12 @@
 //! and frees finished or cancelled sequences' blocks. HTTP threads never touch the device.
 
 use crate::block_pool::BlockPool;
+use crate::draft::Drafter;
 use crate::sampler::{History, SamplingParams, logprobs, sample};
 use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
-use crate::draft::Drafter;
 use crate::session::{CheckedSession, SessionLayout};
-pub use speculate::{DraftConfig, DraftKind};
 use session_ops::PendingSave;
+pub use speculate::{DraftConfig, DraftKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,12 +4,12 @@
 use crate::config::RawConfig;
 use crate::decoder::Decoder;
 use crate::error::ModelError;
+use crate::gguf::{self, GgufSource};
 use crate::registry::spec_for;
 use crate::weights::Loader;
 use std::path::{Path, PathBuf};
 use tf_backend::Backend;
 use tf_core::Vocab;
-use crate::gguf::{self, GgufSource};
 use tf_formats::Checkpoint;
 use tf_tokenize::Tokenizer;
 
@@ -47,7 +47,7 @@ impl<B: Backend> Model<B> {
         let config = gguf::raw_config(src.file())?;
         let spec = spec_for(&config)?;
         let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;
-        let tokenizer: Option<tf_tokenize::Tokenizer> = None; // TEMP-GGUF-TOKENIZER
+        let tokenizer = Some(tf_tokenize::tokenizer_from_gguf(src.file(), vocab)?);
         let mut eos_ids = Vec::new();
         for id in gguf::eog_token_ids(src.file())? {
             eos_ids.push(special(&config, vocab, "eos_token_id", id)?);

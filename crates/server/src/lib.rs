@@ -12,6 +12,7 @@ pub mod options;
 pub mod request;
 mod respond;
 mod routes;
+mod sessions;
 pub mod state;
 pub mod template;
 

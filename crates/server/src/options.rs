@@ -125,6 +125,12 @@ pub struct ServeArgs {
     /// Accepts: an integer >= 0.
     #[arg(long, default_value_t = 1024)]
     pub max_logit_bias: u64,
+    /// Directory of saved sessions (`POST /v1/sessions/{name}` and `.../restore`); names are
+    /// confined to it.
+    ///
+    /// Accepts: a directory path. Default: sessions are off.
+    #[arg(long)]
+    pub session_dir: Option<PathBuf>,
 }
 
 /// A parser over [`ServeArgs`] alone, where a later occurrence of a switch wins.
@@ -219,6 +225,14 @@ fn field_of(long_help: &str, label: &str) -> Option<String> {
     Some(rest[..end].trim().trim_end_matches('.').to_string())
 }
 
+/// Checks a `--draft` value: `off`, `ngram`, `early-exit:N` with N >= 1, or `model:PATH`.
+fn parse_draft(s: &str) -> Result<String, String> {
+    let ok = matches!(s, "off" | "ngram")
+        || s.strip_prefix("model:").is_some_and(|p| !p.is_empty())
+        || s.strip_prefix("early-exit:").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n >= 1);
+    if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram, early-exit:N or model:DIR")) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,12 +295,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Checks a `--draft` value: `off`, `ngram`, `early-exit:N` with N >= 1, or `model:PATH`.
-fn parse_draft(s: &str) -> Result<String, String> {
-    let ok = matches!(s, "off" | "ngram")
-        || s.strip_prefix("model:").is_some_and(|p| !p.is_empty())
-        || s.strip_prefix("early-exit:").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n >= 1);
-    if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram, early-exit:N or model:DIR")) }
 }

@@ -30,6 +30,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get_route(health))
         .route("/metrics", get_route(metrics))
+        .route("/v1/sessions/{name}", post(crate::sessions::save))
+        .route("/v1/sessions/{name}/restore", post(crate::sessions::restore))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

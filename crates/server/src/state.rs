@@ -31,7 +31,7 @@ pub struct ModelInfo {
 }
 
 /// Limits a deployment sets on requests.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
@@ -51,6 +51,8 @@ pub struct Limits {
     pub max_logprobs: usize,
     /// Most `logit_bias` entries.
     pub max_logit_bias: usize,
+    /// Where saved sessions live (`None`: the session routes are off).
+    pub session_dir: Option<std::path::PathBuf>,
 }
 
 /// Shared by all handlers.

@@ -24,39 +24,62 @@ const USER_DEFINED: i32 = 4;
 /// The chat template comes from `tokenizer.chat_template`.
 pub fn tokenizer_from_gguf(f: &GgufFile, vocab: Vocab) -> Result<Tokenizer, TokenizeError> {
     let meta = Meta(f);
+    let kind = Kind::read(&meta)?;
     let file = GgufVocab::read(&meta)?;
-    let kind = meta.str("tokenizer.ggml.model")?.ok_or_else(|| meta.bad("tokenizer.ggml.model", "missing"))?;
-    let arch = meta.str("general.architecture")?.unwrap_or_default();
-    let prefix = meta.bool("tokenizer.ggml.add_space_prefix")?;
     let mut inner = match kind {
-        "llama" => sentencepiece::build(&meta, &file, sentencepiece::Style::for_llama_kind(arch, prefix))?,
-        "gemma4" => sentencepiece::build(&meta, &file, sentencepiece::Style::Gemma4)?,
-        "gpt2" => byte_level::build(&meta, &file, meta.str("tokenizer.ggml.pre")?)?,
-        other => {
-            let msg = format!("{other:?} is not a kind of vocabulary this loader builds (llama, gemma4, gpt2)");
-            return Err(meta.bad("tokenizer.ggml.model", &msg));
-        }
+        Kind::SentencePiece(style) => sentencepiece::build(&meta, &file, style)?,
+        Kind::ByteLevel => byte_level::build(&meta, &file, meta.str("tokenizer.ggml.pre")?)?,
     };
-    add_typed_tokens(&meta, &mut inner, &file, kind == "gpt2")?;
+    add_typed_tokens(&meta, &mut inner, &file, kind == Kind::ByteLevel)?;
 
-    let named = NamedIds::read(&meta, file.tokens.len())?;
-    for id in [named.bos_id, named.eos_id, named.unk_id, named.pad_id].into_iter().flatten() {
-        add_named_special(&meta, &mut inner, &file.tokens[id as usize])?;
+    let named = NamedIds::read(&meta, &file.tokens)?;
+    for (token, _) in [&named.bos, &named.eos, &named.unk, &named.pad].into_iter().flatten() {
+        add_named_special(&meta, &mut inner, token)?;
     }
-    // transformers: a SentencePiece vocabulary that does not say adds BOS (as llama.cpp does);
-    // Gemma 4's chat template writes `<bos>` itself, so it never does.
     let add_bos = match kind {
-        "gemma4" => false,
-        _ => meta.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(kind == "llama"),
+        // Gemma 4's chat template writes `<bos>` itself.
+        Kind::SentencePiece(sentencepiece::Style::Gemma4) => false,
+        // A SentencePiece vocabulary that does not say gets BOS, in transformers and llama.cpp.
+        Kind::SentencePiece(_) => meta.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(true),
+        Kind::ByteLevel => meta.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
     };
     let add_eos = meta.bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-    let bos = named.bos_id.filter(|_| add_bos).map(|id| (file.tokens[id as usize].as_str(), id));
-    let eos = named.eos_id.filter(|_| add_eos).map(|id| (file.tokens[id as usize].as_str(), id));
+    let bos = named.bos.as_ref().filter(|_| add_bos);
+    let eos = named.eos.as_ref().filter(|_| add_eos);
     inner.with_post_processor(Some(post_processor(&meta, bos, eos)?));
 
     let template = meta.str("tokenizer.chat_template")?.map(str::to_string);
-    let special = SpecialIds { bos_id: named.bos_id, eos_id: named.eos_id, pad_id: named.pad_id };
+    let id = |named: &Option<(String, u32)>| named.as_ref().map(|&(_, id)| id);
+    let special = SpecialIds { bos_id: id(&named.bos), eos_id: id(&named.eos), pad_id: id(&named.pad) };
     Ok(Tokenizer::from_tokenizer(inner, vocab)?.with_special_ids(special)?.with_chat_template(template))
+}
+
+/// `tokenizer.ggml.model`, with transformers' choice of pipeline for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// "llama" (pipeline by architecture) or "gemma4".
+    SentencePiece(sentencepiece::Style),
+    /// "gpt2".
+    ByteLevel,
+}
+
+impl Kind {
+    fn read(meta: &Meta) -> Result<Kind, TokenizeError> {
+        let key = "tokenizer.ggml.model";
+        match meta.str(key)? {
+            Some("llama") => {
+                let arch = meta.str("general.architecture")?.unwrap_or_default();
+                let prefix = meta.bool("tokenizer.ggml.add_space_prefix")?;
+                Ok(Kind::SentencePiece(sentencepiece::Style::for_llama_kind(arch, prefix)))
+            }
+            Some("gemma4") => Ok(Kind::SentencePiece(sentencepiece::Style::Gemma4)),
+            Some("gpt2") => Ok(Kind::ByteLevel),
+            Some(other) => {
+                Err(meta.bad(key, &format!("{other:?} is not a vocabulary this loader builds (llama, gemma4, gpt2)")))
+            }
+            None => Err(meta.bad(key, "missing: the file has no vocabulary")),
+        }
+    }
 }
 
 /// Typed access to the metadata, with errors that name the file and the key.
@@ -158,28 +181,28 @@ fn split_merges(meta: &Meta, lines: Vec<String>) -> Result<Vec<(String, String)>
         .collect()
 }
 
-/// The special ids the file names, each within its token list.
+/// The tokens (text and id) the file names as special, each within its token list.
 struct NamedIds {
-    bos_id: Option<u32>,
-    eos_id: Option<u32>,
-    unk_id: Option<u32>,
-    pad_id: Option<u32>,
+    bos: Option<(String, u32)>,
+    eos: Option<(String, u32)>,
+    unk: Option<(String, u32)>,
+    pad: Option<(String, u32)>,
 }
 
 impl NamedIds {
-    fn read(meta: &Meta, num_tokens: usize) -> Result<NamedIds, TokenizeError> {
-        let id = |key: &str| -> Result<Option<u32>, TokenizeError> {
-            match meta.u64(key)? {
-                None => Ok(None),
-                Some(id) if id < num_tokens as u64 => Ok(Some(id as u32)),
-                Some(id) => Err(meta.bad(key, &format!("id {id} is past the {num_tokens} tokens"))),
+    fn read(meta: &Meta, tokens: &[String]) -> Result<NamedIds, TokenizeError> {
+        let named = |key: &str| -> Result<Option<(String, u32)>, TokenizeError> {
+            let Some(id) = meta.u64(key)? else { return Ok(None) };
+            match usize::try_from(id).ok().and_then(|i| tokens.get(i)) {
+                Some(token) => Ok(Some((token.clone(), id as u32))),
+                None => Err(meta.bad(key, &format!("id {id} is past the {} tokens", tokens.len()))),
             }
         };
         Ok(NamedIds {
-            bos_id: id("tokenizer.ggml.bos_token_id")?,
-            eos_id: id("tokenizer.ggml.eos_token_id")?,
-            unk_id: id("tokenizer.ggml.unknown_token_id")?,
-            pad_id: id("tokenizer.ggml.padding_token_id")?,
+            bos: named("tokenizer.ggml.bos_token_id")?,
+            eos: named("tokenizer.ggml.eos_token_id")?,
+            unk: named("tokenizer.ggml.unknown_token_id")?,
+            pad: named("tokenizer.ggml.padding_token_id")?,
         })
     }
 }
@@ -225,8 +248,8 @@ fn add_named_special(meta: &Meta, inner: &mut tokenizers::Tokenizer, token: &str
 /// with spaces or colons cannot break the template.
 fn post_processor(
     meta: &Meta,
-    bos: Option<(&str, u32)>,
-    eos: Option<(&str, u32)>,
+    bos: Option<&(String, u32)>,
+    eos: Option<&(String, u32)>,
 ) -> Result<TemplateProcessing, TokenizeError> {
     let sequence = |seq: &str, type_id: u32| {
         let mut pieces = Vec::new();
@@ -244,7 +267,7 @@ fn post_processor(
     let mut specials = Vec::new();
     for (key, token) in [("bos", bos), ("eos", eos)] {
         if let Some((text, id)) = token {
-            let special = SpecialToken::new(key.to_string(), vec![id], vec![text.to_string()]);
+            let special = SpecialToken::new(key.to_string(), vec![*id], vec![text.clone()]);
             specials.push(special.map_err(|e| meta.bad("tokenizer.ggml.tokens", &e.to_string()))?);
         }
     }

@@ -1,6 +1,7 @@
 //! Activation rows quantized to signed 8-bit blocks once per matmul call, as ggml does before its
-//! integer dot products: 32-value blocks (ggml's Q8_0, plus the sums Q4_1 / Q5_1 need) for the
-//! 32-weight types, 256-value blocks with per-16 sums (ggml's Q8_K) for the k-quants.
+//! integer dot products: 32-value blocks (ggml's Q8_0, plus the sums Q4_1 / Q5_1 need), stored
+//! in interleaved pairs, for the 32-weight types; 256-value blocks with per-16 sums (ggml's Q8_K)
+//! for the k-quants.
 //!
 //! A row's blocks depend on that row alone, and both instruction sets run this same code (the
 //! AVX2 build only lets the compiler vectorise it), so the integer path stays batch invariant.
@@ -8,16 +9,17 @@
 use rayon::ThreadPool;
 use rayon::prelude::*;
 
-/// 32 activations: `x[i] ~ d * qs[i]`.
+/// Two consecutive 32-activation blocks `a`, `b` (`x[i] ~ d * q[i]` in each), interleaved by 16 so
+/// that one register holds 16 values of `a` in its low half and the same 16 of `b` in its high.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-pub(crate) struct Q8 {
-    /// Scale: the block's largest magnitude / 127.
-    pub d: f32,
-    /// `d * (sum of qs)`, the block's contribution per unit of a weight block's additive min.
-    pub s: f32,
-    /// Values in [-127, 127].
-    pub qs: [i8; 32],
+pub(crate) struct Q8x2 {
+    /// Scales (a block's largest magnitude / 127): `a`'s in lanes 0..4, `b`'s in lanes 4..8.
+    pub d: [f32; 8],
+    /// `d * (sum of q)` of `a` and `b`: their contributions per unit of a weight block's min.
+    pub s: [f32; 2],
+    /// Values in [-127, 127]: `a[0..16]`, `b[0..16]`, `a[16..32]`, `b[16..32]`.
+    pub qs: [i8; 64],
 }
 
 /// 256 activations: `x[i] ~ d * qs[i]`, with the sums of each 16.
@@ -38,7 +40,7 @@ pub(crate) trait ActBlock: Copy + Send + Sync {
     const LEN: usize;
     /// A zero block.
     const ZERO: Self;
-    /// Quantizes `x` (`LEN` values).
+    /// Quantizes `x` (`LEN` values; fewer, for a last block padded with zeros).
     fn quantize(x: &[f32]) -> Self;
 }
 
@@ -60,16 +62,22 @@ fn quantize_into(x: &[f32], qs: &mut [i8]) -> f32 {
     d
 }
 
-impl ActBlock for Q8 {
-    const LEN: usize = 32;
-    const ZERO: Q8 = Q8 { d: 0.0, s: 0.0, qs: [0; 32] };
+impl ActBlock for Q8x2 {
+    const LEN: usize = 64;
+    const ZERO: Q8x2 = Q8x2 { d: [0.0; 8], s: [0.0; 2], qs: [0; 64] };
 
     #[inline(always)]
-    fn quantize(x: &[f32]) -> Q8 {
-        let mut b = Q8::ZERO;
-        b.d = quantize_into(x, &mut b.qs);
-        b.s = b.d * b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32;
-        b
+    fn quantize(x: &[f32]) -> Q8x2 {
+        let mut p = Q8x2::ZERO;
+        for (h, xs) in x.chunks(32).enumerate() {
+            let mut q = [0i8; 32];
+            let d = quantize_into(xs, &mut q);
+            p.d[4 * h..4 * h + 4].fill(d);
+            p.s[h] = d * q.iter().map(|&v| v as i32).sum::<i32>() as f32;
+            p.qs[16 * h..16 * h + 16].copy_from_slice(&q[..16]);
+            p.qs[32 + 16 * h..48 + 16 * h].copy_from_slice(&q[16..]);
+        }
+        p
     }
 }
 
@@ -91,13 +99,13 @@ impl ActBlock for Q8K {
 /// Below this many activations the rows are quantized on the calling thread.
 const PAR_MIN: usize = 1 << 15;
 
-/// The `rows` rows of `x` (each `cols` long, a multiple of `A::LEN`) as blocks, row after row.
+/// The rows of `x` (each `cols` long, a multiple of 32) as `cols.div_ceil(A::LEN)` blocks each.
 pub(crate) fn quantize_rows<A: ActBlock>(pool: &ThreadPool, avx2: bool, x: &[f32], cols: usize) -> Vec<A> {
-    let nb = cols / A::LEN;
-    let mut out = vec![A::ZERO; x.len() / A::LEN];
+    let nb = cols.div_ceil(A::LEN);
     if nb == 0 {
-        return out;
+        return Vec::new();
     }
+    let mut out = vec![A::ZERO; x.len() / cols * nb];
     let one = |(xs, bs): (&[f32], &mut [A])| {
         #[cfg(target_arch = "x86_64")]
         if avx2 {
@@ -118,7 +126,7 @@ pub(crate) fn quantize_rows<A: ActBlock>(pool: &ThreadPool, avx2: bool, x: &[f32
 /// One row into its blocks.
 #[inline(always)]
 fn quantize_row<A: ActBlock>(x: &[f32], out: &mut [A]) {
-    for (b, xs) in out.iter_mut().zip(x.chunks_exact(A::LEN)) {
+    for (b, xs) in out.iter_mut().zip(x.chunks(A::LEN)) {
         *b = A::quantize(xs);
     }
 }
@@ -148,10 +156,14 @@ mod tests {
         }
         assert!(b.qs.iter().any(|&q| q.abs() == 127));
         assert_eq!(b.bsums[3], b.qs[48..64].iter().map(|&q| q as i16).sum::<i16>());
-        let z = Q8::quantize(&[0.0; 32]);
-        assert_eq!((z.d, z.s, z.qs), (0.0, 0.0, [0; 32]));
-        let s = Q8::quantize(&x[..32]);
-        assert_eq!(s.s, s.d * s.qs.iter().map(|&q| q as i32).sum::<i32>() as f32);
+        let z = Q8x2::quantize(&[0.0; 64]);
+        assert_eq!((z.d, z.s, z.qs), ([0.0; 8], [0.0; 2], [0; 64]));
+        // A lone last block: its partner is all zeros.
+        let p = Q8x2::quantize(&x[..32]);
+        let a = Q8K::quantize(&[&x[..32], &[0.0; 224][..]].concat());
+        assert_eq!((p.d[0], p.d[4], p.s[1]), (a.d, 0.0, 0.0));
+        assert_eq!((&p.qs[..16], &p.qs[32..48]), (&a.qs[..16], &a.qs[16..32]));
+        assert!(p.qs[16..32].iter().chain(&p.qs[48..]).all(|&q| q == 0));
     }
 
     #[test]
@@ -171,9 +183,13 @@ mod tests {
         for (a, p) in a.iter().zip(&p) {
             assert_eq!((a.d.to_bits(), a.qs, a.bsums), (p.d.to_bits(), p.qs, p.bsums));
         }
-        let (a, p) = (quantize_rows::<Q8>(&pool, true, &x, 512), quantize_rows::<Q8>(&pool, false, &x, 512));
+        let (a, p) =
+            (quantize_rows::<Q8x2>(&pool, true, &x[..1440], 480), quantize_rows::<Q8x2>(&pool, false, &x[..1440], 480));
         for (a, p) in a.iter().zip(&p) {
-            assert_eq!((a.d.to_bits(), a.s.to_bits(), a.qs), (p.d.to_bits(), p.s.to_bits(), p.qs));
+            assert_eq!(
+                (a.d.map(f32::to_bits), a.s.map(f32::to_bits), a.qs),
+                (p.d.map(f32::to_bits), p.s.map(f32::to_bits), p.qs)
+            );
         }
     }
 }

@@ -7,13 +7,14 @@
 //! k-quant mins go through the activations' per-16 sums. The integers and f32 steps are those of
 //! [`super::spec`]. A weight block is unpacked once per tile and met by all its rows.
 
-use super::Operands;
-use super::act::{Q8, Q8K};
+use super::act::{Q8K, Q8x2};
 use super::avx2_blocks::{self as blk, KType, QType, load32};
+use super::{Operands, ZERO_BLOCK};
 use crate::matmul::{BLOCK_BYTES, GRAIN};
 use crate::simd::hsum;
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use tf_core::QuantType;
 
@@ -47,8 +48,10 @@ pub(super) struct Args<X> {
     /// Weight rows of `row_bytes`.
     w: *const u8,
     row_bytes: usize,
-    /// Blocks per row.
+    /// Activation units per row (blocks, or pairs of 32-weight blocks).
     nb: usize,
+    /// Weight blocks per row.
+    wb: usize,
     /// Output features; `dst` is `[rows, n]`.
     n: usize,
     dst: *mut f32,
@@ -122,28 +125,33 @@ impl<T: KType> Kernel for IntK<T> {
 }
 
 impl<T: QType> Kernel for Int32<T> {
-    type X = Q8;
+    type X = Q8x2;
 
-    /// One output at a time (its unpacked block then stays in registers), met by each row.
+    /// Unit `j` is the block pair `2 j`, `2 j + 1` (an all-zero block past the row's end). One
+    /// output at a time (its unpacked pair then stays in registers), met by each row.
     #[inline(always)]
-    unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
+    unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8x2>, r0: usize, o0: usize, j: usize, t: &mut Acc<R, C>) {
         unsafe {
             let ones = _mm256_set1_epi16(1);
-            let x: [&Q8; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + b));
+            let x: [&Q8x2; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + j));
             for c in 0..C {
-                let wb = a.wblock(o0 + c, b, T::BYTES);
-                let (d, m) = T::head(wb);
-                let (d, wv) = (_mm256_set1_ps(d), T::codes(wb));
+                let wa = a.wblock(o0 + c, 2 * j, T::BYTES);
+                let wb = if 2 * j + 1 < a.wb { wa.add(T::BYTES) } else { ZERO_BLOCK.as_ptr() };
+                let (lo, hi, d, [ma, mb]) = T::pair(wa, wb);
                 // Signed weights meet the activations through the sign trick: |w| * (sign(w) x).
-                let aw = if T::SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                let (alo, ahi) =
+                    if T::SIGNED { (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi)) } else { (lo, hi) };
                 for (r, xr) in x.iter().enumerate() {
-                    let xv = load32(xr.qs.as_ptr().cast());
-                    let xv = if T::SIGNED { _mm256_sign_epi8(xv, wv) } else { xv };
-                    let i = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
-                    let s = _mm256_mul_ps(d, _mm256_set1_ps(xr.d));
-                    t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), t.v[r][c]);
+                    let xp = xr.qs.as_ptr().cast::<u8>();
+                    let (x0, x1) = (load32(xp), load32(xp.add(32)));
+                    let (x0, x1) =
+                        if T::SIGNED { (_mm256_sign_epi8(x0, lo), _mm256_sign_epi8(x1, hi)) } else { (x0, x1) };
+                    let i0 = _mm256_madd_epi16(_mm256_maddubs_epi16(alo, x0), ones);
+                    let i1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, x1), ones);
+                    let s = _mm256_mul_ps(d, _mm256_loadu_ps(xr.d.as_ptr()));
+                    t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), t.v[r][c]);
                     if T::MIN {
-                        t.m[r][c] = m.mul_add(xr.s, t.m[r][c]);
+                        t.m[r][c] = mb.mul_add(xr.s[1], ma.mul_add(xr.s[0], t.m[r][c]));
                     }
                 }
             }
@@ -194,13 +202,14 @@ impl<D: Dequant> Kernel for Deq<D> {
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<f32>, r0: usize, o0: usize, b: usize, t: &mut Acc<R, C>) {
         unsafe {
-            let mut buf = [[0.0f32; 256]; C];
+            // Uninitialised: only the first `QK` values of each row are written, then read.
+            let mut buf = [[MaybeUninit::<f32>::uninit(); 256]; C];
             for (c, bc) in buf.iter_mut().enumerate() {
-                D::dequant(a.wblock(o0 + c, b, D::BYTES), bc.as_mut_ptr());
+                D::dequant(a.wblock(o0 + c, b, D::BYTES), bc.as_mut_ptr().cast());
             }
             let xs: [*const f32; R] = std::array::from_fn(|r| a.x.add((r0 + r) * a.x_stride + b * D::QK));
             for i in (0..D::QK).step_by(8) {
-                let wv: [__m256; C] = std::array::from_fn(|c| _mm256_loadu_ps(buf[c].as_ptr().add(i)));
+                let wv: [__m256; C] = std::array::from_fn(|c| _mm256_loadu_ps(buf[c].as_ptr().add(i).cast()));
                 for (r, xr) in xs.iter().enumerate() {
                     let xv = _mm256_loadu_ps(xr.add(i));
                     for (s, v) in t.v[r].iter_mut().zip(&wv) {
@@ -247,20 +256,20 @@ unsafe fn panel<F: Kernel, const R: usize, const C: usize>(a: &Args<F::X>, r0: u
     }
 }
 
-/// Tile shapes `(rows, columns)`: full row tiles, then 1, 2 or 3 leftover rows.
-const INT_SHAPES: [(usize, usize); 4] = [(4, 1), (1, 1), (2, 1), (3, 1)];
+/// Rows per integer tile: a weight block is unpacked once for this many rows.
+const INT_ROWS: usize = 8;
 
 /// All rows times output columns `outs`, in cache blocks of weight rows.
 #[inline(always)]
 unsafe fn run<F: Kernel>(a: &Args<F::X>, rows: usize, outs: Range<usize>, f32_path: bool) {
     let block = (BLOCK_BYTES / a.row_bytes.max(1) / GRAIN * GRAIN).max(GRAIN);
-    let tiled = rows / 4 * 4;
     let mut b0 = outs.start;
     while b0 < outs.end {
         let b = b0..(b0 + block).min(outs.end);
         // SAFETY: forwarded from the caller; tiles stay inside `rows` and `outs`.
         unsafe {
             if f32_path {
+                let tiled = rows / 4 * 4;
                 for r0 in (0..tiled).step_by(4) {
                     panel::<F, 4, 3>(a, r0, b.clone());
                 }
@@ -271,15 +280,23 @@ unsafe fn run<F: Kernel>(a: &Args<F::X>, rows: usize, outs: Range<usize>, f32_pa
                     _ => {}
                 }
             } else {
-                const S: [(usize, usize); 4] = INT_SHAPES;
-                for r0 in (0..tiled).step_by(4) {
-                    panel::<F, { S[0].0 }, { S[0].1 }>(a, r0, b.clone());
+                // Row tiles of INT_ROWS, then halving: the integer kernels visit one output at a
+                // time, so wider tiles only save loop overhead.
+                let mut r0 = 0;
+                while rows - r0 >= INT_ROWS {
+                    panel::<F, INT_ROWS, 1>(a, r0, b.clone());
+                    r0 += INT_ROWS;
                 }
-                match rows - tiled {
-                    1 => panel::<F, { S[1].0 }, { S[1].1 }>(a, tiled, b.clone()),
-                    2 => panel::<F, { S[2].0 }, { S[2].1 }>(a, tiled, b.clone()),
-                    3 => panel::<F, { S[3].0 }, { S[3].1 }>(a, tiled, b.clone()),
-                    _ => {}
+                if INT_ROWS > 4 && rows - r0 >= 4 {
+                    panel::<F, 4, 1>(a, r0, b.clone());
+                    r0 += 4;
+                }
+                if rows - r0 >= 2 {
+                    panel::<F, 2, 1>(a, r0, b.clone());
+                    r0 += 2;
+                }
+                if rows > r0 {
+                    panel::<F, 1, 1>(a, r0, b.clone());
                 }
             }
         }
@@ -293,7 +310,8 @@ unsafe fn run<F: Kernel>(a: &Args<F::X>, rows: usize, outs: Range<usize>, f32_pa
 /// As for [`super::IntKernel::run`], with AVX2, FMA and F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run_k(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
-    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w: o.w.as_ptr(), row_bytes: o.row_bytes, nb: o.nb, n: o.n, dst };
+    let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
+    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
@@ -312,8 +330,9 @@ pub(super) unsafe fn run_k(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: R
 /// # Safety
 /// As for [`super::IntKernel::run`], with AVX2, FMA and F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn run_32(q: QuantType, o: &Operands<Q8>, rows: usize, outs: Range<usize>, dst: *mut f32) {
-    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w: o.w.as_ptr(), row_bytes: o.row_bytes, nb: o.nb, n: o.n, dst };
+pub(super) unsafe fn run_32(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
+    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
@@ -350,7 +369,7 @@ pub(super) struct F32Args<'a> {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run_f32(q: QuantType, f: &F32Args, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let nb = f.k / q.block_len();
-    let a = Args { x: f.x, x_stride: f.k, w: f.w.as_ptr(), row_bytes: f.row_bytes, nb, n: f.n, dst };
+    let a = Args { x: f.x, x_stride: f.k, w: f.w.as_ptr(), row_bytes: f.row_bytes, nb, wb: nb, n: f.n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {

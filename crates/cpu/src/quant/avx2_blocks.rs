@@ -35,18 +35,19 @@ unsafe fn bits(v: __m256i, n: u32, mask: i8) -> __m256i {
     unsafe { _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32)), _mm256_set1_epi8(mask)) }
 }
 
-/// 16 bytes of nibbles at `p` as 32 codes: the low nibbles, then the high ones.
+/// The nibbles of 16 bytes at `a` and at `b`: low nibbles (`a`'s, then `b`'s), then high ones.
 #[inline(always)]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+unsafe fn nibbles2(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
     unsafe {
-        let v = load16(p);
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(v), v), _mm256_set1_epi8(0x0F))
+        let v = _mm256_loadu2_m128i(b.cast(), a.cast());
+        let m = _mm256_set1_epi8(0x0F);
+        (_mm256_and_si256(v, m), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m))
     }
 }
 
-/// Bit `i` of `x` as 0xFF in byte `i` (the fifth bits of Q5_0 / Q5_1 codes).
+/// Bit `i` of `x` as 0xFF in byte `i`.
 #[inline(always)]
-unsafe fn fifth_bits(x: u32) -> __m256i {
+unsafe fn bytes_of_bits(x: u32) -> __m256i {
     unsafe {
         let spread = _mm256_shuffle_epi8(
             _mm256_set1_epi32(x as i32),
@@ -54,6 +55,27 @@ unsafe fn fifth_bits(x: u32) -> __m256i {
         );
         let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel)
+    }
+}
+
+/// The fifth bits (32-bit masks at `a` and `b`) in the byte order of [`nibbles2`], 0xFF where set.
+#[inline(always)]
+unsafe fn fifth2(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
+    unsafe {
+        let (ha, hb) = (rd32(a), rd32(b));
+        (bytes_of_bits((ha & 0xFFFF) | (hb << 16)), bytes_of_bits((ha >> 16) | (hb & 0xFFFF_0000)))
+    }
+}
+
+/// The f16 scales at `a` and `b` as `[a x4, b x4]`.
+#[inline(always)]
+unsafe fn scales2(a: *const u8, b: *const u8) -> __m256 {
+    unsafe {
+        let h = _mm_insert_epi16::<1>(
+            _mm_cvtsi32_si128(a.cast::<u16>().read_unaligned() as i32),
+            b.cast::<u16>().read_unaligned() as i32,
+        );
+        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(h)), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0))
     }
 }
 
@@ -207,7 +229,7 @@ impl KType for Q6K {
     }
 }
 
-/// A 32-weight block type.
+/// A 32-weight block type, read two blocks at a time.
 pub(super) trait QType {
     /// Bytes per block.
     const BYTES: usize;
@@ -215,10 +237,9 @@ pub(super) trait QType {
     const SIGNED: bool;
     /// Carries an additive min (Q4_1, Q5_1).
     const MIN: bool;
-    /// `(d, m)` (m zero without).
-    unsafe fn head(b: *const u8) -> (f32, f32);
-    /// The 32 codes.
-    unsafe fn codes(b: *const u8) -> __m256i;
+    /// Blocks `a` and `b`: the codes of elements `0..16` (`a`'s in the low half, `b`'s in the
+    /// high) and of `16..32`, the scales `[d_a x4, d_b x4]`, and the mins `[m_a, m_b]` (zero without).
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]);
 }
 
 /// Marker types, one per block type.
@@ -233,12 +254,12 @@ impl QType for Q4_0 {
     const SIGNED: bool = true;
     const MIN: bool = false;
     #[inline(always)]
-    unsafe fn head(b: *const u8) -> (f32, f32) {
-        unsafe { (f16(b), 0.0) }
-    }
-    #[inline(always)]
-    unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8)) }
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]) {
+        unsafe {
+            let (lo, hi) = nibbles2(a.add(2), b.add(2));
+            let eight = _mm256_set1_epi8(8);
+            (_mm256_sub_epi8(lo, eight), _mm256_sub_epi8(hi, eight), scales2(a, b), [0.0; 2])
+        }
     }
 }
 
@@ -247,12 +268,11 @@ impl QType for Q4_1 {
     const SIGNED: bool = false;
     const MIN: bool = true;
     #[inline(always)]
-    unsafe fn head(b: *const u8) -> (f32, f32) {
-        unsafe { (f16(b), f16(b.add(2))) }
-    }
-    #[inline(always)]
-    unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { nibbles(b.add(4)) }
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]) {
+        unsafe {
+            let (lo, hi) = nibbles2(a.add(4), b.add(4));
+            (lo, hi, scales2(a, b), [f16(a.add(2)), f16(b.add(2))])
+        }
     }
 }
 
@@ -260,16 +280,16 @@ impl QType for Q5_0 {
     const BYTES: usize = 22;
     const SIGNED: bool = true;
     const MIN: bool = false;
-    #[inline(always)]
-    unsafe fn head(b: *const u8) -> (f32, f32) {
-        unsafe { (f16(b), 0.0) }
-    }
     /// `nibble | 0xF0` (that is `nibble - 16`) where the fifth bit is clear, else `nibble`.
     #[inline(always)]
-    unsafe fn codes(b: *const u8) -> __m256i {
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]) {
         unsafe {
-            let clear = _mm256_andnot_si256(fifth_bits(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
-            _mm256_or_si256(nibbles(b.add(6)), clear)
+            let (lo, hi) = nibbles2(a.add(6), b.add(6));
+            let (flo, fhi) = fifth2(a.add(2), b.add(2));
+            let f0 = _mm256_set1_epi8(0xF0u8 as i8);
+            let (lo, hi) =
+                (_mm256_or_si256(lo, _mm256_andnot_si256(flo, f0)), _mm256_or_si256(hi, _mm256_andnot_si256(fhi, f0)));
+            (lo, hi, scales2(a, b), [0.0; 2])
         }
     }
 }
@@ -279,12 +299,15 @@ impl QType for Q5_1 {
     const SIGNED: bool = false;
     const MIN: bool = true;
     #[inline(always)]
-    unsafe fn head(b: *const u8) -> (f32, f32) {
-        unsafe { (f16(b), f16(b.add(2))) }
-    }
-    #[inline(always)]
-    unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { _mm256_or_si256(nibbles(b.add(8)), _mm256_and_si256(fifth_bits(rd32(b.add(4))), _mm256_set1_epi8(0x10))) }
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]) {
+        unsafe {
+            let (lo, hi) = nibbles2(a.add(8), b.add(8));
+            let (flo, fhi) = fifth2(a.add(4), b.add(4));
+            let x10 = _mm256_set1_epi8(0x10);
+            let (lo, hi) =
+                (_mm256_or_si256(lo, _mm256_and_si256(flo, x10)), _mm256_or_si256(hi, _mm256_and_si256(fhi, x10)));
+            (lo, hi, scales2(a, b), [f16(a.add(2)), f16(b.add(2))])
+        }
     }
 }
 
@@ -293,12 +316,12 @@ impl QType for Q8_0 {
     const SIGNED: bool = true;
     const MIN: bool = false;
     #[inline(always)]
-    unsafe fn head(b: *const u8) -> (f32, f32) {
-        unsafe { (f16(b), 0.0) }
-    }
-    #[inline(always)]
-    unsafe fn codes(b: *const u8) -> __m256i {
-        unsafe { load32(b.add(2)) }
+    unsafe fn pair(a: *const u8, b: *const u8) -> (__m256i, __m256i, __m256, [f32; 2]) {
+        unsafe {
+            let (va, vb) = (load32(a.add(2)), load32(b.add(2)));
+            let (lo, hi) = (_mm256_permute2x128_si256::<0x20>(va, vb), _mm256_permute2x128_si256::<0x31>(va, vb));
+            (lo, hi, scales2(a, b), [0.0; 2])
+        }
     }
 }
 
@@ -349,8 +372,9 @@ pub(super) unsafe fn dequant_k<K: KType>(b: *const u8, out: *mut f32) {
 #[inline(always)]
 pub(super) unsafe fn dequant_32<Q: QType>(b: *const u8, out: *mut f32) {
     unsafe {
-        let (d, m) = Q::head(b);
-        let ab = (d, Q::MIN.then_some(m));
-        affine32(Q::codes(b), Q::SIGNED, 0, [ab, ab], out);
+        let (lo, hi, _, [m, _]) = Q::pair(b, super::ZERO_BLOCK.as_ptr());
+        let ab = (f16(b), Q::MIN.then_some(m));
+        // `b`'s codes are the low halves: elements 0..16, then 16..32.
+        affine32(_mm256_permute2x128_si256::<0x20>(lo, hi), Q::SIGNED, 0, [ab, ab], out);
     }
 }

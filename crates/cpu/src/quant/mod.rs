@@ -21,7 +21,7 @@ pub(crate) mod tests;
 
 use crate::matmul::par_columns;
 use crate::simd::{Portable, Simd};
-use act::{ActBlock, Q8, Q8K, quantize_rows};
+use act::{ActBlock, Q8K, Q8x2, quantize_rows};
 use rayon::ThreadPool;
 use std::ops::Range;
 use tf_backend::{HostMat, HostTensor};
@@ -64,7 +64,7 @@ pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, acts: QuantActs, x: &HostTen
             unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
         }),
         QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, q, x, w),
-        QuantActs::Int8 => int8::<Q8>(pool, avx2, q, x, w),
+        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, q, x, w),
     }
 }
 
@@ -74,10 +74,11 @@ where
     Kernels: IntKernel<A>,
 {
     let xq = quantize_rows::<A>(pool, avx2, &x.data, x.cols);
-    let a = Operands { xq: &xq, nb: x.cols / A::LEN, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
+    let (nb, wb) = (x.cols.div_ceil(A::LEN), x.cols / q.block_len());
+    let a = Operands { xq: &xq, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
     par_columns(pool, x.rows, w.rows, |outs, dst| {
         // SAFETY: each call writes only columns `outs` of the `[x.rows, w.rows]` output; the
-        // weight holds `w.rows` rows of `nb` blocks (checked above); `avx2` was detected.
+        // weight holds `w.rows` rows of `wb` blocks (checked above); `avx2` was detected.
         unsafe { <Kernels as IntKernel<A>>::run(avx2, q, &a, x.rows, outs, dst.get()) }
     })
 }
@@ -86,8 +87,10 @@ where
 pub(crate) struct Operands<'a, A> {
     /// Activation blocks, row after row.
     pub xq: &'a [A],
-    /// Blocks per row.
+    /// Activation blocks per row.
     pub nb: usize,
+    /// Weight blocks per row.
+    pub wb: usize,
     /// Weight bytes, `n` rows of `row_bytes`.
     pub w: &'a [u8],
     /// Bytes per weight row.
@@ -95,6 +98,9 @@ pub(crate) struct Operands<'a, A> {
     /// Output features (weight rows).
     pub n: usize,
 }
+
+/// An all-zero 32-weight block (of any type): the partner of an odd last block.
+pub(crate) const ZERO_BLOCK: [u8; 34] = [0; 34];
 
 /// Dispatch of the integer path by activation block kind.
 pub(crate) struct Kernels;
@@ -117,45 +123,54 @@ impl IntKernel<Q8K> for Kernels {
             return unsafe { avx2::run_k(q, a, rows, outs, dst) };
         }
         let f = spec::format(q);
+        let block = |row: &[u8], j: usize| spec::unpack(q, &row[j * q.block_bytes()..]);
         // SAFETY: forwarded from the caller.
-        unsafe { portable_int(q, a, rows, outs, dst, |u, x, acc, _| spec::dot_block_k(f, u, x, acc)) }
+        unsafe { portable_int(a, rows, outs, dst, f, block, |u, x, acc, _| spec::dot_block_k(f, u, x, acc)) }
     }
 }
 
-impl IntKernel<Q8> for Kernels {
-    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+impl IntKernel<Q8x2> for Kernels {
+    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             // SAFETY: forwarded from the caller.
             return unsafe { avx2::run_32(q, a, rows, outs, dst) };
         }
-        let f = spec::format(q);
+        let (f, bb) = (spec::format(q), q.block_bytes());
+        let pair = |row: &[u8], j: usize| {
+            let b = |i: usize| if i < a.wb { &row[i * bb..(i + 1) * bb] } else { &ZERO_BLOCK[..bb] };
+            [spec::unpack(q, b(2 * j)), spec::unpack(q, b(2 * j + 1))]
+        };
+        let dot = |[ua, ub]: &[spec::IntBlock; 2], x: &Q8x2, acc: &mut [f32; 8], accm: &mut f32| {
+            spec::dot_pair_32(f, [ua, ub], x, acc, accm)
+        };
         // SAFETY: forwarded from the caller.
-        unsafe { portable_int(q, a, rows, outs, dst, |u, x, acc, accm| spec::dot_block_32(f, u, x, acc, accm)) }
+        unsafe { portable_int(a, rows, outs, dst, f, pair, dot) }
     }
 }
 
-/// The integer path in plain Rust: each weight block unpacked once, then met by every row.
+/// The integer path in plain Rust: each weight unit (a block or a pair) unpacked once per output,
+/// then met by every row's activation block `j`.
 ///
 /// # Safety
 /// As for [`IntKernel::run`].
-unsafe fn portable_int<A>(
-    q: QuantType,
+unsafe fn portable_int<A, U>(
     a: &Operands<A>,
     rows: usize,
     outs: Range<usize>,
     dst: *mut f32,
-    block: impl Fn(&spec::IntBlock, &A, &mut [f32; 8], &mut f32),
+    f: spec::Format,
+    unit: impl Fn(&[u8], usize) -> U,
+    dot: impl Fn(&U, &A, &mut [f32; 8], &mut f32),
 ) {
-    let f = spec::format(q);
     let mut acc = vec![([0.0f32; 8], 0.0f32); rows];
     for o in outs {
         acc.fill(([0.0; 8], 0.0));
         let row = &a.w[o * a.row_bytes..(o + 1) * a.row_bytes];
-        for (b, wb) in row.chunks_exact(q.block_bytes()).enumerate() {
-            let u = spec::unpack(q, wb);
+        for j in 0..a.nb {
+            let u = unit(row, j);
             for (r, (lanes, accm)) in acc.iter_mut().enumerate() {
-                block(&u, &a.xq[r * a.nb + b], lanes, accm);
+                dot(&u, &a.xq[r * a.nb + j], lanes, accm);
             }
         }
         for (r, &(lanes, accm)) in acc.iter().enumerate() {

@@ -4,15 +4,23 @@
 //!
 //! A block's weights are small integers `w` with per-16 scales `sc`, and either an offset
 //! (`value = d * sc * (w - off)`: Q4_0, Q5_0, Q3_K, Q6_K) or a min (`d * sc * w - dmin * m`: the
-//! k-quants Q2_K, Q4_K, Q5_K; `d * w + m`: Q4_1, Q5_1). Against an 8-bit activation block the
-//! integer products go into 8 lanes: lane `l` sums the elements `32 c + 4 l .. 32 c + 4 l + 4` of
-//! every 32-element chunk `c` (the lanes of `_mm256_madd_epi16`), each times its group's scale.
-//! The 32-weight types multiply `w - off` directly; k-quant offsets and mins come in through the
-//! activation's per-16 sums, lane `l` taking groups `2 l` and `2 l + 1`. Each block then adds `fma(d_w * d_x, lane, acc)` per lane (k-quant mins
-//! first as `fma(-(dmin_w * d_x), mins, acc)`), and a row's result is the fixed lane sum
-//! [`hsum8`]; Q4_1 / Q5_1 add their min term `fma(m_w, s_x, accm)` in a scalar after it.
+//! k-quants Q2_K, Q4_K, Q5_K; `d * w + m`: Q4_1, Q5_1).
+//!
+//! Against an 8-bit activation block, a k-quant's integer products go into 8 lanes: lane `l` sums
+//! the elements `32 c + 4 l .. 32 c + 4 l + 4` of every 32-element chunk `c` (the lanes of
+//! `_mm256_madd_epi16`), each times its group's scale; offsets and mins come in through the
+//! activation's per-16 sums, lane `l` taking groups `2 l` and `2 l + 1`. Each block then adds
+//! `fma(d_w * d_x, lane, acc)` per lane (mins first, as `fma(-(dmin_w * d_x), mins, acc)`).
+//!
+//! The 32-weight types go by pairs of blocks `a`, `b` (an odd last block pairs with an all-zero
+//! block and zero activations): lanes 0..4 take `a`, lanes 4..8 take `b`, lane `l` of a block
+//! summing `(w - off) x` over its elements `e` with `e % 16 / 4 == l`; then each lane adds
+//! `fma(d_w * d_x, lane, acc)` with its own block's scales.
+//!
+//! A row's result is the fixed lane sum [`hsum8`]; Q4_1 / Q5_1 add their min terms
+//! `fma(m_w, s_x, accm)`, block after block, in a scalar after it.
 
-use super::act::{Q8, Q8K};
+use super::act::{Q8K, Q8x2};
 use crate::simd::hsum8;
 use half::f16;
 use tf_core::QuantType;
@@ -163,17 +171,22 @@ pub(crate) fn dot_block_k(f: Format, u: &IntBlock, x: &Q8K, acc: &mut [f32; 8]) 
     }
 }
 
-/// One 32-weight block against `x`: the lanes and f32 steps of the module doc.
-pub(crate) fn dot_block_32(f: Format, u: &IntBlock, x: &Q8, acc: &mut [f32; 8], accm: &mut f32) {
+/// A pair of 32-weight blocks against `x`: the lanes and f32 steps of the module doc.
+pub(crate) fn dot_pair_32(f: Format, pair: [&IntBlock; 2], x: &Q8x2, acc: &mut [f32; 8], accm: &mut f32) {
     let mut lanes = [0i32; 8];
-    for (e, (&w, &xq)) in u.w[..32].iter().zip(&x.qs).enumerate() {
-        lanes[e / 4] += (w as i32 - f.off) * xq as i32;
+    for (h, u) in pair.iter().enumerate() {
+        for (e, &w) in u.w[..32].iter().enumerate() {
+            let xq = x.qs[32 * (e / 16) + 16 * h + e % 16];
+            lanes[4 * h + e % 16 / 4] += (w as i32 - f.off) * xq as i32;
+        }
     }
-    for (a, &l) in acc.iter_mut().zip(&lanes) {
-        *a = (u.d * x.d).mul_add(l as f32, *a);
+    for (l, a) in acc.iter_mut().enumerate() {
+        *a = (pair[l / 4].d * x.d[l]).mul_add(lanes[l] as f32, *a);
     }
     if f.min {
-        *accm = u.dmin.mul_add(x.s, *accm);
+        for (u, &s) in pair.iter().zip(&x.s) {
+            *accm = u.dmin.mul_add(s, *accm);
+        }
     }
 }
 

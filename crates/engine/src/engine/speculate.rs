@@ -6,10 +6,10 @@
 
 use super::Core;
 use crate::draft::{Drafter, NgramDrafter};
+use crate::sampler::argmax;
 use crate::scheduler::RoundEntry;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use crate::sampler::argmax;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_models::Batch;
 

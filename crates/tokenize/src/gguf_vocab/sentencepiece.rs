@@ -145,42 +145,32 @@ struct Cut {
 /// transformers' `generate_merges` with scores: every way to cut a token into two tokens of the
 /// vocabulary, ordered by the score of the whole token (best first), then by the longer left
 /// part, then the longer right part (in characters); ties keep the order of first appearance.
-fn derive_merges<S>(tokens: &[S], ids: &BpeVocab, score: impl Fn(u32) -> f64 + Sync) -> Vec<(String, String)>
-where
-    S: AsRef<str> + Sync,
-{
+fn derive_merges<S: AsRef<str>>(tokens: &[S], ids: &BpeVocab, score: impl Fn(u32) -> f64) -> Vec<(String, String)> {
     let repeated = repeated_tokens(tokens, ids);
-    let cuts_of = |start: usize, part: &[S]| -> Vec<Cut> {
-        let mut cuts = Vec::new();
-        for (index, token) in (start..).zip(part) {
-            let token = token.as_ref();
-            let Some(&id) = ids.get(token) else { continue };
-            if repeated.get(index) == Some(&true) {
-                continue;
-            }
-            // `+ 0.0` makes -0.0 equal to 0.0 under `total_cmp`, as Python compares them.
-            let token_score = score(id) + 0.0;
-            let num_chars = token.chars().count() as u32;
-            for (left_chars, (at, _)) in (0u32..).zip(token.char_indices()).skip(1) {
-                let (left, right) = token.split_at(at);
-                if ids.contains_key(left) && ids.contains_key(right) {
-                    let right_chars = num_chars - left_chars;
-                    cuts.push(Cut { score: token_score, index: index as u32, at: at as u32, left_chars, right_chars });
-                }
+    let mut cuts = Vec::new();
+    for (index, token) in tokens.iter().enumerate() {
+        let token = token.as_ref();
+        let Some(&id) = ids.get(token) else { continue };
+        if repeated.get(index) == Some(&true) {
+            continue;
+        }
+        // `+ 0.0` makes -0.0 equal to 0.0 under `total_cmp`, as Python compares them.
+        let token_score = score(id) + 0.0;
+        let num_chars = token.chars().count() as u32;
+        for (left_chars, (at, _)) in (0u32..).zip(token.char_indices()).skip(1) {
+            let (left, right) = token.split_at(at);
+            if ids.contains_key(left) && ids.contains_key(right) {
+                let right_chars = num_chars - left_chars;
+                cuts.push(Cut { score: token_score, index: index as u32, at: at as u32, left_chars, right_chars });
             }
         }
-        cuts
-    };
-    let mut cuts: Vec<Cut> = in_chunks(tokens, cuts_of).into_iter().flatten().collect();
+    }
     // A stable sort on the reversed key keeps equal keys in order, as Python's `reverse=True` does.
     cuts.sort_by(|a, b| -> Ordering {
         b.score.total_cmp(&a.score).then(b.left_chars.cmp(&a.left_chars)).then(b.right_chars.cmp(&a.right_chars))
     });
-    let strings = |_, part: &[Cut]| -> Vec<(String, String)> {
-        let split = |c: &Cut| tokens[c.index as usize].as_ref().split_at(c.at as usize);
-        part.iter().map(split).map(|(l, r)| (l.to_string(), r.to_string())).collect()
-    };
-    in_chunks(&cuts, strings).into_iter().flatten().collect()
+    let split = |c: &Cut| tokens[c.index as usize].as_ref().split_at(c.at as usize);
+    cuts.iter().map(split).map(|(l, r)| (l.to_string(), r.to_string())).collect()
 }
 
 /// Which tokens repeat an earlier one (empty when none does): only a first appearance is cut,
@@ -191,24 +181,6 @@ fn repeated_tokens<S: AsRef<str>>(tokens: &[S], ids: &BpeVocab) -> Vec<bool> {
     }
     let mut seen = HashSet::with_capacity(ids.len());
     tokens.iter().map(|t| !seen.insert(t.as_ref())).collect()
-}
-
-/// `work(start, chunk)` over consecutive chunks of `items`, one per core for large inputs (a
-/// 262k-token vocabulary spends most of its load time here); results in order.
-fn in_chunks<T: Sync, R: Send>(items: &[T], work: impl Fn(usize, &[T]) -> R + Sync) -> Vec<R> {
-    const MIN_CHUNK: usize = 16_384;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let num_chunks = (items.len() / MIN_CHUNK).clamp(1, cores.min(8));
-    if num_chunks == 1 {
-        return vec![work(0, items)];
-    }
-    let size = items.len().div_ceil(num_chunks);
-    let work = &work;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            items.chunks(size).enumerate().map(|(i, chunk)| scope.spawn(move || work(i * size, chunk))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,85 @@
+//! Saved sessions over HTTP: `POST /v1/sessions/{name}` with `{"prompt": text or ids}` saves
+//! the K/V of the prompt's whole blocks under `--session-dir`; `POST /v1/sessions/{name}/restore`
+//! checks the file against the running model and puts its blocks into the prefix cache, so a
+//! later request starting with that prompt is served from it, exactly as a fresh prefill.
+
+use crate::api::blocking;
+use crate::body::json_body;
+use crate::error::ApiError;
+use crate::fields::{get, int_list};
+use crate::request::{bad_id, check_model, encode};
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tf_engine::session::{self, SessionError, confined_path};
+
+fn session_path(st: &AppState, name: &str) -> Result<std::path::PathBuf, ApiError> {
+    let dir = st
+        .limits
+        .session_dir
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("sessions are disabled: start the server with --session-dir DIR"))?;
+    confined_path(dir, name).map_err(|e| ApiError::invalid("name", e.to_string()))
+}
+
+fn ok(name: &str, tokens: usize) -> Response {
+    let body = json!({"object": "session", "name": name, "tokens": tokens}).to_string();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `POST /v1/sessions/{name}`: save the prompt's whole blocks.
+pub async fn save(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let path = session_path(&st, &name)?;
+    let body = json_body(&headers, body, st.limits.max_body_bytes)?;
+    let prep = st.clone();
+    let tokens = blocking(move || {
+        let o = &body.obj;
+        check_model(o, &prep)?;
+        let prompt = get(o, "prompt").or_else(|| get(o, "prompt_token_ids"));
+        let ids = match prompt {
+            Some(Value::String(text)) => encode(&prep, "prompt", text, true)?,
+            Some(v) => {
+                let raw = int_list(v, "prompt")?;
+                prep.model
+                    .vocab
+                    .check(&raw)
+                    .map_err(|e| ApiError::invalid(format!("prompt[{}]", e.index), bad_id(&e)))?
+            }
+            None => return Err(ApiError::invalid("prompt", "is required (text or token ids)")),
+        };
+        prep.engine.save_session(ids, path).map_err(|e| ApiError::invalid("prompt", e))
+    })
+    .await?;
+    Ok(ok(&name, tokens))
+}
+
+/// `POST /v1/sessions/{name}/restore`: check the file and warm the prefix cache with it.
+pub async fn restore(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let path = session_path(&st, &name)?;
+    let prep = st.clone();
+    let shown = name.clone();
+    let tokens = blocking(move || {
+        let layout = prep.engine.session_layout;
+        let checked = session::read(&path, &layout).map_err(|e| match e {
+            SessionError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                ApiError::not_found(format!("no session named '{shown}'"))
+            }
+            other => ApiError::with_status(StatusCode::UNPROCESSABLE_ENTITY, "invalid_session", other.to_string()),
+        })?;
+        prep.engine
+            .restore_session(checked)
+            .map_err(|e| ApiError::with_status(StatusCode::SERVICE_UNAVAILABLE, "busy", e))
+    })
+    .await?;
+    Ok(ok(&name, tokens))
+}
