@@ -81,8 +81,8 @@ fn drafted_equals_undrafted() {
             let plain = engine(family, 256, DraftKind::Off);
             let want: Vec<Output> = (0..12).map(|i| run(&plain, &[i], seeded, false).remove(0)).collect();
             let spec = engine(family, 256, DraftKind::Ngram);
-            for i in 0..12 {
-                assert_eq!(run(&spec, &[i], seeded, true)[0], want[i], "{family} seeded={seeded} solo {i}");
+            for (i, w) in want.iter().enumerate() {
+                assert_eq!(&run(&spec, &[i], seeded, true)[0], w, "{family} seeded={seeded} solo {i}");
             }
             let all: Vec<usize> = (0..12).collect();
             assert_eq!(run(&spec, &all, seeded, true), want, "{family} seeded={seeded} concurrent");

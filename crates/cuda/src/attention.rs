@@ -70,7 +70,7 @@ pub(crate) fn attention(
 ) -> CudaAct {
     let d = &b.dev;
     let (hd, kvh) = (p.head_dim, p.num_kv_heads);
-    assert!(kvh > 0 && p.num_heads % kvh == 0, "attention: {} heads over {kvh} KV heads", p.num_heads);
+    assert!(kvh > 0 && p.num_heads.is_multiple_of(kvh), "attention: {} heads over {kvh} KV heads", p.num_heads);
     let group = p.num_heads / kvh;
     assert!(group <= 64, "attention: {group} query heads per KV head (at most 64 supported)");
     assert_eq!((kv.shape.head_dim, kv.shape.num_kv_heads), (hd, kvh), "attention: KV pool shape");

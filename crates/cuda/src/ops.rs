@@ -164,7 +164,7 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
 pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     let d = &b.dev;
     let group = w.len;
-    assert!(group > 0 && x.len() % group == 0, "rms_norm: {} values in groups of {group}", x.len());
+    assert!(group > 0 && x.len().is_multiple_of(group), "rms_norm: {} values in groups of {group}", x.len());
     let y = d.alloc::<f32>(x.len());
     let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
@@ -209,7 +209,7 @@ fn cached_u32<'a>(
 
 pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
     assert_eq!(positions.len(), x.rows, "rope: one position per row");
-    assert!(head_dim > 0 && x.cols % head_dim == 0, "rope: {} columns in heads of {head_dim}", x.cols);
+    assert!(head_dim > 0 && x.cols.is_multiple_of(head_dim), "rope: {} columns in heads of {head_dim}", x.cols);
     let half = rope.inv_freq.len();
     assert!(2 * half <= head_dim, "rope: rotary width exceeds head_dim");
     if half == 0 || x.rows == 0 {
