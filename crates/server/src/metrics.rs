@@ -106,13 +106,19 @@ impl ServerMetrics {
         for (name, kind, help, value) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
-        let prefix = [
+        let counters = [
             ("tensorfold_prefix_cache_hit_tokens_total", &engine.prefix_hit_tokens),
             ("tensorfold_prefix_cache_query_tokens_total", &engine.prefix_query_tokens),
+            ("tensorfold_draft_proposed_tokens_total", &engine.draft_proposed),
+            ("tensorfold_draft_accepted_tokens_total", &engine.draft_accepted),
+            ("tensorfold_draft_verify_rounds_total", &engine.draft_verifies),
+            ("tensorfold_draft_time_microseconds_total", &engine.draft_micros),
         ];
-        for (name, a) in prefix {
+        for (name, a) in counters {
             let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", load(a));
         }
+        let cached = load(&engine.prefix_cached_blocks);
+        let _ = writeln!(out, "# TYPE tensorfold_prefix_cache_blocks gauge\ntensorfold_prefix_cache_blocks {cached}");
         self.ttft.render(&mut out, "tensorfold_time_to_first_token_seconds", "Time to first token.");
         let _ = writeln!(out, "# HELP tensorfold_http_responses_total Responses by status.");
         let _ = writeln!(out, "# TYPE tensorfold_http_responses_total counter");
