@@ -15,12 +15,12 @@ BIN=.carry/tensorfold
 CKPT=${CKPT:-/tmp/qwen3-8b}
 export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACHE_HOME=/tmp/xdg
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
+cat .carry/commit.txt 2>/dev/null | tee "$OUT/commit.txt"
 
 if [[ $STEPS == *tests* ]]; then
-  for t in .carry/tests/ops .carry/tests/golden; do
+  for t in .carry/tests/ops .carry/tests/golden .carry/tests/diagnose; do
     echo "== $t"
-    timeout 300 "$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | grep -E "test |result|max \||attention case|panicked|skipped" | head -60
+    timeout 150 "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/tests.log" | grep -E "test |result|max \||attention case|panicked|skipped" | head -60
   done
 fi
 if [[ $STEPS == *bench* || $STEPS == *peer* ]] && [[ ! -f $CKPT/config.json ]]; then

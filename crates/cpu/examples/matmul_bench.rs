@@ -19,9 +19,17 @@ use tf_formats::TensorBytes;
 /// `(rows, out, in)`: decode then prefill.
 const SHAPES: [(usize, usize, usize); 5] =
     [(1, 1024, 1024), (1, 4096, 4096), (1, 3072, 1024), (128, 1024, 1024), (128, 4096, 4096)];
-/// `(rows, out, in)` of the quantized table: decode then prefill.
-const QSHAPES: [(usize, usize, usize); 6] =
-    [(1, 640, 2048), (1, 2048, 640), (1, 4096, 4096), (128, 640, 2048), (128, 2048, 640), (128, 4096, 4096)];
+/// `(rows, out, in)` of the quantized table: decode then prefill; the last is the tied output head
+/// of Gemma 3 270M (a 262144-token vocabulary over 640 features), most of a decode step's bytes.
+const QSHAPES: [(usize, usize, usize); 7] = [
+    (1, 640, 2048),
+    (1, 2048, 640),
+    (1, 4096, 4096),
+    (128, 640, 2048),
+    (128, 2048, 640),
+    (128, 4096, 4096),
+    (1, 262144, 640),
+];
 /// Quantized types of the table: those of common GGUF files (Q4_K_M mixes the first four).
 const QTYPES: [QuantType; 4] = [QuantType::Q4K, QuantType::Q6K, QuantType::Q8_0, QuantType::Q5_0];
 /// Bytes of the rings that measure memory bandwidth and of the cold weight rotation: well past

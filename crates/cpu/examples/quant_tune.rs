@@ -21,6 +21,24 @@ fn cpu_ns() -> i64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args[1] == "read" {
+        let src: Vec<u64> = (0..(256u64 << 20) / 8).collect();
+        let mut best = i64::MAX;
+        for _ in 0..5 {
+            let t = cpu_ns();
+            let len = src.len() / 8;
+            let mut acc = [0u64; 8];
+            for j in 0..len {
+                for (s, a) in acc.iter_mut().enumerate() {
+                    *a = a.wrapping_add(src[s * len + j]);
+                }
+            }
+            black_box(acc);
+            best = best.min(cpu_ns() - t);
+        }
+        println!("read 1 thread: {:.1} GB/s", (256u64 << 20) as f64 / best as f64);
+        return;
+    }
     let q = match args[1].as_str() {
         "q4_k" => QuantType::Q4K,
         "q6_k" => QuantType::Q6K,

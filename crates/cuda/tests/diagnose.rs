@@ -1,6 +1,7 @@
 //! Runs each fixture family through a backend that executes every op on both the CPU backend
 //! and the GPU and compares them op by op, naming the first op whose result drifts (a debugging
-//! aid that localises a faulty kernel; it asserts the same bound as the golden test).
+//! aid that localises a faulty kernel). An op fails at 10% of its largest value: bf16 rounding
+//! stays near 1%, a broken kernel lands far above.
 
 mod common;
 
@@ -30,7 +31,7 @@ impl Dual {
         let err = c.data.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         let rel = err / scale;
         let mut log = self.log.lock().unwrap();
-        if rel > 0.03 || gv.iter().any(|v| !v.is_finite()) {
+        if rel > 0.1 || gv.iter().any(|v| !v.is_finite()) {
             log.push(format!("{op}: rel err {rel:.3e} (max |cpu| {scale:.3e}) shape {}x{}", c.rows, c.cols));
         }
     }

@@ -137,6 +137,7 @@ impl<T: QType> Kernel for Int32<T> {
             for c in 0..C {
                 let wa = a.wblock(o0 + c, 2 * j, T::BYTES);
                 let wb = if 2 * j + 1 < a.wb { wa.add(T::BYTES) } else { ZERO_BLOCK.as_ptr() };
+                _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(PREFETCH).cast());
                 let (lo, hi, d, [ma, mb]) = T::pair(wa, wb);
                 // Signed weights meet the activations through the sign trick: |w| * (sign(w) x).
                 let (alo, ahi) =
@@ -255,6 +256,9 @@ unsafe fn panel<F: Kernel, const R: usize, const C: usize>(a: &Args<F::X>, r0: u
         o += 1;
     }
 }
+
+/// Bytes ahead of the weight stream to prefetch: decode reads each weight once, from memory.
+const PREFETCH: usize = 2048;
 
 /// Rows per integer tile: a weight block is unpacked once for this many rows.
 const INT_ROWS: usize = 8;

@@ -355,11 +355,21 @@ unsafe fn affine32(v: __m256i, signed: bool, off: i32, ab: [(f32, Option<f32>); 
 pub(super) unsafe fn dequant_k<K: KType>(b: *const u8, out: *mut f32) {
     unsafe {
         let (d, dmin, sc, m) = K::head(b);
-        let (mut s, mut mm) = ([0i16; 16], [0i16; 16]);
-        _mm256_storeu_si256(s.as_mut_ptr().cast(), sc);
-        _mm256_storeu_si256(mm.as_mut_ptr().cast(), m);
-        // `x - b` as `x + (-b)`: the same rounding.
-        let ab = |j: usize| (d * s[j] as f32, K::MIN.then(|| -(dmin * mm[j] as f32)));
+        // Per 16 weights: `a = d * sc` and `-(dmin * m)` (`x - b` as `x + (-b)`: the same rounding).
+        let (mut a, mut nb) = ([0.0f32; 16], [0.0f32; 16]);
+        let f32s = |v: __m256i, h: usize| {
+            _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(if h == 0 {
+                _mm256_castsi256_si128(v)
+            } else {
+                _mm256_extracti128_si256::<1>(v)
+            }))
+        };
+        for h in 0..2 {
+            _mm256_storeu_ps(a.as_mut_ptr().add(8 * h), _mm256_mul_ps(_mm256_set1_ps(d), f32s(sc, h)));
+            let bm = _mm256_mul_ps(_mm256_set1_ps(dmin), f32s(m, h));
+            _mm256_storeu_ps(nb.as_mut_ptr().add(8 * h), _mm256_xor_ps(bm, _mm256_set1_ps(-0.0)));
+        }
+        let ab = |j: usize| (a[j], K::MIN.then_some(nb[j]));
         for p in 0..4 {
             let (w0, w1) = K::pair(b, p);
             affine32(w0, false, K::OFF as i32, [ab(4 * p), ab(4 * p + 1)], out.add(64 * p));
