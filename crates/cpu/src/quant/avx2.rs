@@ -88,6 +88,9 @@ impl<T: KType> Kernel for IntK<T> {
             let x: [&Q8K; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + b));
             for c in 0..C {
                 let w = a.wblock(o0 + c, b, T::BYTES);
+                for line in (0..T::BYTES).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH + line).cast());
+                }
                 let (d, dmin, sc, m) = T::head(w);
                 let lo = _mm256_permute2x128_si256::<0x00>(sc, sc);
                 let hi = _mm256_permute2x128_si256::<0x11>(sc, sc);

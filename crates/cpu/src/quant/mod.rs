@@ -1,14 +1,19 @@
 //! Batch-invariant `x @ w^T` over GGML block-quantized weights kept quantized in memory.
 //!
 //! Two numerics, chosen per backend by [`QuantActs`]:
-//! - `Int8` (llama.cpp's): each activation row is quantized once per call to 8-bit blocks
-//!   ([`act`]), and each weight block meets them in integer dot products (`maddubs` / `madd` on
-//!   AVX2), scaled in f32 per block. The integers and the f32 steps are fixed per output element
-//!   ([`spec`]), so a row's result depends on that row alone, whatever the batch, tile or threads.
+//! - `Int8` (llama.cpp's, the default): each activation row is quantized once per call to 8-bit
+//!   blocks ([`act`]), and each weight block meets them in integer dot products (`maddubs` /
+//!   `madd` on AVX2), scaled in f32 per block. The integers and the f32 steps are fixed per output
+//!   element ([`spec`]), so a row's result depends on that row alone, whatever the batch, tile or
+//!   threads. It is the default because the weights are already rounded to 2-8 bits, the 8-bit
+//!   activations add far less error than that, and it is what makes quantized weights as fast as
+//!   llama.cpp, whose numerics it shares.
 //! - `F32`: each weight block is dequantized exactly as ggml does and multiplied with the f32
-//!   activations in the fixed order of [`crate::simd`]: the plain dequantize-then-f32 result.
+//!   activations in the fixed order of [`crate::simd`]: the plain dequantize-then-f32 result, as
+//!   Hugging Face transformers computes it from a GGUF file; for golden comparisons with it.
 //!
-//! Work is split over output features only, as in [`crate::matmul`].
+//! Both are batch invariant bit for bit. Work is split over output features only, as in
+//! [`crate::matmul`]; without AVX2 both run in plain Rust with the same results.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -30,8 +35,8 @@ use tf_core::{DType, QuantType};
 /// How activations meet block-quantized weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QuantActs {
-    /// Activation rows quantized to 8-bit blocks, integer dot products: llama.cpp's numerics
-    /// (within about 1e-3 of the f32 result, relative to the output's scale) at its speed.
+    /// Activation rows quantized to 8-bit blocks (each value rounded to the nearest of 255 levels
+    /// spanning its block), integer dot products: llama.cpp's numerics, at its speed.
     #[default]
     Int8,
     /// f32 activations against exactly dequantized weights: the dequantize-then-f32 result
