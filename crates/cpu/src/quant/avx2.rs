@@ -67,7 +67,7 @@ impl<X> Args<X> {
 
 /// The integer path of k-quant `T` against [`Q8K`] rows.
 struct IntK<T>(PhantomData<T>);
-/// The integer path of 32-weight type `T` against [`Q8`] rows.
+/// The integer path of 32-weight type `T` against [`Q8x2`] rows (pairs of blocks).
 struct Int32<T>(PhantomData<T>);
 
 /// `_mm256_shuffle_epi8` control giving 16-bit element `2 k` in the low lane, `2 k + 1` in the high.

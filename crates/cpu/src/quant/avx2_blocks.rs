@@ -45,25 +45,17 @@ unsafe fn nibbles2(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
     }
 }
 
-/// Bit `i` of `x` as 0xFF in byte `i`.
-#[inline(always)]
-unsafe fn bytes_of_bits(x: u32) -> __m256i {
-    unsafe {
-        let spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(x as i32),
-            _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
-        );
-        let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel)
-    }
-}
-
 /// The fifth bits (32-bit masks at `a` and `b`) in the byte order of [`nibbles2`], 0xFF where set.
 #[inline(always)]
 unsafe fn fifth2(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
     unsafe {
-        let (ha, hb) = (rd32(a), rd32(b));
-        (bytes_of_bits((ha & 0xFFFF) | (hb << 16)), bytes_of_bits((ha >> 16) | (hb & 0xFFFF_0000)))
+        // Both masks in every 64-bit lane; each output byte picks the mask byte holding its bit.
+        let v = _mm256_broadcastq_epi64(_mm_insert_epi32::<1>(_mm_cvtsi32_si128(rd32(a) as i32), rd32(b) as i32));
+        let pick = |m: [i64; 4]| _mm256_shuffle_epi8(v, _mm256_set_epi64x(m[3], m[2], m[1], m[0]));
+        let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = |x: __m256i| _mm256_cmpeq_epi8(_mm256_and_si256(x, sel), sel);
+        let byte = |i: i64| i * 0x0101_0101_0101_0101;
+        (set(pick([byte(0), byte(1), byte(4), byte(5)])), set(pick([byte(2), byte(3), byte(6), byte(7)])))
     }
 }
 
