@@ -52,7 +52,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         max_num_seqs: a.max_num_seqs as usize,
         max_round_tokens: a.max_round_tokens as usize,
         prefill_chunk: a.prefill_chunk as usize,
-        prefix_cache: a.prefix_cache,
+        prefix_cache: a.prefix_cache_on(),
     };
     let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
     let draft_model = match draft_dir {

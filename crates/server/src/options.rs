@@ -71,8 +71,13 @@ pub struct ServeArgs {
     /// Reuse cached KV blocks of earlier prompts with the same prefix.
     ///
     /// Accepts: true, false.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, overrides_with = "no_prefix_cache")]
     pub prefix_cache: bool,
+    /// Turn the prefix cache off (the same as `--prefix-cache false`; the later switch wins).
+    ///
+    /// Accepts: no value (in a profile: true or false). Default: off (the cache is on).
+    #[arg(long, overrides_with = "prefix_cache")]
+    pub no_prefix_cache: bool,
     /// Speculative decoding drafter; output is identical with or without it (a request opts out
     /// with `"draft": false`).
     ///
@@ -133,6 +138,13 @@ pub struct ServeArgs {
     pub session_dir: Option<PathBuf>,
 }
 
+impl ServeArgs {
+    /// Whether the prefix cache is on: `--prefix-cache true` and no later `--no-prefix-cache`.
+    pub fn prefix_cache_on(&self) -> bool {
+        self.prefix_cache && !self.no_prefix_cache
+    }
+}
+
 /// A parser over [`ServeArgs`] alone, where a later occurrence of a switch wins.
 #[derive(Parser, Debug)]
 #[command(name = "serve", args_override_self = true)]
@@ -179,9 +191,19 @@ pub fn profile_switches(text: &str) -> Result<Vec<OsString>, String> {
     let mut out = Vec::new();
     for (key, value) in table {
         let flag = key.replace('_', "-");
-        let known = cmd.get_arguments().any(|a| a.get_long() == Some(flag.as_str()));
-        if !known || flag == "profile" {
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(flag.as_str())) else {
             return Err(format!("'{key}' is not a serve switch"));
+        };
+        if flag == "profile" {
+            return Err(format!("'{key}' is not a serve switch"));
+        }
+        if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+            match value {
+                toml::Value::Boolean(true) => out.push(format!("--{flag}").into()),
+                toml::Value::Boolean(false) => {}
+                _ => return Err(format!("'{key}': expected true or false")),
+            }
+            continue;
         }
         let value = match value {
             toml::Value::String(s) => s,
@@ -268,6 +290,28 @@ mod tests {
         assert_eq!(args.max_num_seqs, 3);
         assert_eq!(args.kv_memory, 2 << 20);
         assert!(!args.prefix_cache);
+    }
+
+    #[test]
+    fn no_prefix_cache_turns_the_cache_off_and_the_later_switch_wins() {
+        assert!(parse(&["serve"]).prefix_cache_on());
+        assert!(!parse(&["serve", "--no-prefix-cache"]).prefix_cache_on());
+        assert!(!parse(&["serve", "--prefix-cache", "false"]).prefix_cache_on());
+        assert!(!parse(&["serve", "--prefix-cache", "true", "--no-prefix-cache"]).prefix_cache_on());
+        assert!(parse(&["serve", "--no-prefix-cache", "--prefix-cache", "true"]).prefix_cache_on());
+        assert_eq!(profile_switches("no-prefix-cache = true"), Ok(vec![OsString::from("--no-prefix-cache")]));
+        assert_eq!(profile_switches("no_prefix_cache = false"), Ok(vec![]));
+        assert!(profile_switches("no-prefix-cache = \"yes\"").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, "no-prefix-cache = true\n").unwrap();
+        let p = path.to_str().unwrap();
+        let argv: Vec<OsString> = ["tensorfold", "serve", "--profile", p].iter().map(OsString::from).collect();
+        assert!(!with_profile(parse(&["serve", "--profile", p]), &argv).unwrap().prefix_cache_on());
+        let argv: Vec<OsString> =
+            ["tensorfold", "serve", "--profile", p, "--prefix-cache", "true"].iter().map(OsString::from).collect();
+        let args = with_profile(parse(&["serve", "--profile", p, "--prefix-cache", "true"]), &argv).unwrap();
+        assert!(args.prefix_cache_on(), "the command line wins over the profile");
     }
 
     #[test]
