@@ -1,0 +1,83 @@
+//! Drafted equals undrafted: speculative decoding (n-gram, early exit, a draft model) returns
+//! exactly the tokens and logprobs of the same request with `draft: false`.
+
+use crate::concurrent::assert_same;
+use crate::{Req, config, engine, engine_with_drafter, repetitive_request, run, run_each};
+use std::sync::atomic::Ordering;
+use tf_backend::Backend;
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle};
+
+/// Requests per check.
+const NUM_REQUESTS: usize = 12;
+
+/// Draft tokens proposed and accepted by one check's drafting engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftCounts {
+    /// Draft tokens proposed.
+    pub proposed: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+}
+
+/// 12 repetitive requests, greedy or seeded, drafted by `kind` (with the `draft_model` fixture
+/// for `DraftKind::Model`): each alone, all at once, all at once with every other one undrafted,
+/// and all at once in a 10-block pool that must preempt, equal the undrafted outputs bit for bit;
+/// drafts were proposed, and accepted too for greedy n-gram drafting (whose repeated motifs the
+/// tiny models copy). Returns what was proposed and accepted.
+pub fn check_drafted_equals_undrafted<B: Backend + 'static>(
+    new_backend: &dyn Fn() -> B,
+    family: &str,
+    kind: DraftKind,
+    draft_model: Option<&str>,
+    seeded: bool,
+) -> DraftCounts {
+    let what =
+        format!("{family} {kind:?}{} seeded={seeded}", draft_model.map(|d| format!("({d})")).unwrap_or_default());
+    let reqs = |draft: &dyn Fn(usize) -> bool| -> Vec<Req> {
+        (0..NUM_REQUESTS).map(|i| repetitive_request(i, seeded, draft(i))).collect()
+    };
+    let plain = engine(new_backend, family, config(256, 128, 32, true));
+    let want = run_each(&plain, &reqs(&|_| false));
+    let spec = engine_with_drafter(new_backend, family, draft_model, drafting(256, kind));
+    let drafted = reqs(&|_| true);
+    for (i, (got, w)) in run_each(&spec, &drafted).iter().zip(&want).enumerate() {
+        assert_same(got, w, &format!("{what}: request {i} alone"));
+    }
+    assert_eq!(run(&spec, &drafted), want, "{what}: concurrent");
+    assert_eq!(run(&spec, &reqs(&|i| i % 2 == 0)), want, "{what}: half drafted, sharing rounds");
+    let counts = counts(&spec);
+    assert!(counts.proposed > 0, "{what}: drafts were proposed");
+    if kind == DraftKind::Ngram && !seeded {
+        assert!(counts.accepted > 0, "{what}: drafts were accepted, so the accept path ran");
+    }
+    let tight = engine_with_drafter(new_backend, family, draft_model, drafting(10, kind));
+    assert_eq!(run(&tight, &drafted), want, "{what}: 10-block pool");
+    assert!(tight.stats.preemptions.load(Ordering::Relaxed) > 0, "{what}: the 10-block pool preempted");
+    counts
+}
+
+/// `family` drafting for itself (greedy) returns the undrafted outputs and has every draft token
+/// it proposes accepted.
+pub fn check_self_drafting_accepts_all<B: Backend + 'static>(new_backend: &dyn Fn() -> B, family: &str) {
+    let plain = engine(new_backend, family, config(256, 128, 32, true));
+    let same = engine_with_drafter(new_backend, family, Some(family), drafting(256, DraftKind::Model));
+    for i in 0..4 {
+        let (undrafted, drafted) = (repetitive_request(i, false, false), repetitive_request(i, false, true));
+        assert_same(&run(&same, &[drafted]).remove(0), &run(&plain, &[undrafted]).remove(0), &format!("{family}: {i}"));
+    }
+    let DraftCounts { proposed, accepted } = counts(&same);
+    assert!(
+        proposed > 0 && accepted == proposed,
+        "{family} drafting for itself is always right: {accepted}/{proposed}"
+    );
+}
+
+/// The drafting engine's config: `num_blocks` blocks, 128-token rounds, 32-token chunks, k = 5.
+fn drafting(num_blocks: usize, kind: DraftKind) -> EngineConfig {
+    EngineConfig { draft: DraftConfig { kind, num_tokens: 5 }, ..config(num_blocks, 128, 32, true) }
+}
+
+fn counts(h: &EngineHandle) -> DraftCounts {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    DraftCounts { proposed: load(&h.stats.draft_proposed), accepted: load(&h.stats.draft_accepted) }
+}

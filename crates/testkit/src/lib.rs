@@ -1,0 +1,166 @@
+//! Shared engine test kit: fixtures, engines over any backend, requests, and the exactness checks
+//! of DESIGN.md (concurrent == solo, resumed == fresh, drafted == undrafted) written once, so the
+//! CPU tests in CI and the CUDA tests on the GPU machine make the same assertions.
+
+mod concurrent;
+mod drafted;
+mod resumed;
+
+pub use concurrent::check_concurrent_equals_solo;
+pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
+pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::channel;
+use tf_backend::Backend;
+use tf_engine::engine::{EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter};
+use tf_engine::sampler::SamplingParams;
+use tf_engine::scheduler::SchedulerConfig;
+use tf_models::Model;
+
+/// The fixture families the checks run over.
+pub const FAMILIES: [&str; 4] = ["llama", "qwen3", "gemma3", "qwen3_moe"];
+
+/// Early-exit drafting cases: (family, layers that draft).
+pub const EARLY_EXIT: [(&str, usize); 4] = [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1)];
+
+/// Draft-model cases: (target, draft model), same vocabulary, different weights.
+pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwen3")];
+
+/// One request's output: (token id, logprob bits) per generated token.
+pub type Output = Vec<(u32, u32)>;
+
+/// The fixtures directory: `$TF_FIXTURES` when set (test binaries carried to another machine),
+/// else the repository's `tests/fixtures`.
+pub fn fixtures_dir() -> PathBuf {
+    std::env::var_os("TF_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
+}
+
+/// One family's fixture directory.
+pub fn fixture(family: &str) -> PathBuf {
+    fixtures_dir().join(family)
+}
+
+/// An engine config: 16-token blocks, room for 64 sequences, no drafting.
+pub fn config(num_blocks: usize, max_round_tokens: usize, prefill_chunk: usize, prefix_cache: bool) -> EngineConfig {
+    let sched = SchedulerConfig { max_num_seqs: 64, max_round_tokens, prefill_chunk, prefix_cache };
+    EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default() }
+}
+
+/// Opens `family`'s fixture on a fresh backend and starts an engine thread over it.
+pub fn engine<B: Backend + 'static>(new_backend: &dyn Fn() -> B, family: &str, cfg: EngineConfig) -> EngineHandle {
+    engine_with_drafter(new_backend, family, None, cfg)
+}
+
+/// Like [`engine`], with the `drafter` fixture (if any) loaded as the draft model.
+pub fn engine_with_drafter<B: Backend + 'static>(
+    new_backend: &dyn Fn() -> B,
+    family: &str,
+    drafter: Option<&str>,
+    cfg: EngineConfig,
+) -> EngineHandle {
+    let backend = new_backend();
+    let open = |f: &str| Model::open(&fixture(f), &backend).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let (model, draft_model) = (open(family), drafter.map(open));
+    spawn_with_drafter(model, draft_model, backend, cfg).unwrap_or_else(|e| panic!("{family}: engine: {e}")).0
+}
+
+/// One request of a check.
+#[derive(Clone, Debug)]
+pub struct Req {
+    /// Prompt ids (checked against the engine's vocabulary on submission).
+    pub prompt: Vec<i64>,
+    /// Sampling.
+    pub params: SamplingParams,
+    /// Tokens to generate (EOS is ignored, so exactly this many).
+    pub max_tokens: usize,
+    /// Top alternatives asked for, so the logprob path runs too.
+    pub top_logprobs: usize,
+    /// Whether the engine may draft for it.
+    pub draft: bool,
+}
+
+/// Submits `reqs` at once and collects each one's output, in order.
+pub fn run(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
+    let vocab = h.session_layout.vocab;
+    let rxs: Vec<_> = reqs
+        .iter()
+        .map(|r| {
+            let (tx, rx) = channel();
+            let req = GenRequest {
+                prompt: vocab.check(&r.prompt).expect("test prompts are inside the vocabulary"),
+                params: r.params.clone(),
+                max_tokens: r.max_tokens,
+                stop_ids: Default::default(),
+                ignore_eos: true,
+                top_logprobs: Some(r.top_logprobs),
+                sink: Box::new(move |e| tx.send(e).is_ok()),
+                cancel: Arc::new(AtomicBool::new(false)),
+                draft: r.draft,
+            };
+            assert!(h.submit(req), "the engine has stopped");
+            rx
+        })
+        .collect();
+    rxs.into_iter().map(collect).collect()
+}
+
+/// Runs each of `reqs` alone, one after another.
+pub fn run_each(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
+    reqs.iter().map(|r| run(h, std::slice::from_ref(r)).remove(0)).collect()
+}
+
+fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Output {
+    let mut out = Vec::new();
+    for e in rx {
+        match e {
+            Event::Token(t) => out.push((t.id, t.logprob.expect("logprobs were asked for").to_bits())),
+            Event::Done { .. } => return out,
+            Event::Error(m) => panic!("{m}"),
+        }
+    }
+    panic!("the engine dropped a request without finishing it")
+}
+
+/// Greedy when `seed` is `None`, else sampling at `temperature` with `top_k`/`top_p` keyed by the seed.
+pub fn sampling(seed: Option<u64>, temperature: f32, top_k: u32, top_p: f32) -> SamplingParams {
+    let mut p = SamplingParams::default();
+    if let Some(seed) = seed {
+        (p.temperature, p.top_k, p.top_p, p.seed) = (temperature, top_k, top_p, seed);
+    }
+    p
+}
+
+/// Request `i` of the mixed set: 3 to 42 prompt ids, 6 to 16 tokens, greedy or seeded top-p.
+pub fn mixed_request(i: usize, seeded: bool) -> Req {
+    let prompt = (0..(3 + i * 7 % 40)).map(|j| ((i * 131 + j * 17) % 500) as i64).collect();
+    mixed_request_for(i, prompt, seeded)
+}
+
+/// Request `i`'s sampling and length from the mixed set, over another prompt.
+pub fn mixed_request_for(i: usize, prompt: Vec<i64>, seeded: bool) -> Req {
+    let params = sampling(seeded.then_some(1000 + i as u64), 0.9, 0, 0.95);
+    Req { prompt, params, max_tokens: 6 + i % 11, top_logprobs: 2, draft: false }
+}
+
+/// Request `i` of the repetitive set: code-edit-like prompts that prompt lookup can draft from.
+pub fn repetitive_request(i: usize, seeded: bool, draft: bool) -> Req {
+    let motif: Vec<i64> = (0..(3 + i % 5)).map(|j| ((i * 53 + j * 19) % 470) as i64).collect();
+    let prompt = motif.iter().cycle().take(12 + i % 17).copied().collect();
+    let params = sampling(seeded.then_some(77 + i as u64), 0.7, 20, 1.0);
+    Req { prompt, params, max_tokens: 12 + i % 9, top_logprobs: 1, draft }
+}
+
+/// `len` ids of a stride-29 ramp, shifted by `salt`.
+pub fn ramp(len: usize, salt: usize) -> Vec<i64> {
+    (0..len).map(|j| ((j * 29 + salt * 7) % 470) as i64).collect()
+}
+
+/// A 10-token request for `prompt`: greedy, or sampled at temperature 0.8 keyed by `seed`.
+pub fn ten_tokens(prompt: Vec<i64>, seed: Option<u64>) -> Req {
+    Req { prompt, params: sampling(seed, 0.8, 0, 1.0), max_tokens: 10, top_logprobs: 1, draft: false }
+}
