@@ -27,6 +27,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Measure speculative decoding: tokens/s with and without a drafter, acceptance.
     BenchDraft(BenchDraftArgs),
+    /// Inspect saved session files.
+    Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(tf_server::ServeArgs),
 }
@@ -127,7 +129,42 @@ pub struct GenerateArgs {
     /// Prefill chunk size in tokens (results do not depend on it).
     #[arg(long, default_value_t = 512)]
     pub chunk: usize,
+    /// Saved session `NAME`: restored into the prefix cache first when its file exists, then the
+    /// prompt and generated tokens are saved to it (output is the same with or without it).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Directory of `--session` files (`DIR/NAME.tfsession`).
+    #[arg(long, default_value = ".", requires = "session")]
+    pub session_dir: PathBuf,
     /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `session`.
+#[derive(Args, Debug)]
+pub struct SessionArgs {
+    /// What to do with a session file.
+    #[command(subcommand)]
+    pub command: SessionCommand,
+}
+
+/// `session` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Check a session file and print its header; exit 2 with one line when it is refused.
+    Inspect(InspectArgs),
+}
+
+/// `session inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The session file.
+    pub file: PathBuf,
+    /// Also check it against this model (fingerprint, KV layout, ids below the rows).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Device options (the KV dtype comes from the backend).
     #[command(flatten)]
     pub dev: DeviceArgs,
 }

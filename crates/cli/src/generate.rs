@@ -2,21 +2,21 @@
 
 use crate::args::{GenerateArgs, parse_ids};
 use crate::device::{OnBackend, dispatch};
-use crate::exit::{Failure, failed, refused};
-use serde_json::json;
-use std::io::Write;
+use crate::exit::{Failure, refused};
+use crate::gen_text::TextOut;
 use std::time::Instant;
 use tf_backend::Backend;
 use tf_core::TokenIds;
 use tf_engine::Runner;
 use tf_engine::sampler::{History, SamplingParams, sample};
 use tf_models::Model;
-use tf_tokenize::{IncrementalDecoder, StopMatcher};
 
-struct Generate<'a>(&'a GenerateArgs);
+/// `generate`'s arguments, checked against the model.
+pub struct Generate<'a>(pub &'a GenerateArgs);
 
 impl Generate<'_> {
-    fn params(&self) -> Result<SamplingParams, Failure> {
+    /// The validated sampling settings.
+    pub fn params(&self) -> Result<SamplingParams, Failure> {
         let a = self.0;
         let p = SamplingParams {
             temperature: a.temperature,
@@ -33,7 +33,8 @@ impl Generate<'_> {
         Ok(p)
     }
 
-    fn prompt<B: Backend>(&self, m: &Model<B>) -> Result<TokenIds, Failure> {
+    /// The checked prompt, refused when empty or filling the context.
+    pub fn prompt<B: Backend>(&self, m: &Model<B>) -> Result<TokenIds, Failure> {
         let a = self.0;
         let prompt = match (&a.ids, &a.prompt) {
             (Some(ids), _) => {
@@ -54,6 +55,24 @@ impl Generate<'_> {
         }
         Ok(prompt)
     }
+
+    /// The checked `--stop-ids`.
+    pub fn stop_ids<B: Backend>(&self, m: &Model<B>) -> Result<TokenIds, Failure> {
+        match &self.0.stop_ids {
+            Some(s) => m.vocab.check(&parse_ids(s).map_err(refused)?).map_err(|e| refused(format!("--stop-ids: {e}"))),
+            None => Ok(TokenIds::new()),
+        }
+    }
+
+    /// `--max-tokens`, cut to what the context leaves after `prompt`.
+    pub fn max_tokens<B: Backend>(&self, m: &Model<B>, prompt: &TokenIds) -> usize {
+        self.0.max_tokens.min(m.decoder.spec.max_position_embeddings - prompt.len())
+    }
+
+    /// Whether `id` ends the output (EOS unless `--ignore-eos`, or a stop id); its text is not shown.
+    pub fn ends(&self, eos_ids: &[u32], stop_ids: &TokenIds, id: u32) -> bool {
+        (!self.0.ignore_eos && eos_ids.contains(&id)) || stop_ids.as_slice().contains(&id)
+    }
 }
 
 impl OnBackend for Generate<'_> {
@@ -63,25 +82,10 @@ impl OnBackend for Generate<'_> {
         let params = self.params()?;
         let m = Model::open(&a.model, b).map_err(refused)?;
         let prompt = self.prompt(&m)?;
-        let stop_ids = match &a.stop_ids {
-            Some(s) => {
-                m.vocab.check(&parse_ids(s).map_err(refused)?).map_err(|e| refused(format!("--stop-ids: {e}")))?
-            }
-            None => TokenIds::new(),
-        };
-        let max_tokens = a.max_tokens.min(m.decoder.spec.max_position_embeddings - prompt.len());
+        let stop_ids = self.stop_ids(&m)?;
+        let max_tokens = self.max_tokens(&m, &prompt);
         let mut runner = Runner::new(&m, b, prompt.len() + max_tokens).map_err(refused)?;
-        let tok = m.tokenizer.as_ref();
-        let mut detok = IncrementalDecoder::new(prompt.as_slice(), true);
-        let mut stops = StopMatcher::new(&a.stop);
-        let (mut text, mut out) = (String::new(), std::io::stdout().lock());
-        let mut emit = |piece: &str, text: &mut String| -> Result<(), Failure> {
-            text.push_str(piece);
-            if !a.json {
-                out.write_all(piece.as_bytes()).and_then(|_| out.flush()).map_err(failed)?;
-            }
-            Ok(())
-        };
+        let mut out = TextOut::new(m.tokenizer.as_ref(), &prompt, &a.stop, a.json);
         let t0 = Instant::now();
         let mut logits = if max_tokens > 0 { runner.prefill(&prompt, a.chunk, false) } else { Vec::new() };
         let prefill_s = t0.elapsed().as_secs_f64();
@@ -92,52 +96,21 @@ impl OnBackend for Generate<'_> {
             let id = sample(&mut logits, &params, &history, (prompt.len() + i) as u64);
             generated.push_sampled(id);
             history.push(id);
-            if (!a.ignore_eos && m.eos_ids.contains(&id)) || stop_ids.as_slice().contains(&id) {
+            if self.ends(&m.eos_ids, &stop_ids, id) || out.push(id)? {
                 break;
-            }
-            if let Some(t) = tok {
-                let piece = detok.step(t, id).map_err(failed)?;
-                let o = stops.push(&piece);
-                emit(&o.text, &mut text)?;
-                if o.stopped {
-                    break;
-                }
             }
             if i + 1 < max_tokens {
                 logits = runner.feed(&[id], false);
             }
         }
-        if let Some(t) = tok
-            && !stops.is_stopped()
-        {
-            let rest = detok.finish(t).map_err(failed)?;
-            let o = stops.push(&rest);
-            emit(&o.text, &mut text)?;
-            if !o.stopped {
-                emit(&stops.finish(), &mut text)?;
-            }
-        }
-        let decode_s = t1.elapsed().as_secs_f64();
-        if a.json {
-            let doc = json!({"prompt_ids": prompt.as_slice(), "ids": generated.as_slice(), "text": text});
-            println!("{doc}");
-        } else {
-            println!();
-        }
-        eprintln!(
-            "prefill: {} tokens in {:.3}s ({:.1} tok/s); decode: {} tokens in {:.3}s ({:.2} tok/s)",
-            prompt.len(),
-            prefill_s,
-            prompt.len() as f64 / prefill_s.max(1e-9),
-            generated.len(),
-            decode_s,
-            generated.len() as f64 / decode_s.max(1e-9)
-        );
-        Ok(())
+        out.finish(&prompt, &generated, prefill_s, t1.elapsed().as_secs_f64())
     }
 }
 
-/// Runs `generate`.
+/// Runs `generate` (through the engine when `--session` is given).
 pub fn run(a: &GenerateArgs) -> Result<(), Failure> {
-    dispatch(&a.dev, Generate(a))
+    match a.session {
+        Some(_) => crate::generate_session::run(a),
+        None => dispatch(&a.dev, Generate(a)),
+    }
 }

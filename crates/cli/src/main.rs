@@ -6,9 +6,12 @@ mod bench_draft;
 mod check;
 mod device;
 mod exit;
+mod gen_text;
 mod generate;
+mod generate_session;
 mod logits;
 mod serve;
+mod session_inspect;
 mod synth;
 
 use clap::Parser;
@@ -23,6 +26,7 @@ fn main() {
         args::Command::Synth(a) => synth::run(&a),
         args::Command::Bench(a) => bench::run(&a),
         args::Command::BenchDraft(a) => bench_draft::run(&a),
+        args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
     };
     if let Err(f) = result {

@@ -227,17 +227,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     let stats = Arc::new(EngineStats::default());
     stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
     let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
-    let spec = &model.decoder.spec;
-    let session_layout = SessionLayout {
-        fingerprint: model.fingerprint,
-        kv_dtype: backend.kv_dtype(),
-        num_layers: spec.num_layers,
-        num_kv_heads: spec.num_kv_heads,
-        head_dim: spec.head_dim,
-        block_size: cfg.block_size,
-        max_tokens: max_seq_tokens,
-        vocab: model.vocab,
-    };
+    let session_layout = SessionLayout::of(&model, backend.kv_dtype(), cfg.block_size, max_seq_tokens);
     let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens, session_layout };
     let sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
     let drafter = cfg.draft.drafter();

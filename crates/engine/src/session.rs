@@ -6,7 +6,9 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use tf_backend::Backend;
 use tf_core::{DType, TokenIds, Vocab};
+use tf_models::Model;
 use thiserror::Error;
 
 /// First bytes of every session file.
@@ -73,7 +75,42 @@ pub struct CheckedSession {
     pub layers: Vec<Vec<u8>>,
 }
 
+/// What a session file's header says, checked for consistency but not against a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// The fingerprint of the model that saved it.
+    pub fingerprint: u64,
+    /// KV element type.
+    pub kv_dtype: DType,
+    /// Layers.
+    pub num_layers: usize,
+    /// KV heads.
+    pub num_kv_heads: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Tokens saved (a whole number of blocks).
+    pub num_tokens: usize,
+}
+
 impl SessionLayout {
+    /// The layout of `model`'s KV pool in `block_size`-token blocks of `kv_dtype`, sessions of at
+    /// most `max_tokens`.
+    pub fn of<B: Backend>(model: &Model<B>, kv_dtype: DType, block_size: usize, max_tokens: usize) -> SessionLayout {
+        let spec = &model.decoder.spec;
+        SessionLayout {
+            fingerprint: model.fingerprint,
+            kv_dtype,
+            num_layers: spec.num_layers,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+            block_size,
+            max_tokens,
+            vocab: model.vocab,
+        }
+    }
+
     /// Bytes of K (or V) of one block of one layer.
     pub fn half_block_bytes(&self) -> usize {
         self.block_size * self.num_kv_heads * self.head_dim * self.kv_dtype.size()
@@ -86,6 +123,16 @@ impl SessionLayout {
             DType::BF16 => 3,
             _ => 0,
         }
+    }
+}
+
+/// The KV dtype a header byte names.
+fn dtype_of(code: u8) -> Option<DType> {
+    match code {
+        1 => Some(DType::F32),
+        2 => Some(DType::F16),
+        3 => Some(DType::BF16),
+        _ => None,
     }
 }
 
@@ -123,36 +170,89 @@ pub fn write(path: &Path, layout: &SessionLayout, session: &CheckedSession) -> R
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-/// Reads and checks a session file against `layout`.
-pub fn read(path: &Path, layout: &SessionLayout) -> Result<CheckedSession, SessionError> {
+/// A header's fields as stored (magic and version already checked).
+struct RawHeader {
+    fingerprint: u64,
+    dtype_code: u8,
+    /// Layers, KV heads, head width, block size.
+    dims: [u64; 4],
+    num_tokens: u64,
+}
+
+/// Opens a session file (refusing symlinks) and reads its header, checking magic and version;
+/// returns the file positioned after the header and its length.
+fn open_header(path: &Path) -> Result<(std::fs::File, u64, RawHeader), SessionError> {
     let name = path.display().to_string();
     let io = |source| SessionError::Io { path: name.clone(), source };
     let bad = |msg: String| SessionError::Invalid { path: name.clone(), msg };
-    let meta = std::fs::symlink_metadata(path).map_err(io)?;
-    if meta.file_type().is_symlink() {
+    if std::fs::symlink_metadata(path).map_err(io)?.file_type().is_symlink() {
         return Err(SessionError::Symlink(name.clone()));
     }
     let mut f = std::fs::File::open(path).map_err(io)?;
     let len = f.metadata().map_err(io)?.len();
     let mut head = [0u8; HEADER];
     f.read_exact(&mut head).map_err(|_| bad(format!("{len} bytes is shorter than the header")))?;
-    let u32_at = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]) as usize;
+    let u32_at = |i: usize| u64::from(u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]));
     let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap_or([0; 8]));
     if &head[..8] != MAGIC {
         return Err(bad("not a TensorFold session file (bad magic)".into()));
     }
-    if u32_at(8) != VERSION as usize {
+    if u32_at(8) != u64::from(VERSION) {
         return Err(bad(format!("format version {} (this build reads {VERSION})", u32_at(8))));
     }
-    if u64_at(12) != layout.fingerprint {
+    let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
+    Ok((f, len, RawHeader { fingerprint: u64_at(12), dtype_code: head[20], dims, num_tokens: u64_at(37) }))
+}
+
+/// Reads a session file's header and checks the file against itself: magic, version, a known
+/// dtype, non-zero dimensions, a whole number of blocks and the exact size those imply.
+pub fn inspect(path: &Path) -> Result<SessionHeader, SessionError> {
+    let bad = |msg: String| SessionError::Invalid { path: path.display().to_string(), msg };
+    let (_, len, h) = open_header(path)?;
+    let kv_dtype = dtype_of(h.dtype_code).ok_or_else(|| bad(format!("unknown KV dtype code {}", h.dtype_code)))?;
+    let [num_layers, num_kv_heads, head_dim, block_size] = h.dims;
+    if h.dims.contains(&0) {
+        return Err(bad(format!("KV layout {:?} has a zero dimension", h.dims)));
+    }
+    let n = h.num_tokens;
+    if n == 0 || !n.is_multiple_of(block_size) {
+        return Err(bad(format!("{n} tokens: must be a positive multiple of the block size {block_size}")));
+    }
+    let factors = [2, n / block_size, block_size, num_kv_heads, head_dim, kv_dtype.size() as u64, num_layers];
+    let expected = factors
+        .iter()
+        .try_fold(1u64, |acc, &x| acc.checked_mul(x))
+        .and_then(|kv| kv.checked_add(n.checked_mul(4)?)?.checked_add(HEADER as u64))
+        .ok_or_else(|| bad(format!("{n} tokens of this layout overflow any file size")))?;
+    if len != expected {
+        return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
+    }
+    let size = |x: u64| usize::try_from(x).map_err(|_| bad(format!("{x} does not fit this machine")));
+    Ok(SessionHeader {
+        fingerprint: h.fingerprint,
+        kv_dtype,
+        num_layers: size(num_layers)?,
+        num_kv_heads: size(num_kv_heads)?,
+        head_dim: size(head_dim)?,
+        block_size: size(block_size)?,
+        num_tokens: size(n)?,
+    })
+}
+
+/// Reads and checks a session file against `layout`.
+pub fn read(path: &Path, layout: &SessionLayout) -> Result<CheckedSession, SessionError> {
+    let name = path.display().to_string();
+    let io = |source| SessionError::Io { path: name.clone(), source };
+    let bad = |msg: String| SessionError::Invalid { path: name.clone(), msg };
+    let (mut f, len, h) = open_header(path)?;
+    if h.fingerprint != layout.fingerprint {
         return Err(bad("saved from another model (fingerprint differs)".into()));
     }
-    let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
-    let want = [layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size];
-    if head[20] != layout.dtype_code() || dims != want {
-        return Err(bad(format!("KV layout {dims:?} dtype {} differs from the running {want:?}", head[20])));
+    let want = [layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size].map(|d| d as u64);
+    if h.dtype_code != layout.dtype_code() || h.dims != want {
+        return Err(bad(format!("KV layout {:?} dtype {} differs from the running {want:?}", h.dims, h.dtype_code)));
     }
-    let n = u64_at(37);
+    let n = h.num_tokens;
     if n == 0 || n > layout.max_tokens as u64 || !n.is_multiple_of(layout.block_size as u64) {
         return Err(bad(format!(
             "{n} tokens: must be a positive multiple of {} and at most {}",
@@ -224,6 +324,47 @@ mod tests {
         for name in ["..", "../x", "/etc/passwd", "a/b", "", "x.y", &"a".repeat(65)] {
             assert!(confined_path(dir.path(), name).is_err(), "{name}");
         }
+    }
+
+    #[test]
+    fn inspect_reads_the_header_and_refuses_inconsistent_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout();
+        let p = confined_path(dir.path(), "chat").unwrap();
+        write(&p, &l, &session(&l)).unwrap();
+        let h = inspect(&p).unwrap();
+        let want = SessionHeader {
+            fingerprint: 42,
+            kv_dtype: DType::F32,
+            num_layers: 2,
+            num_kv_heads: 1,
+            head_dim: 2,
+            block_size: 2,
+            num_tokens: 4,
+        };
+        assert_eq!(h, want);
+        let bytes = std::fs::read(&p).unwrap();
+        let refuse = |data: &[u8], needle: &str| {
+            std::fs::write(&p, data).unwrap();
+            let err = inspect(&p).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        };
+        refuse(&bytes[..bytes.len() - 1], "truncated");
+        refuse(&bytes[..10], "shorter than the header");
+        refuse(b"not a session file at all, but long enough to hold a header", "bad magic");
+        let mut dtype = bytes.clone();
+        dtype[20] = 9;
+        refuse(&dtype, "dtype code 9");
+        let mut zero = bytes.clone();
+        zero[25..29].copy_from_slice(&0u32.to_le_bytes());
+        refuse(&zero, "zero dimension");
+        let mut odd = bytes.clone();
+        odd[37..45].copy_from_slice(&3u64.to_le_bytes());
+        refuse(&odd, "multiple of the block size");
+        let mut huge = bytes.clone();
+        huge[21..37].copy_from_slice(&[0xff; 16]);
+        huge[37..45].copy_from_slice(&(u64::MAX - u64::from(u32::MAX)).to_le_bytes());
+        refuse(&huge, "overflow");
     }
 
     #[test]

@@ -83,16 +83,7 @@ impl<B: Backend> Core<B> {
     }
 
     fn session_layout(&self) -> session::SessionLayout {
-        let spec = &self.model.decoder.spec;
-        session::SessionLayout {
-            fingerprint: self.model.fingerprint,
-            kv_dtype: self.backend.kv_dtype(),
-            num_layers: spec.num_layers,
-            num_kv_heads: spec.num_kv_heads,
-            head_dim: spec.head_dim,
-            block_size: self.sched.pool().block_size(),
-            max_tokens: self.max_seq_tokens,
-            vocab: self.model.vocab,
-        }
+        let block_size = self.sched.pool().block_size();
+        session::SessionLayout::of(&self.model, self.backend.kv_dtype(), block_size, self.max_seq_tokens)
     }
 }

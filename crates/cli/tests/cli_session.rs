@@ -1,0 +1,119 @@
+//! `generate --session` and `session inspect` through the real binary: the first run saves, a
+//! second process restores the file into the prefix cache and prints what a run without the
+//! session prints (greedy and seeded, ids and text); corrupted, foreign or badly named sessions
+//! exit 2 with one line.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
+}
+
+fn tf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(args).output().unwrap()
+}
+
+fn join(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// `generate --json` of `ids` with `extra` switches: the document and stderr.
+fn generate(family: &str, ids: &[i64], extra: &[&str]) -> (Value, String) {
+    let dir = fixture(family);
+    let ids = join(ids);
+    let mut args = vec!["generate", "--model", dir.to_str().unwrap(), "--ids", &ids, "--max-tokens", "12"];
+    args.extend_from_slice(&["--ignore-eos", "--json", "--threads", "2"]);
+    args.extend_from_slice(extra);
+    let out = tf(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{family}: {stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+fn ids_of(doc: &Value) -> Vec<i64> {
+    doc["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
+}
+
+/// Exit 2, nothing on stdout, one `error:` line naming `needle`.
+fn assert_refused(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: ") && stderr.contains(needle), "{stderr}");
+}
+
+#[test]
+fn a_restored_session_prints_what_a_run_without_it_prints() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    for family in ["qwen3", "gemma3"] {
+        for (name, sampling) in [("greedy", vec![]), ("seeded", vec!["--temperature", "0.8", "--seed", "7"])] {
+            let session = format!("{family}-{name}");
+            let with_session: Vec<&str> =
+                sampling.iter().copied().chain(["--session", &session, "--session-dir", dir]).collect();
+            let prompt: Vec<i64> = (0..40).map(|i| (i * 37 % 470 + 3) as i64).collect();
+            let (plain, _) = generate(family, &prompt, &sampling);
+            let (first, log) = generate(family, &prompt, &with_session);
+            assert_eq!(first, plain, "{family} {name}: a cold session run");
+            assert!(log.contains("saved 48 tokens"), "{log}");
+            // The next turn: the whole first exchange plus a new message, in a new process.
+            let mut next = prompt.clone();
+            next.extend(ids_of(&first));
+            next.extend([7, 8, 9, 10, 11]);
+            let (plain, _) = generate(family, &next, &sampling);
+            let (resumed, log) = generate(family, &next, &with_session);
+            assert_eq!(resumed, plain, "{family} {name}: restored equals fresh");
+            assert!(log.contains("restored 48 tokens"), "{log}");
+            assert!(log.contains("48 of 57 prompt tokens from the cache"), "{log}");
+            assert!(log.contains("saved 64 tokens"), "{log}");
+        }
+    }
+}
+
+#[test]
+fn bad_sessions_exit_2_with_one_line() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 11 % 470) as i64).collect();
+    let save = |family: &str, name: &str| generate(family, &prompt, &["--session", name, "--session-dir", dir]);
+    save("qwen3", "good");
+    let good = sessions.path().join("good.tfsession");
+    let inspect = tf(&["session", "inspect", good.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    for line in ["tokens: 48", "block size: 16", "kv dtype: f32", "fingerprint: "] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let qwen3 = fixture("qwen3");
+    let against = tf(&["session", "inspect", good.to_str().unwrap(), "--model", qwen3.to_str().unwrap()]);
+    assert!(against.status.success(), "{}", String::from_utf8_lossy(&against.stderr));
+
+    let bytes = std::fs::read(&good).unwrap();
+    let corrupt = sessions.path().join("corrupt.tfsession");
+    std::fs::write(&corrupt, &bytes[..bytes.len() - 100]).unwrap();
+    let ids = join(&prompt);
+    let run = |name: &str| {
+        let m = qwen3.to_str().unwrap();
+        tf(&["generate", "--model", m, "--ids", &ids, "--json", "--session", name, "--session-dir", dir])
+    };
+    assert_refused(&run("corrupt"), "truncated");
+    assert_refused(&tf(&["session", "inspect", corrupt.to_str().unwrap()]), "truncated");
+    std::fs::write(&corrupt, b"GGUF and then some bytes that are no session at all").unwrap();
+    assert_refused(&run("corrupt"), "not a TensorFold session file");
+    assert_refused(&tf(&["session", "inspect", corrupt.to_str().unwrap()]), "not a TensorFold session file");
+    let mut past_rows = bytes.clone();
+    past_rows[45..49].copy_from_slice(&100_000u32.to_le_bytes());
+    std::fs::write(&corrupt, &past_rows).unwrap();
+    assert_refused(&run("corrupt"), "outside the vocabulary");
+
+    save("llama", "foreign");
+    assert_refused(&run("foreign"), "another model");
+    let foreign = sessions.path().join("foreign.tfsession");
+    let m = qwen3.to_str().unwrap();
+    assert_refused(&tf(&["session", "inspect", foreign.to_str().unwrap(), "--model", m]), "another model");
+    assert_refused(&run("../good"), "must be 1-64 characters");
+    assert_eq!(std::fs::read(&good).unwrap(), bytes, "refusals leave the good session alone");
+}
