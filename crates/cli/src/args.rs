@@ -27,6 +27,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Measure speculative decoding: tokens/s with and without a drafter, acceptance.
     BenchDraft(BenchDraftArgs),
+    /// Measure the prefix cache on a multi-turn chat: time to first token with and without it.
+    BenchPrefix(BenchPrefixArgs),
     /// Inspect saved session files.
     Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.
@@ -230,6 +232,35 @@ pub struct BenchDraftArgs {
     /// Tokens to generate per task.
     #[arg(long, default_value_t = 64)]
     pub gen_len: usize,
+    /// Write results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// `bench-prefix`.
+#[derive(Args, Debug)]
+pub struct BenchPrefixArgs {
+    /// Checkpoint directory or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Tokens of the system prompt every turn shares.
+    #[arg(long, default_value_t = 2000)]
+    pub system_len: usize,
+    /// Turns of the conversation.
+    #[arg(long, default_value_t = 8)]
+    pub turns: usize,
+    /// Tokens of each new user message.
+    #[arg(long, default_value_t = 64)]
+    pub turn_len: usize,
+    /// Tokens generated per turn (greedy; each answer joins the conversation).
+    #[arg(long, default_value_t = 32)]
+    pub gen_len: usize,
+    /// Prefill chunk, and the tokens of one engine round.
+    #[arg(long, default_value_t = 512)]
+    pub chunk: usize,
     /// Write results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -52,19 +52,19 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
     }
 }
 
-/// A command body that owns its backend (an engine thread takes it).
+/// A command body that owns its backends (each engine thread takes one).
 pub trait OnOwnedBackend {
     /// What the command produces.
     type Out;
-    /// Runs on `b`.
-    fn run<B: Backend + 'static>(self, b: B) -> Result<Self::Out, Failure>;
+    /// Runs with `new_backend`, which makes a fresh backend on each call.
+    fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<Self::Out, Failure>;
 }
 
-/// Runs `job` (named `what` in errors) on a new backend of the CPU kind `dev` names.
+/// Runs `job` (named `what` in errors) on backends of the CPU kind `dev` names.
 pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -> Result<T::Out, Failure> {
     match dev.device.as_str() {
-        "cpu" | "auto" => job.run(CpuBackend::new(threads(dev)).map_err(refused)?),
-        "ref" => job.run(RefBackend),
+        "cpu" | "auto" => job.run(&|| CpuBackend::new(threads(dev)).map_err(refused)),
+        "ref" => job.run(&|| Ok(RefBackend)),
         other => Err(refused(format!("--device {other}: {what} runs on cpu or ref"))),
     }
 }

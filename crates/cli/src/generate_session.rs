@@ -35,8 +35,8 @@ fn existing(path: &Path) -> Result<Option<SessionHeader>, Failure> {
 
 impl OnOwnedBackend for SessionGenerate<'_> {
     type Out = ();
-    fn run<B: Backend + 'static>(self, b: B) -> Result<(), Failure> {
-        let a = self.0;
+    fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
+        let (a, b) = (self.0, new_backend()?);
         let g = Generate(a);
         let path = session::confined_path(&a.session_dir, a.session.as_deref().unwrap_or_default()).map_err(refused)?;
         let params = g.params()?;

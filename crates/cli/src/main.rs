@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod bench_draft;
+mod bench_prefix;
 mod check;
 mod device;
 mod exit;
@@ -26,6 +27,7 @@ fn main() {
         args::Command::Synth(a) => synth::run(&a),
         args::Command::Bench(a) => bench::run(&a),
         args::Command::BenchDraft(a) => bench_draft::run(&a),
+        args::Command::BenchPrefix(a) => bench_prefix::run(&a),
         args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
     };
