@@ -5,7 +5,7 @@ set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
 export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACHE_HOME=/tmp/xdg
-for t in ops diagnose golden; do
+for t in ops diagnose golden engine; do
   echo "== $t"
   timeout 150 .carry/tests/$t --test-threads=1 2>&1 | tee -a "$OUT/tests.log" \
     | grep -E "^test |result|drifting|rel err|max \||panicked|assert|differ|copy" | head -40

@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 cat .carry/commit.txt 2>/dev/null | tee "$OUT/commit.txt"
 
 if [[ $STEPS == *tests* ]]; then
-  for t in .carry/tests/ops .carry/tests/golden .carry/tests/diagnose; do
+  for t in .carry/tests/ops .carry/tests/golden .carry/tests/diagnose .carry/tests/engine; do
     echo "== $t"
     timeout 150 "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/tests.log" | grep -E "test |result|max \||attention case|panicked|skipped" | head -60
   done

@@ -1,0 +1,82 @@
+//! The engine's exactness checks on the CUDA backend, the same tf-testkit checks the CPU tests
+//! run in CI: concurrent == solo, prefix-cache resumed == fresh, restored session == cold, and
+//! drafted == undrafted for the n-gram, early-exit and draft-model drafters. Without a GPU each
+//! test prints "skipped" and passes.
+
+mod common;
+
+use tf_cuda::CudaBackend;
+use tf_engine::engine::DraftKind;
+use tf_testkit::{
+    DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
+    check_prefix_resumed_equals_fresh, check_self_drafting_accepts_all, check_session_restore_equals_fresh,
+};
+
+/// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
+fn gpu() -> Option<impl Fn() -> CudaBackend> {
+    common::backend()?;
+    Some(|| common::backend().expect("the GPU was there a moment ago"))
+}
+
+#[test]
+fn concurrent_equals_solo() {
+    let Some(gpu) = gpu() else { return };
+    for family in FAMILIES {
+        for seeded in [false, true] {
+            check_concurrent_equals_solo(&gpu, family, seeded);
+        }
+    }
+}
+
+#[test]
+fn prefix_cache_hits_equal_fresh_prefill() {
+    let Some(gpu) = gpu() else { return };
+    for family in FAMILIES {
+        for seeded in [false, true] {
+            check_prefix_resumed_equals_fresh(&gpu, family, seeded);
+        }
+    }
+}
+
+#[test]
+fn restored_session_equals_fresh_after_restart() {
+    let Some(gpu) = gpu() else { return };
+    for family in FAMILIES {
+        for seed in [None, Some(5)] {
+            check_session_restore_equals_fresh(&gpu, family, seed);
+        }
+    }
+}
+
+#[test]
+fn ngram_drafted_equals_undrafted() {
+    let Some(gpu) = gpu() else { return };
+    let mut accepted = 0;
+    for family in FAMILIES {
+        for seeded in [false, true] {
+            accepted += check_drafted_equals_undrafted(&gpu, family, DraftKind::Ngram, None, seeded).accepted;
+        }
+    }
+    assert!(accepted > 0, "some drafts were accepted, so the accept path ran");
+}
+
+#[test]
+fn early_exit_drafting_equals_undrafted() {
+    let Some(gpu) = gpu() else { return };
+    for (family, layers) in EARLY_EXIT {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&gpu, family, DraftKind::EarlyExit(layers), None, seeded);
+        }
+    }
+}
+
+#[test]
+fn draft_model_equals_undrafted() {
+    let Some(gpu) = gpu() else { return };
+    for (family, drafter) in DRAFT_MODELS {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
+        }
+    }
+    check_self_drafting_accepts_all(&gpu, "qwen3");
+}
