@@ -24,8 +24,7 @@ fn concurrent_equals_solo_seeded() {
     }
 }
 
-/// Prompts sharing prefixes of many lengths (block-aligned and not) give, after the cache holds
-/// the prefix, exactly what an engine without a prefix cache gives.
+/// Prompts sharing cached prefixes (block-aligned and not) equal a cache-less engine's output.
 #[test]
 fn prefix_cache_hits_equal_fresh_prefill() {
     for family in FAMILIES {

@@ -1,17 +1,19 @@
 //! Concurrent equals solo: a request's tokens and logprobs do not depend on what else is batched,
 //! how its prompt is chunked, whether the prefix cache served part of it, or preemption.
+//!
+//! The reference is each request alone on an engine with whole prefills and no prefix cache. The
+//! same requests must match it in groups on that engine; alone and in groups on an engine with
+//! the prefix cache (warmed by the same prompts, so it must serve hits) and 7-token chunks; and
+//! all at once in a 12-block pool with 5-token chunks, which must preempt.
 
 use crate::{Output, Req, config, engine, mixed_request, run, run_each};
 use std::sync::atomic::Ordering;
 use tf_backend::Backend;
 
-/// 17 mixed requests (3 to 42 prompt ids), alone and in groups of 2, 5 and 17.
+/// Groups of the 17 mixed requests run together: 2, 5 and all 17.
 const GROUPS: [&[usize]; 3] = [&[0, 1], &[2, 3, 4, 5, 6], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]];
 
-/// Each of 17 mixed requests gives, bit for bit, its solo output (whole prefill, no prefix cache)
-/// when run in groups of 2, 5 and 17: on that engine; on one with the prefix cache (warmed by the
-/// same prompts) and 7-token chunks; and all 17 at once in a 12-block pool with 5-token chunks,
-/// which must preempt.
+/// 17 mixed requests equal their solo outputs bit for bit: grouped, cached, chunked, preempted.
 pub fn check_concurrent_equals_solo<B: Backend + 'static>(new_backend: &dyn Fn() -> B, family: &str, seeded: bool) {
     let reqs: Vec<Req> = (0..17).map(|i| mixed_request(i, seeded)).collect();
     let plain = engine(new_backend, family, config(256, 256, 512, false));

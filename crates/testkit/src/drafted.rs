@@ -1,5 +1,11 @@
 //! Drafted equals undrafted: speculative decoding (n-gram, early exit, a draft model) returns
 //! exactly the tokens and logprobs of the same request with `draft: false`.
+//!
+//! 12 repetitive requests, greedy or seeded, are run undrafted for reference, then drafted: each
+//! alone, all at once, all at once with every other one undrafted (drafted and plain sequences in
+//! the same rounds), and all at once in a 10-block pool that must preempt. Drafts must have been
+//! proposed, and for greedy n-gram drafting accepted too (the tiny models copy repeated motifs),
+//! so the accept path ran; a model drafting for itself must have every draft accepted.
 
 use crate::concurrent::assert_same;
 use crate::{Req, config, engine, engine_with_drafter, repetitive_request, run, run_each};
@@ -19,11 +25,7 @@ pub struct DraftCounts {
     pub accepted: u64,
 }
 
-/// 12 repetitive requests, greedy or seeded, drafted by `kind` (with the `draft_model` fixture
-/// for `DraftKind::Model`): each alone, all at once, all at once with every other one undrafted,
-/// and all at once in a 10-block pool that must preempt, equal the undrafted outputs bit for bit;
-/// drafts were proposed, and accepted too for greedy n-gram drafting (whose repeated motifs the
-/// tiny models copy). Returns what was proposed and accepted.
+/// Drafted by `kind` (`draft_model` for `DraftKind::Model`) equals undrafted; returns the draft counts.
 pub fn check_drafted_equals_undrafted<B: Backend + 'static>(
     new_backend: &dyn Fn() -> B,
     family: &str,
@@ -56,8 +58,7 @@ pub fn check_drafted_equals_undrafted<B: Backend + 'static>(
     counts
 }
 
-/// `family` drafting for itself (greedy) returns the undrafted outputs and has every draft token
-/// it proposes accepted.
+/// `family` drafting for itself (greedy) equals undrafted and has every proposed token accepted.
 pub fn check_self_drafting_accepts_all<B: Backend + 'static>(new_backend: &dyn Fn() -> B, family: &str) {
     let plain = engine(new_backend, family, config(256, 128, 32, true));
     let same = engine_with_drafter(new_backend, family, Some(family), drafting(256, DraftKind::Model));

@@ -32,8 +32,7 @@ pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwe
 /// One request's output: (token id, logprob bits) per generated token.
 pub type Output = Vec<(u32, u32)>;
 
-/// The fixtures directory: `$TF_FIXTURES` when set (test binaries carried to another machine),
-/// else the repository's `tests/fixtures`.
+/// `$TF_FIXTURES` when set (test binaries carried to another machine), else the repo's fixtures.
 pub fn fixtures_dir() -> PathBuf {
     std::env::var_os("TF_FIXTURES")
         .map(PathBuf::from)

@@ -1,5 +1,11 @@
 //! Resumed equals fresh: a prompt served partly from the prefix cache, or from a session saved by
 //! one engine and restored into a new one, gives what a cold prefill gives, bit for bit.
+//!
+//! Prefix cache: prompts share a 50-id base's first 15, 16, 17, 31, 32, 33, 48 or 50 ids
+//! (block-aligned and not, each with its own 3-id tail); after the base is cached, each alone and
+//! all together equal an engine without a prefix cache, and the cache served at least 8 blocks.
+//! Sessions: a 45-id prompt's two full blocks saved by one engine and restored into a new one
+//! serve that prompt extended by 0, 1, 5 and 20 ids as a cold engine does, from restored blocks.
 
 use crate::concurrent::assert_same;
 use crate::{Output, Req, config, engine, mixed_request_for, ramp, run, run_each, ten_tokens};
@@ -7,9 +13,7 @@ use std::sync::atomic::Ordering;
 use tf_backend::Backend;
 use tf_engine::session::{self, confined_path};
 
-/// Prompts sharing a 50-id base's first 15, 16, 17, 31, 32, 33, 48 and 50 ids (block-aligned and
-/// not, each with its own 3-id tail), then the base itself: after the base is cached, each one
-/// alone and all of them together equal an engine without a prefix cache, greedy or seeded.
+/// Prompts sharing cached prefixes of 15 to 50 ids equal a cache-less engine's, alone and together.
 pub fn check_prefix_resumed_equals_fresh<B: Backend + 'static>(
     new_backend: &dyn Fn() -> B,
     family: &str,
@@ -42,9 +46,7 @@ pub fn check_prefix_resumed_equals_fresh<B: Backend + 'static>(
     assert_eq!(together, want, "{family} seeded={seeded}: concurrent prefix sharing");
 }
 
-/// A 45-id session saved by one engine (two full blocks) and restored into a new one serves that
-/// prompt extended by 0, 1, 5 and 20 ids exactly as a cold engine without a prefix cache does,
-/// greedy (`seed` `None`) or seeded, and the restored blocks are what served them.
+/// A session saved, then restored into a new engine, serves its extensions as a cold engine does.
 pub fn check_session_restore_equals_fresh<B: Backend + 'static>(
     new_backend: &dyn Fn() -> B,
     family: &str,
