@@ -87,10 +87,21 @@ pub trait Backend: Send + Sync {
     fn embed(&self, table: &Self::Mat, ids: &[u32], scale: f32) -> Self::Act;
     /// `x @ w^T`: `[rows, in] x [out, in] -> [rows, out]`.
     fn matmul(&self, x: &Self::Act, w: &Self::Mat) -> Self::Act;
+    /// `x @ w^T` for each weight of `ws` (q/k/v, gate/up): the same results as one `matmul` per
+    /// weight; a backend may run them in one launch.
+    fn matmul_many(&self, x: &Self::Act, ws: &[&Self::Mat]) -> Vec<Self::Act> {
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
     /// RMSNorm over each consecutive group of `w.len()` values; scale `w` or `1 + w`.
     fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act;
     /// `x += y`.
     fn add_assign(&self, x: &mut Self::Act, y: &Self::Act);
+    /// `x += y`, then RMSNorm of each whole row of `x` (the residual add fused with the next
+    /// norm): the same values as `add_assign` followed by `rms_norm`.
+    fn add_rms_norm(&self, x: &mut Self::Act, y: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act {
+        self.add_assign(x, y);
+        self.rms_norm(x, w, eps, one_plus)
+    }
     /// Rotary embedding in place over every head of width `head_dim` of each row.
     fn rope(&self, x: &mut Self::Act, positions: &[u32], head_dim: usize, rope: &Rope);
     /// `act(gate) * up`, elementwise.

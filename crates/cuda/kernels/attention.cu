@@ -3,26 +3,48 @@
 //
 // A CTA takes one work item (a run of query tokens of one sequence) and one KV head; its rows are
 // (token, query head of that KV head's group) pairs, 16 per warp. Keys are walked in blocks of 64
-// aligned to absolute positions, the same blocks in the same order for every query whatever else
-// shares its CTA or round; blocks a row cannot see are exact no-ops for that row (all scores
-// -inf: rescale by 1, add 0). So a query's output is bit-identical across batching and chunking.
+// aligned to absolute positions, double buffered through shared memory.
+//
+// Reduction order, fixed by absolute key position only: keys fall in chunks of CH keys
+// ([c * CH, (c + 1) * CH)); each chunk's softmax state (max m, sum l, unnormalised o) is built by
+// an online softmax over its 64-key blocks starting empty, and the chunks' states are folded left
+// to right by `attn_merge`, then o / l. A CTA either folds all its chunks itself, or (split mode,
+// long contexts with few queries) computes one chunk and leaves the fold to `attention_combine`,
+// which runs the same fold on the same values. Blocks and chunks a row cannot see are exact no-ops
+// (scores -inf: rescale by 1, add 0; merging an empty state changes nothing). So a query's output
+// is bit-identical across batching, chunked prefill, split or not.
 //
 // meta (u32): seqs [q_start, q_len, start_pos, bt_off] x num_seqs, items [seq, tok0, ntok],
 // block tables at bt_off.
 
 #define KB 64
+#define CH 256              // keys per chunk (a multiple of KB)
+#define CPB (CH / KB)       // blocks per chunk
+
+// Scales of two softmax states (max ma, mp) merged: the merged max m and each side's factor.
+__device__ __forceinline__ void attn_merge_scales(float ma, float mp, float& m, float& sa, float& sp) {
+    m = fmaxf(ma, mp);
+    float mu = m == NEG_INF ? 0.f : m;
+    sa = expf(ma - mu);
+    sp = expf(mp - mu);
+}
+// One merged value (o or l): a * sa + p * sp with one fixed rounding sequence.
+__device__ __forceinline__ float attn_merge(float a, float sa, float p, float sp) {
+    return __fmaf_rn(a, sa, __fmul_rn(p, sp));
+}
 
 template <int D>
 __device__ __forceinline__ void attention_body(const float* __restrict__ q, const u16* __restrict__ kc,
                                                const u16* __restrict__ vc, const u32* __restrict__ seqs,
                                                const u32* __restrict__ items, const u32* __restrict__ bts,
-                                               float* __restrict__ out, u16* __restrict__ outb, int num_heads,
-                                               int num_kv_heads, int block_size, float scale, int window,
-                                               float softcap, int kp) {
+                                               float* __restrict__ out, u16* __restrict__ outb,
+                                               float* __restrict__ ws, int nz, int num_heads, int num_kv_heads,
+                                               int block_size, float scale, int window, float softcap, int kp) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    u16* ks = (u16*)attn_smem;
-    u16* vs = ks + KB * RS;
+    u16* kst = (u16*)attn_smem;       // [stage][KB][RS]
+    u16* vst = kst + 2 * KB * RS;     // [stage][KB][RS]
+    __shared__ u32 kslot[2][KB];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
     const int g = lane >> 2, c = lane & 3;
     const u32* it = items + 3 * blockIdx.x;
@@ -34,21 +56,31 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
     const int qw = num_heads * D;
     const int kv_len = start_pos + q_len;
 
+    const int first_pos = start_pos + tok0, last_pos = start_pos + tok0 + ntok - 1;
+    const int lo = window > 0 ? max(0, first_pos + 1 - window) : 0;
+    int b0 = lo / KB, b1 = last_pos / KB;
+    if (nz > 0) {  // split mode: this CTA takes chunk lo / CH + blockIdx.z only
+        int ch = lo / CH + (int)blockIdx.z;
+        if (ch > last_pos / CH) return;
+        b0 = max(b0, ch * CPB);
+        b1 = min(b1, ch * CPB + CPB - 1);
+    }
+
     // This thread's two rows (g and g + 8 of the warp's 16).
-    int rrow[2], rpos[2], rlo[2];
+    int rrow[2], rpos[2], rlo[2], rhead[2];
     bool ract[2];
-    size_t rq[2], rout[2], routb[2];
+    size_t rq[2], routb[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         int r = warp * 16 + g + 8 * h;
-        int tok = tok0 + r / group, head = kvh * group + r % group;
+        int tok = tok0 + r / group;
+        rhead[h] = kvh * group + r % group;
         ract[h] = r < ntok * group;
         rrow[h] = q_start + (ract[h] ? tok : tok0);
         rpos[h] = start_pos + (ract[h] ? tok : tok0);
         rlo[h] = window > 0 ? max(0, rpos[h] + 1 - window) : 0;
-        rq[h] = (size_t)rrow[h] * qw + (size_t)head * D;
-        rout[h] = rq[h];
-        routb[h] = (size_t)rrow[h] * kp + (size_t)head * D;
+        rq[h] = (size_t)rrow[h] * qw + (size_t)rhead[h] * D;
+        routb[h] = (size_t)rrow[h] * kp + (size_t)rhead[h] * D;
     }
     // Q fragments (A operand), rounded to bf16.
     u32 qa[D / 16][4];
@@ -66,27 +98,43 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.f, 0.f};
+    // The fold of finished chunks (its o lives in `out`, this thread's own elements).
+    float macc[2] = {NEG_INF, NEG_INF}, lacc[2] = {0.f, 0.f};
+    bool have_acc = false;
 
-    const int first_pos = start_pos + tok0, last_pos = start_pos + tok0 + ntok - 1;
-    const int lo = window > 0 ? max(0, first_pos + 1 - window) : 0;
-    for (int b = lo / KB; b <= last_pos / KB; ++b) {
+    // Block b's 64 keys and values into stage st: pool slots first (one table read per key), then
+    // the rows by cp.async.
+    auto load = [&](int b, int st) {
+        for (int kr = tid; kr < KB; kr += nthreads) {
+            int p = b * KB + kr;
+            kslot[st][kr] = p < kv_len ? bt[p / block_size] * (u32)block_size + (u32)(p % block_size) : 0xffffffffu;
+        }
         __syncthreads();
-        // Gather 64 keys and values of this KV head from the paged pool.
+        u16* ks = kst + st * KB * RS;
+        u16* vs = vst + st * KB * RS;
         for (int ch = tid; ch < KB * (D / 8); ch += nthreads) {
             int kr = ch / (D / 8), part = ch % (D / 8);
-            int p = b * KB + kr;
-            bool ok = p < kv_len;
-            size_t src = 0;
-            if (ok) {
-                size_t slot = (size_t)bt[p / block_size] * block_size + p % block_size;
-                src = (slot * num_kv_heads + kvh) * D + part * 8;
-            }
+            u32 slot = kslot[st][kr];
+            bool ok = slot != 0xffffffffu;
+            size_t src = ok ? ((size_t)slot * num_kv_heads + kvh) * D + part * 8 : 0;
             cp_async16(&ks[kr * RS + part * 8], kc + src, ok ? 16 : 0);
             cp_async16(&vs[kr * RS + part * 8], vc + src, ok ? 16 : 0);
         }
         cp_commit();
-        cp_wait<0>();
+    };
+
+    if (b0 <= b1) load(b0, 0);
+    for (int b = b0, i = 0; b <= b1; ++b, ++i) {
+        const int st = i & 1;
+        if (b < b1) {
+            load(b + 1, st ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
+        const u16* ks = kst + st * KB * RS;
+        const u16* vs = vst + st * KB * RS;
 
         // Scores: 16 rows x 64 keys per warp.
         float s[8][4];
@@ -95,9 +143,9 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
             for (int kc2 = 0; kc2 < D / 16; ++kc2) {
-                u32 b0, b1;
-                ldsm_x2(b0, b1, &ks[(nt * 8 + (lane & 7)) * RS + kc2 * 16 + ((lane >> 3) & 1) * 8]);
-                mma_bf16(s[nt], qa[kc2][0], qa[kc2][1], qa[kc2][2], qa[kc2][3], b0, b1);
+                u32 b0r, b1r;
+                ldsm_x2(b0r, b1r, &ks[(nt * 8 + (lane & 7)) * RS + kc2 * 16 + ((lane >> 3) & 1) * 8]);
+                mma_bf16(s[nt], qa[kc2][0], qa[kc2][1], qa[kc2][2], qa[kc2][3], b0r, b1r);
             }
         }
         float bmax[2] = {NEG_INF, NEG_INF};
@@ -155,42 +203,133 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             u32 a0 = pa[2 * kc2][0], a1 = pa[2 * kc2][1], a2 = pa[2 * kc2 + 1][0], a3 = pa[2 * kc2 + 1][1];
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt += 2) {
-                u32 b0, b1, b2, b3;
+                u32 r0, r1, r2, r3;
                 int key = kc2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
                 int d = (dt + (lane >> 4)) * 8;
-                ldsm_x4_t(b0, b1, b2, b3, &vs[key * RS + d]);
-                mma_bf16(o[dt], a0, a1, a2, a3, b0, b1);
-                mma_bf16(o[dt + 1], a0, a1, a2, a3, b2, b3);
+                ldsm_x4_t(r0, r1, r2, r3, &vs[key * RS + d]);
+                mma_bf16(o[dt], a0, a1, a2, a3, r0, r1);
+                mma_bf16(o[dt + 1], a0, a1, a2, a3, r2, r3);
             }
         }
+        __syncthreads();  // every warp is done with stage st before load(b + 2) refills it
+
+        const bool last = b == b1;
+        if (nz == 0 && (last || (b + 1) % CPB == 0)) {
+            // Chunk end: fold the chunk's state into the accumulator (left to right).
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float m, sa, sp;
+                attn_merge_scales(macc[h], mrow[h], m, sa, sp);
+                float* acc = out + rq[h];
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) {
+                    int d = dt * 8 + 2 * c;
+                    float a0 = have_acc && ract[h] ? acc[d] : 0.f, a1 = have_acc && ract[h] ? acc[d + 1] : 0.f;
+                    o[dt][2 * h] = attn_merge(a0, sa, o[dt][2 * h], sp);
+                    o[dt][2 * h + 1] = attn_merge(a1, sa, o[dt][2 * h + 1], sp);
+                }
+                lacc[h] = attn_merge(lacc[h], sa, lrow[h], sp);
+                macc[h] = m;
+            }
+            if (!last) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (ract[h]) {
+                        float* acc = out + rq[h];
+#pragma unroll
+                        for (int dt = 0; dt < D / 8; ++dt) {
+                            int d = dt * 8 + 2 * c;
+                            acc[d] = o[dt][2 * h];
+                            acc[d + 1] = o[dt][2 * h + 1];
+                        }
+                    }
+                    mrow[h] = NEG_INF;
+                    lrow[h] = 0.f;
+                }
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+                have_acc = true;
+            }
+        }
+    }
+    if (nz > 0) {
+        // Split mode: leave this chunk's state (o unnormalised, m, l) for attention_combine.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (!ract[h]) continue;
+            float* w = ws + (((size_t)rrow[h] * num_heads + rhead[h]) * nz + blockIdx.z) * (D + 2);
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                int d = dt * 8 + 2 * c;
+                w[d] = o[dt][2 * h];
+                w[d + 1] = o[dt][2 * h + 1];
+            }
+            if (c == 0) {
+                w[D] = mrow[h];
+                w[D + 1] = lrow[h];
+            }
+        }
+        return;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         if (!ract[h]) continue;
-        float inv = 1.0f / lrow[h];
+        float inv = 1.0f / lacc[h];
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
             int d = dt * 8 + 2 * c;
             float v0 = o[dt][2 * h] * inv, v1 = o[dt][2 * h + 1] * inv;
-            out[rout[h] + d] = v0;
-            out[rout[h] + d + 1] = v1;
+            out[rq[h] + d] = v0;
+            out[rq[h] + d + 1] = v1;
             outb[routb[h] + d] = f2bf(v0);
             outb[routb[h] + d + 1] = f2bf(v1);
         }
     }
 }
 
-#define ATTN_KERNEL(D)                                                                                                \
-    extern "C" __global__ void __launch_bounds__(128) attention_d##D(                                                \
-        const float* __restrict__ q, const u16* __restrict__ kc, const u16* __restrict__ vc,                         \
-        const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                    \
-        float* __restrict__ out, u16* __restrict__ outb, int num_heads, int num_kv_heads, int block_size,           \
-        float scale, int window, float softcap, int kp) {                                                             \
-        attention_body<D>(q, kc, vc, seqs, items, bts, out, outb, num_heads, num_kv_heads, block_size, scale, window, \
-                          softcap, kp);                                                                               \
+#define ATTN_KERNEL(D)                                                                                               \
+    extern "C" __global__ void __launch_bounds__(128) attention_d##D(                                               \
+        const float* __restrict__ q, const u16* __restrict__ kc, const u16* __restrict__ vc,                        \
+        const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
+        float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
+        int num_kv_heads, int block_size, float scale, int window, float softcap, int kp) {                         \
+        attention_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads, block_size,      \
+                          scale, window, softcap, kp);                                                               \
     }
 ATTN_KERNEL(16)
 ATTN_KERNEL(32)
 ATTN_KERNEL(64)
 ATTN_KERNEL(128)
 ATTN_KERNEL(256)
+
+// Split mode's fold: one block per (item, query head), one thread per dimension; folds the
+// item's chunks left to right exactly as attention_body does in one CTA, then divides by l.
+extern "C" __global__ void attention_combine(const float* __restrict__ ws, const u32* __restrict__ seqs,
+                                             const u32* __restrict__ items, float* __restrict__ out,
+                                             u16* __restrict__ outb, int nz, int num_heads, int d_head,
+                                             int window, int kp) {
+    const u32* it = items + 3 * blockIdx.x;
+    const int sq = it[0], tok0 = it[1], ntok = it[2];
+    const u32* sm = seqs + 4 * sq;
+    const int q_start = sm[0], start_pos = sm[2];
+    const int head = blockIdx.y, d = threadIdx.x;
+    const int first_pos = start_pos + tok0, last_pos = start_pos + tok0 + ntok - 1;
+    const int lo = window > 0 ? max(0, first_pos + 1 - window) : 0;
+    const int nch = last_pos / CH - lo / CH + 1;
+    for (int t = 0; t < ntok; ++t) {
+        int row = q_start + tok0 + t;
+        const float* w = ws + ((size_t)row * num_heads + head) * nz * (d_head + 2);
+        float m = NEG_INF, l = 0.f, o = 0.f;
+        for (int z = 0; z < nch; ++z, w += d_head + 2) {
+            float mn, sa, sp;
+            attn_merge_scales(m, w[d_head], mn, sa, sp);
+            o = attn_merge(o, sa, w[d], sp);
+            l = attn_merge(l, sa, w[d_head + 1], sp);
+            m = mn;
+        }
+        float v = o * (1.0f / l);
+        size_t od = (size_t)row * num_heads * d_head + (size_t)head * d_head + d;
+        out[od] = v;
+        outb[(size_t)row * kp + (size_t)head * d_head + d] = f2bf(v);
+    }
+}

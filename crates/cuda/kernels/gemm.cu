@@ -4,102 +4,147 @@
 // ((i * KT + j) * 32 + lane) * 8: each lane's 16 bytes are exactly its A fragment of
 // mma.m16n8k16 (rows g, g + 8 and k 2c.., 2c + 8.. with g = lane / 4, c = lane % 4).
 //
-// Exactness: every output element y[t, n] is one accumulator, starting at zero, that walks the
-// k tiles j = 0 .. KT-1 in order through the same MMA instruction with W as the A operand and x
-// as B. The GEMV (few rows, bandwidth bound) and the tiled GEMM (many rows) both do exactly that,
-// so a row's result does not depend on how many rows share the call or which kernel ran.
+// Exactness: the k tiles of a weight fall in at most 8 segments of `gemm_seg_len(KT)` tiles (a
+// function of the weight's shape only). Every output element y[t, n] is, for each segment in
+// order, one accumulator starting at zero that walks the segment's k tiles in order through the
+// same MMA instruction (W as the A operand, x as B), added into a total that starts at zero
+// (y = ((0 + s0) + s1) + ...). The GEMV (few rows, bandwidth bound: segments run on different
+// warps, so the dependent MMA chain is short) and the tiled GEMM (many rows, segments folded in
+// registers as it walks K) both compute exactly that, so a row's result does not depend on how
+// many rows share the call or which kernel ran.
 
-#define GEMV_WARPS 2
-#define GEMV_STAGES 8
-#define GEMV_U 4
+// k tiles per segment for a weight of kt k tiles: at most 8 segments of at least 32 tiles, even.
+__device__ __forceinline__ int gemm_seg_len(int kt) {
+    int nseg = min(8, max(1, kt / 32));
+    int len = (kt + nseg - 1) / nseg;
+    return (len + 1) & ~1;
+}
 
-// Few rows (M <= 8 * NT): each warp streams one 16-row tile of W through a cp.async ring.
-template <int NT>
-__device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, const u16* __restrict__ x, float* __restrict__ y,
-                                          int m, int n, int ntiles, int kt, int kp) {
-    __shared__ __align__(16) uint4 ring[GEMV_WARPS][GEMV_STAGES][GEMV_U][32];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int tile = blockIdx.x * GEMV_WARPS + warp;
-    if (tile >= ntiles) return;
-    int g = lane >> 2, c = lane & 3;
-    const uint4* src = w + (size_t)tile * kt * 32 + lane;
-    int nst = (kt + GEMV_U - 1) / GEMV_U;
+// Few rows (M <= 8 * NT): one block of GEMV_W warps per 16-row tile of W; warp w takes segment w
+// and streams its k tiles and its slice of x through a private cp.async ring of ST stages of U k
+// tiles (512 bytes of W per k tile, each x row's 32 bytes), keeping ST - 1 stages of global reads in
+// flight. Segment sums meet in shared memory; warp 0 folds them in order. One launch serves up to
+// three weights of the same x (q/k/v, gate/up): block b takes tile b of the concatenated tile
+// lists. ops.rs `gemv_smem` gives each variant's shared memory.
+#define GEMV_W 8
+
+// Bytes per x row per stage in shared memory: U * 32 plus 16 of padding (conflict-free B reads).
+#define GEMV_XS(U) ((U) * 32 + 16)
+
+template <int NT, int U, int ST>
+__device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __restrict__ y, int n, int tile,
+                                          const u16* __restrict__ x, int m, int kt, int kp) {
+    constexpr int XROWS = 8 * NT;
+    constexpr int WBYTES = U * 512;
+    constexpr int SBYTES = WBYTES + XROWS * GEMV_XS(U);
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
+    float* part = (float*)(gemv_smem + GEMV_W * ST * SBYTES);  // [segment][NT][4][32 lanes]
+    unsigned char* ring = gemv_smem + warp * ST * SBYTES;
+    const int len = gemm_seg_len(kt);
+    const int nseg = (kt + len - 1) / len;
+    const int j0 = warp * len, j1 = min(j0 + len, kt);
+    if (warp < nseg) {
+        const uint4* src = w + (size_t)tile * kt * 32 + lane;
+        const int nst = (j1 - j0 + U - 1) / U;
+        const int xrows = min(m, XROWS);
+        auto issue = [&](int s) {
+            unsigned char* base = ring + (s % ST) * SBYTES;
+            uint4* ws = (uint4*)base;
 #pragma unroll
-    for (int s = 0; s < GEMV_STAGES - 1; ++s) {
-        if (s < nst) {
+            for (int u = 0; u < U; ++u) {
+                int j = j0 + s * U + u;
+                if (j < j1) cp_async16(&ws[u * 32 + lane], src + (size_t)j * 32, 16);
+            }
+            unsigned char* xs = base + WBYTES;
+            for (int ch = lane; ch < xrows * 2 * U; ch += 32) {
+                int r = ch / (2 * U), part = ch % (2 * U);
+                int j = j0 + s * U + part / 2;
+                bool ok = j < j1;
+                const u16* xsrc = x + (size_t)r * kp + (ok ? (size_t)j * 16 + (part & 1) * 8 : 0);
+                cp_async16(xs + r * GEMV_XS(U) + part * 16, xsrc, ok ? 16 : 0);
+            }
+        };
 #pragma unroll
-            for (int u = 0; u < GEMV_U; ++u) {
-                int j = s * GEMV_U + u;
-                if (j < kt) cp_async16(&ring[warp][s][u][lane], src + (size_t)j * 32, 16);
+        for (int s = 0; s < ST - 1; ++s) {
+            if (s < nst) issue(s);
+            cp_commit();
+        }
+        float acc[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+        bool xok[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) xok[t] = t * 8 + g < m;
+        for (int s = 0; s < nst; ++s) {
+            __syncwarp();  // every lane is done reading the slot the next issue refills
+            if (s + ST - 1 < nst) issue(s + ST - 1);
+            cp_commit();
+            cp_wait<ST - 1>();
+            __syncwarp();  // x rows copied by other lanes are visible
+            const unsigned char* base = ring + (s % ST) * SBYTES;
+            const uint4* ws = (const uint4*)base;
+            const unsigned char* xs = base + WBYTES;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                int j = j0 + s * U + u;
+                if (j < j1) {
+                    uint4 a = ws[u * 32 + lane];
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        const unsigned char* xr = xs + (t * 8 + g) * GEMV_XS(U) + u * 32 + 4 * c;
+                        u32 b0 = xok[t] ? *(const u32*)xr : 0u;
+                        u32 b1 = xok[t] ? *(const u32*)(xr + 16) : 0u;
+                        mma_bf16(acc[t], a.x, a.y, a.z, a.w, b0, b1);
+                    }
+                }
             }
         }
-        cp_commit();
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[((warp * NT + t) * 4 + e) * 32 + lane] = acc[t][e];
     }
-    float acc[NT][4];
+    __syncthreads();
+    if (warp != 0) return;
+    float tot[NT][4];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    // Rows of x this lane feeds as B columns.
-    const u32* xrow[NT];
-    bool xok[NT];
+    for (int t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = tot[t][2] = tot[t][3] = 0.f;
+    for (int sg = 0; sg < nseg; ++sg)
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        int tok = t * 8 + g;
-        xok[t] = tok < m;
-        xrow[t] = (const u32*)(x + (size_t)(xok[t] ? tok : 0) * kp) + c;
-    }
-    for (int s = 0; s < nst; ++s) {
-        int sn = s + GEMV_STAGES - 1;
-        if (sn < nst) {
+        for (int t = 0; t < NT; ++t)
 #pragma unroll
-            for (int u = 0; u < GEMV_U; ++u) {
-                int j = sn * GEMV_U + u;
-                if (j < kt) cp_async16(&ring[warp][sn % GEMV_STAGES][u][lane], src + (size_t)j * 32, 16);
-            }
-        }
-        cp_commit();
-        u32 b[GEMV_U][NT][2];
-#pragma unroll
-        for (int u = 0; u < GEMV_U; ++u) {
-            int j = s * GEMV_U + u;
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                bool ok = xok[t] && j < kt;
-                b[u][t][0] = ok ? ldg_u32(xrow[t] + j * 8) : 0u;
-                b[u][t][1] = ok ? ldg_u32(xrow[t] + j * 8 + 4) : 0u;
-            }
-        }
-        cp_wait<GEMV_STAGES - 1>();
-#pragma unroll
-        for (int u = 0; u < GEMV_U; ++u) {
-            int j = s * GEMV_U + u;
-            if (j < kt) {
-                uint4 a = ring[warp][s % GEMV_STAGES][u][lane];
-#pragma unroll
-                for (int t = 0; t < NT; ++t) mma_bf16(acc[t], a.x, a.y, a.z, a.w, b[u][t][0], b[u][t][1]);
-            }
-        }
-    }
+            for (int e = 0; e < 4; ++e) tot[t][e] = __fadd_rn(tot[t][e], part[((sg * NT + t) * 4 + e) * 32 + lane]);
     int row0 = tile * 16 + g, row1 = row0 + 8;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         int t0 = t * 8 + 2 * c, t1 = t0 + 1;
-        if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = acc[t][0];
-        if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = acc[t][1];
-        if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = acc[t][2];
-        if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = acc[t][3];
+        if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = tot[t][0];
+        if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = tot[t][1];
+        if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = tot[t][2];
+        if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = tot[t][3];
     }
 }
 
-#define GEMV_KERNEL(NT)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_n##NT(                              \
-        const uint4* __restrict__ w, const u16* __restrict__ x, float* __restrict__ y, int m, int n, int ntiles, \
-        int kt, int kp) {                                                                                        \
-        gemv_body<NT>(w, x, y, m, n, ntiles, kt, kp);                                                            \
+// NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.
+#define GEMV_KERNEL(NT, U, ST)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_bf16_n##NT(                                     \
+        const uint4* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const uint4* __restrict__ w1,       \
+        float* __restrict__ y1, int n1, int nt1, const uint4* __restrict__ w2, float* __restrict__ y2, int n2,     \
+        const u16* __restrict__ x, int m, int kt, int kp) {                                                        \
+        int b = blockIdx.x;                                                                                        \
+        if (b < nt0)                                                                                               \
+            gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp);                                                     \
+        else if (b < nt0 + nt1)                                                                                    \
+            gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp);                                               \
+        else                                                                                                       \
+            gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp);                                         \
     }
-GEMV_KERNEL(1)
-GEMV_KERNEL(2)
-GEMV_KERNEL(4)
-GEMV_KERNEL(8)
+GEMV_KERNEL(1, 4, 4)
+GEMV_KERNEL(2, 4, 4)
+GEMV_KERNEL(4, 4, 3)
+GEMV_KERNEL(8, 2, 3)
 
 // Many rows: CTA tile 128 weight rows x 128 tokens x 32 k, 8 warps (2 along W rows x 4 along
 // tokens), each warp 64 x 32: 4 A tiles (W, from the packed layout) x 4 B tiles (x, ldmatrix).
@@ -144,11 +189,14 @@ extern "C" __global__ void __launch_bounds__(256) gemm_bf16(const uint4* __restr
         }
     };
 
-    float acc[4][4][4];
+    float acc[4][4][4], tot[4][4][4];
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) acc[a][b][0] = acc[a][b][1] = acc[a][b][2] = acc[a][b][3] = 0.f;
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = tot[a][b][e] = 0.f;
+    const int seg_len = gemm_seg_len(kt);
 
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; ++s) {
@@ -183,6 +231,19 @@ extern "C" __global__ void __launch_bounds__(256) gemm_bf16(const uint4* __restr
                         mma_bf16(acc[mt][nt], a[mt].x, a[mt].y, a[mt].z, a[mt].w, b[nt][0], b[nt][1]);
             }
         }
+        // Segment end (seg_len is even, so segments end on a 32-wide k block): fold and restart.
+        int jn = min(kb * 2 + 2, kt);
+        if (jn % seg_len == 0 || jn == kt) {
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        tot[a][b][e] = __fadd_rn(tot[a][b][e], acc[a][b][e]);
+                        acc[a][b][e] = 0.f;
+                    }
+        }
     }
     cp_wait<0>();
     int g = lane >> 2, c = lane & 3;
@@ -192,10 +253,10 @@ extern "C" __global__ void __launch_bounds__(256) gemm_bf16(const uint4* __restr
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
             int t0 = tok0 + wm * 32 + nt * 8 + 2 * c, t1 = t0 + 1;
-            if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = acc[mt][nt][0];
-            if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = acc[mt][nt][1];
-            if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = acc[mt][nt][2];
-            if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = acc[mt][nt][3];
+            if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = tot[mt][nt][0];
+            if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = tot[mt][nt][1];
+            if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = tot[mt][nt][2];
+            if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = tot[mt][nt][3];
         }
     }
 }

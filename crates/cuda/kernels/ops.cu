@@ -40,24 +40,76 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
 
 // RMSNorm over consecutive groups of `group` values (one block per group). Also writes the bf16
 // copy (row stride kp) that matmuls read.
-extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-                                    u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
+// One block per group. Each thread's values are loaded at once (up to RMS_J per thread, held in
+// registers), so a single long row is not a chain of dependent global-memory round trips. The sum
+// order depends only on the group size (ops.rs picks the block size from it). With ADD, the
+// residual a is first added into x in place (x += a, then normalise x: the same values as
+// add_inplace followed by rms_norm, in one pass).
+#define RMS_J 16
+template <bool ADD>
+__device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float* __restrict__ a,
+                                              const float* __restrict__ w, float* __restrict__ y,
+                                              u16* __restrict__ yb, int cols, int group, int kp, float eps,
+                                              int one_plus) {
     __shared__ float scratch[32];
     size_t base = (size_t)blockIdx.x * group;
+    const int nt = blockDim.x;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < group; i += blockDim.x) {
-        float v = x[base + i];
+    if (group <= RMS_J * nt) {
+        float v[RMS_J];
+#pragma unroll
+        for (int j = 0; j < RMS_J; ++j) {
+            int i = threadIdx.x + j * nt;
+            v[j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
+        }
+        if (ADD) {
+#pragma unroll
+            for (int j = 0; j < RMS_J; ++j) {
+                int i = threadIdx.x + j * nt;
+                if (i < group) x[base + i] = v[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_J; ++j) ss += v[j] * v[j];
+        float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)group + eps);
+#pragma unroll
+        for (int j = 0; j < RMS_J; ++j) {
+            int i = threadIdx.x + j * nt;
+            if (i < group) {
+                float s = one_plus ? 1.0f + w[i] : w[i];
+                float o = v[j] * inv * s;
+                size_t f = base + i;
+                y[f] = o;
+                yb[(f / cols) * kp + f % cols] = f2bf(o);
+            }
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < group; i += nt) {
+        float v = ADD ? x[base + i] + a[base + i] : x[base + i];
+        if (ADD) x[base + i] = v;
         ss += v * v;
     }
-    float ms = block_sum(ss, scratch) / (float)group;
-    float inv = 1.0f / sqrtf(ms + eps);
-    for (int i = threadIdx.x; i < group; i += blockDim.x) {
+    __syncthreads();  // the in-place sums are visible to the second pass
+    float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)group + eps);
+    for (int i = threadIdx.x; i < group; i += nt) {
         float s = one_plus ? 1.0f + w[i] : w[i];
         float v = x[base + i] * inv * s;
         size_t f = base + i;
         y[f] = v;
         yb[(f / cols) * kp + f % cols] = f2bf(v);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                    u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
+    rms_norm_body<false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,
+                                        float* __restrict__ y, u16* __restrict__ yb, int cols, int group, int kp,
+                                        float eps, int one_plus) {
+    rms_norm_body<true>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __restrict__ y, size_t n) {

@@ -19,16 +19,34 @@ pub(crate) struct MetaUpload {
     warps: u32,
 }
 
-/// Warps per CTA and whole query tokens per CTA for a round whose longest sequence advances
-/// `max_q` tokens with `group` query heads per KV head. Only scheduling: results do not depend on it.
-fn tiling(max_q: usize, group: usize) -> (u32, usize) {
-    let warps = if max_q * group <= 16 { 1 } else { 4 };
+/// Warps per CTA and whole query tokens per CTA with `group` query heads per KV head. Four warps
+/// even for one decode token: they share the K/V gathers. Only scheduling: results do not depend on it.
+fn tiling(group: usize) -> (u32, usize) {
+    let warps = 4;
     (warps, (16 * warps as usize / group).max(1))
 }
 
+/// Keys per chunk of the fixed reduction order (kernels/attention.cu `CH`).
+const CHUNK: usize = 256;
+
+/// Chunks per CTA row in split mode, or 0 to let each CTA fold all its chunks. Split only when the
+/// round has few CTAs and few query rows but long contexts (decode): results are the same either
+/// way, only the parallelism differs.
+fn split_chunks(meta: &AttnMeta, ctas: usize, rows: usize, window: usize) -> usize {
+    if ctas >= 256 || rows > 64 {
+        return 0;
+    }
+    let chunks = |s: &tf_backend::SeqAttn| {
+        let last = s.start_pos + s.q_len.max(1) - 1;
+        let lo = if window > 0 { (s.start_pos + 1).saturating_sub(window) } else { 0 };
+        last / CHUNK - lo / CHUNK + 1
+    };
+    let most = meta.seqs.iter().map(chunks).max().unwrap_or(1);
+    if most >= 2 { most } else { 0 }
+}
+
 fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize, u32) {
-    let max_q = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
-    let (warps, per_item) = tiling(max_q, group);
+    let (warps, per_item) = tiling(group);
     let mut seqs = Vec::with_capacity(4 * meta.seqs.len());
     let mut items = Vec::new();
     let mut bts = Vec::new();
@@ -113,6 +131,9 @@ pub(crate) fn attention(
         d.launch(&d.k.kv_write, (k.rows as u32, 1, 1), 128, 0, &args);
     }
     if m.num_items > 0 {
+        let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
+        let nz = split_chunks(meta, m.num_items * kvh, q.rows, window);
+        let ws = d.alloc::<f32>(if nz > 0 { q.rows * p.num_heads * nz * (hd + 2) } else { 1 });
         let args = [
             Arg::P(ptr(&q.data, &d.stream)),
             Arg::P(kp),
@@ -122,15 +143,33 @@ pub(crate) fn attention(
             Arg::P(at(m.bt_off)),
             Arg::P(ptr(&out, &d.stream)),
             Arg::P(ptr(&outb, &d.stream)),
+            Arg::P(ptr(&ws, &d.stream)),
+            Arg::I(nz as i32),
             Arg::I(p.num_heads as i32),
             Arg::I(kvh as i32),
             Arg::I(meta.block_size as i32),
             Arg::F(p.scale),
-            Arg::I(p.window.map_or(0, |w| w.min(i32::MAX as usize)) as i32),
+            Arg::I(window as i32),
             Arg::F(p.softcap.unwrap_or(0.0)),
             Arg::I(padded(width) as i32),
         ];
-        d.launch(func, (m.num_items as u32, kvh as u32, 1), 32 * m.warps, attention_smem(hd), &args);
+        let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
+        d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);
+        if nz > 0 {
+            let args = [
+                Arg::P(ptr(&ws, &d.stream)),
+                Arg::P(base),
+                Arg::P(at(m.items_off)),
+                Arg::P(ptr(&out, &d.stream)),
+                Arg::P(ptr(&outb, &d.stream)),
+                Arg::I(nz as i32),
+                Arg::I(p.num_heads as i32),
+                Arg::I(hd as i32),
+                Arg::I(window as i32),
+                Arg::I(padded(width) as i32),
+            ];
+            d.launch(&d.k.attention_combine, (m.num_items as u32, p.num_heads as u32, 1), hd as u32, 0, &args);
+        }
     }
     drop(c);
     CudaAct::with_bf16(out, outb, q.rows, width)
@@ -158,6 +197,6 @@ mod tests {
         let covered: usize = items.iter().filter(|i| i[0] == 1).map(|i| i[2] as usize).sum();
         assert_eq!(covered, 37);
         assert!(items.iter().all(|i| i[2] as usize * 4 <= 64));
-        assert_eq!(tiling(1, 4), (1, 4));
+        assert_eq!(tiling(4), (4, 16));
     }
 }

@@ -49,6 +49,7 @@ kernels!(
     pack_bf16,
     embed,
     rms_norm,
+    add_rms_norm,
     add_inplace,
     rope,
     glu,
@@ -70,6 +71,7 @@ kernels!(
     attention_d64,
     attention_d128,
     attention_d256,
+    attention_combine,
 );
 
 /// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`).
@@ -118,6 +120,9 @@ impl Device {
         let k = Kernels::load(&module)?;
         let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
+        for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
+            drv(f.set_attribute(big, crate::ops::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
+        }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
         }
@@ -191,9 +196,9 @@ pub(crate) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     p
 }
 
-/// Dynamic shared memory of the attention kernel for head width `d`.
+/// Dynamic shared memory of the attention kernel for head width `d` (two stages of K and V).
 pub(crate) fn attention_smem(d: usize) -> u32 {
-    (2 * 64 * (d + 8) * 2) as u32
+    (2 * 2 * 64 * (d + 8) * 2) as u32
 }
 
 /// Blocks for a grid-stride loop over `n` elements.

@@ -134,12 +134,20 @@ impl Backend for CudaBackend {
         ops::matmul(self, x, w)
     }
 
+    fn matmul_many(&self, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+        ops::matmul_many(self, x, ws)
+    }
+
     fn rms_norm(&self, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
         ops::rms_norm(self, x, w, eps, one_plus)
     }
 
     fn add_assign(&self, x: &mut CudaAct, y: &CudaAct) {
         ops::add_assign(self, x, y)
+    }
+
+    fn add_rms_norm(&self, x: &mut CudaAct, y: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+        ops::add_rms_norm(self, x, y, w, eps, one_plus)
     }
 
     fn rope(&self, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {

@@ -111,46 +111,95 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
 }
 
 pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
+    matmul_many(b, x, &[w]).pop().expect("one weight, one output")
+}
+
+/// `x @ w^T` for each weight of `ws` (same input width): packed bf16 weights with few rows share
+/// one GEMV launch (up to three per launch); each output equals its own `matmul` bit for bit.
+pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+    let d = &b.dev;
+    let m = x.rows;
+    let outs: Vec<CudaAct> = ws
+        .iter()
+        .map(|w| {
+            let (n, k) = w.shape();
+            assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
+            CudaAct::new(d.alloc::<f32>(m * n), m, n)
+        })
+        .collect();
+    if m == 0 {
+        return outs;
+    }
+    let packed: Vec<(u64, usize, usize)> = ws
+        .iter()
+        .filter_map(|w| match w {
+            CudaMat::Packed { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
+            CudaMat::Plain { .. } => None,
+        })
+        .collect();
+    if m > 64 || packed.len() != ws.len() {
+        for (w, y) in ws.iter().zip(&outs) {
+            matmul_one(b, x, w, &y.data);
+        }
+        return outs;
+    }
+    let xb = ptr(bf16_of(b, x), &d.stream);
+    let kt = x.cols.div_ceil(16);
+    let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
+    let (f, smem) = gemv_config(d, m);
+    for (seg, yseg) in packed.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
+        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let args = [
+            Arg::P(w0),
+            Arg::P(y(0)),
+            Arg::I(n0 as i32),
+            Arg::I(t0 as i32),
+            Arg::P(w1),
+            Arg::P(y(1)),
+            Arg::I(n1 as i32),
+            Arg::I(t1 as i32),
+            Arg::P(w2),
+            Arg::P(y(2)),
+            Arg::I(n2 as i32),
+            Arg::P(xb),
+            Arg::I(m as i32),
+            Arg::I(kt as i32),
+            Arg::I(padded(x.cols) as i32),
+        ];
+        d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
+    }
+    outs
+}
+
+/// One matmul of many rows into `y`: the tiled GEMM (packed bf16) or the plain SIMT kernel.
+fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
     let d = &b.dev;
     let (n, k) = w.shape();
-    assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
     let m = x.rows;
-    let y = d.alloc::<f32>(m * n);
-    if m == 0 {
-        return CudaAct::new(y, m, n);
-    }
     match w {
         CudaMat::Packed { w, ntiles, kt, .. } => {
             let xb = bf16_of(b, x);
             let args = [
                 Arg::P(ptr(w, &d.stream)),
                 Arg::P(ptr(xb, &d.stream)),
-                Arg::P(ptr(&y, &d.stream)),
+                Arg::P(ptr(y, &d.stream)),
                 Arg::I(m as i32),
                 Arg::I(n as i32),
                 Arg::I(*ntiles as i32),
                 Arg::I(*kt as i32),
                 Arg::I(padded(k) as i32),
             ];
-            if m <= 64 {
-                let f = match m.div_ceil(8) {
-                    1 => &d.k.gemv_bf16_n1,
-                    2 => &d.k.gemv_bf16_n2,
-                    3 | 4 => &d.k.gemv_bf16_n4,
-                    _ => &d.k.gemv_bf16_n8,
-                };
-                d.launch(f, (ntiles.div_ceil(2) as u32, 1, 1), 64, 0, &args);
-            } else {
-                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
-                d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
-            }
+            let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
+            d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
         }
         CudaMat::Plain { w, f16, .. } => {
             let args = [
                 Arg::P(ptr(&x.data, &d.stream)),
                 Arg::P(ptr(w, &d.stream)),
                 Arg::I(*f16 as i32),
-                Arg::P(ptr(&y, &d.stream)),
+                Arg::P(ptr(y, &d.stream)),
                 Arg::I(m as i32),
                 Arg::I(n as i32),
                 Arg::I(k as i32),
@@ -158,10 +207,57 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
             d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
         }
     }
-    CudaAct::new(y, m, n)
 }
 
+/// The GEMV kernel for `m <= 64` rows and its shared memory.
+fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
+    let nt = m.div_ceil(8).next_power_of_two().min(8);
+    let f = match nt {
+        1 => &d.k.gemv_bf16_n1,
+        2 => &d.k.gemv_bf16_n2,
+        4 => &d.k.gemv_bf16_n4,
+        _ => &d.k.gemv_bf16_n8,
+    };
+    (f, gemv_smem(nt))
+}
+
+/// Shared memory of the GEMV variant for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of
+/// `U * 512` bytes of W and `8 * NT` x rows of `U * 32 + 16` bytes, then the segment sums
+/// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
+pub(crate) fn gemv_smem(nt: usize) -> u32 {
+    let (u, st) = match nt {
+        1 | 2 => (4, 4),
+        4 => (4, 3),
+        _ => (2, 3),
+    };
+    (GEMV_WARPS * st * (u * 512 + 8 * nt * (u * 32 + 16)) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+}
+
+/// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.
+const GEMV_WARPS: usize = 8;
+
 pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+    norm_launch(b, x, None, w, eps, one_plus)
+}
+
+/// `x += y`, then RMSNorm of the rows of `x`, in one kernel.
+pub(crate) fn add_rms_norm(
+    b: &CudaBackend,
+    x: &mut CudaAct,
+    y: &CudaAct,
+    w: &CudaVec,
+    eps: f32,
+    one_plus: bool,
+) -> CudaAct {
+    assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_rms_norm: shapes differ");
+    assert_eq!(w.len, x.cols, "add_rms_norm: the norm spans whole rows");
+    let out = norm_launch(b, x, Some(y), w, eps, one_plus);
+    x.touched();
+    out
+}
+
+/// RMSNorm over groups of `w.len` values of `x`, after adding `add` into `x` when given.
+fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     let d = &b.dev;
     let group = w.len;
     assert!(group > 0 && x.len().is_multiple_of(group), "rms_norm: {} values in groups of {group}", x.len());
@@ -169,9 +265,12 @@ pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_
     let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
     if groups > 0 {
-        let block = if group >= 256 { 256 } else { group.div_ceil(32) as u32 * 32 };
-        let args = [
-            Arg::P(ptr(&x.data, &d.stream)),
+        let block = (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32;
+        let mut args = vec![Arg::P(ptr(&x.data, &d.stream))];
+        if let Some(a) = add {
+            args.push(Arg::P(ptr(&a.data, &d.stream)));
+        }
+        args.extend([
             Arg::P(ptr(&w.data, &d.stream)),
             Arg::P(ptr(&y, &d.stream)),
             Arg::P(ptr(&yb, &d.stream)),
@@ -180,8 +279,9 @@ pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_
             Arg::I(padded(x.cols) as i32),
             Arg::F(eps),
             Arg::I(one_plus as i32),
-        ];
-        d.launch(&d.k.rms_norm, (groups as u32, 1, 1), block, 0, &args);
+        ]);
+        let f = if add.is_some() { &d.k.add_rms_norm } else { &d.k.rms_norm };
+        d.launch(f, (groups as u32, 1, 1), block, 0, &args);
     }
     CudaAct::with_bf16(y, yb, x.rows, x.cols)
 }

@@ -32,7 +32,7 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
     let Some(b) = backend() else { return };
-    for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096)] {
+    for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096), (32, 5000)] {
         let w = rand(n * k, 1 + n as u64, 0.5);
         let wm = b.mat(&weight("w", DType::BF16, n, k, &w)).unwrap();
         let big = 300;
@@ -49,6 +49,41 @@ fn bf16_matmul_matches_reference_and_rows_are_invariant() {
             let ys = b.download(&b.matmul(&b.upload(&x[7 * k..(7 + m) * k], m, k), &wm));
             assert!(same_bits(&ys, &full[7 * n..(7 + m) * n]), "{n}x{k}: rows shifted by 7 in a {m}-row call differ");
         }
+    }
+}
+
+#[test]
+fn matmul_many_equals_one_matmul_per_weight() {
+    let Some(b) = backend() else { return };
+    let k = 200;
+    let ws: Vec<_> = [(96, 1), (32, 2), (48, 3), (80, 4)]
+        .iter()
+        .map(|&(n, seed)| b.mat(&weight("w", DType::BF16, n, k, &rand(n * k, seed, 0.5))).unwrap())
+        .collect();
+    let refs: Vec<_> = ws.iter().collect();
+    for m in [1, 3, 8, 9, 17, 33, 64, 65] {
+        let x = b.upload(&rand(m * k, 40 + m as u64, 1.0), m, k);
+        let many = b.matmul_many(&x, &refs);
+        assert_eq!(many.len(), ws.len());
+        for (w, y) in ws.iter().zip(&many) {
+            assert!(same_bits(&b.download(y), &b.download(&b.matmul(&x, w))), "m={m}: shared launch differs");
+        }
+    }
+}
+
+#[test]
+fn fused_add_norm_equals_add_then_norm() {
+    let Some(b) = backend() else { return };
+    for (rows, cols) in [(1, 4096), (3, 640), (5, 20000), (2, 96)] {
+        let (h0, a) = (rand(rows * cols, 5, 2.0), rand(rows * cols, 6, 1.0));
+        let w = b.vec(&rand(cols, 7, 1.0));
+        let mut h1 = b.upload(&h0, rows, cols);
+        let y1 = b.add_rms_norm(&mut h1, &b.upload(&a, rows, cols), &w, 1e-6, true);
+        let mut h2 = b.upload(&h0, rows, cols);
+        b.add_assign(&mut h2, &b.upload(&a, rows, cols));
+        let y2 = b.rms_norm(&h2, &w, 1e-6, true);
+        assert!(same_bits(&b.download(&h1), &b.download(&h2)), "{rows}x{cols}: residual sums differ");
+        assert!(same_bits(&b.download(&y1), &b.download(&y2)), "{rows}x{cols}: norms differ");
     }
 }
 
@@ -188,6 +223,11 @@ fn cases() -> Vec<AttnCase> {
         AttnCase { p: p(4, 2, 32, Some(8), None), seqs: vec![(20, 1), (0, 30), (9, 7)] },
         AttnCase { p: p(4, 4, 16, None, Some(5.0)), seqs: vec![(3, 2), (0, 17)] },
         AttnCase { p: p(32, 8, 128, None, None), seqs: vec![(300, 1), (77, 1)] },
+        // Long runs: the batched round folds its 256-key chunks inside one CTA (too many rows to
+        // split), the same tokens fed one by one are split across CTAs and folded by the combine
+        // kernel; both must agree bit for bit, with and without a window.
+        AttnCase { p: p(8, 2, 128, None, None), seqs: vec![(0, 600), (520, 1)] },
+        AttnCase { p: p(4, 2, 64, Some(300), None), seqs: vec![(0, 620), (400, 2)] },
     ]
 }
 

@@ -84,8 +84,13 @@ impl<B: Backend> Decoder<B> {
         let s = &self.spec;
         let positions = batch.meta.positions();
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
+        // Each block's MLP output is added into h by the next block's fused add + input norm.
+        let mut pending: Option<B::Act> = None;
         for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
-            h = self.block(b, layer, h, &positions, batch.meta, kv);
+            pending = Some(self.block(b, layer, &mut h, pending.take(), &positions, batch.meta, kv));
+        }
+        if let Some(f) = pending {
+            b.add_assign(&mut h, &f);
         }
         let h = b.select_rows(&h, batch.logits_rows);
         let h = b.rms_norm(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus);
@@ -96,9 +101,24 @@ impl<B: Backend> Decoder<B> {
         logits
     }
 
-    fn block(&self, b: &B, l: &Layer<B>, mut h: B::Act, pos: &[u32], meta: &AttnMeta, kv: &mut B::Kv) -> B::Act {
+    /// One block over the residual stream `h`, into which the previous block's MLP output
+    /// `prev` is added first; returns this block's MLP output (not yet added).
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        b: &B,
+        l: &Layer<B>,
+        h: &mut B::Act,
+        prev: Option<B::Act>,
+        pos: &[u32],
+        meta: &AttnMeta,
+        kv: &mut B::Kv,
+    ) -> B::Act {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
-        let x = b.rms_norm(&h, &l.input_norm, eps, one_plus);
+        let x = match prev {
+            Some(f) => b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus),
+            None => b.rms_norm(h, &l.input_norm, eps, one_plus),
+        };
         let mut a = self.attention(b, l, &x, pos, meta, kv);
         let ffn_norm = match &l.pre_ffn_norm {
             Some(pre) => {
@@ -107,21 +127,19 @@ impl<B: Backend> Decoder<B> {
             }
             None => &l.post_attn_norm,
         };
-        b.add_assign(&mut h, &a);
-        let x = b.rms_norm(&h, ffn_norm, eps, one_plus);
+        let x = b.add_rms_norm(h, &a, ffn_norm, eps, one_plus);
         let mut f = self.ffn(b, l, &x);
         if let Some(post) = &l.post_ffn_norm {
             f = b.rms_norm(&f, post, eps, one_plus);
         }
-        b.add_assign(&mut h, &f);
-        h
+        f
     }
 
     fn attention(&self, b: &B, l: &Layer<B>, x: &B::Act, pos: &[u32], meta: &AttnMeta, kv: &mut B::Kv) -> B::Act {
         let s = &self.spec;
-        let mut q = b.matmul(x, &l.q); // (tokens, heads * head_dim)
-        let mut k = b.matmul(x, &l.k); // (tokens, kv_heads * head_dim)
-        let v = b.matmul(x, &l.v);
+        // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
+        let [mut q, mut k, v]: [B::Act; 3] =
+            b.matmul_many(x, &[&l.q, &l.k, &l.v]).try_into().unwrap_or_else(|_| unreachable!("three outputs"));
         if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
             q = b.rms_norm(&q, qn, s.rms_norm_eps, s.norm_one_plus);
             k = b.rms_norm(&k, kn, s.rms_norm_eps, s.norm_one_plus);
@@ -136,7 +154,9 @@ impl<B: Backend> Decoder<B> {
     fn ffn(&self, b: &B, l: &Layer<B>, x: &B::Act) -> B::Act {
         match &l.ffn {
             Ffn::Dense { gate, up, down } => {
-                b.matmul(&b.glu(&b.matmul(x, gate), &b.matmul(x, up), self.spec.act), down)
+                let [g, u]: [B::Act; 2] =
+                    b.matmul_many(x, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                b.matmul(&b.glu(&g, &u, self.spec.act), down)
             }
             Ffn::Moe { router, experts, params } => b.moe(x, &b.matmul(x, router), experts, params),
         }
