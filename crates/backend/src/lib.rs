@@ -45,6 +45,26 @@ pub struct MoeParams {
     pub act: Activation,
 }
 
+/// Per-head norms of queries and keys (Qwen3, Gemma 3).
+pub struct QkNorm<'a, V> {
+    /// Query norm scales, `head_dim` long.
+    pub q: &'a V,
+    /// Key norm scales, `head_dim` long.
+    pub k: &'a V,
+    /// Epsilon of the norm.
+    pub eps: f32,
+    /// Scale by `1 + w` instead of `w`.
+    pub one_plus: bool,
+}
+
+impl<V> Clone for QkNorm<'_, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V> Copy for QkNorm<'_, V> {}
+
 /// One layer's experts: gate, up and down projections per expert.
 pub struct Experts<M> {
     /// `[moe_intermediate, hidden]` per expert.
@@ -104,6 +124,24 @@ pub trait Backend: Send + Sync {
     }
     /// Rotary embedding in place over every head of width `head_dim` of each row.
     fn rope(&self, x: &mut Self::Act, positions: &[u32], head_dim: usize, rope: &Rope);
+    /// Per-head RMSNorm of `q` and `k` (when `norms` is given), then rotary embedding of both at
+    /// `positions`: the same values as `rms_norm` of each followed by `rope` of each.
+    fn qk_norm_rope(
+        &self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        norms: Option<QkNorm<'_, Self::Vec>>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &Rope,
+    ) {
+        if let Some(n) = norms {
+            *q = self.rms_norm(q, n.q, n.eps, n.one_plus);
+            *k = self.rms_norm(k, n.k, n.eps, n.one_plus);
+        }
+        self.rope(q, positions, head_dim, rope);
+        self.rope(k, positions, head_dim, rope);
+    }
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
     /// Writes this round's K/V rows into the pool, then attends (causal, paged).

@@ -4,7 +4,7 @@
 //! checks that both runs produced the same tokens.
 
 use crate::args::BenchDraftArgs;
-use crate::device::threads;
+use crate::device::{OnOwnedBackend, dispatch_owned};
 use crate::exit::{Failure, failed, refused};
 use serde_json::json;
 use std::path::Path;
@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::time::Instant;
-use tf_backend::{Backend, RefBackend};
+use tf_backend::Backend;
 use tf_core::TokenIds;
-use tf_cpu::CpuBackend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
@@ -78,8 +77,9 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
         let num_blocks = (4096 + a.gen_len * 2).div_ceil(16);
         let cfg = EngineConfig { num_blocks, block_size: 16, sched, draft };
         // One engine; tasks run one at a time, drafting off then on.
+        let backend = b.name();
         let (h, thread) = spawn_with_drafter(m, dm, b, cfg).map_err(refused)?;
-        println!("model={} draft={} k={} threads={}", a.model.display(), a.draft, draft.num_tokens, threads(&a.dev));
+        println!("model={} draft={} k={} backend={backend}", a.model.display(), a.draft, draft.num_tokens);
         println!(
             "{:>10} {:>12} {:>12} {:>7} {:>10} {:>12}",
             "task", "off tok/s", "on tok/s", "ratio", "accept", "mean accept"
@@ -121,11 +121,17 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
     }
 }
 
-/// Runs `bench-draft` on the CPU backends.
+/// Runs `bench-draft` on the backend `--device` names.
 pub fn run(a: &BenchDraftArgs) -> Result<(), Failure> {
-    match a.dev.device.as_str() {
-        "cpu" | "auto" => bench_on(a, CpuBackend::new(threads(&a.dev)).map_err(refused)?),
-        "ref" => bench_on(a, RefBackend),
-        other => Err(refused(format!("--device {other}: bench-draft runs on cpu or ref"))),
+    dispatch_owned(&a.dev, "bench-draft", BenchDraft(a))
+}
+
+/// `bench-draft`'s body over whichever backend `--device` names.
+struct BenchDraft<'a>(&'a BenchDraftArgs);
+
+impl OnOwnedBackend for BenchDraft<'_> {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
+        bench_on(self.0, new_backend()?)
     }
 }

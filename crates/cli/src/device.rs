@@ -60,12 +60,29 @@ pub trait OnOwnedBackend {
     fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<Self::Out, Failure>;
 }
 
-/// Runs `job` (named `what` in errors) on backends of the CPU kind `dev` names.
+/// Runs `job` (named `what` in errors) on backends of the kind `dev` names (`auto`: the first GPU
+/// when one starts, else the CPU).
 pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -> Result<T::Out, Failure> {
     match dev.device.as_str() {
-        "cpu" | "auto" => job.run(&|| CpuBackend::new(threads(dev)).map_err(refused)),
+        "auto" => {
+            #[cfg(feature = "cuda")]
+            if tf_cuda::driver_present() && cuda::backend(0).is_ok() {
+                return job.run(&|| cuda::backend(0));
+            }
+            job.run(&|| CpuBackend::new(threads(dev)).map_err(refused))
+        }
+        "cpu" => job.run(&|| CpuBackend::new(threads(dev)).map_err(refused)),
         "ref" => job.run(&|| Ok(RefBackend)),
-        other => Err(refused(format!("--device {other}: {what} runs on cpu or ref"))),
+        other => match cuda_ordinal(other) {
+            #[cfg(feature = "cuda")]
+            Some(ordinal) => {
+                let ordinal = ordinal?;
+                job.run(&move || cuda::backend(ordinal))
+            }
+            #[cfg(not(feature = "cuda"))]
+            Some(_) => Err(refused(format!("--device {other}: {what} needs a build with --features cuda"))),
+            None => Err(refused(format!("--device {other}: {what} expects cpu, ref, cuda[:N] or auto"))),
+        },
     }
 }
 

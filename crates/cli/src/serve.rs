@@ -3,13 +3,12 @@
 //! bound address on stdout, and exits 0 after SIGINT or SIGTERM.
 
 use crate::args::DeviceArgs;
-use crate::device::threads;
+use crate::device::{OnOwnedBackend, dispatch_owned};
 use crate::exit::{Failure, failed, refused};
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
-use tf_backend::{Backend, RefBackend};
-use tf_cpu::CpuBackend;
+use tf_backend::Backend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -20,10 +19,16 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let a = tf_server::options::with_profile(args, &argv).map_err(refused)?;
     let dev = DeviceArgs { device: a.device.clone(), threads: a.threads.map(|t| t as usize) };
-    match a.device.as_str() {
-        "cpu" | "auto" => serve_on(CpuBackend::new(threads(&dev)).map_err(refused)?, &a),
-        "ref" => serve_on(RefBackend, &a),
-        other => Err(refused(format!("--device {other}: expected cpu, ref or auto"))),
+    dispatch_owned(&dev, "serve", Serve(&a))
+}
+
+/// `serve`'s body over whichever backend `--device` names.
+struct Serve<'a>(&'a ServeArgs);
+
+impl OnOwnedBackend for Serve<'_> {
+    type Out = ();
+    fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
+        serve_on(new_backend()?, self.0)
     }
 }
 
@@ -32,7 +37,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
     let model = Model::open(dir, &backend).map_err(refused)?;
     let block_size = a.block_size as usize;
-    let block_bytes = (model.decoder.kv_bytes_per_token() * block_size) as u64;
+    let block_bytes = (model.decoder.kv_bytes_per_token(backend.kv_dtype()) * block_size) as u64;
     let num_blocks = usize::try_from(a.kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
     if num_blocks == 0 {
         return Err(refused(format!("--kv-memory {} holds no KV block of {block_bytes} bytes", a.kv_memory)));

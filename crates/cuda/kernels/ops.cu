@@ -116,6 +116,15 @@ extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __res
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
 }
 
+// One rotated pair (rotate-half RoPE): the single definition both rope kernels use.
+__device__ __forceinline__ void rope_pair(float& x1, float& x2, u32 pos, float inv_freq, float attn_scaling) {
+    float angle = (float)pos * inv_freq;
+    float c = cosf(angle) * attn_scaling, s = sinf(angle) * attn_scaling;
+    float a = x1, b = x2;
+    x1 = a * c - b * s;
+    x2 = b * c + a * s;
+}
+
 // Rotate-half RoPE in place: one thread per (row, head, pair).
 extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ pos, const float* __restrict__ inv_freq,
                                 int rows, int cols, int head_dim, int half, float attn_scaling) {
@@ -125,13 +134,46 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
         int i = (int)(t % half);
         size_t rh = t / half;
         int h = (int)(rh % heads), r = (int)(rh / heads);
-        float angle = (float)pos[r] * inv_freq[i];
-        float c = cosf(angle) * attn_scaling, s = sinf(angle) * attn_scaling;
         float* p = x + (size_t)r * cols + (size_t)h * head_dim;
-        float x1 = p[i], x2 = p[i + half];
-        p[i] = x1 * c - x2 * s;
-        p[i + half] = x2 * c + x1 * s;
+        rope_pair(p[i], p[i + half], pos[r], inv_freq[i], attn_scaling);
     }
+}
+
+// Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head):
+// blockIdx.y < nq takes q head y, else k head y - nq. The norm sums in exactly rms_norm's order for
+// a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr, ..., warps folded in
+// order), so the result equals rms_norm then rope bit for bit. head_dim <= 256.
+extern "C" __global__ void __launch_bounds__(32) qk_norm_rope(float* __restrict__ q, float* __restrict__ k,
+                                                             const float* __restrict__ qn, const float* __restrict__ kn,
+                                                             const u32* __restrict__ pos,
+                                                             const float* __restrict__ inv_freq, int nq, int nk,
+                                                             int head_dim, int half, float attn_scaling, float eps,
+                                                             int one_plus, int nthr) {
+    __shared__ float v[256];
+    const int lane = threadIdx.x, r = blockIdx.x, hh = blockIdx.y;
+    const bool isq = hh < nq;
+    float* x = isq ? q + ((size_t)r * nq + hh) * head_dim : k + ((size_t)r * nk + (hh - nq)) * head_dim;
+    const float* w = isq ? qn : kn;
+    for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
+    __syncwarp();
+    if (w != nullptr) {
+        float t = 0.f;
+        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
+            float ss = 0.f;
+            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
+            t += warp_sum(ss);
+        }
+        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
+        __syncwarp();
+        for (int i = lane; i < head_dim; i += 32) {
+            float s = one_plus ? 1.0f + w[i] : w[i];
+            v[i] = v[i] * inv * s;
+        }
+        __syncwarp();
+    }
+    for (int i = lane; i < half; i += 32) rope_pair(v[i], v[i + half], pos[r], inv_freq[i], attn_scaling);
+    __syncwarp();
+    for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 
 // y = act(gate) * up; act 0 SiLU, 1 GELU (tanh). Also writes the bf16 copy.

@@ -52,6 +52,7 @@ kernels!(
     add_rms_norm,
     add_inplace,
     rope,
+    qk_norm_rope,
     glu,
     select_rows,
     softcap,

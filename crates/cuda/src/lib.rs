@@ -25,7 +25,7 @@ pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 
 use device::Device;
 use std::sync::Mutex;
-use tf_backend::{Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, KvShape, MoeParams, Rope};
+use tf_backend::{Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, KvShape, MoeParams, QkNorm, Rope};
 use tf_formats::TensorView;
 
 /// Whether a CUDA driver library can be loaded on this machine (no device needed).
@@ -152,6 +152,18 @@ impl Backend for CudaBackend {
 
     fn rope(&self, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
         ops::rope(self, x, positions, head_dim, rope)
+    }
+
+    fn qk_norm_rope(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        norms: Option<QkNorm<'_, CudaVec>>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &Rope,
+    ) {
+        ops::qk_norm_rope(self, q, k, norms, positions, head_dim, rope)
     }
 
     fn glu(&self, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {

@@ -5,7 +5,7 @@ use crate::device::{Arg, GEMM_SMEM, grid_for, ptr};
 use crate::error::must;
 use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
-use tf_backend::{Activation, BackendError, KvShape, Rope};
+use tf_backend::{Activation, BackendError, KvShape, QkNorm, Rope};
 use tf_core::DType;
 use tf_formats::TensorView;
 
@@ -319,18 +319,12 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     let mut c = b.caches();
     let caches = &mut *c;
     let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
-    let table = match caches.ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
-        Some(i) => &caches.ropes[i].1,
-        None => {
-            caches.ropes.push((rope.inv_freq.clone(), d.upload(&rope.inv_freq)));
-            &caches.ropes.last().expect("just pushed").1
-        }
-    };
+    let table = rope_table(b, &mut caches.ropes, rope);
     let total = x.rows * (x.cols / head_dim) * half;
     let args = [
         Arg::P(ptr(&x.data, &d.stream)),
         Arg::P(pos),
-        Arg::P(ptr(table, &d.stream)),
+        Arg::P(table),
         Arg::I(x.rows as i32),
         Arg::I(x.cols as i32),
         Arg::I(head_dim as i32),
@@ -340,6 +334,76 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     d.launch(&d.k.rope, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
     drop(c);
     x.touched();
+}
+
+/// Per-head norms (when given) and RoPE of `q` and `k` in place, one kernel for both.
+pub(crate) fn qk_norm_rope(
+    b: &CudaBackend,
+    q: &mut CudaAct,
+    k: &mut CudaAct,
+    norms: Option<QkNorm<'_, CudaVec>>,
+    positions: &[u32],
+    head_dim: usize,
+    rope: &Rope,
+) {
+    let half = rope.inv_freq.len();
+    let fits =
+        head_dim <= 256 && 2 * half <= head_dim && norms.is_none_or(|n| n.q.len == head_dim && n.k.len == head_dim);
+    if !fits || q.rows != k.rows || q.rows == 0 || half == 0 {
+        // Shapes the fused kernel does not take: the separate ops, same values.
+        if let Some(n) = norms {
+            *q = rms_norm(b, q, n.q, n.eps, n.one_plus);
+            *k = rms_norm(b, k, n.k, n.eps, n.one_plus);
+        }
+        self::rope(b, q, positions, head_dim, rope);
+        self::rope(b, k, positions, head_dim, rope);
+        return;
+    }
+    assert_eq!(positions.len(), q.rows, "qk_norm_rope: one position per row");
+    assert!(q.cols.is_multiple_of(head_dim) && k.cols.is_multiple_of(head_dim), "qk_norm_rope: whole heads");
+    let d = &b.dev;
+    let mut c = b.caches();
+    let caches = &mut *c;
+    let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
+    let table = rope_table(b, &mut caches.ropes, rope);
+    let (nq, nk) = (q.cols / head_dim, k.cols / head_dim);
+    let (qn, kn, eps, one_plus) = match norms {
+        Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
+        None => (0, 0, 0.0, false),
+    };
+    let nthr = (head_dim.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024);
+    let args = [
+        Arg::P(ptr(&q.data, &d.stream)),
+        Arg::P(ptr(&k.data, &d.stream)),
+        Arg::P(qn),
+        Arg::P(kn),
+        Arg::P(pos),
+        Arg::P(table),
+        Arg::I(nq as i32),
+        Arg::I(nk as i32),
+        Arg::I(head_dim as i32),
+        Arg::I(half as i32),
+        Arg::F(rope.attention_scaling),
+        Arg::F(eps),
+        Arg::I(one_plus as i32),
+        Arg::I(nthr as i32),
+    ];
+    d.launch(&d.k.qk_norm_rope, (q.rows as u32, (nq + nk) as u32, 1), 32, 0, &args);
+    drop(c);
+    q.touched();
+    k.touched();
+}
+
+/// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
+fn rope_table(b: &CudaBackend, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
+    let i = match ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
+        Some(i) => i,
+        None => {
+            ropes.push((rope.inv_freq.clone(), b.dev.upload(&rope.inv_freq)));
+            ropes.len() - 1
+        }
+    };
+    ptr(&ropes[i].1, &b.dev.stream)
 }
 
 pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {

@@ -88,6 +88,34 @@ fn fused_add_norm_equals_add_then_norm() {
 }
 
 #[test]
+fn fused_qk_norm_rope_equals_norms_then_rope() {
+    let Some(b) = backend() else { return };
+    // (rows, q heads, k heads, head_dim, rotary width, with norms)
+    for (rows, nq, nk, d, rot, norm) in
+        [(3, 8, 2, 128, 128, true), (2, 4, 1, 256, 256, true), (5, 4, 4, 64, 32, true), (1, 6, 2, 16, 16, true)]
+            .into_iter()
+            .chain([(4, 4, 2, 128, 128, false)])
+    {
+        let rope = Rope::new(rot, 10000.0, &RopeScaling::Default);
+        let pos: Vec<u32> = (0..rows as u32).map(|r| 7 + 13 * r).collect();
+        let (qv, kv) = (rand(rows * nq * d, 1, 2.0), rand(rows * nk * d, 2, 2.0));
+        let (wq, wk) = (b.vec(&rand(d, 3, 1.0)), b.vec(&rand(d, 4, 1.0)));
+        let norms = norm.then_some(tf_backend::QkNorm { q: &wq, k: &wk, eps: 1e-6, one_plus: false });
+        let (mut q1, mut k1) = (b.upload(&qv, rows, nq * d), b.upload(&kv, rows, nk * d));
+        b.qk_norm_rope(&mut q1, &mut k1, norms, &pos, d, &rope);
+        let (mut q2, mut k2) = (b.upload(&qv, rows, nq * d), b.upload(&kv, rows, nk * d));
+        if norm {
+            q2 = b.rms_norm(&q2, &wq, 1e-6, false);
+            k2 = b.rms_norm(&k2, &wk, 1e-6, false);
+        }
+        b.rope(&mut q2, &pos, d, &rope);
+        b.rope(&mut k2, &pos, d, &rope);
+        assert!(same_bits(&b.download(&q1), &b.download(&q2)), "d={d} norm={norm}: q differs");
+        assert!(same_bits(&b.download(&k1), &b.download(&k2)), "d={d} norm={norm}: k differs");
+    }
+}
+
+#[test]
 fn plain_matmuls_match_reference() {
     let Some(b) = backend() else { return };
     let r = RefBackend;

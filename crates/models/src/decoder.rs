@@ -4,7 +4,7 @@
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::Loader;
-use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams};
+use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams, QkNorm};
 
 /// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
 pub struct Batch<'a> {
@@ -68,9 +68,9 @@ impl<B: Backend> Decoder<B> {
         (0..self.layers.len()).map(|_| Ok(b.kv(shape)?)).collect()
     }
 
-    /// Bytes of KV cache per token (f32 host pools).
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.layers.len() * self.spec.num_kv_heads * self.spec.head_dim * 4
+    /// Bytes of KV cache per token in pools of `kv_dtype` (the backend's `kv_dtype()`).
+    pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
+        2 * self.layers.len() * self.spec.num_kv_heads * self.spec.head_dim * kv_dtype.size()
     }
 
     /// Runs one round; returns logits `(logits_rows, vocab)`.
@@ -140,13 +140,12 @@ impl<B: Backend> Decoder<B> {
         // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
         let [mut q, mut k, v]: [B::Act; 3] =
             b.matmul_many(x, &[&l.q, &l.k, &l.v]).try_into().unwrap_or_else(|_| unreachable!("three outputs"));
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            q = b.rms_norm(&q, qn, s.rms_norm_eps, s.norm_one_plus);
-            k = b.rms_norm(&k, kn, s.rms_norm_eps, s.norm_one_plus);
-        }
+        let norms = match (&l.q_norm, &l.k_norm) {
+            (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
+            _ => None,
+        };
         let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
-        b.rope(&mut q, pos, s.head_dim, rope);
-        b.rope(&mut k, pos, s.head_dim, rope);
+        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
         let out = b.attention(&q, &k, &v, kv, meta, &l.attn);
         b.matmul(&out, &l.o)
     }
