@@ -21,6 +21,9 @@
 #define CH 256              // keys per chunk (a multiple of KB)
 #define CPB (CH / KB)       // blocks per chunk
 
+// The pool is written only by decode rounds' own-token stores (see attention_body).
+__device__ __forceinline__ u16* kc_w(const u16* p) { return const_cast<u16*>(p); }
+
 // Scales of two softmax states (max ma, mp) merged: the merged max m and each side's factor.
 __device__ __forceinline__ void attn_merge_scales(float ma, float mp, float& m, float& sa, float& sp) {
     m = fmaxf(ma, mp);
@@ -39,7 +42,9 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                                                const u32* __restrict__ items, const u32* __restrict__ bts,
                                                float* __restrict__ out, u16* __restrict__ outb,
                                                float* __restrict__ ws, int nz, int num_heads, int num_kv_heads,
-                                               int block_size, float scale, int window, float softcap, int kp) {
+                                               int block_size, float scale, int window, float softcap, int kp,
+                                               const float* __restrict__ knew, const float* __restrict__ vnew,
+                                               const u32* __restrict__ slots) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
     extern __shared__ __align__(16) unsigned char attn_smem[];
     u16* kst = (u16*)attn_smem;       // [stage][KB][RS]
@@ -64,6 +69,21 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
         if (ch > last_pos / CH) return;
         b0 = max(b0, ch * CPB);
         b1 = min(b1, ch * CPB + CPB - 1);
+    }
+
+    // Decode rounds (knew given: one new token per sequence) write the token's K/V here instead of
+    // in kv_write: only this sequence's CTAs read it, and only the one whose blocks hold it. The
+    // barrier in the first load orders these stores before the gathers.
+    if (knew != nullptr) {
+        const int p = start_pos + tok0, row = q_start + tok0;
+        if (p >= b0 * KB && p < (b1 + 1) * KB) {
+            const size_t src = (size_t)row * num_kv_heads * D + (size_t)kvh * D;
+            const size_t dst = ((size_t)slots[row] * num_kv_heads + kvh) * D;
+            for (int i = tid; i < D; i += nthreads) {
+                kc_w(kc)[dst + i] = f2bf(knew[src + i]);
+                kc_w(vc)[dst + i] = f2bf(vnew[src + i]);
+            }
+        }
     }
 
     // This thread's two rows (g and g + 8 of the warp's 16).
@@ -292,9 +312,10 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
         const float* __restrict__ q, const u16* __restrict__ kc, const u16* __restrict__ vc,                        \
         const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
         float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
-        int num_kv_heads, int block_size, float scale, int window, float softcap, int kp) {                         \
+        int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
+        const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots) {             \
         attention_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads, block_size,      \
-                          scale, window, softcap, kp);                                                               \
+                          scale, window, softcap, kp, knew, vnew, slots);                                            \
     }
 ATTN_KERNEL(16)
 ATTN_KERNEL(32)

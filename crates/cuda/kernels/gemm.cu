@@ -150,11 +150,11 @@ GEMV_KERNEL(8, 2, 3)
 // tokens), each warp 64 x 32: 4 A tiles (W, from the packed layout) x 4 B tiles (x, ldmatrix).
 #define GM_BN 128
 #define GM_BM 128
-#define GM_STAGES 4
+#define GM_STAGES 6
 #define GM_XSTRIDE 40  // u16 per x row in shared memory: 32 + 8 padding (80 bytes, conflict-free)
 #define GM_SMEM (GM_STAGES * (8 * 2 * 32 * 16 + GM_BM * GM_XSTRIDE * 2))
 
-extern "C" __global__ void __launch_bounds__(256) gemm_bf16(const uint4* __restrict__ w, const u16* __restrict__ x,
+extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __restrict__ w, const u16* __restrict__ x,
                                                             float* __restrict__ y, int m, int n, int ntiles, int kt,
                                                             int kp) {
     extern __shared__ __align__(16) unsigned char smem[];

@@ -119,7 +119,9 @@ pub(crate) fn attention(
     let base = ptr(&m.dev, &d.stream);
     let at = |off: usize| base + 4 * off as u64;
     let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));
-    if k.rows > 0 {
+    // Decode rounds (one new token per sequence) store their K/V inside the attention kernel.
+    let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
+    if k.rows > 0 && !decode {
         let args = [
             Arg::P(ptr(&k.data, &d.stream)),
             Arg::P(ptr(&v.data, &d.stream)),
@@ -152,6 +154,9 @@ pub(crate) fn attention(
             Arg::I(window as i32),
             Arg::F(p.softcap.unwrap_or(0.0)),
             Arg::I(padded(width) as i32),
+            Arg::P(if decode { ptr(&k.data, &d.stream) } else { 0 }),
+            Arg::P(if decode { ptr(&v.data, &d.stream) } else { 0 }),
+            Arg::P(at(m.slots_off)),
         ];
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
         d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);

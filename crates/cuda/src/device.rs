@@ -76,7 +76,7 @@ kernels!(
 );
 
 /// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`).
-pub(crate) const GEMM_SMEM: u32 = 4 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
+pub(crate) const GEMM_SMEM: u32 = 6 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
 
 /// A started device.
 pub struct Device {
