@@ -3,9 +3,14 @@
 //! on the tensor cores with f32 accumulation, a bf16 paged KV cache, f32 activations.
 //!
 //! Exactness (DESIGN.md principle 3): each kernel fixes the reduction order of every output
-//! element independently of how many rows share the call. Matmuls of any row count walk K in the
-//! same 16-wide steps through the same MMA instruction (no split-K); attention walks keys in
-//! blocks aligned to absolute positions. So concurrent == solo and chunked == whole, bit for bit.
+//! element independently of how many rows share the call. Matmuls cut K into at most 8 segments
+//! whose length depends only on the weight's K; each segment is one MMA chain over its 16-wide k
+//! steps, and the segments are summed left to right, whether a GEMV splits them across warps
+//! (decode) or the tiled GEMM folds them in registers (prefill). Attention walks keys in 64-key
+//! blocks within 256-key chunks aligned to absolute positions and folds the chunks left to right,
+//! in one CTA or split across CTAs plus a combine kernel. So concurrent == solo, drafted ==
+//! undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`, `add_rms_norm`,
+//! `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.
