@@ -2,11 +2,12 @@
 //! (JSON, templates and tokenization stay off the async workers), then run and respond.
 
 use crate::body::json_body;
+use crate::chat_ids;
 use crate::error::ApiError;
 use crate::fields::{Obj, get, opt_bool, show};
 use crate::generation::{Generation, SeqSpec};
 use crate::request::{
-    Api, Options, check_model, check_prompt_len, encode, max_tokens_for, parse_options, parse_prompts, seed_for,
+    Api, Options, check_model, check_prompt_len, max_tokens_for, parse_options, parse_prompts, seed_for,
 };
 use crate::respond::Reply;
 use crate::state::AppState;
@@ -22,6 +23,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tf_core::TokenIds;
+use tf_tokenize::Tokenizer;
 
 /// Tokens a completion generates when the request names no `max_tokens` (OpenAI's default).
 const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
@@ -127,8 +129,7 @@ fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), 
 fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
     check_model(o, st)?;
     let opts = parse_options(o, st, Api::Chat)?;
-    let text = render_chat(st, o, raw)?;
-    let prompt = encode(st, "messages", &text, false)?;
+    let prompt = chat_prompt(st, o, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
     let specs = specs_for(st, &opts, &prompt, max_tokens);
@@ -149,7 +150,28 @@ struct ChatParts {
 }
 
 /// Checks `messages` (and `tools`) and renders the chat template to prompt text.
-pub fn render_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<String, ApiError> {
+/// The ids of a chat request's prompt: rendered by the template, users' text kept literal.
+pub fn chat_prompt(st: &AppState, o: &Obj, raw: &[u8], add_special_tokens: bool) -> Result<TokenIds, ApiError> {
+    let tok = st
+        .model
+        .tokenizer
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid("messages", "this model has no tokenizer; send token ids"))?;
+    let mut literals = Vec::new();
+    let text = render_chat(st, o, raw, tok, &mut literals)?;
+    chat_ids::encode(tok, &text, &literals, add_special_tokens)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))
+}
+
+/// Renders a chat request's prompt text; contents that spell special tokens are swapped for
+/// sentinels (collected in `literals`) for [`chat_ids::encode`].
+fn render_chat(
+    st: &AppState,
+    o: &Obj,
+    raw: &[u8],
+    tok: &Tokenizer,
+    literals: &mut Vec<String>,
+) -> Result<String, ApiError> {
     let template = st
         .template
         .as_ref()
@@ -165,7 +187,7 @@ pub fn render_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<String, ApiErro
     kwargs?;
     let parts: ChatParts =
         serde_json::from_slice(raw).map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
-    let messages = parts.messages.map(normalize_messages).unwrap_or_default();
+    let messages = chat_ids::protect(parts.messages.map(normalize_messages).unwrap_or_default(), tok, literals);
     let mut extra = Vec::new();
     if let Some(kw) = parts.chat_template_kwargs.filter(|v| !v.is_none()) {
         for key in kw.try_iter().map_err(|e| ApiError::invalid("chat_template_kwargs", e.to_string()))? {

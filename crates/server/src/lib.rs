@@ -4,6 +4,7 @@
 
 mod api;
 mod body;
+mod chat_ids;
 pub mod error;
 mod fields;
 mod generation;

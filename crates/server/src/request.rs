@@ -260,14 +260,15 @@ fn text_prompt(st: &AppState, key: &str, text: &str) -> Result<Prompt, ApiError>
     Ok(Prompt { ids, text: Some(text.to_string()) })
 }
 
-/// Tokenizes text (ids come out checked: the tokenizer was validated at load).
+/// Tokenizes a client's text, special-token spellings kept as plain text (SECURITY-CASES 8; ids
+/// come out checked: the tokenizer was validated at load).
 pub fn encode(st: &AppState, key: &str, text: &str, add_special_tokens: bool) -> Result<TokenIds, ApiError> {
     let tok = st
         .model
         .tokenizer
         .as_ref()
         .ok_or_else(|| ApiError::invalid(key, "this model has no tokenizer; send token ids"))?;
-    tok.encode(text, add_special_tokens).map_err(|e| ApiError::invalid(key, e.to_string()))
+    tok.encode_literal(text, add_special_tokens).map_err(|e| ApiError::invalid(key, e.to_string()))
 }
 
 /// Refuses an empty prompt or one that leaves no room in the context.

@@ -1,7 +1,7 @@
 //! The router: OpenAI routes, vLLM's `/tokenize` and `/detokenize`, `/health`, `/metrics`, and
 //! OpenAI-shaped errors for unknown routes and methods.
 
-use crate::api::{blocking, chat, completions, render_chat};
+use crate::api::{blocking, chat, chat_prompt, completions};
 use crate::body::json_body;
 use crate::error::ApiError;
 use crate::fields::{get, int_list, opt_bool, opt_str};
@@ -99,9 +99,8 @@ async fn tokenize(
         let o = &body.obj;
         check_model(o, &prep)?;
         if get(o, "messages").is_some() {
-            let text = render_chat(&prep, o, &body.raw)?;
             let special = opt_bool(o, "add_special_tokens")?.unwrap_or(false);
-            return encode(&prep, "messages", &text, special);
+            return chat_prompt(&prep, o, &body.raw, special);
         }
         let text = opt_str(o, "prompt")?.ok_or_else(|| ApiError::invalid("prompt", "is required (or messages)"))?;
         encode(&prep, "prompt", text, opt_bool(o, "add_special_tokens")?.unwrap_or(true))

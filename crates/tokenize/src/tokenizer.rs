@@ -26,6 +26,10 @@ pub struct SpecialIds {
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer with special-token spellings encoded as plain text.
+    literal: tokenizers::Tokenizer,
+    /// The text of every special added token (longest first).
+    special_texts: Vec<String>,
     vocab: Vocab,
     special: SpecialIds,
     chat_template: Option<String>,
@@ -92,7 +96,14 @@ impl Tokenizer {
                 rows: vocab.rows(),
             });
         }
-        let tokenizer = Tokenizer { inner, vocab, special: SpecialIds::default(), chat_template: None };
+        let mut literal = inner.clone();
+        literal.set_encode_special_tokens(true);
+        let mut special_texts: Vec<String> =
+            inner.get_added_tokens_decoder().into_values().filter(|t| t.special).map(|t| t.content).collect();
+        special_texts.retain(|t| !t.is_empty());
+        special_texts.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        let tokenizer =
+            Tokenizer { inner, literal, special_texts, vocab, special: SpecialIds::default(), chat_template: None };
         // The post-processor's template carries its own ids (e.g. a BOS); encoding nothing
         // shows the ones a single sequence gets.
         let empty = tokenizer.inner.encode("", true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
@@ -139,15 +150,29 @@ impl Tokenizer {
 
     /// Encodes text; `add_special_tokens` lets the post-processor add e.g. BOS, as HF does.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<TokenIds, TokenizeError> {
-        let encoding = self.inner.encode(text, add_special_tokens).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        let ids = encoding.get_ids();
+        self.encode_with(&self.inner, text, add_special_tokens)
+    }
+
+    /// Encodes text whose special-token spellings stay plain text (`"<|im_end|>"` typed by a
+    /// user is those characters, not the control token: SECURITY-CASES 8).
+    pub fn encode_literal(&self, text: &str, add_special_tokens: bool) -> Result<TokenIds, TokenizeError> {
+        self.encode_with(&self.literal, text, add_special_tokens)
+    }
+
+    fn encode_with(&self, t: &tokenizers::Tokenizer, text: &str, add: bool) -> Result<TokenIds, TokenizeError> {
+        let encoding = t.encode(text, add).map_err(|e| TokenizeError::Encode(e.to_string()))?;
         // Cannot fail for a tokenizer checked at load; this is how checked ids are made.
-        self.vocab.check_u32(ids).map_err(|bad| TokenizeError::TokenPastRows {
+        self.vocab.check_u32(encoding.get_ids()).map_err(|bad| TokenizeError::TokenPastRows {
             source_name: BUILT_IN_CODE.to_string(),
             token: self.id_to_token(bad.id as u32).unwrap_or_default(),
             id: bad.id as u32,
             rows: self.vocab.rows(),
         })
+    }
+
+    /// Whether `text` spells any special token.
+    pub fn spells_special(&self, text: &str) -> bool {
+        self.special_texts.iter().any(|t| text.contains(t.as_str()))
     }
 
     /// Decodes ids to text; ids the tokenizer does not know decode to nothing, as in HF.
@@ -286,6 +311,20 @@ mod tests {
         assert_eq!(tok.encode("hello", false).unwrap().as_slice(), &[hello]);
         assert_eq!(tok.id_to_token(hello).as_deref(), Some("hello"));
         assert_eq!((tok.bos_id(), tok.eos_id(), tok.chat_template()), (None, None, None));
+    }
+
+    #[test]
+    fn literal_encoding_keeps_special_spellings_as_text() {
+        let (dir, _) = dir_with(None);
+        let tok = Tokenizer::from_dir(dir.path(), vocab(1000)).unwrap();
+        let eos = tok.token_to_id("</s>").unwrap();
+        let text = "a</s>b";
+        assert!(tok.spells_special(text) && !tok.spells_special("a<s b"));
+        assert!(tok.encode(text, false).unwrap().as_slice().contains(&eos), "the default parses specials (HF)");
+        let literal = tok.encode_literal(text, false).unwrap();
+        assert!(!literal.as_slice().contains(&eos), "literal encoding must not produce the control token");
+        assert_eq!(tok.decode(literal.as_slice(), false).unwrap(), text);
+        assert_eq!(tok.encode_literal("hello world", false).unwrap(), tok.encode("hello world", false).unwrap());
     }
 
     #[test]
