@@ -44,6 +44,10 @@ pub struct DeviceArgs {
     /// CPU threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Activations of quantized (GGUF) CPU matmuls: `int8` (8-bit blocks as llama.cpp: faster,
+    /// logits move slightly) or `f32` (exactly dequantized weights in f32).
+    #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
+    pub quant_acts: String,
 }
 
 /// `check`.

@@ -3,7 +3,7 @@
 use crate::args::DeviceArgs;
 use crate::exit::{Failure, refused};
 use tf_backend::{Backend, RefBackend};
-use tf_cpu::CpuBackend;
+use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 
 /// A command body that runs on any backend.
 pub trait OnBackend {
@@ -16,6 +16,16 @@ pub trait OnBackend {
 /// Number of CPU threads to use.
 pub fn threads(dev: &DeviceArgs) -> usize {
     dev.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
+}
+
+/// The CPU backend `dev` describes (threads, quantized-activation numerics).
+pub fn cpu(dev: &DeviceArgs) -> Result<CpuBackend, Failure> {
+    let quant_acts = match dev.quant_acts.as_str() {
+        "f32" => QuantActs::F32,
+        "int8" => QuantActs::Int8,
+        other => return Err(refused(format!("--quant-acts {other}: expected int8 or f32"))),
+    };
+    CpuBackend::with_options(CpuOptions { quant_acts, ..CpuOptions::new(threads(dev)) }).map_err(refused)
 }
 
 /// The GPU ordinal of `cuda` / `cuda:N`, or `None` for other devices.
@@ -36,9 +46,9 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
             {
                 return job.run(&b);
             }
-            job.run(&CpuBackend::new(threads(dev)).map_err(refused)?)
+            job.run(&cpu(dev)?)
         }
-        "cpu" => job.run(&CpuBackend::new(threads(dev)).map_err(refused)?),
+        "cpu" => job.run(&cpu(dev)?),
         "ref" => job.run(&RefBackend),
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]
@@ -69,9 +79,9 @@ pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -
             if tf_cuda::driver_present() && cuda::backend(0).is_ok() {
                 return job.run(&|| cuda::backend(0));
             }
-            job.run(&|| CpuBackend::new(threads(dev)).map_err(refused))
+            job.run(&|| cpu(dev))
         }
-        "cpu" => job.run(&|| CpuBackend::new(threads(dev)).map_err(refused)),
+        "cpu" => job.run(&|| cpu(dev)),
         "ref" => job.run(&|| Ok(RefBackend)),
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]

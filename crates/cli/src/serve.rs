@@ -18,7 +18,11 @@ use tf_server::{ChatTemplate, Limits, Listen, ModelInfo, ServeArgs};
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let a = tf_server::options::with_profile(args, &argv).map_err(refused)?;
-    let dev = DeviceArgs { device: a.device.clone(), threads: a.threads.map(|t| t as usize) };
+    let dev = DeviceArgs {
+        device: a.device.clone(),
+        threads: a.threads.map(|t| t as usize),
+        quant_acts: a.quant_acts.clone(),
+    };
     dispatch_owned(&dev, "serve", Serve(&a))
 }
 

@@ -74,3 +74,36 @@ fn gemma3_270m_gguf_matches_transformers() {
         eprintln!("{text:?}: {steps}/{} greedy steps compared and equal", want.len());
     }
 }
+
+/// `--quant-acts f32` on the command line gives exactly the in-process f32 backend's logits;
+/// the default (`int8`, llama.cpp's numerics) gives different ones.
+#[test]
+fn quant_acts_switch_selects_the_numerics() {
+    let Some(path) = model_path() else {
+        eprintln!("skipped: set TF_GEMMA3_GGUF to gemma-3-270m-q4_k_m.gguf (scripts/fetch_gemma3_gguf.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |acts: &str| {
+        let out = dir.path().join(format!("{acts}.safetensors"));
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+            .args(["logits", "--model", path.to_str().unwrap(), "--ids", "2,818,5279,529,7001,563", "--threads", "2"])
+            .args(["--quant-acts", acts, "--out", out.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "--quant-acts {acts}");
+        let file = tf_formats::SafetensorsFile::open(&out).unwrap();
+        file.tensor("logits").unwrap().unwrap().to_f32()
+    };
+    let (f32_cli, int8_cli) = (run("f32"), run("int8"));
+    let b = CpuBackend::with_options(CpuOptions { quant_acts: QuantActs::F32, ..CpuOptions::new(2) }).unwrap();
+    let m = Model::open(&path, &b).unwrap();
+    let ids = m.vocab.check(&[2, 818, 5279, 529, 7001, 563]).unwrap();
+    let mut r = Runner::new(&m, &b, 8).unwrap();
+    let last = r.prefill(&ids, 512, false);
+    let rows = m.vocab.rows();
+    assert_eq!(f32_cli.len() % rows, 0);
+    let cli_last = &f32_cli[f32_cli.len() - rows..];
+    assert!(cli_last.iter().zip(&last[..rows]).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 CLI != in-process f32");
+    assert_ne!(f32_cli, int8_cli, "int8 activations should move the logits");
+}

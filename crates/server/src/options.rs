@@ -33,9 +33,10 @@ pub struct ServeArgs {
     /// Accepts: any string. Default: the model directory's name.
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Backend to run on.
+    /// Backend to run on (`cuda` needs a build with `--features cuda`; `auto` picks the GPU when
+    /// one starts).
     ///
-    /// Accepts: cpu, ref, auto.
+    /// Accepts: cpu, ref, cuda, cuda:N, auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads of the backend.
@@ -43,6 +44,13 @@ pub struct ServeArgs {
     /// Accepts: an integer >= 1. Default: all cores.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub threads: Option<u64>,
+    /// Activations of quantized (GGUF) matmuls on the CPU: `int8` quantizes them to 8-bit blocks
+    /// as llama.cpp does (faster; logits move slightly), `f32` multiplies the exactly dequantized
+    /// weights in f32 (what the golden test checks).
+    ///
+    /// Accepts: int8, f32.
+    #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
+    pub quant_acts: String,
     /// Memory for the KV cache; the block count it gives is reported at start.
     ///
     /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
