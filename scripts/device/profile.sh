@@ -16,23 +16,5 @@ timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
   "$BIN" generate --model /tmp/qsmall --device cuda --ids "$IDS" --max-tokens ${GEN:-8} --json \
   > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
 echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu.csv")"; tail -3 "$OUT/ncu.err"
-python3 - "$OUT/ncu.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-hdr = [r for r in rows if r[0] == "ID"][0]
-rows = [r for r in rows if r[0] != "ID"]
-ki, vi, gi = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Grid Size")
-ks = [(r[ki].split("(")[0], float(r[vi].replace(",", "")), r[gi]) for r in rows]
-last = max(i for i, k in enumerate(ks) if k[0] == "embed")
-rnd = ks[last:]
-s = sum(v for _, v, _ in rnd)
-tot = collections.defaultdict(lambda: [0, 0.0])
-for n, v, _ in rnd:
-    tot[n][0] += 1
-    tot[n][1] += v
-print(f"last round: {len(rnd)} kernels, sum {s / 1000:.1f} us")
-for n, (c, v) in sorted(tot.items(), key=lambda x: -x[1][1]):
-    print(f"  {n:24s} x{c:3d} {v / 1000:9.1f} us {100 * v / s:5.1f}%")
-print("in order:", "  ".join(f"{n}{g.replace(' ', '')}:{v / 1000:.1f}" for n, v, g in rnd))
-PY
+python3 scripts/device/ncu_sum.py "$OUT/ncu.csv"
 timeout 200 "$BIN" bench --model /tmp/qsmall --device cuda --prompt-len 128,4096 --batch 1,64 --gen-len 32 --repeat 1 2>&1 | tail -8

@@ -175,16 +175,17 @@ impl OnBackend for Bench<'_> {
                     "decode_round_ms": round * 1e3, "decode_round_p10_ms": percentile(&r.round_s, 0.1) * 1e3,
                     "decode_round_p90_ms": percentile(&r.round_s, 0.9) * 1e3,
                     "decode_tok_s": batch as f64 / round, "decode_bytes_per_round": bytes});
-                let (mut mfu, mut ratio) = (f64::NAN, f64::NAN);
+                // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
+                let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
                 if let (Some(l), true) = (lim, dense) {
-                    mfu = flops / r.prefill_s / 1e12 / l.gemm_tflops;
-                    ratio = bytes / (l.copy_gb_s * 1e9) / round;
-                    row["prefill_mfu"] = json!(mfu);
-                    row["decode_roofline_ratio"] = json!(ratio);
+                    let (m, q) = (flops / r.prefill_s / 1e12 / l.gemm_tflops, bytes / (l.copy_gb_s * 1e9) / round);
+                    (mfu, ratio) = (format!("{m:.3}"), format!("{q:.3}"));
+                    row["prefill_mfu"] = json!(m);
+                    row["decode_roofline_ratio"] = json!(q);
                 }
                 results.push(row);
                 println!(
-                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:.3} | decode {:>9.1} tok/s {:>7.3} ms/round roofline {ratio:.3}",
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round roofline {ratio:>5}",
                     len as f64 / r.prefill_s,
                     r.prefill_s * 1e3,
                     batch as f64 / round,
