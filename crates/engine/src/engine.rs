@@ -4,9 +4,10 @@
 
 use crate::block_pool::BlockPool;
 use crate::draft::Drafter;
-use crate::sampler::{History, SamplingParams, logprobs, sample};
+use crate::sampler::{History, Logprobs, SamplingParams, logprobs, sample};
 use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
 use crate::session::{CheckedSession, SessionLayout};
+use rayon::prelude::*;
 use session_ops::PendingSave;
 pub use speculate::{DraftConfig, DraftKind};
 use std::collections::HashMap;
@@ -188,6 +189,33 @@ impl EngineHandle {
         let _ = self.tx.send(Command::Shutdown);
     }
 }
+
+/// What sampling one sequence's next token reads (shared across threads: plain data only).
+struct SampleJob<'a> {
+    params: &'a SamplingParams,
+    history: &'a History,
+    position: u64,
+    top_logprobs: Option<usize>,
+    row: &'a [f32],
+}
+
+impl<'a> SampleJob<'a> {
+    /// Sequence `a`'s next token from logits `row`.
+    fn of(a: &'a Active, row: &'a [f32]) -> SampleJob<'a> {
+        let position = (a.req.prompt.len() + a.generated) as u64;
+        SampleJob { params: &a.req.params, history: &a.history, position, top_logprobs: a.req.top_logprobs, row }
+    }
+
+    /// The token and, when asked for, its logprobs.
+    fn choose(&self, vocab: &tf_core::Vocab) -> (u32, Option<Logprobs>) {
+        let mut logits = self.row.to_vec();
+        let token = vocab.sampled(sample(&mut logits, self.params, self.history, self.position) as usize);
+        (token, self.top_logprobs.map(|n| logprobs(self.row, token, n)))
+    }
+}
+
+/// A plain decode entry's sampled token and logprobs (`None`: the sequence is gone).
+type Chosen = Option<(u32, Option<Logprobs>)>;
 
 struct Active {
     req: GenRequest,
@@ -388,15 +416,23 @@ impl<B: Backend> Core<B> {
         let logits = self.backend.download(&logits);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
+        // Each wanting entry's first logits row; plain decode rows are sampled together first
+        // (sampling is a pure function of the row, params, history and position), then every
+        // entry is delivered in plan order.
+        let mut first_row = Vec::new();
         let mut row = 0;
         for e in plan.iter().filter(|e| e.wants_logits) {
-            let n = 1 + e.draft.len();
-            let rows = &logits[row * vocab..(row + n) * vocab];
-            row += n;
+            first_row.push(row);
+            row += 1 + e.draft.len();
+        }
+        let mut chosen = self.choose_plain(plan, &first_row, &logits, vocab).into_iter();
+        for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(&first_row) {
+            let rows = &logits[row * vocab..(row + 1 + e.draft.len()) * vocab];
             if self.saves.contains_key(&e.seq) {
                 self.complete_save(e.seq);
             } else if e.draft.is_empty() {
-                if let Some(token) = self.emit(e.seq, &mut rows.to_vec()) {
+                let pick = chosen.next().flatten();
+                if let Some(token) = pick.and_then(|(token, lp)| self.deliver(e.seq, token, lp)) {
                     self.sched.append(e.seq, token);
                 }
             } else {
@@ -407,14 +443,33 @@ impl<B: Backend> Core<B> {
         self.stats.round_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// The token (and logprobs) of every plain decode entry wanting logits (not saving, no
+    /// draft), in plan order, `None` for sequences no longer active; sampled in parallel.
+    fn choose_plain(&self, plan: &[RoundEntry], first_row: &[usize], logits: &[f32], vocab: usize) -> Vec<Chosen> {
+        let jobs: Vec<Option<SampleJob<'_>>> = plan
+            .iter()
+            .filter(|e| e.wants_logits)
+            .zip(first_row)
+            .filter(|(e, _)| !self.saves.contains_key(&e.seq) && e.draft.is_empty())
+            .map(|(e, &row)| {
+                let a = self.active.get(&e.seq)?;
+                Some(SampleJob::of(a, &logits[row * vocab..(row + 1) * vocab]))
+            })
+            .collect();
+        let v = &self.model.vocab;
+        let choose = |job: &Option<SampleJob<'_>>| job.as_ref().map(|j| j.choose(v));
+        if jobs.len() > 1 { jobs.par_iter().map(choose).collect() } else { jobs.iter().map(choose).collect() }
+    }
+
     /// Samples, reports and checks the end of sequence `id`; the token when it goes on.
-    fn emit(&mut self, id: SeqId, logits: &mut [f32]) -> Option<u32> {
+    fn emit(&mut self, id: SeqId, logits: &[f32]) -> Option<u32> {
+        let (token, lp) = SampleJob::of(self.active.get(&id)?, logits).choose(&self.model.vocab);
+        self.deliver(id, token, lp)
+    }
+
+    /// Records and reports sequence `id`'s next token, checks its end; the token when it goes on.
+    fn deliver(&mut self, id: SeqId, token: u32, lp: Option<Logprobs>) -> Option<u32> {
         let a = self.active.get_mut(&id)?;
-        let position = (a.req.prompt.len() + a.generated) as u64;
-        let raw = a.req.top_logprobs.map(|n| (logits.to_vec(), n));
-        let token = sample(logits, &a.req.params, &a.history, position);
-        let token = self.model.vocab.sampled(token as usize);
-        let lp = raw.map(|(raw, n)| logprobs(&raw, token, n));
         a.history.push(token);
         a.generated += 1;
         self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);

@@ -86,7 +86,7 @@ impl<B: Backend> Core<B> {
         let vocab = self.model.vocab.rows();
         let mut accepted = 0;
         for (i, row) in rows.chunks_exact(vocab).enumerate() {
-            let Some(token) = self.emit(e.seq, &mut row.to_vec()) else { break };
+            let Some(token) = self.emit(e.seq, row) else { break };
             if i < e.draft.len() && token == e.draft[i] {
                 self.sched.accept(e.seq, token);
                 accepted += 1;
