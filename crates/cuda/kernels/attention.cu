@@ -21,9 +21,6 @@
 #define CH 256              // keys per chunk (a multiple of KB)
 #define CPB (CH / KB)       // blocks per chunk
 
-// The pool is written only by decode rounds' own-token stores (see attention_body).
-__device__ __forceinline__ u16* kc_w(const u16* p) { return const_cast<u16*>(p); }
-
 // Scales of two softmax states (max ma, mp) merged: the merged max m and each side's factor.
 __device__ __forceinline__ void attn_merge_scales(float ma, float mp, float& m, float& sa, float& sp) {
     m = fmaxf(ma, mp);
@@ -37,8 +34,8 @@ __device__ __forceinline__ float attn_merge(float a, float sa, float p, float sp
 }
 
 template <int D>
-__device__ __forceinline__ void attention_body(const float* __restrict__ q, const u16* __restrict__ kc,
-                                               const u16* __restrict__ vc, const u32* __restrict__ seqs,
+__device__ __forceinline__ void attention_body(const float* __restrict__ q, u16* __restrict__ kc,
+                                               u16* __restrict__ vc, const u32* __restrict__ seqs,
                                                const u32* __restrict__ items, const u32* __restrict__ bts,
                                                float* __restrict__ out, u16* __restrict__ outb,
                                                float* __restrict__ ws, int nz, int num_heads, int num_kv_heads,
@@ -80,8 +77,8 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             const size_t src = (size_t)row * num_kv_heads * D + (size_t)kvh * D;
             const size_t dst = ((size_t)slots[row] * num_kv_heads + kvh) * D;
             for (int i = tid; i < D; i += nthreads) {
-                kc_w(kc)[dst + i] = f2bf(knew[src + i]);
-                kc_w(vc)[dst + i] = f2bf(vnew[src + i]);
+                kc[dst + i] = f2bf(knew[src + i]);
+                vc[dst + i] = f2bf(vnew[src + i]);
             }
         }
     }
@@ -309,7 +306,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
 
 #define ATTN_KERNEL(D)                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attention_d##D(                                               \
-        const float* __restrict__ q, const u16* __restrict__ kc, const u16* __restrict__ vc,                        \
+        const float* __restrict__ q, u16* __restrict__ kc, u16* __restrict__ vc,                                    \
         const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
         float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
         int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
