@@ -204,4 +204,19 @@ mod tests {
         assert!(items.iter().all(|i| i[2] as usize * 4 <= 64));
         assert_eq!(tiling(4), (4, 16));
     }
+
+    #[test]
+    fn split_mode_only_for_few_rows_over_long_contexts() {
+        let seq = |start_pos, q_len| SeqAttn { q_start: 0, q_len, start_pos, block_table: vec![] };
+        let meta = |seqs| AttnMeta { seqs, slot_mapping: vec![], block_size: 16 };
+        // One decode token at position 300: keys 0..=300 span chunks 0 and 1.
+        assert_eq!(split_chunks(&meta(vec![seq(300, 1)]), 8, 1, 0), 2);
+        // Short contexts fit one chunk: nothing to split.
+        assert_eq!(split_chunks(&meta(vec![seq(100, 1)]), 8, 1, 0), 0);
+        // A window hides the early chunks: position 1000 with a 300-key window spans chunks 2..=3.
+        assert_eq!(split_chunks(&meta(vec![seq(1000, 1)]), 8, 1, 300), 2);
+        // Prefill-sized rounds or rounds with many CTAs fold inside each CTA.
+        assert_eq!(split_chunks(&meta(vec![seq(0, 600)]), 8, 600, 0), 0);
+        assert_eq!(split_chunks(&meta(vec![seq(5000, 1)]), 256, 1, 0), 0);
+    }
 }

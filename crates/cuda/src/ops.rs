@@ -501,3 +501,22 @@ pub(crate) fn write_kv_blocks(b: &CudaBackend, kv: &mut CudaKv, blocks: &[u32], 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hopper's largest dynamic shared memory per block.
+    const MAX_SMEM: u32 = 227 * 1024;
+
+    #[test]
+    fn kernels_fit_in_shared_memory() {
+        for nt in [1, 2, 4, 8] {
+            assert!(gemv_smem(nt) <= MAX_SMEM, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
+        }
+        assert!(crate::device::GEMM_SMEM <= MAX_SMEM);
+        for d in [16, 32, 64, 128, 256] {
+            assert!(crate::device::attention_smem(d) + 512 <= MAX_SMEM, "attention d={d}");
+        }
+    }
+}
