@@ -77,6 +77,7 @@ kernels!(
 
 /// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`).
 pub(crate) const GEMM_SMEM: u32 = 6 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
+const _: () = assert!(GEMM_SMEM <= 227 * 1024, "the GEMM's shared memory exceeds Hopper's per-block limit");
 
 /// A started device.
 pub struct Device {
