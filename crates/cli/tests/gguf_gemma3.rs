@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 use tf_engine::Runner;
 use tf_models::Model;
+use tf_testkit::argmax;
 
 /// Largest |ours - HF| on a top-10 logit at the prompt's end (f32 dequantized weights on both
 /// sides; the difference is summation order and f32 rounding over 18 layers).
@@ -28,10 +29,6 @@ fn reference() -> serde_json::Value {
 
 fn ints(v: &serde_json::Value) -> Vec<i64> {
     v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
-}
-
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best })
 }
 
 #[test]

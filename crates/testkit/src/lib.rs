@@ -4,10 +4,12 @@
 
 mod concurrent;
 mod drafted;
+mod golden;
 mod resumed;
 
 pub use concurrent::check_concurrent_equals_solo;
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
+pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, golden};
 pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
 
 use std::path::{Path, PathBuf};
