@@ -6,6 +6,11 @@ use crate::attn::KvShape;
 use tf_core::DType;
 use tf_formats::{TensorBytes, TensorView};
 
+/// The index of the first largest value of `row` (0 for an empty row).
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best })
+}
+
 /// A row-major f32 matrix `[rows, cols]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {

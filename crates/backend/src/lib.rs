@@ -167,4 +167,11 @@ pub trait Backend: Send + Sync {
     fn read_kv_blocks(&self, kv: &Self::Kv, blocks: &[u32]) -> Vec<u8>;
     /// Writes bytes laid out as [`Backend::read_kv_blocks`] gives them into `blocks`.
     fn write_kv_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], bytes: &[u8]);
+    /// Per row of `x`, the column of its largest value (the first one on ties; rows without
+    /// NaNs). Only the indices cross to the host on devices that compute it in place.
+    fn argmax_rows(&self, x: &Self::Act) -> Vec<u32> {
+        let (_, cols) = self.shape(x);
+        let data = self.download(x);
+        data.chunks(cols.max(1)).map(|row| host::argmax(row) as u32).collect()
+    }
 }

@@ -4,7 +4,7 @@
 //! Batched decode runs `batch` sequences through one forward per round (vLLM-style paged rows).
 //! They share the prompt's full KV blocks (prefix sharing: one prefill, as a prefix cache would
 //! give) and own their tail and generated blocks. Each round computes every row's logits; the
-//! next token of all rows is the argmax of row 0, so only one logits row crosses to the host.
+//! next token of all rows is the argmax of row 0, taken on the device where the backend can.
 
 use crate::args::BenchArgs;
 use crate::device::{Limits, OnBackend, dispatch, limits, threads};
@@ -22,10 +22,6 @@ struct Bench<'a>(&'a BenchArgs, Option<Limits>);
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best })
 }
 
 /// What a forward reads and computes, from the model's shape.
@@ -84,9 +80,9 @@ fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], u
     m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, kv)
 }
 
-/// The first logits row on the host (waits for the device).
-fn first_row<B: Backend>(b: &B, logits: &B::Act) -> Vec<f32> {
-    b.download(&b.select_rows(logits, &[0]))
+/// The argmax of the first logits row (waits for the device; on a GPU only the id crosses).
+fn first_argmax<B: Backend>(b: &B, logits: &B::Act) -> usize {
+    b.argmax_rows(&b.select_rows(logits, &[0]))[0] as usize
 }
 
 struct Measured {
@@ -108,24 +104,24 @@ fn measure<B: Backend>(
     let tables: Vec<Vec<u32>> = (0..batch).map(|i| lay.table(i)).collect();
     let shared = lay.shared * BLOCK;
     let mut prefill = Vec::new();
-    let mut last = Vec::new();
+    let mut last = 0;
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
-        last = first_row(b, &forward(m, b, &mut kv, &[(prompt, 0, &tables[0])]));
+        last = first_argmax(b, &forward(m, b, &mut kv, &[(prompt, 0, &tables[0])]));
         prefill.push(t.elapsed().as_secs_f64());
     }
     // Every other sequence adds its own copy of the prompt's tail after the shared blocks.
     if len > shared {
         for table in &tables[1..] {
-            first_row(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)]));
+            first_argmax(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)]));
         }
     }
     let mut round_s = Vec::with_capacity(gen_len);
     for step in 0..gen_len {
-        let id = [m.vocab.sampled(argmax(&last))];
+        let id = [m.vocab.sampled(last)];
         let seqs: Vec<(&[u32], usize, &Vec<u32>)> = tables.iter().map(|t| (&id[..], len + step, t)).collect();
         let t = Instant::now();
-        last = first_row(b, &forward(m, b, &mut kv, &seqs));
+        last = first_argmax(b, &forward(m, b, &mut kv, &seqs));
         round_s.push(t.elapsed().as_secs_f64());
     }
     Ok(Measured { prefill_s: median(prefill), round_s })

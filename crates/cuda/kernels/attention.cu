@@ -311,6 +311,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
         float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
         int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
         const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots) {             \
+        tf_pdl_enter();                                                                                      \
         attention_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads, block_size,      \
                           scale, window, softcap, kp, knew, vnew, slots);                                            \
     }
@@ -326,6 +327,7 @@ extern "C" __global__ void attention_combine(const float* __restrict__ ws, const
                                              const u32* __restrict__ items, float* __restrict__ out,
                                              u16* __restrict__ outb, int nz, int num_heads, int d_head,
                                              int window, int kp) {
+    tf_pdl_enter();
     const u32* it = items + 3 * blockIdx.x;
     const int sq = it[0], tok0 = it[1], ntok = it[2];
     const u32* sm = seqs + 4 * sq;

@@ -39,6 +39,17 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     return t;
 }
 
+// Programmatic dependent launch (Hopper): every kernel first lets the next kernel in the stream
+// be scheduled, then waits until the previous one has finished and its writes are visible. So
+// the next launch's setup overlaps this kernel while stream order is kept exactly; without the
+// launch attribute (or before sm_90) both are no-ops.
+__device__ __forceinline__ void tf_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // 16-byte async copy global -> shared; `bytes` < 16 zero-fills the rest (0 fills all).

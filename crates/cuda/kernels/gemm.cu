@@ -133,6 +133,7 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
         const uint4* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const uint4* __restrict__ w1,       \
         float* __restrict__ y1, int n1, int nt1, const uint4* __restrict__ w2, float* __restrict__ y2, int n2,     \
         const u16* __restrict__ x, int m, int kt, int kp) {                                                        \
+        tf_pdl_enter();                                                                                      \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
             gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp);                                                     \
@@ -157,6 +158,7 @@ GEMV_KERNEL(8, 2, 3)
 extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __restrict__ w, const u16* __restrict__ x,
                                                             float* __restrict__ y, int m, int n, int ntiles, int kt,
                                                             int kp) {
+    tf_pdl_enter();
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* ws = (uint4*)smem;                                    // [stage][8 row tiles][2 k tiles][32 lanes]
     u16* xs = (u16*)(smem + GM_STAGES * 8 * 2 * 32 * 16);       // [stage][128 tokens][GM_XSTRIDE]
@@ -264,6 +266,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __re
 // f32 / f16 weights (small checkpoints): one thread per output, one f32 FMA chain over k in order.
 extern "C" __global__ void gemm_simt(const float* __restrict__ x, const void* __restrict__ w, int f16, float* __restrict__ y,
                                      int m, int n, int k) {
+    tf_pdl_enter();
     size_t total = (size_t)m * n;
     for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
         int t = (int)(o / n), r = (int)(o % n);

@@ -12,6 +12,7 @@ __device__ __forceinline__ size_t packed_index(int n, int k, int kt) {
 }
 
 extern "C" __global__ void pack_bf16(const u16* __restrict__ src, u16* __restrict__ dst, int n, int k, int nt, int kt) {
+    tf_pdl_enter();
     size_t total = (size_t)nt * kt * 256;
     for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (size_t)gridDim.x * blockDim.x) {
         int e = p & 7, lane = (p >> 3) & 31;
@@ -27,6 +28,7 @@ extern "C" __global__ void pack_bf16(const u16* __restrict__ src, u16* __restric
 // out[r, :] = table[ids[r], :] * scale. dtype: 0 packed bf16, 1 f16, 2 f32.
 extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int kt, const u32* __restrict__ ids, int k,
                                  float scale, float* __restrict__ out) {
+    tf_pdl_enter();
     int r = blockIdx.x;
     u32 id = ids[r];
     for (int c = threadIdx.x; c < k; c += blockDim.x) {
@@ -103,16 +105,19 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
 
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                                     u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
+    tf_pdl_enter();
     rms_norm_body<false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,
                                         float* __restrict__ y, u16* __restrict__ yb, int cols, int group, int kp,
                                         float eps, int one_plus) {
+    tf_pdl_enter();
     rms_norm_body<true>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __restrict__ y, size_t n) {
+    tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
 }
 
@@ -128,6 +133,7 @@ __device__ __forceinline__ void rope_pair(float& x1, float& x2, u32 pos, float i
 // Rotate-half RoPE in place: one thread per (row, head, pair).
 extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ pos, const float* __restrict__ inv_freq,
                                 int rows, int cols, int head_dim, int half, float attn_scaling) {
+    tf_pdl_enter();
     int heads = cols / head_dim;
     size_t total = (size_t)rows * heads * half;
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
@@ -149,6 +155,7 @@ extern "C" __global__ void __launch_bounds__(32) qk_norm_rope(float* __restrict_
                                                              const float* __restrict__ inv_freq, int nq, int nk,
                                                              int head_dim, int half, float attn_scaling, float eps,
                                                              int one_plus, int nthr) {
+    tf_pdl_enter();
     __shared__ float v[256];
     const int lane = threadIdx.x, r = blockIdx.x, hh = blockIdx.y;
     const bool isq = hh < nq;
@@ -179,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(32) qk_norm_rope(float* __restrict_
 // y = act(gate) * up; act 0 SiLU, 1 GELU (tanh). Also writes the bf16 copy.
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
                                u16* __restrict__ yb, int rows, int cols, int kp, int act) {
+    tf_pdl_enter();
     size_t n = (size_t)rows * cols;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = g[i], a;
@@ -196,18 +204,21 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
 
 extern "C" __global__ void select_rows(const float* __restrict__ x, const u32* __restrict__ rows, float* __restrict__ y,
                                        int n_rows, int cols) {
+    tf_pdl_enter();
     int r = blockIdx.x;
     const float* src = x + (size_t)rows[r] * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) y[(size_t)r * cols + c] = src[c];
 }
 
 extern "C" __global__ void softcap(float* __restrict__ x, size_t n, float cap) {
+    tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 // f32 [rows, cols] -> bf16 [rows, kp], zero padding past cols.
 extern "C" __global__ void to_bf16(const float* __restrict__ x, u16* __restrict__ y, int rows, int cols, int kp) {
+    tf_pdl_enter();
     size_t n = (size_t)rows * kp;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / kp, c = i % kp;
@@ -216,12 +227,14 @@ extern "C" __global__ void to_bf16(const float* __restrict__ x, u16* __restrict_
 }
 
 extern "C" __global__ void fill_zero_u16(u16* __restrict__ y, size_t n) {
+    tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] = 0;
 }
 
 // out[rows[i], :] += w[i] * y[i, :] (each row at most once per launch).
 extern "C" __global__ void scatter_add(float* __restrict__ out, const float* __restrict__ y, const u32* __restrict__ rows,
                                        const float* __restrict__ w, int cols) {
+    tf_pdl_enter();
     int i = blockIdx.x;
     float s = w[i];
     float* o = out + (size_t)rows[i] * cols;
@@ -231,6 +244,7 @@ extern "C" __global__ void scatter_add(float* __restrict__ out, const float* __r
 // Writes this round's K and V rows (f32) into their pool slots as bf16.
 extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __restrict__ v, const u32* __restrict__ slots,
                                     u16* __restrict__ kc, u16* __restrict__ vc, int width) {
+    tf_pdl_enter();
     int r = blockIdx.x;
     size_t dst = (size_t)slots[r] * width;
     for (int c = threadIdx.x; c < width; c += blockDim.x) {
@@ -241,9 +255,39 @@ extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __
 
 // Deterministic pseudo-random bf16 in [-1, 1) for measuring the GEMM peak on non-zero data.
 extern "C" __global__ void fill_random_bf16(u16* __restrict__ y, size_t n, u32 seed) {
+    tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         u32 h = (u32)i * 2654435761u ^ seed;
         h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
         y[i] = f2bf((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+// out[r] = the column of the first largest value of row r (rows without NaNs); one block per row.
+extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, u32* __restrict__ out, int cols) {
+    tf_pdl_enter();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float* row = x + (size_t)blockIdx.x * cols;
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = row[c];
+        if (v > bv) bv = v, bi = c;
+    }
+    // (value, index) pairs: larger value wins, the lower index on ties.
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+            if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) bv = sv[w], bi = si[w];
+        out[blockIdx.x] = bi == 0x7fffffff ? 0u : (u32)bi;
     }
 }

@@ -31,6 +31,8 @@ pub(crate) enum Arg {
     F(f32),
     /// A `size_t`.
     Z(usize),
+    /// A 128-byte `CUtensorMap`, passed by value.
+    M([u64; 16]),
 }
 
 macro_rules! kernels {
@@ -61,11 +63,13 @@ kernels!(
     scatter_add,
     kv_write,
     fill_random_bf16,
+    argmax_rows,
     gemv_bf16_n1,
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
     gemm_bf16,
+    gemm_wgmma,
     gemm_simt,
     attention_d16,
     attention_d32,
@@ -79,6 +83,14 @@ kernels!(
 pub(crate) const GEMM_SMEM: u32 = 6 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
 const _: () = assert!(GEMM_SMEM <= 227 * 1024, "the GEMM's shared memory exceeds Hopper's per-block limit");
 
+/// Shared memory of the wgmma GEMM (kernels/gemm_wgmma.cu `WG_SMEM`: 6 stages of 16 KB of x and
+/// 16 KB of W, plus 1 KB to align the ring) and its static 1 KB.
+pub(crate) const WGMMA_SMEM: u32 = 6 * (128 * 64 * 2 + 8 * 4 * 512) + 1024;
+const _: () = assert!(WGMMA_SMEM + 1024 <= 227 * 1024, "the wgmma GEMM's shared memory exceeds the limit");
+
+/// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warp.
+pub(crate) const WGMMA_THREADS: u32 = 288;
+
 /// A started device.
 pub struct Device {
     pub(crate) ctx: Arc<CudaContext>,
@@ -87,6 +99,10 @@ pub struct Device {
     pub(crate) ordinal: usize,
     pub(crate) num_sms: usize,
     pub(crate) name: String,
+    /// Whether the kernels were built for sm_90a, so `gemm_wgmma` has a body.
+    pub(crate) wgmma: bool,
+    /// Whether launches allow programmatic dependent launch (sm_90 and later).
+    pdl: bool,
 }
 
 impl Device {
@@ -116,12 +132,17 @@ impl Device {
         }
         let stream = drv(ctx.new_stream(), "creating a stream")?;
         keep_pool_memory(&ctx)?;
-        let arch = format!("sm_{major}{minor}");
+        // sm_90a: Hopper's warpgroup MMA (wgmma) only exists in the arch-specific target.
+        let wgmma = (major, minor) == (9, 0);
+        let arch = if wgmma { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let cubin = nvrtc::compile(&arch, opts.include_dir.as_deref(), opts.cache_dir.as_deref())?;
         let module = drv(ctx.load_module(Ptx::from_binary(cubin)), "loading the kernel module")?;
         let k = Kernels::load(&module)?;
         let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
+        if wgmma {
+            drv(k.gemm_wgmma.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
+        }
         for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
             drv(f.set_attribute(big, crate::ops::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
@@ -133,7 +154,7 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        Ok(Device { ctx, stream, k, ordinal, num_sms, name })
+        Ok(Device { ctx, stream, k, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
     }
 
     /// Allocates `n` elements (at least one), contents undefined.
@@ -167,23 +188,51 @@ impl Device {
 
     /// Launches `f` on the backend's stream.
     pub(crate) fn launch(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) {
-        let mut vals: Vec<u64> = args
+        let mut vals: Vec<[u64; 16]> = args
             .iter()
-            .map(|a| match *a {
-                Arg::P(p) => p,
-                Arg::I(i) => i as u32 as u64,
-                Arg::F(f) => f.to_bits() as u64,
-                Arg::Z(z) => z as u64,
+            .map(|a| {
+                let mut v = [0u64; 16];
+                match *a {
+                    Arg::P(p) => v[0] = p,
+                    Arg::I(i) => v[0] = i as u32 as u64,
+                    Arg::F(f) => v[0] = f.to_bits() as u64,
+                    Arg::Z(z) => v[0] = z as u64,
+                    Arg::M(m) => v = m,
+                }
+                v
             })
             .collect();
-        let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut _).collect();
+        let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
         must(self.ctx.bind_to_thread(), "binding the context");
-        // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
-        // (little-endian u64 slots), the arguments match the kernel signatures in kernels/*.cu.
-        let r = unsafe {
-            result::launch_kernel(f.cu_function(), grid, (block, 1, 1), smem, self.stream.cu_stream(), &mut ptrs)
+        if !self.pdl {
+            // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
+            // (little-endian 128-byte slots), the arguments match the kernel signatures in kernels/*.cu.
+            let r = unsafe {
+                result::launch_kernel(f.cu_function(), grid, (block, 1, 1), smem, self.stream.cu_stream(), &mut ptrs)
+            };
+            return must(r, "launching a kernel");
+        }
+        // Every kernel starts with `tf_pdl_enter` (kernels/common.cuh): it may be scheduled while
+        // the previous kernel runs, and waits for it before touching memory.
+        // SAFETY: a zeroed attribute is a valid value of the union; only the member named by `id` is set.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
         };
-        must(r, "launching a kernel");
+        // SAFETY: as above for the parameters; `cfg` and `attr` outlive the call.
+        let r = unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), ptrs.as_mut_ptr(), std::ptr::null_mut()) };
+        must(r.result(), "launching a kernel");
     }
 
     /// Waits for all queued work.

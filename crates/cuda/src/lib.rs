@@ -23,6 +23,7 @@ mod moe;
 mod nvrtc;
 mod ops;
 mod tensor;
+mod tma;
 
 pub use device::CudaOptions;
 pub use error::CudaError;
@@ -209,5 +210,9 @@ impl Backend for CudaBackend {
 
     fn write_kv_blocks(&self, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
         ops::write_kv_blocks(self, kv, blocks, bytes)
+    }
+
+    fn argmax_rows(&self, x: &CudaAct) -> Vec<u32> {
+        ops::argmax_rows(self, x)
     }
 }

@@ -7,10 +7,11 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 5] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gemm.cu"),
+    include_str!("../kernels/gemm_wgmma.cu"),
     include_str!("../kernels/attention.cu"),
 ];
 
@@ -142,7 +143,9 @@ mod tests {
             eprintln!("skipped: NVRTC not found");
             return;
         }
-        let cubin = compile("sm_90", None, None).unwrap_or_else(|e| panic!("{e}"));
-        assert!(cubin.len() > 1000);
+        for arch in ["sm_90", "sm_90a"] {
+            let cubin = compile(arch, None, None).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            assert!(cubin.len() > 1000);
+        }
     }
 }

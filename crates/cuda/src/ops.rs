@@ -1,7 +1,7 @@
 //! Launching the element-wise, row-wise and matmul kernels.
 
 use crate::CudaBackend;
-use crate::device::{Arg, GEMM_SMEM, grid_for, ptr};
+use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
 use crate::error::must;
 use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
@@ -173,7 +173,8 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     outs
 }
 
-/// One matmul of many rows into `y`: the tiled GEMM (packed bf16) or the plain SIMT kernel.
+/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (packed bf16), or
+/// the plain SIMT kernel.
 fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
     let d = &b.dev;
     let (n, k) = w.shape();
@@ -181,6 +182,23 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
     match w {
         CudaMat::Packed { w, ntiles, kt, .. } => {
             let xb = bf16_of(b, x);
+            let map = (d.wgmma && crate::tma::wgmma_fits(*kt))
+                .then(|| crate::tma::x_map(ptr(xb, &d.stream), m, padded(k)))
+                .flatten();
+            if let Some(map) = map {
+                let args = [
+                    Arg::P(ptr(w, &d.stream)),
+                    Arg::M(map),
+                    Arg::P(ptr(y, &d.stream)),
+                    Arg::I(m as i32),
+                    Arg::I(n as i32),
+                    Arg::I(*ntiles as i32),
+                    Arg::I(*kt as i32),
+                ];
+                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
+                d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
+                return;
+            }
             let args = [
                 Arg::P(ptr(w, &d.stream)),
                 Arg::P(ptr(xb, &d.stream)),
@@ -466,6 +484,19 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
         &[Arg::P(ptr(&x.data, &d.stream)), Arg::Z(n), Arg::F(cap)],
     );
     x.touched();
+}
+
+/// Per row, the column of the first largest value; only the indices come back.
+pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
+    let d = &b.dev;
+    let out = d.alloc::<u32>(x.rows);
+    if x.rows > 0 && x.cols > 0 {
+        let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
+        d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
+    } else {
+        return vec![0; x.rows];
+    }
+    d.download(&out, x.rows)
 }
 
 /// bf16 values in one block of K (or V).

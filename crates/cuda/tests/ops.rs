@@ -32,7 +32,8 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
     let Some(b) = backend() else { return };
-    for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096), (32, 5000)] {
+    // (64, 1040): K segments end inside the wgmma GEMM's 64-wide blocks, so the tiled GEMM runs.
+    for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096), (32, 5000), (64, 1040)] {
         let w = rand(n * k, 1 + n as u64, 0.5);
         let wm = b.mat(&weight("w", DType::BF16, n, k, &w)).unwrap();
         let big = 300;
@@ -348,4 +349,18 @@ fn producers_bf16_copies_equal_a_fresh_conversion() {
     let grouped = b.rms_norm(&b.upload(&x, rows, cols), &b.vec(&rand(32, 35, 1.0)), 1e-6, true);
     let (p, q) = via(&grouped);
     assert!(same_bits(&p, &q), "grouped rms_norm's bf16 copy");
+}
+
+#[test]
+fn argmax_rows_matches_the_host() {
+    let Some(b) = backend() else { return };
+    for (rows, cols) in [(1, 151936), (5, 1000), (3, 7), (64, 4097)] {
+        let mut x = rand(rows * cols, 11 + cols as u64, 3.0);
+        // A tie: the first of two equal maxima wins.
+        x[cols / 3] = 10.0;
+        x[cols / 2] = 10.0;
+        let got = b.argmax_rows(&b.upload(&x, rows, cols));
+        let want: Vec<u32> = x.chunks(cols).map(|r| tf_backend::host::argmax(r) as u32).collect();
+        assert_eq!(got, want, "{rows}x{cols}");
+    }
 }

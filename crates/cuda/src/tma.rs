@@ -1,0 +1,62 @@
+//! Tensor maps (Hopper's TMA descriptors) for the wgmma GEMM's x tiles: a bf16 `[rows, kp]`
+//! matrix read in boxes of 64 k x 128 rows into the 128-byte-swizzled layout wgmma reads, with
+//! zeros past the ends (kernels/gemm_wgmma.cu).
+
+use cudarc::driver::sys;
+
+/// Rows per box (kernels/gemm_wgmma.cu `WG_BN`).
+pub(crate) const BOX_ROWS: usize = 128;
+
+/// The map of `rows` x `kp` bf16 values at device address `x` (row stride `kp`), or `None` when
+/// the driver refuses it (the caller then takes the plain tiled GEMM).
+pub(crate) fn x_map(x: u64, rows: usize, kp: usize) -> Option<[u64; 16]> {
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let dims: [sys::cuuint64_t; 2] = [kp as u64, rows as u64];
+    let strides: [sys::cuuint64_t; 1] = [kp as u64 * 2];
+    let boxes: [sys::cuuint32_t; 2] = [64, BOX_ROWS as u32];
+    let steps: [sys::cuuint32_t; 2] = [1, 1];
+    // SAFETY: every pointer addresses an array of the length the rank (2) implies; `x` is a live
+    // device allocation of at least `rows * kp` bf16 values, which the map only describes.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            x as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
+}
+
+/// Whether the wgmma GEMM takes a weight of `kt` 16-wide k tiles: its K segments
+/// (kernels/gemm.cu `gemm_seg_len`) must end on its 64-wide k blocks, or be one segment.
+pub(crate) fn wgmma_fits(kt: usize) -> bool {
+    let nseg = (kt / 32).clamp(1, 8);
+    let len = (kt.div_ceil(nseg) + 1) & !1;
+    len % 4 == 0 || len >= kt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_of_common_widths_fit_the_wgmma_blocks() {
+        // 1024, 3072, 4096, 12288 and 14336 columns: the widths of Qwen3 and Llama checkpoints.
+        for kt in [64, 192, 256, 768, 896] {
+            assert!(wgmma_fits(kt), "kt={kt}");
+        }
+        // 1040 columns: two segments of 34 k tiles end inside a 64-wide block.
+        assert!(!wgmma_fits(65));
+        // A single segment always fits (it ends at K).
+        assert!(wgmma_fits(13) && wgmma_fits(63));
+    }
+}
