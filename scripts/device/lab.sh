@@ -9,7 +9,7 @@ STEPS=${STEPS:-lab}
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [[ $STEPS == *lab* ]]; then
   "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I crates/cuda/kernels \
-    -o /tmp/gemm_lab scripts/device/gemm_lab.cu -lcublas -lcuda 2> "$OUT/lab_build.log"
+    ${LABFLAGS:-} -o /tmp/gemm_lab scripts/device/gemm_lab.cu -lcublas -lcuda 2> "$OUT/lab_build.log"
   echo "nvcc rc=$?"; grep -A1 -E "gemm_wgmma|gemm_bf16'" "$OUT/lab_build.log" | grep -E "registers|spill" | head -4
   grep -E "error" "$OUT/lab_build.log" | head -20
   timeout 240 /tmp/gemm_lab 2>&1 | tee "$OUT/lab.log"

@@ -43,11 +43,21 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // be scheduled, then waits until the previous one has finished and its writes are visible. So
 // the next launch's setup overlaps this kernel while stream order is kept exactly; without the
 // launch attribute (or before sm_90) both are no-ops.
-__device__ __forceinline__ void tf_pdl_enter() {
+// Kernels that can start on inputs no earlier kernel writes (weights) split the two: launch,
+// prefetch, then wait before the first read of an activation or any write.
+__device__ __forceinline__ void tf_pdl_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tf_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void tf_pdl_enter() {
+    tf_pdl_launch();
+    tf_pdl_wait();
 }
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }

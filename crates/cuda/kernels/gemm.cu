@@ -15,6 +15,9 @@
 
 // k tiles per segment for a weight of kt k tiles: at most 8 segments of at least 32 tiles, even.
 __device__ __forceinline__ int gemm_seg_len(int kt) {
+#ifdef TF_ONE_CHAIN
+    return kt;
+#endif
     int nseg = min(8, max(1, kt / 32));
     int len = (kt + nseg - 1) / nseg;
     return (len + 1) & ~1;
@@ -49,15 +52,16 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
         const uint4* src = w + (size_t)tile * kt * 32 + lane;
         const int nst = (j1 - j0 + U - 1) / U;
         const int xrows = min(m, XROWS);
-        auto issue = [&](int s) {
-            unsigned char* base = ring + (s % ST) * SBYTES;
-            uint4* ws = (uint4*)base;
+        auto issue_w = [&](int s) {  // weights: no earlier kernel writes them
+            uint4* ws = (uint4*)(ring + (s % ST) * SBYTES);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 int j = j0 + s * U + u;
                 if (j < j1) cp_async16(&ws[u * 32 + lane], src + (size_t)j * 32, 16);
             }
-            unsigned char* xs = base + WBYTES;
+        };
+        auto issue_x = [&](int s) {
+            unsigned char* xs = ring + (s % ST) * SBYTES + WBYTES;
             for (int ch = lane; ch < xrows * 2 * U; ch += 32) {
                 int r = ch / (2 * U), part = ch % (2 * U);
                 int j = j0 + s * U + part / 2;
@@ -66,9 +70,16 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
                 cp_async16(xs + r * GEMV_XS(U) + part * 16, xsrc, ok ? 16 : 0);
             }
         };
+        // The first stages' weights stream in while the previous kernel finishes (programmatic
+        // dependent launch); x is read only after it has. Group s then holds stage s's x (and
+        // group 0 every prologue stage's W).
+#pragma unroll
+        for (int s = 0; s < ST - 1; ++s)
+            if (s < nst) issue_w(s);
+        tf_pdl_wait();
 #pragma unroll
         for (int s = 0; s < ST - 1; ++s) {
-            if (s < nst) issue(s);
+            if (s < nst) issue_x(s);
             cp_commit();
         }
         float acc[NT][4];
@@ -79,7 +90,10 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
         for (int t = 0; t < NT; ++t) xok[t] = t * 8 + g < m;
         for (int s = 0; s < nst; ++s) {
             __syncwarp();  // every lane is done reading the slot the next issue refills
-            if (s + ST - 1 < nst) issue(s + ST - 1);
+            if (s + ST - 1 < nst) {
+                issue_w(s + ST - 1);
+                issue_x(s + ST - 1);
+            }
             cp_commit();
             cp_wait<ST - 1>();
             __syncwarp();  // x rows copied by other lanes are visible
@@ -133,7 +147,7 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
         const uint4* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const uint4* __restrict__ w1,       \
         float* __restrict__ y1, int n1, int nt1, const uint4* __restrict__ w2, float* __restrict__ y2, int n2,     \
         const u16* __restrict__ x, int m, int kt, int kp) {                                                        \
-        tf_pdl_enter();                                                                                      \
+        tf_pdl_launch();                                                                                      \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
             gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp);                                                     \

@@ -1,10 +1,10 @@
 // Many-row y = x @ W^T on Hopper's warpgroup MMA (wgmma, sm_90a), in the reduction order of
 // gemm.cu: per output element, each K segment (`gemm_seg_len`) is one accumulator that starts at
 // zero and takes the segment's 16-wide k steps in order; segment sums are added left to right into
-// a total that starts at zero. wgmma m64nNk16 with W as the register A operand (the packed fragment layout is
-// exactly wgmma's register layout for A, warp w of the warpgroup holding rows 16w..16w+15)
-// computes each k step as mma.sync m16n8k16 does (scripts/device/gemm_lab.cu and tests/ops.rs
-// check the kernels agree bit for bit), so rows do not depend on which kernel ran.
+// a total that starts at zero. wgmma m64nNk16 with W as the register A operand (the packed
+// fragment layout is exactly wgmma's register layout for A, warp w of the warpgroup holding rows
+// 16w..16w+15) computes each k step as mma.sync m16n8k16 does (scripts/device/gemm_lab.cu and
+// tests/ops.rs check the kernels agree bit for bit), so rows do not depend on which kernel ran.
 //
 // CTA tile: 128 weight rows (two consumer warpgroups of 64) x 128 tokens x 64 k per stage, in a
 // ring of WG_STAGES stages fed by a producer warp: W by bulk copies in its packed layout (each
@@ -71,7 +71,6 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Keeps the compiler from moving accumulator reads or writes across an in-flight wgmma.
 __device__ __forceinline__ void wg_pin(float* d) {
 #pragma unroll
@@ -157,6 +156,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         const int steps = min(4, kt - kb * 4);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) cur[kk] = as[kk * 32];
+        wg_pin_a(cur);  // the fragments are in registers before the first fence
         bool fresh = true;  // accumulators were written by other instructions: fence first
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
