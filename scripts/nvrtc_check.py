@@ -29,7 +29,7 @@ for line in text.splitlines():
         kernel = m.group(1)
     elif "registers" in line or "spill" in line and not " 0 bytes spill stores, 0 bytes spill loads" in line:
         print(f"{kernel}: {line.strip()}")
-    elif "error" in line or "warning" in line:
+    elif "error" in line or "warning" in line or "Performance Loss" in line:
         print(line)
 print("compile", "ok" if rc == 0 else f"FAILED ({rc})")
 sys.exit(0 if rc == 0 else 1)

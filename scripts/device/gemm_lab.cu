@@ -3,8 +3,7 @@
 // shapes, then times gemm_bf16, gemm_wgmma and cuBLAS for a qwen3-8b prefill's shapes and the
 // GEMV for its decode shapes (weights rotated through more than L2 holds), against the measured
 // copy bandwidth. Built with -DTF_ONE_CHAIN every kernel uses the one-chain order (one K
-// segment) and the experimental one-chain wgmma GEMV (gemv_wgmma_lab.cu) is checked too; in the
-// default (segmented) build its exactness lines differ by design. results/NOTES.md has findings.
+// segment). results/NOTES.md has what was tried and found.
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -20,7 +19,6 @@
 #include "ops.cu"
 #include "gemm.cu"
 #include "gemm_wgmma.cu"
-#include "gemv_wgmma_lab.cu"
 
 #define CK(x)                                                                                  \
     do {                                                                                       \
@@ -32,10 +30,10 @@
     } while (0)
 
 static int padded(int k) { return (k + 15) / 16 * 16; }
-// Whether gemm_wgmma takes a weight of kt k tiles: its K segments end on 64-wide k blocks.
-static bool wgmma_fits(int kt) {
+// Whether gemm_wgmma takes a weight of kt k tiles: whole 64-wide k blocks, K segments ending on them.
+static bool wgmma_fits(int kt) {  // ops.rs / tma.rs wgmma_fits
     int nseg = std::min(8, std::max(1, kt / 32)), len = ((kt + nseg - 1) / nseg + 1) & ~1;
-    return len % 4 == 0 || len >= kt;
+    return kt % 4 == 0 && (len % 4 == 0 || len >= kt);
 }
 
 struct Weight {
@@ -49,7 +47,7 @@ static Weight make_weight(int n, int k, u32 seed) {
     CK(cudaMalloc(&raw, (size_t)n * k * 2));
     fill_random_bf16<<<1024, 256>>>(raw, (size_t)n * k, seed);
     CK(cudaMalloc(&w.packed, (size_t)w.ntiles * w.kt * 512));
-    pack_bf16<<<1024, 256>>>(raw, w.packed, n, k, w.ntiles, w.kt);
+    pad_bf16<<<1024, 256>>>(raw, w.packed, n, k, w.ntiles, w.kt);
     CK(cudaDeviceSynchronize());
     CK(cudaFree(raw));
     return w;
@@ -76,7 +74,7 @@ static u16* make_x(int m, int k, u32 seed) {
 
 static void run_gemm_bf16(const Weight& w, const u16* x, float* y, int m) {
     dim3 grid((w.ntiles + 7) / 8, (m + 127) / 128);
-    gemm_bf16<<<grid, 256, GM_SMEM>>>((const uint4*)w.packed, x, y, m, w.n, w.ntiles, w.kt, padded(w.k));
+    gemm_bf16<<<grid, 256, GM_SMEM>>>(w.packed, x, y, m, w.n, w.ntiles, w.kt, padded(w.k));
 }
 // The tensor map gemm_wgmma reads x through (ops.rs builds the same): [m, kp] bf16, 64 x 256 boxes,
 // 128-byte swizzle, zeros past the ends.
@@ -97,40 +95,23 @@ static TmaDesc x_map(const u16* x, int m, int kp, int box_rows = WG_BN) {
     memcpy(&d, &map, sizeof d);
     return d;
 }
+
 static void run_gemm_wgmma(const Weight& w, const TmaDesc& map, float* y, int m) {
-    dim3 grid((w.ntiles + WG_TILES - 1) / WG_TILES, (m + WG_BN - 1) / WG_BN);
-    gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>((const unsigned char*)w.packed, map, y, m, w.n, w.ntiles, w.kt);
+    dim3 grid((w.ntiles * 16 + WG_ROWS - 1) / WG_ROWS, (m + WG_BN - 1) / WG_BN);
+    TmaDesc wm = x_map(w.packed, w.ntiles * 16, w.kt * 16);
+    gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>(wm, map, y, m, w.n, w.kt);
 }
-static int gemv_smem_n1() { return GEMV_W * 4 * (4 * 512 + 8 * 1 * GEMV_XS(4)) + GEMV_W * 1 * 4 * 32 * 4; }
-static int gemv_smem_n8() { return GEMV_W * 3 * (2 * 512 + 8 * 8 * GEMV_XS(2)) + GEMV_W * 8 * 4 * 32 * 4; }
+static int gemv_smem_n1() { return GEMV_W * 4 * (16 + 8 * 1) * GEMV_XS(4) + GEMV_W * 1 * 4 * 32 * 4; }
+static int gemv_smem_n8() { return GEMV_W * 3 * (16 + 8 * 8) * GEMV_XS(2) + GEMV_W * 8 * 4 * 32 * 4; }
 static void run_gemv(const Weight& w, const u16* x, float* y, int m) {
     if (m <= 8)
-        gemv_bf16_n1<<<w.ntiles, 32 * GEMV_W, gemv_smem_n1()>>>((const uint4*)w.packed, y, w.n, w.ntiles, nullptr,
+        gemv_bf16_n1<<<w.ntiles, 32 * GEMV_W, gemv_smem_n1()>>>(w.packed, y, w.n, w.ntiles, nullptr,
                                                                  nullptr, 0, 0, nullptr, nullptr, 0, x, m, w.kt,
                                                                  padded(w.k));
     else
-        gemv_bf16_n8<<<w.ntiles, 32 * GEMV_W, gemv_smem_n8()>>>((const uint4*)w.packed, y, w.n, w.ntiles, nullptr,
+        gemv_bf16_n8<<<w.ntiles, 32 * GEMV_W, gemv_smem_n8()>>>(w.packed, y, w.n, w.ntiles, nullptr,
                                                                  nullptr, 0, 0, nullptr, nullptr, 0, x, m, w.kt,
                                                                  padded(w.k));
-}
-
-// The wgmma GEMV for m <= 64 rows (its tensor map's boxes are 8 * NT tokens tall).
-static void run_gemv_wg(const Weight& w, const TmaDesc& map, float* y, int m) {
-    int nt = (m + 7) / 8, v = nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
-    const unsigned char* p = (const unsigned char*)w.packed;
-    int nb = (w.ntiles + 3) / 4;
-#define GO(NT, U)                                                                                       \
-    gemv_wg_n##NT<<<nb, 128, GV_STAGES * GV_SB(NT, U) + 1024>>>(p, y, w.n, w.ntiles, nb, nullptr, nullptr, 0, 0, 0, \
-                                                                nullptr, nullptr, 0, 0, map, m, w.kt)
-    if (v == 1) GO(1, 16);
-    else if (v == 2) GO(2, 16);
-    else if (v == 4) GO(4, 16);
-    else GO(8, 8);
-#undef GO
-}
-static int gv_rows(int m) {
-    int nt = (m + 7) / 8;
-    return 8 * (nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8);
 }
 
 static size_t compare(const float* a, const float* b, size_t n, double* maxdiff) {
@@ -172,12 +153,9 @@ static float time_ms(F f, int reps) {
 int main() {
     CK(cudaFuncSetAttribute(gemm_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
     CK(cudaFuncSetAttribute(gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+
     CK(cudaFuncSetAttribute(gemv_bf16_n1, cudaFuncAttributeMaxDynamicSharedMemorySize, gemv_smem_n1()));
     CK(cudaFuncSetAttribute(gemv_bf16_n8, cudaFuncAttributeMaxDynamicSharedMemorySize, gemv_smem_n8()));
-    CK(cudaFuncSetAttribute(gemv_wg_n1, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_STAGES * GV_SB(1, 16) + 1024));
-    CK(cudaFuncSetAttribute(gemv_wg_n2, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_STAGES * GV_SB(2, 16) + 1024));
-    CK(cudaFuncSetAttribute(gemv_wg_n4, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_STAGES * GV_SB(4, 16) + 1024));
-    CK(cudaFuncSetAttribute(gemv_wg_n8, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_STAGES * GV_SB(8, 8) + 1024));
     cublasHandle_t h;
     cublasCreate(&h);
 
@@ -217,20 +195,14 @@ int main() {
         size_t bad = compare(y1, y2, (size_t)m * n, &md);
         size_t bad3 = 0;
         double md3 = 0;
-        size_t bad4 = 0;
         if (m <= 64) {
             run_gemv(w, x, y3, m);
             CK(cudaDeviceSynchronize());
             bad3 = compare(y1, y3, (size_t)m * n, &md3);
-            CK(cudaMemset(y3, 0xff, (size_t)m * n * 4));
-            run_gemv_wg(w, x_map(x, m, padded(k), gv_rows(m)), y3, m);
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
-            bad4 = compare(y1, y3, (size_t)m * n, &md3);
         }
-        printf("exact m=%d n=%d k=%d: wgmma%s vs gemm_bf16 %zu differ (max %.3g)%s gemv %zu, gemv_wg %zu differ\n", m,
-               n, k, fits ? "" : " (n/a: segments off 64-wide blocks)", bad, md, bad ? " FAIL" : "", bad3, bad4);
-        fails += bad != 0 || bad3 != 0 || bad4 != 0;
+        printf("exact m=%d n=%d k=%d: wgmma%s vs gemm_bf16 %zu differ (max %.3g)%s gemv %zu differ\n", m, n, k,
+               fits ? "" : " (n/a)", bad, md, bad || bad3 ? " FAIL" : "", bad3);
+        fails += bad != 0 || bad3 != 0;
         CK(cudaFree(y1));
         CK(cudaFree(y2));
         CK(cudaFree(y3));
@@ -255,6 +227,7 @@ int main() {
         float t1 = time_ms([&](int) { run_gemm_bf16(w, x, y, pm); }, 10);
         TmaDesc xm = x_map(x, pm, padded(k));
         float t2 = time_ms([&](int) { run_gemm_wgmma(w, xm, y, pm); }, 10);
+
         float one = 1.f, zero = 0.f;
         float t3 = time_ms(
             [&](int) {
@@ -300,14 +273,12 @@ int main() {
             u16* x = make_x(m, k, 1);
             float* y;
             CK(cudaMalloc(&y, (size_t)m * n * 4));
-            TmaDesc gm = x_map(x, m, padded(k), gv_rows(m));
             float t = time_ms([&](int r) { run_gemv(ws[r % copies], x, y, m); }, 40);
-            float tg = time_ms([&](int r) { run_gemv_wg(ws[r % copies], gm, y, m); }, 40);
             TmaDesc xm = x_map(x, m, padded(k));
             float tw = time_ms([&](int r) { run_gemm_wgmma(ws[r % copies], xm, y, m); }, 40);
             double gbs = (double)n * k * 2 / (t * 1e-3) / 1e9;
-            printf("%6dx%-7d %6d %9.1f %9.0f %9.3f   (wgmma GEMM %6.1f us, one-chain wgmma GEMV %6.1f us)", n, k, m,
-                   t * 1e3, gbs, gbs / copy_gbs, tw * 1e3, tg * 1e3);
+            printf("%6dx%-7d %6d %9.1f %9.0f %9.3f   (wgmma GEMM %6.1f us)", n, k, m, t * 1e3, gbs, gbs / copy_gbs,
+                   tw * 1e3);
             printf("\n");
             CK(cudaFree(y));
             CK(cudaFree(x));

@@ -1,8 +1,7 @@
-// y = x @ W^T with W bf16 in the packed fragment layout, x bf16 (row stride kp), y f32.
-//
-// Packed layout: W [N, K] is cut into 16x16 tiles (i = n / 16, j = k / 16), tile (i, j) stored at
-// ((i * KT + j) * 32 + lane) * 8: each lane's 16 bytes are exactly its A fragment of
-// mma.m16n8k16 (rows g, g + 8 and k 2c.., 2c + 8.. with g = lane / 4, c = lane % 4).
+// y = x @ W^T with W bf16 row-major, zero-padded to [16 NT, kp] (kp = 16 KT, the row stride of
+// x too), x bf16, y f32. Kernels stage W tiles in shared memory and take each warp's A fragment of
+// mma.m16n8k16 (rows g, g + 8 and k 2c.., 2c + 8.. with g = lane / 4, c = lane % 4) by ldmatrix;
+// the wgmma GEMM (gemm_wgmma.cu) reads the same rows through a tensor map.
 //
 // Exactness: the k tiles of a weight fall in at most 8 segments of `gemm_seg_len(KT)` tiles (a
 // function of the weight's shape only). Every output element y[t, n] is, for each segment in
@@ -35,10 +34,10 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 #define GEMV_XS(U) ((U) * 32 + 16)
 
 template <int NT, int U, int ST>
-__device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __restrict__ y, int n, int tile,
+__device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
                                           const u16* __restrict__ x, int m, int kt, int kp) {
     constexpr int XROWS = 8 * NT;
-    constexpr int WBYTES = U * 512;
+    constexpr int WBYTES = 16 * GEMV_XS(U);  // 16 W rows of U k tiles, padded like x rows
     constexpr int SBYTES = WBYTES + XROWS * GEMV_XS(U);
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -49,15 +48,15 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
     const int nseg = (kt + len - 1) / len;
     const int j0 = warp * len, j1 = min(j0 + len, kt);
     if (warp < nseg) {
-        const uint4* src = w + (size_t)tile * kt * 32 + lane;
+        const u16* src = w + (size_t)tile * 16 * kp;
         const int nst = (j1 - j0 + U - 1) / U;
         const int xrows = min(m, XROWS);
         auto issue_w = [&](int s) {  // weights: no earlier kernel writes them
-            uint4* ws = (uint4*)(ring + (s % ST) * SBYTES);
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                int j = j0 + s * U + u;
-                if (j < j1) cp_async16(&ws[u * 32 + lane], src + (size_t)j * 32, 16);
+            unsigned char* ws = ring + (s % ST) * SBYTES;
+            for (int ch = lane; ch < 32 * U; ch += 32) {
+                int r = ch / (2 * U), part = ch % (2 * U);
+                int j = j0 + s * U + part / 2;
+                if (j < j1) cp_async16(ws + r * GEMV_XS(U) + part * 16, src + (size_t)r * kp + j * 16 + (part & 1) * 8, 16);
             }
         };
         auto issue_x = [&](int s) {
@@ -98,13 +97,14 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
             cp_wait<ST - 1>();
             __syncwarp();  // x rows copied by other lanes are visible
             const unsigned char* base = ring + (s % ST) * SBYTES;
-            const uint4* ws = (const uint4*)base;
+            const unsigned char* wrow = base + (lane & 15) * GEMV_XS(U) + (lane >> 4) * 16;
             const unsigned char* xs = base + WBYTES;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 int j = j0 + s * U + u;
                 if (j < j1) {
-                    uint4 a = ws[u * 32 + lane];
+                    uint4 a;
+                    ldsm_x4(a.x, a.y, a.z, a.w, wrow + u * 32);
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
                         const unsigned char* xr = xs + (t * 8 + g) * GEMV_XS(U) + u * 32 + 4 * c;
@@ -144,8 +144,8 @@ __device__ __forceinline__ void gemv_body(const uint4* __restrict__ w, float* __
 // NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.
 #define GEMV_KERNEL(NT, U, ST)                                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_bf16_n##NT(                                     \
-        const uint4* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const uint4* __restrict__ w1,       \
-        float* __restrict__ y1, int n1, int nt1, const uint4* __restrict__ w2, float* __restrict__ y2, int n2,     \
+        const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
+        float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
         const u16* __restrict__ x, int m, int kt, int kp) {                                                        \
         tf_pdl_launch();                                                                                      \
         int b = blockIdx.x;                                                                                        \
@@ -162,20 +162,20 @@ GEMV_KERNEL(4, 4, 3)
 GEMV_KERNEL(8, 2, 3)
 
 // Many rows: CTA tile 128 weight rows x 128 tokens x 32 k, 8 warps (2 along W rows x 4 along
-// tokens), each warp 64 x 32: 4 A tiles (W, from the packed layout) x 4 B tiles (x, ldmatrix).
+// tokens), each warp 64 x 32: 4 A tiles (W) x 4 B tiles (x), both by ldmatrix.
 #define GM_BN 128
 #define GM_BM 128
 #define GM_STAGES 6
 #define GM_XSTRIDE 40  // u16 per x row in shared memory: 32 + 8 padding (80 bytes, conflict-free)
-#define GM_SMEM (GM_STAGES * (8 * 2 * 32 * 16 + GM_BM * GM_XSTRIDE * 2))
+#define GM_SMEM (GM_STAGES * (GM_BN + GM_BM) * GM_XSTRIDE * 2)
 
-extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __restrict__ w, const u16* __restrict__ x,
+extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const u16* __restrict__ w, const u16* __restrict__ x,
                                                             float* __restrict__ y, int m, int n, int ntiles, int kt,
                                                             int kp) {
     tf_pdl_enter();
     extern __shared__ __align__(16) unsigned char smem[];
-    uint4* ws = (uint4*)smem;                                    // [stage][8 row tiles][2 k tiles][32 lanes]
-    u16* xs = (u16*)(smem + GM_STAGES * 8 * 2 * 32 * 16);       // [stage][128 tokens][GM_XSTRIDE]
+    u16* ws = (u16*)smem;                                        // [stage][128 W rows][GM_XSTRIDE]
+    u16* xs = ws + GM_STAGES * GM_BN * GM_XSTRIDE;               // [stage][128 tokens][GM_XSTRIDE]
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int wn = warp & 1, wm = warp >> 1;  // warp's 64-row slice of W and 32-token slice of x
     int tile0 = blockIdx.x * 8;        // first 16-row tile of W
@@ -183,15 +183,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __re
     int nkb = (kt + 1) / 2;            // 32-wide k blocks
 
     auto load = [&](int kb, int slot) {
-        // W: 8 row tiles x 2 k tiles x 32 lanes of 16 bytes = 512 chunks, 2 per thread.
+        // W: 128 rows x 4 chunks of 8 values (rows past the padded weight read as zeros).
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
             int ch = tid + q * 256;
-            int rt = ch >> 6, kk = (ch >> 5) & 1, ln = ch & 31;
-            int i = tile0 + rt, j = kb * 2 + kk;
-            bool ok = i < ntiles && j < kt;
-            const uint4* s = w + (((size_t)(ok ? i : 0) * kt + (ok ? j : 0)) * 32 + ln);
-            cp_async16(&ws[((slot * 8 + rt) * 2 + kk) * 32 + ln], s, ok ? 16 : 0);
+            int r = ch >> 2, part = ch & 3;
+            int row = tile0 * 16 + r, k = kb * 32 + part * 8;
+            bool ok = row < ntiles * 16 && k < kp;
+            const u16* s = w + (size_t)(ok ? row : 0) * kp + (ok ? k : 0);
+            cp_async16(&ws[(slot * GM_BN + r) * GM_XSTRIDE + part * 8], s, ok ? 16 : 0);
         }
         // x: 128 tokens x 4 chunks of 8 values.
 #pragma unroll
@@ -231,7 +231,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const uint4* __re
             if (kb * 2 + kk < kt) {
                 uint4 a[4];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) a[mt] = ws[((slot * 8 + wn * 4 + mt) * 2 + kk) * 32 + lane];
+                for (int mt = 0; mt < 4; ++mt) {
+                    int wr = (wn * 4 + mt) * 16 + (lane & 15), kc = kk * 16 + (lane >> 4) * 8;
+                    ldsm_x4(a[mt].x, a[mt].y, a[mt].z, a[mt].w, &ws[(slot * GM_BN + wr) * GM_XSTRIDE + kc]);
+                }
                 u32 b[4][2];
 #pragma unroll
                 for (int p = 0; p < 2; ++p) {

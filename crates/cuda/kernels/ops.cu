@@ -3,29 +3,18 @@
 // Every output element is computed by one thread (or one block with a fixed-order reduction),
 // so results do not depend on how many rows share a launch.
 
-// Packed bf16 weight layout (see gemm.cu): element (n, k) of an [N, K] matrix.
-__device__ __forceinline__ size_t packed_index(int n, int k, int kt) {
-    int i = n >> 4, r = n & 15, j = k >> 4, kk = k & 15;
-    int g = r & 7, rowhi = r >> 3, khi = kk >> 3, c = (kk & 7) >> 1, h = kk & 1;
-    int lane = g * 4 + c, e = 2 * (rowhi + 2 * khi) + h;
-    return (((size_t)i * kt + j) * 32 + lane) * 8 + e;
-}
-
-extern "C" __global__ void pack_bf16(const u16* __restrict__ src, u16* __restrict__ dst, int n, int k, int nt, int kt) {
+// A bf16 [n, k] weight copied into the matmul layout (gemm.cu): rows and columns zero-padded to
+// [nt * 16, kt * 16].
+extern "C" __global__ void pad_bf16(const u16* __restrict__ src, u16* __restrict__ dst, int n, int k, int nt, int kt) {
     tf_pdl_enter();
-    size_t total = (size_t)nt * kt * 256;
+    size_t kp = (size_t)kt * 16, total = (size_t)nt * 16 * kp;
     for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (size_t)gridDim.x * blockDim.x) {
-        int e = p & 7, lane = (p >> 3) & 31;
-        size_t tile = p >> 8;
-        int j = (int)(tile % kt), i = (int)(tile / kt);
-        int g = lane >> 2, c = lane & 3, reg = e >> 1, h = e & 1;
-        int row = 16 * i + g + ((reg & 1) ? 8 : 0);
-        int col = 16 * j + 2 * c + h + ((reg & 2) ? 8 : 0);
-        dst[p] = (row < n && col < k) ? src[(size_t)row * k + col] : (u16)0;
+        size_t row = p / kp, col = p % kp;
+        dst[p] = (row < (size_t)n && col < (size_t)k) ? src[row * k + col] : (u16)0;
     }
 }
 
-// out[r, :] = table[ids[r], :] * scale. dtype: 0 packed bf16, 1 f16, 2 f32.
+// out[r, :] = table[ids[r], :] * scale. dtype: 0 padded bf16 (row stride 16 kt), 1 f16, 2 f32.
 extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int kt, const u32* __restrict__ ids, int k,
                                  float scale, float* __restrict__ out) {
     tf_pdl_enter();
@@ -33,7 +22,7 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
     u32 id = ids[r];
     for (int c = threadIdx.x; c < k; c += blockDim.x) {
         float w;
-        if (dtype == 0) w = bf2f(((const u16*)table)[packed_index(id, c, kt)]);
+        if (dtype == 0) w = bf2f(((const u16*)table)[(size_t)id * kt * 16 + c]);
         else if (dtype == 1) w = h2f(((const u16*)table)[(size_t)id * k + c]);
         else w = ((const float*)table)[(size_t)id * k + c];
         out[(size_t)r * k + c] = w * scale;

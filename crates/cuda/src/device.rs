@@ -48,7 +48,7 @@ macro_rules! kernels {
 }
 
 kernels!(
-    pack_bf16,
+    pad_bf16,
     embed,
     rms_norm,
     add_rms_norm,
@@ -79,13 +79,14 @@ kernels!(
     attention_combine,
 );
 
-/// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`).
-pub(crate) const GEMM_SMEM: u32 = 6 * (8 * 2 * 32 * 16 + 128 * 40 * 2);
+/// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`: 6 stages of 128 W rows and 128 x
+/// rows of 40 values).
+pub(crate) const GEMM_SMEM: u32 = 6 * (128 + 128) * 40 * 2;
 const _: () = assert!(GEMM_SMEM <= 227 * 1024, "the GEMM's shared memory exceeds Hopper's per-block limit");
 
 /// Shared memory of the wgmma GEMM (kernels/gemm_wgmma.cu `WG_SMEM`: 6 stages of 16 KB of x and
 /// 16 KB of W, plus 1 KB to align the ring) and its static 1 KB.
-pub(crate) const WGMMA_SMEM: u32 = 6 * (128 * 64 * 2 + 8 * 4 * 512) + 1024;
+pub(crate) const WGMMA_SMEM: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 1024;
 const _: () = assert!(WGMMA_SMEM + 1024 <= 227 * 1024, "the wgmma GEMM's shared memory exceeds the limit");
 
 /// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warp.

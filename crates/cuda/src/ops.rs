@@ -11,7 +11,8 @@ use tf_formats::TensorView;
 
 const BLOCK: u32 = 256;
 
-/// Takes a 2-D float weight: bf16 is repacked on the device, f16 and f32 kept as stored.
+/// Takes a 2-D float weight: bf16 is zero-padded to 16 x 16 tiles on the device, f16 and f32 kept
+/// as stored.
 pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendError> {
     let [rows, cols] = t.shape[..] else {
         return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
@@ -31,8 +32,11 @@ pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendErr
                 Arg::I(ntiles as i32),
                 Arg::I(kt as i32),
             ];
-            d.launch(&d.k.pack_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
-            Ok(CudaMat::Packed { w, rows, cols, ntiles, kt })
+            d.launch(&d.k.pad_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
+            let map = (d.wgmma && crate::tma::wgmma_fits(kt))
+                .then(|| crate::tma::x_map(ptr(&w, &d.stream), ntiles * 16, kt * 16))
+                .flatten();
+            Ok(CudaMat::Bf16 { w, rows, cols, ntiles, kt, map })
         }
         DType::F16 => Ok(CudaMat::Plain { w: raw, f16: true, rows, cols }),
         DType::F32 => Ok(CudaMat::Plain { w: raw, f16: false, rows, cols }),
@@ -92,7 +96,7 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
     let out = d.alloc::<f32>(ids.len() * cols);
     let idb = d.upload(ids);
     let (w, dtype, kt) = match table {
-        CudaMat::Packed { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
+        CudaMat::Bf16 { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
         CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
     };
     if !ids.is_empty() {
@@ -114,7 +118,7 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
     matmul_many(b, x, &[w]).pop().expect("one weight, one output")
 }
 
-/// `x @ w^T` for each weight of `ws` (same input width): packed bf16 weights with few rows share
+/// `x @ w^T` for each weight of `ws` (same input width): bf16 weights with few rows share
 /// one GEMV launch (up to three per launch); each output equals its own `matmul` bit for bit.
 pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     let d = &b.dev;
@@ -130,14 +134,14 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     if m == 0 {
         return outs;
     }
-    let packed: Vec<(u64, usize, usize)> = ws
+    let bf16: Vec<(u64, usize, usize)> = ws
         .iter()
         .filter_map(|w| match w {
-            CudaMat::Packed { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
+            CudaMat::Bf16 { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
             CudaMat::Plain { .. } => None,
         })
         .collect();
-    if m > 64 || packed.len() != ws.len() {
+    if m > 64 || bf16.len() != ws.len() {
         for (w, y) in ws.iter().zip(&outs) {
             matmul_one(b, x, w, &y.data);
         }
@@ -147,7 +151,7 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     let kt = x.cols.div_ceil(16);
     let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
     let (f, smem) = gemv_config(d, m);
-    for (seg, yseg) in packed.chunks(3).zip(ys.chunks(3)) {
+    for (seg, yseg) in bf16.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
@@ -173,26 +177,23 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     outs
 }
 
-/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (packed bf16), or
+/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (bf16), or
 /// the plain SIMT kernel.
 fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
     let d = &b.dev;
     let (n, k) = w.shape();
     let m = x.rows;
     match w {
-        CudaMat::Packed { w, ntiles, kt, .. } => {
+        CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
             let xb = bf16_of(b, x);
-            let map = (d.wgmma && crate::tma::wgmma_fits(*kt))
-                .then(|| crate::tma::x_map(ptr(xb, &d.stream), m, padded(k)))
-                .flatten();
-            if let Some(map) = map {
+            let maps = map.and_then(|wm| crate::tma::x_map(ptr(xb, &d.stream), m, padded(k)).map(|xm| (wm, xm)));
+            if let Some((wmap, xmap)) = maps {
                 let args = [
-                    Arg::P(ptr(w, &d.stream)),
-                    Arg::M(map),
+                    Arg::M(wmap),
+                    Arg::M(xmap),
                     Arg::P(ptr(y, &d.stream)),
                     Arg::I(m as i32),
                     Arg::I(n as i32),
-                    Arg::I(*ntiles as i32),
                     Arg::I(*kt as i32),
                 ];
                 let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
@@ -240,7 +241,7 @@ fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFun
 }
 
 /// Shared memory of the GEMV variant for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of
-/// `U * 512` bytes of W and `8 * NT` x rows of `U * 32 + 16` bytes, then the segment sums
+/// 16 W rows and `8 * NT` x rows of `U * 32 + 16` bytes each, then the segment sums
 /// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
 pub(crate) fn gemv_smem(nt: usize) -> u32 {
     let (u, st) = match nt {
@@ -248,7 +249,7 @@ pub(crate) fn gemv_smem(nt: usize) -> u32 {
         4 => (4, 3),
         _ => (2, 3),
     };
-    (GEMV_WARPS * st * (u * 512 + 8 * nt * (u * 32 + 16)) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+    (GEMV_WARPS * st * (16 + 8 * nt) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
 }
 
 /// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.

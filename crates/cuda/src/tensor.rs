@@ -1,5 +1,5 @@
 //! Device tensors: f32 activations (with a lazily made bf16 copy that matmuls read), weights in
-//! their storage type (bf16 repacked into MMA fragment order), norm vectors, bf16 KV pools.
+//! their storage type (bf16 padded to 16 x 16 tiles), norm vectors, bf16 KV pools.
 
 use cudarc::driver::CudaSlice;
 use std::cell::OnceCell;
@@ -42,9 +42,9 @@ impl CudaAct {
 
 /// A weight matrix `[rows, cols]` (`y = x @ W^T`).
 pub enum CudaMat {
-    /// bf16, repacked into 16x16 MMA fragment tiles (kernels/gemm.cu).
-    Packed {
-        /// Packed elements, `ntiles * kt * 256`.
+    /// bf16, row-major with rows and columns zero-padded to multiples of 16 (kernels/gemm.cu).
+    Bf16 {
+        /// `[16 ntiles, 16 kt]` elements.
         w: CudaSlice<u16>,
         /// Output features.
         rows: usize,
@@ -54,6 +54,8 @@ pub enum CudaMat {
         ntiles: usize,
         /// 16-column tiles.
         kt: usize,
+        /// The tensor map the wgmma GEMM reads the rows through (Hopper only).
+        map: Option<[u64; 16]>,
     },
     /// f16 or f32, row-major as stored (small checkpoints; one FMA chain per output).
     Plain {
@@ -72,7 +74,7 @@ impl CudaMat {
     /// `(rows, cols)`.
     pub fn shape(&self) -> (usize, usize) {
         match *self {
-            CudaMat::Packed { rows, cols, .. } | CudaMat::Plain { rows, cols, .. } => (rows, cols),
+            CudaMat::Bf16 { rows, cols, .. } | CudaMat::Plain { rows, cols, .. } => (rows, cols),
         }
     }
 }

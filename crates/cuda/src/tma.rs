@@ -1,6 +1,6 @@
-//! Tensor maps (Hopper's TMA descriptors) for the wgmma GEMM's x tiles: a bf16 `[rows, kp]`
-//! matrix read in boxes of 64 k x 128 rows into the 128-byte-swizzled layout wgmma reads, with
-//! zeros past the ends (kernels/gemm_wgmma.cu).
+//! Tensor maps (Hopper's TMA descriptors) for the wgmma GEMM's operands, W rows and x rows alike:
+//! a bf16 `[rows, kp]` matrix read in boxes of 64 k x 128 rows into the 128-byte-swizzled layout
+//! wgmma reads, with zeros past the ends (kernels/gemm_wgmma.cu).
 
 use cudarc::driver::sys;
 
@@ -36,12 +36,12 @@ pub(crate) fn x_map(x: u64, rows: usize, kp: usize) -> Option<[u64; 16]> {
     (r == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
 }
 
-/// Whether the wgmma GEMM takes a weight of `kt` 16-wide k tiles: its K segments
-/// (kernels/gemm.cu `gemm_seg_len`) must end on its 64-wide k blocks, or be one segment.
+/// Whether the wgmma GEMM takes a weight of `kt` 16-wide k tiles: K must be whole 64-wide k
+/// blocks and its segments (kernels/gemm.cu `gemm_seg_len`) must end on them, or be one segment.
 pub(crate) fn wgmma_fits(kt: usize) -> bool {
     let nseg = (kt / 32).clamp(1, 8);
     let len = (kt.div_ceil(nseg) + 1) & !1;
-    len % 4 == 0 || len >= kt
+    kt.is_multiple_of(4) && (len.is_multiple_of(4) || len >= kt)
 }
 
 #[cfg(test)]
@@ -56,7 +56,8 @@ mod tests {
         }
         // 1040 columns: two segments of 34 k tiles end inside a 64-wide block.
         assert!(!wgmma_fits(65));
-        // A single segment always fits (it ends at K).
-        assert!(wgmma_fits(13) && wgmma_fits(63));
+        // A single segment of whole blocks fits (it ends at K); a partial last block does not.
+        assert!(wgmma_fits(4) && wgmma_fits(28));
+        assert!(!wgmma_fits(13) && !wgmma_fits(63));
     }
 }
