@@ -101,7 +101,7 @@ static void run_gemm_wgmma(const Weight& w, const TmaDesc& map, float* y, int m)
     TmaDesc wm = x_map(w.packed, w.ntiles * 16, w.kt * 16);
     gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>(wm, map, y, m, w.n, w.kt);
 }
-static int gemv_smem_n1() { return GEMV_W * 4 * (16 + 8 * 1) * GEMV_XS(4) + GEMV_W * 1 * 4 * 32 * 4; }
+static int gemv_smem_n1() { return GEMV_W * 3 * (16 + 8 * 1) * GEMV_XS(5) + GEMV_W * 1 * 4 * 32 * 4; }
 static int gemv_smem_n8() { return GEMV_W * 3 * (16 + 8 * 8) * GEMV_XS(2) + GEMV_W * 8 * 4 * 32 * 4; }
 static void run_gemv(const Weight& w, const u16* x, float* y, int m) {
     if (m <= 8)
@@ -112,6 +112,24 @@ static void run_gemv(const Weight& w, const u16* x, float* y, int m) {
         gemv_bf16_n8<<<w.ntiles, 32 * GEMV_W, gemv_smem_n8()>>>(w.packed, y, w.n, w.ntiles, nullptr,
                                                                  nullptr, 0, 0, nullptr, nullptr, 0, x, m, w.kt,
                                                                  padded(w.k));
+}
+
+// GEMV ring variants (U k tiles per stage, ST stages) for the n1/n2 table in ops.rs.
+template <int NT, int U, int ST>
+__global__ void __launch_bounds__(32 * GEMV_W) gemv_var(const u16* w, float* y, int n, const u16* x, int m, int kt,
+                                                         int kp) {
+    tf_pdl_launch();
+    gemv_body<NT, U, ST>(w, y, n, blockIdx.x, x, m, kt, kp);
+}
+template <int NT, int U, int ST>
+static float time_var(const std::vector<Weight>& ws, const u16* x, float* y, int m) {
+    int smem = GEMV_W * ST * (16 + 8 * NT) * GEMV_XS(U) + GEMV_W * NT * 4 * 32 * 4;
+    CK(cudaFuncSetAttribute(gemv_var<NT, U, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int copies = ws.size(), kp = padded(ws[0].k);
+    return time_ms([&](int r) {
+        const Weight& w = ws[r % copies];
+        gemv_var<NT, U, ST><<<w.ntiles, 32 * GEMV_W, smem>>>(w.packed, y, w.n, x, m, w.kt, kp);
+    }, 40);
 }
 
 static size_t compare(const float* a, const float* b, size_t n, double* maxdiff) {
@@ -279,6 +297,17 @@ int main() {
             double gbs = (double)n * k * 2 / (t * 1e-3) / 1e9;
             printf("%6dx%-7d %6d %9.1f %9.0f %9.3f   (wgmma GEMM %6.1f us)", n, k, m, t * 1e3, gbs, gbs / copy_gbs,
                    tw * 1e3);
+            if (m == 1 || m == 8) {
+                double b = (double)n * k * 2 / 1e6 / copy_gbs;  // ms at copy bandwidth
+                printf("  variants U,ST: 4,3 %.3f  5,3 %.3f  8,2 %.3f  4,4 %.3f", b / time_var<1, 4, 3>(ws, x, y, m),
+                       b / time_var<1, 5, 3>(ws, x, y, m), b / time_var<1, 8, 2>(ws, x, y, m),
+                       b / time_var<1, 4, 4>(ws, x, y, m));
+            }
+            if (m == 64) {
+                double b = (double)n * k * 2 / 1e6 / copy_gbs;
+                printf("  n4 (m 32) 4,3: %.3f  wgmma m=32: %.3f", b / time_var<4, 4, 3>(ws, x, y, 32),
+                       b / time_ms([&](int r) { run_gemm_wgmma(ws[r % copies], x_map(x, 32, padded(k)), y, 32); }, 20));
+            }
             printf("\n");
             CK(cudaFree(y));
             CK(cudaFree(x));

@@ -141,7 +141,9 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
             CudaMat::Plain { .. } => None,
         })
         .collect();
-    if m > 64 || bf16.len() != ws.len() {
+    // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV on Hopper.
+    let wgmma = d.wgmma && ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
+    if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
         for (w, y) in ws.iter().zip(&outs) {
             matmul_one(b, x, w, &y.data);
         }
@@ -245,7 +247,8 @@ fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFun
 /// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
 pub(crate) fn gemv_smem(nt: usize) -> u32 {
     let (u, st) = match nt {
-        1 | 2 => (4, 4),
+        1 => (5, 3),
+        2 => (4, 4),
         4 => (4, 3),
         _ => (2, 3),
     };
