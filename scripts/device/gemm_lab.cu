@@ -101,7 +101,7 @@ static void run_gemm_wgmma(const Weight& w, const TmaDesc& map, float* y, int m)
     TmaDesc wm = x_map(w.packed, w.ntiles * 16, w.kt * 16);
     gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>(wm, map, y, m, w.n, w.kt);
 }
-static int gemv_smem_n1() { return GEMV_W * 3 * (16 + 8 * 1) * GEMV_XS(5) + GEMV_W * 1 * 4 * 32 * 4; }
+static int gemv_smem_n1() { return GEMV_W * 4 * (16 + 8 * 1) * GEMV_XS(4) + GEMV_W * 1 * 4 * 32 * 4; }
 static int gemv_smem_n8() { return GEMV_W * 3 * (16 + 8 * 8) * GEMV_XS(2) + GEMV_W * 8 * 4 * 32 * 4; }
 static void run_gemv(const Weight& w, const u16* x, float* y, int m) {
     if (m <= 8)

@@ -156,7 +156,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
         else                                                                                                       \
             gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp);                                         \
     }
-GEMV_KERNEL(1, 5, 3)
+GEMV_KERNEL(1, 4, 4)
 GEMV_KERNEL(2, 4, 4)
 GEMV_KERNEL(4, 4, 3)
 GEMV_KERNEL(8, 2, 3)

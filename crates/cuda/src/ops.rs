@@ -247,8 +247,7 @@ fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFun
 /// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
 pub(crate) fn gemv_smem(nt: usize) -> u32 {
     let (u, st) = match nt {
-        1 => (5, 3),
-        2 => (4, 4),
+        1 | 2 => (4, 4),
         4 => (4, 3),
         _ => (2, 3),
     };
