@@ -6,14 +6,15 @@
 //! element independently of how many rows share the call. Matmuls cut K into at most 8 segments
 //! whose length depends only on the weight's K; each segment is one MMA chain over its 16-wide k
 //! steps, and the segments are summed left to right, whether a GEMV splits them across warps
-//! (decode) or the tiled GEMM folds them in registers (prefill: on Hopper the wgmma kernel fed by
-//! tensor-map copies, else the mma.sync one; wgmma's k steps give mma.sync's bits). Every kernel
-//! opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is set up while
-//! the previous kernel runs (the GEMV prefetches its first weights before the wait). Attention
+//! (decode) or a tiled GEMM folds them in registers (prefill: on Hopper the wgmma kernel fed by
+//! tensor-map copies, else the mma.sync one; wgmma's k steps give mma.sync's bits). Attention
 //! walks keys in 64-key blocks within 256-key chunks aligned to absolute positions and folds the
-//! chunks left to right, in one CTA or split across CTAs plus a combine kernel. So concurrent == solo, drafted ==
-//! undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`, `add_rms_norm`,
-//! `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
+//! chunks left to right, in one CTA or split across CTAs plus a combine kernel. So concurrent ==
+//! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
+//! `add_rms_norm`, `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
+//!
+//! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is
+//! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait).
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.
