@@ -13,6 +13,7 @@
 // many rows share the call or which kernel ran.
 
 // k tiles per segment for a weight of kt k tiles: at most 8 segments of at least 32 tiles, even.
+// (TF_ONE_CHAIN, defined only by scripts/device/gemm_lab.cu's experiments: one segment.)
 __device__ __forceinline__ int gemm_seg_len(int kt) {
 #ifdef TF_ONE_CHAIN
     return kt;
@@ -24,8 +25,8 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 
 // Few rows (M <= 8 * NT): one block of GEMV_W warps per 16-row tile of W; warp w takes segment w
 // and streams its k tiles and its slice of x through a private cp.async ring of ST stages of U k
-// tiles (512 bytes of W per k tile, each x row's 32 bytes), keeping ST - 1 stages of global reads in
-// flight. Segment sums meet in shared memory; warp 0 folds them in order. One launch serves up to
+// tiles (16 W rows and each x row, 32 bytes per k tile, rows padded by 16 bytes so ldmatrix and
+// the B reads are conflict-free), keeping ST - 1 stages of global reads in flight. Segment sums meet in shared memory; warp 0 folds them in order. One launch serves up to
 // three weights of the same x (q/k/v, gate/up): block b takes tile b of the concatenated tile
 // lists. ops.rs `gemv_smem` gives each variant's shared memory.
 #define GEMV_W 8
