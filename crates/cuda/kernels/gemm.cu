@@ -26,9 +26,9 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 // Few rows (M <= 8 * NT): one block of GEMV_W warps per 16-row tile of W; warp w takes segment w
 // and streams its k tiles and its slice of x through a private cp.async ring of ST stages of U k
 // tiles (16 W rows and each x row, 32 bytes per k tile, rows padded by 16 bytes so ldmatrix and
-// the B reads are conflict-free), keeping ST - 1 stages of global reads in flight. Segment sums meet in shared memory; warp 0 folds them in order. One launch serves up to
-// three weights of the same x (q/k/v, gate/up): block b takes tile b of the concatenated tile
-// lists. ops.rs `gemv_smem` gives each variant's shared memory.
+// the B reads are conflict-free), keeping ST - 1 stages of global reads in flight. Segment sums
+// meet in shared memory; warp 0 folds them in order. One launch serves up to three weights of
+// the same x (q/k/v, gate/up): block b takes tile b of the concatenated tile lists. ops.rs `gemv_smem` gives each variant's shared memory.
 #define GEMV_W 8
 
 // Bytes per x row per stage in shared memory: U * 32 plus 16 of padding (conflict-free B reads).

@@ -34,7 +34,7 @@ pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendErr
             ];
             d.launch(&d.k.pad_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
             let map = (d.wgmma && crate::tma::wgmma_fits(kt))
-                .then(|| crate::tma::x_map(ptr(&w, &d.stream), ntiles * 16, kt * 16))
+                .then(|| crate::tma::row_map(ptr(&w, &d.stream), ntiles * 16, kt * 16))
                 .flatten();
             Ok(CudaMat::Bf16 { w, rows, cols, ntiles, kt, map })
         }
@@ -141,8 +141,9 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
             CudaMat::Plain { .. } => None,
         })
         .collect();
-    // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV on Hopper.
-    let wgmma = d.wgmma && ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
+    // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
+    // only where it runs (Hopper).
+    let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
     if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
         for (w, y) in ws.iter().zip(&outs) {
             matmul_one(b, x, w, &y.data);
@@ -188,7 +189,7 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
     match w {
         CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
             let xb = bf16_of(b, x);
-            let maps = map.and_then(|wm| crate::tma::x_map(ptr(xb, &d.stream), m, padded(k)).map(|xm| (wm, xm)));
+            let maps = map.and_then(|wm| crate::tma::row_map(ptr(xb, &d.stream), m, padded(k)).map(|xm| (wm, xm)));
             if let Some((wmap, xmap)) = maps {
                 let args = [
                     Arg::M(wmap),
@@ -492,13 +493,12 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
 /// Per row, the column of the first largest value; only the indices come back.
 pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
     let d = &b.dev;
-    let out = d.alloc::<u32>(x.rows);
-    if x.rows > 0 && x.cols > 0 {
-        let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
-        d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
-    } else {
+    if x.rows == 0 || x.cols == 0 {
         return vec![0; x.rows];
     }
+    let out = d.alloc::<u32>(x.rows);
+    let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
+    d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
     d.download(&out, x.rows)
 }
 

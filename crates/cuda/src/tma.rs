@@ -9,7 +9,7 @@ pub(crate) const BOX_ROWS: usize = 128;
 
 /// The map of `rows` x `kp` bf16 values at device address `x` (row stride `kp`), or `None` when
 /// the driver refuses it (the caller then takes the plain tiled GEMM).
-pub(crate) fn x_map(x: u64, rows: usize, kp: usize) -> Option<[u64; 16]> {
+pub(crate) fn row_map(x: u64, rows: usize, kp: usize) -> Option<[u64; 16]> {
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     let dims: [sys::cuuint64_t; 2] = [kp as u64, rows as u64];
     let strides: [sys::cuuint64_t; 1] = [kp as u64 * 2];
