@@ -19,6 +19,7 @@
 #include "ops.cu"
 #include "gemm.cu"
 #include "gemm_wgmma.cu"
+#include "gemv_tma.cu"
 
 #define CK(x)                                                                                  \
     do {                                                                                       \
@@ -114,24 +115,18 @@ static void run_gemv(const Weight& w, const u16* x, float* y, int m) {
                                                                  padded(w.k));
 }
 
-// GEMV ring variants (U k tiles per stage, ST stages) for the n1/n2 table in ops.rs.
-template <int NT, int U, int ST>
-__global__ void __launch_bounds__(32 * GEMV_W) gemv_var(const u16* w, float* y, int n, const u16* x, int m, int kt,
-                                                         int kp) {
-    tf_pdl_launch();
-    gemv_body<NT, U, ST>(w, y, n, blockIdx.x, x, m, kt, kp);
+// The TMA GEMV (ops.rs gemv_tma): one block per SM at most, x map in boxes of 8 NT rows.
+static int g_sms = 132;
+static void run_gemv_tma(const TmaDesc& wm, const TmaDesc& xm, const Weight& w, float* y, int m) {
+    int grid = std::min(w.ntiles, g_sms);
+    if (m <= 8)
+        gemv_tma_n1<<<grid, 32 * GT_W, GtCfg<1>::SMEM>>>(wm, wm, wm, y, y, y, w.n, 0, 0, w.ntiles, 0, w.ntiles, xm, m, w.kt);
+    else if (m <= 16)
+        gemv_tma_n2<<<grid, 32 * GT_W, GtCfg<2>::SMEM>>>(wm, wm, wm, y, y, y, w.n, 0, 0, w.ntiles, 0, w.ntiles, xm, m, w.kt);
+    else
+        gemv_tma_n4<<<grid, 32 * GT_W, GtCfg<4>::SMEM>>>(wm, wm, wm, y, y, y, w.n, 0, 0, w.ntiles, 0, w.ntiles, xm, m, w.kt);
 }
-template <int NT, int U, int ST>
-static float time_var(const std::vector<Weight>& ws, const u16* x, float* y, int m) {
-    int smem = GEMV_W * ST * (16 + 8 * NT) * GEMV_XS(U) + GEMV_W * NT * 4 * 32 * 4;
-    CK(cudaFuncSetAttribute(gemv_var<NT, U, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int copies = ws.size(), kp = padded(ws[0].k);
-    return time_ms([&](int r) {
-        const Weight& w = ws[r % copies];
-        gemv_var<NT, U, ST><<<w.ntiles, 32 * GEMV_W, smem>>>(w.packed, y, w.n, x, m, w.kt, kp);
-    }, 40);
-}
-
+static int tma_box(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 static size_t compare(const float* a, const float* b, size_t n, double* maxdiff) {
     std::vector<float> ha(n), hb(n);
     CK(cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost));
@@ -174,6 +169,10 @@ int main() {
 
     CK(cudaFuncSetAttribute(gemv_bf16_n1, cudaFuncAttributeMaxDynamicSharedMemorySize, gemv_smem_n1()));
     CK(cudaFuncSetAttribute(gemv_bf16_n8, cudaFuncAttributeMaxDynamicSharedMemorySize, gemv_smem_n8()));
+    CK(cudaFuncSetAttribute(gemv_tma_n1, cudaFuncAttributeMaxDynamicSharedMemorySize, GtCfg<1>::SMEM));
+    CK(cudaFuncSetAttribute(gemv_tma_n2, cudaFuncAttributeMaxDynamicSharedMemorySize, GtCfg<2>::SMEM));
+    CK(cudaFuncSetAttribute(gemv_tma_n4, cudaFuncAttributeMaxDynamicSharedMemorySize, GtCfg<4>::SMEM));
+    CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     cublasHandle_t h;
     cublasCreate(&h);
 
@@ -217,6 +216,15 @@ int main() {
             run_gemv(w, x, y3, m);
             CK(cudaDeviceSynchronize());
             bad3 = compare(y1, y3, (size_t)m * n, &md3);
+        }
+        if (m <= 32) {
+            CK(cudaMemset(y3, 0xff, (size_t)m * n * 4));
+            run_gemv_tma(x_map(w.packed, w.ntiles * 16, w.kt * 16, 16), x_map(x, m, padded(k), tma_box(m)), w, y3, m);
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            size_t b4 = compare(y1, y3, (size_t)m * n, &md3);
+            printf("exact m=%d n=%d k=%d: gemv_tma vs gemm_bf16 %zu differ%s\n", m, n, k, b4, b4 ? " FAIL" : "");
+            fails += b4 != 0;
         }
         printf("exact m=%d n=%d k=%d: wgmma%s vs gemm_bf16 %zu differ (max %.3g)%s gemv %zu differ\n", m, n, k,
                fits ? "" : " (n/a)", bad, md, bad || bad3 ? " FAIL" : "", bad3);
@@ -278,37 +286,35 @@ int main() {
         printf("cublas 8192^3 bf16: %.0f TFLOP/s\n", 2.0 * n * n * n / t / 1e9);
     }
 
-    // Decode speed: the GEMV on qwen3-8b shapes, 1 and 64 rows, weights rotated over 8 copies.
+    // Decode speed on qwen3-8b shapes, weights rotated over copies (more than L2 holds). Each
+    // figure is the median over 15 runs of 8 back-to-back launches (a decode round's steady state).
     int dshapes[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {151936, 4096}};
-    printf("%-14s %6s %9s %9s %9s\n", "decode NxK", "m", "gemv us", "GB/s", "of copy");
+    printf("%-14s %4s %9s %8s %9s %8s %9s\n", "decode NxK", "m", "gemv us", "of copy", "tma us", "of copy", "wgmma us");
     for (auto& s : dshapes) {
         int n = s[0], k = s[1];
-        int copies = std::max(1, (int)(512.0 * (1 << 20) / ((double)n * k * 2)));
-        copies = std::min(copies, 8);
+        int copies = std::max(2, (int)(1024.0 * (1 << 20) / ((double)n * k * 2)));
+        copies = std::min(copies, 16);
         std::vector<Weight> ws;
-        for (int c = 0; c < copies; ++c) ws.push_back(make_weight(n, k, 100 + c));
-        for (int m : {1, 8, 64}) {
+        std::vector<TmaDesc> wms;
+        for (int c = 0; c < copies; ++c) {
+            ws.push_back(make_weight(n, k, 100 + c));
+            wms.push_back(x_map(ws.back().packed, ws.back().ntiles * 16, ws.back().kt * 16, 16));
+        }
+        for (int m : {1, 8, 16, 32, 64}) {
             u16* x = make_x(m, k, 1);
             float* y;
             CK(cudaMalloc(&y, (size_t)m * n * 4));
-            float t = time_ms([&](int r) { run_gemv(ws[r % copies], x, y, m); }, 40);
+            const int B = 8;
+            float t = time_ms([&](int r) { for (int i = 0; i < B; ++i) run_gemv(ws[(r * B + i) % copies], x, y, m); }, 15) / B;
             TmaDesc xm = x_map(x, m, padded(k));
-            float tw = time_ms([&](int r) { run_gemm_wgmma(ws[r % copies], xm, y, m); }, 40);
-            double gbs = (double)n * k * 2 / (t * 1e-3) / 1e9;
-            printf("%6dx%-7d %6d %9.1f %9.0f %9.3f   (wgmma GEMM %6.1f us)", n, k, m, t * 1e3, gbs, gbs / copy_gbs,
-                   tw * 1e3);
-            if (m == 1 || m == 8) {
-                double b = (double)n * k * 2 / 1e6 / copy_gbs;  // ms at copy bandwidth
-                printf("  variants U,ST: 4,3 %.3f  5,3 %.3f  8,2 %.3f  4,4 %.3f", b / time_var<1, 4, 3>(ws, x, y, m),
-                       b / time_var<1, 5, 3>(ws, x, y, m), b / time_var<1, 8, 2>(ws, x, y, m),
-                       b / time_var<1, 4, 4>(ws, x, y, m));
+            float tw = time_ms([&](int r) { for (int i = 0; i < B; ++i) run_gemm_wgmma(ws[(r * B + i) % copies], xm, y, m); }, 15) / B;
+            float tt = 0;
+            if (m <= 32) {
+                TmaDesc xt = x_map(x, m, padded(k), tma_box(m));
+                tt = time_ms([&](int r) { for (int i = 0; i < B; ++i) { int c = (r * B + i) % copies; run_gemv_tma(wms[c], xt, ws[c], y, m); } }, 15) / B;
             }
-            if (m == 64) {
-                double b = (double)n * k * 2 / 1e6 / copy_gbs;
-                printf("  n4 (m 32) 4,3: %.3f  wgmma m=32: %.3f", b / time_var<4, 4, 3>(ws, x, y, 32),
-                       b / time_ms([&](int r) { run_gemm_wgmma(ws[r % copies], x_map(x, 32, padded(k)), y, 32); }, 20));
-            }
-            printf("\n");
+            double b = (double)n * k * 2 / 1e6 / copy_gbs;  // ms at copy bandwidth
+            printf("%6dx%-7d %4d %9.1f %8.3f %9.1f %8.3f %9.1f\n", n, k, m, t * 1e3, b / t, tt * 1e3, tt > 0 ? b / tt : 0.0, tw * 1e3);
             CK(cudaFree(y));
             CK(cudaFree(x));
         }

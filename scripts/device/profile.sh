@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call: where a decode round's time goes. ncu kernel durations for a few decode rounds of a
 # 2-layer qwen3-8b-shaped model (one layer's kernels, their share), then the full bench at batch 1.
-#   LAYERS=2 PROMPT=128 GEN=8
+#   LAYERS=2 PROMPT=128 GEN=8 CACHE=all (ncu flushes caches between kernels; none keeps them warm)
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
@@ -12,9 +12,9 @@ PROMPT=${PROMPT:-128}
 timeout 120 "$BIN" synth --like qwen3-8b --layers "$LAYERS" --out /tmp/qsmall 2>&1 | tail -1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 IDS=$(seq -s, 1 "$PROMPT")
-timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+timeout 300 "$NCU" --clock-control none --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
   "$BIN" generate --model /tmp/qsmall --device cuda --ids "$IDS" --max-tokens ${GEN:-8} --json \
   > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
 echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu.csv")"; tail -3 "$OUT/ncu.err"
 python3 scripts/device/ncu_sum.py "$OUT/ncu.csv"
-timeout 200 "$BIN" bench --model /tmp/qsmall --device cuda --prompt-len 128,4096 --batch 1,64 --gen-len 32 --repeat 1 2>&1 | tail -8
+timeout 200 "$BIN" bench --model /tmp/qsmall --device cuda --prompt-len ${PROMPT} --batch 1 --gen-len 32 --repeat 1 2>&1 | tail -3

@@ -23,7 +23,7 @@ python3 - "$OUT/receipt" <<'PY'
 import glob, json, statistics, sys
 d = sys.argv[1]
 runs = {s: [json.load(open(f)) for f in sorted(glob.glob(f"{d}/{s}-*.json"))] for s in "AB"}
-keys = ["prefill_tok_s", "prefill_mfu", "decode_tok_s", "decode_roofline_ratio"]
+keys = ["prefill_tok_s", "prefill_mfu", "decode_tok_s", "decode_roofline_ratio", "decode_host_ms"]
 print(f"{'prompt':>6} {'batch':>5} {'figure':>22} {'A':>10} {'B':>10} {'B/A':>7} {'A spread':>9}")
 for i, r in enumerate(runs["A"][0]["results"] if runs["A"] else []):
     for k in keys:

@@ -2,7 +2,7 @@
 # One device call for a kernel change: the matmul lab (nvcc), the CUDA tests, a speed receipt of
 # this build (.carry/tensorfold) against a baseline (.carry/a/tensorfold) on qwen3-8b synth, and
 # transformers on the same checkpoint; everything under $OUT as one archive, tables last.
-#   RECEIPT_ARGS="--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"  ROUNDS=2
+#   RECEIPT_ARGS="--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"  ROUNDS=2  PEER=1
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
@@ -16,7 +16,7 @@ echo "t=$(( $(date +%s) - START )) s: receipt"
 ARGS=${RECEIPT_ARGS:-"--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"} \
   bash scripts/device/receipt.sh .carry/a/tensorfold .carry/tensorfold "${ROUNDS:-2}" > "$OUT/receipt.txt" 2>&1
 echo "t=$(( $(date +%s) - START )) s: peer"
-PYTHONUNBUFFERED=1 timeout 300 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,4096x1,128x64 \
+[[ ${PEER:-1} == 1 ]] && PYTHONUNBUFFERED=1 timeout 300 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,4096x1,128x64 \
   --gen-len 128 --repeat 1 --json "$OUT/peer.json" > "$OUT/peer.log" 2>&1
 cp "$OUT/receipt/B-1.json" "$OUT/ours.json" 2>/dev/null
 (cd "$OUT" && tar czf sweep.tgz --exclude=sweep.tgz . && find . -type f ! -name sweep.tgz ! -name receipt.txt -delete)

@@ -88,6 +88,8 @@ fn first_argmax<B: Backend>(b: &B, logits: &B::Act) -> usize {
 struct Measured {
     prefill_s: f64,
     round_s: Vec<f64>,
+    /// Per round, the host's time to queue the forward pass (a round near it is host-bound).
+    host_s: Vec<f64>,
 }
 
 fn measure<B: Backend>(
@@ -116,15 +118,17 @@ fn measure<B: Backend>(
             first_argmax(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)]));
         }
     }
-    let mut round_s = Vec::with_capacity(gen_len);
+    let (mut round_s, mut host_s) = (Vec::with_capacity(gen_len), Vec::with_capacity(gen_len));
     for step in 0..gen_len {
         let id = [m.vocab.sampled(last)];
         let seqs: Vec<(&[u32], usize, &Vec<u32>)> = tables.iter().map(|t| (&id[..], len + step, t)).collect();
         let t = Instant::now();
-        last = first_argmax(b, &forward(m, b, &mut kv, &seqs));
+        let logits = forward(m, b, &mut kv, &seqs);
+        host_s.push(t.elapsed().as_secs_f64());
+        last = first_argmax(b, &logits);
         round_s.push(t.elapsed().as_secs_f64());
     }
-    Ok(Measured { prefill_s: median(prefill), round_s })
+    Ok(Measured { prefill_s: median(prefill), round_s, host_s })
 }
 
 fn percentile(v: &[f64], p: f64) -> f64 {
@@ -170,6 +174,7 @@ impl OnBackend for Bench<'_> {
                     "prefill_tflops": flops / r.prefill_s / 1e12,
                     "decode_round_ms": round * 1e3, "decode_round_p10_ms": percentile(&r.round_s, 0.1) * 1e3,
                     "decode_round_p90_ms": percentile(&r.round_s, 0.9) * 1e3,
+                    "decode_host_ms": median(r.host_s.clone()) * 1e3,
                     "decode_tok_s": batch as f64 / round, "decode_bytes_per_round": bytes});
                 // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
                 let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
@@ -181,11 +186,12 @@ impl OnBackend for Bench<'_> {
                 }
                 results.push(row);
                 println!(
-                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round roofline {ratio:>5}",
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}",
                     len as f64 / r.prefill_s,
                     r.prefill_s * 1e3,
                     batch as f64 / round,
-                    round * 1e3
+                    round * 1e3,
+                    median(r.host_s.clone()) * 1e3
                 );
             }
         }

@@ -68,6 +68,9 @@ kernels!(
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
+    gemv_tma_n1,
+    gemv_tma_n2,
+    gemv_tma_n4,
     gemm_bf16,
     gemm_wgmma,
     gemm_simt,
@@ -143,9 +146,15 @@ impl Device {
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
         if wgmma {
             drv(k.gemm_wgmma.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
+            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
+                drv(
+                    f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
+                    "raising the TMA GEMV's shared memory",
+                )?;
+            }
         }
         for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
-            drv(f.set_attribute(big, crate::ops::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
+            drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;

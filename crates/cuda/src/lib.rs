@@ -13,6 +13,9 @@
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
 //! `add_rms_norm`, `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
+//! On Hopper, 2 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
+//! stream one K segment through a ring of tensor-map copies that runs on across W tiles.
+//!
 //! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is
 //! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait).
 //!
@@ -23,6 +26,7 @@ mod attention;
 mod device;
 mod error;
 pub mod limits;
+mod matmul;
 mod moe;
 mod nvrtc;
 mod ops;
@@ -141,11 +145,11 @@ impl Backend for CudaBackend {
     }
 
     fn matmul(&self, x: &CudaAct, w: &CudaMat) -> CudaAct {
-        ops::matmul(self, x, w)
+        matmul::matmul(self, x, w)
     }
 
     fn matmul_many(&self, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
-        ops::matmul_many(self, x, ws)
+        matmul::matmul_many(self, x, ws)
     }
 
     fn rms_norm(&self, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {

@@ -5,7 +5,8 @@
 
 use crate::CudaBackend;
 use crate::device::{Arg, ptr};
-use crate::ops::{gather, glu, matmul};
+use crate::matmul::matmul;
+use crate::ops::{gather, glu};
 use crate::tensor::{CudaAct, CudaMat};
 use tf_backend::reference::route;
 use tf_backend::{Experts, MoeParams};

@@ -1,7 +1,7 @@
 //! Launching the element-wise, row-wise and matmul kernels.
 
 use crate::CudaBackend;
-use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
+use crate::device::{Arg, grid_for, ptr};
 use crate::error::must;
 use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
@@ -33,10 +33,17 @@ pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendErr
                 Arg::I(kt as i32),
             ];
             d.launch(&d.k.pad_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
+            let wp = ptr(&w, &d.stream);
             let map = (d.wgmma && crate::tma::wgmma_fits(kt))
-                .then(|| crate::tma::row_map(ptr(&w, &d.stream), ntiles * 16, kt * 16))
-                .flatten();
-            Ok(CudaMat::Bf16 { w, rows, cols, ntiles, kt, map })
+                .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::BOX_ROWS))
+                .flatten()
+                .map(Box::new);
+            let gmap = d
+                .wgmma
+                .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
+                .flatten()
+                .map(Box::new);
+            Ok(CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap })
         }
         DType::F16 => Ok(CudaMat::Plain { w: raw, f16: true, rows, cols }),
         DType::F32 => Ok(CudaMat::Plain { w: raw, f16: false, rows, cols }),
@@ -114,150 +121,6 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
     CudaAct::new(out, ids.len(), cols)
 }
 
-pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
-    matmul_many(b, x, &[w]).pop().expect("one weight, one output")
-}
-
-/// `x @ w^T` for each weight of `ws` (same input width): bf16 weights with few rows share
-/// one GEMV launch (up to three per launch); each output equals its own `matmul` bit for bit.
-pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
-    let d = &b.dev;
-    let m = x.rows;
-    let outs: Vec<CudaAct> = ws
-        .iter()
-        .map(|w| {
-            let (n, k) = w.shape();
-            assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
-            CudaAct::new(d.alloc::<f32>(m * n), m, n)
-        })
-        .collect();
-    if m == 0 {
-        return outs;
-    }
-    let bf16: Vec<(u64, usize, usize)> = ws
-        .iter()
-        .filter_map(|w| match w {
-            CudaMat::Bf16 { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
-            CudaMat::Plain { .. } => None,
-        })
-        .collect();
-    // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
-    // only where it runs (Hopper).
-    let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
-    if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
-        for (w, y) in ws.iter().zip(&outs) {
-            matmul_one(b, x, w, &y.data);
-        }
-        return outs;
-    }
-    let xb = ptr(bf16_of(b, x), &d.stream);
-    let kt = x.cols.div_ceil(16);
-    let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
-    let (f, smem) = gemv_config(d, m);
-    for (seg, yseg) in bf16.chunks(3).zip(ys.chunks(3)) {
-        let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
-        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
-        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
-        let args = [
-            Arg::P(w0),
-            Arg::P(y(0)),
-            Arg::I(n0 as i32),
-            Arg::I(t0 as i32),
-            Arg::P(w1),
-            Arg::P(y(1)),
-            Arg::I(n1 as i32),
-            Arg::I(t1 as i32),
-            Arg::P(w2),
-            Arg::P(y(2)),
-            Arg::I(n2 as i32),
-            Arg::P(xb),
-            Arg::I(m as i32),
-            Arg::I(kt as i32),
-            Arg::I(padded(x.cols) as i32),
-        ];
-        d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
-    }
-    outs
-}
-
-/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (bf16), or
-/// the plain SIMT kernel.
-fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
-    let d = &b.dev;
-    let (n, k) = w.shape();
-    let m = x.rows;
-    match w {
-        CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
-            let xb = bf16_of(b, x);
-            let maps = map.and_then(|wm| crate::tma::row_map(ptr(xb, &d.stream), m, padded(k)).map(|xm| (wm, xm)));
-            if let Some((wmap, xmap)) = maps {
-                let args = [
-                    Arg::M(wmap),
-                    Arg::M(xmap),
-                    Arg::P(ptr(y, &d.stream)),
-                    Arg::I(m as i32),
-                    Arg::I(n as i32),
-                    Arg::I(*kt as i32),
-                ];
-                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
-                d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
-                return;
-            }
-            let args = [
-                Arg::P(ptr(w, &d.stream)),
-                Arg::P(ptr(xb, &d.stream)),
-                Arg::P(ptr(y, &d.stream)),
-                Arg::I(m as i32),
-                Arg::I(n as i32),
-                Arg::I(*ntiles as i32),
-                Arg::I(*kt as i32),
-                Arg::I(padded(k) as i32),
-            ];
-            let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
-            d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
-        }
-        CudaMat::Plain { w, f16, .. } => {
-            let args = [
-                Arg::P(ptr(&x.data, &d.stream)),
-                Arg::P(ptr(w, &d.stream)),
-                Arg::I(*f16 as i32),
-                Arg::P(ptr(y, &d.stream)),
-                Arg::I(m as i32),
-                Arg::I(n as i32),
-                Arg::I(k as i32),
-            ];
-            d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
-        }
-    }
-}
-
-/// The GEMV kernel for `m <= 64` rows and its shared memory.
-fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
-    let nt = m.div_ceil(8).next_power_of_two().min(8);
-    let f = match nt {
-        1 => &d.k.gemv_bf16_n1,
-        2 => &d.k.gemv_bf16_n2,
-        4 => &d.k.gemv_bf16_n4,
-        _ => &d.k.gemv_bf16_n8,
-    };
-    (f, gemv_smem(nt))
-}
-
-/// Shared memory of the GEMV variant for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of
-/// 16 W rows and `8 * NT` x rows of `U * 32 + 16` bytes each, then the segment sums
-/// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
-pub(crate) fn gemv_smem(nt: usize) -> u32 {
-    let (u, st) = match nt {
-        1 | 2 => (4, 4),
-        4 => (4, 3),
-        _ => (2, 3),
-    };
-    (GEMV_WARPS * st * (16 + 8 * nt) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
-}
-
-/// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.
-const GEMV_WARPS: usize = 8;
-
 pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     norm_launch(b, x, None, w, eps, one_plus)
 }
@@ -287,7 +150,7 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
     let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
     if groups > 0 {
-        let block = (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32;
+        let block = norm_threads(group) as u32;
         let mut args = vec![Arg::P(ptr(&x.data, &d.stream))];
         if let Some(a) = add {
             args.push(Arg::P(ptr(&a.data, &d.stream)));
@@ -306,6 +169,12 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
         d.launch(f, (groups as u32, 1, 1), block, 0, &args);
     }
     CudaAct::with_bf16(y, yb, x.rows, x.cols)
+}
+
+/// Threads of the RMSNorm block for a group of `group` values (about four values a thread, at
+/// most 16); the sum order follows from it, and `qk_norm_rope` replays it.
+fn norm_threads(group: usize) -> usize {
+    (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024)
 }
 
 pub(crate) fn add_assign(b: &CudaBackend, x: &mut CudaAct, y: &CudaAct) {
@@ -393,7 +262,7 @@ pub(crate) fn qk_norm_rope(
         Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
         None => (0, 0, 0.0, false),
     };
-    let nthr = (head_dim.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024);
+    let nthr = norm_threads(head_dim);
     let args = [
         Arg::P(ptr(&q.data, &d.stream)),
         Arg::P(ptr(&k.data, &d.stream)),
@@ -538,16 +407,11 @@ pub(crate) fn write_kv_blocks(b: &CudaBackend, kv: &mut CudaKv, blocks: &[u32], 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     /// Hopper's largest dynamic shared memory per block.
     const MAX_SMEM: u32 = 227 * 1024;
 
     #[test]
-    fn kernels_fit_in_shared_memory() {
-        for nt in [1, 2, 4, 8] {
-            assert!(gemv_smem(nt) <= MAX_SMEM, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
-        }
+    fn attention_fits_in_shared_memory() {
         for d in [16, 32, 64, 128, 256] {
             assert!(crate::device::attention_smem(d) + 512 <= MAX_SMEM, "attention d={d}");
         }

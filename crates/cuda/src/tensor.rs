@@ -55,7 +55,9 @@ pub enum CudaMat {
         /// 16-column tiles.
         kt: usize,
         /// The tensor map the wgmma GEMM reads the rows through (Hopper only).
-        map: Option<[u64; 16]>,
+        map: Option<Box<[u64; 16]>>,
+        /// The tensor map of 16-row boxes the TMA GEMV reads the rows through (Hopper only).
+        gmap: Option<Box<[u64; 16]>>,
     },
     /// f16 or f32, row-major as stored (small checkpoints; one FMA chain per output).
     Plain {

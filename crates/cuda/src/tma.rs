@@ -1,19 +1,22 @@
-//! Tensor maps (Hopper's TMA descriptors) for the wgmma GEMM's operands, W rows and x rows alike:
-//! a bf16 `[rows, kp]` matrix read in boxes of 64 k x 128 rows into the 128-byte-swizzled layout
-//! wgmma reads, with zeros past the ends (kernels/gemm_wgmma.cu).
+//! Tensor maps (Hopper's TMA descriptors) for the wgmma GEMM's and the TMA GEMV's operands, W rows
+//! and x rows alike: a bf16 `[rows, kp]` matrix read in boxes of 64 k x `box_rows` rows into the
+//! 128-byte-swizzled layout, with zeros past the ends (kernels/gemm_wgmma.cu, kernels/gemv_tma.cu).
 
 use cudarc::driver::sys;
 
-/// Rows per box (kernels/gemm_wgmma.cu `WG_BN`).
+/// Rows per box of the wgmma GEMM (kernels/gemm_wgmma.cu `WG_BN`).
 pub(crate) const BOX_ROWS: usize = 128;
 
-/// The map of `rows` x `kp` bf16 values at device address `x` (row stride `kp`), or `None` when
-/// the driver refuses it (the caller then takes the plain tiled GEMM).
-pub(crate) fn row_map(x: u64, rows: usize, kp: usize) -> Option<[u64; 16]> {
+/// W rows per box of the TMA GEMV (kernels/gemv_tma.cu: one 16-row tile).
+pub(crate) const GEMV_BOX_ROWS: usize = 16;
+
+/// The map of `rows` x `kp` bf16 values at device address `x` (row stride `kp`) in boxes of
+/// `box_rows` rows, or `None` when the driver refuses it (the caller then takes another kernel).
+pub(crate) fn row_map(x: u64, rows: usize, kp: usize, box_rows: usize) -> Option<[u64; 16]> {
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     let dims: [sys::cuuint64_t; 2] = [kp as u64, rows as u64];
     let strides: [sys::cuuint64_t; 1] = [kp as u64 * 2];
-    let boxes: [sys::cuuint32_t; 2] = [64, BOX_ROWS as u32];
+    let boxes: [sys::cuuint32_t; 2] = [64, box_rows as u32];
     let steps: [sys::cuuint32_t; 2] = [1, 1];
     // SAFETY: every pointer addresses an array of the length the rank (2) implies; `x` is a live
     // device allocation of at least `rows * kp` bf16 values, which the map only describes.

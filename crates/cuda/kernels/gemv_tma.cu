@@ -1,0 +1,155 @@
+// Few-row y = x @ W^T on Hopper (decode: up to 32 rows of x), in gemm.cu's reduction order and
+// with its MMA instruction, so rows give the same bits as in the other matmul kernels.
+//
+// Persistent blocks (at most one per SM) each take a contiguous run of 16-row W tiles (of up to
+// three weights sharing x). Warp w of a block owns K segment w (`gemm_seg_len`) of every tile in
+// the run and streams it through a private ring of GT_ST stages: a stage is one tensor-map copy of
+// 16 W rows x 64 k and one of the 8 NT x rows x 64 k, both in the 128-byte swizzle (conflict-free
+// ldmatrix and B reads), issued by the warp's lane 0 and counted on one mbarrier. The ring runs on
+// across tile boundaries, so a block ramps up once per launch, not once per tile; the first
+// stages' weights stream in before the programmatic-dependent-launch wait. At each tile's end the
+// warps leave their segment sums in shared memory (double buffered) and warp 0 folds them in order.
+
+#define GT_W 8  // warps per block: one per K segment
+
+// Stages per warp ring for NT groups of 8 x rows: about 192 KB of ring in all.
+template <int NT>
+struct GtCfg {
+    static constexpr int XBYTES = NT * 8 * 128;           // x box: 8 NT rows x 64 k
+    static constexpr int SBYTES = 2048 + XBYTES;          // W box (16 rows x 64 k) then x box
+    static constexpr int ST = NT == 1 ? 8 : NT == 2 ? 6 : 4;
+    static constexpr int PART = NT * 4 * 32;              // floats of one warp's segment sums
+    // ring (1 KB aligned), then 2 x GT_W partial sums, then the barriers
+    static constexpr int SMEM = 1024 + GT_W * ST * SBYTES + 2 * GT_W * PART * 4 + GT_W * ST * 8;
+};
+
+#ifdef TF_WGMMA
+template <int NT>
+__device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
+                                              float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
+                                              int ntot, const TmaDesc* xmap, int m, int kt) {
+    typedef GtCfg<NT> C;
+    extern __shared__ __align__(1024) unsigned char gt_smem[];
+    unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
+    float* part = (float*)(ring_p + GT_W * C::ST * C::SBYTES);  // [2][GT_W][NT][4][32]
+    u64* bars = (u64*)(part + 2 * GT_W * C::PART);               // [GT_W][ST]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
+    const int G = gridDim.x, b = blockIdx.x;
+    const int t0 = (int)((long long)b * ntot / G), t1 = (int)((long long)(b + 1) * ntot / G);
+    const int len = gemm_seg_len(kt);
+    const int nseg = (kt + len - 1) / len;
+    const int j0 = warp * len, j1 = min(j0 + len, kt);
+    const int nb = warp < nseg ? (j1 - j0 + 3) / 4 : 0;  // 64-wide boxes per tile of this segment
+    const int total = nb * (t1 - t0);                    // stages this warp streams
+    u64* full = bars + warp * C::ST;
+    const u32 ring = smem_addr(ring_p) + warp * C::ST * C::SBYTES;
+    if (lane == 0) {
+        for (int s = 0; s < C::ST; ++s) mbar_init(&full[s], 1);
+        mbar_fence_init();
+    }
+    __syncwarp();
+    // Stage q: tile t0 + q / nb, box q % nb of the segment.
+    auto issue_w = [&](int q) {
+        const int t = t0 + q / nb, kc = (j0 + (q % nb) * 4) * 16;
+        const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
+        const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
+        const int slot = q % C::ST;
+        mbar_expect(&full[slot], C::SBYTES);
+        tma_load_2d(ring + slot * C::SBYTES, map, kc, row, &full[slot]);
+    };
+    auto issue_x = [&](int q) {
+        const int slot = q % C::ST;
+        tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
+    };
+    if (lane == 0) {
+        for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_w(q);
+    }
+    tf_pdl_wait();
+    if (lane == 0) {
+        for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_x(q);
+    }
+    float acc[NT][4];
+    int q = 0;
+    for (int t = t0; t < t1; ++t) {
+#pragma unroll
+        for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+        for (int i = 0; i < nb; ++i, ++q) {
+            if (lane == 0 && q + C::ST - 1 < total) {  // refill the slot the previous stage freed
+                issue_w(q + C::ST - 1);
+                issue_x(q + C::ST - 1);
+            }
+            const int slot = q % C::ST;
+            mbar_wait(&full[slot], (q / C::ST) & 1);
+            const u32 wb = ring + slot * C::SBYTES, xb = wb + 2048;
+            const int r = lane & 15;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                if (j0 + i * 4 + u < j1) {
+                    u32 a0, a1, a2, a3;
+                    const u32 wa = wb + r * 128 + ((((u * 2) + (lane >> 4)) ^ (r & 7)) << 4);
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(wa));
+#pragma unroll
+                    for (int tt = 0; tt < NT; ++tt) {
+                        const u32 xr = xb + (tt * 8 + g) * 128 + 4 * c;
+                        u32 b0, b1;
+                        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b0) : "r"(xr + (((u * 2) ^ g) << 4)));
+                        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b1) : "r"(xr + (((u * 2 + 1) ^ g) << 4)));
+                        mma_bf16(acc[tt], a0, a1, a2, a3, b0, b1);
+                    }
+                }
+            }
+            __syncwarp();  // every lane is done with the slot before lane 0 refills it
+        }
+        // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
+        float* pb = part + (t & 1) * GT_W * C::PART;
+#pragma unroll
+        for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pb[((warp * NT + tt) * 4 + e) * 32 + lane] = acc[tt][e];
+        __syncthreads();
+        if (warp == 0) {
+            float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
+            const int n = t < nt0 ? n0 : t < nt0 + nt1 ? n1 : n2;
+            const int tile = t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1;
+            float tot[NT][4];
+#pragma unroll
+            for (int tt = 0; tt < NT; ++tt) tot[tt][0] = tot[tt][1] = tot[tt][2] = tot[tt][3] = 0.f;
+            for (int sg = 0; sg < nseg; ++sg)
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
+            const int row0 = tile * 16 + g, row1 = row0 + 8;
+#pragma unroll
+            for (int tt = 0; tt < NT; ++tt) {
+                const int a = tt * 8 + 2 * c, a1 = a + 1;
+                if (a < m && row0 < n) y[(size_t)a * n + row0] = tot[tt][0];
+                if (a1 < m && row0 < n) y[(size_t)a1 * n + row0] = tot[tt][1];
+                if (a < m && row1 < n) y[(size_t)a * n + row1] = tot[tt][2];
+                if (a1 < m && row1 < n) y[(size_t)a1 * n + row1] = tot[tt][3];
+            }
+        }
+    }
+}
+#endif
+
+// NT groups of 8 x rows; up to three weights (maps w0..w2 with nt0, nt1, ntot - nt0 - nt1 tiles).
+#define GEMV_TMA_KERNEL(NT)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
+        const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
+        float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt) {                                  \
+        tf_pdl_launch();                                                                                           \
+        GEMV_TMA_BODY(NT)                                                                                          \
+    }
+#ifdef TF_WGMMA
+#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt);
+#else
+#define GEMV_TMA_BODY(NT) tf_pdl_wait();
+#endif
+GEMV_TMA_KERNEL(1)
+GEMV_TMA_KERNEL(2)
+GEMV_TMA_KERNEL(4)

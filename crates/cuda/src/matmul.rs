@@ -1,0 +1,238 @@
+//! Launching the matmul kernels: the GEMVs for few rows (decode), the tiled GEMMs for many.
+
+use crate::CudaBackend;
+use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
+use crate::ops::bf16_of;
+use crate::tensor::{CudaAct, CudaMat, padded};
+use cudarc::driver::CudaSlice;
+
+const BLOCK: u32 = 256;
+
+pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
+    matmul_many(b, x, &[w]).pop().expect("one weight, one output")
+}
+
+/// `x @ w^T` for each weight of `ws` (same input width): bf16 weights with few rows share
+/// one GEMV launch (up to three per launch); each output equals its own `matmul` bit for bit.
+pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+    let d = &b.dev;
+    let m = x.rows;
+    let outs: Vec<CudaAct> = ws
+        .iter()
+        .map(|w| {
+            let (n, k) = w.shape();
+            assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
+            CudaAct::new(d.alloc::<f32>(m * n), m, n)
+        })
+        .collect();
+    if m == 0 {
+        return outs;
+    }
+    let bf16: Vec<(u64, usize, usize)> = ws
+        .iter()
+        .filter_map(|w| match w {
+            CudaMat::Bf16 { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
+            CudaMat::Plain { .. } => None,
+        })
+        .collect();
+    // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
+    // only where it runs (Hopper).
+    let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
+    if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
+        for (w, y) in ws.iter().zip(&outs) {
+            matmul_one(b, x, w, &y.data);
+        }
+        return outs;
+    }
+    let xb = ptr(bf16_of(b, x), &d.stream);
+    let kt = x.cols.div_ceil(16);
+    let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
+    // One row streams fastest through the cp.async GEMV (lab: 0.97 of copy on lm_head against
+    // 0.92); from two rows the TMA GEMV's shared x boxes win (0.80 against 0.68 at eight).
+    if (2..=32).contains(&m) && gemv_tma(b, ws, xb, m, kt, &ys) {
+        return outs;
+    }
+    let (f, smem) = gemv_config(d, m);
+    for (seg, yseg) in bf16.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
+        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let args = [
+            Arg::P(w0),
+            Arg::P(y(0)),
+            Arg::I(n0 as i32),
+            Arg::I(t0 as i32),
+            Arg::P(w1),
+            Arg::P(y(1)),
+            Arg::I(n1 as i32),
+            Arg::I(t1 as i32),
+            Arg::P(w2),
+            Arg::P(y(2)),
+            Arg::I(n2 as i32),
+            Arg::P(xb),
+            Arg::I(m as i32),
+            Arg::I(kt as i32),
+            Arg::I(padded(x.cols) as i32),
+        ];
+        d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
+    }
+    outs
+}
+
+/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (bf16), or
+/// the plain SIMT kernel.
+fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
+    let d = &b.dev;
+    let (n, k) = w.shape();
+    let m = x.rows;
+    match w {
+        CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
+            let xb = bf16_of(b, x);
+            let xmap =
+                |wm| crate::tma::row_map(ptr(xb, &d.stream), m, padded(k), crate::tma::BOX_ROWS).map(|xm| (wm, xm));
+            let maps = map.as_deref().copied().and_then(xmap);
+            if let Some((wmap, xmap)) = maps {
+                let args = [
+                    Arg::M(wmap),
+                    Arg::M(xmap),
+                    Arg::P(ptr(y, &d.stream)),
+                    Arg::I(m as i32),
+                    Arg::I(n as i32),
+                    Arg::I(*kt as i32),
+                ];
+                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
+                d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
+                return;
+            }
+            let args = [
+                Arg::P(ptr(w, &d.stream)),
+                Arg::P(ptr(xb, &d.stream)),
+                Arg::P(ptr(y, &d.stream)),
+                Arg::I(m as i32),
+                Arg::I(n as i32),
+                Arg::I(*ntiles as i32),
+                Arg::I(*kt as i32),
+                Arg::I(padded(k) as i32),
+            ];
+            let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
+            d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
+        }
+        CudaMat::Plain { w, f16, .. } => {
+            let args = [
+                Arg::P(ptr(&x.data, &d.stream)),
+                Arg::P(ptr(w, &d.stream)),
+                Arg::I(*f16 as i32),
+                Arg::P(ptr(y, &d.stream)),
+                Arg::I(m as i32),
+                Arg::I(n as i32),
+                Arg::I(k as i32),
+            ];
+            d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
+        }
+    }
+}
+
+/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys`; false (nothing launched) where a
+/// weight or x has no tensor map.
+fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64]) -> bool {
+    let d = &b.dev;
+    let nt = m.div_ceil(8).next_power_of_two();
+    let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
+        .iter()
+        .map(|w| match w {
+            CudaMat::Bf16 { gmap: Some(g), rows, ntiles, .. } => Some((**g, *rows, *ntiles)),
+            _ => None,
+        })
+        .collect();
+    let (Some(maps), Some(xmap)) = (maps, crate::tma::row_map(xb, m, kt * 16, 8 * nt)) else {
+        return false;
+    };
+    let f = match nt {
+        1 => &d.k.gemv_tma_n1,
+        2 => &d.k.gemv_tma_n2,
+        _ => &d.k.gemv_tma_n4,
+    };
+    for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
+        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let ntot = t0 + t1 + t2;
+        let args = [
+            Arg::M(w0),
+            Arg::M(w1),
+            Arg::M(w2),
+            Arg::P(y(0)),
+            Arg::P(y(1)),
+            Arg::P(y(2)),
+            Arg::I(n0 as i32),
+            Arg::I(n1 as i32),
+            Arg::I(n2 as i32),
+            Arg::I(t0 as i32),
+            Arg::I(t1 as i32),
+            Arg::I(ntot as i32),
+            Arg::M(xmap),
+            Arg::I(m as i32),
+            Arg::I(kt as i32),
+        ];
+        let grid = ntot.min(d.num_sms) as u32;
+        d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
+    }
+    true
+}
+
+/// Shared memory of the TMA GEMV for `nt` row groups (kernels/gemv_tma.cu `GtCfg<NT>::SMEM`):
+/// 1 KB of alignment, `GT_W` rings of `ST` stages of a 2 KB W box and an `nt` KB x box, two sets
+/// of segment sums, the barriers.
+pub(crate) fn gemv_tma_smem(nt: usize) -> u32 {
+    let st = match nt {
+        1 => 8,
+        2 => 6,
+        _ => 4,
+    };
+    (1024 + GEMV_WARPS * st * (2048 + 1024 * nt) + 2 * GEMV_WARPS * nt * 4 * 32 * 4 + GEMV_WARPS * st * 8) as u32
+}
+
+/// The GEMV kernel for `m <= 64` rows and its shared memory.
+fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
+    let nt = m.div_ceil(8).next_power_of_two().min(8);
+    let f = match nt {
+        1 => &d.k.gemv_bf16_n1,
+        2 => &d.k.gemv_bf16_n2,
+        4 => &d.k.gemv_bf16_n4,
+        _ => &d.k.gemv_bf16_n8,
+    };
+    (f, gemv_smem(nt))
+}
+
+/// Shared memory of the GEMV variant for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of
+/// 16 W rows and `8 * NT` x rows of `U * 32 + 16` bytes each, then the segment sums
+/// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
+pub(crate) fn gemv_smem(nt: usize) -> u32 {
+    let (u, st) = match nt {
+        1 | 2 => (4, 4),
+        4 => (4, 3),
+        _ => (2, 3),
+    };
+    (GEMV_WARPS * st * (16 + 8 * nt) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+}
+
+/// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.
+const GEMV_WARPS: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hopper's largest dynamic shared memory per block.
+    const MAX_SMEM: u32 = 227 * 1024;
+
+    #[test]
+    fn gemvs_fit_in_shared_memory() {
+        for nt in [1, 2, 4, 8] {
+            assert!(gemv_smem(nt) <= MAX_SMEM, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
+        }
+        for nt in [1, 2, 4] {
+            assert!(gemv_tma_smem(nt) <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
+        }
+    }
+}
