@@ -12,7 +12,7 @@ PROMPT=${PROMPT:-128}
 timeout 120 "$BIN" synth --like qwen3-8b --layers "$LAYERS" --out /tmp/qsmall 2>&1 | tail -1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 IDS=$(seq -s, 1 "$PROMPT")
-timeout 300 "$NCU" --clock-control none --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
+timeout 300 "$NCU" --clock-control ${CLOCK:-none} --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
   "$BIN" generate --model /tmp/qsmall --device cuda --ids "$IDS" --max-tokens ${GEN:-8} --json \
   > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
 echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu.csv")"; tail -3 "$OUT/ncu.err"

@@ -9,7 +9,7 @@ BIN=.carry/tensorfold
 [[ -f /tmp/qsmall/config.json ]] || timeout 120 "$BIN" synth --like qwen3-8b --layers 2 --out /tmp/qsmall 2>&1 | tail -1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 IDS=$(seq -s, 1 "${PROMPT:-4096}")
-timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+timeout 300 "$NCU" --clock-control ${CLOCK:-none} --cache-control ${CACHE:-all} --metrics gpu__time_duration.sum --csv \
   "$BIN" generate --model /tmp/qsmall --device cuda --ids "$IDS" --max-tokens 1 --json \
   > "$OUT/ncu_prefill.csv" 2> "$OUT/ncu_prefill.err"
 python3 scripts/device/ncu_sum.py "$OUT/ncu_prefill.csv" --first

@@ -305,7 +305,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
 }
 
 #define ATTN_KERNEL(D)                                                                                               \
-    extern "C" __global__ void __launch_bounds__(128) attention_d##D(                                               \
+    extern "C" __global__ void __launch_bounds__(256) attention_d##D(                                               \
         const float* __restrict__ q, u16* __restrict__ kc, u16* __restrict__ vc,                                    \
         const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
         float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \

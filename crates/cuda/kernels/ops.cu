@@ -32,10 +32,12 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
 // RMSNorm over consecutive groups of `group` values (one block per group). Also writes the bf16
 // copy (row stride kp) that matmuls read.
 // One block per group. Each thread's values are loaded at once (up to RMS_J per thread, held in
-// registers), so a single long row is not a chain of dependent global-memory round trips. The sum
-// order depends only on the group size (ops.rs picks the block size from it). With ADD, the
-// residual a is first added into x in place (x += a, then normalise x: the same values as
-// add_inplace followed by rms_norm, in one pass).
+// registers), so a single long row is not a chain of dependent global-memory round trips; the
+// norm weights are read before the programmatic-dependent-launch wait (no kernel writes them), so
+// their latency hides behind the previous kernel. The sum order depends only on the group size
+// (ops.rs `norm_threads` picks the block size from it). With ADD, the residual a is first added
+// into x in place (x += a, then normalise x: the same values as add_inplace followed by rms_norm,
+// in one pass).
 #define RMS_J 16
 template <bool ADD>
 __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float* __restrict__ a,
@@ -47,7 +49,13 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     const int nt = blockDim.x;
     float ss = 0.f;
     if (group <= RMS_J * nt) {
-        float v[RMS_J];
+        float v[RMS_J], sc[RMS_J];
+#pragma unroll
+        for (int j = 0; j < RMS_J; ++j) {
+            int i = threadIdx.x + j * nt;
+            sc[j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
+        }
+        tf_pdl_wait();
 #pragma unroll
         for (int j = 0; j < RMS_J; ++j) {
             int i = threadIdx.x + j * nt;
@@ -67,8 +75,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
         for (int j = 0; j < RMS_J; ++j) {
             int i = threadIdx.x + j * nt;
             if (i < group) {
-                float s = one_plus ? 1.0f + w[i] : w[i];
-                float o = v[j] * inv * s;
+                float o = v[j] * inv * sc[j];
                 size_t f = base + i;
                 y[f] = o;
                 yb[(f / cols) * kp + f % cols] = f2bf(o);
@@ -76,6 +83,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
         }
         return;
     }
+    tf_pdl_wait();
     for (int i = threadIdx.x; i < group; i += nt) {
         float v = ADD ? x[base + i] + a[base + i] : x[base + i];
         if (ADD) x[base + i] = v;
@@ -94,14 +102,14 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
 
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                                     u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
-    tf_pdl_enter();
+    tf_pdl_launch();
     rms_norm_body<false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,
                                         float* __restrict__ y, u16* __restrict__ yb, int cols, int group, int kp,
                                         float eps, int one_plus) {
-    tf_pdl_enter();
+    tf_pdl_launch();
     rms_norm_body<true>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
@@ -134,22 +142,40 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
     }
 }
 
-// Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head):
-// blockIdx.y < nq takes q head y, else k head y - nq. The norm sums in exactly rms_norm's order for
+// Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head),
+// four heads a block: head h = 4 blockIdx.y + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly rms_norm's order for
 // a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr, ..., warps folded in
 // order), so the result equals rms_norm then rope bit for bit. head_dim <= 256.
-extern "C" __global__ void __launch_bounds__(32) qk_norm_rope(float* __restrict__ q, float* __restrict__ k,
+extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict__ q, float* __restrict__ k,
                                                              const float* __restrict__ qn, const float* __restrict__ kn,
                                                              const u32* __restrict__ pos,
                                                              const float* __restrict__ inv_freq, int nq, int nk,
                                                              int head_dim, int half, float attn_scaling, float eps,
                                                              int one_plus, int nthr) {
-    tf_pdl_enter();
-    __shared__ float v[256];
-    const int lane = threadIdx.x, r = blockIdx.x, hh = blockIdx.y;
+    tf_pdl_launch();
+    __shared__ float vs[4][256];
+    const int lane = threadIdx.x & 31, r = blockIdx.x, hh = blockIdx.y * 4 + (threadIdx.x >> 5);
+    if (hh >= nq + nk) {
+        tf_pdl_wait();
+        return;
+    }
+    float* v = vs[threadIdx.x >> 5];
     const bool isq = hh < nq;
     float* x = isq ? q + ((size_t)r * nq + hh) * head_dim : k + ((size_t)r * nk + (hh - nq)) * head_dim;
     const float* w = isq ? qn : kn;
+    // Norm weights and rope frequencies are constants: read before the wait.
+    float sc[8], fr[4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        int i = lane + 32 * j;
+        sc[j] = w != nullptr && i < head_dim ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = lane + 32 * j;
+        fr[j] = i < half ? inv_freq[i] : 0.f;
+    }
+    tf_pdl_wait();
     for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
     __syncwarp();
     if (w != nullptr) {
@@ -161,13 +187,19 @@ extern "C" __global__ void __launch_bounds__(32) qk_norm_rope(float* __restrict_
         }
         float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
         __syncwarp();
-        for (int i = lane; i < head_dim; i += 32) {
-            float s = one_plus ? 1.0f + w[i] : w[i];
-            v[i] = v[i] * inv * s;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            int i = lane + 32 * j;
+            if (i < head_dim) v[i] = v[i] * inv * sc[j];
         }
         __syncwarp();
     }
-    for (int i = lane; i < half; i += 32) rope_pair(v[i], v[i + half], pos[r], inv_freq[i], attn_scaling);
+    const u32 p = pos[r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = lane + 32 * j;
+        if (i < half) rope_pair(v[i], v[i + half], p, fr[j], attn_scaling);
+    }
     __syncwarp();
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }

@@ -19,10 +19,12 @@ pub(crate) struct MetaUpload {
     warps: u32,
 }
 
-/// Warps per CTA and whole query tokens per CTA with `group` query heads per KV head. Four warps
-/// even for one decode token: they share the K/V gathers. Only scheduling: results do not depend on it.
-fn tiling(group: usize) -> (u32, usize) {
-    let warps = 4;
+/// Warps per CTA and whole query tokens per CTA with `group` query heads per KV head, for rounds
+/// whose longest query run is `longest` tokens: eight warps when runs are long (prefill: each
+/// K/V block staged once serves 128 rows), else four (decode: they share the K/V gathers). Only
+/// scheduling: results do not depend on it.
+fn tiling(group: usize, longest: usize) -> (u32, usize) {
+    let warps = if longest * group >= 128 { 8 } else { 4 };
     (warps, (16 * warps as usize / group).max(1))
 }
 
@@ -46,7 +48,8 @@ fn split_chunks(meta: &AttnMeta, ctas: usize, rows: usize, window: usize) -> usi
 }
 
 fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize, u32) {
-    let (warps, per_item) = tiling(group);
+    let longest = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
+    let (warps, per_item) = tiling(group, longest);
     let mut seqs = Vec::with_capacity(4 * meta.seqs.len());
     let mut items = Vec::new();
     let mut bts = Vec::new();
@@ -196,13 +199,14 @@ mod tests {
             block_size: 16,
         };
         let (host, items_off, bt_off, _, n, warps) = pack(&meta, 4);
-        assert_eq!(warps, 4);
+        assert_eq!(warps, 8);
         let items: Vec<&[u32]> = host[items_off..bt_off].chunks(3).collect();
         assert_eq!(items.len(), n);
         let covered: usize = items.iter().filter(|i| i[0] == 1).map(|i| i[2] as usize).sum();
         assert_eq!(covered, 37);
-        assert!(items.iter().all(|i| i[2] as usize * 4 <= 64));
-        assert_eq!(tiling(4), (4, 16));
+        assert!(items.iter().all(|i| i[2] as usize * 4 <= 128));
+        assert_eq!(tiling(4, 1), (4, 16));
+        assert_eq!(tiling(4, 37), (8, 32));
     }
 
     #[test]
