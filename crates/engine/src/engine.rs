@@ -127,6 +127,8 @@ pub struct EngineStats {
     pub kv_blocks_total: AtomicU64,
     /// Preemptions.
     pub preemptions: AtomicU64,
+    /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
+    pub device_sampled_rows: AtomicU64,
     /// Prompt tokens served from the prefix cache.
     pub prefix_hit_tokens: AtomicU64,
     /// Prompt tokens admitted (hit rate = hits / queries).
@@ -413,7 +415,6 @@ impl<B: Backend> Core<B> {
             &Batch { ids: &ids, meta: &meta, logits_rows: &rows },
             &mut self.kv,
         );
-        let logits = self.backend.download(&logits);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
         // Each wanting entry's first logits row; plain decode rows are sampled together first
@@ -425,9 +426,25 @@ impl<B: Backend> Core<B> {
             first_row.push(row);
             row += 1 + e.draft.len();
         }
-        let mut chosen = self.choose_plain(plan, &first_row, &logits, vocab).into_iter();
+        // A round of plain greedy rows only takes their argmax ids from the backend (the same
+        // function of the same values as the host sampler's greedy pick); others download the rows.
+        let (host, mut chosen) = if self.all_plain_greedy(plan) {
+            let ids = self.backend.argmax_rows(&logits);
+            self.stats.device_sampled_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
+            let v = &self.model.vocab;
+            let chosen: Vec<Chosen> = plan
+                .iter()
+                .filter(|e| e.wants_logits)
+                .zip(&first_row)
+                .map(|(e, &row)| self.active.get(&e.seq).map(|_| (v.sampled(ids[row] as usize), None)))
+                .collect();
+            (Vec::new(), chosen.into_iter())
+        } else {
+            let host = self.backend.download(&logits);
+            let chosen = self.choose_plain(plan, &first_row, &host, vocab);
+            (host, chosen.into_iter())
+        };
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(&first_row) {
-            let rows = &logits[row * vocab..(row + 1 + e.draft.len()) * vocab];
             if self.saves.contains_key(&e.seq) {
                 self.complete_save(e.seq);
             } else if e.draft.is_empty() {
@@ -436,11 +453,26 @@ impl<B: Backend> Core<B> {
                     self.sched.append(e.seq, token);
                 }
             } else {
-                self.verify(e, rows);
+                self.verify(e, &host[row * vocab..(row + 1 + e.draft.len()) * vocab]);
             }
         }
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
         self.stats.round_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether every entry wanting logits is a plain decode row (no draft, no save) of an active
+    /// sequence that samples greedily from the raw logits and asks for no logprobs.
+    fn all_plain_greedy(&self, plan: &[RoundEntry]) -> bool {
+        let mut wanting = plan.iter().filter(|e| e.wants_logits).peekable();
+        wanting.peek().is_some()
+            && wanting.all(|e| {
+                e.draft.is_empty()
+                    && !self.saves.contains_key(&e.seq)
+                    && self
+                        .active
+                        .get(&e.seq)
+                        .is_some_and(|a| a.req.params.is_plain_greedy() && a.req.top_logprobs.is_none())
+            })
     }
 
     /// The token (and logprobs) of every plain decode entry wanting logits (not saving, no

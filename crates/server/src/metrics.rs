@@ -69,7 +69,7 @@ impl ServerMetrics {
     pub fn render(&self, engine: &EngineStats, in_flight: usize) -> String {
         let mut out = String::new();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let series: [(&str, &str, &str, f64); 12] = [
+        let series: [(&str, &str, &str, f64); 13] = [
             ("tensorfold_requests_total", "counter", "Sequences the engine accepted.", load(&engine.requests) as f64),
             (
                 "tensorfold_prompt_tokens_total",
@@ -96,6 +96,12 @@ impl ServerMetrics {
             ("tensorfold_kv_blocks_used", "gauge", "KV blocks in use.", load(&engine.kv_blocks_used) as f64),
             ("tensorfold_kv_blocks_total", "gauge", "KV blocks in the pool.", load(&engine.kv_blocks_total) as f64),
             ("tensorfold_preemptions_total", "counter", "Sequences preempted.", load(&engine.preemptions) as f64),
+            (
+                "tensorfold_device_sampled_rows_total",
+                "counter",
+                "Greedy rows picked on the backend (only their ids left the device).",
+                load(&engine.device_sampled_rows) as f64,
+            ),
             (
                 "tensorfold_rejected_queue_full_total",
                 "counter",

@@ -79,8 +79,9 @@ pub struct Req {
     pub params: SamplingParams,
     /// Tokens to generate (EOS is ignored, so exactly this many).
     pub max_tokens: usize,
-    /// Top alternatives asked for, so the logprob path runs too.
-    pub top_logprobs: usize,
+    /// Top alternatives asked for, so the logprob path runs too (`None`: no logprobs, so plain
+    /// greedy rounds may pick on the backend).
+    pub top_logprobs: Option<usize>,
     /// Whether the engine may draft for it.
     pub draft: bool,
 }
@@ -98,7 +99,7 @@ pub fn run(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
                 max_tokens: r.max_tokens,
                 stop_ids: Default::default(),
                 ignore_eos: true,
-                top_logprobs: Some(r.top_logprobs),
+                top_logprobs: r.top_logprobs,
                 sink: Box::new(move |e| tx.send(e).is_ok()),
                 cancel: Arc::new(AtomicBool::new(false)),
                 draft: r.draft,
@@ -115,11 +116,14 @@ pub fn run_each(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
     reqs.iter().map(|r| run(h, std::slice::from_ref(r)).remove(0)).collect()
 }
 
+/// The logprob slot of a token whose request asked for no logprobs.
+pub const NO_LOGPROB: u32 = u32::MAX;
+
 fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Output {
     let mut out = Vec::new();
     for e in rx {
         match e {
-            Event::Token(t) => out.push((t.id, t.logprob.expect("logprobs were asked for").to_bits())),
+            Event::Token(t) => out.push((t.id, t.logprob.map_or(NO_LOGPROB, f32::to_bits))),
             Event::Done { .. } => return out,
             Event::Error(m) => panic!("{m}"),
         }
@@ -142,10 +146,12 @@ pub fn mixed_request(i: usize, seeded: bool) -> Req {
     mixed_request_for(i, prompt, seeded)
 }
 
-/// Request `i`'s sampling and length from the mixed set, over another prompt.
+/// Request `i`'s sampling and length from the mixed set, over another prompt; every third asks
+/// for no logprobs (unseeded, those rounds may pick greedily on the backend).
 pub fn mixed_request_for(i: usize, prompt: Vec<i64>, seeded: bool) -> Req {
     let params = sampling(seeded.then_some(1000 + i as u64), 0.9, 0, 0.95);
-    Req { prompt, params, max_tokens: 6 + i % 11, top_logprobs: 2, draft: false }
+    let top_logprobs = (!i.is_multiple_of(3)).then_some(2);
+    Req { prompt, params, max_tokens: 6 + i % 11, top_logprobs, draft: false }
 }
 
 /// Request `i` of the repetitive set: code-edit-like prompts that prompt lookup can draft from.
@@ -153,7 +159,7 @@ pub fn repetitive_request(i: usize, seeded: bool, draft: bool) -> Req {
     let motif: Vec<i64> = (0..(3 + i % 5)).map(|j| ((i * 53 + j * 19) % 470) as i64).collect();
     let prompt = motif.iter().cycle().take(12 + i % 17).copied().collect();
     let params = sampling(seeded.then_some(77 + i as u64), 0.7, 20, 1.0);
-    Req { prompt, params, max_tokens: 12 + i % 9, top_logprobs: 1, draft }
+    Req { prompt, params, max_tokens: 12 + i % 9, top_logprobs: Some(1), draft }
 }
 
 /// `len` ids of a stride-29 ramp, shifted by `salt`.
@@ -163,5 +169,5 @@ pub fn ramp(len: usize, salt: usize) -> Vec<i64> {
 
 /// A 10-token request for `prompt`: greedy, or sampled at temperature 0.8 keyed by `seed`.
 pub fn ten_tokens(prompt: Vec<i64>, seed: Option<u64>) -> Req {
-    Req { prompt, params: sampling(seed, 0.8, 0, 1.0), max_tokens: 10, top_logprobs: 1, draft: false }
+    Req { prompt, params: sampling(seed, 0.8, 0, 1.0), max_tokens: 10, top_logprobs: Some(1), draft: false }
 }
