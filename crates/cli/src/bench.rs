@@ -80,9 +80,10 @@ fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], u
     m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, kv)
 }
 
-/// The argmax of the first logits row (waits for the device; on a GPU only the id crosses).
+/// The argmax of the first logits row (waits for the device; on a GPU only the ids cross, every
+/// row's, as an engine round of greedy rows takes them).
 fn first_argmax<B: Backend>(b: &B, logits: &B::Act) -> usize {
-    b.argmax_rows(&b.select_rows(logits, &[0]))[0] as usize
+    b.argmax_rows(logits).first().copied().unwrap_or(0) as usize
 }
 
 struct Measured {

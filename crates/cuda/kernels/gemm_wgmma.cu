@@ -94,16 +94,24 @@ __device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc) {
 }
 #endif
 
+// Up to three weights of the same x in one launch (q/k/v, gate/up): blockIdx.x < bx0 takes W0's
+// 128-row blocks, then bx1 of W1's, then W2's (each into its own y of n columns).
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-    gemm_wgmma(const __grid_constant__ TmaDesc wmap, const __grid_constant__ TmaDesc xmap, float* __restrict__ y, int m,
-               int n, int kt) {
+    gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
+               const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
+               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int m, int kt) {
     tf_pdl_enter();
 #ifdef TF_WGMMA
+    const int bx = blockIdx.x, which = bx < bx0 ? 0 : bx < bx0 + bx1 ? 1 : 2;
+    const TmaDesc* wmap = which == 0 ? &w0 : which == 1 ? &w1 : &w2;
+    float* __restrict__ y = which == 0 ? y0 : which == 1 ? y1 : y2;
+    const int n = which == 0 ? n0 : which == 1 ? n1 : n2;
+    const int wblock = which == 0 ? bx : which == 1 ? bx - bx0 : bx - bx0 - bx1;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES];
     const u32 ring = (smem_addr(smem_raw) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int row0 = blockIdx.x * WG_ROWS, tok0 = blockIdx.y * WG_BN;
+    const int row0 = wblock * WG_ROWS, tok0 = blockIdx.y * WG_BN;
     const int nkb = kt / 4;  // 64-wide k blocks
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
@@ -117,14 +125,14 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     if (tid >= 256) {  // producer warp: lane 0 issues every copy
         if (lane != 0) return;
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&xmap) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&wmap) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)wmap) : "memory");
         for (int kb = 0; kb < nkb; ++kb) {
             const int slot = kb % WG_STAGES;
             if (kb >= WG_STAGES) mbar_wait(&empty[slot], ((kb / WG_STAGES) - 1) & 1);
             const u32 base = ring + slot * WG_STAGE_BYTES;
             mbar_expect(&full[slot], WG_B_BYTES + WG_A_BYTES);
             tma_load_2d(base, &xmap, kb * 64, tok0, &full[slot]);
-            tma_load_2d(base + WG_B_BYTES, &wmap, kb * 64, row0, &full[slot]);
+            tma_load_2d(base + WG_B_BYTES, wmap, kb * 64, row0, &full[slot]);
         }
         return;
     }

@@ -31,67 +31,89 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
 
 // RMSNorm over consecutive groups of `group` values (one block per group). Also writes the bf16
 // copy (row stride kp) that matmuls read.
-// One block per group. Each thread's values are loaded at once (up to RMS_J per thread, held in
-// registers), so a single long row is not a chain of dependent global-memory round trips; the
-// norm weights are read before the programmatic-dependent-launch wait (no kernel writes them), so
-// their latency hides behind the previous kernel. The sum order depends only on the group size
-// (ops.rs `norm_threads` picks the block size from it). With ADD, the residual a is first added
-// into x in place (x += a, then normalise x: the same values as add_inplace followed by rms_norm,
-// in one pass).
+// The sum order is that of a block of V = Q blockDim.x "virtual" threads (ops.rs `norm_threads`
+// picks V from the group size alone): virtual thread t sums values t, t + V, ... in order, each
+// virtual warp's 32 sums meet by warp_sum, then the V / 32 warp sums are added in order. A real
+// thread plays virtual threads threadIdx.x + q blockDim.x (q < Q); its lanes are theirs, so the
+// butterflies are the same. Q = 1 for few rows (decode: the block fills one SM's threads), up to 4
+// for many (prefill: four blocks share an SM); the bits do not depend on Q.
+// Values are loaded at once (up to RMS_J a thread, in registers), so a long row is not a chain of
+// dependent global-memory round trips; the norm weights are read before the programmatic-
+// dependent-launch wait (no kernel writes them). With ADD, the residual a is first added into x
+// in place (x += a, then normalise x: the same values as add_inplace followed by rms_norm).
 #define RMS_J 16
-template <bool ADD>
+template <bool ADD, int Q>
 __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float* __restrict__ a,
                                               const float* __restrict__ w, float* __restrict__ y,
                                               u16* __restrict__ yb, int cols, int group, int kp, float eps,
                                               int one_plus) {
+    constexpr int J = RMS_J / Q;  // values per virtual thread
     __shared__ float scratch[32];
-    size_t base = (size_t)blockIdx.x * group;
-    const int nt = blockDim.x;
-    float ss = 0.f;
-    if (group <= RMS_J * nt) {
-        float v[RMS_J], sc[RMS_J];
+    const size_t base = (size_t)blockIdx.x * group;
+    const int R = blockDim.x, V = R * Q, lane = threadIdx.x & 31;
+    if (group <= J * V) {
+        float v[Q][J], sc[Q][J];
 #pragma unroll
-        for (int j = 0; j < RMS_J; ++j) {
-            int i = threadIdx.x + j * nt;
-            sc[j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
-        }
+        for (int q = 0; q < Q; ++q)
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                int i = threadIdx.x + q * R + j * V;
+                sc[q][j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
+            }
         tf_pdl_wait();
 #pragma unroll
-        for (int j = 0; j < RMS_J; ++j) {
-            int i = threadIdx.x + j * nt;
-            v[j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
-        }
+        for (int q = 0; q < Q; ++q)
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                int i = threadIdx.x + q * R + j * V;
+                v[q][j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
+            }
         if (ADD) {
 #pragma unroll
-            for (int j = 0; j < RMS_J; ++j) {
-                int i = threadIdx.x + j * nt;
-                if (i < group) x[base + i] = v[j];
-            }
+            for (int q = 0; q < Q; ++q)
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    int i = threadIdx.x + q * R + j * V;
+                    if (i < group) x[base + i] = v[q][j];
+                }
         }
 #pragma unroll
-        for (int j = 0; j < RMS_J; ++j) ss += v[j] * v[j];
-        float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)group + eps);
+        for (int q = 0; q < Q; ++q) {
+            float ss = 0.f;
 #pragma unroll
-        for (int j = 0; j < RMS_J; ++j) {
-            int i = threadIdx.x + j * nt;
-            if (i < group) {
-                float o = v[j] * inv * sc[j];
-                size_t f = base + i;
-                y[f] = o;
-                yb[(f / cols) * kp + f % cols] = f2bf(o);
-            }
+            for (int j = 0; j < J; ++j) ss += v[q][j] * v[q][j];
+            ss = warp_sum(ss);
+            if (lane == 0) scratch[(threadIdx.x >> 5) + q * (R >> 5)] = ss;
         }
+        __syncthreads();
+        float t = 0.f;
+        for (int i = 0; i < (V >> 5); ++i) t += scratch[i];
+        float inv = 1.0f / sqrtf(t / (float)group + eps);
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                int i = threadIdx.x + q * R + j * V;
+                if (i < group) {
+                    float o = v[q][j] * inv * sc[q][j];
+                    size_t f = base + i;
+                    y[f] = o;
+                    yb[(f / cols) * kp + f % cols] = f2bf(o);
+                }
+            }
         return;
     }
+    // Longer groups (Q = 1 only): two passes over global memory, same per-thread order.
     tf_pdl_wait();
-    for (int i = threadIdx.x; i < group; i += nt) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < group; i += R) {
         float v = ADD ? x[base + i] + a[base + i] : x[base + i];
         if (ADD) x[base + i] = v;
         ss += v * v;
     }
     __syncthreads();  // the in-place sums are visible to the second pass
     float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)group + eps);
-    for (int i = threadIdx.x; i < group; i += nt) {
+    for (int i = threadIdx.x; i < group; i += R) {
         float s = one_plus ? 1.0f + w[i] : w[i];
         float v = x[base + i] * inv * s;
         size_t f = base + i;
@@ -100,17 +122,29 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     }
 }
 
+// One virtual thread a thread (few rows), and four (many rows: `_q4`, blocks of V / 4 threads).
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                                     u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
     tf_pdl_launch();
-    rms_norm_body<false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
+    rms_norm_body<false, 1>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
+}
+extern "C" __global__ void __launch_bounds__(256) rms_norm_q4(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                    u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
+    tf_pdl_launch();
+    rms_norm_body<false, 4>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,
                                         float* __restrict__ y, u16* __restrict__ yb, int cols, int group, int kp,
                                         float eps, int one_plus) {
     tf_pdl_launch();
-    rms_norm_body<true>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
+    rms_norm_body<true, 1>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
+}
+extern "C" __global__ void __launch_bounds__(256) add_rms_norm_q4(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,
+                                        float* __restrict__ y, u16* __restrict__ yb, int cols, int group, int kp,
+                                        float eps, int one_plus) {
+    tf_pdl_launch();
+    rms_norm_body<true, 4>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __restrict__ y, size_t n) {
@@ -204,31 +238,57 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 
-// y = act(gate) * up; act 0 SiLU, 1 GELU (tanh). Also writes the bf16 copy.
+// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh).
+__device__ __forceinline__ float glu_one(float v, float u, int act) {
+    float a;
+    if (act == 0) {
+        a = v / (1.0f + expf(-v));
+    } else {
+        const float c = 0.7978845608028654f;
+        a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+    return a * u;
+}
+
+// y = act(gate) * up; also writes the bf16 copy (row stride kp). With cols a multiple of 4 each
+// thread takes 4 consecutive values of a row (16-byte loads and stores), else one.
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
                                u16* __restrict__ yb, int rows, int cols, int kp, int act) {
     tf_pdl_enter();
     size_t n = (size_t)rows * cols;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = g[i], a;
-        if (act == 0) {
-            a = v / (1.0f + expf(-v));
-        } else {
-            const float c = 0.7978845608028654f;
-            a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (cols % 4 == 0) {
+        for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n / 4; q += stride) {
+            float4 gv = ((const float4*)g)[q], uv = ((const float4*)u)[q];
+            float4 o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
+                                   glu_one(gv.w, uv.w, act));
+            ((float4*)y)[q] = o;
+            size_t i = q * 4;
+            uint2 b = make_uint2(pack_bf2(o.x, o.y), pack_bf2(o.z, o.w));
+            *(uint2*)(yb + (i / cols) * kp + i % cols) = b;
         }
-        float o = a * u[i];
+        return;
+    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float o = glu_one(g[i], u[i], act);
         y[i] = o;
         yb[(i / cols) * kp + i % cols] = f2bf(o);
     }
 }
 
+// y[r] = x[rows[r]]: block (r, q) copies columns [1024 q, 1024 q + 1024) of row r, each thread
+// its four columns loaded before any is stored (one memory round trip, also for a vocabulary row).
 extern "C" __global__ void select_rows(const float* __restrict__ x, const u32* __restrict__ rows, float* __restrict__ y,
                                        int n_rows, int cols) {
     tf_pdl_enter();
-    int r = blockIdx.x;
+    const int r = blockIdx.x, c0 = blockIdx.y * 1024 + threadIdx.x;
     const float* src = x + (size_t)rows[r] * cols;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) y[(size_t)r * cols + c] = src[c];
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = c0 + 256 * j < cols ? src[c0 + 256 * j] : 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        if (c0 + 256 * j < cols) y[(size_t)r * cols + c0 + 256 * j] = v[j];
 }
 
 extern "C" __global__ void softcap(float* __restrict__ x, size_t n, float cap) {

@@ -38,6 +38,12 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
     // only where it runs (Hopper).
     let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
+    if m > 32 && wgmma {
+        let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| &o.data).collect();
+        if gemm_wgmma(b, x, ws, &ys) {
+            return outs;
+        }
+    }
     if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
         for (w, y) in ws.iter().zip(&outs) {
             matmul_one(b, x, w, &y.data);
@@ -81,29 +87,16 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
 
 /// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (bf16), or
 /// the plain SIMT kernel.
-fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
+fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>) {
     let d = &b.dev;
-    let (n, k) = w.shape();
+    let (n, k) = w_mat.shape();
     let m = x.rows;
-    match w {
+    match w_mat {
         CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
-            let xb = bf16_of(b, x);
-            let xmap =
-                |wm| crate::tma::row_map(ptr(xb, &d.stream), m, padded(k), crate::tma::BOX_ROWS).map(|xm| (wm, xm));
-            let maps = map.as_deref().copied().and_then(xmap);
-            if let Some((wmap, xmap)) = maps {
-                let args = [
-                    Arg::M(wmap),
-                    Arg::M(xmap),
-                    Arg::P(ptr(y, &d.stream)),
-                    Arg::I(m as i32),
-                    Arg::I(n as i32),
-                    Arg::I(*kt as i32),
-                ];
-                let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
-                d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
+            if map.is_some() && gemm_wgmma(b, x, &[w_mat], &[y]) {
                 return;
             }
+            let xb = bf16_of(b, x);
             let args = [
                 Arg::P(ptr(w, &d.stream)),
                 Arg::P(ptr(xb, &d.stream)),
@@ -130,6 +123,50 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w: &CudaMat, y: &CudaSlice<f32>) {
             d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
         }
     }
+}
+
+/// The wgmma GEMM of `ws` (each with its tensor map) into `ys`, up to three weights a launch;
+/// false (nothing launched) where a weight or x has no map.
+fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>]) -> bool {
+    let d = &b.dev;
+    let m = x.rows;
+    let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
+        .iter()
+        .map(|w| match w {
+            CudaMat::Bf16 { map: Some(g), rows, ntiles, .. } => Some((**g, *rows, ntiles.div_ceil(8))),
+            _ => None,
+        })
+        .collect();
+    let Some(maps) = maps else { return false };
+    let xb = bf16_of(b, x);
+    let Some(xmap) = crate::tma::row_map(ptr(xb, &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS) else {
+        return false;
+    };
+    let kt = x.cols.div_ceil(16);
+    for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
+        let ((w0, n0, b0), (w1, n1, b1), (w2, n2, b2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).map_or(0, |s| ptr(*s, &d.stream));
+        let args = [
+            Arg::M(w0),
+            Arg::M(w1),
+            Arg::M(w2),
+            Arg::M(xmap),
+            Arg::P(y(0)),
+            Arg::P(y(1)),
+            Arg::P(y(2)),
+            Arg::I(n0 as i32),
+            Arg::I(n1 as i32),
+            Arg::I(n2 as i32),
+            Arg::I(b0 as i32),
+            Arg::I(b1 as i32),
+            Arg::I(m as i32),
+            Arg::I(kt as i32),
+        ];
+        let grid = ((b0 + b1 + b2) as u32, m.div_ceil(crate::tma::BOX_ROWS) as u32, 1);
+        d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
+    }
+    true
 }
 
 /// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys`; false (nothing launched) where a

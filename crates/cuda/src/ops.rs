@@ -150,7 +150,11 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
     let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
     if groups > 0 {
-        let block = norm_threads(group) as u32;
+        // The order is that of `norm_threads(group)` threads; more than 64 groups (prefill) run it
+        // on blocks a quarter that size, four to an SM (kernels/ops.cu `rms_norm_body`).
+        let virt = norm_threads(group);
+        let q4 = groups > 64 && virt.is_multiple_of(128) && group <= 4 * virt;
+        let block = if q4 { virt / 4 } else { virt } as u32;
         let mut args = vec![Arg::P(ptr(&x.data, &d.stream))];
         if let Some(a) = add {
             args.push(Arg::P(ptr(&a.data, &d.stream)));
@@ -165,16 +169,21 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
             Arg::F(eps),
             Arg::I(one_plus as i32),
         ]);
-        let f = if add.is_some() { &d.k.add_rms_norm } else { &d.k.rms_norm };
+        let f = match (add.is_some(), q4) {
+            (true, true) => &d.k.add_rms_norm_q4,
+            (true, false) => &d.k.add_rms_norm,
+            (false, true) => &d.k.rms_norm_q4,
+            (false, false) => &d.k.rms_norm,
+        };
         d.launch(f, (groups as u32, 1, 1), block, 0, &args);
     }
     CudaAct::with_bf16(y, yb, x.rows, x.cols)
 }
 
-/// Threads of the RMSNorm block for a group of `group` values (about four values a thread, at
-/// most kernels/ops.cu `RMS_J` = 16); the sum order follows from it, and `qk_norm_rope` replays
-/// it. (Four times fewer threads halved prefill's norm time but cost batch-8 decode 7% on the
-/// H200: the small blocks share SMs with the TMA GEMV and launch early.)
+/// Threads of the RMSNorm's sum order for a group of `group` values (about four values a thread,
+/// at most kernels/ops.cu `RMS_J` = 16); `qk_norm_rope` replays it. (Decode runs it on that many
+/// threads: quarter-size blocks for few rows cost batch-8 decode 7% on the H200, sharing SMs
+/// with the TMA GEMV and launching early.)
 fn norm_threads(group: usize) -> usize {
     (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024)
 }
@@ -315,7 +324,9 @@ pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation
         Arg::I(padded(gate.cols) as i32),
         Arg::I(matches!(act, Activation::GeluTanh) as i32),
     ];
-    d.launch(&d.k.glu, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    // Four values a thread when rows are whole groups of four (kernels/ops.cu `glu`).
+    let threads = if gate.cols.is_multiple_of(4) { n / 4 } else { n };
+    d.launch(&d.k.glu, (grid_for(threads, BLOCK), 1, 1), BLOCK, 0, &args);
     CudaAct::with_bf16(y, yb, gate.rows, gate.cols)
 }
 
@@ -331,7 +342,8 @@ pub(crate) fn gather(b: &CudaBackend, x: &CudaAct, idx: u64, n: usize) -> CudaAc
             Arg::I(n as i32),
             Arg::I(x.cols as i32),
         ];
-        d.launch(&d.k.select_rows, (n as u32, 1, 1), BLOCK, 0, &args);
+        // 256 threads of 4 columns a block (kernels/ops.cu `select_rows`).
+        d.launch(&d.k.select_rows, (n as u32, x.cols.div_ceil(1024).max(1) as u32, 1), 256, 0, &args);
     }
     CudaAct::new(y, n, x.cols)
 }

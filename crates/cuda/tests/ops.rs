@@ -89,6 +89,29 @@ fn fused_add_norm_equals_add_then_norm() {
 }
 
 #[test]
+fn norm_rows_do_not_depend_on_the_row_count() {
+    let Some(b) = backend() else { return };
+    // Over 64 rows run on quarter-size blocks (prefill), one row on full ones (decode): same bits.
+    for cols in [4096, 640, 512, 20000, 96] {
+        let rows = 80;
+        let (h0, a) = (rand(rows * cols, 8, 2.0), rand(rows * cols, 9, 1.0));
+        let w = b.vec(&rand(cols, 10, 1.0));
+        let mut many = b.upload(&h0, rows, cols);
+        let y_many = b.download(&b.add_rms_norm(&mut many, &b.upload(&a, rows, cols), &w, 1e-6, false));
+        let n_many = b.download(&b.rms_norm(&b.upload(&h0, rows, cols), &w, 1e-6, true));
+        for r in [0, 41, 79] {
+            let row = |v: &[f32]| v[r * cols..(r + 1) * cols].to_vec();
+            let mut one = b.upload(&row(&h0), 1, cols);
+            let y_one = b.download(&b.add_rms_norm(&mut one, &b.upload(&row(&a), 1, cols), &w, 1e-6, false));
+            assert!(same_bits(&y_one, &row(&y_many)), "cols={cols} row {r}: add_rms_norm differs");
+            assert!(same_bits(&b.download(&one), &row(&b.download(&many))), "cols={cols} row {r}: residual");
+            let n_one = b.download(&b.rms_norm(&b.upload(&row(&h0), 1, cols), &w, 1e-6, true));
+            assert!(same_bits(&n_one, &row(&n_many)), "cols={cols} row {r}: rms_norm differs");
+        }
+    }
+}
+
+#[test]
 fn fused_qk_norm_rope_equals_norms_then_rope() {
     let Some(b) = backend() else { return };
     // (rows, q heads, k heads, head_dim, rotary width, with norms)
@@ -154,6 +177,13 @@ fn row_ops_match_reference() {
             b.download(&b.glu(&b.upload(&x, rows, cols), &b.upload(&y, rows, cols), act)),
             r.download(&r.glu(&r.upload(&x, rows, cols), &r.upload(&y, rows, cols), act)),
             "glu",
+        );
+        // 15 columns: the kernel's one-value-a-thread path (96 takes four at a time).
+        let (gx, gy) = (&x[..rows * 15], &y[..rows * 15]);
+        close(
+            b.download(&b.glu(&b.upload(gx, rows, 15), &b.upload(gy, rows, 15), act)),
+            r.download(&r.glu(&r.upload(gx, rows, 15), &r.upload(gy, rows, 15), act)),
+            "glu, 15 columns",
         );
     }
     let (mut xb, mut xr) = (b.upload(&x, rows, cols), r.upload(&x, rows, cols));
