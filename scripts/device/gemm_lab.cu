@@ -100,7 +100,7 @@ static TmaDesc x_map(const u16* x, int m, int kp, int box_rows = WG_BN) {
 static void run_gemm_wgmma(const Weight& w, const TmaDesc& map, float* y, int m) {
     dim3 grid((w.ntiles * 16 + WG_ROWS - 1) / WG_ROWS, (m + WG_BN - 1) / WG_BN);
     TmaDesc wm = x_map(w.packed, w.ntiles * 16, w.kt * 16);
-    gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>(wm, wm, wm, map, y, y, y, w.n, 0, 0, grid.x, 0, m, w.kt);
+    gemm_wgmma<<<grid, WG_THREADS, WG_SMEM>>>(wm, wm, wm, map, y, y, y, w.n, 0, 0, grid.x, 0, m, w.kt, nullptr, 0);
 }
 static int gemv_smem_n1() { return GEMV_W * 4 * (16 + 8 * 1) * GEMV_XS(4) + GEMV_W * 1 * 4 * 32 * 4; }
 static int gemv_smem_n8() { return GEMV_W * 3 * (16 + 8 * 8) * GEMV_XS(2) + GEMV_W * 8 * 4 * 32 * 4; }

@@ -96,10 +96,13 @@ __device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc) {
 
 // Up to three weights of the same x in one launch (q/k/v, gate/up): blockIdx.x < bx0 takes W0's
 // 128-row blocks, then bx1 of W1's, then W2's (each into its own y of n columns).
+// Split mode (nz > 0, few rows: too few CTAs otherwise): CTA z = blockIdx.z computes only K
+// segment z and leaves its sum in ws [nz][m][n0 + n1 + n2]; `gemm_fold` adds the segments in order.
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
                const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
-               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int m, int kt) {
+               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int m, int kt,
+               float* __restrict__ ws, int nz) {
     tf_pdl_enter();
 #ifdef TF_WGMMA
     const int bx = blockIdx.x, which = bx < bx0 ? 0 : bx < bx0 + bx1 ? 1 : 2;
@@ -112,7 +115,10 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     const u32 ring = (smem_addr(smem_raw) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int row0 = wblock * WG_ROWS, tok0 = blockIdx.y * WG_BN;
-    const int nkb = kt / 4;  // 64-wide k blocks
+    const int seg_len = gemm_seg_len(kt);
+    // 64-wide k blocks [kb0, kb0 + nkb): all of K, or segment z in split mode
+    const int kb0 = nz > 0 ? (int)blockIdx.z * seg_len / 4 : 0;
+    const int nkb = nz > 0 ? min(seg_len, kt - (int)blockIdx.z * seg_len) / 4 : kt / 4;
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(&full[s], 1);
@@ -131,8 +137,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
             if (kb >= WG_STAGES) mbar_wait(&empty[slot], ((kb / WG_STAGES) - 1) & 1);
             const u32 base = ring + slot * WG_STAGE_BYTES;
             mbar_expect(&full[slot], WG_B_BYTES + WG_A_BYTES);
-            tma_load_2d(base, &xmap, kb * 64, tok0, &full[slot]);
-            tma_load_2d(base + WG_B_BYTES, wmap, kb * 64, row0, &full[slot]);
+            tma_load_2d(base, &xmap, (kb0 + kb) * 64, tok0, &full[slot]);
+            tma_load_2d(base + WG_B_BYTES, wmap, (kb0 + kb) * 64, row0, &full[slot]);
         }
         return;
     }
@@ -140,7 +146,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     float acc[WG_ACC], tot[WG_ACC];
 #pragma unroll
     for (int i = 0; i < WG_ACC; ++i) acc[i] = tot[i] = 0.f;
-    const int seg_len = gemm_seg_len(kt);
     for (int kb = 0; kb < nkb; ++kb) {
         const int slot = kb % WG_STAGES;
         mbar_wait(&full[slot], (kb / WG_STAGES) & 1);
@@ -151,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wgmma_ss_n128(acc, wg_desc_sw128(abase + kk * 32), wg_desc_sw128(base + kk * 32));
         wg_commit();
-        const int jn = kb * 4 + 4;
+        const int jn = (kb0 + kb) * 4 + 4;
         if (jn % seg_len == 0 || jn == kt) {  // segment end: retire, fold, restart
             wg_wait<0>();
             wg_pin(acc);
@@ -170,10 +175,32 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     // Accumulator i of lane (g, c) in warp `warp`: row 16 warp + g + 8 (i / 2 % 2), token 8 (i / 4) + 2c + i % 2.
     const int g = lane >> 2, c = lane & 3;
     const int rowb = row0 + wg * 64 + warp * 16 + g;
+    // Split mode: this segment's sum (0 + s, what the fold starts from) at column `col0 + row`.
+    const int ntot = n0 + n1 + n2, col0 = which == 0 ? 0 : which == 1 ? n0 : n0 + n1;
 #pragma unroll
     for (int i = 0; i < WG_ACC; ++i) {
         int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-        if (row < n && tok < m) y[(size_t)tok * n + row] = tot[i];
+        if (row < n && tok < m) {
+            if (nz > 0) ws[((size_t)blockIdx.z * m + tok) * ntot + col0 + row] = tot[i];
+            else y[(size_t)tok * n + row] = tot[i];
+        }
     }
 #endif
+}
+
+// Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums, exactly the register
+// fold of the unsplit kernel; element e of [m][n0 + n1 + n2] goes to the weight its column is in.
+extern "C" __global__ void gemm_fold(const float* __restrict__ ws, float* __restrict__ y0, float* __restrict__ y1,
+                                     float* __restrict__ y2, int n0, int n1, int n2, int m, int nz) {
+    tf_pdl_enter();
+    const int ntot = n0 + n1 + n2;
+    const size_t total = (size_t)m * ntot;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        float t = 0.f;
+        for (int z = 0; z < nz; ++z) t = __fadd_rn(t, ws[(size_t)z * total + e]);
+        const int tok = (int)(e / ntot), col = (int)(e % ntot);
+        if (col < n0) y0[(size_t)tok * n0 + col] = t;
+        else if (col < n0 + n1) y1[(size_t)tok * n1 + col - n0] = t;
+        else y2[(size_t)tok * n2 + col - n0 - n1] = t;
+    }
 }

@@ -75,6 +75,7 @@ kernels!(
     gemv_tma_n4,
     gemm_bf16,
     gemm_wgmma,
+    gemm_fold,
     gemm_simt,
     attention_d16,
     attention_d32,

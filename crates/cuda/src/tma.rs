@@ -47,6 +47,13 @@ pub(crate) fn wgmma_fits(kt: usize) -> bool {
     kt.is_multiple_of(4) && (len.is_multiple_of(4) || len >= kt)
 }
 
+/// K segments of a weight of `kt` k tiles (kernels/gemm.cu `gemm_seg_len`).
+pub(crate) fn segments(kt: usize) -> usize {
+    let nseg = (kt / 32).clamp(1, 8);
+    let len = (kt.div_ceil(nseg) + 1) & !1;
+    kt.div_ceil(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +69,13 @@ mod tests {
         // A single segment of whole blocks fits (it ends at K); a partial last block does not.
         assert!(wgmma_fits(4) && wgmma_fits(28));
         assert!(!wgmma_fits(13) && !wgmma_fits(63));
+    }
+
+    #[test]
+    fn segment_counts_follow_the_kernels_lengths() {
+        // 4096 columns: 8 segments of 32 tiles; 12288: 8 of 96; 1024: 2 of 32; 80: one of 6.
+        assert_eq!([segments(256), segments(768), segments(64), segments(5)], [8, 8, 2, 1]);
+        // 1040 columns: 65 tiles in 2 segments of 34 (the second shorter).
+        assert_eq!(segments(65), 2);
     }
 }
