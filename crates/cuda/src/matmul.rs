@@ -8,12 +8,13 @@ use cudarc::driver::CudaSlice;
 
 const BLOCK: u32 = 256;
 
+/// `x @ w^T`.
 pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
     matmul_many(b, x, &[w]).pop().expect("one weight, one output")
 }
 
-/// `x @ w^T` for each weight of `ws` (same input width): bf16 weights with few rows share
-/// one GEMV launch (up to three per launch); each output equals its own `matmul` bit for bit.
+/// `x @ w^T` for each weight of `ws` (same input width): bf16 weights share one GEMV or wgmma
+/// GEMM launch (up to three per launch); each output equals its own `matmul` bit for bit.
 pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     let d = &b.dev;
     let m = x.rows;
@@ -153,8 +154,8 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
         // H200, qwen3-8b: batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%.
         let ctas = b0 + b1 + b2;
         let nz = if m <= 64 && ctas < 2 * d.num_sms { crate::tma::segments(kt) } else { 1 };
-        let ws = (nz > 1).then(|| d.alloc::<f32>(nz * m * (n0 + n1 + n2)));
-        let wsp = ws.as_ref().map_or(0, |w| ptr(w, &d.stream));
+        let work = (nz > 1).then(|| d.alloc::<f32>(nz * m * (n0 + n1 + n2)));
+        let wsp = work.as_ref().map_or(0, |w| ptr(w, &d.stream));
         let split = if nz > 1 { nz as i32 } else { 0 };
         let args = [
             Arg::M(w0),
