@@ -15,8 +15,9 @@ grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | sort | uniq -c
 echo "t=$(( $(date +%s) - START )) s: receipt"
 ARGS=${RECEIPT_ARGS:-"--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"} \
   bash scripts/device/receipt.sh .carry/a/tensorfold .carry/tensorfold "${ROUNDS:-2}" > "$OUT/receipt.txt" 2>&1
+# Batch 64 before the 4096-token prompt: in sweep-dd6eb62 the 300 s limit cut the last run.
 echo "t=$(( $(date +%s) - START )) s: peer"
-[[ ${PEER:-1} == 1 ]] && PYTHONUNBUFFERED=1 timeout 300 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,4096x1,128x64 \
+[[ ${PEER:-1} == 1 ]] && PYTHONUNBUFFERED=1 timeout 300 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,128x64,4096x1 \
   --gen-len 128 --repeat 1 --json "$OUT/peer.json" > "$OUT/peer.log" 2>&1
 cp "$OUT/receipt/B-1.json" "$OUT/ours.json" 2>/dev/null
 (cd "$OUT" && tar czf sweep.tgz --exclude=sweep.tgz . && find . -type f ! -name sweep.tgz ! -name receipt.txt -delete)
