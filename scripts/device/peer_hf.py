@@ -61,9 +61,9 @@ def main():
         results.append(r)
         print(f"peer prompt {plen:>5} batch {batch:>3} | prefill {r['prefill_tok_s']:>9.1f} tok/s ttft {t1*1e3:>8.1f} ms"
               f" | decode {r['decode_tok_s']:>9.1f} tok/s {round_s*1e3:>7.3f} ms/round", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"peer": "transformers", "torch": torch.__version__, "results": results}, f)
+        if a.json:  # after every run, so a time limit keeps what finished
+            with open(a.json, "w") as f:
+                json.dump({"peer": "transformers", "torch": torch.__version__, "results": results}, f)
 
 
 if __name__ == "__main__":
