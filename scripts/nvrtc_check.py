@@ -2,13 +2,14 @@
 """Compiles the CUDA kernels (crates/cuda/kernels, in nvrtc.rs's order) with a local NVRTC for
 sm_90 and prints the log with ptxas register/spill lines: catches kernel compile errors without a
 GPU. Needs a libnvrtc (e.g. `pip install nvidia-cuda-nvrtc`); NVRTC_LIB overrides the path."""
-import ctypes, glob, os, re, sys
+import ctypes, glob, os, re, site, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "cuda")
 order = re.findall(r'include_str!\("\.\./kernels/([^"]+)"\)', open(os.path.join(root, "src", "nvrtc.rs")).read())
 src = "".join(open(os.path.join(root, "kernels", f)).read() + "\n" for f in order)
+dirs = site.getsitepackages() + [site.getusersitepackages()]
 libs = [os.environ.get("NVRTC_LIB", "")] + sorted(
-    glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "*", "lib", "libnvrtc.so.*")))
+    p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnvrtc.so.*")))
 lib = next((ctypes.CDLL(p) for p in libs if p and os.path.exists(p)), None)
 if lib is None:
     sys.exit("no libnvrtc found: pip install nvidia-cuda-nvrtc, or set NVRTC_LIB")
