@@ -7,7 +7,8 @@
 //! whose length depends only on the weight's K; each segment is one MMA chain over its 16-wide k
 //! steps, and the segments are summed left to right, whether a GEMV splits them across warps
 //! (decode) or a tiled GEMM folds them in registers (prefill: on Hopper the wgmma kernel fed by
-//! tensor-map copies, else the mma.sync one; wgmma's k steps give mma.sync's bits). Attention
+//! tensor-map copies, else the mma.sync one; wgmma's k steps give mma.sync's bits) or, for
+//! 33-64 rows, leaves each to its own CTA and a fold kernel adds them in the same order. Attention
 //! walks keys in 64-key blocks within 256-key chunks aligned to absolute positions and folds the
 //! chunks left to right, in one CTA or split across CTAs plus a combine kernel. So concurrent ==
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
