@@ -50,13 +50,17 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     constexpr int J = RMS_J / Q;  // values per virtual thread
     __shared__ float scratch[32];
     const size_t base = (size_t)blockIdx.x * group;
+    // A group lies inside one row (group divides cols): its bf16 copy starts at ybase.
+    const size_t brow = base / cols, ybase = brow * kp + (base - brow * cols);
     const int R = blockDim.x, V = R * Q, lane = threadIdx.x & 31;
     if (group <= J * V) {
+        const int jn = (group + V - 1) / V;  // values a virtual thread holds (the rest are zeros)
         float v[Q][J], sc[Q][J];
 #pragma unroll
         for (int q = 0; q < Q; ++q)
 #pragma unroll
             for (int j = 0; j < J; ++j) {
+                if (j >= jn) break;
                 int i = threadIdx.x + q * R + j * V;
                 sc[q][j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
             }
@@ -65,6 +69,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
         for (int q = 0; q < Q; ++q)
 #pragma unroll
             for (int j = 0; j < J; ++j) {
+                if (j >= jn) break;
                 int i = threadIdx.x + q * R + j * V;
                 v[q][j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
             }
@@ -73,6 +78,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
             for (int q = 0; q < Q; ++q)
 #pragma unroll
                 for (int j = 0; j < J; ++j) {
+                    if (j >= jn) break;
                     int i = threadIdx.x + q * R + j * V;
                     if (i < group) x[base + i] = v[q][j];
                 }
@@ -81,24 +87,30 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
         for (int q = 0; q < Q; ++q) {
             float ss = 0.f;
 #pragma unroll
-            for (int j = 0; j < J; ++j) ss += v[q][j] * v[q][j];
+            for (int j = 0; j < J; ++j) {
+                if (j >= jn) break;
+                ss += v[q][j] * v[q][j];
+            }
             ss = warp_sum(ss);
             if (lane == 0) scratch[(threadIdx.x >> 5) + q * (R >> 5)] = ss;
         }
         __syncthreads();
+        // The warp sums in order (zeros past the last warp change nothing); the loads are
+        // independent, so only the additions chain.
         float t = 0.f;
-        for (int i = 0; i < (V >> 5); ++i) t += scratch[i];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) t += i < (V >> 5) ? scratch[i] : 0.f;
         float inv = 1.0f / sqrtf(t / (float)group + eps);
 #pragma unroll
         for (int q = 0; q < Q; ++q)
 #pragma unroll
             for (int j = 0; j < J; ++j) {
+                if (j >= jn) break;
                 int i = threadIdx.x + q * R + j * V;
                 if (i < group) {
                     float o = v[q][j] * inv * sc[q][j];
-                    size_t f = base + i;
-                    y[f] = o;
-                    yb[(f / cols) * kp + f % cols] = f2bf(o);
+                    y[base + i] = o;
+                    yb[ybase + i] = f2bf(o);
                 }
             }
         return;
@@ -116,9 +128,8 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     for (int i = threadIdx.x; i < group; i += R) {
         float s = one_plus ? 1.0f + w[i] : w[i];
         float v = x[base + i] * inv * s;
-        size_t f = base + i;
-        y[f] = v;
-        yb[(f / cols) * kp + f % cols] = f2bf(v);
+        y[base + i] = v;
+        yb[ybase + i] = f2bf(v);
     }
 }
 

@@ -2,7 +2,7 @@
 //! flash-attention kernel (kernels/attention.cu) over work items of whole query tokens.
 
 use crate::CudaBackend;
-use crate::device::{Arg, attention_smem, ptr};
+use crate::device::{Arg, attention_smem, attention_split_smem, ptr};
 use crate::ops::bf16_out;
 use crate::tensor::{CudaAct, CudaKv, padded};
 use cudarc::driver::CudaSlice;
@@ -28,6 +28,15 @@ fn tiling(group: usize, longest: usize) -> (u32, usize) {
     (warps, (16 * warps as usize / group).max(1))
 }
 
+/// Whether a round runs on the warp-split decode kernel (kernels/attention_split.cu): one new
+/// token a sequence, at most 16 query heads a KV head (one warp's rows), head width 64 or 128,
+/// every CTA within one 256-key chunk (split mode, or short contexts), and at most two CTAs an SM
+/// (it holds a whole chunk in shared memory, one CTA an SM; bigger rounds keep three CTAs an SM
+/// on the other kernel). Only scheduling: both give the same bits.
+fn warp_split(decode: bool, group: usize, hd: usize, one_chunk: bool, ctas: usize, sms: usize) -> bool {
+    decode && group <= 16 && (hd == 64 || hd == 128) && one_chunk && ctas <= 2 * sms
+}
+
 /// Keys per chunk of the fixed reduction order (kernels/attention.cu `CH`).
 const CHUNK: usize = 256;
 
@@ -38,13 +47,18 @@ fn split_chunks(meta: &AttnMeta, ctas: usize, rows: usize, window: usize) -> usi
     if ctas >= 256 || rows > 64 {
         return 0;
     }
+    let most = most_chunks(meta, window);
+    if most >= 2 { most } else { 0 }
+}
+
+/// The most 256-key chunks any sequence's queries of the round see.
+fn most_chunks(meta: &AttnMeta, window: usize) -> usize {
     let chunks = |s: &tf_backend::SeqAttn| {
         let last = s.start_pos + s.q_len.max(1) - 1;
         let lo = if window > 0 { (s.start_pos + 1).saturating_sub(window) } else { 0 };
         last / CHUNK - lo / CHUNK + 1
     };
-    let most = meta.seqs.iter().map(chunks).max().unwrap_or(1);
-    if most >= 2 { most } else { 0 }
+    meta.seqs.iter().map(chunks).max().unwrap_or(1)
 }
 
 fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize, u32) {
@@ -162,7 +176,14 @@ pub(crate) fn attention(
             Arg::P(at(m.slots_off)),
         ];
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
-        d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);
+        let ctas = m.num_items * kvh * nz.max(1);
+        let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
+        if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
+            let f = if hd == 64 { &d.k.attention_split_d64 } else { &d.k.attention_split_d128 };
+            d.launch(f, grid, 128, attention_split_smem(hd), &args);
+        } else {
+            d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);
+        }
         if nz > 0 {
             let args = [
                 Arg::P(ptr(&ws, &d.stream)),
@@ -207,6 +228,18 @@ mod tests {
         assert!(items.iter().all(|i| i[2] as usize * 4 <= 128));
         assert_eq!(tiling(4, 1), (4, 16));
         assert_eq!(tiling(4, 37), (8, 32));
+    }
+
+    #[test]
+    fn warp_split_kernel_only_for_small_decode_rounds_of_single_chunks() {
+        // Batch-1 decode of a GQA model (4 query heads a KV head, width 128) on 132 SMs.
+        assert!(warp_split(true, 4, 128, true, 8, 132));
+        assert!(warp_split(true, 4, 64, true, 264, 132));
+        assert!(!warp_split(false, 4, 128, true, 8, 132), "prefill rows");
+        assert!(!warp_split(true, 32, 128, true, 8, 132), "more rows than one warp holds");
+        assert!(!warp_split(true, 4, 256, true, 8, 132), "head width without room for four stages");
+        assert!(!warp_split(true, 4, 128, false, 8, 132), "a CTA walking several chunks");
+        assert!(!warp_split(true, 4, 128, true, 265, 132), "more than two CTAs an SM");
     }
 
     #[test]

@@ -82,6 +82,8 @@ kernels!(
     attention_d64,
     attention_d128,
     attention_d256,
+    attention_split_d64,
+    attention_split_d128,
     attention_combine,
 );
 
@@ -161,6 +163,9 @@ impl Device {
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
+        }
+        for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
+            drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
         let num_sms = drv(
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
@@ -263,6 +268,12 @@ pub(crate) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
 /// Dynamic shared memory of the attention kernel for head width `d` (two stages of K and V).
 pub(crate) fn attention_smem(d: usize) -> u32 {
     (2 * 2 * 64 * (d + 8) * 2) as u32
+}
+
+/// Dynamic shared memory of the warp-split decode attention kernel (kernels/attention_split.cu):
+/// four stages of K and V, then each block's P fragments, maxima and row sums.
+pub(crate) fn attention_split_smem(d: usize) -> u32 {
+    (4 * 2 * 64 * (d + 8) * 2 + 4 * 32 * 16 * 4 + 2 * 4 * 16 * 4) as u32
 }
 
 /// Blocks for a grid-stride loop over `n` elements.

@@ -31,6 +31,7 @@ mod matmul;
 mod moe;
 mod nvrtc;
 mod ops;
+mod profile;
 mod tensor;
 mod tma;
 
@@ -39,6 +40,7 @@ pub use error::CudaError;
 pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 
 use device::Device;
+use profile::Skip;
 use std::sync::Mutex;
 use tf_backend::{Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, KvShape, MoeParams, QkNorm, Rope};
 use tf_formats::TensorView;
@@ -62,6 +64,7 @@ struct Caches {
 pub struct CudaBackend {
     dev: Device,
     caches: Mutex<Caches>,
+    skip: Skip,
 }
 
 impl CudaBackend {
@@ -72,7 +75,11 @@ impl CudaBackend {
 
     /// GPU `ordinal` with `opts`.
     pub fn with_options(ordinal: usize, opts: &CudaOptions) -> Result<CudaBackend, CudaError> {
-        Ok(CudaBackend { dev: Device::new(ordinal, opts)?, caches: Mutex::new(Caches::default()) })
+        Ok(CudaBackend {
+            dev: Device::new(ordinal, opts)?,
+            caches: Mutex::new(Caches::default()),
+            skip: Skip::from_env(),
+        })
     }
 
     /// The GPU's name as the driver reports it.
@@ -99,6 +106,11 @@ impl CudaBackend {
     /// Waits until all queued device work is done.
     pub fn synchronize(&self) {
         self.dev.synchronize()
+    }
+
+    /// An unwritten activation (what a skipped op returns, profiling only).
+    fn blank(&self, rows: usize, cols: usize) -> CudaAct {
+        CudaAct::with_bf16(self.dev.alloc::<f32>(rows * cols), ops::bf16_out(self, rows, cols), rows, cols)
     }
 
     fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
@@ -146,10 +158,16 @@ impl Backend for CudaBackend {
     }
 
     fn matmul(&self, x: &CudaAct, w: &CudaMat) -> CudaAct {
+        if self.skip.skips(Skip::MATMUL, x.rows) && w.shape().0 < 100000 {
+            return self.blank(x.rows, w.shape().0);
+        }
         matmul::matmul(self, x, w)
     }
 
     fn matmul_many(&self, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+        if self.skip.skips(Skip::MATMUL, x.rows) && ws.iter().all(|w| w.shape().0 < 100000) {
+            return ws.iter().map(|w| self.blank(x.rows, w.shape().0)).collect();
+        }
         matmul::matmul_many(self, x, ws)
     }
 
@@ -162,6 +180,9 @@ impl Backend for CudaBackend {
     }
 
     fn add_rms_norm(&self, x: &mut CudaAct, y: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+        if self.skip.skips(Skip::ADD_NORM, x.rows) {
+            return self.blank(x.rows, x.cols);
+        }
         ops::add_rms_norm(self, x, y, w, eps, one_plus)
     }
 
@@ -178,10 +199,16 @@ impl Backend for CudaBackend {
         head_dim: usize,
         rope: &Rope,
     ) {
+        if self.skip.skips(Skip::QK_ROPE, q.rows) {
+            return;
+        }
         ops::qk_norm_rope(self, q, k, norms, positions, head_dim, rope)
     }
 
     fn glu(&self, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
+        if self.skip.skips(Skip::GLU, gate.rows) {
+            return self.blank(gate.rows, gate.cols);
+        }
         ops::glu(self, gate, up, act)
     }
 
@@ -194,6 +221,9 @@ impl Backend for CudaBackend {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> CudaAct {
+        if self.skip.skips(Skip::ATTENTION, q.rows) {
+            return self.blank(q.rows, p.num_heads * p.head_dim);
+        }
         attention::attention(self, q, k, v, kv, meta, p)
     }
 

@@ -145,7 +145,7 @@ pub(crate) fn add_rms_norm(
 fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     let d = &b.dev;
     let group = w.len;
-    assert!(group > 0 && x.len().is_multiple_of(group), "rms_norm: {} values in groups of {group}", x.len());
+    assert!(group > 0 && x.cols.is_multiple_of(group), "rms_norm: rows of {} values in groups of {group}", x.cols);
     let y = d.alloc::<f32>(x.len());
     let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
@@ -428,6 +428,13 @@ mod tests {
     fn attention_fits_in_shared_memory() {
         for d in [16, 32, 64, 128, 256] {
             assert!(crate::device::attention_smem(d) + 512 <= MAX_SMEM, "attention d={d}");
+        }
+    }
+
+    #[test]
+    fn split_attention_fits_in_shared_memory() {
+        for d in [64, 128] {
+            assert!(crate::device::attention_split_smem(d) + 1024 <= MAX_SMEM, "split attention d={d}");
         }
     }
 }
