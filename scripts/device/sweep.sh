@@ -3,13 +3,16 @@
 # this build (.carry/tensorfold) against a baseline (.carry/a/tensorfold) on qwen3-8b synth, and
 # transformers on the same checkpoint; everything under $OUT as one archive, tables last.
 #   RECEIPT_ARGS="--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"  ROUNDS=2  PEER=1
+#   LAB=0 leaves the matmul lab out (no matmul change: saves its nvcc build and run)
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
 export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACHE_HOME=/tmp/xdg
 START=$(date +%s)
-OUT=$OUT/lab STEPS=lab bash scripts/device/lab.sh > /dev/null 2>&1
-grep -E "FAIL|exactness|TF" "$OUT/lab/lab.log" | grep -v "0 differ (max 0) gemv 0 differ"
+if [[ ${LAB:-1} == 1 ]]; then
+  OUT=$OUT/lab STEPS=lab bash scripts/device/lab.sh > /dev/null 2>&1
+  grep -E "FAIL|exactness|TF" "$OUT/lab/lab.log" | grep -v "0 differ (max 0) gemv 0 differ"
+fi
 STEPS=tests bash scripts/device/run_all.sh > "$OUT/run_tests.log" 2>&1
 grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | sort | uniq -c
 echo "t=$(( $(date +%s) - START )) s: receipt"

@@ -10,7 +10,10 @@
 //! tensor-map copies, else the mma.sync one; wgmma's k steps give mma.sync's bits) or, for
 //! 33-64 rows, leaves each to its own CTA and a fold kernel adds them in the same order. Attention
 //! walks keys in 64-key blocks within 256-key chunks aligned to absolute positions and folds the
-//! chunks left to right, in one CTA or split across CTAs plus a combine kernel. So concurrent ==
+//! chunks left to right, in one CTA or split across CTAs plus a combine kernel; small decode rounds
+//! take a warp-split kernel that holds a whole chunk and shares the same per-block steps (its four
+//! warps score one block each, then each runs the chunk's chain on a quarter of the output
+//! dimensions), so its bits are the one-warp kernel's. So concurrent ==
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
 //! `add_rms_norm`, `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
@@ -18,7 +21,11 @@
 //! stream one K segment through a ring of tensor-map copies that runs on across W tiles.
 //!
 //! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is
-//! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait).
+//! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait,
+//! the decode attention its cached keys).
+//!
+//! `TF_PROFILE_SKIP` (profile.rs, off unless set) leaves chosen decode ops out, for timing them
+//! in place (`scripts/device/skip.sh`); results are then wrong.
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.
