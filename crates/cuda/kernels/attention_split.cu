@@ -9,7 +9,8 @@
 // max before block j is the max of the earlier blocks' maxima), so outputs are bit-identical to
 // it: tests compare decode token by token against batched rounds.
 
-// The per-block steps, written exactly as attention_body's loop does them. Scores of the warp's 16 rows against a block's 64 keys (K rows in shared memory).
+// The per-block steps, written exactly as attention_body's loop does them (keep them in step).
+// Scores of the warp's 16 rows against a block's 64 keys (K rows in shared memory).
 template <int D>
 __device__ __forceinline__ void attn_scores(float (&s)[8][4], const u32 (&qa)[D / 16][4], const u16* ks, int lane) {
     constexpr int RS = D + 8;
@@ -261,7 +262,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             attn_step(mrow[h], bmx[j * 16 + g + 8 * h], muse[h], alpha[h]);
-            lrow[h] = __fmaf_rn(lrow[h], alpha[h], rsm[j * 16 + g + 8 * h]);
+            lrow[h] = lrow[h] * alpha[h] + rsm[j * 16 + g + 8 * h];  // attention_body's expression
         }
 #pragma unroll
         for (int dt = 0; dt < DS; ++dt) {
