@@ -112,6 +112,25 @@ pub trait Backend: Send + Sync {
     fn matmul_many(&self, x: &Self::Act, ws: &[&Self::Mat]) -> Vec<Self::Act> {
         ws.iter().map(|w| self.matmul(x, w)).collect()
     }
+    /// `h += x @ w^T` (a residual add of a projection): the same values as `matmul` followed by
+    /// `add_assign`; a backend may add in the matmul's store.
+    fn matmul_add(&self, x: &Self::Act, w: &Self::Mat, h: &mut Self::Act) {
+        let y = self.matmul(x, w);
+        self.add_assign(h, &y);
+    }
+    /// `matmul_many(rms_norm(x, nw), ws)`: the same values; a backend may make the norm inside
+    /// the matmul (the normed rows are not returned).
+    fn norm_matmul_many(
+        &self,
+        x: &Self::Act,
+        nw: &Self::Vec,
+        eps: f32,
+        one_plus: bool,
+        ws: &[&Self::Mat],
+    ) -> Vec<Self::Act> {
+        let n = self.rms_norm(x, nw, eps, one_plus);
+        self.matmul_many(&n, ws)
+    }
     /// RMSNorm over each consecutive group of `w.len()` values; scale `w` or `1 + w`.
     fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act;
     /// `x += y`.

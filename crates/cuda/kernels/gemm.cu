@@ -23,6 +23,10 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
     return (len + 1) & ~1;
 }
 
+// Every matmul kernel's store: y = v, or with add y += v (the residual add fused into the matmul:
+// the same f32 addition as add_inplace).
+__device__ __forceinline__ void gemm_store(float* y, float v, int add) { *y = add ? __fadd_rn(*y, v) : v; }
+
 // Few rows (M <= 8 * NT): one block of GEMV_W warps per 16-row tile of W; warp w takes segment w
 // and streams its k tiles and its slice of x through a private cp.async ring of ST stages of U k
 // tiles (16 W rows and each x row, 32 bytes per k tile, rows padded by 16 bytes so ldmatrix and
@@ -36,7 +40,7 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 
 template <int NT, int U, int ST>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
-                                          const u16* __restrict__ x, int m, int kt, int kp) {
+                                          const u16* __restrict__ x, int m, int kt, int kp, int add) {
     constexpr int XROWS = 8 * NT;
     constexpr int WBYTES = 16 * GEMV_XS(U);  // 16 W rows of U k tiles, padded like x rows
     constexpr int SBYTES = WBYTES + XROWS * GEMV_XS(U);
@@ -135,10 +139,10 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         int t0 = t * 8 + 2 * c, t1 = t0 + 1;
-        if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = tot[t][0];
-        if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = tot[t][1];
-        if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = tot[t][2];
-        if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = tot[t][3];
+        if (t0 < m && row0 < n) gemm_store(y + (size_t)t0 * n + row0, tot[t][0], add);
+        if (t1 < m && row0 < n) gemm_store(y + (size_t)t1 * n + row0, tot[t][1], add);
+        if (t0 < m && row1 < n) gemm_store(y + (size_t)t0 * n + row1, tot[t][2], add);
+        if (t1 < m && row1 < n) gemm_store(y + (size_t)t1 * n + row1, tot[t][3], add);
     }
 }
 
@@ -147,15 +151,15 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_bf16_n##NT(                                     \
         const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
         float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
-        const u16* __restrict__ x, int m, int kt, int kp) {                                                        \
-        tf_pdl_launch();                                                                                      \
+        const u16* __restrict__ x, int m, int kt, int kp, int add) {                                               \
+        tf_pdl_launch();                                                                                           \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
-            gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp);                                                     \
+            gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp, add);                                                \
         else if (b < nt0 + nt1)                                                                                    \
-            gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp);                                               \
+            gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                          \
         else                                                                                                       \
-            gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp);                                         \
+            gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                    \
     }
 GEMV_KERNEL(1, 4, 4)
 GEMV_KERNEL(2, 4, 4)
@@ -172,7 +176,7 @@ GEMV_KERNEL(8, 2, 3)
 
 extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const u16* __restrict__ w, const u16* __restrict__ x,
                                                             float* __restrict__ y, int m, int n, int ntiles, int kt,
-                                                            int kp) {
+                                                            int kp, int add) {
     tf_pdl_enter();
     extern __shared__ __align__(16) unsigned char smem[];
     u16* ws = (u16*)smem;                                        // [stage][128 W rows][GM_XSTRIDE]
@@ -273,17 +277,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const u16* __rest
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
             int t0 = tok0 + wm * 32 + nt * 8 + 2 * c, t1 = t0 + 1;
-            if (t0 < m && row0 < n) y[(size_t)t0 * n + row0] = tot[mt][nt][0];
-            if (t1 < m && row0 < n) y[(size_t)t1 * n + row0] = tot[mt][nt][1];
-            if (t0 < m && row1 < n) y[(size_t)t0 * n + row1] = tot[mt][nt][2];
-            if (t1 < m && row1 < n) y[(size_t)t1 * n + row1] = tot[mt][nt][3];
+            if (t0 < m && row0 < n) gemm_store(y + (size_t)t0 * n + row0, tot[mt][nt][0], add);
+            if (t1 < m && row0 < n) gemm_store(y + (size_t)t1 * n + row0, tot[mt][nt][1], add);
+            if (t0 < m && row1 < n) gemm_store(y + (size_t)t0 * n + row1, tot[mt][nt][2], add);
+            if (t1 < m && row1 < n) gemm_store(y + (size_t)t1 * n + row1, tot[mt][nt][3], add);
         }
     }
 }
 
 // f32 / f16 weights (small checkpoints): one thread per output, one f32 FMA chain over k in order.
 extern "C" __global__ void gemm_simt(const float* __restrict__ x, const void* __restrict__ w, int f16, float* __restrict__ y,
-                                     int m, int n, int k) {
+                                     int m, int n, int k, int add) {
     tf_pdl_enter();
     size_t total = (size_t)m * n;
     for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
@@ -297,6 +301,6 @@ extern "C" __global__ void gemm_simt(const float* __restrict__ x, const void* __
             const float* wr = (const float*)w + (size_t)r * k;
             for (int i = 0; i < k; ++i) acc = fmaf(xr[i], wr[i], acc);
         }
-        y[o] = acc;
+        gemm_store(y + o, acc, add);
     }
 }

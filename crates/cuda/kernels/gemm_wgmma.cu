@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
                const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
                float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int m, int kt,
-               float* __restrict__ ws, int nz) {
+               float* __restrict__ ws, int nz, int add) {
     tf_pdl_enter();
 #ifdef TF_WGMMA
     const int bx = blockIdx.x, which = bx < bx0 ? 0 : bx < bx0 + bx1 ? 1 : 2;
@@ -182,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
         if (row < n && tok < m) {
             if (nz > 0) ws[((size_t)blockIdx.z * m + tok) * ntot + col0 + row] = tot[i];
-            else y[(size_t)tok * n + row] = tot[i];
+            else gemm_store(y + (size_t)tok * n + row, tot[i], add);
         }
     }
 #endif
@@ -191,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 // Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums, exactly the register
 // fold of the unsplit kernel; element e of [m][n0 + n1 + n2] goes to the weight its column is in.
 extern "C" __global__ void gemm_fold(const float* __restrict__ ws, float* __restrict__ y0, float* __restrict__ y1,
-                                     float* __restrict__ y2, int n0, int n1, int n2, int m, int nz) {
+                                     float* __restrict__ y2, int n0, int n1, int n2, int m, int nz, int add) {
     tf_pdl_enter();
     const int ntot = n0 + n1 + n2;
     const size_t total = (size_t)m * ntot;
@@ -199,8 +199,8 @@ extern "C" __global__ void gemm_fold(const float* __restrict__ ws, float* __rest
         float t = 0.f;
         for (int z = 0; z < nz; ++z) t = __fadd_rn(t, ws[(size_t)z * total + e]);
         const int tok = (int)(e / ntot), col = (int)(e % ntot);
-        if (col < n0) y0[(size_t)tok * n0 + col] = t;
-        else if (col < n0 + n1) y1[(size_t)tok * n1 + col - n0] = t;
-        else y2[(size_t)tok * n2 + col - n0 - n1] = t;
+        if (col < n0) gemm_store(y0 + (size_t)tok * n0 + col, t, add);
+        else if (col < n0 + n1) gemm_store(y1 + (size_t)tok * n1 + col - n0, t, add);
+        else gemm_store(y2 + (size_t)tok * n2 + col - n0 - n1, t, add);
     }
 }

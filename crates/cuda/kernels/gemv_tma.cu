@@ -27,7 +27,7 @@ struct GtCfg {
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -126,10 +126,10 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
             for (int tt = 0; tt < NT; ++tt) {
                 const int a = tt * 8 + 2 * c, a1 = a + 1;
-                if (a < m && row0 < n) y[(size_t)a * n + row0] = tot[tt][0];
-                if (a1 < m && row0 < n) y[(size_t)a1 * n + row0] = tot[tt][1];
-                if (a < m && row1 < n) y[(size_t)a * n + row1] = tot[tt][2];
-                if (a1 < m && row1 < n) y[(size_t)a1 * n + row1] = tot[tt][3];
+                if (a < m && row0 < n) gemm_store(y + (size_t)a * n + row0, tot[tt][0], add);
+                if (a1 < m && row0 < n) gemm_store(y + (size_t)a1 * n + row0, tot[tt][1], add);
+                if (a < m && row1 < n) gemm_store(y + (size_t)a * n + row1, tot[tt][2], add);
+                if (a1 < m && row1 < n) gemm_store(y + (size_t)a1 * n + row1, tot[tt][3], add);
             }
         }
     }
@@ -141,12 +141,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt) {                                  \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add) {                         \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
-#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt);
+#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif

@@ -73,6 +73,11 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
+    gemv_m1_s3,
+    gemv_m1_s4,
+    gemv_m1_norm1,
+    gemv_m1_norm2,
+    gemv_m1_norm4,
     gemm_bf16,
     gemm_wgmma,
     gemm_fold,
@@ -160,6 +165,9 @@ impl Device {
         }
         for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
             drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
+        }
+        for f in [&k.gemv_m1_s3, &k.gemv_m1_s4, &k.gemv_m1_norm1, &k.gemv_m1_norm2, &k.gemv_m1_norm4] {
+            drv(f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32), "raising the one-row GEMV's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;

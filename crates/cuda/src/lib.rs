@@ -33,6 +33,7 @@
 mod attention;
 mod device;
 mod error;
+mod gemv_m1;
 pub mod limits;
 mod matmul;
 mod moe;
@@ -176,6 +177,20 @@ impl Backend for CudaBackend {
             return ws.iter().map(|w| self.blank(x.rows, w.shape().0)).collect();
         }
         matmul::matmul_many(self, x, ws)
+    }
+
+    fn matmul_add(&self, x: &CudaAct, w: &CudaMat, h: &mut CudaAct) {
+        if self.skip.skips(Skip::MATMUL, x.rows) {
+            return;
+        }
+        matmul::matmul_add(self, x, w, h)
+    }
+
+    fn norm_matmul_many(&self, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> Vec<CudaAct> {
+        if self.skip.skips(Skip::MATMUL, x.rows) && ws.iter().all(|w| w.shape().0 < 100000) {
+            return ws.iter().map(|w| self.blank(x.rows, w.shape().0)).collect();
+        }
+        matmul::norm_matmul_many(self, x, nw, eps, one_plus, ws)
     }
 
     fn rms_norm(&self, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {

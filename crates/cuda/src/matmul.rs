@@ -2,8 +2,9 @@
 
 use crate::CudaBackend;
 use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
+use crate::gemv_m1::{M1Input, gemv_m1, norm_fusable};
 use crate::ops::bf16_of;
-use crate::tensor::{CudaAct, CudaMat, padded};
+use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
 
 const BLOCK: u32 = 256;
@@ -16,18 +17,69 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
 /// `x @ w^T` for each weight of `ws` (same input width): bf16 weights share one GEMV or wgmma
 /// GEMM launch (up to three per launch); each output equals its own `matmul` bit for bit.
 pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+    let outs = outputs(b, x, ws);
+    let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| &o.data).collect();
+    launch(b, x, ws, &ys, false);
+    outs
+}
+
+/// `h += x @ w^T`: the residual add in the matmul's store (the same f32 addition as `add_assign`).
+pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut CudaAct) {
+    let (n, k) = w.shape();
+    assert_eq!(
+        (x.cols, h.rows, h.cols),
+        (k, x.rows, n),
+        "matmul_add: x {}x{}, W {n}x{k}, h {}x{}",
+        x.rows,
+        x.cols,
+        h.rows,
+        h.cols
+    );
+    launch(b, x, &[w], &[&h.data], true);
+    h.touched();
+}
+
+/// `matmul_many(rms_norm(x, nw), ws)`: for one row the GEMV makes the norm itself (no norm
+/// kernel, the same bits), otherwise the norm kernel runs first.
+pub(crate) fn norm_matmul_many(
+    b: &CudaBackend,
+    x: &CudaAct,
+    nw: &CudaVec,
+    eps: f32,
+    one_plus: bool,
+    ws: &[&CudaMat],
+) -> Vec<CudaAct> {
     let d = &b.dev;
-    let m = x.rows;
-    let outs: Vec<CudaAct> = ws
-        .iter()
+    if x.rows == 1
+        && let Some((nq, virt)) = norm_fusable(x.cols, nw.len, crate::ops::norm_threads(nw.len))
+    {
+        let outs = outputs(b, x, ws);
+        let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
+        let input = M1Input::Norm { x: ptr(&x.data, &d.stream), w: ptr(&nw.data, &d.stream), eps, one_plus, nq, virt };
+        if gemv_m1(b, &input, x.cols, ws, &ys, false) {
+            return outs;
+        }
+    }
+    matmul_many(b, &crate::ops::rms_norm(b, x, nw, eps, one_plus), ws)
+}
+
+/// Fresh outputs `[x.rows, w.rows]` for each weight (checking the input width).
+fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+    ws.iter()
         .map(|w| {
             let (n, k) = w.shape();
             assert_eq!(x.cols, k, "matmul: x has {} columns, W is {n}x{k}", x.cols);
-            CudaAct::new(d.alloc::<f32>(m * n), m, n)
+            CudaAct::new(b.dev.alloc::<f32>(x.rows * n), x.rows, n)
         })
-        .collect();
+        .collect()
+}
+
+/// `ys[i] = x @ ws[i]^T` (or `+=` with `add`) through the kernel that suits the row count.
+fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
+    let d = &b.dev;
+    let m = x.rows;
     if m == 0 {
-        return outs;
+        return;
     }
     let bf16: Vec<(u64, usize, usize)> = ws
         .iter()
@@ -39,28 +91,28 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
     // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
     // only where it runs (Hopper).
     let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
-    if m > 32 && wgmma {
-        let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| &o.data).collect();
-        if gemm_wgmma(b, x, ws, &ys) {
-            return outs;
-        }
+    if m > 32 && wgmma && gemm_wgmma(b, x, ws, ys, add) {
+        return;
     }
     if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
-        for (w, y) in ws.iter().zip(&outs) {
-            matmul_one(b, x, w, &y.data);
+        for (w, y) in ws.iter().zip(ys) {
+            matmul_one(b, x, w, y, add);
         }
-        return outs;
+        return;
     }
     let xb = ptr(bf16_of(b, x), &d.stream);
     let kt = x.cols.div_ceil(16);
-    let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
-    // One row streams fastest through the cp.async GEMV (lab: 0.97 of copy on lm_head against
-    // 0.92); from two rows the TMA GEMV's shared x boxes win (0.80 against 0.68 at eight).
-    if (2..=32).contains(&m) && gemv_tma(b, ws, xb, m, kt, &ys) {
-        return outs;
+    let yp: Vec<u64> = ys.iter().map(|y| ptr(*y, &d.stream)).collect();
+    // One row: x staged once a block, three blocks an SM (kernels/gemv_m1.cu); from two rows the
+    // TMA GEMV's shared x boxes win (lab: 0.80 of copy against 0.68 at eight).
+    if m == 1 && gemv_m1(b, &M1Input::Copy(xb), x.cols, ws, &yp, add) {
+        return;
+    }
+    if (2..=32).contains(&m) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
+        return;
     }
     let (f, smem) = gemv_config(d, m);
-    for (seg, yseg) in bf16.chunks(3).zip(ys.chunks(3)) {
+    for (seg, yseg) in bf16.chunks(3).zip(yp.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
@@ -80,21 +132,21 @@ pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(padded(x.cols) as i32),
+            Arg::I(add as i32),
         ];
         d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
-    outs
 }
 
-/// One matmul of many rows into `y`: the wgmma GEMM (Hopper), the tiled GEMM (bf16), or
-/// the plain SIMT kernel.
-fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>) {
+/// One matmul of many rows into `y` (or added into it): the wgmma GEMM (Hopper), the tiled GEMM
+/// (bf16), or the plain SIMT kernel.
+fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bool) {
     let d = &b.dev;
     let (n, k) = w_mat.shape();
     let m = x.rows;
     match w_mat {
         CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
-            if map.is_some() && gemm_wgmma(b, x, &[w_mat], &[y]) {
+            if map.is_some() && gemm_wgmma(b, x, &[w_mat], &[y], add) {
                 return;
             }
             let xb = bf16_of(b, x);
@@ -107,6 +159,7 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>)
                 Arg::I(*ntiles as i32),
                 Arg::I(*kt as i32),
                 Arg::I(padded(k) as i32),
+                Arg::I(add as i32),
             ];
             let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
             d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
@@ -120,15 +173,16 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>)
                 Arg::I(m as i32),
                 Arg::I(n as i32),
                 Arg::I(k as i32),
+                Arg::I(add as i32),
             ];
             d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
         }
     }
 }
 
-/// The wgmma GEMM of `ws` (each with its tensor map) into `ys`, up to three weights a launch;
-/// false (nothing launched) where a weight or x has no map.
-fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>]) -> bool {
+/// The wgmma GEMM of `ws` (each with its tensor map) into `ys` (or added into them), up to three
+/// weights a launch; false (nothing launched) where a weight or x has no map.
+fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) -> bool {
     let d = &b.dev;
     let m = x.rows;
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
@@ -174,6 +228,7 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
             Arg::I(kt as i32),
             Arg::P(wsp),
             Arg::I(split),
+            Arg::I(add as i32),
         ];
         let grid = ((b0 + b1 + b2) as u32, mtiles as u32, nz as u32);
         d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
@@ -188,6 +243,7 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
                 Arg::I(n2 as i32),
                 Arg::I(m as i32),
                 Arg::I(nz as i32),
+                Arg::I(add as i32),
             ];
             d.launch(&d.k.gemm_fold, (grid_for(m * (n0 + n1 + n2), BLOCK), 1, 1), BLOCK, 0, &args);
         }
@@ -195,9 +251,9 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
     true
 }
 
-/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys`; false (nothing launched) where a
-/// weight or x has no tensor map.
-fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64]) -> bool {
+/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing
+/// launched) where a weight or x has no tensor map.
+fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64], add: bool) -> bool {
     let d = &b.dev;
     let nt = m.div_ceil(8).next_power_of_two();
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
@@ -236,6 +292,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::M(xmap),
             Arg::I(m as i32),
             Arg::I(kt as i32),
+            Arg::I(add as i32),
         ];
         let grid = ntot.min(d.num_sms) as u32;
         d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);

@@ -7,12 +7,13 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 8] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gemm.cu"),
     include_str!("../kernels/gemm_wgmma.cu"),
     include_str!("../kernels/gemv_tma.cu"),
+    include_str!("../kernels/gemv_m1.cu"),
     include_str!("../kernels/attention.cu"),
     include_str!("../kernels/attention_split.cu"),
 ];

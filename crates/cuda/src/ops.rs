@@ -184,7 +184,7 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
 /// at most kernels/ops.cu `RMS_J` = 16); `qk_norm_rope` replays it. (Decode runs it on that many
 /// threads: quarter-size blocks for few rows cost batch-8 decode 7% on the H200, sharing SMs
 /// with the TMA GEMV and launching early.)
-fn norm_threads(group: usize) -> usize {
+pub(crate) fn norm_threads(group: usize) -> usize {
     (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024)
 }
 

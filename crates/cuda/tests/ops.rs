@@ -73,6 +73,58 @@ fn matmul_many_equals_one_matmul_per_weight() {
 }
 
 #[test]
+fn matmul_add_equals_matmul_then_add() {
+    let Some(b) = backend() else { return };
+    // Each matmul kernel's store adds into h: one-row GEMV, TMA GEMV, split and whole wgmma GEMM,
+    // tiled GEMM (K past a 64-wide block), plain f32 weights.
+    for (n, k, dt) in [(1024, 4096, DType::BF16), (80, 200, DType::BF16), (64, 1040, DType::BF16), (48, 96, DType::F32)]
+    {
+        let w = b.mat(&weight("w", dt, n, k, &rand(n * k, 11 + n as u64, 0.5))).unwrap();
+        for m in [1, 2, 8, 33, 64, 130] {
+            let (x, h0) = (b.upload(&rand(m * k, 12 + m as u64, 1.0), m, k), rand(m * n, 13, 2.0));
+            let mut fused = b.upload(&h0, m, n);
+            b.matmul_add(&x, &w, &mut fused);
+            let mut apart = b.upload(&h0, m, n);
+            b.add_assign(&mut apart, &b.matmul(&x, &w));
+            assert!(same_bits(&b.download(&fused), &b.download(&apart)), "{n}x{k} {dt:?} m={m}: fused add differs");
+        }
+    }
+}
+
+#[test]
+fn norm_in_the_matmul_equals_norm_then_matmul() {
+    let Some(b) = backend() else { return };
+    // 4096, 2048, 640 and 64 columns fuse into the one-row GEMV (1024, 512, 160 and 32 virtual
+    // threads); 8192 and 1536 fall back to the norm kernel. Every row must equal the same row
+    // normed among 80 (the quarter-size prefill blocks) and multiplied among them.
+    for cols in [4096, 2048, 640, 64, 8192, 1536] {
+        let ws: Vec<_> = [(96, 1u64), (48, 2), (160, 3)]
+            .iter()
+            .map(|&(n, seed)| b.mat(&weight("w", DType::BF16, n, cols, &rand(n * cols, seed, 0.5))).unwrap())
+            .collect();
+        let refs: Vec<_> = ws.iter().collect();
+        let nw = b.vec(&rand(cols, 14, 1.0));
+        let rows = 80;
+        let h = rand(rows * cols, 15, 2.0);
+        for one_plus in [false, true] {
+            let many = b.matmul_many(&b.rms_norm(&b.upload(&h, rows, cols), &nw, 1e-6, one_plus), &refs);
+            for r in [0, 37, 79] {
+                let x = b.upload(&h[r * cols..(r + 1) * cols], 1, cols);
+                let fused = b.norm_matmul_many(&x, &nw, 1e-6, one_plus, &refs);
+                for ((f, m), w) in fused.iter().zip(&many).zip(&ws) {
+                    let n = w.shape().0;
+                    let want = &b.download(m)[r * n..(r + 1) * n];
+                    assert!(
+                        same_bits(&b.download(f), want),
+                        "cols={cols} one_plus={one_plus} row {r}: {n} outputs differ"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn fused_add_norm_equals_add_then_norm() {
     let Some(b) = backend() else { return };
     for (rows, cols) in [(1, 4096), (3, 640), (5, 20000), (2, 96)] {

@@ -84,25 +84,30 @@ impl<B: Backend> Decoder<B> {
         let s = &self.spec;
         let positions = batch.meta.positions();
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
-        // Each block's MLP output is added into h by the next block's fused add + input norm.
+        // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
+        // experts) through the next block's fused add + input norm.
         let mut pending: Option<B::Act> = None;
         for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
-            pending = Some(self.block(b, layer, &mut h, pending.take(), &positions, batch.meta, kv));
+            pending = self.block(b, layer, &mut h, pending.take(), &positions, batch.meta, kv);
         }
         if let Some(f) = pending {
             b.add_assign(&mut h, &f);
         }
         let h = b.select_rows(&h, batch.logits_rows);
-        let h = b.rms_norm(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus);
-        let mut logits = b.matmul(&h, self.lm_head.as_ref().unwrap_or(&self.embed)); // (rows, vocab)
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mut logits = b
+            .norm_matmul_many(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus, &[head])
+            .pop()
+            .unwrap_or_else(|| unreachable!("one weight, one output")); // (rows, vocab)
         if let Some(cap) = s.final_softcap {
             b.softcap(&mut logits, cap);
         }
         logits
     }
 
-    /// One block over the residual stream `h`, into which the previous block's MLP output
-    /// `prev` is added first; returns this block's MLP output (not yet added).
+    /// One block over the residual stream `h`, into which the previous block's output `prev`
+    /// (when it was not added yet) is added first; returns this block's MLP output where it is
+    /// not added into `h` here.
     #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
@@ -113,53 +118,90 @@ impl<B: Backend> Decoder<B> {
         pos: &[u32],
         meta: &AttnMeta,
         kv: &mut B::Kv,
-    ) -> B::Act {
+    ) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
-        let x = match prev {
-            Some(f) => b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus),
-            None => b.rms_norm(h, &l.input_norm, eps, one_plus),
-        };
-        let mut a = self.attention(b, l, &x, pos, meta, kv);
-        let ffn_norm = match &l.pre_ffn_norm {
-            Some(pre) => {
-                a = b.rms_norm(&a, &l.post_attn_norm, eps, one_plus);
-                pre
-            }
-            None => &l.post_attn_norm,
-        };
-        let x = b.add_rms_norm(h, &a, ffn_norm, eps, one_plus);
-        let mut f = self.ffn(b, l, &x);
-        if let Some(post) = &l.post_ffn_norm {
-            f = b.rms_norm(&f, post, eps, one_plus);
+        let qkv = [&l.q, &l.k, &l.v];
+        let [q, k, v]: [B::Act; 3] = match prev {
+            Some(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
+            None => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
         }
-        f
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("three outputs"));
+        let out = self.attention(b, l, q, k, v, pos, meta, kv);
+        // The FFN's input: norms of h after the attention output is added.
+        let ffn_in = match &l.pre_ffn_norm {
+            Some(pre) => {
+                let a = b.rms_norm(&b.matmul(&out, &l.o), &l.post_attn_norm, eps, one_plus);
+                FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
+            }
+            None => {
+                b.matmul_add(&out, &l.o, h);
+                FfnIn::Residual(&l.post_attn_norm)
+            }
+        };
+        self.ffn(b, l, h, ffn_in)
     }
 
-    fn attention(&self, b: &B, l: &Layer<B>, x: &B::Act, pos: &[u32], meta: &AttnMeta, kv: &mut B::Kv) -> B::Act {
+    /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        b: &B,
+        l: &Layer<B>,
+        mut q: B::Act,
+        mut k: B::Act,
+        v: B::Act,
+        pos: &[u32],
+        meta: &AttnMeta,
+        kv: &mut B::Kv,
+    ) -> B::Act {
         let s = &self.spec;
         // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
-        let [mut q, mut k, v]: [B::Act; 3] =
-            b.matmul_many(x, &[&l.q, &l.k, &l.v]).try_into().unwrap_or_else(|_| unreachable!("three outputs"));
         let norms = match (&l.q_norm, &l.k_norm) {
             (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
             _ => None,
         };
         let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
         b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
-        let out = b.attention(&q, &k, &v, kv, meta, &l.attn);
-        b.matmul(&out, &l.o)
+        b.attention(&q, &k, &v, kv, meta, &l.attn)
     }
 
-    fn ffn(&self, b: &B, l: &Layer<B>, x: &B::Act) -> B::Act {
+    /// The MLP or experts on `input`; the dense MLP without a post norm adds its output into `h`
+    /// in the down projection's store, the others return it.
+    fn ffn(&self, b: &B, l: &Layer<B>, h: &mut B::Act, input: FfnIn<'_, B>) -> Option<B::Act> {
+        let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
+        let normed = |ws: &[&B::Mat]| match &input {
+            FfnIn::Normed(x) => b.matmul_many(x, ws),
+            FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
+        };
         match &l.ffn {
             Ffn::Dense { gate, up, down } => {
                 let [g, u]: [B::Act; 2] =
-                    b.matmul_many(x, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
-                b.matmul(&b.glu(&g, &u, self.spec.act), down)
+                    normed(&[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                let a = b.glu(&g, &u, self.spec.act);
+                match &l.post_ffn_norm {
+                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    None => {
+                        b.matmul_add(&a, down, h);
+                        None
+                    }
+                }
             }
-            Ffn::Moe { router, experts, params } => b.moe(x, &b.matmul(x, router), experts, params),
+            Ffn::Moe { router, experts, params } => {
+                let x = match input {
+                    FfnIn::Normed(x) => x,
+                    FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
+                };
+                Some(b.moe(&x, &b.matmul(&x, router), experts, params))
+            }
         }
     }
+}
+
+/// What the FFN runs on: rows already normed, or the residual stream and the norm to apply.
+enum FfnIn<'a, B: Backend> {
+    Normed(B::Act),
+    Residual(&'a B::Vec),
 }
 
 fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result<Layer<B>, ModelError> {

@@ -1,0 +1,135 @@
+//! Launching the one-row GEMV (kernels/gemv_m1.cu): decode at batch 1, x copied or made by a fused
+//! RMSNorm, results stored or added into y.
+
+use crate::CudaBackend;
+use crate::device::Arg;
+use crate::tensor::CudaMat;
+
+/// Warps per block (kernels/gemm.cu `GEMV_W`), one per K segment.
+const WARPS: usize = 8;
+/// Bytes of one stage of one warp's ring: 16 W rows of 4 k tiles, padded (`M1_WS`).
+const STAGE: usize = 16 * (4 * 32 + 16);
+/// Shared memory an SM gives its blocks (H100/H200: 228 KB, 1 KB of it reserved per block).
+const SM_SMEM: usize = 228 * 1024;
+
+/// Where the GEMV's x row comes from.
+pub(crate) enum M1Input {
+    /// The bf16 copy of the row (device pointer, padded width).
+    Copy(u64),
+    /// RMSNorm of the f32 row `x` with weights `w`, in the order of `virt` virtual threads,
+    /// `nq` of them a thread (see [`norm_fusable`]).
+    Norm { x: u64, w: u64, eps: f32, one_plus: bool, nq: usize, virt: usize },
+}
+
+/// `(nq, virt)` when the GEMV can make the RMSNorm of a `cols`-wide row over groups of `group`
+/// with `virt` virtual threads (ops.rs `norm_threads`): the norm spans the row, and the block's 256
+/// threads can each play `nq` of them with the values in registers (kernels/gemv_m1.cu `m1_norm`).
+pub(crate) fn norm_fusable(cols: usize, group: usize, virt: usize) -> Option<(usize, usize)> {
+    let nq = match virt {
+        v if v <= 256 => 1,
+        512 => 2,
+        1024 => 4,
+        _ => return None,
+    };
+    (group == cols && cols <= (16 / nq) * virt).then_some((nq, virt))
+}
+
+/// Dynamic shared memory of a block with `st` ring stages and an x row of `kp` values.
+fn smem(st: usize, kp: usize) -> usize {
+    WARPS * st * STAGE + 2 * kp + WARPS * 2 * 32 * 4
+}
+
+/// The largest dynamic shared memory a launch may ask for (what device.rs allows the kernels).
+pub(crate) const MAX_SMEM: u32 = 227 * 1024 - 1024;
+
+/// Three stages when three blocks then fit an SM (qkv's 384 tiles in one wave on 132 SMs), else
+/// four (down_proj's longer x row).
+fn stages(kp: usize, norm: bool) -> usize {
+    if norm || 3 * (smem(3, kp) + 2048) <= SM_SMEM { 3 } else { 4 }
+}
+
+/// `ys[i] (+)= x @ ws[i]^T` for one row of x: false (nothing launched) unless every weight is bf16
+/// and the shared memory fits.
+pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat], ys: &[u64], add: bool) -> bool {
+    let d = &b.dev;
+    let tiles: Option<Vec<(u64, usize, usize)>> = ws
+        .iter()
+        .map(|w| match w {
+            CudaMat::Bf16 { w, rows, ntiles, .. } => Some((crate::device::ptr(w, &d.stream), *rows, *ntiles)),
+            CudaMat::Plain { .. } => None,
+        })
+        .collect();
+    let Some(tiles) = tiles else { return false };
+    let kt = cols.div_ceil(16);
+    let kp = kt * 16;
+    let norm = matches!(x, M1Input::Norm { .. });
+    let st = stages(kp, norm);
+    let bytes = smem(st, kp);
+    if bytes > MAX_SMEM as usize {
+        return false;
+    }
+    let (f, xb, xf, nw, eps, one_plus, virt) = match *x {
+        M1Input::Copy(xb) => (if st == 3 { &d.k.gemv_m1_s3 } else { &d.k.gemv_m1_s4 }, xb, 0, 0, 0.0, false, 0),
+        M1Input::Norm { x, w, eps, one_plus, nq, virt } => {
+            let f = match nq {
+                1 => &d.k.gemv_m1_norm1,
+                2 => &d.k.gemv_m1_norm2,
+                _ => &d.k.gemv_m1_norm4,
+            };
+            (f, 0, x, w, eps, one_plus, virt)
+        }
+    };
+    for (seg, yseg) in tiles.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
+        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let args = [
+            Arg::P(w0),
+            Arg::P(y(0)),
+            Arg::I(n0 as i32),
+            Arg::I(t0 as i32),
+            Arg::P(w1),
+            Arg::P(y(1)),
+            Arg::I(n1 as i32),
+            Arg::I(t1 as i32),
+            Arg::P(w2),
+            Arg::P(y(2)),
+            Arg::I(n2 as i32),
+            Arg::P(xb),
+            Arg::P(xf),
+            Arg::P(nw),
+            Arg::I(cols as i32),
+            Arg::I(kt as i32),
+            Arg::I(kp as i32),
+            Arg::F(eps),
+            Arg::I(one_plus as i32),
+            Arg::I(virt as i32),
+            Arg::I(add as i32),
+        ];
+        d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * WARPS as u32, bytes as u32, &args);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen3_8b_shapes_fit_three_or_two_blocks_an_sm() {
+        assert_eq!(stages(4096, false), 3);
+        assert!(3 * (smem(3, 4096) + 2048) <= SM_SMEM);
+        assert_eq!(stages(12288, false), 4);
+        assert!(2 * (smem(4, 12288) + 2048) <= SM_SMEM);
+    }
+
+    #[test]
+    fn the_norm_fuses_only_where_the_block_can_play_its_threads() {
+        assert_eq!(norm_fusable(4096, 4096, 1024), Some((4, 1024)));
+        assert_eq!(norm_fusable(2048, 2048, 512), Some((2, 512)));
+        assert_eq!(norm_fusable(64, 64, 32), Some((1, 32)));
+        assert_eq!(norm_fusable(8192, 8192, 1024), None, "values past the registers");
+        assert_eq!(norm_fusable(1536, 1536, 384), None, "384 threads do not split over 256");
+        assert_eq!(norm_fusable(4096, 128, 32), None, "per-head groups");
+    }
+}
