@@ -27,6 +27,28 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 // the same f32 addition as add_inplace).
 __device__ __forceinline__ void gemm_store(float* y, float v, int add) { *y = add ? __fadd_rn(*y, v) : v; }
 
+// A GEMV's stores of one 16-row tile's sums (lane (g, c): rows g and g + 8, rows of x 8 t + 2c and
+// 8 t + 2c + 1); with add, the old values are all loaded before the first store (the loads overlap).
+template <int NT>
+__device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&tot)[NT][4], int tile, int n, int m,
+                                           int g, int c, int add) {
+    float old[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = tile * 16 + g + (e >> 1) * 8, xr = t * 8 + 2 * c + (e & 1);
+            old[t][e] = add && xr < m && row < n ? y[(size_t)xr * n + row] : 0.f;
+        }
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = tile * 16 + g + (e >> 1) * 8, xr = t * 8 + 2 * c + (e & 1);
+            if (xr < m && row < n) y[(size_t)xr * n + row] = add ? __fadd_rn(old[t][e], tot[t][e]) : tot[t][e];
+        }
+}
+
 // Few rows (M <= 8 * NT): one block of GEMV_W warps per 16-row tile of W; warp w takes segment w
 // and streams its k tiles and its slice of x through a private cp.async ring of ST stages of U k
 // tiles (16 W rows and each x row, 32 bytes per k tile, rows padded by 16 bytes so ldmatrix and
@@ -135,15 +157,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
         for (int t = 0; t < NT; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) tot[t][e] = __fadd_rn(tot[t][e], part[((sg * NT + t) * 4 + e) * 32 + lane]);
-    int row0 = tile * 16 + g, row1 = row0 + 8;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        int t0 = t * 8 + 2 * c, t1 = t0 + 1;
-        if (t0 < m && row0 < n) gemm_store(y + (size_t)t0 * n + row0, tot[t][0], add);
-        if (t1 < m && row0 < n) gemm_store(y + (size_t)t1 * n + row0, tot[t][1], add);
-        if (t0 < m && row1 < n) gemm_store(y + (size_t)t0 * n + row1, tot[t][2], add);
-        if (t1 < m && row1 < n) gemm_store(y + (size_t)t1 * n + row1, tot[t][3], add);
-    }
+    gemv_store<NT>(y, tot, tile, n, m, g, c, add);
 }
 
 // NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.
@@ -271,18 +285,33 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const u16* __rest
     }
     cp_wait<0>();
     int g = lane >> 2, c = lane & 3;
+    // Element e of tile (mt, nt): W row row0 (+ 8 for e >= 2), token t0 (+ 1 for odd e).
+    auto at = [&](int mt, int nt, int e, int& t, int& r) {
+        r = (tile0 + wn * 4 + mt) * 16 + g + (e >> 1) * 8;
+        t = tok0 + wm * 32 + nt * 8 + 2 * c + (e & 1);
+        return t < m && r < n;
+    };
+    if (add) {  // old values first (into the spent accumulators), so the loads overlap
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-        int row0 = (tile0 + wn * 4 + mt) * 16 + g, row1 = row0 + 8;
+        for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            int t0 = tok0 + wm * 32 + nt * 8 + 2 * c, t1 = t0 + 1;
-            if (t0 < m && row0 < n) gemm_store(y + (size_t)t0 * n + row0, tot[mt][nt][0], add);
-            if (t1 < m && row0 < n) gemm_store(y + (size_t)t1 * n + row0, tot[mt][nt][1], add);
-            if (t0 < m && row1 < n) gemm_store(y + (size_t)t0 * n + row1, tot[mt][nt][2], add);
-            if (t1 < m && row1 < n) gemm_store(y + (size_t)t1 * n + row1, tot[mt][nt][3], add);
-        }
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int t, r;
+                    acc[mt][nt][e] = at(mt, nt, e, t, r) ? y[(size_t)t * n + r] : 0.f;
+                }
     }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int t, r;
+                if (at(mt, nt, e, t, r))
+                    y[(size_t)t * n + r] = add ? __fadd_rn(acc[mt][nt][e], tot[mt][nt][e]) : tot[mt][nt][e];
+            }
 }
 
 // f32 / f16 weights (small checkpoints): one thread per output, one f32 FMA chain over k in order.

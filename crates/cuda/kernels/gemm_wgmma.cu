@@ -177,12 +177,21 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     const int rowb = row0 + wg * 64 + warp * 16 + g;
     // Split mode: this segment's sum (0 + s, what the fold starts from) at column `col0 + row`.
     const int ntot = n0 + n1 + n2, col0 = which == 0 ? 0 : which == 1 ? n0 : n0 + n1;
+    // With add, every old y value is loaded (into the spent accumulators) before any store, so
+    // the loads overlap instead of each waiting behind the previous store.
+    if (add && nz == 0) {
+#pragma unroll
+        for (int i = 0; i < WG_ACC; ++i) {
+            int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
+            acc[i] = row < n && tok < m ? y[(size_t)tok * n + row] : 0.f;
+        }
+    }
 #pragma unroll
     for (int i = 0; i < WG_ACC; ++i) {
         int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
         if (row < n && tok < m) {
             if (nz > 0) ws[((size_t)blockIdx.z * m + tok) * ntot + col0 + row] = tot[i];
-            else gemm_store(y + (size_t)tok * n + row, tot[i], add);
+            else y[(size_t)tok * n + row] = add ? __fadd_rn(acc[i], tot[i]) : tot[i];
         }
     }
 #endif

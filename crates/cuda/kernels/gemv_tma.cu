@@ -122,15 +122,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-            const int row0 = tile * 16 + g, row1 = row0 + 8;
-#pragma unroll
-            for (int tt = 0; tt < NT; ++tt) {
-                const int a = tt * 8 + 2 * c, a1 = a + 1;
-                if (a < m && row0 < n) gemm_store(y + (size_t)a * n + row0, tot[tt][0], add);
-                if (a1 < m && row0 < n) gemm_store(y + (size_t)a1 * n + row0, tot[tt][1], add);
-                if (a < m && row1 < n) gemm_store(y + (size_t)a * n + row1, tot[tt][2], add);
-                if (a1 < m && row1 < n) gemm_store(y + (size_t)a1 * n + row1, tot[tt][3], add);
-            }
+            gemv_store<NT>(y, tot, tile, n, m, g, c, add);
         }
     }
 }

@@ -34,9 +34,15 @@ pub(crate) fn norm_fusable(cols: usize, group: usize, virt: usize) -> Option<(us
     (group == cols && cols <= (16 / nq) * virt).then_some((nq, virt))
 }
 
-/// Dynamic shared memory of a block with `st` ring stages and an x row of `kp` values.
+/// Dynamic shared memory of a block with `st` ring stages and an x row of `kp` values (then two
+/// tiles' segment sums).
 fn smem(st: usize, kp: usize) -> usize {
-    WARPS * st * STAGE + 2 * kp + WARPS * 2 * 32 * 4
+    WARPS * st * STAGE + 2 * kp + 2 * WARPS * 2 * 32 * 4
+}
+
+/// Blocks of `bytes` dynamic shared memory (and at most 1 KB static) that fit an SM, up to three.
+fn blocks_per_sm(bytes: usize) -> usize {
+    (SM_SMEM / (bytes + 2048)).clamp(1, 3)
 }
 
 /// The largest dynamic shared memory a launch may ask for (what device.rs allows the kernels).
@@ -45,7 +51,7 @@ pub(crate) const MAX_SMEM: u32 = 227 * 1024 - 1024;
 /// Three stages when three blocks then fit an SM (qkv's 384 tiles in one wave on 132 SMs), else
 /// four (down_proj's longer x row).
 fn stages(kp: usize, norm: bool) -> usize {
-    if norm || 3 * (smem(3, kp) + 2048) <= SM_SMEM { 3 } else { 4 }
+    if norm || blocks_per_sm(smem(3, kp)) == 3 { 3 } else { 4 }
 }
 
 /// `ys[i] (+)= x @ ws[i]^T` for one row of x: false (nothing launched) unless every weight is bf16
@@ -79,10 +85,12 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
             (f, 0, x, w, eps, one_plus, virt)
         }
     };
+    let slots = blocks_per_sm(bytes) * d.num_sms;
     for (seg, yseg) in tiles.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let ntot = t0 + t1 + t2;
         let args = [
             Arg::P(w0),
             Arg::P(y(0)),
@@ -95,6 +103,7 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
             Arg::P(w2),
             Arg::P(y(2)),
             Arg::I(n2 as i32),
+            Arg::I(ntot as i32),
             Arg::P(xb),
             Arg::P(xf),
             Arg::P(nw),
@@ -106,7 +115,7 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
             Arg::I(virt as i32),
             Arg::I(add as i32),
         ];
-        d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * WARPS as u32, bytes as u32, &args);
+        d.launch(f, (ntot.min(slots) as u32, 1, 1), 32 * WARPS as u32, bytes as u32, &args);
     }
     true
 }
@@ -118,9 +127,9 @@ mod tests {
     #[test]
     fn qwen3_8b_shapes_fit_three_or_two_blocks_an_sm() {
         assert_eq!(stages(4096, false), 3);
-        assert!(3 * (smem(3, 4096) + 2048) <= SM_SMEM);
+        assert_eq!(blocks_per_sm(smem(3, 4096)), 3);
         assert_eq!(stages(12288, false), 4);
-        assert!(2 * (smem(4, 12288) + 2048) <= SM_SMEM);
+        assert_eq!(blocks_per_sm(smem(4, 12288)), 2);
     }
 
     #[test]
