@@ -135,6 +135,6 @@ mod cuda {
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .map(|d| d.join("tensorfold"));
-        CudaBackend::with_options(ordinal, &CudaOptions { include_dir, cache_dir }).map_err(refused)
+        CudaBackend::with_options(ordinal, &CudaOptions { include_dir, cache_dir, lab_m1: None }).map_err(refused)
     }
 }

@@ -27,12 +27,12 @@ __device__ __forceinline__ int gemm_seg_len(int kt) {
 // the same f32 addition as add_inplace).
 __device__ __forceinline__ void gemm_store(float* y, float v, int add) { *y = add ? __fadd_rn(*y, v) : v; }
 
-// A GEMV's stores of one 16-row tile's sums (lane (g, c): rows g and g + 8, rows of x 8 t + 2c and
-// 8 t + 2c + 1); with add, the old values are all loaded before the first store (the loads overlap).
+// A GEMV's stores of one 16-row tile's sums (lane (g, c): rows g and g + 8, rows of x 8 t + 2c
+// and 8 t + 2c + 1). With add, the old values were loaded into `old` by gemv_load_old early (while
+// the tile streams), so the fold does not wait on a round trip to memory.
 template <int NT>
-__device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&tot)[NT][4], int tile, int n, int m,
-                                           int g, int c, int add) {
-    float old[NT][4];
+__device__ __forceinline__ void gemv_load_old(const float* __restrict__ y, float (&old)[NT][4], int tile, int n, int m,
+                                              int g, int c, int add) {
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -40,6 +40,10 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
             const int row = tile * 16 + g + (e >> 1) * 8, xr = t * 8 + 2 * c + (e & 1);
             old[t][e] = add && xr < m && row < n ? y[(size_t)xr * n + row] : 0.f;
         }
+}
+template <int NT>
+__device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&tot)[NT][4], const float (&old)[NT][4],
+                                           int tile, int n, int m, int g, int c, int add) {
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -74,6 +78,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
     const int len = gemm_seg_len(kt);
     const int nseg = (kt + len - 1) / len;
     const int j0 = warp * len, j1 = min(j0 + len, kt);
+    float old[NT][4];  // warp 0: y's values before the add
     if (warp < nseg) {
         const u16* src = w + (size_t)tile * 16 * kp;
         const int nst = (j1 - j0 + U - 1) / U;
@@ -108,6 +113,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             if (s < nst) issue_x(s);
             cp_commit();
         }
+        if (warp == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
         float acc[NT][4];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
@@ -157,7 +163,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
         for (int t = 0; t < NT; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) tot[t][e] = __fadd_rn(tot[t][e], part[((sg * NT + t) * 4 + e) * 32 + lane]);
-    gemv_store<NT>(y, tot, tile, n, m, g, c, add);
+    gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
 }
 
 // NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.

@@ -71,9 +71,15 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     }
     float acc[NT][4];
     int q = 0;
+    float old[NT][4];  // warp 0: y's values of tile t before the add
     for (int t = t0; t < t1; ++t) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+        if (warp == 0 && add) {
+            const float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
+            const int n = t < nt0 ? n0 : t < nt0 + nt1 ? n1 : n2;
+            gemv_load_old<NT>(y, old, t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1, n, m, g, c, add);
+        }
         for (int i = 0; i < nb; ++i, ++q) {
             if (lane == 0 && q + C::ST - 1 < total) {  // refill the slot the previous stage freed
                 issue_w(q + C::ST - 1);
@@ -122,7 +128,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-            gemv_store<NT>(y, tot, tile, n, m, g, c, add);
+            gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
         }
     }
 }

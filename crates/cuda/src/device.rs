@@ -18,6 +18,8 @@ pub struct CudaOptions {
     pub include_dir: Option<PathBuf>,
     /// Where compiled kernels are cached (none: compile at every start).
     pub cache_dir: Option<PathBuf>,
+    /// The one-row GEMV lab setting (profile.rs `M1Lab`; none: `TF_LAB_M1`, else off).
+    pub lab_m1: Option<String>,
 }
 
 /// One kernel argument.
@@ -166,8 +168,11 @@ impl Device {
         for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
             drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
+        // Three one-row GEMV blocks an SM need the largest shared-memory carveout.
+        let carveout = CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
         for f in [&k.gemv_m1_s3, &k.gemv_m1_s4, &k.gemv_m1_norm1, &k.gemv_m1_norm2, &k.gemv_m1_norm4] {
             drv(f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32), "raising the one-row GEMV's shared memory")?;
+            drv(f.set_attribute(carveout, 100), "preferring shared memory for the one-row GEMV")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;

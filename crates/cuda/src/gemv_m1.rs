@@ -55,7 +55,7 @@ fn stages(kp: usize, norm: bool) -> usize {
 }
 
 /// `ys[i] (+)= x @ ws[i]^T` for one row of x: false (nothing launched) unless every weight is bf16
-/// and the shared memory fits.
+/// and the shared memory fits, or the kernel is not turned on (profile.rs `M1Lab`).
 pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat], ys: &[u64], add: bool) -> bool {
     let d = &b.dev;
     let tiles: Option<Vec<(u64, usize, usize)>> = ws
@@ -66,26 +66,30 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
         })
         .collect();
     let Some(tiles) = tiles else { return false };
+    if !b.lab.on {
+        return false;
+    }
     let kt = cols.div_ceil(16);
     let kp = kt * 16;
     let norm = matches!(x, M1Input::Norm { .. });
-    let st = stages(kp, norm);
+    let st = if norm { 3 } else { b.lab.stages.unwrap_or_else(|| stages(kp, norm)) };
     let bytes = smem(st, kp);
     if bytes > MAX_SMEM as usize {
         return false;
     }
-    let (f, xb, xf, nw, eps, one_plus, virt) = match *x {
-        M1Input::Copy(xb) => (if st == 3 { &d.k.gemv_m1_s3 } else { &d.k.gemv_m1_s4 }, xb, 0, 0, 0.0, false, 0),
-        M1Input::Norm { x, w, eps, one_plus, nq, virt } => {
-            let f = match nq {
-                1 => &d.k.gemv_m1_norm1,
-                2 => &d.k.gemv_m1_norm2,
-                _ => &d.k.gemv_m1_norm4,
-            };
-            (f, 0, x, w, eps, one_plus, virt)
-        }
+    let (name, f, xb, xf, nw, eps, one_plus, virt) = match *x {
+        M1Input::Copy(xb) => match st {
+            3 => ("s3", &d.k.gemv_m1_s3, xb, 0, 0, 0.0, false, 0),
+            _ => ("s4", &d.k.gemv_m1_s4, xb, 0, 0, 0.0, false, 0),
+        },
+        M1Input::Norm { x, w, eps, one_plus, nq, virt } => match nq {
+            1 => ("norm1", &d.k.gemv_m1_norm1, 0, x, w, eps, one_plus, virt),
+            2 => ("norm2", &d.k.gemv_m1_norm2, 0, x, w, eps, one_plus, virt),
+            _ => ("norm4", &d.k.gemv_m1_norm4, 0, x, w, eps, one_plus, virt),
+        },
     };
-    let slots = blocks_per_sm(bytes) * d.num_sms;
+    let per_sm = b.lab.blocks.unwrap_or(3).min(resident(b, name, f, bytes as u32));
+    let slots = per_sm.max(1) * d.num_sms;
     for (seg, yseg) in tiles.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
@@ -118,6 +122,18 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
         d.launch(f, (ntot.min(slots) as u32, 1, 1), 32 * WARPS as u32, bytes as u32, &args);
     }
     true
+}
+
+/// Blocks of kernel `f` (`name`) with `bytes` of dynamic shared memory resident on one SM, as the
+/// driver computes it (asked once per size).
+fn resident(b: &CudaBackend, name: &'static str, f: &cudarc::driver::CudaFunction, bytes: u32) -> usize {
+    let mut c = b.caches();
+    if let Some(&(_, _, n)) = c.occupancy.iter().find(|e| e.0 == name && e.1 == bytes) {
+        return n as usize;
+    }
+    let n = f.occupancy_max_active_blocks_per_multiprocessor(32 * WARPS as u32, bytes as usize, None).unwrap_or(1);
+    c.occupancy.push((name, bytes, n));
+    n as usize
 }
 
 #[cfg(test)]

@@ -66,6 +66,8 @@ struct Caches {
     positions: Option<(Vec<u32>, cudarc::driver::CudaSlice<u32>)>,
     ropes: Vec<(Vec<f32>, cudarc::driver::CudaSlice<f32>)>,
     attn: Option<attention::MetaUpload>,
+    /// Resident blocks an SM of a kernel (by name) at a dynamic shared-memory size.
+    occupancy: Vec<(&'static str, u32, u32)>,
 }
 
 /// The CUDA implementation of [`Backend`] on one GPU.
@@ -73,6 +75,7 @@ pub struct CudaBackend {
     dev: Device,
     caches: Mutex<Caches>,
     skip: Skip,
+    lab: profile::M1Lab,
 }
 
 impl CudaBackend {
@@ -87,6 +90,9 @@ impl CudaBackend {
             dev: Device::new(ordinal, opts)?,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
+            lab: profile::M1Lab::parse(
+                &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
+            ),
         })
     }
 

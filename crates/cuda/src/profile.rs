@@ -1,6 +1,8 @@
-//! A profiling knob, off unless set: `TF_PROFILE_SKIP` (a bit mask) leaves chosen ops of rounds of
+//! Profiling knobs, off unless set: `TF_PROFILE_SKIP` (a bit mask) leaves chosen ops of rounds of
 //! at most 64 rows out, their outputs unwritten (results are wrong), so that
-//! scripts/device/skip.sh can time what each op costs in place, launch overlap included.
+//! scripts/device/skip.sh can time what each op costs in place, launch overlap included;
+//! `TF_LAB_M1` (or `CudaOptions::lab_m1`) turns on the one-row GEMV and picks its schedule
+//! (results stay exact) for variant timings.
 
 /// The ops `TF_PROFILE_SKIP` leaves out.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,5 +28,52 @@ impl Skip {
     /// Whether an op of kind `bit` on `rows` rows is left out.
     pub(crate) fn skips(self, bit: u32, rows: usize) -> bool {
         self.0 & bit != 0 && rows <= 64
+    }
+}
+
+/// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
+/// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
+/// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
+/// `BxS`: at most B blocks an SM (1-3), S ring stages (3 or 4; the fused norm always runs 3).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct M1Lab {
+    /// The one-row GEMV runs.
+    pub(crate) on: bool,
+    /// Blocks an SM at most.
+    pub(crate) blocks: Option<usize>,
+    /// Ring stages.
+    pub(crate) stages: Option<usize>,
+}
+
+impl M1Lab {
+    /// The setting `v` (from `CudaOptions` or the environment).
+    pub(crate) fn parse(v: &str) -> M1Lab {
+        if v == "on" {
+            return M1Lab { on: true, ..M1Lab::default() };
+        }
+        let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
+        match (it.next().flatten(), it.next().flatten(), it.next()) {
+            (Some(b), Some(s), None) if (1..=3).contains(&b) && (3..=4).contains(&s) => {
+                M1Lab { on: true, blocks: Some(b), stages: Some(s) }
+            }
+            _ => M1Lab::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lab_settings_parse_or_stay_off() {
+        let l = M1Lab::parse("on");
+        assert_eq!((l.on, l.blocks, l.stages), (true, None, None));
+        let l = M1Lab::parse("2x4");
+        assert_eq!((l.on, l.blocks, l.stages), (true, Some(2), Some(4)));
+        for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
+            let l = M1Lab::parse(bad);
+            assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");
+        }
     }
 }

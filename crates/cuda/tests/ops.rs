@@ -31,7 +31,14 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
-    let Some(b) = backend() else { return };
+    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu) for the one-row calls.
+    for lab in [None, Some("on")] {
+        let Some(b) = backend_with(lab) else { return };
+        bf16_matmul_case(&b);
+    }
+}
+
+fn bf16_matmul_case(b: &tf_cuda::CudaBackend) {
     // (64, 1040): K segments end inside the wgmma GEMM's 64-wide blocks, so the tiled GEMM runs.
     for (n, k) in [(80, 200), (128, 64), (64, 128), (512, 64), (48, 1000), (1024, 4096), (32, 5000), (64, 1040)] {
         let w = rand(n * k, 1 + n as u64, 0.5);
@@ -74,7 +81,13 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn matmul_add_equals_matmul_then_add() {
-    let Some(b) = backend() else { return };
+    for lab in [None, Some("on"), Some("2x4")] {
+        let Some(b) = backend_with(lab) else { return };
+        matmul_add_case(&b);
+    }
+}
+
+fn matmul_add_case(b: &tf_cuda::CudaBackend) {
     // Each matmul kernel's store adds into h: one-row GEMV, TMA GEMV, split and whole wgmma GEMM,
     // tiled GEMM (K past a 64-wide block), plain f32 weights.
     for (n, k, dt) in [(1024, 4096, DType::BF16), (80, 200, DType::BF16), (64, 1040, DType::BF16), (48, 96, DType::F32)]
@@ -93,7 +106,8 @@ fn matmul_add_equals_matmul_then_add() {
 
 #[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
-    let Some(b) = backend() else { return };
+    // The one-row GEMV (opt-in, kernels/gemv_m1.cu) makes the norm itself.
+    let Some(b) = backend_with(Some("on")) else { return };
     // 4096, 2048, 640 and 64 columns fuse into the one-row GEMV (1024, 512, 160 and 32 virtual
     // threads); 8192 and 1536 fall back to the norm kernel. Every row must equal the same row
     // normed among 80 (the quarter-size prefill blocks) and multiplied among them.

@@ -9,6 +9,12 @@ use tf_formats::{TensorBytes, TensorView};
 
 /// GPU 0, or `None` (with a message) on a machine without a CUDA driver or device.
 pub fn backend() -> Option<CudaBackend> {
+    backend_with(None)
+}
+
+/// GPU 0 with the one-row GEMV lab setting `lab_m1` (`CudaOptions::lab_m1`), or `None` as above.
+pub fn backend_with(lab_m1: Option<&str>) -> Option<CudaBackend> {
+    let lab_m1 = lab_m1.map(str::to_string);
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
         return None;
@@ -16,7 +22,7 @@ pub fn backend() -> Option<CudaBackend> {
     let cache_dir = std::env::var_os("TF_CUDA_CACHE")
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
-    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir }) {
+    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir, lab_m1 }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
