@@ -4,8 +4,7 @@
 # A variant is S=mask, the TF_PROFILE_SKIP bits (crates/cuda/src/profile.rs: 1 attention,
 # 2 add_rms_norm, 4 glu, 8 qk_norm_rope, 16 matmuls but the vocabulary head; rounds of at most
 # 64 rows; results are wrong, only the times count), or M=off / M=BxS, the one-row GEMV's schedule
-# (TF_LAB_M1: on, or at most B blocks an SM and S ring stages; exact either way), or T=off / T=all,
-# the one-row GEMV's norm tail (TF_LAB_TAIL). Join with +.
+# (TF_LAB_M1: off, or at most B blocks an SM and S ring stages; exact either way). Join with +.
 #   scripts/device/skip.sh BIN "S=0 S=1 S=2 M=off M=2x4+S=16"
 set -u
 BIN=$1 VARIANTS=${2:-"S=0 S=1 S=2 S=4 S=8 S=16 S=15 S=31"}
@@ -21,7 +20,6 @@ for v in $VARIANTS; do
     case ${kv%%=*} in
       S) envs+=("TF_PROFILE_SKIP=${kv#*=}") ;;
       M) envs+=("TF_LAB_M1=${kv#*=}") ;;
-      T) envs+=("TF_LAB_TAIL=${kv#*=}") ;;
     esac
   done
   # shellcheck disable=SC2086

@@ -71,14 +71,11 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
 template <int NQ>
 __device__ __forceinline__ void gemv_tail_norm(const float* __restrict__ y, int n, const float* __restrict__ nw,
                                                float* __restrict__ ny, u16* __restrict__ nyb, u32* ticket, float eps,
-                                               int one_plus, int virt, int fence_all) {
+                                               int one_plus, int virt) {
     __shared__ u32 last;
-    if (fence_all) __threadfence();  // (lab: every thread fences its own stores)
-    __syncthreads();                 // the block's stores, then one cumulative fence before its ticket
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    }
+    __threadfence();  // this block's stores reach L2 before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -198,7 +195,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
         const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
         float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
         const u16* __restrict__ x, int m, int kt, int kp, int add, const float* __restrict__ nw,                   \
-        float* __restrict__ ny, u16* __restrict__ nyb, u32* ticket, float eps, int one_plus, int virt, int fall) {  \
+        float* __restrict__ ny, u16* __restrict__ nyb, u32* ticket, float eps, int one_plus, int virt) {           \
         tf_pdl_launch();                                                                                           \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
@@ -207,7 +204,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                          \
         else                                                                                                       \
             gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                    \
-        if (NQ > 0) gemv_tail_norm<(NQ > 0 ? NQ : 1)>(y0, n0, nw, ny, nyb, ticket, eps, one_plus, virt, fall);     \
+        if (NQ > 0) gemv_tail_norm<(NQ > 0 ? NQ : 1)>(y0, n0, nw, ny, nyb, ticket, eps, one_plus, virt);           \
     }
 GEMV_KERNEL(gemv_bf16_n1, 1, 4, 4, 0)
 GEMV_KERNEL(gemv_bf16_n2, 2, 4, 4, 0)

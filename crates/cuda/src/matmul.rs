@@ -140,7 +140,6 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
             Arg::F(0.0),
             Arg::I(0),
             Arg::I(0),
-            Arg::I(0),
         ];
         d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
@@ -166,12 +165,7 @@ pub(crate) fn matmul_add_norm(
         1024 => 4,
         _ => 0,
     };
-    let tail = x.rows == 1
-        && !b.lab.on
-        && b.lab.tail.is_some()
-        && nq > 0
-        && nw.len == h.cols
-        && h.cols <= (16 / nq.max(1)) * virt;
+    let tail = x.rows == 1 && !b.lab.on && nq > 0 && nw.len == h.cols && h.cols <= (16 / nq.max(1)) * virt;
     match w {
         CudaMat::Bf16 { w: wd, rows, ntiles, .. } if tail => {
             let (n, k) = w.shape();
@@ -206,7 +200,6 @@ pub(crate) fn matmul_add_norm(
                 Arg::F(eps),
                 Arg::I(one_plus as i32),
                 Arg::I(virt as i32),
-                Arg::I((b.lab.tail == Some(true)) as i32),
             ];
             d.launch(f, (*ntiles as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_smem(1), &args);
             h.touched();

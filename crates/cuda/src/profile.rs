@@ -43,30 +43,18 @@ pub(crate) struct M1Lab {
     pub(crate) blocks: Option<usize>,
     /// Ring stages.
     pub(crate) stages: Option<usize>,
-    /// The one-row GEMV's norm tail (`TF_LAB_TAIL`): none `off`, `Some(true)` `all` (every
-    /// thread fences), `Some(false)` otherwise (one fence a block).
-    pub(crate) tail: Option<bool>,
 }
 
 impl M1Lab {
     /// The setting `v` (from `CudaOptions` or the environment).
     pub(crate) fn parse(v: &str) -> M1Lab {
-        let tail = match std::env::var("TF_LAB_TAIL").as_deref() {
-            Ok("off") => None,
-            Ok("all") => Some(true),
-            _ => Some(false),
-        };
-        M1Lab { tail, ..M1Lab::parse_m1(v) }
-    }
-
-    fn parse_m1(v: &str) -> M1Lab {
         if v == "on" {
             return M1Lab { on: true, ..M1Lab::default() };
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
         match (it.next().flatten(), it.next().flatten(), it.next()) {
             (Some(b), Some(s), None) if (1..=3).contains(&b) && (3..=4).contains(&s) => {
-                M1Lab { on: true, blocks: Some(b), stages: Some(s), tail: None }
+                M1Lab { on: true, blocks: Some(b), stages: Some(s) }
             }
             _ => M1Lab::default(),
         }
@@ -79,12 +67,12 @@ mod tests {
 
     #[test]
     fn lab_settings_parse_or_stay_off() {
-        let l = M1Lab::parse_m1("on");
+        let l = M1Lab::parse("on");
         assert_eq!((l.on, l.blocks, l.stages), (true, None, None));
-        let l = M1Lab::parse_m1("2x4");
+        let l = M1Lab::parse("2x4");
         assert_eq!((l.on, l.blocks, l.stages), (true, Some(2), Some(4)));
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
-            let l = M1Lab::parse_m1(bad);
+            let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");
         }
     }
