@@ -118,20 +118,6 @@ pub trait Backend: Send + Sync {
         let y = self.matmul(x, w);
         self.add_assign(h, &y);
     }
-    /// `h += x @ w^T`, then RMSNorm of `h`'s rows: the same values as `matmul_add` followed by
-    /// `rms_norm`; a backend may make the norm in the matmul's launch.
-    fn matmul_add_norm(
-        &self,
-        x: &Self::Act,
-        w: &Self::Mat,
-        h: &mut Self::Act,
-        nw: &Self::Vec,
-        eps: f32,
-        one_plus: bool,
-    ) -> Self::Act {
-        self.matmul_add(x, w, h);
-        self.rms_norm(h, nw, eps, one_plus)
-    }
     /// `matmul_many(rms_norm(x, nw), ws)`: the same values; a backend may make the norm inside
     /// the matmul (the normed rows are not returned).
     fn norm_matmul_many(

@@ -64,28 +64,6 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
 // Bytes per x row per stage in shared memory: U * 32 plus 16 of padding (conflict-free B reads).
 #define GEMV_XS(U) ((U) * 32 + 16)
 
-// The last block of a one-row GEMV with a norm tail (after the sums are stored): RMSNorm of the
-// whole y row (n values, rms_norm's order with NQ virtual threads a thread) into ny and its bf16
-// copy nyb, so the next matmul's input is ready without a norm kernel. Each block counts itself
-// on `ticket` once its stores are visible; the last one to arrive norms and resets it.
-template <int NQ>
-__device__ __forceinline__ void gemv_tail_norm(const float* __restrict__ y, int n, const float* __restrict__ nw,
-                                               float* __restrict__ ny, u16* __restrict__ nyb, u32* ticket, float eps,
-                                               int one_plus, int virt) {
-    __shared__ u32 last;
-    __threadfence();  // this block's stores reach L2 before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    row_norm_256<NQ>(y, nw, n, eps, one_plus, virt, false, [&](int i, float o) {
-        ny[i] = o;
-        nyb[i] = f2bf(o);
-    });
-    if (threadIdx.x == 0) *ticket = 0;
-}
-
 template <int NT, int U, int ST>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
                                           const u16* __restrict__ x, int m, int kt, int kp, int add) {
@@ -176,7 +154,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             for (int e = 0; e < 4; ++e) part[((warp * NT + t) * 4 + e) * 32 + lane] = acc[t][e];
     }
     __syncthreads();
-    if (warp != 0) return;  // (the norm tail's barriers come after gemv_body returns in every warp)
+    if (warp != 0) return;
     float tot[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = tot[t][2] = tot[t][3] = 0.f;
@@ -189,13 +167,11 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
 }
 
 // NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.
-// NQ > 0 (one row, one weight): the norm tail (gemv_tail_norm) on y after the stores.
-#define GEMV_KERNEL(NAME, NT, U, ST, NQ)                                                                           \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) NAME(                                                \
+#define GEMV_KERNEL(NT, U, ST)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_bf16_n##NT(                                     \
         const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
         float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
-        const u16* __restrict__ x, int m, int kt, int kp, int add, const float* __restrict__ nw,                   \
-        float* __restrict__ ny, u16* __restrict__ nyb, u32* ticket, float eps, int one_plus, int virt) {           \
+        const u16* __restrict__ x, int m, int kt, int kp, int add) {                                               \
         tf_pdl_launch();                                                                                           \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
@@ -204,15 +180,11 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                          \
         else                                                                                                       \
             gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                    \
-        if (NQ > 0) gemv_tail_norm<(NQ > 0 ? NQ : 1)>(y0, n0, nw, ny, nyb, ticket, eps, one_plus, virt);           \
     }
-GEMV_KERNEL(gemv_bf16_n1, 1, 4, 4, 0)
-GEMV_KERNEL(gemv_bf16_n2, 2, 4, 4, 0)
-GEMV_KERNEL(gemv_bf16_n4, 4, 4, 3, 0)
-GEMV_KERNEL(gemv_bf16_n8, 8, 2, 3, 0)
-GEMV_KERNEL(gemv_bf16_n1_norm1, 1, 4, 4, 1)
-GEMV_KERNEL(gemv_bf16_n1_norm2, 1, 4, 4, 2)
-GEMV_KERNEL(gemv_bf16_n1_norm4, 1, 4, 4, 4)
+GEMV_KERNEL(1, 4, 4)
+GEMV_KERNEL(2, 4, 4)
+GEMV_KERNEL(4, 4, 3)
+GEMV_KERNEL(8, 2, 3)
 
 // Many rows: CTA tile 128 weight rows x 128 tokens x 32 k, 8 warps (2 along W rows x 4 along
 // tokens), each warp 64 x 32: 4 A tiles (W) x 4 B tiles (x), both by ldmatrix.

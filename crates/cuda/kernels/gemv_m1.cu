@@ -5,13 +5,72 @@
 // three weights sharing x) through a private cp.async ring, and warp 0 folds the segment sums in
 // order. Here blocks are persistent (three an SM) and x is staged once a block instead of per
 // stage, so the rings carry W only. x is either copied (bf16, from global memory) or, with
-// NQ > 0, made here as the RMSNorm of an f32 row in rms_norm_body's sum order (ops.cu
-// row_norm_256: NQ virtual threads a thread), which takes the norm kernel and its launch off the decode round's critical
+// NQ > 0, made here as the RMSNorm of an f32 row in rms_norm_body's sum order (ops.cu: NQ virtual
+// threads a thread), which takes the norm kernel and its launch off the decode round's critical
 // path. With add the results are added into y (y += x W^T: the residual add fused; the same f32
 // addition as add_inplace).
 
 #define M1_U 4                  // k tiles per stage
 #define M1_WS (M1_U * 32 + 16)  // bytes per W row per stage (16 of padding: conflict-free ldmatrix)
+
+// The RMSNorm of the f32 row xf (cols values, weights nw) into the bf16 row xs (kp values, zero
+// padded), in the order of `virt` virtual threads (ops.rs `norm_threads`): real thread r plays
+// virtual threads r + 256 q (q < NQ), which hold values t, t + virt, ... (rms_norm_body, J = 16 / NQ).
+template <int NQ>
+__device__ __forceinline__ void m1_norm(const float* __restrict__ xf, const float* __restrict__ nw, u16* xs, int cols,
+                                        int kp, float eps, int one_plus, int virt) {
+    constexpr int J = 16 / NQ;
+    __shared__ float scratch[32];
+    const int lane = threadIdx.x & 31, V = virt;
+    const int jn = (cols + V - 1) / V;
+    float v[NQ][J], sc[NQ][J];
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (j >= jn) break;
+            const int t = threadIdx.x + q * 256, i = t + j * V;
+            sc[q][j] = t < V && i < cols ? (one_plus ? 1.0f + nw[i] : nw[i]) : 0.f;
+        }
+    tf_pdl_wait();
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (j >= jn) break;
+            const int t = threadIdx.x + q * 256, i = t + j * V;
+            v[q][j] = t < V && i < cols ? xf[i] : 0.f;
+        }
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (j >= jn) break;
+            ss += v[q][j] * v[q][j];
+        }
+        ss = warp_sum(ss);
+        const int vw = (threadIdx.x >> 5) + q * 8;  // this virtual warp
+        if (lane == 0 && vw < 32) scratch[vw] = ss;
+    }
+    __syncthreads();
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) t += i < (V >> 5) ? scratch[i] : 0.f;
+    float inv = 1.0f / sqrtf(t / (float)cols + eps);
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (j >= jn) break;
+            const int tv = threadIdx.x + q * 256, i = tv + j * V;
+            if (tv < V && i < cols) {
+                float o = v[q][j] * inv * sc[q][j];
+                xs[i] = f2bf(o);
+            }
+        }
+    for (int i = cols + threadIdx.x; i < kp; i += blockDim.x) xs[i] = 0;
+}
 
 template <int ST, int NQ>
 __device__ __forceinline__ void gemv_m1_body(const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0,
@@ -56,8 +115,7 @@ __device__ __forceinline__ void gemv_m1_body(const u16* __restrict__ w0, float* 
         cp_commit();
     }
     if (NQ > 0) {
-        row_norm_256<(NQ > 0 ? NQ : 1)>(xf, nw, cols, eps, one_plus, virt, true, [&](int i, float o) { xs[i] = f2bf(o); });
-        for (int i = cols + threadIdx.x; i < kp; i += blockDim.x) xs[i] = 0;
+        m1_norm<(NQ > 0 ? NQ : 1)>(xf, nw, xs, cols, kp, eps, one_plus, virt);
     } else {
         tf_pdl_wait();
         for (int i = threadIdx.x; i < kp / 8; i += blockDim.x) ((uint4*)xs)[i] = ((const uint4*)xb)[i];

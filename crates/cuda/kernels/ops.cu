@@ -133,67 +133,6 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     }
 }
 
-// The RMSNorm of one f32 row xf (cols values, weights nw) by a block of 256 threads, in the order
-// of `virt` virtual threads (ops.rs `norm_threads`; rms_norm_body's order): real thread r plays
-// virtual threads r + 256 q (q < NQ), which hold values t, t + virt, ... (J = 16 / NQ in
-// registers; callers check cols <= J virt). put(i, o) receives each normed value. The row is read
-// at L2 (other blocks of a grid may have just written it); with wait, after the PDL wait (the
-// weights before it).
-template <int NQ, typename Put>
-__device__ __forceinline__ void row_norm_256(const float* __restrict__ xf, const float* __restrict__ nw, int cols,
-                                             float eps, int one_plus, int virt, bool wait, Put put) {
-    constexpr int J = 16 / NQ;
-    __shared__ float scratch[32];
-    const int lane = threadIdx.x & 31, V = virt;
-    const int jn = (cols + V - 1) / V;
-    float v[NQ][J], sc[NQ][J];
-#pragma unroll
-    for (int q = 0; q < NQ; ++q)
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            if (j >= jn) break;
-            const int t = threadIdx.x + q * 256, i = t + j * V;
-            sc[q][j] = t < V && i < cols ? (one_plus ? 1.0f + nw[i] : nw[i]) : 0.f;
-        }
-    if (wait) tf_pdl_wait();
-#pragma unroll
-    for (int q = 0; q < NQ; ++q)
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            if (j >= jn) break;
-            const int t = threadIdx.x + q * 256, i = t + j * V;
-            v[q][j] = t < V && i < cols ? __ldcg(xf + i) : 0.f;
-        }
-#pragma unroll
-    for (int q = 0; q < NQ; ++q) {
-        float ss = 0.f;
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            if (j >= jn) break;
-            ss += v[q][j] * v[q][j];
-        }
-        ss = warp_sum(ss);
-        const int vw = (threadIdx.x >> 5) + q * 8;  // this virtual warp
-        if (lane == 0 && vw < 32) scratch[vw] = ss;
-    }
-    __syncthreads();
-    float t = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) t += i < (V >> 5) ? scratch[i] : 0.f;
-    float inv = 1.0f / sqrtf(t / (float)cols + eps);
-#pragma unroll
-    for (int q = 0; q < NQ; ++q)
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            if (j >= jn) break;
-            const int tv = threadIdx.x + q * 256, i = tv + j * V;
-            if (tv < V && i < cols) {
-                float o = v[q][j] * inv * sc[q][j];
-                put(i, o);
-            }
-        }
-}
-
 // One virtual thread a thread (few rows), and four (many rows: `_q4`, blocks of V / 4 threads).
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                                     u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {

@@ -72,9 +72,6 @@ kernels!(
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
-    gemv_bf16_n1_norm1,
-    gemv_bf16_n1_norm2,
-    gemv_bf16_n1_norm4,
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
@@ -168,15 +165,7 @@ impl Device {
                 )?;
             }
         }
-        for (f, nt) in [
-            (&k.gemv_bf16_n1, 1),
-            (&k.gemv_bf16_n2, 2),
-            (&k.gemv_bf16_n4, 4),
-            (&k.gemv_bf16_n8, 8),
-            (&k.gemv_bf16_n1_norm1, 1),
-            (&k.gemv_bf16_n1_norm2, 1),
-            (&k.gemv_bf16_n1_norm4, 1),
-        ] {
+        for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
             drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
         // Three one-row GEMV blocks an SM need the largest shared-memory carveout.

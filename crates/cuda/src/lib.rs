@@ -76,9 +76,6 @@ pub struct CudaBackend {
     caches: Mutex<Caches>,
     skip: Skip,
     lab: profile::M1Lab,
-    /// The arrival count of a GEMV's norm tail (kernels/gemm.cu `gemv_tail_norm`; zero between
-    /// launches: the last block resets it).
-    ticket: cudarc::driver::CudaSlice<u32>,
 }
 
 impl CudaBackend {
@@ -89,11 +86,8 @@ impl CudaBackend {
 
     /// GPU `ordinal` with `opts`.
     pub fn with_options(ordinal: usize, opts: &CudaOptions) -> Result<CudaBackend, CudaError> {
-        let dev = Device::new(ordinal, opts)?;
-        let ticket = dev.zeros::<u32>(1);
         Ok(CudaBackend {
-            dev,
-            ticket,
+            dev: Device::new(ordinal, opts)?,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             lab: profile::M1Lab::parse(
@@ -196,21 +190,6 @@ impl Backend for CudaBackend {
             return;
         }
         matmul::matmul_add(self, x, w, h)
-    }
-
-    fn matmul_add_norm(
-        &self,
-        x: &CudaAct,
-        w: &CudaMat,
-        h: &mut CudaAct,
-        nw: &CudaVec,
-        eps: f32,
-        one_plus: bool,
-    ) -> CudaAct {
-        if self.skip.skips(Skip::MATMUL, x.rows) {
-            return ops::rms_norm(self, h, nw, eps, one_plus);
-        }
-        matmul::matmul_add_norm(self, x, w, h, nw, eps, one_plus)
     }
 
     fn norm_matmul_many(&self, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> Vec<CudaAct> {

@@ -133,82 +133,8 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
             Arg::I(kt as i32),
             Arg::I(padded(x.cols) as i32),
             Arg::I(add as i32),
-            Arg::P(0),
-            Arg::P(0),
-            Arg::P(0),
-            Arg::P(0),
-            Arg::F(0.0),
-            Arg::I(0),
-            Arg::I(0),
         ];
         d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
-    }
-}
-
-/// `h += x @ w^T`, then RMSNorm of `h`'s rows (weights `nw`): for one row the GEMV's last block
-/// makes the norm (kernels/gemm.cu `gemv_tail_norm`, the same bits as the norm kernel), otherwise
-/// `matmul_add` and the norm kernel.
-pub(crate) fn matmul_add_norm(
-    b: &CudaBackend,
-    x: &CudaAct,
-    w: &CudaMat,
-    h: &mut CudaAct,
-    nw: &CudaVec,
-    eps: f32,
-    one_plus: bool,
-) -> CudaAct {
-    let d = &b.dev;
-    let virt = crate::ops::norm_threads(nw.len);
-    let nq = match virt {
-        256 => 1,
-        512 => 2,
-        1024 => 4,
-        _ => 0,
-    };
-    let tail = x.rows == 1 && !b.lab.on && nq > 0 && nw.len == h.cols && h.cols <= (16 / nq.max(1)) * virt;
-    match w {
-        CudaMat::Bf16 { w: wd, rows, ntiles, .. } if tail => {
-            let (n, k) = w.shape();
-            assert_eq!((x.cols, h.rows, h.cols), (k, 1, n), "matmul_add_norm: x {}x{}, W {n}x{k}", x.rows, x.cols);
-            let (ny, nyb) = (d.alloc::<f32>(n), crate::ops::bf16_out(b, 1, n));
-            let f = match nq {
-                1 => &d.k.gemv_bf16_n1_norm1,
-                2 => &d.k.gemv_bf16_n1_norm2,
-                _ => &d.k.gemv_bf16_n1_norm4,
-            };
-            let args = [
-                Arg::P(ptr(wd, &d.stream)),
-                Arg::P(ptr(&h.data, &d.stream)),
-                Arg::I(*rows as i32),
-                Arg::I(*ntiles as i32),
-                Arg::P(0),
-                Arg::P(0),
-                Arg::I(0),
-                Arg::I(0),
-                Arg::P(0),
-                Arg::P(0),
-                Arg::I(0),
-                Arg::P(ptr(bf16_of(b, x), &d.stream)),
-                Arg::I(1),
-                Arg::I(k.div_ceil(16) as i32),
-                Arg::I(padded(k) as i32),
-                Arg::I(1),
-                Arg::P(ptr(&nw.data, &d.stream)),
-                Arg::P(ptr(&ny, &d.stream)),
-                Arg::P(ptr(&nyb, &d.stream)),
-                Arg::P(ptr(&b.ticket, &d.stream)),
-                Arg::F(eps),
-                Arg::I(one_plus as i32),
-                Arg::I(virt as i32),
-            ];
-            d.launch(f, (*ntiles as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_smem(1), &args);
-            h.touched();
-            CudaAct::with_bf16(ny, nyb, 1, n)
-        }
-        _ => {
-            matmul_add(b, x, w, h);
-            crate::ops::rms_norm(b, h, nw, eps, one_plus)
-        }
     }
 }
 

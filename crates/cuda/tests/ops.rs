@@ -105,34 +105,6 @@ fn matmul_add_case(b: &tf_cuda::CudaBackend) {
 }
 
 #[test]
-fn norm_tail_equals_matmul_add_then_norm() {
-    let Some(b) = backend() else { return };
-    // One row with 4096, 2048 and 1024 columns: the GEMV's last block norms (1024, 512 and 256
-    // virtual threads); 640 and 8192 columns and three rows: matmul_add, then the norm kernel.
-    // Repeated calls check the arrival count is reset.
-    for (n, rows) in [(4096, 1), (2048, 1), (1024, 1), (640, 1), (8192, 1), (4096, 3)] {
-        let k = 1000;
-        let w = b.mat(&weight("w", DType::BF16, n, k, &rand(n * k, 16 + n as u64, 0.5))).unwrap();
-        let next = b.mat(&weight("next", DType::BF16, 48, n, &rand(48 * n, 17, 0.5))).unwrap();
-        let nw = b.vec(&rand(n, 18, 1.0));
-        for rep in 0..3u64 {
-            let x = b.upload(&rand(rows * k, 19 + rep, 1.0), rows, k);
-            let h0 = rand(rows * n, 20 + rep, 2.0);
-            let mut fused = b.upload(&h0, rows, n);
-            let y = b.matmul_add_norm(&x, &w, &mut fused, &nw, 1e-6, rep == 1);
-            let mut apart = b.upload(&h0, rows, n);
-            b.matmul_add(&x, &w, &mut apart);
-            let want = b.rms_norm(&apart, &nw, 1e-6, rep == 1);
-            let what = format!("{rows}x{n} call {rep}");
-            assert!(same_bits(&b.download(&fused), &b.download(&apart)), "{what}: residual differs");
-            assert!(same_bits(&b.download(&y), &b.download(&want)), "{what}: norm differs");
-            let (ny, nw2) = (b.download(&b.matmul(&y, &next)), b.download(&b.matmul(&want, &next)));
-            assert!(same_bits(&ny, &nw2), "{what}: the bf16 copy differs");
-        }
-    }
-}
-
-#[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
     // The one-row GEMV (opt-in, kernels/gemv_m1.cu) makes the norm itself.
     let Some(b) = backend_with(Some("on")) else { return };

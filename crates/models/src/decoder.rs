@@ -84,15 +84,13 @@ impl<B: Backend> Decoder<B> {
         let s = &self.spec;
         let positions = batch.meta.positions();
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
-        // A block's MLP output goes into h in its down projection's store, normed there for the
-        // next block, or (sandwich norms, experts) through the next block's add + input norm.
-        let run = num_layers.min(self.layers.len());
-        let mut next = Next::Added;
-        for (i, (layer, kv)) in self.layers.iter().zip(kv.iter_mut()).take(run).enumerate() {
-            let next_norm = self.layers.get(i + 1).filter(|_| i + 1 < run).map(|l| &l.input_norm);
-            next = self.block(b, layer, &mut h, next, next_norm, &positions, batch.meta, kv);
+        // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
+        // experts) through the next block's fused add + input norm.
+        let mut pending: Option<B::Act> = None;
+        for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
+            pending = self.block(b, layer, &mut h, pending.take(), &positions, batch.meta, kv);
         }
-        if let Next::Pending(f) = next {
+        if let Some(f) = pending {
             b.add_assign(&mut h, &f);
         }
         let h = b.select_rows(&h, batch.logits_rows);
@@ -107,39 +105,41 @@ impl<B: Backend> Decoder<B> {
         logits
     }
 
-    /// One block over the residual stream `h`, after what the previous block left (`prev`);
-    /// `next_norm` is the next block's input norm (none after the last block run).
+    /// One block over the residual stream `h`, into which the previous block's output `prev`
+    /// (when it was not added yet) is added first; returns this block's MLP output where it is
+    /// not added into `h` here.
     #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         b: &B,
         l: &Layer<B>,
         h: &mut B::Act,
-        prev: Next<B>,
-        next_norm: Option<&B::Vec>,
+        prev: Option<B::Act>,
         pos: &[u32],
         meta: &AttnMeta,
         kv: &mut B::Kv,
-    ) -> Next<B> {
+    ) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
         let qkv = [&l.q, &l.k, &l.v];
         let [q, k, v]: [B::Act; 3] = match prev {
-            Next::Normed(x) => b.matmul_many(&x, &qkv),
-            Next::Pending(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
-            Next::Added => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
+            Some(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
+            None => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
         }
         .try_into()
         .unwrap_or_else(|_| unreachable!("three outputs"));
         let out = self.attention(b, l, q, k, v, pos, meta, kv);
-        // The FFN's input: the norm of h after the attention output is added.
-        let x = match &l.pre_ffn_norm {
+        // The FFN's input: norms of h after the attention output is added.
+        let ffn_in = match &l.pre_ffn_norm {
             Some(pre) => {
                 let a = b.rms_norm(&b.matmul(&out, &l.o), &l.post_attn_norm, eps, one_plus);
-                b.add_rms_norm(h, &a, pre, eps, one_plus)
+                FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
             }
-            None => b.matmul_add_norm(&out, &l.o, h, &l.post_attn_norm, eps, one_plus),
+            None => {
+                b.matmul_add(&out, &l.o, h);
+                FfnIn::Residual(&l.post_attn_norm)
+            }
         };
-        self.ffn(b, l, h, &x, next_norm)
+        self.ffn(b, l, h, ffn_in)
     }
 
     /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.
@@ -166,38 +166,42 @@ impl<B: Backend> Decoder<B> {
         b.attention(&q, &k, &v, kv, meta, &l.attn)
     }
 
-    /// The MLP or experts on the normed rows `x`: the dense MLP without a post norm adds its
-    /// output into `h` in the down projection's store (and norms h with `next_norm`), the
-    /// others leave it pending.
-    fn ffn(&self, b: &B, l: &Layer<B>, h: &mut B::Act, x: &B::Act, next_norm: Option<&B::Vec>) -> Next<B> {
+    /// The MLP or experts on `input`; the dense MLP without a post norm adds its output into `h`
+    /// in the down projection's store, the others return it.
+    fn ffn(&self, b: &B, l: &Layer<B>, h: &mut B::Act, input: FfnIn<'_, B>) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
+        let normed = |ws: &[&B::Mat]| match &input {
+            FfnIn::Normed(x) => b.matmul_many(x, ws),
+            FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
+        };
         match &l.ffn {
             Ffn::Dense { gate, up, down } => {
                 let [g, u]: [B::Act; 2] =
-                    b.matmul_many(x, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                    normed(&[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
                 let a = b.glu(&g, &u, self.spec.act);
-                match (&l.post_ffn_norm, next_norm) {
-                    (Some(post), _) => Next::Pending(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
-                    (None, Some(nn)) => Next::Normed(b.matmul_add_norm(&a, down, h, nn, eps, one_plus)),
-                    (None, None) => {
+                match &l.post_ffn_norm {
+                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    None => {
                         b.matmul_add(&a, down, h);
-                        Next::Added
+                        None
                     }
                 }
             }
-            Ffn::Moe { router, experts, params } => Next::Pending(b.moe(x, &b.matmul(x, router), experts, params)),
+            Ffn::Moe { router, experts, params } => {
+                let x = match input {
+                    FfnIn::Normed(x) => x,
+                    FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
+                };
+                Some(b.moe(&x, &b.matmul(&x, router), experts, params))
+            }
         }
     }
 }
 
-/// What a block leaves for the next one.
-enum Next<B: Backend> {
-    /// Its output is in h, and h normed with the next block's input norm.
+/// What the FFN runs on: rows already normed, or the residual stream and the norm to apply.
+enum FfnIn<'a, B: Backend> {
     Normed(B::Act),
-    /// Its output, not yet in h (sandwich norms, experts).
-    Pending(B::Act),
-    /// Its output is in h (or no block ran yet).
-    Added,
+    Residual(&'a B::Vec),
 }
 
 fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result<Layer<B>, ModelError> {
