@@ -15,7 +15,8 @@
 //! for operation (its four warps score one block each, then each runs the chunk's chain on a
 //! quarter of the output dimensions), so its bits are the one-warp kernel's. So concurrent ==
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
-//! `add_rms_norm`, `qk_norm_rope`) equal their unfused definitions bit for bit (tests/ops.rs).
+//! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
+//! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
 //! On Hopper, 2 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
 //! stream one K segment through a ring of tensor-map copies that runs on across W tiles.
@@ -25,7 +26,9 @@
 //! the decode attention its cached keys).
 //!
 //! `TF_PROFILE_SKIP` (profile.rs, off unless set) leaves chosen decode ops out, for timing them
-//! in place (`scripts/device/skip.sh`); results are then wrong.
+//! in place (`scripts/device/skip.sh`); results are then wrong. `TF_LAB_M1` turns on the one-row
+//! GEMV of kernels/gemv_m1.cu (x staged once a block, the input RMSNorm made inside it; exact,
+//! but slower on the H200 than the few-row GEMV plus a norm kernel, so off by default).
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.
