@@ -50,8 +50,8 @@ pub(crate) const MAX_SMEM: u32 = 227 * 1024 - 1024;
 
 /// Three stages when three blocks then fit an SM (qkv's 384 tiles in one wave on 132 SMs), else
 /// four (down_proj's longer x row).
-fn stages(kp: usize, norm: bool) -> usize {
-    if norm || blocks_per_sm(smem(3, kp)) == 3 { 3 } else { 4 }
+fn stages(kp: usize) -> usize {
+    if blocks_per_sm(smem(3, kp)) == 3 { 3 } else { 4 }
 }
 
 /// `ys[i] (+)= x @ ws[i]^T` for one row of x: false (nothing launched) unless every weight is bf16
@@ -72,7 +72,7 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
     let kt = cols.div_ceil(16);
     let kp = kt * 16;
     let norm = matches!(x, M1Input::Norm { .. });
-    let st = if norm { 3 } else { b.lab.stages.unwrap_or_else(|| stages(kp, norm)) };
+    let st = if norm { 3 } else { b.lab.stages.unwrap_or_else(|| stages(kp)) };
     let bytes = smem(st, kp);
     if bytes > MAX_SMEM as usize {
         return false;
@@ -142,9 +142,9 @@ mod tests {
 
     #[test]
     fn qwen3_8b_shapes_fit_three_or_two_blocks_an_sm() {
-        assert_eq!(stages(4096, false), 3);
+        assert_eq!(stages(4096), 3);
         assert_eq!(blocks_per_sm(smem(3, 4096)), 3);
-        assert_eq!(stages(12288, false), 4);
+        assert_eq!(stages(12288), 4);
         assert_eq!(blocks_per_sm(smem(4, 12288)), 2);
     }
 

@@ -39,8 +39,9 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
     h.touched();
 }
 
-/// `matmul_many(rms_norm(x, nw), ws)`: for one row the GEMV makes the norm itself (no norm
-/// kernel, the same bits), otherwise the norm kernel runs first.
+/// `matmul_many(rms_norm(x, nw), ws)`: for one row with the one-row GEMV turned on (profile.rs
+/// `M1Lab`) it makes the norm itself (no norm kernel, the same bits), else the norm kernel runs
+/// first.
 pub(crate) fn norm_matmul_many(
     b: &CudaBackend,
     x: &CudaAct,
@@ -51,6 +52,7 @@ pub(crate) fn norm_matmul_many(
 ) -> Vec<CudaAct> {
     let d = &b.dev;
     if x.rows == 1
+        && b.lab.on
         && let Some((nq, virt)) = norm_fusable(x.cols, nw.len, crate::ops::norm_threads(nw.len))
     {
         let outs = outputs(b, x, ws);
