@@ -23,13 +23,13 @@ for v in $VARIANTS; do
     esac
   done
   # shellcheck disable=SC2086
-  env "${envs[@]}" timeout 200 "$BIN" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/skip/${v//[=+]/_}.json" >/dev/null 2>&1 \
+  env "${envs[@]}" timeout 200 "$BIN" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/skip/${v//[=+:]/_}.json" >/dev/null 2>&1 \
     || echo "variant $v failed"
 done
 python3 - "$OUT/skip" $VARIANTS <<'PY'
 import json, os, sys
 d, vs = sys.argv[1], sys.argv[2:]
-name = lambda v: v.replace("=", "_").replace("+", "_")  # the device tool fetches plain names only
+name = lambda v: v.replace("=", "_").replace("+", "_").replace(":", "_")  # the device tool fetches plain names only
 runs = {v: json.load(open(f"{d}/{name(v)}.json"))["results"] for v in vs if os.path.exists(f"{d}/{name(v)}.json")}
 vs = [v for v in vs if v in runs]
 base = runs[vs[0]]

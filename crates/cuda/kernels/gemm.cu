@@ -64,10 +64,11 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
 // Bytes per x row per stage in shared memory: U * 32 plus 16 of padding (conflict-free B reads).
 #define GEMV_XS(U) ((U) * 32 + 16)
 
-template <int NT, int U, int ST>
+// XR: x rows a stage holds (8 NT; the one-row lab variants hold one, for calls of one row only).
+template <int NT, int U, int ST, int XR = 8 * NT>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
                                           const u16* __restrict__ x, int m, int kt, int kp, int add) {
-    constexpr int XROWS = 8 * NT;
+    constexpr int XROWS = XR;
     constexpr int WBYTES = 16 * GEMV_XS(U);  // 16 W rows of U k tiles, padded like x rows
     constexpr int SBYTES = WBYTES + XROWS * GEMV_XS(U);
     extern __shared__ __align__(16) unsigned char gemv_smem[];
@@ -185,6 +186,28 @@ GEMV_KERNEL(1, 4, 4)
 GEMV_KERNEL(2, 4, 4)
 GEMV_KERNEL(4, 4, 3)
 GEMV_KERNEL(8, 2, 3)
+
+// One-row lab variants (profile.rs `M1Lab`, `TF_LAB_M1=n1:NAME`): one x row a stage, U k tiles a
+// stage, ST stages; the same arithmetic as gemv_bf16_n1.
+#define GEMV_ONE_ROW(NAME, U, ST)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) NAME(                                                \
+        const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
+        float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
+        const u16* __restrict__ x, int m, int kt, int kp, int add) {                                               \
+        tf_pdl_launch();                                                                                           \
+        int b = blockIdx.x;                                                                                        \
+        if (b < nt0)                                                                                               \
+            gemv_body<1, U, ST, 1>(w0, y0, n0, b, x, m, kt, kp, add);                                              \
+        else if (b < nt0 + nt1)                                                                                    \
+            gemv_body<1, U, ST, 1>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                        \
+        else                                                                                                       \
+            gemv_body<1, U, ST, 1>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                  \
+    }
+GEMV_ONE_ROW(gemv_row_u4s4, 4, 4)
+GEMV_ONE_ROW(gemv_row_u4s5, 4, 5)
+GEMV_ONE_ROW(gemv_row_u4s3, 4, 3)
+GEMV_ONE_ROW(gemv_row_u2s4, 2, 4)
+GEMV_ONE_ROW(gemv_row_u2s6, 2, 6)
 
 // Many rows: CTA tile 128 weight rows x 128 tokens x 32 k, 8 warps (2 along W rows x 4 along
 // tokens), each warp 64 x 32: 4 A tiles (W) x 4 B tiles (x), both by ldmatrix.

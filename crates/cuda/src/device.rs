@@ -72,6 +72,11 @@ kernels!(
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
+    gemv_row_u4s4,
+    gemv_row_u4s5,
+    gemv_row_u4s3,
+    gemv_row_u2s4,
+    gemv_row_u2s6,
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
@@ -173,6 +178,11 @@ impl Device {
         for f in [&k.gemv_m1_s3, &k.gemv_m1_s4, &k.gemv_m1_norm1, &k.gemv_m1_norm2, &k.gemv_m1_norm4] {
             drv(f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32), "raising the one-row GEMV's shared memory")?;
             drv(f.set_attribute(carveout, 100), "preferring shared memory for the one-row GEMV")?;
+        }
+        let rows = [&k.gemv_row_u4s4, &k.gemv_row_u4s5, &k.gemv_row_u4s3, &k.gemv_row_u2s4, &k.gemv_row_u2s6];
+        for (f, (_, u, st)) in rows.into_iter().zip(crate::matmul::ROW_VARIANTS) {
+            let smem = crate::matmul::gemv_smem_of(1, u, st, 1) as i32;
+            drv(f.set_attribute(big, smem), "raising the one-row GEMV variant's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;

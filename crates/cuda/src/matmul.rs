@@ -113,7 +113,10 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     if (2..=32).contains(&m) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
         return;
     }
-    let (f, smem) = gemv_config(d, m);
+    let (f, smem) = match b.lab.row {
+        Some(i) if m == 1 => row_variant(d, i),
+        _ => gemv_config(d, m),
+    };
     for (seg, yseg) in bf16.chunks(3).zip(yp.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
@@ -335,7 +338,31 @@ pub(crate) fn gemv_smem(nt: usize) -> u32 {
         4 => (4, 3),
         _ => (2, 3),
     };
-    (GEMV_WARPS * st * (16 + 8 * nt) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+    gemv_smem_of(8 * nt, u, st, nt)
+}
+
+/// The few-row GEMV's one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`): name, k tiles a
+/// stage, stages; one x row a stage.
+pub(crate) const ROW_VARIANTS: [(&str, usize, usize); 5] =
+    [("u4s4", 4, 4), ("u4s5", 4, 5), ("u4s3", 4, 3), ("u2s4", 2, 4), ("u2s6", 2, 6)];
+
+/// Shared memory of a GEMV with `xr` x rows a stage, `u` k tiles a stage, `st` stages and `nt`
+/// row groups of sums.
+pub(crate) fn gemv_smem_of(xr: usize, u: usize, st: usize, nt: usize) -> u32 {
+    (GEMV_WARPS * st * (16 + xr) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+}
+
+/// One-row lab variant `i` of [`ROW_VARIANTS`] and its shared memory.
+fn row_variant(d: &crate::device::Device, i: usize) -> (&cudarc::driver::CudaFunction, u32) {
+    let f = match i {
+        0 => &d.k.gemv_row_u4s4,
+        1 => &d.k.gemv_row_u4s5,
+        2 => &d.k.gemv_row_u4s3,
+        3 => &d.k.gemv_row_u2s4,
+        _ => &d.k.gemv_row_u2s6,
+    };
+    let (_, u, st) = ROW_VARIANTS[i.min(ROW_VARIANTS.len() - 1)];
+    (f, gemv_smem_of(1, u, st, 1))
 }
 
 /// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.

@@ -35,6 +35,8 @@ impl Skip {
 /// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
 /// `BxS`: at most B blocks an SM (1-3), S ring stages (3 or 4; the fused norm always runs 3).
+/// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
+/// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -43,18 +45,24 @@ pub(crate) struct M1Lab {
     pub(crate) blocks: Option<usize>,
     /// Ring stages.
     pub(crate) stages: Option<usize>,
+    /// `row:NAME`: a one-row variant of the few-row GEMV (matmul.rs `ROW_VARIANTS`, by index).
+    pub(crate) row: Option<usize>,
 }
 
 impl M1Lab {
     /// The setting `v` (from `CudaOptions` or the environment).
     pub(crate) fn parse(v: &str) -> M1Lab {
+        if let Some(name) = v.strip_prefix("row:") {
+            let row = crate::matmul::ROW_VARIANTS.iter().position(|r| r.0 == name);
+            return M1Lab { row, ..M1Lab::default() };
+        }
         if v == "on" {
             return M1Lab { on: true, ..M1Lab::default() };
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
         match (it.next().flatten(), it.next().flatten(), it.next()) {
             (Some(b), Some(s), None) if (1..=3).contains(&b) && (3..=4).contains(&s) => {
-                M1Lab { on: true, blocks: Some(b), stages: Some(s) }
+                M1Lab { on: true, blocks: Some(b), stages: Some(s), row: None }
             }
             _ => M1Lab::default(),
         }
@@ -71,6 +79,9 @@ mod tests {
         assert_eq!((l.on, l.blocks, l.stages), (true, None, None));
         let l = M1Lab::parse("2x4");
         assert_eq!((l.on, l.blocks, l.stages), (true, Some(2), Some(4)));
+        assert_eq!(M1Lab::parse("row:u2s4").row, Some(3));
+        assert!(!M1Lab::parse("row:u2s4").on);
+        assert_eq!(M1Lab::parse("row:nope").row, None);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

@@ -31,8 +31,11 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
-    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu) for the one-row calls.
-    for lab in [None, Some("on")] {
+    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu) and the few-row GEMV's one-row
+    // variants (kernels/gemm.cu `GEMV_ONE_ROW`) for the one-row calls.
+    for lab in
+        [None, Some("on"), Some("row:u4s4"), Some("row:u4s5"), Some("row:u4s3"), Some("row:u2s4"), Some("row:u2s6")]
+    {
         let Some(b) = backend_with(lab) else { return };
         bf16_matmul_case(&b);
     }
@@ -81,7 +84,7 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn matmul_add_equals_matmul_then_add() {
-    for lab in [None, Some("on"), Some("2x4")] {
+    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6")] {
         let Some(b) = backend_with(lab) else { return };
         matmul_add_case(&b);
     }
