@@ -3,9 +3,10 @@
 # prints each variant's decode ms per round (differences to the first are in-situ costs).
 # A variant is S=mask, the TF_PROFILE_SKIP bits (crates/cuda/src/profile.rs: 1 attention,
 # 2 add_rms_norm, 4 glu, 8 qk_norm_rope, 16 matmuls but the vocabulary head; rounds of at most
-# 64 rows; results are wrong, only the times count), or M=off / M=BxS, the one-row GEMV's schedule
-# (TF_LAB_M1: off, or at most B blocks an SM and S ring stages; exact either way). Join with +.
-#   scripts/device/skip.sh BIN "S=0 S=1 S=2 M=off M=2x4+S=16"
+# 64 rows; results are wrong, only the times count), or M=on / M=BxS / M=row:NAME, a one-row GEMV
+# schedule (TF_LAB_M1, profile.rs `M1Lab`: the one-row kernel, at most B blocks an SM and S ring
+# stages, or a one-row variant of the few-row GEMV; exact either way). Join with +.
+#   scripts/device/skip.sh BIN "S=0 S=1 S=2 M=on M=2x4+S=16 M=row:u2s6"
 set -u
 BIN=$1 VARIANTS=${2:-"S=0 S=1 S=2 S=4 S=8 S=16 S=15 S=31"}
 OUT=${OUT:-/tmp/tf-out}
