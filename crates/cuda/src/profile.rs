@@ -36,8 +36,7 @@ impl Skip {
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
 /// `BxS`: at most B blocks an SM (1-3), S ring stages (3 or 4; the fused norm always runs 3).
 /// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
-/// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`). `norope`: the q/k norms and RoPE stay a
-/// kernel of their own in decode rounds too. Tokens join with commas.
+/// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -48,26 +47,11 @@ pub(crate) struct M1Lab {
     pub(crate) stages: Option<usize>,
     /// `row:NAME`: a one-row variant of the few-row GEMV (matmul.rs `ROW_VARIANTS`, by index).
     pub(crate) row: Option<usize>,
-    /// `norope`: the warp-split decode attention does not apply the q/k norms and RoPE itself.
-    pub(crate) no_rope: bool,
 }
 
 impl M1Lab {
-    /// The setting `v` (from `CudaOptions` or the environment): comma-separated tokens.
+    /// The setting `v` (from `CudaOptions` or the environment).
     pub(crate) fn parse(v: &str) -> M1Lab {
-        let mut lab = M1Lab::default();
-        for t in v.split(',') {
-            let one = M1Lab::token(t);
-            lab.on |= one.on;
-            lab.blocks = one.blocks.or(lab.blocks);
-            lab.stages = one.stages.or(lab.stages);
-            lab.row = one.row.or(lab.row);
-            lab.no_rope |= t == "norope";
-        }
-        lab
-    }
-
-    fn token(v: &str) -> M1Lab {
         if let Some(name) = v.strip_prefix("row:") {
             let row = crate::matmul::ROW_VARIANTS.iter().position(|r| r.0 == name);
             return M1Lab { row, ..M1Lab::default() };
@@ -78,7 +62,7 @@ impl M1Lab {
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
         match (it.next().flatten(), it.next().flatten(), it.next()) {
             (Some(b), Some(s), None) if (1..=3).contains(&b) && (3..=4).contains(&s) => {
-                M1Lab { on: true, blocks: Some(b), stages: Some(s), ..M1Lab::default() }
+                M1Lab { on: true, blocks: Some(b), stages: Some(s), row: None }
             }
             _ => M1Lab::default(),
         }
@@ -98,10 +82,6 @@ mod tests {
         assert_eq!(M1Lab::parse("row:u2s4").row, Some(3));
         assert!(!M1Lab::parse("row:u2s4").on);
         assert_eq!(M1Lab::parse("row:nope").row, None);
-        let l = M1Lab::parse("norope,row:u4s3");
-        assert!(l.no_rope && !l.on);
-        assert_eq!(l.row, Some(2));
-        assert!(!M1Lab::parse("on").no_rope);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");
