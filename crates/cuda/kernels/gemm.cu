@@ -167,29 +167,9 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
     gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
 }
 
-// NT row groups of 8, U k tiles per stage, ST stages; up to three (W, y, n, ntiles) segments.
-#define GEMV_KERNEL(NT, U, ST)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_bf16_n##NT(                                     \
-        const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
-        float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
-        const u16* __restrict__ x, int m, int kt, int kp, int add) {                                               \
-        tf_pdl_launch();                                                                                           \
-        int b = blockIdx.x;                                                                                        \
-        if (b < nt0)                                                                                               \
-            gemv_body<NT, U, ST>(w0, y0, n0, b, x, m, kt, kp, add);                                                \
-        else if (b < nt0 + nt1)                                                                                    \
-            gemv_body<NT, U, ST>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                          \
-        else                                                                                                       \
-            gemv_body<NT, U, ST>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                    \
-    }
-GEMV_KERNEL(1, 4, 4)
-GEMV_KERNEL(2, 4, 4)
-GEMV_KERNEL(4, 4, 3)
-GEMV_KERNEL(8, 2, 3)
-
-// One-row lab variants (profile.rs `M1Lab`, `TF_LAB_M1=n1:NAME`): one x row a stage, U k tiles a
-// stage, ST stages; the same arithmetic as gemv_bf16_n1.
-#define GEMV_ONE_ROW(NAME, U, ST)                                                                                  \
+// NAME: NT row groups of 8, U k tiles per stage, ST stages, XR x rows a stage; up to three
+// (W, y, n, ntiles) segments.
+#define GEMV_KERNEL_AS(NAME, NT, U, ST, XR)                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W) NAME(                                                \
         const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
         float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
@@ -197,17 +177,25 @@ GEMV_KERNEL(8, 2, 3)
         tf_pdl_launch();                                                                                           \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
-            gemv_body<1, U, ST, 1>(w0, y0, n0, b, x, m, kt, kp, add);                                              \
+            gemv_body<NT, U, ST, XR>(w0, y0, n0, b, x, m, kt, kp, add);                                            \
         else if (b < nt0 + nt1)                                                                                    \
-            gemv_body<1, U, ST, 1>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                        \
+            gemv_body<NT, U, ST, XR>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                      \
         else                                                                                                       \
-            gemv_body<1, U, ST, 1>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                  \
+            gemv_body<NT, U, ST, XR>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                \
     }
-GEMV_ONE_ROW(gemv_row_u4s4, 4, 4)
-GEMV_ONE_ROW(gemv_row_u4s5, 4, 5)
-GEMV_ONE_ROW(gemv_row_u4s3, 4, 3)
-GEMV_ONE_ROW(gemv_row_u2s4, 2, 4)
-GEMV_ONE_ROW(gemv_row_u2s6, 2, 6)
+#define GEMV_KERNEL(NT, U, ST) GEMV_KERNEL_AS(gemv_bf16_n##NT, NT, U, ST, 8 * NT)
+GEMV_KERNEL(1, 4, 4)
+GEMV_KERNEL(2, 4, 4)
+GEMV_KERNEL(4, 4, 3)
+GEMV_KERNEL(8, 2, 3)
+
+// One-row lab variants (profile.rs `M1Lab`, `TF_LAB_M1=row:NAME`): one x row a stage, U k tiles a
+// stage, ST stages; the same arithmetic as gemv_bf16_n1.
+GEMV_KERNEL_AS(gemv_row_u4s4, 1, 4, 4, 1)
+GEMV_KERNEL_AS(gemv_row_u4s5, 1, 4, 5, 1)
+GEMV_KERNEL_AS(gemv_row_u4s3, 1, 4, 3, 1)
+GEMV_KERNEL_AS(gemv_row_u2s4, 1, 2, 4, 1)
+GEMV_KERNEL_AS(gemv_row_u2s6, 1, 2, 6, 1)
 
 // Many rows: CTA tile 128 weight rows x 128 tokens x 32 k, 8 warps (2 along W rows x 4 along
 // tokens), each warp 64 x 32: 4 A tiles (W) x 4 B tiles (x), both by ldmatrix.
