@@ -33,6 +33,99 @@ __device__ __forceinline__ float attn_merge(float a, float sa, float p, float sp
     return __fmaf_rn(a, sa, __fmul_rn(p, sp));
 }
 
+// The per-block steps of both attention kernels (this one's loop and attention_split.cu's, which
+// repeats them in another schedule): one definition, so the two cannot drift apart. Moving them
+// here left every attention kernel's PTX unchanged (scripts/ptx_diff.py).
+// Scores of the warp's 16 rows against a block's 64 keys (K rows in shared memory).
+template <int D>
+__device__ __forceinline__ void attn_scores(float (&s)[8][4], const u32 (&qa)[D / 16][4], const u16* ks, int lane) {
+    constexpr int RS = D + 8;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int kc2 = 0; kc2 < D / 16; ++kc2) {
+            u32 b0r, b1r;
+            ldsm_x2(b0r, b1r, &ks[(nt * 8 + (lane & 7)) * RS + kc2 * 16 + ((lane >> 3) & 1) * 8]);
+            mma_bf16(s[nt], qa[kc2][0], qa[kc2][1], qa[kc2][2], qa[kc2][3], b0r, b1r);
+        }
+    }
+}
+
+// Scale, soft-cap and mask the scores of block b (keys a row cannot see become -inf); bmax gets
+// each row's largest score among this lane's (attn_quad_max then takes it over the row's quad).
+__device__ __forceinline__ void attn_mask(float (&s)[8][4], float (&bmax)[2], int b, int c, const bool (&ract)[2],
+                                          const int (&rpos)[2], const int (&rlo)[2], float scale, float softcap) {
+    bmax[0] = bmax[1] = NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            int h = e >> 1;
+            int p = b * KB + nt * 8 + 2 * c + (e & 1);
+            float v = s[nt][e] * scale;
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+            bool ok = ract[h] && p <= rpos[h] && p >= rlo[h];
+            v = ok ? v : NEG_INF;
+            s[nt][e] = v;
+            bmax[h] = fmaxf(bmax[h], v);
+        }
+}
+
+// A row's value (max or sum) over the quad of lanes holding the row, in a fixed order.
+__device__ __forceinline__ void attn_quad_max(float& v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ void attn_quad_sum(float& v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// One online-softmax step of a row: the running max m meets the block's bmax; muse is the max
+// the block's probabilities are taken against, alpha the factor for the state so far.
+__device__ __forceinline__ void attn_step(float& m, float bmax, float& muse, float& alpha) {
+    float mn = fmaxf(m, bmax);
+    muse = mn == NEG_INF ? 0.f : mn;
+    alpha = expf(m - muse);
+    m = mn;
+}
+
+// Probabilities rounded to bf16 (what the PV product uses, as A fragments) and this lane's part
+// of their row sums, in a fixed order (attn_quad_sum completes them).
+__device__ __forceinline__ void attn_probs(const float (&s)[8][4], const float (&muse)[2], u32 (&pa)[8][2],
+                                           float (&rs)[2]) {
+    rs[0] = rs[1] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            u16 p0 = f2bf(expf(s[nt][2 * h] - muse[h])), p1 = f2bf(expf(s[nt][2 * h + 1] - muse[h]));
+            rs[h] += bf2f(p0);
+            rs[h] += bf2f(p1);
+            pa[nt][h] = (u32)p0 | ((u32)p1 << 16);
+        }
+}
+
+// o[0..N) (dimension tiles dt0, dt0 + 1, ...) += P V for one 64-key block; N even.
+template <int D, int N>
+__device__ __forceinline__ void attn_pv(float (&o)[N][4], const u32 (&pa)[8][2], const u16* vs, int dt0, int lane) {
+    constexpr int RS = D + 8;
+#pragma unroll
+    for (int kc2 = 0; kc2 < KB / 16; ++kc2) {
+        u32 a0 = pa[2 * kc2][0], a1 = pa[2 * kc2][1], a2 = pa[2 * kc2 + 1][0], a3 = pa[2 * kc2 + 1][1];
+#pragma unroll
+        for (int dt = 0; dt < N; dt += 2) {
+            u32 r0, r1, r2, r3;
+            int key = kc2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+            int d = (dt0 + dt + (lane >> 4)) * 8;
+            ldsm_x4_t(r0, r1, r2, r3, &vs[key * RS + d]);
+            mma_bf16(o[dt], a0, a1, a2, a3, r0, r1);
+            mma_bf16(o[dt + 1], a0, a1, a2, a3, r2, r3);
+        }
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16* __restrict__ kc,
                                                u16* __restrict__ vc, const u32* __restrict__ seqs,
@@ -153,58 +246,21 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
         const u16* ks = kst + st * KB * RS;
         const u16* vs = vst + st * KB * RS;
 
-        // Scores: 16 rows x 64 keys per warp.
-        float s[8][4];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-            for (int kc2 = 0; kc2 < D / 16; ++kc2) {
-                u32 b0r, b1r;
-                ldsm_x2(b0r, b1r, &ks[(nt * 8 + (lane & 7)) * RS + kc2 * 16 + ((lane >> 3) & 1) * 8]);
-                mma_bf16(s[nt], qa[kc2][0], qa[kc2][1], qa[kc2][2], qa[kc2][3], b0r, b1r);
-            }
-        }
-        float bmax[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int h = e >> 1;
-                int p = b * KB + nt * 8 + 2 * c + (e & 1);
-                float v = s[nt][e] * scale;
-                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-                bool ok = ract[h] && p <= rpos[h] && p >= rlo[h];
-                v = ok ? v : NEG_INF;
-                s[nt][e] = v;
-                bmax[h] = fmaxf(bmax[h], v);
-            }
-        float alpha[2], muse[2];
+        // Scores (16 rows x 64 keys a warp), masked; the online-softmax step; P in bf16; O += P V.
+        float s[8][4], bmax[2], alpha[2], muse[2];
+        attn_scores<D>(s, qa, ks, lane);
+        attn_mask(s, bmax, b, c, ract, rpos, rlo, scale, softcap);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 1));
-            bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 2));
-            float mn = fmaxf(mrow[h], bmax[h]);
-            muse[h] = mn == NEG_INF ? 0.f : mn;
-            alpha[h] = expf(mrow[h] - muse[h]);
-            mrow[h] = mn;
+            attn_quad_max(bmax[h]);
+            attn_step(mrow[h], bmax[h], muse[h], alpha[h]);
         }
-        // Probabilities rounded to bf16 (what the PV product uses); row sums in a fixed order.
         u32 pa[8][2];
-        float rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                u16 p0 = f2bf(expf(s[nt][2 * h] - muse[h])), p1 = f2bf(expf(s[nt][2 * h + 1] - muse[h]));
-                rs[h] += bf2f(p0);
-                rs[h] += bf2f(p1);
-                pa[nt][h] = (u32)p0 | ((u32)p1 << 16);
-            }
+        float rs[2];
+        attn_probs(s, muse, pa, rs);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 1);
-            rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 2);
+            attn_quad_sum(rs[h]);
             lrow[h] = lrow[h] * alpha[h] + rs[h];
         }
 #pragma unroll
@@ -214,20 +270,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
             o[dt][2] *= alpha[1];
             o[dt][3] *= alpha[1];
         }
-        // O += P V.
-#pragma unroll
-        for (int kc2 = 0; kc2 < KB / 16; ++kc2) {
-            u32 a0 = pa[2 * kc2][0], a1 = pa[2 * kc2][1], a2 = pa[2 * kc2 + 1][0], a3 = pa[2 * kc2 + 1][1];
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt += 2) {
-                u32 r0, r1, r2, r3;
-                int key = kc2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                int d = (dt + (lane >> 4)) * 8;
-                ldsm_x4_t(r0, r1, r2, r3, &vs[key * RS + d]);
-                mma_bf16(o[dt], a0, a1, a2, a3, r0, r1);
-                mma_bf16(o[dt + 1], a0, a1, a2, a3, r2, r3);
-            }
-        }
+        attn_pv<D, D / 8>(o, pa, vs, 0, lane);
         __syncthreads();  // every warp is done with stage st before load(b + 2) refills it
 
         const bool last = b == b1;

@@ -5,100 +5,10 @@
 // are gathered at once (the cached keys before the programmatic-dependent-launch wait), warp w
 // scores block w, and then each warp runs the chunk's online-softmax chain over the blocks in
 // order on its quarter of the output dimensions. Every value is computed by the same operations
-// in the same order as attention.cu's one-warp-per-tile kernel (shared steps below; the running
-// max before block j is the max of the earlier blocks' maxima), so outputs are bit-identical to
-// it: tests compare decode token by token against batched rounds.
-
-// The per-block steps, written exactly as attention_body's loop does them (keep them in step).
-// Scores of the warp's 16 rows against a block's 64 keys (K rows in shared memory).
-template <int D>
-__device__ __forceinline__ void attn_scores(float (&s)[8][4], const u32 (&qa)[D / 16][4], const u16* ks, int lane) {
-    constexpr int RS = D + 8;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-        for (int kc2 = 0; kc2 < D / 16; ++kc2) {
-            u32 b0r, b1r;
-            ldsm_x2(b0r, b1r, &ks[(nt * 8 + (lane & 7)) * RS + kc2 * 16 + ((lane >> 3) & 1) * 8]);
-            mma_bf16(s[nt], qa[kc2][0], qa[kc2][1], qa[kc2][2], qa[kc2][3], b0r, b1r);
-        }
-    }
-}
-
-// Scale, soft-cap and mask the scores of block b (keys a row cannot see become -inf); bmax gets
-// each row's largest score (over the quad of lanes holding the row).
-__device__ __forceinline__ void attn_mask(float (&s)[8][4], float (&bmax)[2], int b, int c, const bool (&ract)[2],
-                                          const int (&rpos)[2], const int (&rlo)[2], float scale, float softcap) {
-    bmax[0] = bmax[1] = NEG_INF;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            int h = e >> 1;
-            int p = b * KB + nt * 8 + 2 * c + (e & 1);
-            float v = s[nt][e] * scale;
-            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-            bool ok = ract[h] && p <= rpos[h] && p >= rlo[h];
-            v = ok ? v : NEG_INF;
-            s[nt][e] = v;
-            bmax[h] = fmaxf(bmax[h], v);
-        }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 1));
-        bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 2));
-    }
-}
-
-// One online-softmax step of a row: the running max m meets the block's bmax; muse is the max
-// the block's probabilities are taken against, alpha the factor for the state so far.
-__device__ __forceinline__ void attn_step(float& m, float bmax, float& muse, float& alpha) {
-    float mn = fmaxf(m, bmax);
-    muse = mn == NEG_INF ? 0.f : mn;
-    alpha = expf(m - muse);
-    m = mn;
-}
-
-// Probabilities rounded to bf16 (what the PV product uses, as A fragments) and their row sums in
-// a fixed order.
-__device__ __forceinline__ void attn_probs(const float (&s)[8][4], const float (&muse)[2], u32 (&pa)[8][2],
-                                           float (&rs)[2]) {
-    rs[0] = rs[1] = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            u16 p0 = f2bf(expf(s[nt][2 * h] - muse[h])), p1 = f2bf(expf(s[nt][2 * h + 1] - muse[h]));
-            rs[h] += bf2f(p0);
-            rs[h] += bf2f(p1);
-            pa[nt][h] = (u32)p0 | ((u32)p1 << 16);
-        }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 1);
-        rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 2);
-    }
-}
-
-// o[0..N) (dimension tiles dt0, dt0 + 1, ...) += P V for one 64-key block; N even.
-template <int D, int N>
-__device__ __forceinline__ void attn_pv(float (&o)[N][4], const u32 (&pa)[8][2], const u16* vs, int dt0, int lane) {
-    constexpr int RS = D + 8;
-#pragma unroll
-    for (int kc2 = 0; kc2 < KB / 16; ++kc2) {
-        u32 a0 = pa[2 * kc2][0], a1 = pa[2 * kc2][1], a2 = pa[2 * kc2 + 1][0], a3 = pa[2 * kc2 + 1][1];
-#pragma unroll
-        for (int dt = 0; dt < N; dt += 2) {
-            u32 r0, r1, r2, r3;
-            int key = kc2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-            int d = (dt0 + dt + (lane >> 4)) * 8;
-            ldsm_x4_t(r0, r1, r2, r3, &vs[key * RS + d]);
-            mma_bf16(o[dt], a0, a1, a2, a3, r0, r1);
-            mma_bf16(o[dt + 1], a0, a1, a2, a3, r2, r3);
-        }
-    }
-}
+// in the same order as attention.cu's one-warp-per-tile kernel (the per-block steps are
+// attention.cu's attn_* functions, which both kernels call; the running max before block j is the
+// max of the earlier blocks' maxima), so outputs are bit-identical to it: tests compare decode
+// token by token against batched rounds.
 
 // Stages: a whole chunk (CPB blocks). Past them in shared memory: each block's P fragments (per
 // lane), maxima and row sums (device.rs `attention_split_smem`).
@@ -225,6 +135,8 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
     if (warp < nb) {
         attn_scores<D>(s, qa, kst + warp * KB * RS, lane);
         attn_mask(s, bm, b0 + warp, c, ract, rpos, rlo, scale, softcap);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) attn_quad_max(bm[h]);
         if (c == 0) {
             bmx[warp * 16 + g] = bm[0];
             bmx[warp * 16 + g + 8] = bm[1];
@@ -243,6 +155,8 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         u32 pa[8][2];
         float rs[2];
         attn_probs(s, muse, pa, rs);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) attn_quad_sum(rs[h]);
         uint4* pw = (uint4*)(psm + (warp * 32 + lane) * 16);
 #pragma unroll
         for (int i = 0; i < 4; ++i) pw[i] = make_uint4(pa[2 * i][0], pa[2 * i][1], pa[2 * i + 1][0], pa[2 * i + 1][1]);

@@ -11,9 +11,9 @@
 //! 33-64 rows, leaves each to its own CTA and a fold kernel adds them in the same order. Attention
 //! walks keys in 64-key blocks within 256-key chunks aligned to absolute positions and folds the
 //! chunks left to right, in one CTA or split across CTAs plus a combine kernel; small decode rounds
-//! take a warp-split kernel that holds a whole chunk and repeats the per-block steps operation
-//! for operation (its four warps score one block each, then each runs the chunk's chain on a
-//! quarter of the output dimensions), so its bits are the one-warp kernel's. So concurrent ==
+//! take a warp-split kernel that holds a whole chunk and runs the same per-block step functions
+//! (its four warps score one block each, then each runs the chunk's chain on a quarter of the
+//! output dimensions), so its bits are the one-warp kernel's. So concurrent ==
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
 //! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
 //! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
