@@ -33,6 +33,41 @@ __device__ __forceinline__ float attn_merge(float a, float sa, float p, float sp
     return __fmaf_rn(a, sa, __fmul_rn(p, sp));
 }
 
+// A thread's two query rows (r0 and r0 + 8 of its CTA's rows): the token's row and position, the
+// window's first key, the query head, whether the row exists, where its q and bf16 output start.
+template <int D>
+__device__ __forceinline__ void attn_rows(int (&rrow)[2], int (&rpos)[2], int (&rlo)[2], int (&rhead)[2],
+                                          bool (&ract)[2], size_t (&rq)[2], size_t (&routb)[2], int r0, int tok0,
+                                          int ntok, int group, int kvh, int q_start, int start_pos, int window, int qw, int kp) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int r = r0 + 8 * h;
+        int tok = tok0 + r / group;
+        rhead[h] = kvh * group + r % group;
+        ract[h] = r < ntok * group;
+        rrow[h] = q_start + (ract[h] ? tok : tok0);
+        rpos[h] = start_pos + (ract[h] ? tok : tok0);
+        rlo[h] = window > 0 ? max(0, rpos[h] + 1 - window) : 0;
+        rq[h] = (size_t)rrow[h] * qw + (size_t)rhead[h] * D;
+        routb[h] = (size_t)rrow[h] * kp + (size_t)rhead[h] * D;
+    }
+}
+// The rows' Q fragments (the MMA's A operand), rounded to bf16.
+template <int D>
+__device__ __forceinline__ void attn_q_frags(u32 (&qa)[D / 16][4], const float* __restrict__ q, const size_t (&rq)[2],
+                                             const bool (&ract)[2], int c) {
+#pragma unroll
+    for (int kc2 = 0; kc2 < D / 16; ++kc2) {
+        int d0 = kc2 * 16 + 2 * c;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float* p = q + rq[h];
+            qa[kc2][h] = ract[h] ? pack_bf2(p[d0], p[d0 + 1]) : 0u;
+            qa[kc2][2 + h] = ract[h] ? pack_bf2(p[d0 + 8], p[d0 + 9]) : 0u;
+        }
+    }
+}
+
 // The per-block steps of both attention kernels (this one's loop and attention_split.cu's, which
 // repeats them in another schedule): one definition, so the two cannot drift apart. Moving them
 // here left every attention kernel's PTX unchanged (scripts/ptx_diff.py).
@@ -176,34 +211,14 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
         }
     }
 
-    // This thread's two rows (g and g + 8 of the warp's 16).
+    // This thread's two rows (g and g + 8 of the warp's 16) and their Q fragments.
     int rrow[2], rpos[2], rlo[2], rhead[2];
     bool ract[2];
     size_t rq[2], routb[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        int r = warp * 16 + g + 8 * h;
-        int tok = tok0 + r / group;
-        rhead[h] = kvh * group + r % group;
-        ract[h] = r < ntok * group;
-        rrow[h] = q_start + (ract[h] ? tok : tok0);
-        rpos[h] = start_pos + (ract[h] ? tok : tok0);
-        rlo[h] = window > 0 ? max(0, rpos[h] + 1 - window) : 0;
-        rq[h] = (size_t)rrow[h] * qw + (size_t)rhead[h] * D;
-        routb[h] = (size_t)rrow[h] * kp + (size_t)rhead[h] * D;
-    }
-    // Q fragments (A operand), rounded to bf16.
+    attn_rows<D>(rrow, rpos, rlo, rhead, ract, rq, routb, warp * 16 + g, tok0, ntok, group, kvh, q_start, start_pos,
+                 window, qw, kp);
     u32 qa[D / 16][4];
-#pragma unroll
-    for (int kc2 = 0; kc2 < D / 16; ++kc2) {
-        int d0 = kc2 * 16 + 2 * c;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float* p = q + rq[h];
-            qa[kc2][h] = ract[h] ? pack_bf2(p[d0], p[d0 + 1]) : 0u;
-            qa[kc2][2 + h] = ract[h] ? pack_bf2(p[d0 + 8], p[d0 + 9]) : 0u;
-        }
-    }
+    attn_q_frags<D>(qa, q, rq, ract, c);
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;

@@ -96,34 +96,14 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         }
     }
 
-    // This thread's two rows (g and g + 8 of the 16), the same for every warp.
+    // This thread's two rows (g and g + 8 of the 16, the same for every warp), their Q fragments.
     int rrow[2], rpos[2], rlo[2], rhead[2];
     bool ract[2];
     size_t rq[2], routb[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        int r = g + 8 * h;
-        int tok = tok0 + r / group;
-        rhead[h] = kvh * group + r % group;
-        ract[h] = r < ntok * group;
-        rrow[h] = q_start + (ract[h] ? tok : tok0);
-        rpos[h] = start_pos + (ract[h] ? tok : tok0);
-        rlo[h] = window > 0 ? max(0, rpos[h] + 1 - window) : 0;
-        rq[h] = (size_t)rrow[h] * qw + (size_t)rhead[h] * D;
-        routb[h] = (size_t)rrow[h] * kp + (size_t)rhead[h] * D;
-    }
-    // Q fragments (A operand), rounded to bf16.
+    attn_rows<D>(rrow, rpos, rlo, rhead, ract, rq, routb, g, tok0, ntok, group, kvh, q_start, start_pos, window, qw,
+                 kp);
     u32 qa[D / 16][4];
-#pragma unroll
-    for (int kc2 = 0; kc2 < D / 16; ++kc2) {
-        int d0 = kc2 * 16 + 2 * c;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float* p = q + rq[h];
-            qa[kc2][h] = ract[h] ? pack_bf2(p[d0], p[d0 + 1]) : 0u;
-            qa[kc2][2 + h] = ract[h] ? pack_bf2(p[d0 + 8], p[d0 + 9]) : 0u;
-        }
-    }
+    attn_q_frags<D>(qa, q, rq, ract, c);
 
     constexpr int DS = D / 32;  // dimension tiles of a warp's quarter
     u32* psm = (u32*)(asplit_smem + 2 * ASPLIT_ST * KB * RS * 2);  // [block][lane][16]
