@@ -57,6 +57,9 @@ fn stages(kp: usize) -> usize {
 /// `ys[i] (+)= x @ ws[i]^T` for one row of x: false (nothing launched) unless every weight is bf16
 /// and the shared memory fits, or the kernel is not turned on (profile.rs `M1Lab`).
 pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat], ys: &[u64], add: bool) -> bool {
+    if !b.lab.on {
+        return false;
+    }
     let d = &b.dev;
     let tiles: Option<Vec<(u64, usize, usize)>> = ws
         .iter()
@@ -66,9 +69,6 @@ pub(crate) fn gemv_m1(b: &CudaBackend, x: &M1Input, cols: usize, ws: &[&CudaMat]
         })
         .collect();
     let Some(tiles) = tiles else { return false };
-    if !b.lab.on {
-        return false;
-    }
     let kt = cols.div_ceil(16);
     let kp = kt * 16;
     let norm = matches!(x, M1Input::Norm { .. });
