@@ -5,8 +5,7 @@
 # 2 add_rms_norm, 4 glu, 8 qk_norm_rope, 16 matmuls but the vocabulary head; rounds of at most
 # 64 rows; results are wrong, only the times count), or M=on / M=BxS / M=row:NAME, a one-row GEMV
 # schedule (TF_LAB_M1, profile.rs `M1Lab`: the one-row kernel, at most B blocks an SM and S ring
-# stages, or a one-row variant of the few-row GEMV; exact either way), or P=bytes, the GEMV's L2
-# prefetch of each row strip before its launch wait (TF_LAB_PF; exact). Join with +.
+# stages, or a one-row variant of the few-row GEMV; exact either way). Join with +.
 #   scripts/device/skip.sh BIN "S=0 S=1 S=2 M=on M=2x4+S=16 M=row:u2s6"
 set -u
 BIN=$1 VARIANTS=${2:-"S=0 S=1 S=2 S=4 S=8 S=16 S=15 S=31"}
@@ -22,7 +21,6 @@ for v in $VARIANTS; do
     case ${kv%%=*} in
       S) envs+=("TF_PROFILE_SKIP=${kv#*=}") ;;
       M) envs+=("TF_LAB_M1=${kv#*=}") ;;
-      P) envs+=("TF_LAB_PF=${kv#*=}") ;;
     esac
   done
   # shellcheck disable=SC2086

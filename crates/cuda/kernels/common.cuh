@@ -60,16 +60,6 @@ __device__ __forceinline__ void tf_pdl_enter() {
     tf_pdl_wait();
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) at `p` without waiting for them:
-// one bulk request on Hopper, one per 128-byte line before it.
-__device__ __forceinline__ void l2_prefetch(const void* p, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (bytes > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#else
-    for (int o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const char*)p + o));
-#endif
-}
-
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // 16-byte async copy global -> shared; `bytes` < 16 zero-fills the rest (0 fills all).

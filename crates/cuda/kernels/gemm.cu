@@ -67,7 +67,7 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
 // XR: x rows a stage holds (8 NT; the one-row lab variants hold one, for calls of one row only).
 template <int NT, int U, int ST, int XR = 8 * NT>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
-                                          const u16* __restrict__ x, int m, int kt, int kp, int add, int pf) {
+                                          const u16* __restrict__ x, int m, int kt, int kp, int add) {
     constexpr int XROWS = XR;
     constexpr int WBYTES = 16 * GEMV_XS(U);  // 16 W rows of U k tiles, padded like x rows
     constexpr int SBYTES = WBYTES + XROWS * GEMV_XS(U);
@@ -108,8 +108,6 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
 #pragma unroll
         for (int s = 0; s < ST - 1; ++s)
             if (s < nst) issue_w(s);
-        // With pf, L2 fetches the first pf bytes of each of the warp's 16 row strips meanwhile.
-        if (lane < 16) l2_prefetch(src + (size_t)lane * kp + (size_t)j0 * 16, min((j1 - j0) * 32, pf));
         tf_pdl_wait();
 #pragma unroll
         for (int s = 0; s < ST - 1; ++s) {
@@ -175,15 +173,15 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W) NAME(                                                \
         const u16* __restrict__ w0, float* __restrict__ y0, int n0, int nt0, const u16* __restrict__ w1,           \
         float* __restrict__ y1, int n1, int nt1, const u16* __restrict__ w2, float* __restrict__ y2, int n2,       \
-        const u16* __restrict__ x, int m, int kt, int kp, int add, int pf) {                                       \
+        const u16* __restrict__ x, int m, int kt, int kp, int add) {                                               \
         tf_pdl_launch();                                                                                           \
         int b = blockIdx.x;                                                                                        \
         if (b < nt0)                                                                                               \
-            gemv_body<NT, U, ST, XR>(w0, y0, n0, b, x, m, kt, kp, add, pf);                                        \
+            gemv_body<NT, U, ST, XR>(w0, y0, n0, b, x, m, kt, kp, add);                                            \
         else if (b < nt0 + nt1)                                                                                    \
-            gemv_body<NT, U, ST, XR>(w1, y1, n1, b - nt0, x, m, kt, kp, add, pf);                                  \
+            gemv_body<NT, U, ST, XR>(w1, y1, n1, b - nt0, x, m, kt, kp, add);                                      \
         else                                                                                                       \
-            gemv_body<NT, U, ST, XR>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add, pf);                            \
+            gemv_body<NT, U, ST, XR>(w2, y2, n2, b - nt0 - nt1, x, m, kt, kp, add);                                \
     }
 #define GEMV_KERNEL(NT, U, ST) GEMV_KERNEL_AS(gemv_bf16_n##NT, NT, U, ST, 8 * NT)
 GEMV_KERNEL(1, 4, 4)

@@ -27,7 +27,7 @@ struct GtCfg {
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pf) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -50,17 +50,10 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     }
     __syncwarp();
     // Stage q: tile t0 + q / nb, box q % nb of the segment.
-    // Stage q's W box: its map and coordinates.
-    auto box = [&](int q, const TmaDesc*& map, int& kc, int& row) {
-        const int t = t0 + q / nb;
-        kc = (j0 + (q % nb) * 4) * 16;
-        map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
-        row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
-    };
     auto issue_w = [&](int q) {
-        const TmaDesc* map;
-        int kc, row;
-        box(q, map, kc, row);
+        const int t = t0 + q / nb, kc = (j0 + (q % nb) * 4) * 16;
+        const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
+        const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
         const int slot = q % C::ST;
         mbar_expect(&full[slot], C::SBYTES);
         tma_load_2d(ring + slot * C::SBYTES, map, kc, row, &full[slot]);
@@ -71,13 +64,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     };
     if (lane == 0) {
         for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_w(q);
-        // With pf, L2 fetches the next stages' boxes up to pf bytes of each W row meanwhile.
-        for (int q = C::ST - 1; q < total && q < pf / 128; ++q) {
-            const TmaDesc* map;
-            int kc, row;
-            box(q, map, kc, row);
-            tma_prefetch_2d(map, kc, row);
-        }
     }
     tf_pdl_wait();
     if (lane == 0) {
@@ -153,13 +139,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pf) {                 \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add) {                         \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
-#define GEMV_TMA_BODY(NT) \
-    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pf);
+#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif

@@ -79,8 +79,6 @@ pub struct CudaBackend {
     caches: Mutex<Caches>,
     skip: Skip,
     lab: profile::M1Lab,
-    /// Bytes of each GEMV row strip prefetched into L2 before the launch wait (matmul.rs `PREFETCH`).
-    prefetch: u32,
 }
 
 impl CudaBackend {
@@ -95,7 +93,6 @@ impl CudaBackend {
             dev: Device::new(ordinal, opts)?,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
-            prefetch: profile::prefetch_from_env(matmul::PREFETCH),
             lab: profile::M1Lab::parse(
                 &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
             ),

@@ -9,10 +9,6 @@ use cudarc::driver::CudaSlice;
 
 const BLOCK: u32 = 256;
 
-/// Bytes of each 16-row tile's row strips (one K segment of one row) the few-row GEMV asks L2 for
-/// before its launch wait (profile.rs `TF_LAB_PF` overrides it; 0: none).
-pub(crate) const PREFETCH: u32 = 0;
-
 /// `x @ w^T`.
 pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
     matmul_many(b, x, &[w]).pop().expect("one weight, one output")
@@ -142,7 +138,6 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
             Arg::I(kt as i32),
             Arg::I(padded(x.cols) as i32),
             Arg::I(add as i32),
-            Arg::I(b.prefetch as i32),
         ];
         d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
@@ -303,7 +298,6 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(add as i32),
-            Arg::I(b.prefetch as i32),
         ];
         let grid = ntot.min(d.num_sms) as u32;
         d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);

@@ -31,13 +31,6 @@ impl Skip {
     }
 }
 
-/// `TF_LAB_PF`: bytes of each row strip of a few-row GEMV block's weights that L2 is asked to
-/// fetch before the block's programmatic-dependent-launch wait (so a GEMV's first wave of weights
-/// streams in while the small kernel before it runs); unset or malformed: `default`.
-pub(crate) fn prefetch_from_env(default: u32) -> u32 {
-    std::env::var("TF_LAB_PF").ok().and_then(|v| v.parse::<u32>().ok()).map_or(default, |b| b.min(1 << 24) & !15)
-}
-
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
 /// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
