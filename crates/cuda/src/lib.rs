@@ -18,7 +18,7 @@
 //! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
 //! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
-//! On Hopper, 2 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
+//! On Hopper, 1 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
 //! stream one K segment through a ring of tensor-map copies that runs on across W tiles.
 //!
 //! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is

@@ -105,12 +105,15 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     let xb = ptr(bf16_of(b, x), &d.stream);
     let kt = x.cols.div_ceil(16);
     let yp: Vec<u64> = ys.iter().map(|y| ptr(*y, &d.stream)).collect();
-    // One row: x staged once a block, three blocks an SM (kernels/gemv_m1.cu); from two rows the
-    // TMA GEMV's shared x boxes win (lab: 0.80 of copy against 0.68 at eight).
+    // Opt-in for one row: x staged once a block, three blocks an SM (kernels/gemv_m1.cu).
     if m == 1 && gemv_m1(b, &M1Input::Copy(xb), x.cols, ws, &yp, add) {
         return;
     }
-    if (2..=32).contains(&m) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
+    // Up to 32 rows, the TMA GEMV (Hopper). At one row it beat the cp.async GEMV in place
+    // (H200, qwen3-8b batch-1 decode: 4.845 against 5.105 ms a round at prompt 128) though
+    // back-to-back launches of one weight ranked them the other way; lab `cp` keeps the old path.
+    let lab_cp = b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000));
+    if m <= 32 && !(m == 1 && lab_cp) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
         return;
     }
     let (f, smem) = match b.lab.row {

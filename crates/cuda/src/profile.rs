@@ -36,7 +36,8 @@ impl Skip {
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
 /// `BxS`: at most B blocks an SM (1-3), S ring stages (3 or 4; the fused norm always runs 3).
 /// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
-/// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`).
+/// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`). `cp` gives one-row calls the few-row
+/// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -47,6 +48,10 @@ pub(crate) struct M1Lab {
     pub(crate) stages: Option<usize>,
     /// `row:NAME`: a one-row variant of the few-row GEMV (matmul.rs `ROW_VARIANTS`, by index).
     pub(crate) row: Option<usize>,
+    /// `cp`: one-row calls take the cp.async few-row GEMV instead of the TMA GEMV (Hopper).
+    pub(crate) cp: bool,
+    /// `cphead`: only the vocabulary head's one-row call takes it.
+    pub(crate) cp_head: bool,
 }
 
 impl M1Lab {
@@ -56,13 +61,16 @@ impl M1Lab {
             let row = crate::matmul::ROW_VARIANTS.iter().position(|r| r.0 == name);
             return M1Lab { row, ..M1Lab::default() };
         }
-        if v == "on" {
-            return M1Lab { on: true, ..M1Lab::default() };
+        match v {
+            "on" => return M1Lab { on: true, ..M1Lab::default() },
+            "cp" => return M1Lab { cp: true, ..M1Lab::default() },
+            "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
+            _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
         match (it.next().flatten(), it.next().flatten(), it.next()) {
             (Some(b), Some(s), None) if (1..=3).contains(&b) && (3..=4).contains(&s) => {
-                M1Lab { on: true, blocks: Some(b), stages: Some(s), row: None }
+                M1Lab { on: true, blocks: Some(b), stages: Some(s), ..M1Lab::default() }
             }
             _ => M1Lab::default(),
         }
@@ -81,6 +89,8 @@ mod tests {
         assert_eq!((l.on, l.blocks, l.stages), (true, Some(2), Some(4)));
         assert_eq!(M1Lab::parse("row:u2s4").row, Some(3));
         assert!(!M1Lab::parse("row:u2s4").on);
+        assert!(M1Lab::parse("cp").cp && !M1Lab::parse("cp").on);
+        assert!(M1Lab::parse("cphead").cp_head && !M1Lab::parse("cphead").cp);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);

@@ -40,7 +40,8 @@ fn bf16_matmul_matches_reference_and_rows_are_invariant() {
 
 #[test]
 fn one_row_gemv_variants_equal_the_default() {
-    // The few-row GEMV's one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`), one row at a time.
+    // The cp.async few-row GEMV and its one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`)
+    // against the default (the TMA GEMV on Hopper), one row at a time.
     let Some(b) = backend() else { return };
     let shapes = [(80, 200), (48, 1000), (1024, 4096), (32, 5000), (64, 12288)];
     let data: Vec<(Vec<f32>, Vec<f32>)> =
@@ -50,8 +51,8 @@ fn one_row_gemv_variants_equal_the_default() {
         (0..3).map(|r| be.download(&be.matmul(&be.upload(&x[r * k..(r + 1) * k], 1, k), &wm))).collect::<Vec<_>>()
     };
     let want: Vec<_> = shapes.iter().zip(&data).map(|(&sh, dt)| rows(&b, sh, dt)).collect();
-    for name in ["u4s4", "u4s5", "u4s3", "u2s4", "u2s6"] {
-        let Some(v) = backend_with(Some(&format!("row:{name}"))) else { return };
+    for name in ["cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
+        let Some(v) = backend_with(Some(name)) else { return };
         for ((&sh, dt), want) in shapes.iter().zip(&data).zip(&want) {
             let got = rows(&v, sh, dt);
             for r in 0..3 {
