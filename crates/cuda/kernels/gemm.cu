@@ -64,6 +64,29 @@ __device__ __forceinline__ void gemv_store(float* __restrict__ y, const float (&
 // Bytes per x row per stage in shared memory: U * 32 plus 16 of padding (conflict-free B reads).
 #define GEMV_XS(U) ((U) * 32 + 16)
 
+// K tiles u0 .. u0 + NU - 1 of one ring stage of U k tiles (this lane's W row at wrow, x rows at
+// xs): every ldmatrix and x read first, then the MMAs in k order (each row group's chain as before).
+template <int NT, int U, int NU>
+__device__ __forceinline__ void gemv_stage(float (&acc)[NT][4], const unsigned char* wrow, const unsigned char* xs,
+                                           const bool (&xok)[NT], int g, int c, int u0 = 0) {
+    uint4 a[NU];
+    u32 b[NU][NT][2];
+#pragma unroll
+    for (int i = 0; i < NU; ++i) {
+        ldsm_x4(a[i].x, a[i].y, a[i].z, a[i].w, wrow + (u0 + i) * 32);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const unsigned char* xr = xs + (t * 8 + g) * GEMV_XS(U) + (u0 + i) * 32 + 4 * c;
+            b[i][t][0] = xok[t] ? *(const u32*)xr : 0u;
+            b[i][t][1] = xok[t] ? *(const u32*)(xr + 16) : 0u;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NU; ++i)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) mma_bf16(acc[t], a[i].x, a[i].y, a[i].z, a[i].w, b[i][t][0], b[i][t][1]);
+}
+
 // XR: x rows a stage holds (8 NT; the one-row lab variants hold one, for calls of one row only).
 template <int NT, int U, int ST, int XR = 8 * NT>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
@@ -133,20 +156,15 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             const unsigned char* base = ring + (s % ST) * SBYTES;
             const unsigned char* wrow = base + (lane & 15) * GEMV_XS(U) + (lane >> 4) * 16;
             const unsigned char* xs = base + WBYTES;
+            // A whole stage (the usual case) loads all its fragments before the first MMA, with
+            // no branch between them (not at NT = 8: registers); a segment's last stage may hold
+            // fewer k tiles.
+            if (NT < 8 && j0 + s * U + U <= j1) {
+                gemv_stage<NT, U, U>(acc, wrow, xs, xok, g, c);
+            } else {
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                int j = j0 + s * U + u;
-                if (j < j1) {
-                    uint4 a;
-                    ldsm_x4(a.x, a.y, a.z, a.w, wrow + u * 32);
-#pragma unroll
-                    for (int t = 0; t < NT; ++t) {
-                        const unsigned char* xr = xs + (t * 8 + g) * GEMV_XS(U) + u * 32 + 4 * c;
-                        u32 b0 = xok[t] ? *(const u32*)xr : 0u;
-                        u32 b1 = xok[t] ? *(const u32*)(xr + 16) : 0u;
-                        mma_bf16(acc[t], a.x, a.y, a.z, a.w, b0, b1);
-                    }
-                }
+                for (int u = 0; u < U; ++u)
+                    if (j0 + s * U + u < j1) gemv_stage<NT, U, 1>(acc, wrow, xs, xok, g, c, u);
             }
         }
 #pragma unroll

@@ -24,6 +24,31 @@ struct GtCfg {
 };
 
 #ifdef TF_WGMMA
+// K tiles u0 .. u0 + NU - 1 of one stage (W box at wb, x box at xb, both 128-byte swizzled): every
+// ldmatrix and x read first, then the MMAs in k order (each row group's chain as before).
+template <int NT, int NU>
+__device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int lane, int g, int c, int u0 = 0) {
+    const int r = lane & 15;
+    u32 a[NU][4], b[NU][NT][2];
+#pragma unroll
+    for (int i = 0; i < NU; ++i) {
+        const int u = u0 + i;
+        const u32 wa = wb + r * 128 + ((((u * 2) + (lane >> 4)) ^ (r & 7)) << 4);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(wa));
+#pragma unroll
+        for (int tt = 0; tt < NT; ++tt) {
+            const u32 xr = xb + (tt * 8 + g) * 128 + 4 * c;
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b[i][tt][0]) : "r"(xr + (((u * 2) ^ g) << 4)));
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b[i][tt][1]) : "r"(xr + (((u * 2 + 1) ^ g) << 4)));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NU; ++i)
+#pragma unroll
+        for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
+}
+
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
@@ -88,23 +113,14 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             const int slot = q % C::ST;
             mbar_wait(&full[slot], (q / C::ST) & 1);
             const u32 wb = ring + slot * C::SBYTES, xb = wb + 2048;
-            const int r = lane & 15;
+            // A whole box (the usual case) loads all its fragments before the first MMA, with no
+            // branch between them; a segment's last box may hold fewer k tiles.
+            if (j0 + i * 4 + 4 <= j1) {
+                gt_box<NT, 4>(acc, wb, xb, lane, g, c);
+            } else {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                if (j0 + i * 4 + u < j1) {
-                    u32 a0, a1, a2, a3;
-                    const u32 wa = wb + r * 128 + ((((u * 2) + (lane >> 4)) ^ (r & 7)) << 4);
-                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(wa));
-#pragma unroll
-                    for (int tt = 0; tt < NT; ++tt) {
-                        const u32 xr = xb + (tt * 8 + g) * 128 + 4 * c;
-                        u32 b0, b1;
-                        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b0) : "r"(xr + (((u * 2) ^ g) << 4)));
-                        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b1) : "r"(xr + (((u * 2 + 1) ^ g) << 4)));
-                        mma_bf16(acc[tt], a0, a1, a2, a3, b0, b1);
-                    }
-                }
+                for (int u = 0; u < 4; ++u)
+                    if (j0 + i * 4 + u < j1) gt_box<NT, 1>(acc, wb, xb, lane, g, c, u);
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
