@@ -173,25 +173,6 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> Self::Act;
-    /// `qk_norm_rope` of `q` and `k` (head width `p.head_dim`, `positions` those of `meta`), then
-    /// `attention`: the same values; a backend may apply the norms and rotary embedding inside its
-    /// attention kernel.
-    #[allow(clippy::too_many_arguments)]
-    fn qk_rope_attention(
-        &self,
-        mut q: Self::Act,
-        mut k: Self::Act,
-        v: &Self::Act,
-        norms: Option<QkNorm<'_, Self::Vec>>,
-        positions: &[u32],
-        rope: &Rope,
-        kv: &mut Self::Kv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-    ) -> Self::Act {
-        self.qk_norm_rope(&mut q, &mut k, norms, positions, p.head_dim, rope);
-        self.attention(&q, &k, v, kv, meta, p)
-    }
     /// The listed rows of `x`, in order.
     fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
     /// `cap * tanh(x / cap)` in place.

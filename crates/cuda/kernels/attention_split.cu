@@ -8,22 +8,7 @@
 // in the same order as attention.cu's one-warp-per-tile kernel (the per-block steps are
 // attention.cu's attn_* functions, which both kernels call; the running max before block j is the
 // max of the earlier blocks' maxima), so outputs are bit-identical to it: tests compare decode
-// token by token against batched rounds. With RoPE on, the q/k norms and rotary embedding of the
-// round (qk_norm_rope) happen here too, by the same row function.
-
-// The q/k norms and RoPE the kernel applies itself when `on` (qk_norm_rope's arguments; the
-// norms are optional: qn null).
-struct RopeArgs {
-    const float* qn;
-    const float* kn;
-    const float* inv_freq;
-    int half;
-    float scaling;
-    float eps;
-    int one_plus;
-    int nthr;
-    bool on;
-};
+// token by token against batched rounds.
 
 // Stages: a whole chunk (CPB blocks). Past them in shared memory: each block's P fragments (per
 // lane), maxima and row sums (device.rs `attention_split_smem`).
@@ -37,8 +22,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
                                                      float* __restrict__ ws, int nz, int num_heads,
                                                      int num_kv_heads, int block_size, float scale, int window,
                                                      float softcap, int kp, const float* __restrict__ knew,
-                                                     const float* __restrict__ vnew, const u32* __restrict__ slots,
-                                                     const RopeArgs& ra) {
+                                                     const float* __restrict__ vnew, const u32* __restrict__ slots) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
     extern __shared__ __align__(16) unsigned char asplit_smem[];
     u16* kst = (u16*)asplit_smem;          // [stage][KB][RS]
@@ -96,44 +80,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         }
     }
     cp_commit();
-    // Fused q/k norms and RoPE (ra.on): scales and frequencies are constants, read before the wait.
-    float qsc[8], ksc[8], fr[4];
-    if (ra.on) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int i = lane + 32 * j;
-            const bool ok = ra.qn != nullptr && i < D;
-            qsc[j] = ok ? (ra.one_plus ? 1.0f + ra.qn[i] : ra.qn[i]) : 0.f;
-            ksc[j] = ok ? (ra.one_plus ? 1.0f + ra.kn[i] : ra.kn[i]) : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) fr[j] = lane + 32 * j < ra.half ? ra.inv_freq[lane + 32 * j] : 0.f;
-    }
     tf_pdl_wait();
-    // This CTA's query rows (and the new key row, if it holds it) normed and rotated into shared
-    // memory by qk_norm_rope's own row function (ops.cu), one warp a row: the same values. They
-    // overlay the P fragments, maxima and sums below (17 D floats: 8.5 KB at D = 128, what that
-    // region holds), read last before the __syncthreads that precedes the first write there.
-    float* qsm = (float*)(asplit_smem + 2 * ASPLIT_ST * KB * RS * 2);
-    float* ksm = qsm + 16 * D;
-    if (ra.on) {
-        for (int r = warp; r < 17; r += 4) {
-            const bool isk = r == 16, act = isk ? holds_new : r < ntok * group;
-            if (!act) continue;
-            const int tok = isk ? tok0 : tok0 + r / group;
-            const float* src = isk ? knew + ((size_t)(q_start + tok0) * num_kv_heads + kvh) * D
-                                   : q + (size_t)(q_start + tok) * qw + (size_t)(kvh * group + r % group) * D;
-            float* v = isk ? ksm : qsm + r * D;
-            float sc[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) sc[j] = isk ? ksc[j] : qsc[j];
-            for (int i = lane; i < D; i += 32) v[i] = src[i];
-            __syncwarp();
-            qk_row_norm_rope(v, sc, fr, ra.qn != nullptr, (u32)(start_pos + tok), D, ra.half, ra.scaling, ra.eps,
-                             ra.nthr, lane);
-        }
-        __syncthreads();
-    }
     if (holds_new) {
         const int row = q_start + tok0;
         const size_t src = (size_t)row * num_kv_heads * D + (size_t)kvh * D;
@@ -141,7 +88,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         u16* ks = kst + (newp / KB - b0) * KB * RS + (newp % KB) * RS;
         u16* vs = vst + (newp / KB - b0) * KB * RS + (newp % KB) * RS;
         for (int i = tid; i < D; i += 128) {
-            u16 kb = f2bf(ra.on ? ksm[i] : knew[src + i]), vb = f2bf(vnew[src + i]);
+            u16 kb = f2bf(knew[src + i]), vb = f2bf(vnew[src + i]);
             kc[dst + i] = kb;
             vc[dst + i] = vb;
             ks[i] = kb;
@@ -156,12 +103,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
     attn_rows<D>(rrow, rpos, rlo, rhead, ract, rq, routb, g, tok0, ntok, group, kvh, q_start, start_pos, window, qw,
                  kp);
     u32 qa[D / 16][4];
-    if (ra.on) {  // from the normed, rotated rows in shared memory
-        const size_t rs[2] = {(size_t)g * D, (size_t)(g + 8) * D};
-        attn_q_frags<D>(qa, qsm, rs, ract, c);
-    } else {
-        attn_q_frags<D>(qa, q, rq, ract, c);
-    }
+    attn_q_frags<D>(qa, q, rq, ract, c);
 
     constexpr int DS = D / 32;  // dimension tiles of a warp's quarter
     u32* psm = (u32*)(asplit_smem + 2 * ASPLIT_ST * KB * RS * 2);  // [block][lane][16]
@@ -277,13 +219,10 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
         float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
         int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
-        const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots,               \
-        const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ inv_freq, int half,    \
-        float scaling, float eps, int one_plus, int nthr, int rope) {                                                \
+        const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots) {             \
         tf_pdl_launch();                                                                                             \
-        const RopeArgs ra{qn, kn, inv_freq, half, scaling, eps, one_plus, nthr, rope != 0};                          \
         attention_split_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,            \
-                                block_size, scale, window, softcap, kp, knew, vnew, slots, ra);                      \
+                                block_size, scale, window, softcap, kp, knew, vnew, slots);                          \
     }
 ATTN_SPLIT_KERNEL(64)
 ATTN_SPLIT_KERNEL(128)

@@ -187,38 +187,6 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
     }
 }
 
-// The norm (when `norm`: sc holds the scales of values lane + 32 j) and RoPE (fr: the inverse
-// frequencies of pairs lane + 32 j, position p) of one head's row v in shared memory, by one warp:
-// the norm sums in rms_norm's order for a group of head_dim (nthr threads: thread t sums t,
-// t + nthr, ..., warps folded in order). qk_norm_rope and the fused decode attention
-// (attention_split.cu) both run it, so their values agree bit for bit.
-__device__ __forceinline__ void qk_row_norm_rope(float* v, const float (&sc)[8], const float (&fr)[4], bool norm, u32 p,
-                                                 int head_dim, int half, float attn_scaling, float eps, int nthr,
-                                                 int lane) {
-    if (norm) {
-        float t = 0.f;
-        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
-            float ss = 0.f;
-            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
-            t += warp_sum(ss);
-        }
-        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            int i = lane + 32 * j;
-            if (i < head_dim) v[i] = v[i] * inv * sc[j];
-        }
-        __syncwarp();
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        int i = lane + 32 * j;
-        if (i < half) rope_pair(v[i], v[i + half], p, fr[j], attn_scaling);
-    }
-    __syncwarp();
-}
-
 // Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head),
 // four heads a block: head h = 4 blockIdx.y + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly rms_norm's order for
 // a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr, ..., warps folded in
@@ -255,7 +223,29 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     tf_pdl_wait();
     for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
     __syncwarp();
-    qk_row_norm_rope(v, sc, fr, w != nullptr, pos[r], head_dim, half, attn_scaling, eps, nthr, lane);
+    if (w != nullptr) {
+        float t = 0.f;
+        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
+            float ss = 0.f;
+            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
+            t += warp_sum(ss);
+        }
+        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            int i = lane + 32 * j;
+            if (i < head_dim) v[i] = v[i] * inv * sc[j];
+        }
+        __syncwarp();
+    }
+    const u32 p = pos[r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = lane + 32 * j;
+        if (i < half) rope_pair(v[i], v[i + half], p, fr[j], attn_scaling);
+    }
+    __syncwarp();
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 

@@ -4,9 +4,9 @@
 use crate::CudaBackend;
 use crate::device::{Arg, attention_smem, attention_split_smem, ptr};
 use crate::ops::bf16_out;
-use crate::tensor::{CudaAct, CudaKv, CudaVec, padded};
+use crate::tensor::{CudaAct, CudaKv, padded};
 use cudarc::driver::CudaSlice;
-use tf_backend::{AttnMeta, AttnParams, QkNorm, Rope};
+use tf_backend::{AttnMeta, AttnParams};
 
 /// The round's metadata as uploaded: `[seqs | items | block tables | slot mapping]`.
 pub(crate) struct MetaUpload {
@@ -94,51 +94,6 @@ fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize,
     (host, items_off, bt_off, slots_off, num_items, warps)
 }
 
-/// The q/k norms and RoPE to apply before attending (`Backend::qk_rope_attention`; the kernel
-/// takes each row's position from the round's metadata).
-pub(crate) struct RopeIn<'a> {
-    pub(crate) norms: Option<QkNorm<'a, CudaVec>>,
-    pub(crate) rope: &'a Rope,
-}
-
-/// Whether the warp-split kernel can apply `r` itself for heads of `hd` (what qk_norm_rope's fused
-/// kernel takes: whole-head norms, rotated pairs within the head).
-fn rope_fits(r: &RopeIn<'_>, hd: usize) -> bool {
-    let half = r.rope.inv_freq.len();
-    half > 0 && half <= 128 && 2 * half <= hd && r.norms.as_ref().is_none_or(|n| n.q.len == hd && n.k.len == hd)
-}
-
-/// How a round is scheduled: chunks a CTA row in split mode (0: none), and whether the
-/// warp-split decode kernel runs it.
-fn plan(meta: &AttnMeta, p: &AttnParams, rows: usize, sms: usize) -> (usize, bool) {
-    let group = p.num_heads / p.num_kv_heads.max(1);
-    let longest = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
-    let (warps, per_item) = tiling(group, longest);
-    let items: usize = meta.seqs.iter().map(|s| s.q_len.div_ceil(per_item)).sum();
-    let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
-    let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
-    let nz = split_chunks(meta, items * p.num_kv_heads, rows, window);
-    let ctas = items * p.num_kv_heads * nz.max(1);
-    let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
-    (nz, warps == 4 && warp_split(decode, group, p.head_dim, one_chunk, ctas, sms))
-}
-
-/// Whether `attention` with `rope` applies it inside the warp-split kernel (else the caller runs
-/// qk_norm_rope first).
-pub(crate) fn rope_in_kernel(
-    b: &CudaBackend,
-    q: &CudaAct,
-    k: &CudaAct,
-    meta: &AttnMeta,
-    p: &AttnParams,
-    r: &RopeIn<'_>,
-) -> bool {
-    !b.lab.no_rope && q.rows == k.rows && rope_fits(r, p.head_dim) && plan(meta, p, q.rows, b.dev.num_sms).1
-}
-
-/// Attention over the cache after this round's K/V are written; with `rope` (only where
-/// [`rope_in_kernel`] holds) the warp-split kernel norms and rotates q and k itself.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     b: &CudaBackend,
     q: &CudaAct,
@@ -147,7 +102,6 @@ pub(crate) fn attention(
     kv: &mut CudaKv,
     meta: &AttnMeta,
     p: &AttnParams,
-    fused: Option<RopeIn<'_>>,
 ) -> CudaAct {
     let d = &b.dev;
     let (hd, kvh) = (p.head_dim, p.num_kv_heads);
@@ -168,36 +122,12 @@ pub(crate) fn attention(
         256 => &d.k.attention_d256,
         other => panic!("attention: head_dim {other} is not supported on CUDA (16, 32, 64, 128, 256)"),
     };
-    // Decode rounds (one new token per sequence) store their K/V inside the attention kernel.
-    let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
-    let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
-    let (nz, split) = plan(meta, p, q.rows, d.num_sms);
-    assert!(fused.is_none() || split, "attention: q/k RoPE inside a kernel that does not take it");
     let width = p.num_heads * hd;
     let out = d.alloc::<f32>(q.rows * width);
     let outb = bf16_out(b, q.rows, width);
 
     let mut c = b.caches();
     let (host, items_off, bt_off, slots_off, num_items, warps) = pack(meta, group);
-    // The q/k norms and RoPE (qk_norm_rope's arguments), or nothing for the kernel to apply.
-    let rope_args: Vec<Arg> = match &fused {
-        Some(r) => {
-            let table = crate::ops::rope_table(b, &mut c.ropes, r.rope);
-            let (qn, kn, eps, one_plus) = match &r.norms {
-                Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
-                None => (0, 0, 0.0, false),
-            };
-            let (half, scaling) = (r.rope.inv_freq.len() as i32, r.rope.attention_scaling);
-            let nthr = crate::ops::norm_threads(hd) as i32;
-            [Arg::P(qn), Arg::P(kn), Arg::P(table), Arg::I(half), Arg::F(scaling), Arg::F(eps)]
-                .into_iter()
-                .chain([Arg::I(one_plus as i32), Arg::I(nthr), Arg::I(1)])
-                .collect()
-        }
-        None => {
-            vec![Arg::P(0), Arg::P(0), Arg::P(0), Arg::I(0), Arg::F(0.0), Arg::F(0.0), Arg::I(0), Arg::I(0), Arg::I(0)]
-        }
-    };
     if c.attn.as_ref().is_none_or(|m| m.host != host) {
         let dev = d.upload(&host);
         c.attn = Some(MetaUpload { host, dev, items_off, bt_off, slots_off, num_items, warps });
@@ -206,6 +136,8 @@ pub(crate) fn attention(
     let base = ptr(&m.dev, &d.stream);
     let at = |off: usize| base + 4 * off as u64;
     let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));
+    // Decode rounds (one new token per sequence) store their K/V inside the attention kernel.
+    let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
     if k.rows > 0 && !decode {
         let args = [
             Arg::P(ptr(&k.data, &d.stream)),
@@ -218,8 +150,10 @@ pub(crate) fn attention(
         d.launch(&d.k.kv_write, (k.rows as u32, 1, 1), 128, 0, &args);
     }
     if m.num_items > 0 {
+        let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
+        let nz = split_chunks(meta, m.num_items * kvh, q.rows, window);
         let ws = d.alloc::<f32>(if nz > 0 { q.rows * p.num_heads * nz * (hd + 2) } else { 1 });
-        let mut args = vec![
+        let args = [
             Arg::P(ptr(&q.data, &d.stream)),
             Arg::P(kp),
             Arg::P(vp),
@@ -242,9 +176,10 @@ pub(crate) fn attention(
             Arg::P(at(m.slots_off)),
         ];
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
-        if split {
+        let ctas = m.num_items * kvh * nz.max(1);
+        let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
+        if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
             let f = if hd == 64 { &d.k.attention_split_d64 } else { &d.k.attention_split_d128 };
-            args.extend(rope_args);
             d.launch(f, grid, 128, attention_split_smem(hd), &args);
         } else {
             d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);

@@ -294,10 +294,9 @@ pub(crate) fn attention_smem(d: usize) -> u32 {
 }
 
 /// Dynamic shared memory of the warp-split decode attention kernel (kernels/attention_split.cu):
-/// four stages of K and V, then each block's P fragments, maxima and row sums (where the fused
-/// RoPE first keeps its 17 rows of q and k).
+/// four stages of K and V, then each block's P fragments, maxima and row sums.
 pub(crate) fn attention_split_smem(d: usize) -> u32 {
-    (4 * 2 * 64 * (d + 8) * 2 + (4 * 32 * 16 * 4 + 2 * 4 * 16 * 4).max(17 * d * 4)) as u32
+    (4 * 2 * 64 * (d + 8) * 2 + 4 * 32 * 16 * 4 + 2 * 4 * 16 * 4) as u32
 }
 
 /// Blocks for a grid-stride loop over `n` elements.

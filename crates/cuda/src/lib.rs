@@ -255,33 +255,7 @@ impl Backend for CudaBackend {
         if self.skip.skips(Skip::ATTENTION, q.rows) {
             return self.blank(q.rows, p.num_heads * p.head_dim);
         }
-        attention::attention(self, q, k, v, kv, meta, p, None)
-    }
-
-    fn qk_rope_attention(
-        &self,
-        mut q: CudaAct,
-        mut k: CudaAct,
-        v: &CudaAct,
-        norms: Option<QkNorm<'_, CudaVec>>,
-        positions: &[u32],
-        rope: &Rope,
-        kv: &mut CudaKv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-    ) -> CudaAct {
-        if self.skip.skips(Skip::ATTENTION, q.rows) {
-            return self.blank(q.rows, p.num_heads * p.head_dim);
-        }
-        let r = attention::RopeIn { norms, rope };
-        if self.skip.skips(Skip::QK_ROPE, q.rows) {
-            return attention::attention(self, &q, &k, v, kv, meta, p, None);
-        }
-        if attention::rope_in_kernel(self, &q, &k, meta, p, &r) {
-            return attention::attention(self, &q, &k, v, kv, meta, p, Some(r));
-        }
-        ops::qk_norm_rope(self, &mut q, &mut k, r.norms, positions, p.head_dim, rope);
-        attention::attention(self, &q, &k, v, kv, meta, p, None)
+        attention::attention(self, q, k, v, kv, meta, p)
     }
 
     fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {

@@ -297,7 +297,7 @@ pub(crate) fn qk_norm_rope(
 }
 
 /// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
-pub(crate) fn rope_table(b: &CudaBackend, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
+fn rope_table(b: &CudaBackend, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
     let i = match ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
         Some(i) => i,
         None => {

@@ -38,8 +38,6 @@ impl Skip {
 /// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
 /// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`). `cp` gives one-row calls the few-row
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
-/// `norope`: the q/k norms and RoPE stay a kernel of their own in decode rounds too. Tokens join
-/// with commas.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -54,28 +52,11 @@ pub(crate) struct M1Lab {
     pub(crate) cp: bool,
     /// `cphead`: only the vocabulary head's one-row call takes it.
     pub(crate) cp_head: bool,
-    /// `norope`: the warp-split decode attention does not apply the q/k norms and RoPE itself.
-    pub(crate) no_rope: bool,
 }
 
 impl M1Lab {
-    /// The setting `v` (from `CudaOptions` or the environment): comma-separated tokens.
+    /// The setting `v` (from `CudaOptions` or the environment).
     pub(crate) fn parse(v: &str) -> M1Lab {
-        let mut lab = M1Lab::default();
-        for t in v.split(',') {
-            let one = M1Lab::token(t);
-            lab.on |= one.on;
-            lab.blocks = one.blocks.or(lab.blocks);
-            lab.stages = one.stages.or(lab.stages);
-            lab.row = one.row.or(lab.row);
-            lab.cp |= one.cp;
-            lab.cp_head |= one.cp_head;
-            lab.no_rope |= t == "norope";
-        }
-        lab
-    }
-
-    fn token(v: &str) -> M1Lab {
         if let Some(name) = v.strip_prefix("row:") {
             let row = crate::matmul::ROW_VARIANTS.iter().position(|r| r.0 == name);
             return M1Lab { row, ..M1Lab::default() };
@@ -111,10 +92,6 @@ mod tests {
         assert!(M1Lab::parse("cp").cp && !M1Lab::parse("cp").on);
         assert!(M1Lab::parse("cphead").cp_head && !M1Lab::parse("cphead").cp);
         assert_eq!(M1Lab::parse("row:nope").row, None);
-        let l = M1Lab::parse("norope,row:u4s3");
-        assert!(l.no_rope && !l.on);
-        assert_eq!(l.row, Some(2));
-        assert!(!M1Lab::parse("on").no_rope);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

@@ -230,55 +230,6 @@ fn fused_qk_norm_rope_equals_norms_then_rope() {
 }
 
 #[test]
-fn rope_inside_decode_attention_equals_qk_norm_rope_then_attention() {
-    // The warp-split decode kernel norms and rotates q and k itself; `norope` keeps qk_norm_rope a
-    // kernel of its own. Outputs and the K written to the pool must agree bit for bit.
-    let (Some(fused), Some(apart)) = (backend(), backend_with(Some("norope"))) else { return };
-    let (block_size, blocks) = (16, 40);
-    // (q heads, KV heads, head_dim, rotary width, norms, decode positions)
-    for (h, kvh, d, rot, norm, starts) in [
-        (8, 2, 128, 128, true, vec![130, 5, 300]),
-        (32, 8, 128, 128, true, vec![77]),
-        (4, 2, 64, 32, true, vec![40, 255]),
-        (8, 2, 128, 64, false, vec![600]),
-    ] {
-        let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.1, window: None, softcap: None };
-        let rope = Rope::new(rot, 10000.0, &RopeScaling::Default);
-        let run = |b: &tf_cuda::CudaBackend| {
-            let n = starts.len();
-            let mut kv = b.kv(KvShape { num_blocks: blocks * n, block_size, num_kv_heads: kvh, head_dim: d }).unwrap();
-            let hist: Vec<(usize, usize)> = starts.iter().map(|&s| (0, s)).collect();
-            let meta = round(&hist, block_size, blocks);
-            let t = meta.slot_mapping.len();
-            let up = |seed, w| b.upload(&rand(t * w, seed, 1.0), t, w);
-            b.attention(&up(5, h * d), &up(6, kvh * d), &up(7, kvh * d), &mut kv, &meta, &p);
-            let dec: Vec<(usize, usize)> = starts.iter().map(|&s| (s, 1)).collect();
-            let meta = round(&dec, block_size, blocks);
-            let (wq, wk) = (b.vec(&rand(d, 8, 1.0)), b.vec(&rand(d, 9, 1.0)));
-            let norms = norm.then_some(tf_backend::QkNorm { q: &wq, k: &wk, eps: 1e-6, one_plus: true });
-            let up = |seed, w| b.upload(&rand(n * w, seed, 2.0), n, w);
-            let out = b.qk_rope_attention(
-                up(10, h * d),
-                up(11, kvh * d),
-                &up(12, kvh * d),
-                norms,
-                &meta.positions(),
-                &rope,
-                &mut kv,
-                &meta,
-                &p,
-            );
-            let all: Vec<u32> = (0..(blocks * n) as u32).collect();
-            (b.download(&out), b.read_kv_blocks(&kv, &all))
-        };
-        let ((o1, kv1), (o2, kv2)) = (run(&fused), run(&apart));
-        let what = format!("{h}/{kvh} heads, d={d}, rotary {rot}, norms {norm}");
-        assert!(same_bits(&o1, &o2), "{what}: attention outputs differ");
-        assert!(kv1 == kv2, "{what}: the pools differ");
-    }
-}
-
-#[test]
 fn plain_matmuls_match_reference() {
     let Some(b) = backend() else { return };
     let r = RefBackend;
