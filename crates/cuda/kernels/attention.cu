@@ -107,6 +107,21 @@ __device__ __forceinline__ void attn_mask(float (&s)[8][4], float (&bmax)[2], in
         }
 }
 
+// attn_mask for a block that every row of the CTA sees whole: scale and soft-cap only, so the same
+// values (no key of it is masked for an active row; inactive rows are never stored).
+__device__ __forceinline__ void attn_scale(float (&s)[8][4], float (&bmax)[2], float scale, float softcap) {
+    bmax[0] = bmax[1] = NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float v = s[nt][e] * scale;
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+            s[nt][e] = v;
+            bmax[e >> 1] = fmaxf(bmax[e >> 1], v);
+        }
+}
+
 // A row's value (max or sum) over the quad of lanes holding the row, in a fixed order.
 __device__ __forceinline__ void attn_quad_max(float& v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -126,19 +141,33 @@ __device__ __forceinline__ void attn_step(float& m, float bmax, float& muse, flo
     m = mn;
 }
 
+// 2^x by the special-function unit (ex2.approx: 2 ulp, subnormal results flushed to zero).
+__device__ __forceinline__ float attn_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Probabilities rounded to bf16 (what the PV product uses, as A fragments) and this lane's part
-// of their row sums, in a fixed order (attn_quad_sum completes them).
+// of their row sums, in a fixed order (attn_quad_sum completes them). exp(s - m) is taken as
+// 2^(s log2(e) - m log2(e)), one FFMA and one ex2 a probability: the bf16 rounding that follows
+// hides ex2.approx's error. Every attention kernel takes its probabilities from here.
 __device__ __forceinline__ void attn_probs(const float (&s)[8][4], const float (&muse)[2], u32 (&pa)[8][2],
                                            float (&rs)[2]) {
+    const float l2e = 1.4426950408889634f;
+    const float nm[2] = {-muse[0] * l2e, -muse[1] * l2e};
     rs[0] = rs[1] = 0.f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            u16 p0 = f2bf(expf(s[nt][2 * h] - muse[h])), p1 = f2bf(expf(s[nt][2 * h + 1] - muse[h]));
-            rs[h] += bf2f(p0);
-            rs[h] += bf2f(p1);
-            pa[nt][h] = (u32)p0 | ((u32)p1 << 16);
+            float e0 = attn_ex2(__fmaf_rn(s[nt][2 * h], l2e, nm[h]));
+            float e1 = attn_ex2(__fmaf_rn(s[nt][2 * h + 1], l2e, nm[h]));
+            u32 pk;
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(e1), "f"(e0));
+            rs[h] += __uint_as_float(pk << 16);
+            rs[h] += __uint_as_float(pk & 0xffff0000u);
+            pa[nt][h] = pk;
         }
 }
 
@@ -157,6 +186,81 @@ __device__ __forceinline__ void attn_pv(float (&o)[N][4], const u32 (&pa)[8][2],
             ldsm_x4_t(r0, r1, r2, r3, &vs[key * RS + d]);
             mma_bf16(o[dt], a0, a1, a2, a3, r0, r1);
             mma_bf16(o[dt + 1], a0, a1, a2, a3, r2, r3);
+        }
+    }
+}
+
+// Where a CTA parks its rows' folded chunks: this thread's elements of `out` (attention.cu), or
+// its own column of shared memory (attention_wg.cu). Element (h, dt, j): row h of the thread's
+// two, value 2c + j of dimension tile dt.
+struct AttnAccOut {
+    float* p;
+    size_t r0, r1;
+    int c;
+    __device__ __forceinline__ float* at(int h, int dt, int j) const { return p + (h ? r1 : r0) + dt * 8 + 2 * c + j; }
+};
+template <int D>
+struct AttnAccSmem {
+    float* p;  // [2 * (D / 8) * 2][128] floats, this thread's column
+    __device__ __forceinline__ float* at(int h, int dt, int j) const { return p + ((h * (D / 8) + dt) * 2 + j) * 128; }
+};
+
+// Chunk end (a block that ends a 256-key chunk, or the last block): fold the chunk's state (o,
+// mrow, lrow) into the accumulator (parked at `acc` for o, macc and lacc), left to right; unless
+// it was the last block, park the fold and restart the chunk state.
+template <int D, class Acc>
+__device__ __forceinline__ void attn_chunk_end(float (&o)[D / 8][4], float (&mrow)[2], float (&lrow)[2],
+                                               float (&macc)[2], float (&lacc)[2], bool& have_acc, bool last,
+                                               const Acc& acc, const bool (&ract)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float m, sa, sp;
+        attn_merge_scales(macc[h], mrow[h], m, sa, sp);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            float a0 = have_acc && ract[h] ? *acc.at(h, dt, 0) : 0.f, a1 = have_acc && ract[h] ? *acc.at(h, dt, 1) : 0.f;
+            o[dt][2 * h] = attn_merge(a0, sa, o[dt][2 * h], sp);
+            o[dt][2 * h + 1] = attn_merge(a1, sa, o[dt][2 * h + 1], sp);
+        }
+        lacc[h] = attn_merge(lacc[h], sa, lrow[h], sp);
+        macc[h] = m;
+    }
+    if (!last) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (ract[h]) {
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) {
+                    *acc.at(h, dt, 0) = o[dt][2 * h];
+                    *acc.at(h, dt, 1) = o[dt][2 * h + 1];
+                }
+            }
+            mrow[h] = NEG_INF;
+            lrow[h] = 0.f;
+        }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+        have_acc = true;
+    }
+}
+
+// The rows' outputs o / l, in f32 and in bf16.
+template <int D>
+__device__ __forceinline__ void attn_finish(const float (&o)[D / 8][4], const float (&lacc)[2], float* __restrict__ out,
+                                            u16* __restrict__ outb, const size_t (&rq)[2], const size_t (&routb)[2],
+                                            const bool (&ract)[2], int c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (!ract[h]) continue;
+        float inv = 1.0f / lacc[h];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            int d = dt * 8 + 2 * c;
+            float v0 = o[dt][2 * h] * inv, v1 = o[dt][2 * h + 1] * inv;
+            out[rq[h] + d] = v0;
+            out[rq[h] + d + 1] = v1;
+            outb[routb[h] + d] = f2bf(v0);
+            outb[routb[h] + d + 1] = f2bf(v1);
         }
     }
 }
@@ -289,43 +393,8 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
         __syncthreads();  // every warp is done with stage st before load(b + 2) refills it
 
         const bool last = b == b1;
-        if (nz == 0 && (last || (b + 1) % CPB == 0)) {
-            // Chunk end: fold the chunk's state into the accumulator (left to right).
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float m, sa, sp;
-                attn_merge_scales(macc[h], mrow[h], m, sa, sp);
-                float* acc = out + rq[h];
-#pragma unroll
-                for (int dt = 0; dt < D / 8; ++dt) {
-                    int d = dt * 8 + 2 * c;
-                    float a0 = have_acc && ract[h] ? acc[d] : 0.f, a1 = have_acc && ract[h] ? acc[d + 1] : 0.f;
-                    o[dt][2 * h] = attn_merge(a0, sa, o[dt][2 * h], sp);
-                    o[dt][2 * h + 1] = attn_merge(a1, sa, o[dt][2 * h + 1], sp);
-                }
-                lacc[h] = attn_merge(lacc[h], sa, lrow[h], sp);
-                macc[h] = m;
-            }
-            if (!last) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    if (ract[h]) {
-                        float* acc = out + rq[h];
-#pragma unroll
-                        for (int dt = 0; dt < D / 8; ++dt) {
-                            int d = dt * 8 + 2 * c;
-                            acc[d] = o[dt][2 * h];
-                            acc[d + 1] = o[dt][2 * h + 1];
-                        }
-                    }
-                    mrow[h] = NEG_INF;
-                    lrow[h] = 0.f;
-                }
-#pragma unroll
-                for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-                have_acc = true;
-            }
-        }
+        if (nz == 0 && (last || (b + 1) % CPB == 0))
+            attn_chunk_end<D>(o, mrow, lrow, macc, lacc, have_acc, last, AttnAccOut{out, rq[0], rq[1], c}, ract);
     }
     if (nz > 0) {
         // Split mode: leave this chunk's state (o unnormalised, m, l) for attention_combine.
@@ -346,20 +415,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, u16*
         }
         return;
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        if (!ract[h]) continue;
-        float inv = 1.0f / lacc[h];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            int d = dt * 8 + 2 * c;
-            float v0 = o[dt][2 * h] * inv, v1 = o[dt][2 * h + 1] * inv;
-            out[rq[h] + d] = v0;
-            out[rq[h] + d + 1] = v1;
-            outb[routb[h] + d] = f2bf(v0);
-            outb[routb[h] + d + 1] = f2bf(v1);
-        }
-    }
+    attn_finish<D>(o, lacc, out, outb, rq, routb, ract, c);
 }
 
 #define ATTN_KERNEL(D)                                                                                               \

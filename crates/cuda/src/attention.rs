@@ -2,7 +2,7 @@
 //! flash-attention kernel (kernels/attention.cu) over work items of whole query tokens.
 
 use crate::CudaBackend;
-use crate::device::{Arg, attention_smem, attention_split_smem, ptr};
+use crate::device::{ATTENTION_WG_SMEM, Arg, attention_smem, attention_split_smem, ptr};
 use crate::ops::bf16_out;
 use crate::tensor::{CudaAct, CudaKv, padded};
 use cudarc::driver::CudaSlice;
@@ -65,7 +65,7 @@ fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize,
     let longest = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
     let (warps, per_item) = tiling(group, longest);
     let mut seqs = Vec::with_capacity(4 * meta.seqs.len());
-    let mut items = Vec::new();
+    let mut items: Vec<[u32; 4]> = Vec::new();
     let mut bts = Vec::new();
     for (i, s) in meta.seqs.iter().enumerate() {
         let needed = (s.start_pos + s.q_len).div_ceil(meta.block_size);
@@ -79,10 +79,14 @@ fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize,
         let mut t = 0;
         while t < s.q_len {
             let n = per_item.min(s.q_len - t);
-            items.extend([i as u32, t as u32, n as u32]);
+            items.push([i as u32, t as u32, n as u32, (s.start_pos + t + n) as u32]);
             t += n;
         }
     }
+    // Longest first (by the keys an item's last token sees): CTAs start in grid order, so the
+    // short ones fill the tail. Only scheduling: results do not depend on it.
+    items.sort_by_key(|it| std::cmp::Reverse(it[3]));
+    let items: Vec<u32> = items.iter().flat_map(|it| [it[0], it[1], it[2]]).collect();
     let items_off = seqs.len();
     let bt_off = items_off + items.len();
     let slots_off = bt_off + bts.len();
@@ -178,7 +182,28 @@ pub(crate) fn attention(
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
         let ctas = m.num_items * kvh * nz.max(1);
         let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
-        if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
+        let wg = (!decode && m.warps == 8 && nz == 0 && hd == 128 && !b.lab.attn_mma).then_some(kv.maps).flatten();
+        if let Some((kmap, vmap)) = wg {
+            let args = [
+                Arg::P(ptr(&q.data, &d.stream)),
+                Arg::M(kmap),
+                Arg::M(vmap),
+                Arg::P(base),
+                Arg::P(at(m.items_off)),
+                Arg::P(at(m.bt_off)),
+                Arg::P(ptr(&out, &d.stream)),
+                Arg::P(ptr(&outb, &d.stream)),
+                Arg::I(p.num_heads as i32),
+                Arg::I(kvh as i32),
+                Arg::I(meta.block_size as i32),
+                Arg::F(p.scale),
+                Arg::I(window as i32),
+                Arg::F(p.softcap.unwrap_or(0.0)),
+                Arg::I(padded(width) as i32),
+                Arg::I(pool_slots as i32),
+            ];
+            d.launch(&d.k.attention_wg_d128, (grid.0, grid.1, 1), 384, ATTENTION_WG_SMEM, &args);
+        } else if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
             let f = if hd == 64 { &d.k.attention_split_d64 } else { &d.k.attention_split_d128 };
             d.launch(f, grid, 128, attention_split_smem(hd), &args);
         } else {

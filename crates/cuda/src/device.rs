@@ -96,6 +96,7 @@ kernels!(
     attention_d256,
     attention_split_d64,
     attention_split_d128,
+    attention_wg_d128,
     attention_combine,
 );
 
@@ -108,6 +109,11 @@ const _: () = assert!(GEMM_SMEM <= 227 * 1024, "the GEMM's shared memory exceeds
 /// 16 KB of W, plus 1 KB to align the ring) and its static 1 KB.
 pub(crate) const WGMMA_SMEM: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 1024;
 const _: () = assert!(WGMMA_SMEM + 1024 <= 227 * 1024, "the wgmma GEMM's shared memory exceeds the limit");
+
+/// Shared memory of the wgmma prefill attention (kernels/attention_wg.cu `AW_SMEM`: Q rows of two
+/// warpgroups, three stages of a 64-key block's K and V, the folded chunks, 1 KB to align them).
+pub(crate) const ATTENTION_WG_SMEM: u32 = 2 * 2 * 64 * 128 + 3 * 2 * 2 * 64 * 128 + 2 * 64 * 128 * 4 + 1024;
+const _: () = assert!(ATTENTION_WG_SMEM + 1024 <= 227 * 1024, "wgmma attention's shared memory exceeds the limit");
 
 /// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warp.
 pub(crate) const WGMMA_THREADS: u32 = 288;
@@ -163,6 +169,10 @@ impl Device {
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
         if wgmma {
             drv(k.gemm_wgmma.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
+            drv(
+                k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
+                "raising wgmma attention's shared memory",
+            )?;
             for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),

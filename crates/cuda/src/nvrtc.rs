@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gemm.cu"),
@@ -16,6 +16,7 @@ const SOURCES: [&str; 8] = [
     include_str!("../kernels/gemv_m1.cu"),
     include_str!("../kernels/attention.cu"),
     include_str!("../kernels/attention_split.cu"),
+    include_str!("../kernels/attention_wg.cu"),
 ];
 
 /// The whole program text.

@@ -58,7 +58,15 @@ pub(crate) fn kv(b: &CudaBackend, shape: KvShape) -> Result<CudaKv, BackendError
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
         .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))?;
-    Ok(CudaKv { shape, k: b.dev.zeros(n), v: b.dev.zeros(n) })
+    let (k, v): (CudaSlice<u16>, CudaSlice<u16>) = (b.dev.zeros(n), b.dev.zeros(n));
+    let slots = shape.num_blocks * shape.block_size;
+    let maps = crate::tma::pool_run(shape.block_size)
+        .filter(|_| b.dev.wgmma && shape.head_dim == 128 && slots <= i32::MAX as usize)
+        .and_then(|run| {
+            let map = |p: &CudaSlice<u16>| crate::tma::pool_map(ptr(p, &b.dev.stream), slots, shape.num_kv_heads, run);
+            Some((map(&k)?, map(&v)?))
+        });
+    Ok(CudaKv { shape, k, v, maps })
 }
 
 /// A bf16 buffer `[rows, padded(cols)]` whose padding is zero.

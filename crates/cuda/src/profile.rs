@@ -38,6 +38,7 @@ impl Skip {
 /// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
 /// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`). `cp` gives one-row calls the few-row
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
+/// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -52,6 +53,8 @@ pub(crate) struct M1Lab {
     pub(crate) cp: bool,
     /// `cphead`: only the vocabulary head's one-row call takes it.
     pub(crate) cp_head: bool,
+    /// `attn-mma`: prefill attention takes the mma.sync kernel instead of the wgmma one (Hopper).
+    pub(crate) attn_mma: bool,
 }
 
 impl M1Lab {
@@ -65,6 +68,7 @@ impl M1Lab {
             "on" => return M1Lab { on: true, ..M1Lab::default() },
             "cp" => return M1Lab { cp: true, ..M1Lab::default() },
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
+            "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
@@ -91,6 +95,7 @@ mod tests {
         assert!(!M1Lab::parse("row:u2s4").on);
         assert!(M1Lab::parse("cp").cp && !M1Lab::parse("cp").on);
         assert!(M1Lab::parse("cphead").cp_head && !M1Lab::parse("cphead").cp);
+        assert!(M1Lab::parse("attn-mma").attn_mma && !M1Lab::parse("cp").attn_mma);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);

@@ -92,4 +92,7 @@ pub struct CudaKv {
     pub(crate) shape: KvShape,
     pub(crate) k: CudaSlice<u16>,
     pub(crate) v: CudaSlice<u16>,
+    /// Tensor maps of K and V for the wgmma prefill attention (Hopper, head width 128, block
+    /// sizes `tma::pool_run` takes), else `None`.
+    pub(crate) maps: Option<([u64; 16], [u64; 16])>,
 }

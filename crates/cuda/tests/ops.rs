@@ -336,9 +336,12 @@ struct AttnCase {
 
 /// Runs a prefill round then the given round on a backend; returns the second round's output.
 fn run_attention<B: Backend>(b: &B, c: &AttnCase, qkv_seed: u64) -> Vec<f32> {
+    run_attention_in(b, c, qkv_seed, 16, 40)
+}
+
+/// [`run_attention`] with `block_size`-slot pool blocks, `blocks` of them a sequence.
+fn run_attention_in<B: Backend>(b: &B, c: &AttnCase, qkv_seed: u64, block_size: usize, blocks: usize) -> Vec<f32> {
     let (h, kvh, d) = (c.p.num_heads, c.p.num_kv_heads, c.p.head_dim);
-    let block_size = 16;
-    let blocks = 40;
     let mut kv =
         b.kv(KvShape { num_blocks: blocks * c.seqs.len(), block_size, num_kv_heads: kvh, head_dim: d }).unwrap();
     // Fill each sequence's history (positions before start_pos) in one earlier round.
@@ -390,6 +393,35 @@ fn attention_matches_reference() {
         // bf16 K/V, Q and probabilities: about 1% of the O(1) outputs.
         assert!(e < 3e-2, "case {i}: max error {e}");
         eprintln!("attention case {i}: max |cuda - ref| = {e:.2e}");
+    }
+}
+
+#[test]
+fn wgmma_attention_equals_the_mma_sync_kernel() {
+    // Prefill rounds of head width 128 take kernels/attention_wg.cu on Hopper; `attn-mma` keeps
+    // them on attention.cu. Both must give the same bits: Qwen3-like groups, a window that cuts
+    // blocks, soft-capping, runs that start mid-block after a history, keys past the sequence in
+    // its last pool block, and pool blocks of 8, 16 and 128 slots.
+    let (Some(b), Some(m)) = (backend(), backend_with(Some("attn-mma"))) else { return };
+    let p = |h, kvh, window, softcap| AttnParams {
+        num_heads: h,
+        num_kv_heads: kvh,
+        head_dim: 128,
+        scale: 128f32.powf(-0.5),
+        window,
+        softcap,
+    };
+    let mut all: Vec<(AttnCase, usize)> =
+        cases().into_iter().filter(|c| c.p.head_dim == 128).map(|c| (c, 16)).collect();
+    all.push((AttnCase { p: p(32, 8, None, None), seqs: vec![(0, 700), (37, 45), (300, 1)] }, 16));
+    all.push((AttnCase { p: p(16, 2, Some(200), None), seqs: vec![(100, 333), (0, 9)] }, 8));
+    all.push((AttnCase { p: p(8, 8, None, Some(30.0)), seqs: vec![(250, 130)] }, 128));
+    all.push((AttnCase { p: p(32, 4, None, None), seqs: vec![(0, 65), (511, 20)] }, 16));
+    for (i, (c, bs)) in all.iter().enumerate() {
+        let blocks = 1200usize.div_ceil(*bs);
+        let got = run_attention_in(&b, c, 11, *bs, blocks);
+        let want = run_attention_in(&m, c, 11, *bs, blocks);
+        assert!(same_bits(&got, &want), "case {i} (block size {bs}): wgmma and mma.sync attention differ");
     }
 }
 
