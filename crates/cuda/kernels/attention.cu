@@ -257,10 +257,8 @@ __device__ __forceinline__ void attn_finish(const float (&o)[D / 8][4], const fl
         for (int dt = 0; dt < D / 8; ++dt) {
             int d = dt * 8 + 2 * c;
             float v0 = o[dt][2 * h] * inv, v1 = o[dt][2 * h + 1] * inv;
-            out[rq[h] + d] = v0;
-            out[rq[h] + d + 1] = v1;
-            outb[routb[h] + d] = f2bf(v0);
-            outb[routb[h] + d + 1] = f2bf(v1);
+            *(float2*)(out + rq[h] + d) = make_float2(v0, v1);
+            *(u32*)(outb + routb[h] + d) = (u32)f2bf(v0) | ((u32)f2bf(v1) << 16);
         }
     }
 }

@@ -146,18 +146,24 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     float acc[WG_ACC], tot[WG_ACC];
 #pragma unroll
     for (int i = 0; i < WG_ACC; ++i) acc[i] = tot[i] = 0.f;
+    // Per k block no division: the ring slot and its phase advance by counters, descriptors by
+    // adding to the encoded start address (16-byte units: a stage is WG_STAGE_BYTES / 16, a k step
+    // 2), and a segment ends every `bps` blocks (kb0 starts one) or at this CTA's last block. A
+    // segment that is not whole 64-wide blocks is all of K (tma::wgmma_fits), so it ends last.
+    const int bps = seg_len % 4 == 0 ? seg_len / 4 : nkb;
+    const u64 dx0 = wg_desc_sw128(ring), dw0 = wg_desc_sw128(ring + WG_B_BYTES + wg * 64 * 128);
+    int slot = 0, in_seg = 0;
+    u32 phase = 0;
     for (int kb = 0; kb < nkb; ++kb) {
-        const int slot = kb % WG_STAGES;
-        mbar_wait(&full[slot], (kb / WG_STAGES) & 1);
-        const u32 base = ring + slot * WG_STAGE_BYTES;
-        const u32 abase = base + WG_B_BYTES + wg * 64 * 128;  // this warpgroup's 64 W rows
+        mbar_wait(&full[slot], phase);
+        const u64 soff = (u64)(slot * (WG_STAGE_BYTES >> 4));
         wg_pin(acc);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_ss_n128(acc, wg_desc_sw128(abase + kk * 32), wg_desc_sw128(base + kk * 32));
+        for (int kk = 0; kk < 4; ++kk) wgmma_ss_n128(acc, dw0 + soff + 2 * kk, dx0 + soff + 2 * kk);
         wg_commit();
-        const int jn = (kb0 + kb) * 4 + 4;
-        if (jn % seg_len == 0 || jn == kt) {  // segment end: retire, fold, restart
+        if (++in_seg == bps || kb + 1 == nkb) {  // segment end: retire, fold, restart
+            in_seg = 0;
             wg_wait<0>();
             wg_pin(acc);
 #pragma unroll
@@ -168,7 +174,11 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         } else {
             wg_wait<1>();  // the previous block's group retired: its stage is free
         }
-        if (kb > 0) mbar_arrive(&empty[(kb - 1) % WG_STAGES]);
+        if (kb > 0) mbar_arrive(&empty[slot == 0 ? WG_STAGES - 1 : slot - 1]);
+        if (++slot == WG_STAGES) {
+            slot = 0;
+            phase ^= 1;
+        }
     }
     wg_wait<0>();
     wg_pin(acc);
