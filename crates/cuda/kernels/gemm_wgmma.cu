@@ -25,7 +25,7 @@
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
 #define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024)  // plus room to align the ring to 1 KB
 #define WG_ACC (WG_BN / 2)                // accumulators per thread
-#define WG_THREADS 288                    // two consumer warpgroups and the producer warp
+#define WG_THREADS 384                    // two consumer warpgroups and the producer warpgroup
 
 // A CUtensorMap, passed by value (the kernels need no CUDA headers).
 struct __align__(64) TmaDesc {
@@ -54,6 +54,12 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 addr) {
 __device__ __forceinline__ void mbar_arrive(u64* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// mbar_arrive where `p` holds, predicated rather than branched.
+__device__ __forceinline__ void mbar_arrive_if(u64* bar, bool p) {
+    asm volatile("{\n.reg .pred q;\nsetp.ne.u32 q, %1, 0;\n@q mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(smem_addr(bar)),
+                 "r"((u32)p)
+                 : "memory");
+}
 // One tensor-map copy of the box at (c0 innermost, c1) into shared memory, counted on `bar`.
 __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, int c0, int c1, u64* bar) {
     asm volatile(
@@ -73,8 +79,9 @@ __device__ __forceinline__ void wg_pin(float* d) {
 
 
 
-// d += A * B for one k step: A 64 W rows x 16 k and B 16 k x 128 tokens, both in shared memory.
-__device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc) {
+// d (+)= A * B for one k step: A 64 W rows x 16 k and B 16 k x 128 tokens, both in shared
+// memory; accumulate 0 starts from zero (a segment's first step) without writing d first.
+__device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -90,118 +97,164 @@ __device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc) {
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(adesc), "l"(bdesc), "r"(1));
+        : "l"(adesc), "l"(bdesc), "r"(accumulate));
 }
 #endif
 
-// Up to three weights of the same x in one launch (q/k/v, gate/up): blockIdx.x < bx0 takes W0's
-// 128-row blocks, then bx1 of W1's, then W2's (each into its own y of n columns).
-// Split mode (nz > 0, few rows: too few CTAs otherwise): CTA z = blockIdx.z computes only K
-// segment z and leaves its sum in ws [nz][m][n0 + n1 + n2]; `gemm_fold` adds the segments in order.
+// One output tile of the persistent loop: tile t of nbx W blocks x gy token tiles x gz segments,
+// token tile fastest (tokens_first: the CTAs running at once share a few W blocks, so W streams
+// from DRAM about once while x stays in L2), else W block fastest.
+struct WgTile {
+    int which, wblock, row0, tok0, z;
+};
+__device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int bx1, int tokens_first) {
+    const int bx = tokens_first ? (t / gy) % nbx : t % nbx, by = tokens_first ? t % gy : (t / nbx) % gy;
+    const int z = t / (nbx * gy);
+    const int which = bx < bx0 ? 0 : bx < bx0 + bx1 ? 1 : 2;
+    const int wblock = which == 0 ? bx : which == 1 ? bx - bx0 : bx - bx0 - bx1;
+    return WgTile{which, wblock, wblock * WG_ROWS, by * WG_BN, z};
+}
+
+// Up to three weights of the same x in one launch (q/k/v, gate/up): W blocks [0, bx0) are W0's
+// 128-row blocks, then bx1 of W1's, then W2's (each into its own y of n columns), nbx in all.
+// Persistent: CTA c takes tiles c, c + gridDim.x, ..., so the producer fills the next tile's
+// stages while the consumers finish a tile (warpgroup 1 may trail warpgroup 0 by lag_blocks).
+// Split mode (nz > 0, few rows: too few CTAs otherwise): tile z computes only K segment z and
+// leaves its sum in ws [nz][m][n0 + n1 + n2]; `gemm_fold` adds the segments in order.
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
                const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
-               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int m, int kt,
-               float* __restrict__ ws, int nz, int add) {
+               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
+               float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
 #ifdef TF_WGMMA
-    const int bx = blockIdx.x, which = bx < bx0 ? 0 : bx < bx0 + bx1 ? 1 : 2;
-    const TmaDesc* wmap = which == 0 ? &w0 : which == 1 ? &w1 : &w2;
-    float* __restrict__ y = which == 0 ? y0 : which == 1 ? y1 : y2;
-    const int n = which == 0 ? n0 : which == 1 ? n1 : n2;
-    const int wblock = which == 0 ? bx : which == 1 ? bx - bx0 : bx - bx0 - bx1;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES];
+    __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES], lagbar;
     const u32 ring = (smem_addr(smem_raw) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int row0 = wblock * WG_ROWS, tok0 = blockIdx.y * WG_BN;
     const int seg_len = gemm_seg_len(kt);
-    // 64-wide k blocks [kb0, kb0 + nkb): all of K, or segment z in split mode
-    const int kb0 = nz > 0 ? (int)blockIdx.z * seg_len / 4 : 0;
-    const int nkb = nz > 0 ? min(seg_len, kt - (int)blockIdx.z * seg_len) / 4 : kt / 4;
+    const int gy = (m + WG_BN - 1) / WG_BN, ntiles = nbx * gy * max(nz, 1);
+    // 64-wide k blocks [kb0, kb0 + nkb) of a tile: all of K, or segment z in split mode.
+    auto kblocks = [&](int z, int& kb0, int& nkb) {
+        kb0 = nz > 0 ? z * seg_len / 4 : 0;
+        nkb = nz > 0 ? min(seg_len, kt - z * seg_len) / 4 : kt / 4;
+    };
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 256);
         }
+        mbar_init(&lagbar, 128);
         mbar_fence_init();
     }
     __syncthreads();
 
-    if (tid >= 256) {  // producer warp: lane 0 issues every copy
-        if (lane != 0) return;
+    if (tid >= 256) {  // producer warpgroup: gives its registers to the consumers; one thread copies
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid != 256) return;
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&xmap) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)wmap) : "memory");
-        for (int kb = 0; kb < nkb; ++kb) {
-            const int slot = kb % WG_STAGES;
-            if (kb >= WG_STAGES) mbar_wait(&empty[slot], ((kb / WG_STAGES) - 1) & 1);
-            const u32 base = ring + slot * WG_STAGE_BYTES;
-            mbar_expect(&full[slot], WG_B_BYTES + WG_A_BYTES);
-            tma_load_2d(base, &xmap, (kb0 + kb) * 64, tok0, &full[slot]);
-            tma_load_2d(base + WG_B_BYTES, wmap, (kb0 + kb) * 64, row0, &full[slot]);
+        int slot = 0, round = 0;
+        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+            const WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
+            const TmaDesc* wmap = tl.which == 0 ? &w0 : tl.which == 1 ? &w1 : &w2;
+            int kb0, nkb;
+            kblocks(tl.z, kb0, nkb);
+            for (int kb = 0; kb < nkb; ++kb) {
+                if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
+                const u32 base = ring + slot * WG_STAGE_BYTES;
+                mbar_expect(&full[slot], WG_B_BYTES + WG_A_BYTES);
+                tma_load_2d(base, &xmap, (kb0 + kb) * 64, tl.tok0, &full[slot]);
+                tma_load_2d(base + WG_B_BYTES, wmap, (kb0 + kb) * 64, tl.row0, &full[slot]);
+                if (++slot == WG_STAGES) {
+                    slot = 0;
+                    ++round;
+                }
+            }
         }
         return;
     }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
 
     float acc[WG_ACC], tot[WG_ACC];
-#pragma unroll
-    for (int i = 0; i < WG_ACC; ++i) acc[i] = tot[i] = 0.f;
     // Per k block no division: the ring slot and its phase advance by counters, descriptors by
     // adding to the encoded start address (16-byte units: a stage is WG_STAGE_BYTES / 16, a k step
-    // 2), and a segment ends every `bps` blocks (kb0 starts one) or at this CTA's last block. A
+    // 2), and a segment ends every `bps` blocks (kb0 starts one) or at the tile's last block. A
     // segment that is not whole 64-wide blocks is all of K (tma::wgmma_fits), so it ends last.
-    const int bps = seg_len % 4 == 0 ? seg_len / 4 : nkb;
+    const int bps = seg_len % 4 == 0 ? seg_len / 4 : kt;
     const u64 dx0 = wg_desc_sw128(ring), dw0 = wg_desc_sw128(ring + WG_B_BYTES + wg * 64 * 128);
-    int slot = 0, in_seg = 0;
+    int slot = 0;
     u32 phase = 0;
-    for (int kb = 0; kb < nkb; ++kb) {
-        mbar_wait(&full[slot], phase);
-        const u64 soff = (u64)(slot * (WG_STAGE_BYTES >> 4));
-        wg_pin(acc);
-        wg_fence();
+    u32 nlag = 0;  // lagged tiles so far: lagbar's completed phases
+    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
+        int kb0, nkb;
+        kblocks(tl.z, kb0, nkb);
+        // Warpgroup 1 may run lag_blocks (at most 4) behind warpgroup 0, so their segment-end drains (and
+        // epilogues) fall at different times and the other keeps the tensor cores busy: it waits
+        // for warpgroup 0's arrivals on `lagbar` after that one's first lag_blocks blocks of the tile.
+        // Tiles of fewer blocks run unlagged: warpgroup 0 could then get two tiles ahead (the ring
+        // holds WG_STAGES blocks) and `lagbar`'s phases would alias.
+        const int lag = lag_blocks > 0 && nkb >= lag_blocks && lag_blocks <= 4 ? lag_blocks : 0;
+        // Warpgroup 0 waits on the phase before (complete): the same code for both, no branch on
+        // the warpgroup (a divergent path would serialize the wgmmas).
+        mbar_wait(&lagbar, (nlag & 1) ^ (wg == 0 || lag == 0 ? 1u : 0u));
+        nlag += lag > 0;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_ss_n128(acc, dw0 + soff + 2 * kk, dx0 + soff + 2 * kk);
-        wg_commit();
-        if (++in_seg == bps || kb + 1 == nkb) {  // segment end: retire, fold, restart
-            in_seg = 0;
-            wg_wait<0>();
-            wg_pin(acc);
+        for (int i = 0; i < WG_ACC; ++i) tot[i] = 0.f;
+        int in_seg = 0;
+        for (int kb = 0; kb < nkb; ++kb) {
+            mbar_wait(&full[slot], phase);
+            const u64 soff = (u64)(slot * (WG_STAGE_BYTES >> 4));
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+                wgmma_ss_n128(acc, dw0 + soff + 2 * kk, dx0 + soff + 2 * kk, in_seg > 0 || kk > 0);
+            wg_commit();
+            // Segment end: retire and fold; the next segment's first step starts from zero, so acc
+            // is never written here (a write would make ptxas wait on every block).
+            if (++in_seg == bps || kb + 1 == nkb) {
+                in_seg = 0;
+                wg_wait<0>();
+                wg_pin(acc);
+#pragma unroll
+                for (int i = 0; i < WG_ACC; ++i) tot[i] = __fadd_rn(tot[i], acc[i]);
+            } else {
+                wg_wait<1>();  // the previous block's group retired: its stage is free
+            }
+            if (kb > 0) mbar_arrive(&empty[slot == 0 ? WG_STAGES - 1 : slot - 1]);
+            mbar_arrive_if(&lagbar, wg == 0 && kb + 1 == lag);
+            if (++slot == WG_STAGES) {
+                slot = 0;
+                phase ^= 1;
+            }
+        }
+        wg_wait<0>();  // retired already (the last block ends a segment); says so to ptxas
+        wg_pin(acc);
+        mbar_arrive(&empty[slot == 0 ? WG_STAGES - 1 : slot - 1]);  // the tile's last stage
+
+        float* __restrict__ y = tl.which == 0 ? y0 : tl.which == 1 ? y1 : y2;
+        const int n = tl.which == 0 ? n0 : tl.which == 1 ? n1 : n2;
+        // Accumulator i of lane (g, c) in warp `warp`: row 16 warp + g + 8 (i / 2 % 2), token 8 (i / 4) + 2c + i % 2.
+        const int g = lane >> 2, c = lane & 3;
+        const int rowb = tl.row0 + wg * 64 + warp * 16 + g;
+        // Split mode: this segment's sum (0 + s, what the fold starts from) at column `col0 + row`.
+        const int ntot = n0 + n1 + n2, col0 = tl.which == 0 ? 0 : tl.which == 1 ? n0 : n0 + n1;
+        // With add, every old y value is loaded (into the spent accumulators) before any store, so
+        // the loads overlap instead of each waiting behind the previous store.
+        if (add && nz == 0) {
 #pragma unroll
             for (int i = 0; i < WG_ACC; ++i) {
-                tot[i] = __fadd_rn(tot[i], acc[i]);
-                acc[i] = 0.f;
+                int row = rowb + ((i >> 1) & 1) * 8, tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
+                acc[i] = row < n && tok < m ? y[(size_t)tok * n + row] : 0.f;
             }
-        } else {
-            wg_wait<1>();  // the previous block's group retired: its stage is free
         }
-        if (kb > 0) mbar_arrive(&empty[slot == 0 ? WG_STAGES - 1 : slot - 1]);
-        if (++slot == WG_STAGES) {
-            slot = 0;
-            phase ^= 1;
-        }
-    }
-    wg_wait<0>();
-    wg_pin(acc);
-    // Accumulator i of lane (g, c) in warp `warp`: row 16 warp + g + 8 (i / 2 % 2), token 8 (i / 4) + 2c + i % 2.
-    const int g = lane >> 2, c = lane & 3;
-    const int rowb = row0 + wg * 64 + warp * 16 + g;
-    // Split mode: this segment's sum (0 + s, what the fold starts from) at column `col0 + row`.
-    const int ntot = n0 + n1 + n2, col0 = which == 0 ? 0 : which == 1 ? n0 : n0 + n1;
-    // With add, every old y value is loaded (into the spent accumulators) before any store, so
-    // the loads overlap instead of each waiting behind the previous store.
-    if (add && nz == 0) {
 #pragma unroll
         for (int i = 0; i < WG_ACC; ++i) {
-            int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-            acc[i] = row < n && tok < m ? y[(size_t)tok * n + row] : 0.f;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < WG_ACC; ++i) {
-        int row = rowb + ((i >> 1) & 1) * 8, tok = tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-        if (row < n && tok < m) {
-            if (nz > 0) ws[((size_t)blockIdx.z * m + tok) * ntot + col0 + row] = tot[i];
-            else y[(size_t)tok * n + row] = add ? __fadd_rn(acc[i], tot[i]) : tot[i];
+            int row = rowb + ((i >> 1) & 1) * 8, tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
+            if (row < n && tok < m) {
+                if (nz > 0) ws[((size_t)tl.z * m + tok) * ntot + col0 + row] = tot[i];
+                else y[(size_t)tok * n + row] = add ? __fadd_rn(acc[i], tot[i]) : tot[i];
+            }
         }
     }
 #endif

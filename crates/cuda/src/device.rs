@@ -115,8 +115,8 @@ const _: () = assert!(WGMMA_SMEM + 1024 <= 227 * 1024, "the wgmma GEMM's shared 
 pub(crate) const ATTENTION_WG_SMEM: u32 = 2 * 2 * 64 * 128 + 3 * 2 * 2 * 64 * 128 + 2 * 64 * 128 * 4 + 1024;
 const _: () = assert!(ATTENTION_WG_SMEM + 1024 <= 227 * 1024, "wgmma attention's shared memory exceeds the limit");
 
-/// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warp.
-pub(crate) const WGMMA_THREADS: u32 = 288;
+/// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warpgroup.
+pub(crate) const WGMMA_THREADS: u32 = 384;
 
 /// A started device.
 pub struct Device {

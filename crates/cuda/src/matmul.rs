@@ -189,6 +189,11 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>,
     }
 }
 
+/// k blocks the wgmma GEMM's second warpgroup trails the first by (kernels/gemm_wgmma.cu). None:
+/// on the H200 (4096-token prefill, ncu per layer) lags of 0, 2 and 4 gave 2389, 2389 and 2443 us
+/// over the four matmuls with token tiles first (`scripts/device/results/NOTES.md`, session 8).
+const WGMMA_LAG: i32 = 0;
+
 /// The wgmma GEMM of `ws` (each with its tensor map) into `ys` (or added into them), up to three
 /// weights a launch; false (nothing launched) where a weight or x has no map.
 fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) -> bool {
@@ -208,6 +213,8 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
     };
     let kt = x.cols.div_ceil(16);
     let mtiles = m.div_ceil(crate::tma::BOX_ROWS);
+    // Scheduling only (the same bits either way): warpgroup lag and tile order (lab `gemm:L:O`).
+    let (lag, order) = b.lab.gemm.unwrap_or((WGMMA_LAG, 1));
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
         let ((w0, n0, b0), (w1, n1, b1), (w2, n2, b2)) = (at(0), at(1), at(2));
@@ -233,14 +240,18 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
             Arg::I(n2 as i32),
             Arg::I(b0 as i32),
             Arg::I(b1 as i32),
+            Arg::I(ctas as i32),
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::P(wsp),
             Arg::I(split),
             Arg::I(add as i32),
+            Arg::I(lag),
+            Arg::I(order),
         ];
-        let grid = ((b0 + b1 + b2) as u32, mtiles as u32, nz as u32);
-        d.launch(&d.k.gemm_wgmma, grid, WGMMA_THREADS, WGMMA_SMEM, &args);
+        // Persistent: one CTA an SM at most (its ring fills the shared memory), looping over tiles.
+        let tiles = ctas * mtiles * nz;
+        d.launch(&d.k.gemm_wgmma, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         if nz > 1 {
             let args = [
                 Arg::P(wsp),

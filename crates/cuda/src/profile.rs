@@ -38,7 +38,8 @@ impl Skip {
 /// `row:NAME` instead keeps that kernel off and gives one-row calls a variant of the few-row GEMV
 /// with one x row a stage (kernels/gemm.cu `GEMV_ONE_ROW`). `cp` gives one-row calls the few-row
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
-/// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too.
+/// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
+/// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -55,11 +56,24 @@ pub(crate) struct M1Lab {
     pub(crate) cp_head: bool,
     /// `attn-mma`: prefill attention takes the mma.sync kernel instead of the wgmma one (Hopper).
     pub(crate) attn_mma: bool,
+    /// `gemm:L:O`: the wgmma GEMM's warpgroup lag (k blocks, 0-4) and tile order (1: token tiles
+    /// fastest, 0: W blocks fastest) instead of the defaults.
+    pub(crate) gemm: Option<(i32, i32)>,
 }
 
 impl M1Lab {
     /// The setting `v` (from `CudaOptions` or the environment).
     pub(crate) fn parse(v: &str) -> M1Lab {
+        if let Some(g) = v.strip_prefix("gemm:") {
+            let mut it = g.split(':').map(|p| p.parse::<i32>().ok());
+            if let (Some(Some(l)), Some(Some(o)), None) = (it.next(), it.next(), it.next())
+                && (0..=4).contains(&l)
+                && (0..=1).contains(&o)
+            {
+                return M1Lab { gemm: Some((l, o)), ..M1Lab::default() };
+            }
+            return M1Lab::default();
+        }
         if let Some(name) = v.strip_prefix("row:") {
             let row = crate::matmul::ROW_VARIANTS.iter().position(|r| r.0 == name);
             return M1Lab { row, ..M1Lab::default() };
@@ -96,6 +110,9 @@ mod tests {
         assert!(M1Lab::parse("cp").cp && !M1Lab::parse("cp").on);
         assert!(M1Lab::parse("cphead").cp_head && !M1Lab::parse("cphead").cp);
         assert!(M1Lab::parse("attn-mma").attn_mma && !M1Lab::parse("cp").attn_mma);
+        assert_eq!(M1Lab::parse("gemm:4:0").gemm, Some((4, 0)));
+        assert_eq!(M1Lab::parse("gemm:5:0").gemm, None);
+        assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
