@@ -13,13 +13,16 @@
 //! chunks left to right, in one CTA or split across CTAs plus a combine kernel; small decode rounds
 //! take a warp-split kernel that holds a whole chunk and runs the same per-block step functions
 //! (its four warps score one block each, then each runs the chunk's chain on a quarter of the
-//! output dimensions), so its bits are the one-warp kernel's. So concurrent ==
+//! output dimensions), so its bits are the one-warp kernel's; on Hopper prefill rounds of head
+//! width 128 take kernels/attention_wg.cu, the same steps with S and P V on warpgroup MMAs and K/V
+//! copied by tensor map (tests/ops.rs checks it against the mma.sync kernel). So concurrent ==
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
 //! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
 //! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
 //! On Hopper, 1 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
-//! stream one K segment through a ring of tensor-map copies that runs on across W tiles.
+//! stream one K segment through a ring of tensor-map copies that runs on across W tiles; more
+//! rows take the wgmma GEMM, also persistent (one CTA an SM over its tiles, token tiles first).
 //!
 //! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is
 //! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait,
@@ -28,7 +31,8 @@
 //! `TF_PROFILE_SKIP` (profile.rs, off unless set) leaves chosen decode ops out, for timing them
 //! in place (`scripts/device/skip.sh`); results are then wrong. `TF_LAB_M1` turns on the one-row
 //! GEMV of kernels/gemv_m1.cu (x staged once a block, the input RMSNorm made inside it; exact,
-//! but slower on the H200 than the few-row GEMV plus a norm kernel, so off by default).
+//! but slower on the H200 than the few-row GEMV plus a norm kernel, so off by default); its other
+//! settings pick kernel variants for timing, all exact (profile.rs `M1Lab`).
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.
