@@ -192,9 +192,11 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         // Warpgroup 1 may run lag_blocks (at most 4) behind warpgroup 0, so their segment-end drains (and
         // epilogues) fall at different times and the other keeps the tensor cores busy: it waits
         // for warpgroup 0's arrivals on `lagbar` after that one's first lag_blocks blocks of the tile.
-        // Tiles of fewer blocks run unlagged: warpgroup 0 could then get two tiles ahead (the ring
-        // holds WG_STAGES blocks) and `lagbar`'s phases would alias.
-        const int lag = lag_blocks > 0 && nkb >= lag_blocks && lag_blocks <= 4 ? lag_blocks : 0;
+        // Warpgroup 0 runs at most WG_STAGES blocks ahead of warpgroup 1 (the ring), so it cannot
+        // finish the next tile's first lag blocks before warpgroup 1 has waited for this tile's
+        // when nkb + lag > WG_STAGES; shorter tiles run unlagged (`lagbar`'s phases would alias).
+        const bool lagged = lag_blocks > 0 && lag_blocks <= 4 && nkb >= lag_blocks && nkb + lag_blocks > WG_STAGES;
+        const int lag = lagged ? lag_blocks : 0;
         // Warpgroup 0 waits on the phase before (complete): the same code for both, no branch on
         // the warpgroup (a divergent path would serialize the wgmmas).
         mbar_wait(&lagbar, (nlag & 1) ^ (wg == 0 || lag == 0 ? 1u : 0u));

@@ -253,6 +253,11 @@ mod tests {
         assert!(items.iter().all(|i| i[2] as usize * 4 <= 128));
         assert_eq!(tiling(4, 1), (4, 16));
         assert_eq!(tiling(4, 37), (8, 32));
+        // Longest first, by the keys an item's last token sees: sequence 0's token (41 keys), then
+        // sequence 1's tokens 32-36 (37), then its tokens 0-31 (32).
+        let extent = |i: &[u32]| meta.seqs[i[0] as usize].start_pos + (i[1] + i[2]) as usize;
+        assert!(items.windows(2).all(|w| extent(w[0]) >= extent(w[1])), "{items:?}");
+        assert_eq!((items[0][0], items.last().map(|i| (i[0], i[1]))), (0, Some((1, 0))));
     }
 
     #[test]
