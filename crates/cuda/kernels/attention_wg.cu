@@ -35,11 +35,6 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const TmaDesc* map, int c0,
         "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
         : "memory");
 }
-template <int N>
-__device__ __forceinline__ void aw_pin(float* d) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // d (+)= Q K^T for one 16-wide d step: A 64 rows x 16 d, B 64 keys x 16 d, both K-major in shared
 // memory; the first step (accumulate 0) starts from zero without writing d first, which would
 // serialize the wgmmas in flight.
@@ -227,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         } else {
             wg_wait<0>();
         }
-        aw_pin<64>(oacc);
+        wg_pin<64>(oacc);
         if (i > 0) {
             mbar_arrive(&empty[(i - 1) % AW_STAGES]);
             if (b % CPB == 0) attn_chunk_end<D>(o, mrow, lrow, macc, lacc, have_acc, false, acc, ract);
@@ -262,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
         // O += P V: keys in 16-wide steps.
         const u32 vbase = ring + (i % AW_STAGES) * AW_STAGE_BYTES + 16384;
-        aw_pin<64>(oacc);
+        wg_pin<64>(oacc);
         wg_fence();
 #pragma unroll
         for (int kc2 = 0; kc2 < KB / 16; ++kc2)
@@ -271,13 +266,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         wg_commit();
         if (more) {
             wg_wait<1>();  // S of block b + 1 (P V of block b may still run)
-            aw_pin<32>(snext);
+            wg_pin<32>(snext);
         }
     };
 
     scores(sa, b0, 0);
     wg_wait<0>();
-    aw_pin<32>(sa);
+    wg_pin<32>(sa);
     // Each call site passes a constant `more`, so every step compiles without a branch on it.
     const bool next = true, none = false;
     int b = b0, i = 0;
@@ -292,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         step(none, sa, sb, b, i);
     }
     wg_wait<0>();
-    aw_pin<64>(oacc);
+    wg_pin<64>(oacc);
     attn_chunk_end<D>(o, mrow, lrow, macc, lacc, have_acc, true, acc, ract);
     attn_finish<D>(o, lacc, out, outb, rq, routb, ract, c);
 #endif

@@ -6,7 +6,7 @@
 // not depend on which kernel ran.
 //
 // CTA tile: 128 weight rows (two consumer warpgroups of 64) x 128 tokens x 64 k per stage, in a
-// ring of WG_STAGES stages fed by a producer warp with two tensor-map copies per stage (W rows and
+// ring of WG_STAGES stages fed by one producer thread with two tensor-map copies per stage (W rows and
 // x rows, each into the 128-byte-swizzled K-major layout wgmma reads from shared memory; rows and
 // k past the ends read as zeros). Full/empty mbarriers hand stages between producer and consumers.
 // K must be whole 64-wide blocks with segments ending on them (ops.rs sends other shapes to
@@ -71,10 +71,11 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Keeps the compiler from moving accumulator reads or writes across an in-flight wgmma.
+// Keeps the compiler from moving reads or writes of N accumulators across an in-flight wgmma.
+template <int N = WG_ACC>
 __device__ __forceinline__ void wg_pin(float* d) {
 #pragma unroll
-    for (int i = 0; i < WG_ACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 
