@@ -20,8 +20,14 @@ def ptx(src):
     if rc != 0:
         sys.exit("compile failed (scripts/nvrtc_check.py shows the log)")
     text = output(lib, prog, "PTX")
-    # Labels and local depots are numbered by the function's place in the module: drop the number.
-    norm = lambda body: re.sub(r"(\$L__BB|__local_depot)\d+", r"\1", body)
+    # Labels, inline-asm labels (`WAIT_%=`) and local depots are numbered by the function's place
+    # in the module, and shared variables are named by the function that declares them (a kernel
+    # body moved into a template has other names): drop the numbers and the names.
+    def norm(body):
+        body = re.sub(r"(\$L__BB|__local_depot)\d+", r"\1", body)
+        body = re.sub(r"\b([A-Z]+)_\d+\b", r"\1_", body)
+        body = re.sub(r"\b(smem_raw|wg_smem)(\$\d+)?", "dynamic_smem", body)
+        return re.sub(r"_ZZ\w*E\d+([A-Za-z_]\w*)", r"shared_\1", body)
     return {m.group(1): norm(m.group(2)) for m in re.finditer(r"\.entry (\w+)\((.*?)\n\}\n", text, re.S)}
 
 

@@ -2,6 +2,7 @@
 //! implementation that defines them (candle-style: slow spec beside fast impls, tested alike).
 
 pub mod attn;
+pub mod gate_up;
 pub mod host;
 pub mod reference;
 pub mod rope;
@@ -163,6 +164,37 @@ pub trait Backend: Send + Sync {
     }
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
+    /// A gate and an up weight (`[inter, in]` each) as one packed weight ([`gate_up`]'s row
+    /// order), or `None` where this backend keeps them apart (the default).
+    fn mat_gate_up(&self, gate: &TensorView, up: &TensorView) -> Result<Option<Self::Mat>, BackendError> {
+        let _ = (gate, up);
+        Ok(None)
+    }
+    /// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 * inter]`: the same values
+    /// as `glu` of the unpacked halves (this default unpacks on the host).
+    fn glu_packed(&self, y: &Self::Act, act: Activation) -> Self::Act {
+        let (rows, cols) = self.shape(y);
+        let inter = cols / 2;
+        let (gate, up) = gate_up::unpack(&self.download(y), rows, inter);
+        self.glu(&self.upload(&gate, rows, inter), &self.upload(&up, rows, inter), act)
+    }
+    /// `glu_packed(matmul(x, gu))`: the same values; a backend may apply the activation in the
+    /// matmul's store.
+    fn matmul_glu(&self, x: &Self::Act, gu: &Self::Mat, act: Activation) -> Self::Act {
+        self.glu_packed(&self.matmul(x, gu), act)
+    }
+    /// `matmul_glu(rms_norm(x, nw), gu)`: the same values.
+    fn norm_matmul_glu(
+        &self,
+        x: &Self::Act,
+        nw: &Self::Vec,
+        eps: f32,
+        one_plus: bool,
+        gu: &Self::Mat,
+        act: Activation,
+    ) -> Self::Act {
+        self.matmul_glu(&self.rms_norm(x, nw, eps, one_plus), gu, act)
+    }
     /// Writes this round's K/V rows into the pool, then attends (causal, paged).
     fn attention(
         &self,

@@ -122,16 +122,19 @@ __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int b
 // stages while the consumers finish a tile (warpgroup 1 may trail warpgroup 0 by lag_blocks).
 // Split mode (nz > 0, few rows: too few CTAs otherwise): tile z computes only K segment z and
 // leaves its sum in ws [nz][m][n0 + n1 + n2]; `gemm_fold` adds the segments in order.
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-    gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
-               const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
-               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
-               float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first) {
-    tf_pdl_enter();
+// GLU: W0 is a packed gate/up weight (tf_backend gate_up; n0 = 2 inter, no split, no add) and
+// the store writes act(gate) * up (ops.cu glu_one, the same values as glu_packed of the plain
+// output) into yg [m, inter] (unless null) and its bf16 copy ygb (row stride kp) instead of y0.
+template <bool GLU>
+__device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc& w1, const TmaDesc& w2, const TmaDesc& xmap,
+                                                float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2,
+                                                int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
+                                                float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first,
+                                                float* __restrict__ yg, u16* __restrict__ ygb, int kp, int act) {
 #ifdef TF_WGMMA
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
     __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES], lagbar;
-    const u32 ring = (smem_addr(smem_raw) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
+    const u32 ring = (smem_addr(wg_smem) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int seg_len = gemm_seg_len(kt);
     const int gy = (m + WG_BN - 1) / WG_BN, ntiles = nbx * gy * max(nz, 1);
@@ -239,6 +242,21 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         const int n = tl.which == 0 ? n0 : tl.which == 1 ? n1 : n2;
         // Accumulator i of lane (g, c) in warp `warp`: row 16 warp + g + 8 (i / 2 % 2), token 8 (i / 4) + 2c + i % 2.
         const int g = lane >> 2, c = lane & 3;
+        if constexpr (GLU) {
+            // Rows 16 q + g (gate) and 16 q + g + 8 (up) of the packed weight: output column 8 q + g.
+            const int inter = n0 / 2, col = (tl.row0 + wg * 64 + warp * 16) / 2 + g;
+#pragma unroll
+            for (int i = 0; i < WG_ACC; ++i) {
+                if ((i >> 1) & 1) continue;
+                const int tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
+                if (col < inter && tok < m) {
+                    const float o = glu_one(tot[i], tot[i + 2], act);
+                    if (yg) yg[(size_t)tok * inter + col] = o;  // null: lab `glu-nof32`
+                    ygb[(size_t)tok * kp + col] = f2bf(o);
+                }
+            }
+            continue;
+        }
         const int rowb = tl.row0 + wg * 64 + warp * 16 + g;
         // Split mode: this segment's sum (0 + s, what the fold starts from) at column `col0 + row`.
         const int ntot = n0 + n1 + n2, col0 = tl.which == 0 ? 0 : tl.which == 1 ? n0 : n0 + n1;
@@ -261,6 +279,26 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         }
     }
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
+               const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
+               float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
+               float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first) {
+    tf_pdl_enter();
+    gemm_wgmma_body<false>(w0, w1, w2, xmap, y0, y1, y2, n0, n1, n2, bx0, bx1, nbx, m, kt, ws, nz, add, lag_blocks,
+                           tokens_first, nullptr, nullptr, 0, 0);
+}
+
+// The packed gate/up matmul with the gated activation in its store (gemm_wgmma_body GLU): gu has
+// n = 2 inter rows in nb 128-row blocks; y [m, inter] f32 and yb its bf16 copy (row stride kp).
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    gemm_wgmma_glu(const __grid_constant__ TmaDesc gu, const __grid_constant__ TmaDesc xmap, float* __restrict__ y,
+                   u16* __restrict__ yb, int n, int nb, int m, int kt, int kp, int act, int lag_blocks, int tokens_first) {
+    tf_pdl_enter();
+    gemm_wgmma_body<true>(gu, gu, gu, xmap, nullptr, nullptr, nullptr, n, 0, 0, nb, 0, nb, m, kt, nullptr, 0, 0, lag_blocks,
+                          tokens_first, y, yb, kp, act);
 }
 
 // Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums, exactly the register

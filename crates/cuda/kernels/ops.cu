@@ -14,6 +14,20 @@ extern "C" __global__ void pad_bf16(const u16* __restrict__ src, u16* __restrict
     }
 }
 
+// A gate and an up bf16 [n, k] weight packed into one matmul weight of 2n rows (tf_backend
+// gate_up, n a multiple of 8): packed row 16 q + r is gate row 8 q + r for r < 8, else up row
+// 8 q + r - 8; columns zero-padded to kt * 16.
+extern "C" __global__ void pack_gate_up_bf16(const u16* __restrict__ g, const u16* __restrict__ u, u16* __restrict__ dst,
+                                             int n, int k, int kt) {
+    tf_pdl_enter();
+    size_t kp = (size_t)kt * 16, total = (size_t)2 * n * kp;
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (size_t)gridDim.x * blockDim.x) {
+        size_t row = p / kp, col = p % kp, src = row / 16 * 8 + row % 8;
+        const u16* from = row % 16 < 8 ? g : u;
+        dst[p] = col < (size_t)k ? from[src * k + col] : (u16)0;
+    }
+}
+
 // out[r, :] = table[ids[r], :] * scale. dtype: 0 padded bf16 (row stride 16 kt), 1 f16, 2 f32.
 extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int kt, const u32* __restrict__ ids, int k,
                                  float scale, float* __restrict__ out) {
@@ -284,6 +298,29 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
         float o = glu_one(g[i], u[i], act);
         y[i] = o;
         yb[(i / cols) * kp + i % cols] = f2bf(o);
+    }
+}
+
+// Column of output column j's gate value in a packed gate/up matmul output row (its up value is
+// 8 columns further): 16 (j / 8) + j % 8.
+__device__ __forceinline__ int gate_up_col(int j) { return (j >> 3) * 16 + (j & 7); }
+
+// y = act(gate) * up from a packed gate/up matmul output p [rows, 2 cols] (cols a multiple of 8),
+// and its bf16 copy (row stride kp): each thread takes 4 consecutive values of a row, which lie in
+// one 8-column group (16-byte loads and stores).
+extern "C" __global__ void glu_packed(const float* __restrict__ p, float* __restrict__ y, u16* __restrict__ yb, int rows,
+                                      int cols, int kp, int act) {
+    tf_pdl_enter();
+    const size_t n4 = (size_t)rows * cols / 4, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n4; q += stride) {
+        const size_t i = q * 4, r = i / cols;
+        const int j = (int)(i % cols);
+        const float* row = p + r * 2 * cols;
+        float4 gv = *(const float4*)(row + gate_up_col(j)), uv = *(const float4*)(row + gate_up_col(j) + 8);
+        float4 o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
+                               glu_one(gv.w, uv.w, act));
+        ((float4*)y)[q] = o;
+        *(uint2*)(yb + r * kp + j) = make_uint2(pack_bf2(o.x, o.y), pack_bf2(o.z, o.w));
     }
 }
 

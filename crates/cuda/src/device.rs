@@ -51,6 +51,7 @@ macro_rules! kernels {
 
 kernels!(
     pad_bf16,
+    pack_gate_up_bf16,
     embed,
     rms_norm,
     rms_norm_q4,
@@ -60,6 +61,7 @@ kernels!(
     rope,
     qk_norm_rope,
     glu,
+    glu_packed,
     select_rows,
     softcap,
     to_bf16,
@@ -87,6 +89,7 @@ kernels!(
     gemv_m1_norm4,
     gemm_bf16,
     gemm_wgmma,
+    gemm_wgmma_glu,
     gemm_fold,
     gemm_simt,
     attention_d16,
@@ -168,7 +171,9 @@ impl Device {
         let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
         if wgmma {
-            drv(k.gemm_wgmma.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
+            for f in [&k.gemm_wgmma, &k.gemm_wgmma_glu] {
+                drv(f.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
+            }
             drv(
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",

@@ -247,6 +247,39 @@ impl Backend for CudaBackend {
         ops::glu(self, gate, up, act)
     }
 
+    fn mat_gate_up(&self, gate: &TensorView, up: &TensorView) -> Result<Option<CudaMat>, BackendError> {
+        ops::mat_gate_up(self, gate, up)
+    }
+
+    fn glu_packed(&self, y: &CudaAct, act: Activation) -> CudaAct {
+        if self.skip.skips(Skip::GLU, y.rows) {
+            return self.blank(y.rows, y.cols / 2);
+        }
+        ops::glu_packed(self, y, act)
+    }
+
+    fn matmul_glu(&self, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
+        if self.skip.skips(Skip::MATMUL, x.rows) {
+            return self.glu_packed(&self.blank(x.rows, gu.shape().0), act);
+        }
+        matmul::matmul_glu(self, x, gu, act)
+    }
+
+    fn norm_matmul_glu(
+        &self,
+        x: &CudaAct,
+        nw: &CudaVec,
+        eps: f32,
+        one_plus: bool,
+        gu: &CudaMat,
+        act: Activation,
+    ) -> CudaAct {
+        if self.skip.skips(Skip::MATMUL, x.rows) {
+            return self.glu_packed(&self.blank(x.rows, gu.shape().0), act);
+        }
+        matmul::norm_matmul_glu(self, x, nw, eps, one_plus, gu, act)
+    }
+
     fn attention(
         &self,
         q: &CudaAct,

@@ -6,6 +6,7 @@ use crate::gemv_m1::{M1Input, gemv_m1, norm_fusable};
 use crate::ops::bf16_of;
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
+use tf_backend::Activation;
 
 const BLOCK: u32 = 256;
 
@@ -219,11 +220,8 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
         let ((w0, n0, b0), (w1, n1, b1), (w2, n2, b2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).map_or(0, |s| ptr(*s, &d.stream));
-        // Decode batches (33-64 rows) leave most SMs idle (one CTA per 128 W rows): split K by
-        // segment and fold the segment sums in order (the same additions, so the same bits).
-        // H200, qwen3-8b: batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%.
         let ctas = b0 + b1 + b2;
-        let nz = if m <= 64 && ctas < 2 * d.num_sms { crate::tma::segments(kt) } else { 1 };
+        let nz = k_splits(b, m, ctas, kt);
         let work = (nz > 1).then(|| d.alloc::<f32>(nz * m * (n0 + n1 + n2)));
         let wsp = work.as_ref().map_or(0, |w| ptr(w, &d.stream));
         let split = if nz > 1 { nz as i32 } else { 0 };
@@ -269,6 +267,72 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
         }
     }
     true
+}
+
+/// K segments the wgmma GEMM of `m` rows over `ctas` 128-row W blocks splits into: decode batches
+/// (33-64 rows) leave most SMs idle (one CTA per W block), so K is split by segment and a fold
+/// adds the segment sums in order (the same additions, so the same bits). H200, qwen3-8b:
+/// batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%.
+fn k_splits(b: &CudaBackend, m: usize, ctas: usize, kt: usize) -> usize {
+    if m <= 64 && ctas < 2 * b.dev.num_sms { crate::tma::segments(kt) } else { 1 }
+}
+
+/// `glu_packed(x @ gu^T)` for a packed gate/up weight: from 33 rows on Hopper (unless K is split)
+/// the wgmma GEMM applies the activation in its store, so the `[rows, 2 inter]` product is never
+/// written; else the matmul, then the `glu_packed` kernel (the same values either way).
+pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
+    let d = &b.dev;
+    let (m, (n, k)) = (x.rows, gu.shape());
+    assert_eq!(x.cols, k, "matmul_glu: x has {} columns, W is {n}x{k}", x.cols);
+    let kt = x.cols.div_ceil(16);
+    if let CudaMat::Bf16 { map: Some(map), ntiles, .. } = gu
+        && m > 32
+        && !b.lab.glu_apart
+        && k_splits(b, m, ntiles.div_ceil(8), kt) == 1
+        && let Some(xmap) = crate::tma::row_map(ptr(bf16_of(b, x), &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS)
+    {
+        let inter = n / 2;
+        let y = d.alloc::<f32>(m * inter);
+        let yb = crate::ops::bf16_out(b, m, inter);
+        let nb = ntiles.div_ceil(8);
+        let (lag, order) = b.lab.gemm.unwrap_or((WGMMA_LAG, 1));
+        let args = [
+            Arg::M(**map),
+            Arg::M(xmap),
+            Arg::P(if b.lab.glu_no_f32 { 0 } else { ptr(&y, &d.stream) }),
+            Arg::P(ptr(&yb, &d.stream)),
+            Arg::I(n as i32),
+            Arg::I(nb as i32),
+            Arg::I(m as i32),
+            Arg::I(kt as i32),
+            Arg::I(padded(inter) as i32),
+            Arg::I(matches!(act, Activation::GeluTanh) as i32),
+            Arg::I(lag),
+            Arg::I(order),
+        ];
+        let tiles = nb * m.div_ceil(crate::tma::BOX_ROWS);
+        d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
+        return CudaAct::with_bf16(y, yb, m, inter);
+    }
+    crate::ops::glu_packed(b, &matmul(b, x, gu), act)
+}
+
+/// `matmul_glu(rms_norm(x, nw), gu)`: one row with the one-row GEMV on (profile.rs `M1Lab`) makes
+/// the norm inside the GEMV (`norm_matmul_many`), else the norm kernel runs first.
+pub(crate) fn norm_matmul_glu(
+    b: &CudaBackend,
+    x: &CudaAct,
+    nw: &CudaVec,
+    eps: f32,
+    one_plus: bool,
+    gu: &CudaMat,
+    act: Activation,
+) -> CudaAct {
+    if x.rows == 1 && b.lab.on {
+        let y = norm_matmul_many(b, x, nw, eps, one_plus, &[gu]).pop().expect("one weight, one output");
+        return crate::ops::glu_packed(b, &y, act);
+    }
+    matmul_glu(b, &crate::ops::rms_norm(b, x, nw, eps, one_plus), gu, act)
 }
 
 /// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing

@@ -33,22 +33,63 @@ pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendErr
                 Arg::I(kt as i32),
             ];
             d.launch(&d.k.pad_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
-            let wp = ptr(&w, &d.stream);
-            let map = (d.wgmma && crate::tma::wgmma_fits(kt))
-                .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::BOX_ROWS))
-                .flatten()
-                .map(Box::new);
-            let gmap = d
-                .wgmma
-                .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
-                .flatten()
-                .map(Box::new);
-            Ok(CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap })
+            Ok(bf16_mat(b, w, rows, cols))
         }
         DType::F16 => Ok(CudaMat::Plain { w: raw, f16: true, rows, cols }),
         DType::F32 => Ok(CudaMat::Plain { w: raw, f16: false, rows, cols }),
         other => Err(BackendError::Unsupported(format!("{}: dtype {other} is not supported on CUDA", t.name))),
     }
+}
+
+/// A padded bf16 weight `[rows, cols]` with the tensor maps its matmuls read it through (Hopper).
+fn bf16_mat(b: &CudaBackend, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
+    let d = &b.dev;
+    let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
+    let wp = ptr(&w, &d.stream);
+    let map = (d.wgmma && crate::tma::wgmma_fits(kt))
+        .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::BOX_ROWS))
+        .flatten()
+        .map(Box::new);
+    let gmap = d
+        .wgmma
+        .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
+        .flatten()
+        .map(Box::new);
+    CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap }
+}
+
+/// A bf16 gate and up weight (`[inter, cols]` each) packed into one `[2 inter, cols]` weight
+/// (tf_backend `gate_up` row order), so one matmul makes both and the wgmma GEMM can apply the
+/// activation in its store; `None` (kept apart) for other dtypes or `inter` not whole groups.
+pub(crate) fn mat_gate_up(
+    b: &CudaBackend,
+    gate: &TensorView,
+    up: &TensorView,
+) -> Result<Option<CudaMat>, BackendError> {
+    let [inter, cols] = gate.shape[..] else {
+        return Ok(None);
+    };
+    if gate.shape != up.shape {
+        return Ok(None);
+    }
+    if gate.dtype != DType::BF16 || up.dtype != DType::BF16 || !tf_backend::gate_up::packable(inter) {
+        return Ok(None);
+    }
+    let d = &b.dev;
+    let (g, u) = (d.upload(gate.data.as_bytes()), d.upload(up.data.as_bytes()));
+    let (rows, kt) = (2 * inter, cols.div_ceil(16));
+    let total = rows * kt * 16;
+    let w = d.alloc::<u16>(total);
+    let args = [
+        Arg::P(ptr(&g, &d.stream)),
+        Arg::P(ptr(&u, &d.stream)),
+        Arg::P(ptr(&w, &d.stream)),
+        Arg::I(inter as i32),
+        Arg::I(cols as i32),
+        Arg::I(kt as i32),
+    ];
+    d.launch(&d.k.pack_gate_up_bf16, (grid_for(total, BLOCK), 1, 1), BLOCK, 0, &args);
+    Ok(Some(bf16_mat(b, w, rows, cols)))
 }
 
 /// One layer's zeroed bf16 KV pool.
@@ -336,6 +377,26 @@ pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation
     let threads = if gate.cols.is_multiple_of(4) { n / 4 } else { n };
     d.launch(&d.k.glu, (grid_for(threads, BLOCK), 1, 1), BLOCK, 0, &args);
     CudaAct::with_bf16(y, yb, gate.rows, gate.cols)
+}
+
+/// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 inter]` (`inter` a multiple of 8).
+pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaAct {
+    let d = &b.dev;
+    let (rows, inter) = (p.rows, p.cols / 2);
+    assert!(p.cols == 2 * inter && tf_backend::gate_up::packable(inter), "glu_packed: {} columns", p.cols);
+    let y = d.alloc::<f32>(rows * inter);
+    let yb = bf16_out(b, rows, inter);
+    let args = [
+        Arg::P(ptr(&p.data, &d.stream)),
+        Arg::P(ptr(&y, &d.stream)),
+        Arg::P(ptr(&yb, &d.stream)),
+        Arg::I(rows as i32),
+        Arg::I(inter as i32),
+        Arg::I(padded(inter) as i32),
+        Arg::I(matches!(act, Activation::GeluTanh) as i32),
+    ];
+    d.launch(&d.k.glu_packed, (grid_for(rows * inter / 4, BLOCK), 1, 1), BLOCK, 0, &args);
+    CudaAct::with_bf16(y, yb, rows, inter)
 }
 
 /// Rows `idx` (a device list of `n` row numbers) of `x`.

@@ -104,6 +104,52 @@ fn matmul_many_equals_one_matmul_per_weight() {
 }
 
 #[test]
+fn packed_gate_up_equals_glu_of_two_matmuls() {
+    for lab in [None, Some("on")] {
+        let Some(b) = backend_with(lab) else { return };
+        packed_gate_up_case(&b);
+    }
+}
+
+fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
+    // Every path of matmul_glu: GEMVs (1-32 rows), split wgmma then glu_packed (33-64), the wgmma
+    // GEMM with the activation in its store (65+; 200 and 1096 rows end mid W block), the tiled
+    // GEMM (K = 200 is not whole 64-wide blocks); each output and its bf16 copy (what the down
+    // projection reads) must equal glu of the two plain matmuls.
+    for (inter, k) in [(200, 256), (1096, 512), (64, 200)] {
+        let (gt, ut) = (
+            weight("g", DType::BF16, inter, k, &rand(inter * k, 21, 0.5)),
+            weight("u", DType::BF16, inter, k, &rand(inter * k, 22, 0.5)),
+        );
+        let gu = b.mat_gate_up(&gt, &ut).unwrap().expect("bf16 gate/up with whole groups packs");
+        let (g, u) = (b.mat(&gt).unwrap(), b.mat(&ut).unwrap());
+        let down = b.mat(&weight("d", DType::BF16, 48, inter, &rand(48 * inter, 24, 0.5))).unwrap();
+        let nw = b.vec(&rand(k, 25, 1.0));
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            for m in [1, 8, 33, 64, 130, 300] {
+                let x = b.upload(&rand(m * k, 23 + m as u64, 1.0), m, k);
+                let want = b.glu(&b.matmul(&x, &g), &b.matmul(&x, &u), act);
+                let normed = b.rms_norm(&x, &nw, 1e-6, false);
+                let want_n = b.glu(&b.matmul(&normed, &g), &b.matmul(&normed, &u), act);
+                let cases = [
+                    ("matmul_glu", b.matmul_glu(&x, &gu, act), &want),
+                    ("glu_packed", b.glu_packed(&b.matmul(&x, &gu), act), &want),
+                    ("norm_matmul_glu", b.norm_matmul_glu(&x, &nw, 1e-6, false, &gu, act), &want_n),
+                ];
+                for (what, got, want) in cases {
+                    let at = format!("{what} inter={inter} k={k} {act:?} m={m}");
+                    assert!(same_bits(&b.download(&got), &b.download(want)), "{at}: values differ");
+                    let (p, q) = (b.download(&b.matmul(&got, &down)), b.download(&b.matmul(want, &down)));
+                    assert!(same_bits(&p, &q), "{at}: bf16 copies differ");
+                }
+            }
+        }
+    }
+    let odd = weight("g", DType::BF16, 12, 64, &rand(12 * 64, 26, 0.5));
+    assert!(b.mat_gate_up(&odd, &odd).unwrap().is_none(), "12 rows are not whole groups of 8");
+}
+
+#[test]
 fn matmul_add_equals_matmul_then_add() {
     for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6")] {
         let Some(b) = backend_with(lab) else { return };

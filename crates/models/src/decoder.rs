@@ -3,7 +3,7 @@
 
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
-use crate::weights::Loader;
+use crate::weights::{GateUp, Loader};
 use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams, QkNorm};
 
 /// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
@@ -17,7 +17,7 @@ pub struct Batch<'a> {
 }
 
 enum Ffn<B: Backend> {
-    Dense { gate: B::Mat, up: B::Mat, down: B::Mat },
+    Dense { gate_up: GateUp<B::Mat>, down: B::Mat },
     Moe { router: B::Mat, experts: Experts<B::Mat>, params: MoeParams },
 }
 
@@ -175,10 +175,17 @@ impl<B: Backend> Decoder<B> {
             FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
         };
         match &l.ffn {
-            Ffn::Dense { gate, up, down } => {
-                let [g, u]: [B::Act; 2] =
-                    normed(&[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
-                let a = b.glu(&g, &u, self.spec.act);
+            Ffn::Dense { gate_up, down } => {
+                let act = self.spec.act;
+                let a = match (gate_up, &input) {
+                    (GateUp::Apart(gate, up), _) => {
+                        let [g, u]: [B::Act; 2] =
+                            normed(&[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                        b.glu(&g, &u, act)
+                    }
+                    (GateUp::Packed(gu), FfnIn::Normed(x)) => b.matmul_glu(x, gu, act),
+                    (GateUp::Packed(gu), FfnIn::Residual(nw)) => b.norm_matmul_glu(h, nw, eps, one_plus, gu, act),
+                };
                 match &l.post_ffn_norm {
                     Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
                     None => {
@@ -220,8 +227,12 @@ fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result
             params: MoeParams { top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, act: s.act },
         },
         _ => Ffn::Dense {
-            gate: proj("mlp.gate_proj", s.intermediate_size, hidden)?,
-            up: proj("mlp.up_proj", s.intermediate_size, hidden)?,
+            gate_up: ld.gate_up(
+                &format!("{p}mlp.gate_proj.weight"),
+                &format!("{p}mlp.up_proj.weight"),
+                s.intermediate_size,
+                hidden,
+            )?,
             down: proj("mlp.down_proj", hidden, s.intermediate_size)?,
         },
     };

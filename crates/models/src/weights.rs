@@ -35,6 +35,14 @@ impl TensorSource for crate::gguf::GgufSource {
     }
 }
 
+/// An MLP's gate and up projections: two weights, or one packed (`tf_backend::gate_up`).
+pub enum GateUp<M> {
+    /// Gate, then up.
+    Apart(M, M),
+    /// Both in one weight.
+    Packed(M),
+}
+
 /// Loads named tensors with checked shapes.
 pub struct Loader<'a, B: Backend> {
     ckpt: &'a dyn TensorSource,
@@ -77,6 +85,15 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// A weight matrix `[rows, cols]`.
     pub fn mat(&self, name: &str, rows: usize, cols: usize) -> Result<B::Mat, ModelError> {
         Ok(self.backend.mat(&self.view(name, &[rows, cols])?)?)
+    }
+
+    /// The gate and up weights (`[rows, cols]` each), packed into one where the backend packs.
+    pub fn gate_up(&self, gate: &str, up: &str, rows: usize, cols: usize) -> Result<GateUp<B::Mat>, ModelError> {
+        let (g, u) = (self.view(gate, &[rows, cols])?, self.view(up, &[rows, cols])?);
+        Ok(match self.backend.mat_gate_up(&g, &u)? {
+            Some(gu) => GateUp::Packed(gu),
+            None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
+        })
     }
 
     /// A weight vector of `len` values.
