@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call for the gated activation in the gate/up GEMM's store: the CUDA tests, the 4096-token
 # prefill's kernels (ncu) with the fused store and without it (lab `glu-apart`), then prefill and
-# batch-1 decode of the three settings interleaved (default, `glu-apart`, `glu-nof32`).
+# batch-1 decode of the three settings and of .carry/a (the build before) interleaved.
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
@@ -18,4 +18,4 @@ for v in fused glu-apart; do
   TF_LAB_M1=$lab WHOLE=1 PROMPT=4096 OUT=$OUT/$v bash scripts/device/profile_prefill.sh 2>&1 | head -16
 done
 ARGS="--prompt-len 128,4096 --batch 1 --gen-len 32 --repeat 1" \
-  bash scripts/device/abc.sh "F=.carry/tensorfold A=.carry/glu-apart.sh N=.carry/glu-nof32.sh" 2
+  bash scripts/device/abc.sh "O=.carry/a/tensorfold F=.carry/tensorfold A=.carry/glu-apart.sh N=.carry/glu-nof32.sh" 2

@@ -263,11 +263,12 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 
-// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh).
+// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh). SiLU divides with __fdividef (within 2
+// ulp; no slow-path branch, so a store loop's values overlap: gemm_wgmma.cu's GLU store).
 __device__ __forceinline__ float glu_one(float v, float u, int act) {
     float a;
     if (act == 0) {
-        a = v / (1.0f + expf(-v));
+        a = __fdividef(v, 1.0f + expf(-v));
     } else {
         const float c = 0.7978845608028654f;
         a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
