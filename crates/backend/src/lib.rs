@@ -170,16 +170,17 @@ pub trait Backend: Send + Sync {
         let _ = (gate, up);
         Ok(None)
     }
-    /// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 * inter]`: the same values
-    /// as `glu` of the unpacked halves (this default unpacks on the host).
+    /// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 * inter]`: the values of
+    /// `glu` of the unpacked halves, which a backend may hold rounded to the type its matmuls
+    /// read (CUDA: bf16), as they feed the down projection (this default unpacks on the host).
     fn glu_packed(&self, y: &Self::Act, act: Activation) -> Self::Act {
         let (rows, cols) = self.shape(y);
         let inter = cols / 2;
         let (gate, up) = gate_up::unpack(&self.download(y), rows, inter);
         self.glu(&self.upload(&gate, rows, inter), &self.upload(&up, rows, inter), act)
     }
-    /// `glu_packed(matmul(x, gu))`: the same values; a backend may apply the activation in the
-    /// matmul's store.
+    /// `glu_packed(matmul(x, gu))`: the same values (bits); a backend may apply the activation
+    /// in the matmul's store.
     fn matmul_glu(&self, x: &Self::Act, gu: &Self::Mat, act: Activation) -> Self::Act {
         self.glu_packed(&self.matmul(x, gu), act)
     }

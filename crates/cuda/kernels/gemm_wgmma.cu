@@ -123,14 +123,14 @@ __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int b
 // Split mode (nz > 0, few rows: too few CTAs otherwise): tile z computes only K segment z and
 // leaves its sum in ws [nz][m][n0 + n1 + n2]; `gemm_fold` adds the segments in order.
 // GLU: W0 is a packed gate/up weight (tf_backend gate_up; n0 = 2 inter, no split, no add) and
-// the store writes act(gate) * up (ops.cu glu_one, the same values as glu_packed of the plain
-// output) into yg [m, inter] (unless null) and its bf16 copy ygb (row stride kp) instead of y0.
+// the store writes act(gate) * up rounded to bf16 (ops.cu glu_one, the same values as glu_packed
+// of the plain output) into ygb [m, inter] (row stride kp) instead of y0.
 template <bool GLU>
 __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc& w1, const TmaDesc& w2, const TmaDesc& xmap,
                                                 float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2,
                                                 int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
                                                 float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first,
-                                                float* __restrict__ yg, u16* __restrict__ ygb, int kp, int act) {
+                                                u16* __restrict__ ygb, int kp, int act) {
 #ifdef TF_WGMMA
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES], lagbar;
@@ -252,13 +252,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
             float o[WG_ACC / 2];
 #pragma unroll
             for (int j = 0; j < WG_ACC / 2; ++j) o[j] = glu_one(tot[(j >> 1) * 4 + (j & 1)], tot[(j >> 1) * 4 + (j & 1) + 2], act);
-            if (yg) {  // null: lab `glu-nof32`
-#pragma unroll
-                for (int j = 0; j < WG_ACC / 2; ++j) {
-                    const int tok = tl.tok0 + (j >> 1) * 8 + 2 * c + (j & 1);
-                    if (col < inter && tok < m) yg[(size_t)tok * inter + col] = o[j];
-                }
-            }
 #pragma unroll
             for (int j = 0; j < WG_ACC / 2; ++j) {
                 const int tok = tl.tok0 + (j >> 1) * 8 + 2 * c + (j & 1);
@@ -297,17 +290,17 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
                float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
     gemm_wgmma_body<false>(w0, w1, w2, xmap, y0, y1, y2, n0, n1, n2, bx0, bx1, nbx, m, kt, ws, nz, add, lag_blocks,
-                           tokens_first, nullptr, nullptr, 0, 0);
+                           tokens_first, nullptr, 0, 0);
 }
 
 // The packed gate/up matmul with the gated activation in its store (gemm_wgmma_body GLU): gu has
-// n = 2 inter rows in nb 128-row blocks; y [m, inter] f32 and yb its bf16 copy (row stride kp).
+// n = 2 inter rows in nb 128-row blocks; yb [m, inter] bf16 (row stride kp).
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-    gemm_wgmma_glu(const __grid_constant__ TmaDesc gu, const __grid_constant__ TmaDesc xmap, float* __restrict__ y,
-                   u16* __restrict__ yb, int n, int nb, int m, int kt, int kp, int act, int lag_blocks, int tokens_first) {
+    gemm_wgmma_glu(const __grid_constant__ TmaDesc gu, const __grid_constant__ TmaDesc xmap, u16* __restrict__ yb, int n,
+                   int nb, int m, int kt, int kp, int act, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
     gemm_wgmma_body<true>(gu, gu, gu, xmap, nullptr, nullptr, nullptr, n, 0, 0, nb, 0, nb, m, kt, nullptr, 0, 0, lag_blocks,
-                          tokens_first, y, yb, kp, act);
+                          tokens_first, yb, kp, act);
 }
 
 // Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums, exactly the register

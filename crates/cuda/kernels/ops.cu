@@ -306,11 +306,11 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
 // 8 columns further): 16 (j / 8) + j % 8.
 __device__ __forceinline__ int gate_up_col(int j) { return (j >> 3) * 16 + (j & 7); }
 
-// y = act(gate) * up from a packed gate/up matmul output p [rows, 2 cols] (cols a multiple of 8),
-// and its bf16 copy (row stride kp): each thread takes 4 consecutive values of a row, which lie in
-// one 8-column group (16-byte loads and stores).
-extern "C" __global__ void glu_packed(const float* __restrict__ p, float* __restrict__ y, u16* __restrict__ yb, int rows,
-                                      int cols, int kp, int act) {
+// yb = act(gate) * up rounded to bf16 (row stride kp; the values feed the down projection only)
+// from a packed gate/up matmul output p [rows, 2 cols] (cols a multiple of 8): each thread takes
+// 4 consecutive values of a row, which lie in one 8-column group (16-byte loads).
+extern "C" __global__ void glu_packed(const float* __restrict__ p, u16* __restrict__ yb, int rows, int cols, int kp,
+                                      int act) {
     tf_pdl_enter();
     const size_t n4 = (size_t)rows * cols / 4, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n4; q += stride) {
@@ -320,9 +320,16 @@ extern "C" __global__ void glu_packed(const float* __restrict__ p, float* __rest
         float4 gv = *(const float4*)(row + gate_up_col(j)), uv = *(const float4*)(row + gate_up_col(j) + 8);
         float4 o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
                                glu_one(gv.w, uv.w, act));
-        ((float4*)y)[q] = o;
         *(uint2*)(yb + r * kp + j) = make_uint2(pack_bf2(o.x, o.y), pack_bf2(o.z, o.w));
     }
+}
+
+// y [rows, cols] f32 = the bf16 values x (row stride kp), widened.
+extern "C" __global__ void widen_bf16(const u16* __restrict__ x, float* __restrict__ y, int rows, int cols, int kp) {
+    tf_pdl_enter();
+    const size_t n = (size_t)rows * cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = bf2f(x[(i / cols) * kp + i % cols]);
 }
 
 // y[r] = x[rows[r]]: block (r, q) copies columns [1024 q, 1024 q + 1024) of row r, each thread

@@ -144,8 +144,8 @@ pub(crate) fn attention(
     let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
     if k.rows > 0 && !decode {
         let args = [
-            Arg::P(ptr(&k.data, &d.stream)),
-            Arg::P(ptr(&v.data, &d.stream)),
+            Arg::P(ptr(k.data(b), &d.stream)),
+            Arg::P(ptr(v.data(b), &d.stream)),
             Arg::P(at(m.slots_off)),
             Arg::P(kp),
             Arg::P(vp),
@@ -158,7 +158,7 @@ pub(crate) fn attention(
         let nz = split_chunks(meta, m.num_items * kvh, q.rows, window);
         let ws = d.alloc::<f32>(if nz > 0 { q.rows * p.num_heads * nz * (hd + 2) } else { 1 });
         let args = [
-            Arg::P(ptr(&q.data, &d.stream)),
+            Arg::P(ptr(q.data(b), &d.stream)),
             Arg::P(kp),
             Arg::P(vp),
             Arg::P(base),
@@ -175,8 +175,8 @@ pub(crate) fn attention(
             Arg::I(window as i32),
             Arg::F(p.softcap.unwrap_or(0.0)),
             Arg::I(padded(width) as i32),
-            Arg::P(if decode { ptr(&k.data, &d.stream) } else { 0 }),
-            Arg::P(if decode { ptr(&v.data, &d.stream) } else { 0 }),
+            Arg::P(if decode { ptr(k.data(b), &d.stream) } else { 0 }),
+            Arg::P(if decode { ptr(v.data(b), &d.stream) } else { 0 }),
             Arg::P(at(m.slots_off)),
         ];
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
@@ -185,7 +185,7 @@ pub(crate) fn attention(
         let wg = (!decode && m.warps == 8 && nz == 0 && hd == 128 && !b.lab.attn_mma).then_some(kv.maps).flatten();
         if let Some((kmap, vmap)) = wg {
             let args = [
-                Arg::P(ptr(&q.data, &d.stream)),
+                Arg::P(ptr(q.data(b), &d.stream)),
                 Arg::M(kmap),
                 Arg::M(vmap),
                 Arg::P(base),

@@ -62,6 +62,7 @@ kernels!(
     qk_norm_rope,
     glu,
     glu_packed,
+    widen_bf16,
     select_rows,
     softcap,
     to_bf16,

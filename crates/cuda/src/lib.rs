@@ -167,7 +167,7 @@ impl Backend for CudaBackend {
     }
 
     fn download(&self, x: &CudaAct) -> Vec<f32> {
-        self.dev.download(&x.data, x.len())
+        self.dev.download(x.data(self), x.len())
     }
 
     fn shape(&self, x: &CudaAct) -> (usize, usize) {

@@ -19,7 +19,7 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
 /// GEMM launch (up to three per launch); each output equals its own `matmul` bit for bit.
 pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     let outs = outputs(b, x, ws);
-    let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| &o.data).collect();
+    let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| o.data(b)).collect();
     launch(b, x, ws, &ys, false);
     outs
 }
@@ -36,7 +36,7 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
         h.rows,
         h.cols
     );
-    launch(b, x, &[w], &[&h.data], true);
+    launch(b, x, &[w], &[h.data(b)], true);
     h.touched();
 }
 
@@ -57,8 +57,9 @@ pub(crate) fn norm_matmul_many(
         && let Some((nq, virt)) = norm_fusable(x.cols, nw.len, crate::ops::norm_threads(nw.len))
     {
         let outs = outputs(b, x, ws);
-        let ys: Vec<u64> = outs.iter().map(|o| ptr(&o.data, &d.stream)).collect();
-        let input = M1Input::Norm { x: ptr(&x.data, &d.stream), w: ptr(&nw.data, &d.stream), eps, one_plus, nq, virt };
+        let ys: Vec<u64> = outs.iter().map(|o| ptr(o.data(b), &d.stream)).collect();
+        let input =
+            M1Input::Norm { x: ptr(x.data(b), &d.stream), w: ptr(&nw.data, &d.stream), eps, one_plus, nq, virt };
         if gemv_m1(b, &input, x.cols, ws, &ys, false) {
             return outs;
         }
@@ -176,7 +177,7 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>,
         }
         CudaMat::Plain { w, f16, .. } => {
             let args = [
-                Arg::P(ptr(&x.data, &d.stream)),
+                Arg::P(ptr(x.data(b), &d.stream)),
                 Arg::P(ptr(w, &d.stream)),
                 Arg::I(*f16 as i32),
                 Arg::P(ptr(y, &d.stream)),
@@ -277,29 +278,33 @@ fn k_splits(b: &CudaBackend, m: usize, ctas: usize, kt: usize) -> usize {
     if m <= 64 && ctas < 2 * b.dev.num_sms { crate::tma::segments(kt) } else { 1 }
 }
 
-/// `glu_packed(x @ gu^T)` for a packed gate/up weight: from 33 rows on Hopper (unless K is split)
-/// the wgmma GEMM applies the activation in its store, so the `[rows, 2 inter]` product is never
-/// written; else the matmul, then the `glu_packed` kernel (the same values either way).
+/// Rows from which the wgmma GEMM applies the gated activation in its store. H200, qwen3-8b
+/// prefill against the product then `glu_packed` (one call, 2 rounds): 128 tokens 0.96, 256 1.00,
+/// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; see NOTES session 9).
+const GLU_STORE_MIN_ROWS: usize = 257;
+
+/// `glu_packed(x @ gu^T)` for a packed gate/up weight, held as bf16 only: from
+/// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so
+/// the `[rows, 2 inter]` product is never written; else the matmul, then the `glu_packed` kernel
+/// (the same bits either way).
 pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
     let d = &b.dev;
     let (m, (n, k)) = (x.rows, gu.shape());
     assert_eq!(x.cols, k, "matmul_glu: x has {} columns, W is {n}x{k}", x.cols);
     let kt = x.cols.div_ceil(16);
     if let CudaMat::Bf16 { map: Some(map), ntiles, .. } = gu
-        && m > 32
+        && m >= GLU_STORE_MIN_ROWS
         && !b.lab.glu_apart
         && k_splits(b, m, ntiles.div_ceil(8), kt) == 1
         && let Some(xmap) = crate::tma::row_map(ptr(bf16_of(b, x), &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS)
     {
         let inter = n / 2;
-        let y = d.alloc::<f32>(m * inter);
         let yb = crate::ops::bf16_out(b, m, inter);
         let nb = ntiles.div_ceil(8);
         let (lag, order) = b.lab.gemm.unwrap_or((WGMMA_LAG, 1));
         let args = [
             Arg::M(**map),
             Arg::M(xmap),
-            Arg::P(if b.lab.glu_no_f32 { 0 } else { ptr(&y, &d.stream) }),
             Arg::P(ptr(&yb, &d.stream)),
             Arg::I(n as i32),
             Arg::I(nb as i32),
@@ -312,7 +317,7 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
         ];
         let tiles = nb * m.div_ceil(crate::tma::BOX_ROWS);
         d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
-        return CudaAct::with_bf16(y, yb, m, inter);
+        return CudaAct::bf16_only(yb, m, inter);
     }
     crate::ops::glu_packed(b, &matmul(b, x, gu), act)
 }

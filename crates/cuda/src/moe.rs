@@ -33,7 +33,7 @@ pub(crate) fn moe_by<'a>(
     let d = &b.dev;
     let num_experts = router_logits.cols;
     assert_eq!(router_logits.rows, x.rows, "moe: one router row per token");
-    let logits = d.download(&router_logits.data, router_logits.rows * num_experts);
+    let logits = d.download(router_logits.data(b), router_logits.rows * num_experts);
     let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); num_experts];
     for r in 0..x.rows {
         for (e, w) in route(&logits[r * num_experts..(r + 1) * num_experts], p) {
@@ -58,7 +58,7 @@ pub(crate) fn moe_by<'a>(
         let y = matmul(b, &h, down);
         let args = [
             Arg::P(ptr(&out, &d.stream)),
-            Arg::P(ptr(&y.data, &d.stream)),
+            Arg::P(ptr(y.data(b), &d.stream)),
             Arg::P(ri),
             Arg::P(wi),
             Arg::I(x.cols as i32),

@@ -135,7 +135,7 @@ pub(crate) fn bf16_of<'a>(b: &CudaBackend, x: &'a CudaAct) -> &'a CudaSlice<u16>
         let y = d.alloc::<u16>(x.rows * kp);
         let n = x.rows * kp;
         let args = [
-            Arg::P(ptr(&x.data, &d.stream)),
+            Arg::P(ptr(x.data(b), &d.stream)),
             Arg::P(ptr(&y, &d.stream)),
             Arg::I(x.rows as i32),
             Arg::I(x.cols as i32),
@@ -204,9 +204,9 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
         let virt = norm_threads(group);
         let q4 = groups > 64 && virt.is_multiple_of(128) && group <= 4 * virt;
         let block = if q4 { virt / 4 } else { virt } as u32;
-        let mut args = vec![Arg::P(ptr(&x.data, &d.stream))];
+        let mut args = vec![Arg::P(ptr(x.data(b), &d.stream))];
         if let Some(a) = add {
-            args.push(Arg::P(ptr(&a.data, &d.stream)));
+            args.push(Arg::P(ptr(a.data(b), &d.stream)));
         }
         args.extend([
             Arg::P(ptr(&w.data, &d.stream)),
@@ -241,7 +241,7 @@ pub(crate) fn add_assign(b: &CudaBackend, x: &mut CudaAct, y: &CudaAct) {
     assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_assign: shapes differ");
     let d = &b.dev;
     let n = x.len();
-    let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&y.data, &d.stream)), Arg::Z(n)];
+    let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(y.data(b), &d.stream)), Arg::Z(n)];
     d.launch(&d.k.add_inplace, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
     x.touched();
 }
@@ -273,7 +273,7 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     let table = rope_table(b, &mut caches.ropes, rope);
     let total = x.rows * (x.cols / head_dim) * half;
     let args = [
-        Arg::P(ptr(&x.data, &d.stream)),
+        Arg::P(ptr(x.data(b), &d.stream)),
         Arg::P(pos),
         Arg::P(table),
         Arg::I(x.rows as i32),
@@ -324,8 +324,8 @@ pub(crate) fn qk_norm_rope(
     };
     let nthr = norm_threads(head_dim);
     let args = [
-        Arg::P(ptr(&q.data, &d.stream)),
-        Arg::P(ptr(&k.data, &d.stream)),
+        Arg::P(ptr(q.data(b), &d.stream)),
+        Arg::P(ptr(k.data(b), &d.stream)),
         Arg::P(qn),
         Arg::P(kn),
         Arg::P(pos),
@@ -364,8 +364,8 @@ pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation
     let y = d.alloc::<f32>(n);
     let yb = bf16_out(b, gate.rows, gate.cols);
     let args = [
-        Arg::P(ptr(&gate.data, &d.stream)),
-        Arg::P(ptr(&up.data, &d.stream)),
+        Arg::P(ptr(gate.data(b), &d.stream)),
+        Arg::P(ptr(up.data(b), &d.stream)),
         Arg::P(ptr(&y, &d.stream)),
         Arg::P(ptr(&yb, &d.stream)),
         Arg::I(gate.rows as i32),
@@ -379,16 +379,15 @@ pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation
     CudaAct::with_bf16(y, yb, gate.rows, gate.cols)
 }
 
-/// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 inter]` (`inter` a multiple of 8).
+/// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 inter]` (`inter` a multiple of 8),
+/// held as bf16 only: it feeds the down projection, which reads bf16.
 pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaAct {
     let d = &b.dev;
     let (rows, inter) = (p.rows, p.cols / 2);
     assert!(p.cols == 2 * inter && tf_backend::gate_up::packable(inter), "glu_packed: {} columns", p.cols);
-    let y = d.alloc::<f32>(rows * inter);
     let yb = bf16_out(b, rows, inter);
     let args = [
-        Arg::P(ptr(&p.data, &d.stream)),
-        Arg::P(ptr(&y, &d.stream)),
+        Arg::P(ptr(p.data(b), &d.stream)),
         Arg::P(ptr(&yb, &d.stream)),
         Arg::I(rows as i32),
         Arg::I(inter as i32),
@@ -396,7 +395,22 @@ pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaA
         Arg::I(matches!(act, Activation::GeluTanh) as i32),
     ];
     d.launch(&d.k.glu_packed, (grid_for(rows * inter / 4, BLOCK), 1, 1), BLOCK, 0, &args);
-    CudaAct::with_bf16(y, yb, rows, inter)
+    CudaAct::bf16_only(yb, rows, inter)
+}
+
+/// The f32 values of a bf16 activation `[rows, cols]` (row stride `padded(cols)`).
+pub(crate) fn widen_bf16(b: &CudaBackend, x: &CudaSlice<u16>, rows: usize, cols: usize) -> CudaSlice<f32> {
+    let d = &b.dev;
+    let y = d.alloc::<f32>(rows * cols);
+    let args = [
+        Arg::P(ptr(x, &d.stream)),
+        Arg::P(ptr(&y, &d.stream)),
+        Arg::I(rows as i32),
+        Arg::I(cols as i32),
+        Arg::I(padded(cols) as i32),
+    ];
+    d.launch(&d.k.widen_bf16, (grid_for(rows * cols, BLOCK), 1, 1), BLOCK, 0, &args);
+    y
 }
 
 /// Rows `idx` (a device list of `n` row numbers) of `x`.
@@ -405,7 +419,7 @@ pub(crate) fn gather(b: &CudaBackend, x: &CudaAct, idx: u64, n: usize) -> CudaAc
     let y = d.alloc::<f32>(n * x.cols);
     if n > 0 {
         let args = [
-            Arg::P(ptr(&x.data, &d.stream)),
+            Arg::P(ptr(x.data(b), &d.stream)),
             Arg::P(idx),
             Arg::P(ptr(&y, &d.stream)),
             Arg::I(n as i32),
@@ -437,7 +451,7 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
         (grid_for(n, BLOCK), 1, 1),
         BLOCK,
         0,
-        &[Arg::P(ptr(&x.data, &d.stream)), Arg::Z(n), Arg::F(cap)],
+        &[Arg::P(ptr(x.data(b), &d.stream)), Arg::Z(n), Arg::F(cap)],
     );
     x.touched();
 }
@@ -449,7 +463,7 @@ pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
         return vec![0; x.rows];
     }
     let out = d.alloc::<u32>(x.rows);
-    let args = [Arg::P(ptr(&x.data, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
+    let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
     d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
     d.download(&out, x.rows)
 }

@@ -40,8 +40,7 @@ impl Skip {
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 /// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
 /// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu);
-/// `glu-apart` keeps the gated activation out of the GEMM's store, `glu-nof32` has that store
-/// write only the bf16 copy (timing only: downloads of the result are then wrong).
+/// `glu-apart` keeps the gated activation out of the GEMM's store.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -63,9 +62,6 @@ pub(crate) struct M1Lab {
     pub(crate) gemm: Option<(i32, i32)>,
     /// `glu-apart`: packed gate/up matmuls never apply the activation in the GEMM's store.
     pub(crate) glu_apart: bool,
-    /// `glu-nof32`: the GEMM's activation store writes only the bf16 copy (the f32 values are
-    /// left unwritten: what the down projection reads stays exact, downloads do not).
-    pub(crate) glu_no_f32: bool,
 }
 
 impl M1Lab {
@@ -91,7 +87,6 @@ impl M1Lab {
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
             "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             "glu-apart" => return M1Lab { glu_apart: true, ..M1Lab::default() },
-            "glu-nof32" => return M1Lab { glu_no_f32: true, ..M1Lab::default() },
             _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
@@ -123,8 +118,7 @@ mod tests {
         assert_eq!(M1Lab::parse("gemm:5:0").gemm, None);
         assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
-        assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("glu-apart").glu_no_f32);
-        assert!(M1Lab::parse("glu-nof32").glu_no_f32 && !M1Lab::parse("on").glu_no_f32);
+        assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("on").glu_apart);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

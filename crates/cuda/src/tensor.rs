@@ -10,9 +10,12 @@ pub(crate) fn padded(cols: usize) -> usize {
     cols.div_ceil(16) * 16
 }
 
-/// An activation `[rows, cols]`, f32 row-major on the device.
+/// An activation `[rows, cols]`, f32 row-major on the device, or only its bf16 rounding (what a
+/// producer whose every consumer is a matmul writes: the gated activations); the other form is
+/// made on first use, so at least one is always present.
 pub struct CudaAct {
-    pub(crate) data: CudaSlice<f32>,
+    /// The f32 values; for a bf16-only activation the bf16 values widened, made on first use.
+    f32: OnceCell<CudaSlice<f32>>,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
     /// The same values rounded to bf16, row stride `padded(cols)`; made by the producing kernel
@@ -22,11 +25,24 @@ pub struct CudaAct {
 
 impl CudaAct {
     pub(crate) fn new(data: CudaSlice<f32>, rows: usize, cols: usize) -> CudaAct {
-        CudaAct { data, rows, cols, bf16: OnceCell::new() }
+        CudaAct { f32: OnceCell::from(data), rows, cols, bf16: OnceCell::new() }
     }
 
     pub(crate) fn with_bf16(data: CudaSlice<f32>, bf16: CudaSlice<u16>, rows: usize, cols: usize) -> CudaAct {
-        CudaAct { data, rows, cols, bf16: OnceCell::from(bf16) }
+        CudaAct { f32: OnceCell::from(data), rows, cols, bf16: OnceCell::from(bf16) }
+    }
+
+    /// An activation held as bf16 only (row stride `padded(cols)`, zero padding).
+    pub(crate) fn bf16_only(bf16: CudaSlice<u16>, rows: usize, cols: usize) -> CudaAct {
+        CudaAct { f32: OnceCell::new(), rows, cols, bf16: OnceCell::from(bf16) }
+    }
+
+    /// The f32 values, widened from the bf16 copy first where only that exists.
+    pub(crate) fn data(&self, b: &crate::CudaBackend) -> &CudaSlice<f32> {
+        self.f32.get_or_init(|| {
+            let bf = self.bf16.get().expect("an activation holds f32 or bf16 values");
+            crate::ops::widen_bf16(b, bf, self.rows, self.cols)
+        })
     }
 
     /// Number of values.
@@ -34,8 +50,9 @@ impl CudaAct {
         self.rows * self.cols
     }
 
-    /// Marks the bf16 copy stale after an in-place change.
+    /// Marks the bf16 copy stale after an in-place change (of the f32 values, so they must exist).
     pub(crate) fn touched(&mut self) {
+        assert!(self.f32.get().is_some(), "an in-place change of a bf16-only activation");
         self.bf16 = OnceCell::new();
     }
 }
