@@ -252,10 +252,18 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
             float o[WG_ACC / 2];
 #pragma unroll
             for (int j = 0; j < WG_ACC / 2; ++j) o[j] = glu_one(tot[(j >> 1) * 4 + (j & 1)], tot[(j >> 1) * 4 + (j & 1) + 2], act);
+            // A whole token tile stores unguarded from one base (token 2c of the tile; value j
+            // 8 (j / 2) + j % 2 rows further), else value by value under the bounds test.
+            u16* __restrict__ base = ygb + (size_t)(tl.tok0 + 2 * c) * kp + col;
+            if (col < inter && tl.tok0 + WG_BN <= m) {
 #pragma unroll
-            for (int j = 0; j < WG_ACC / 2; ++j) {
-                const int tok = tl.tok0 + (j >> 1) * 8 + 2 * c + (j & 1);
-                if (col < inter && tok < m) ygb[(size_t)tok * kp + col] = f2bf(o[j]);
+                for (int j = 0; j < WG_ACC / 2; ++j) base[(size_t)((j >> 1) * 8 + (j & 1)) * kp] = f2bf(o[j]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < WG_ACC / 2; ++j) {
+                    const int t = (j >> 1) * 8 + (j & 1);
+                    if (col < inter && tl.tok0 + 2 * c + t < m) base[(size_t)t * kp] = f2bf(o[j]);
+                }
             }
             continue;
         }
