@@ -20,6 +20,12 @@
 //! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
 //! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
 //!
+//! The MLP's gate and up weights are one packed weight (tf_backend `gate_up`: rows interleaved in
+//! groups of 8, so each 16-row tile holds gate and up of the same 8 outputs); from 257 rows the
+//! wgmma GEMM applies the gated activation in its store and writes only its bf16 rounding (what the
+//! down projection reads), else `glu_packed` does so after the matmul: the same bits either way.
+//! Such activations hold bf16 only; their f32 values are widened on first use (tensor.rs).
+//!
 //! On Hopper, 1 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
 //! stream one K segment through a ring of tensor-map copies that runs on across W tiles; more
 //! rows take the wgmma GEMM, also persistent (one CTA an SM over its tiles, token tiles first).
