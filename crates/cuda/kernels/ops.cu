@@ -55,8 +55,9 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
 // dependent global-memory round trips; the norm weights are read before the programmatic-
 // dependent-launch wait (no kernel writes them). With ADD, the residual a is first added into x
 // in place (x += a, then normalise x: the same values as add_inplace followed by rms_norm).
+// F32 = false writes only the bf16 copy (rows normed for matmuls only).
 #define RMS_J 16
-template <bool ADD, int Q>
+template <bool ADD, int Q, bool F32 = true>
 __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float* __restrict__ a,
                                               const float* __restrict__ w, float* __restrict__ y,
                                               u16* __restrict__ yb, int cols, int group, int kp, float eps,
@@ -123,7 +124,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
                 int i = threadIdx.x + q * R + j * V;
                 if (i < group) {
                     float o = v[q][j] * inv * sc[q][j];
-                    y[base + i] = o;
+                    if (F32) y[base + i] = o;
                     yb[ybase + i] = f2bf(o);
                 }
             }
@@ -142,7 +143,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     for (int i = threadIdx.x; i < group; i += R) {
         float s = one_plus ? 1.0f + w[i] : w[i];
         float v = x[base + i] * inv * s;
-        y[base + i] = v;
+        if (F32) y[base + i] = v;
         yb[ybase + i] = f2bf(v);
     }
 }
@@ -157,6 +158,14 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm_q4(const float* __res
                                     u16* __restrict__ yb, int cols, int group, int kp, float eps, int one_plus) {
     tf_pdl_launch();
     rms_norm_body<false, 4>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
+}
+
+// rms_norm_q4 writing only the bf16 copy (y unused): many rows normed for matmuls only.
+extern "C" __global__ void __launch_bounds__(256) rms_norm_q4_bf16(const float* __restrict__ x, const float* __restrict__ w,
+                                                                   float* __restrict__ y, u16* __restrict__ yb, int cols,
+                                                                   int group, int kp, float eps, int one_plus) {
+    tf_pdl_launch();
+    rms_norm_body<false, 4, false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* __restrict__ x, const float* __restrict__ a, const float* __restrict__ w,

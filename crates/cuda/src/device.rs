@@ -55,6 +55,7 @@ kernels!(
     embed,
     rms_norm,
     rms_norm_q4,
+    rms_norm_q4_bf16,
     add_rms_norm,
     add_rms_norm_q4,
     add_inplace,

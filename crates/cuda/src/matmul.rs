@@ -64,7 +64,15 @@ pub(crate) fn norm_matmul_many(
             return outs;
         }
     }
-    matmul_many(b, &crate::ops::rms_norm(b, x, nw, eps, one_plus), ws)
+    matmul_many(b, &norm_for(b, x, nw, eps, one_plus, ws), ws)
+}
+
+/// `rms_norm(x, nw)` as the input of matmuls by `ws`: held as bf16 only where they all read bf16.
+fn norm_for(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> CudaAct {
+    if ws.iter().all(|w| matches!(w, CudaMat::Bf16 { .. })) {
+        return crate::ops::rms_norm_for_matmul(b, x, nw, eps, one_plus);
+    }
+    crate::ops::rms_norm(b, x, nw, eps, one_plus)
 }
 
 /// Fresh outputs `[x.rows, w.rows]` for each weight (checking the input width).
@@ -337,7 +345,7 @@ pub(crate) fn norm_matmul_glu(
         let y = norm_matmul_many(b, x, nw, eps, one_plus, &[gu]).pop().expect("one weight, one output");
         return crate::ops::glu_packed(b, &y, act);
     }
-    matmul_glu(b, &crate::ops::rms_norm(b, x, nw, eps, one_plus), gu, act)
+    matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
 /// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing

@@ -171,7 +171,13 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
 }
 
 pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
-    norm_launch(b, x, None, w, eps, one_plus)
+    norm_launch(b, x, None, w, eps, one_plus, true)
+}
+
+/// [`rms_norm`] of rows that only bf16 matmuls read: many rows (prefill) write only the bf16 copy
+/// (the same bits as the copy `rms_norm` makes; the f32 values are widened on first use).
+pub(crate) fn rms_norm_for_matmul(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+    norm_launch(b, x, None, w, eps, one_plus, false)
 }
 
 /// `x += y`, then RMSNorm of the rows of `x`, in one kernel.
@@ -185,24 +191,34 @@ pub(crate) fn add_rms_norm(
 ) -> CudaAct {
     assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_rms_norm: shapes differ");
     assert_eq!(w.len, x.cols, "add_rms_norm: the norm spans whole rows");
-    let out = norm_launch(b, x, Some(y), w, eps, one_plus);
+    let out = norm_launch(b, x, Some(y), w, eps, one_plus, true);
     x.touched();
     out
 }
 
-/// RMSNorm over groups of `w.len` values of `x`, after adding `add` into `x` when given.
-fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+/// RMSNorm over groups of `w.len` values of `x`, after adding `add` into `x` when given; without
+/// `f32`, rows in quarter-size blocks (prefill) get only their bf16 copy.
+fn norm_launch(
+    b: &CudaBackend,
+    x: &CudaAct,
+    add: Option<&CudaAct>,
+    w: &CudaVec,
+    eps: f32,
+    one_plus: bool,
+    f32: bool,
+) -> CudaAct {
     let d = &b.dev;
     let group = w.len;
     assert!(group > 0 && x.cols.is_multiple_of(group), "rms_norm: rows of {} values in groups of {group}", x.cols);
-    let y = d.alloc::<f32>(x.len());
-    let yb = bf16_out(b, x.rows, x.cols);
     let groups = x.len() / group;
+    // The order is that of `norm_threads(group)` threads; more than 64 groups (prefill) run it
+    // on blocks a quarter that size, four to an SM (kernels/ops.cu `rms_norm_body`).
+    let virt = norm_threads(group);
+    let q4 = groups > 64 && virt.is_multiple_of(128) && group <= 4 * virt;
+    let bf16_only = !f32 && q4 && add.is_none();
+    let y = d.alloc::<f32>(if bf16_only { 1 } else { x.len() });
+    let yb = bf16_out(b, x.rows, x.cols);
     if groups > 0 {
-        // The order is that of `norm_threads(group)` threads; more than 64 groups (prefill) run it
-        // on blocks a quarter that size, four to an SM (kernels/ops.cu `rms_norm_body`).
-        let virt = norm_threads(group);
-        let q4 = groups > 64 && virt.is_multiple_of(128) && group <= 4 * virt;
         let block = if q4 { virt / 4 } else { virt } as u32;
         let mut args = vec![Arg::P(ptr(x.data(b), &d.stream))];
         if let Some(a) = add {
@@ -219,12 +235,16 @@ fn norm_launch(b: &CudaBackend, x: &CudaAct, add: Option<&CudaAct>, w: &CudaVec,
             Arg::I(one_plus as i32),
         ]);
         let f = match (add.is_some(), q4) {
+            _ if bf16_only => &d.k.rms_norm_q4_bf16,
             (true, true) => &d.k.add_rms_norm_q4,
             (true, false) => &d.k.add_rms_norm,
             (false, true) => &d.k.rms_norm_q4,
             (false, false) => &d.k.rms_norm,
         };
         d.launch(f, (groups as u32, 1, 1), block, 0, &args);
+    }
+    if bf16_only {
+        return CudaAct::bf16_only(yb, x.rows, x.cols);
     }
     CudaAct::with_bf16(y, yb, x.rows, x.cols)
 }

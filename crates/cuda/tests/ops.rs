@@ -211,6 +211,23 @@ fn norm_in_the_matmul_equals_norm_then_matmul() {
 }
 
 #[test]
+fn many_rows_normed_for_matmuls_equal_norm_then_matmul() {
+    // Prefill rows normed for bf16 matmuls only keep the bf16 copy; f32 weights read the f32 rows.
+    let Some(b) = backend() else { return };
+    let cols = 256;
+    let nw = b.vec(&rand(cols, 41, 1.0));
+    for dt in [DType::BF16, DType::F32] {
+        let w = b.mat(&weight("w", dt, 96, cols, &rand(96 * cols, 42, 0.5))).unwrap();
+        for rows in [65, 300] {
+            let x = b.upload(&rand(rows * cols, 43 + rows as u64, 2.0), rows, cols);
+            let fused = b.norm_matmul_many(&x, &nw, 1e-6, false, &[&w]);
+            let apart = b.matmul_many(&b.rms_norm(&x, &nw, 1e-6, false), &[&w]);
+            assert!(same_bits(&b.download(&fused[0]), &b.download(&apart[0])), "{dt:?} rows={rows}: differs");
+        }
+    }
+}
+
+#[test]
 fn fused_add_norm_equals_add_then_norm() {
     let Some(b) = backend() else { return };
     for (rows, cols) in [(1, 4096), (3, 640), (5, 20000), (2, 96)] {
