@@ -286,10 +286,12 @@ fn k_splits(b: &CudaBackend, m: usize, ctas: usize, kt: usize) -> usize {
     if m <= 64 && ctas < 2 * b.dev.num_sms { crate::tma::segments(kt) } else { 1 }
 }
 
-/// Rows from which the wgmma GEMM applies the gated activation in its store. H200, qwen3-8b
+/// Rows from which the wgmma GEMM applies the gated activation in its store (past `k_splits`'
+/// 64, so K is never split there). H200, qwen3-8b
 /// prefill against the product then `glu_packed` (one call, 2 rounds): 128 tokens 0.96, 256 1.00,
 /// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; see NOTES session 9).
 const GLU_STORE_MIN_ROWS: usize = 257;
+const _: () = assert!(GLU_STORE_MIN_ROWS > 64, "the GLU store has no split-K mode");
 
 /// `glu_packed(x @ gu^T)` for a packed gate/up weight, held as bf16 only: from
 /// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so
@@ -303,7 +305,6 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
     if let CudaMat::Bf16 { map: Some(map), ntiles, .. } = gu
         && m >= GLU_STORE_MIN_ROWS
         && !b.lab.glu_apart
-        && k_splits(b, m, ntiles.div_ceil(8), kt) == 1
         && let Some(xmap) = crate::tma::row_map(ptr(bf16_of(b, x), &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS)
     {
         let inter = n / 2;
