@@ -135,6 +135,7 @@ mod cuda {
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .map(|d| d.join("tensorfold"));
-        CudaBackend::with_options(ordinal, &CudaOptions { include_dir, cache_dir, lab_m1: None }).map_err(refused)
+        CudaBackend::with_options(ordinal, &CudaOptions { include_dir, cache_dir, ..CudaOptions::default() })
+            .map_err(refused)
     }
 }

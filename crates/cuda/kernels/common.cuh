@@ -45,7 +45,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // launch attribute (or before sm_90) both are no-ops.
 // Kernels that can start on inputs no earlier kernel writes (weights) split the two: launch,
 // prefetch, then wait before the first read of an activation or any write.
-__device__ __forceinline__ void tf_pdl_launch() {
+__device__ __forceinline__ void tf_pdl_launch_() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
@@ -55,10 +55,62 @@ __device__ __forceinline__ void tf_pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void tf_pdl_enter() {
-    tf_pdl_launch();
+__device__ __forceinline__ void tf_pdl_enter_() {
+    tf_pdl_launch_();
     tf_pdl_wait();
 }
+
+#ifdef TF_TRACE
+// Kernel timeline in place (trace.rs, `TF_TRACE`; only in a build made for it): lane 0 of every
+// warp records the global timer when the kernel starts (its first statement, before the launch
+// wait) and when the warp leaves the kernel's scope, with the kernel's name and position, into a
+// per-SM run of the buffer.
+struct TfTraceRec {
+    u64 t0, t1;
+    u32 block, warp_sm, grid, pad;
+    char name[24];
+};
+__device__ TfTraceRec* tf_trace_buf;
+__device__ u32 tf_trace_per_sm;
+__device__ u32 tf_trace_n[256];
+__device__ __forceinline__ u64 tf_now() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct TfTrace {
+    const char* name;
+    u64 t0;
+    __device__ __forceinline__ explicit TfTrace(const char* n) : name(n), t0(tf_now()) {}
+    __device__ __forceinline__ ~TfTrace() {
+        if ((threadIdx.x & 31) != 0 || tf_trace_buf == nullptr) return;
+        const u64 t1 = tf_now();
+        u32 sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        sm &= 255;
+        const u32 i = atomicAdd(&tf_trace_n[sm], 1u);
+        if (i >= tf_trace_per_sm) return;
+        TfTraceRec& r = tf_trace_buf[(size_t)sm * tf_trace_per_sm + i];
+        r.t0 = t0;
+        r.t1 = t1;
+        r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        r.warp_sm = (threadIdx.x >> 5) | (sm << 16);
+        r.grid = gridDim.x * gridDim.y * gridDim.z;
+        int k = 0;
+        for (; k < 23 && name[k] != 0; ++k) r.name[k] = name[k];
+        for (; k < 24; ++k) r.name[k] = 0;
+    }
+};
+#define tf_pdl_launch()                  \
+    TfTrace tf_trace_scope_(__func__); \
+    tf_pdl_launch_()
+#define tf_pdl_enter()                   \
+    TfTrace tf_trace_scope_(__func__); \
+    tf_pdl_enter_()
+#else
+#define tf_pdl_launch() tf_pdl_launch_()
+#define tf_pdl_enter() tf_pdl_enter_()
+#endif
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 

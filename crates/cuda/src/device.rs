@@ -20,6 +20,8 @@ pub struct CudaOptions {
     pub cache_dir: Option<PathBuf>,
     /// The one-row GEMV lab setting (profile.rs `M1Lab`; none: `TF_LAB_M1`, else off).
     pub lab_m1: Option<String>,
+    /// Rounds to record a kernel timeline of (trace.rs; none: `TF_TRACE`, else off).
+    pub trace: Option<(usize, usize)>,
 }
 
 /// One kernel argument.
@@ -128,6 +130,7 @@ pub struct Device {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     pub(crate) k: Kernels,
+    module: Arc<CudaModule>,
     pub(crate) ordinal: usize,
     pub(crate) num_sms: usize,
     pub(crate) name: String,
@@ -167,7 +170,8 @@ impl Device {
         // sm_90a: Hopper's warpgroup MMA (wgmma) only exists in the arch-specific target.
         let wgmma = (major, minor) == (9, 0);
         let arch = if wgmma { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
-        let cubin = nvrtc::compile(&arch, opts.include_dir.as_deref(), opts.cache_dir.as_deref())?;
+        let trace = opts.trace.is_some();
+        let cubin = nvrtc::compile(&arch, opts.include_dir.as_deref(), opts.cache_dir.as_deref(), trace)?;
         let module = drv(ctx.load_module(Ptx::from_binary(cubin)), "loading the kernel module")?;
         let k = Kernels::load(&module)?;
         let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -212,7 +216,21 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        Ok(Device { ctx, stream, k, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
+        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
+    }
+
+    /// Writes `bytes` to the start of the module's global `name` (in stream order).
+    pub(crate) fn set_global(&self, name: &str, bytes: &[u8]) {
+        let mut g = must(self.module.get_global(name, &self.stream), "finding a module global");
+        must(self.stream.memcpy_htod(bytes, &mut g), "writing a module global");
+    }
+
+    /// The first `n` bytes of the module's global `name` (waits for the stream).
+    pub(crate) fn get_global(&self, name: &str, n: usize) -> Vec<u8> {
+        let g = must(self.module.get_global(name, &self.stream), "finding a module global");
+        let mut out = vec![0u8; n.min(g.len())];
+        must(self.stream.memcpy_dtoh(&g.slice(..out.len()), &mut out), "reading a module global");
+        out
     }
 
     /// Allocates `n` elements (at least one), contents undefined.

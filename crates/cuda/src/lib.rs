@@ -55,6 +55,7 @@ mod ops;
 mod profile;
 mod tensor;
 mod tma;
+mod trace;
 
 pub use device::CudaOptions;
 pub use error::CudaError;
@@ -89,6 +90,7 @@ pub struct CudaBackend {
     caches: Mutex<Caches>,
     skip: Skip,
     lab: profile::M1Lab,
+    trace: Option<trace::Trace>,
 }
 
 impl CudaBackend {
@@ -99,8 +101,12 @@ impl CudaBackend {
 
     /// GPU `ordinal` with `opts`.
     pub fn with_options(ordinal: usize, opts: &CudaOptions) -> Result<CudaBackend, CudaError> {
+        let opts = CudaOptions { trace: opts.trace.or_else(trace::from_env), ..opts.clone() };
+        let dev = Device::new(ordinal, &opts)?;
+        let trace = opts.trace.map(|r| trace::Trace::new(&dev, r));
         Ok(CudaBackend {
-            dev: Device::new(ordinal, opts)?,
+            dev,
+            trace,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             lab: profile::M1Lab::parse(
@@ -326,6 +332,10 @@ impl Backend for CudaBackend {
     }
 
     fn argmax_rows(&self, x: &CudaAct) -> Vec<u32> {
-        ops::argmax_rows(self, x)
+        let ids = ops::argmax_rows(self, x);
+        if let Some(t) = &self.trace {
+            t.round_done(&self.dev);
+        }
+        ids
     }
 }

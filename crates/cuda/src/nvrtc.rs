@@ -45,13 +45,19 @@ fn nvrtc_version() -> (i32, i32) {
     (major, minor)
 }
 
-/// The compiled cubin for `arch` (e.g. `sm_90`), from `cache_dir` when present there.
-pub fn compile(arch: &str, include: Option<&Path>, cache_dir: Option<&Path>) -> Result<Vec<u8>, CudaError> {
+/// The compiled cubin for `arch` (e.g. `sm_90`), from `cache_dir` when present there; `trace`
+/// builds the kernels with their timeline records (trace.rs).
+pub fn compile(
+    arch: &str,
+    include: Option<&Path>,
+    cache_dir: Option<&Path>,
+    trace: bool,
+) -> Result<Vec<u8>, CudaError> {
     // SAFETY: only probes whether the shared library can be opened.
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoNvrtc);
     }
-    let src = source();
+    let src = if trace { format!("#define TF_TRACE\n{}", source()) } else { source() };
     let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
     if let Some(dir) = include {
         opts.push(format!("--include-path={}", dir.display()));
@@ -148,8 +154,12 @@ mod tests {
             return;
         }
         for arch in ["sm_90", "sm_90a"] {
-            let cubin = compile(arch, None, None).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            let cubin = compile(arch, None, None, false).unwrap_or_else(|e| panic!("{arch}: {e}"));
             assert!(cubin.len() > 1000);
         }
+        // The timeline build (trace.rs) compiles too, and differs.
+        let plain = compile("sm_90a", None, None, false).unwrap_or_else(|e| panic!("{e}"));
+        let traced = compile("sm_90a", None, None, true).unwrap_or_else(|e| panic!("traced: {e}"));
+        assert_ne!(plain, traced);
     }
 }

@@ -1,0 +1,106 @@
+//! Kernel timeline in place, off unless `TF_TRACE=FROM:TO` is set: the kernels are then built
+//! with `TF_TRACE` (kernels/common.cuh), so lane 0 of every warp records the global timer at the
+//! kernel's start and end. Rounds are counted by `argmax_rows` calls (one a decode round); rounds
+//! FROM..=TO (1-based) are recorded and written as tab-separated lines to `TF_TRACE_OUT`
+//! (default `trace.tsv`) when round TO ends. scripts/device/trace_round.py reads the file. It
+//! shows what ncu cannot (kernels one at a time) and Nsight Systems does not here: how the kernels
+//! of a round overlap and where the GPU waits.
+
+use crate::device::Device;
+use cudarc::driver::CudaSlice;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Bytes of one record (kernels/common.cuh `TfTraceRec`).
+const REC: usize = 56;
+/// Records an SM can hold (lane 0 of each warp writes one).
+const PER_SM: u32 = 16384;
+/// SM ids the counters cover.
+const SMS: usize = 256;
+
+/// Which rounds to record, parsed from `FROM:TO`.
+pub(crate) fn parse(v: &str) -> Option<(usize, usize)> {
+    let (a, b) = v.split_once(':')?;
+    let (a, b) = (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?);
+    (a >= 1 && b >= a).then_some((a, b))
+}
+
+/// The rounds asked for by the environment, if any.
+pub(crate) fn from_env() -> Option<(usize, usize)> {
+    std::env::var("TF_TRACE").ok().as_deref().and_then(parse)
+}
+
+/// The trace buffer and the rounds counted so far.
+pub(crate) struct Trace {
+    rounds: (usize, usize),
+    done: AtomicUsize,
+    buf: CudaSlice<u8>,
+    out: PathBuf,
+}
+
+impl Trace {
+    /// Allocates the buffer and points the module's trace globals at it.
+    pub(crate) fn new(d: &Device, rounds: (usize, usize)) -> Trace {
+        let buf = d.zeros::<u8>(SMS * PER_SM as usize * REC);
+        d.set_global("tf_trace_buf", &crate::device::ptr(&buf, &d.stream).to_le_bytes());
+        d.set_global("tf_trace_per_sm", &PER_SM.to_le_bytes());
+        let out = std::env::var_os("TF_TRACE_OUT").map(PathBuf::from).unwrap_or_else(|| "trace.tsv".into());
+        let t = Trace { rounds, done: AtomicUsize::new(0), buf, out };
+        t.reset(d);
+        t
+    }
+
+    fn reset(&self, d: &Device) {
+        d.set_global("tf_trace_n", &[0u8; SMS * 4]);
+    }
+
+    /// Called after each round's `argmax_rows` download: resets before the first recorded round,
+    /// writes the file after the last.
+    pub(crate) fn round_done(&self, d: &Device) {
+        let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if n + 1 == self.rounds.0 {
+            self.reset(d);
+        } else if n == self.rounds.1 {
+            if let Err(e) = self.write(d) {
+                eprintln!("trace: writing {}: {e}", self.out.display());
+            }
+        }
+    }
+
+    fn write(&self, d: &Device) -> std::io::Result<()> {
+        let counts = d.get_global("tf_trace_n", SMS * 4);
+        let all = d.download(&self.buf, self.buf.len());
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&self.out)?);
+        writeln!(f, "name\tgrid\tblock\twarp\tsm\tt0\tt1")?;
+        for sm in 0..SMS {
+            let c = u32::from_le_bytes([counts[4 * sm], counts[4 * sm + 1], counts[4 * sm + 2], counts[4 * sm + 3]]);
+            for i in 0..c.min(PER_SM) as usize {
+                let r = &all[(sm * PER_SM as usize + i) * REC..][..REC];
+                let u64_at = |o: usize| u64::from_le_bytes(r[o..o + 8].try_into().unwrap_or([0; 8]));
+                let u32_at = |o: usize| u32::from_le_bytes(r[o..o + 4].try_into().unwrap_or([0; 4]));
+                let name: String = r[32..56].iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
+                let ws = u32_at(20);
+                let (t0, t1, block, grid) = (u64_at(0), u64_at(8), u32_at(16), u32_at(24));
+                writeln!(f, "{name}\t{grid}\t{block}\t{}\t{}\t{t0}\t{t1}", ws & 0xffff, ws >> 16)?;
+            }
+        }
+        f.flush()?;
+        eprintln!("trace: rounds {}..={} written to {}", self.rounds.0, self.rounds.1, self.out.display());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_rounds_parse_or_stay_off() {
+        assert_eq!(parse("3:4"), Some((3, 4)));
+        assert_eq!(parse("5:5"), Some((5, 5)));
+        for bad in ["", "3", "0:2", "4:3", "a:b", "1:2:3"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+}
