@@ -2,6 +2,7 @@
 # Decode and prefill of several builds, interleaved (R rounds), on qwen3-8b synth: one line per
 # build and shape with the median over the rounds. For telling which of a few commits moved a figure.
 #   scripts/device/abc.sh "A=.carry/a/tensorfold B=.carry/tensorfold" [rounds]
+# A build may carry one environment setting after a colon: "U=.carry/tensorfold:TF_LAB_M1=apart".
 set -u
 BINS=$1 ROUNDS=${2:-2}
 OUT=${OUT:-/tmp/tf-out}
@@ -10,11 +11,14 @@ ARGS=${ARGS:-"--prompt-len 128,4096 --batch 1 --gen-len 64 --repeat 1"}
 mkdir -p "$OUT/abc"
 export XDG_CACHE_HOME=/tmp/xdg
 first=${BINS%% *}
-[[ -f $CKPT/config.json ]] || timeout 400 "${first#*=}" synth --like qwen3-8b --out "$CKPT" | tail -1
+first=${first#*=}
+[[ -f $CKPT/config.json ]] || timeout 400 "${first%%:*}" synth --like qwen3-8b --out "$CKPT" | tail -1
 for r in $(seq 1 "$ROUNDS"); do
   for nb in $BINS; do
+    bin=${nb#*=} envs=()
+    [[ $bin == *:* ]] && envs=("${bin#*:}") && bin=${bin%%:*}
     # shellcheck disable=SC2086
-    timeout 200 "${nb#*=}" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/abc/${nb%%=*}-$r.json" >/dev/null 2>&1 \
+    env "${envs[@]}" timeout 200 "$bin" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/abc/${nb%%=*}-$r.json" >/dev/null 2>&1 \
       || echo "${nb%%=*} round $r failed"
   done
 done

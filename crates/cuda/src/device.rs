@@ -86,6 +86,11 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
+    gemv_tma_norm_n1,
+    gemv_tma_norm_glu_n1,
+    gemv_tma_glu_n1,
+    gemv_tma_glu_n2,
+    gemv_tma_glu_n4,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -184,10 +189,18 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
+            let tma = [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)];
+            let glu = [(&k.gemv_tma_glu_n1, 1), (&k.gemv_tma_glu_n2, 2), (&k.gemv_tma_glu_n4, 4)];
+            for (f, nt) in tma.into_iter().chain(glu) {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",
+                )?;
+            }
+            for f in [&k.gemv_tma_norm_n1, &k.gemv_tma_norm_glu_n1] {
+                drv(
+                    f.set_attribute(big, crate::matmul::GEMV_TMA_NORM_SMEM as i32),
+                    "raising the normed TMA GEMV's shared memory",
                 )?;
             }
         }

@@ -61,10 +61,10 @@ impl Trace {
         let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         if n + 1 == self.rounds.0 {
             self.reset(d);
-        } else if n == self.rounds.1 {
-            if let Err(e) = self.write(d) {
-                eprintln!("trace: writing {}: {e}", self.out.display());
-            }
+        } else if n == self.rounds.1
+            && let Err(e) = self.write(d)
+        {
+            eprintln!("trace: writing {}: {e}", self.out.display());
         }
     }
 

@@ -112,7 +112,8 @@ fn packed_gate_up_equals_glu_of_two_matmuls() {
 }
 
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
-    // Every path of matmul_glu: GEMVs (1-32 rows), split wgmma then glu_packed (33-64), the
+    // Every path of matmul_glu: the TMA GEMV with the activation in its store (1-32 rows; with
+    // norm_matmul_glu up to 8 rows also the norm made inside it), split wgmma then glu_packed (33-64), the
     // wgmma GEMM then glu_packed (65-256), the wgmma GEMM with the activation in its store (257+;
     // 200 and 1096 rows end mid W block), the tiled GEMM (K = 200 is not whole 64-wide blocks):
     // each result (bf16 only) must equal glu of the two plain matmuls rounded to bf16, and feed
@@ -127,7 +128,7 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
         let down = b.mat(&weight("d", DType::BF16, 48, inter, &rand(48 * inter, 24, 0.5))).unwrap();
         let nw = b.vec(&rand(k, 25, 1.0));
         for act in [Activation::Silu, Activation::GeluTanh] {
-            for m in [1, 8, 33, 64, 130, 300, 700] {
+            for m in [1, 3, 8, 20, 33, 64, 130, 300, 700] {
                 let x = b.upload(&rand(m * k, 23 + m as u64, 1.0), m, k);
                 let want = b.glu(&b.matmul(&x, &g), &b.matmul(&x, &u), act);
                 let normed = b.rms_norm(&x, &nw, 1e-6, false);
@@ -178,11 +179,20 @@ fn matmul_add_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
-    // The one-row GEMV (opt-in, kernels/gemv_m1.cu) makes the norm itself.
-    let Some(b) = backend_with(Some("on")) else { return };
-    // 4096, 2048, 640 and 64 columns fuse into the one-row GEMV (1024, 512, 160 and 32 virtual
-    // threads); 8192 and 1536 fall back to the norm kernel. Every row must equal the same row
-    // normed among 80 (the quarter-size prefill blocks) and multiplied among them.
+    // The TMA GEMV (default, up to 8 rows) and the one-row GEMV (opt-in, kernels/gemv_m1.cu)
+    // make the norm themselves.
+    for lab in [None, Some("on")] {
+        let Some(b) = backend_with(lab) else { return };
+        norm_in_the_matmul_case(&b, lab);
+    }
+}
+
+fn norm_in_the_matmul_case(b: &tf_cuda::CudaBackend, lab: Option<&str>) {
+    // 4096, 2048, 640 and 64 columns fuse into either GEMV (1024, 512, 160 and 32 virtual
+    // threads), 1536 (384) into the TMA GEMV only; 8192 falls back to the norm kernel, as do 9
+    // rows. Rows must equal the same rows normed among 80 (the quarter-size prefill blocks) and
+    // multiplied among them.
+    let counts: &[usize] = if lab.is_some() { &[1] } else { &[1, 3, 8, 9] };
     for cols in [4096, 2048, 640, 64, 8192, 1536] {
         let ws: Vec<_> = [(96, 1u64), (48, 2), (160, 3)]
             .iter()
@@ -194,15 +204,16 @@ fn norm_in_the_matmul_equals_norm_then_matmul() {
         let h = rand(rows * cols, 15, 2.0);
         for one_plus in [false, true] {
             let many = b.matmul_many(&b.rms_norm(&b.upload(&h, rows, cols), &nw, 1e-6, one_plus), &refs);
-            for r in [0, 37, 79] {
-                let x = b.upload(&h[r * cols..(r + 1) * cols], 1, cols);
+            for (&c, r) in counts.iter().flat_map(|c| [0, 37, 71].map(move |r| (c, r))) {
+                let x = b.upload(&h[r * cols..(r + c) * cols], c, cols);
                 let fused = b.norm_matmul_many(&x, &nw, 1e-6, one_plus, &refs);
                 for ((f, m), w) in fused.iter().zip(&many).zip(&ws) {
                     let n = w.shape().0;
-                    let want = &b.download(m)[r * n..(r + 1) * n];
+                    let want = &b.download(m)[r * n..(r + c) * n];
                     assert!(
                         same_bits(&b.download(f), want),
-                        "cols={cols} one_plus={one_plus} row {r}: {n} outputs differ"
+                        "{lab:?} cols={cols} one_plus={one_plus} rows {r}..{}: {n} outputs differ",
+                        r + c
                     );
                 }
             }
