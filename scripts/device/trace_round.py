@@ -13,8 +13,10 @@ recs = []
 with open(path) as f:
     next(f)
     for line in f:
-        name, grid, block, warp, sm, t0, t1 = line.rstrip("\n").split("\t")
-        recs.append((int(t0), int(t1), name, int(grid), int(block), int(warp), int(sm)))
+        f_ = line.rstrip("\n").split("\t")
+        name, grid, block, warp, sm, t0, t1 = f_[:7]
+        dw, dm = (int(f_[7]), int(f_[8])) if len(f_) > 8 else (0, 0)
+        recs.append((int(t0), int(t1), name, int(grid), int(block), int(warp), int(sm), dw, dm))
 recs.sort()
 if not recs:
     sys.exit("no records")
@@ -26,15 +28,19 @@ print(f"{len(recs)} warp records; smallest timer step {step} ns")
 # start once every block of the one before has started (programmatic launch), so start order
 # groups them. A warp seen twice opens a new launch of the same kernel.
 launches = []
-for t0, t1, name, grid, block, warp, sm in recs:
+for t0, t1, name, grid, block, warp, sm, dw, dm in recs:
     cur = launches[-1] if launches else None
     if cur is None or cur["name"] != name or (block, warp) in cur["seen"]:
-        cur = {"name": name, "grid": grid, "seen": set(), "t0": [], "t1": [], "sms": set()}
+        cur = {"name": name, "grid": grid, "seen": set(), "t0": [], "t1": [], "sms": set(), "tw": [], "tm": []}
         launches.append(cur)
     cur["seen"].add((block, warp))
     cur["t0"].append(t0)
     cur["t1"].append(t1)
     cur["sms"].add(sm)
+    if dw:
+        cur["tw"].append(t0 + dw)
+    if dm:
+        cur["tm"].append(t0 + dm)
 
 origin = launches[0]["t0"][0]
 rounds = [[]]
@@ -87,10 +93,12 @@ for ri, rnd in enumerate(rounds):
             b = idx[detail + 1] if detail + 1 < len(idx) else len(rnd)
             print(f"\n  layer {detail} (us from the layer's first start):")
             base = min(rnd[a]["t0"])
-            print(f"  {'kernel':<32}{'warps':>6}{'sms':>5}{'first':>8}{'all in':>8}{'1st end':>8}{'end':>8}{'crit':>7}")
+            print(f"  {'kernel':<32}{'warps':>6}{'sms':>5}{'first':>8}{'all in':>8}{'wait':>8}{'mark':>8}"
+                  f"{'1st end':>8}{'med end':>8}{'end':>8}{'crit':>7}")
+            med = lambda v: f"{(sorted(v)[len(v) // 2] - base) / 1e3:>8.1f}" if v else f"{'-':>8}"
             for lab, l, inc, _ in rows[a:b]:
                 t0s, t1s = sorted(l["t0"]), sorted(l["t1"])
                 print(f"  {lab:<32}{len(t0s):>6}{len(l['sms']):>5}{(t0s[0] - base) / 1e3:>8.1f}"
-                      f"{(t0s[-1] - base) / 1e3:>8.1f}{(t1s[0] - base) / 1e3:>8.1f}{(t1s[-1] - base) / 1e3:>8.1f}"
-                      f"{inc / 1e3:>7.1f}")
+                      f"{(t0s[-1] - base) / 1e3:>8.1f}{med(l['tw'])}{med(l['tm'])}{(t1s[0] - base) / 1e3:>8.1f}"
+                      f"{med(l['t1'])}{(t1s[-1] - base) / 1e3:>8.1f}{inc / 1e3:>7.1f}")
     prev_end = end

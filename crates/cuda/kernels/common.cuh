@@ -50,41 +50,47 @@ __device__ __forceinline__ void tf_pdl_launch_() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void tf_pdl_wait() {
+__device__ __forceinline__ void tf_pdl_wait_() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void tf_pdl_enter_() {
     tf_pdl_launch_();
-    tf_pdl_wait();
+    tf_pdl_wait_();
 }
 
 #ifdef TF_TRACE
 // Kernel timeline in place (trace.rs, `TF_TRACE`; only in a build made for it): lane 0 of every
 // warp records the global timer when the kernel starts (its first statement, before the launch
-// wait) and when the warp leaves the kernel's scope, with the kernel's name and position, into a
-// per-SM run of the buffer.
+// wait), when its launch wait returns, at an optional mark (tf_trace_mark) and when the warp
+// leaves the kernel's scope, with the kernel's name and position, into a per-SM run of the buffer.
 struct TfTraceRec {
     u64 t0, t1;
-    u32 block, warp_sm, grid, pad;
-    char name[24];
+    u32 block, warp_sm, grid, dwait, dmark;  // dwait, dmark: ns after t0 (0: none)
+    char name[20];
 };
 __device__ TfTraceRec* tf_trace_buf;
 __device__ u32 tf_trace_per_sm;
 __device__ u32 tf_trace_n[256];
+__shared__ u64 tf_trace_wait[32], tf_trace_mk[32];
 __device__ __forceinline__ u64 tf_now() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+__device__ __forceinline__ void tf_trace_mark() {
+    if ((threadIdx.x & 31) == 0) tf_trace_mk[threadIdx.x >> 5] = tf_now();
+}
 struct TfTrace {
     const char* name;
     u64 t0;
-    __device__ __forceinline__ explicit TfTrace(const char* n) : name(n), t0(tf_now()) {}
+    __device__ __forceinline__ explicit TfTrace(const char* n) : name(n), t0(tf_now()) {
+        if ((threadIdx.x & 31) == 0) tf_trace_wait[threadIdx.x >> 5] = tf_trace_mk[threadIdx.x >> 5] = 0;
+    }
     __device__ __forceinline__ ~TfTrace() {
         if ((threadIdx.x & 31) != 0 || tf_trace_buf == nullptr) return;
-        const u64 t1 = tf_now();
+        const u64 t1 = tf_now(), tw = tf_trace_wait[threadIdx.x >> 5], tm = tf_trace_mk[threadIdx.x >> 5];
         u32 sm;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         sm &= 255;
@@ -96,9 +102,11 @@ struct TfTrace {
         r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
         r.warp_sm = (threadIdx.x >> 5) | (sm << 16);
         r.grid = gridDim.x * gridDim.y * gridDim.z;
+        r.dwait = tw ? (u32)(tw - t0) : 0u;
+        r.dmark = tm ? (u32)(tm - t0) : 0u;
         int k = 0;
-        for (; k < 23 && name[k] != 0; ++k) r.name[k] = name[k];
-        for (; k < 24; ++k) r.name[k] = 0;
+        for (; k < 19 && name[k] != 0; ++k) r.name[k] = name[k];
+        for (; k < 20; ++k) r.name[k] = 0;
     }
 };
 #define tf_pdl_launch()                  \
@@ -107,9 +115,16 @@ struct TfTrace {
 #define tf_pdl_enter()                   \
     TfTrace tf_trace_scope_(__func__); \
     tf_pdl_enter_()
+#define tf_pdl_wait()                                                             \
+    do {                                                                          \
+        tf_pdl_wait_();                                                           \
+        if ((threadIdx.x & 31) == 0) tf_trace_wait[threadIdx.x >> 5] = tf_now(); \
+    } while (0)
 #else
 #define tf_pdl_launch() tf_pdl_launch_()
 #define tf_pdl_enter() tf_pdl_enter_()
+#define tf_pdl_wait() tf_pdl_wait_()
+__device__ __forceinline__ void tf_trace_mark() {}
 #endif
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }

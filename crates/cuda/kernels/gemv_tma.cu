@@ -105,6 +105,7 @@ __device__ __forceinline__ void gt_norm_rows(const GtFused& f, unsigned char* xs
             }
     }
     __syncthreads();
+    tf_trace_mark();
 }
 
 #ifdef TF_WGMMA

@@ -72,17 +72,18 @@ impl Trace {
         let counts = d.get_global("tf_trace_n", SMS * 4);
         let all = d.download(&self.buf, self.buf.len());
         let mut f = std::io::BufWriter::new(std::fs::File::create(&self.out)?);
-        writeln!(f, "name\tgrid\tblock\twarp\tsm\tt0\tt1")?;
+        writeln!(f, "name\tgrid\tblock\twarp\tsm\tt0\tt1\tdwait\tdmark")?;
         for sm in 0..SMS {
             let c = u32::from_le_bytes([counts[4 * sm], counts[4 * sm + 1], counts[4 * sm + 2], counts[4 * sm + 3]]);
             for i in 0..c.min(PER_SM) as usize {
                 let r = &all[(sm * PER_SM as usize + i) * REC..][..REC];
                 let u64_at = |o: usize| u64::from_le_bytes(r[o..o + 8].try_into().unwrap_or([0; 8]));
                 let u32_at = |o: usize| u32::from_le_bytes(r[o..o + 4].try_into().unwrap_or([0; 4]));
-                let name: String = r[32..56].iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
+                let name: String = r[36..56].iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
                 let ws = u32_at(20);
                 let (t0, t1, block, grid) = (u64_at(0), u64_at(8), u32_at(16), u32_at(24));
-                writeln!(f, "{name}\t{grid}\t{block}\t{}\t{}\t{t0}\t{t1}", ws & 0xffff, ws >> 16)?;
+                let (dw, dm) = (u32_at(28), u32_at(32));
+                writeln!(f, "{name}\t{grid}\t{block}\t{}\t{}\t{t0}\t{t1}\t{dw}\t{dm}", ws & 0xffff, ws >> 16)?;
             }
         }
         f.flush()?;
