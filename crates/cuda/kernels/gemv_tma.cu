@@ -138,7 +138,7 @@ template <int NT, bool NORM = false, bool GLU = false>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
                                               int ntot, const TmaDesc* xmap, int m, int kt, int add,
-                                              const GtFused* fu = nullptr) {
+                                              u32* ctr, const GtFused* fu = nullptr) {
     typedef GtCfg<NT, NORM> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -148,22 +148,50 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
     const int G = gridDim.x, b = blockIdx.x;
-    const int t0 = (int)((long long)b * ntot / G), t1 = (int)((long long)(b + 1) * ntot / G);
     const int len = gemm_seg_len(kt);
     const int nseg = (kt + len - 1) / len;
     const int j0 = warp * len, j1 = min(j0 + len, kt);
     const int nb = warp < nseg ? (j1 - j0 + 3) / 4 : 0;  // 64-wide boxes per tile of this segment
-    const int total = nb * (t1 - t0);                    // stages this warp streams
     u64* full = bars + warp * C::ST;
     const u32 ring = smem_addr(ring_p) + warp * C::ST * C::SBYTES;
     if (lane == 0) {
         for (int s = 0; s < C::ST; ++s) mbar_init(&full[s], 1);
         mbar_fence_init();
     }
-    __syncwarp();
-    // Stage q: tile t0 + q / nb, box q % nb of the segment.
+    // The block's tiles by sequence index s: claimed in order from *ctr, so a block that starts
+    // late (its SM held by a small kernel) or streams slowly takes fewer (ctr: this launch's
+    // counter, zero at the start; each block makes exactly one failing claim, and the last of all
+    // claims sets it back to zero), or the static run b ntot / G ... when ctr is null. Tiles are
+    // computed the same way whichever block takes them. gt_ids is a ring of the next claimed
+    // tiles, gt_end the first index without one. A warp's ring reaches at most `ahead` indices
+    // past the tile it computes, so thread 0 claims index s + ahead + 1 at the end of tile s.
+    __shared__ int gt_ids[16];
+    __shared__ int gt_end;
+    const int nb_min = (kt - (nseg - 1) * len + 3) / 4;  // the last segment's boxes
+    const int ahead = min(14, 1 + (C::ST - 2) / nb_min);
+    const int st0 = (int)((long long)b * ntot / G), st1 = (int)((long long)(b + 1) * ntot / G);
+    auto claim = [&](int s) {
+        if (gt_end <= s) return;
+        int t;
+        if (ctr != nullptr) {
+            const u32 v = atomicAdd(ctr, 1u);
+            if (v == (u32)(ntot + G - 1)) atomicExch(ctr, 0u);
+            t = v < (u32)ntot ? (int)v : -1;
+        } else {
+            t = st0 + s < st1 ? st0 + s : -1;
+        }
+        if (t < 0) gt_end = s;
+        else gt_ids[s & 15] = t;
+    };
+    if (threadIdx.x == 0) {
+        gt_end = 1 << 30;
+        for (int s = 0; s <= ahead; ++s) claim(s);
+    }
+    __syncthreads();
+    // Stage q: tile gt_ids[q / nb], box q % nb of the segment (when q / nb < gt_end).
+    auto has = [&](int q) { return nb > 0 && q / nb < gt_end; };
     auto issue_w = [&](int q) {
-        const int t = t0 + q / nb, kc = (j0 + (q % nb) * 4) * 16;
+        const int t = gt_ids[(q / nb) & 15], kc = (j0 + (q % nb) * 4) * 16;
         const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
         const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
         const int slot = q % C::ST;
@@ -175,20 +203,21 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
     };
     if (lane == 0) {
-        for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_w(q);
+        for (int q = 0; q < C::ST - 1 && has(q); ++q) issue_w(q);
     }
     if constexpr (NORM) {
         gt_norm_rows<NT>(*fu, xstage, m);  // waits for the launch first
     } else {
         tf_pdl_wait();
         if (lane == 0) {
-            for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_x(q);
+            for (int q = 0; q < C::ST - 1 && has(q); ++q) issue_x(q);
         }
     }
     float acc[NT][4];
     int q = 0;
     float old[NT][4];  // warp 0: y's values of tile t before the add
-    for (int t = t0; t < t1; ++t) {
+    for (int s = 0; s < gt_end; ++s) {
+        const int t = gt_ids[s & 15];
 #pragma unroll
         for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
         if (warp == 0 && add) {
@@ -197,7 +226,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             gemv_load_old<NT>(y, old, t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1, n, m, g, c, add);
         }
         for (int i = 0; i < nb; ++i, ++q) {
-            if (lane == 0 && q + C::ST - 1 < total) {  // refill the slot the previous stage freed
+            if (lane == 0 && has(q + C::ST - 1)) {  // refill the slot the previous stage freed
                 issue_w(q + C::ST - 1);
                 if constexpr (!NORM) issue_x(q + C::ST - 1);
             }
@@ -218,11 +247,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
-        float* pb = part + (t & 1) * GT_W * C::PART;
+        float* pb = part + (s & 1) * GT_W * C::PART;
 #pragma unroll
         for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) pb[((warp * NT + tt) * 4 + e) * 32 + lane] = acc[tt][e];
+        if (threadIdx.x == 0) claim(s + ahead + 1);
         __syncthreads();
         if (warp == 0) {
             float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
@@ -261,12 +291,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add) {                         \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, u32* ctr) {               \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
-#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add);
+#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, ctr);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif
@@ -279,7 +309,7 @@ GEMV_TMA_KERNEL(4)
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) NAME(                                              \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, const float* xf,         \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, u32* ctr, const float* xf, \
         const float* nw, int cols, int virt, float eps, int one_plus, u16* yb, int kpo, int act) {                \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_FUSED_BODY(NT, NORM, GLU)                                                                         \
@@ -287,7 +317,7 @@ GEMV_TMA_KERNEL(4)
 #ifdef TF_WGMMA
 #define GEMV_TMA_FUSED_BODY(NT, NORM, GLU)                                                                     \
     const GtFused fu = {xf, nw, cols, virt, one_plus, eps, yb, kpo, act};                                      \
-    gemv_tma_body<NT, NORM, GLU>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, &fu);
+    gemv_tma_body<NT, NORM, GLU>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, ctr, &fu);
 #else
 #define GEMV_TMA_FUSED_BODY(NT, NORM, GLU) tf_pdl_wait();
 #endif

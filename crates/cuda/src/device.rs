@@ -9,6 +9,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How to start the backend.
 #[derive(Clone, Debug, Default)]
@@ -143,7 +144,15 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
+    /// Tile counters of the TMA GEMV's dynamic schedule (kernels/gemv_tma.cu), zero between
+    /// launches; consecutive launches take consecutive ones, so a launch that starts while an
+    /// earlier one still runs never shares its counter.
+    tile_ctrs: CudaSlice<u32>,
+    next_ctr: AtomicUsize,
 }
+
+/// Tile counters in [`Device::tile_counter`]'s rotation.
+const TILE_CTRS: usize = 64;
 
 impl Device {
     /// Opens GPU `ordinal`, compiles (or loads from cache) the kernels for its architecture.
@@ -229,7 +238,15 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
+        let tile_ctrs = drv(stream.alloc_zeros::<u32>(TILE_CTRS), "allocating the tile counters")?;
+        let next_ctr = AtomicUsize::new(0);
+        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9, tile_ctrs, next_ctr })
+    }
+
+    /// The address of the next tile counter for a dynamically scheduled launch.
+    pub(crate) fn tile_counter(&self) -> u64 {
+        let i = self.next_ctr.fetch_add(1, Ordering::Relaxed) % TILE_CTRS;
+        ptr(&self.tile_ctrs, &self.stream) + 4 * i as u64
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).
