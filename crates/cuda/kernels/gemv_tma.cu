@@ -158,59 +158,72 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         for (int s = 0; s < C::ST; ++s) mbar_init(&full[s], 1);
         mbar_fence_init();
     }
-    // The block's tiles by sequence index s: claimed in order from *ctr, so a block that starts
-    // late (its SM held by a small kernel) or streams slowly takes fewer (ctr: this launch's
-    // counter, zero at the start; each block makes exactly one failing claim, and the last of all
-    // claims sets it back to zero), or the static run b ntot / G ... when ctr is null. Tiles are
-    // computed the same way whichever block takes them. gt_ids is a ring of the next claimed
-    // tiles, gt_end the first index without one. A warp's ring reaches at most `ahead` indices
-    // past the tile it computes, so thread 0 claims index s + ahead + 1 at the end of tile s.
+    // The block's tiles by sequence index s: claimed in order from this launch's counter (a block
+    // that starts late, its SM held by a small kernel, or streams slowly takes fewer), or the
+    // static run st0 + s < st1 when ctr is null. A tile is computed the same way whichever block
+    // takes it. gt_ids is a ring of the next claimed tiles, gt_end the first index without one. A
+    // warp's ring reaches at most `ahead` indices past the tile it computes: thread 0 claims
+    // indices 0 ..= ahead up front and index s + ahead + 1 during tile s (the atomic's latency
+    // hides under the tile), publishing it before the tile's closing barrier.
+    // The counter is a 64-bit word, zero at the start: claims add to its low half, and each block
+    // adds to its high half once it has seen a failing claim (it claims no more then); the block
+    // that completes the high half sets the word back to zero for the launch that reuses it.
     __shared__ int gt_ids[16];
     __shared__ int gt_end;
+    u64* word = (u64*)ctr;
     const int nb_min = (kt - (nseg - 1) * len + 3) / 4;  // the last segment's boxes
     const int ahead = min(14, 1 + (C::ST - 2) / nb_min);
     const int st0 = (int)((long long)b * ntot / G), st1 = (int)((long long)(b + 1) * ntot / G);
-    auto claim = [&](int s) {
-        if (gt_end <= s) return;
-        int t;
-        if (ctr != nullptr) {
-            const u32 v = atomicAdd(ctr, 1u);
-            if (v == (u32)(ntot + G - 1)) atomicExch(ctr, 0u);
-            t = v < (u32)ntot ? (int)v : -1;
-        } else {
-            t = st0 + s < st1 ? st0 + s : -1;
+    u64 done_old = 0;
+    bool done = false;
+    // Thread 0: the result v of the claim for index s.
+    auto publish = [&](int s, u64 v) {
+        const int t = word != nullptr ? ((u32)v < (u32)ntot ? (int)(u32)v : -1) : (st0 + s < st1 ? st0 + s : -1);
+        if (t >= 0) {
+            gt_ids[s & 15] = t;
+        } else if (gt_end > s) {
+            gt_end = s;
+            if (word != nullptr) done_old = atomicAdd(word, 1ull << 32), done = true;
         }
-        if (t < 0) gt_end = s;
-        else gt_ids[s & 15] = t;
     };
     if (threadIdx.x == 0) {
         gt_end = 1 << 30;
-        for (int s = 0; s <= ahead; ++s) claim(s);
+        u64 v[15];
+#pragma unroll
+        for (int s = 0; s < 15; ++s)
+            if (s <= ahead) v[s] = word != nullptr ? atomicAdd(word, 1ull) : 0ull;
+#pragma unroll
+        for (int s = 0; s < 15; ++s)
+            if (s <= ahead) publish(s, v[s]);
     }
     __syncthreads();
-    // Stage q: tile gt_ids[q / nb], box q % nb of the segment (when q / nb < gt_end).
-    auto has = [&](int q) { return nb > 0 && q / nb < gt_end; };
-    auto issue_w = [&](int q) {
-        const int t = gt_ids[(q / nb) & 15], kc = (j0 + (q % nb) * 4) * 16;
+    // The producer (lane 0) issues stage pq: tile gt_ids[ps], box pbx of the segment.
+    int pq = 0, ps = 0, pbx = 0;
+    auto issue_w = [&]() {
+        const int t = gt_ids[ps & 15], kc = (j0 + pbx * 4) * 16;
         const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
         const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
-        const int slot = q % C::ST;
+        const int slot = pq % C::ST;
         mbar_expect(&full[slot], C::SBYTES);
         tma_load_2d(ring + slot * C::SBYTES, map, kc, row, &full[slot]);
     };
-    auto issue_x = [&](int q) {
+    auto issue_x = [&](int q, int box) {
         const int slot = q % C::ST;
-        tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
+        tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + box * 4) * 16, 0, &full[slot]);
     };
-    if (lane == 0) {
-        for (int q = 0; q < C::ST - 1 && has(q); ++q) issue_w(q);
+    auto advance = [&]() {
+        ++pq;
+        if (++pbx == nb) pbx = 0, ++ps;
+    };
+    if (lane == 0 && nb > 0) {
+        while (pq < C::ST - 1 && ps < gt_end) issue_w(), advance();
     }
     if constexpr (NORM) {
         gt_norm_rows<NT>(*fu, xstage, m);  // waits for the launch first
     } else {
         tf_pdl_wait();
         if (lane == 0) {
-            for (int q = 0; q < C::ST - 1 && has(q); ++q) issue_x(q);
+            for (int q = 0; q < pq; ++q) issue_x(q, q % nb);
         }
     }
     float acc[NT][4];
@@ -218,6 +231,9 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     float old[NT][4];  // warp 0: y's values of tile t before the add
     for (int s = 0; s < gt_end; ++s) {
         const int t = gt_ids[s & 15];
+        u64 pend = 0;  // thread 0: the claim for index s + ahead + 1, published at the tile's end
+        const bool claiming = threadIdx.x == 0 && word != nullptr && gt_end > s + ahead + 1;
+        if (claiming) pend = atomicAdd(word, 1ull);
 #pragma unroll
         for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
         if (warp == 0 && add) {
@@ -226,9 +242,10 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             gemv_load_old<NT>(y, old, t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1, n, m, g, c, add);
         }
         for (int i = 0; i < nb; ++i, ++q) {
-            if (lane == 0 && has(q + C::ST - 1)) {  // refill the slot the previous stage freed
-                issue_w(q + C::ST - 1);
-                if constexpr (!NORM) issue_x(q + C::ST - 1);
+            if (lane == 0 && ps < gt_end) {  // refill the slot the previous stage freed
+                issue_w();
+                if constexpr (!NORM) issue_x(pq, pbx);
+                advance();
             }
             const int slot = q % C::ST;
             mbar_wait(&full[slot], (q / C::ST) & 1);
@@ -252,7 +269,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) pb[((warp * NT + tt) * 4 + e) * 32 + lane] = acc[tt][e];
-        if (threadIdx.x == 0) claim(s + ahead + 1);
+        if (claiming || (threadIdx.x == 0 && word == nullptr)) publish(s + ahead + 1, pend);
         __syncthreads();
         if (warp == 0) {
             float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
@@ -283,6 +300,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
         }
     }
+    if (done && (done_old >> 32) == (u64)(G - 1)) atomicExch(word, 0ull);  // the last block done
 }
 #endif
 

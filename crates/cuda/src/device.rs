@@ -147,7 +147,7 @@ pub struct Device {
     /// Tile counters of the TMA GEMV's dynamic schedule (kernels/gemv_tma.cu), zero between
     /// launches; consecutive launches take consecutive ones, so a launch that starts while an
     /// earlier one still runs never shares its counter.
-    tile_ctrs: CudaSlice<u32>,
+    tile_ctrs: CudaSlice<u64>,
     next_ctr: AtomicUsize,
 }
 
@@ -238,7 +238,7 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        let tile_ctrs = drv(stream.alloc_zeros::<u32>(TILE_CTRS), "allocating the tile counters")?;
+        let tile_ctrs = drv(stream.alloc_zeros::<u64>(TILE_CTRS), "allocating the tile counters")?;
         let next_ctr = AtomicUsize::new(0);
         Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9, tile_ctrs, next_ctr })
     }
@@ -246,7 +246,7 @@ impl Device {
     /// The address of the next tile counter for a dynamically scheduled launch.
     pub(crate) fn tile_counter(&self) -> u64 {
         let i = self.next_ctr.fetch_add(1, Ordering::Relaxed) % TILE_CTRS;
-        ptr(&self.tile_ctrs, &self.stream) + 4 * i as u64
+        ptr(&self.tile_ctrs, &self.stream) + 8 * i as u64
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).
