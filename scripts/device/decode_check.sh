@@ -10,7 +10,7 @@ for t in ops golden engine; do
   timeout 200 ".carry/tests/$t" --test-threads=1 2>&1 | grep -E "^test result|FAILED|panicked" | tee -a "$OUT/tests.txt"
 done
 ARGS="--prompt-len 128,4096 --batch 1,8 --gen-len 64 --repeat 1" \
-  bash scripts/device/abc.sh "${A:-U=.carry/tensorfold:TF_LAB_M1=static} F=.carry/tensorfold" "${ROUNDS:-3}" \
+  bash scripts/device/abc.sh "${A:-U=.carry/tensorfold:TF_LAB_M1=cp} F=.carry/tensorfold" "${ROUNDS:-3}" \
   | tee "$OUT/abc.txt"
 bash scripts/device/trace.sh .carry/tensorfold "${CASES:-128x1}" > "$OUT/trace.txt" 2>&1
 sed -n '/^round 1/,$p' "$OUT/summary_F_128x1.txt" 2>/dev/null | cut -c1-120

@@ -9,7 +9,6 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How to start the backend.
 #[derive(Clone, Debug, Default)]
@@ -87,11 +86,6 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
-    gemv_tma_norm_n1,
-    gemv_tma_norm_glu_n1,
-    gemv_tma_glu_n1,
-    gemv_tma_glu_n2,
-    gemv_tma_glu_n4,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -144,15 +138,7 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
-    /// Tile counters of the TMA GEMV's dynamic schedule (kernels/gemv_tma.cu), zero between
-    /// launches; consecutive launches take consecutive ones, so a launch that starts while an
-    /// earlier one still runs never shares its counter.
-    tile_ctrs: CudaSlice<u64>,
-    next_ctr: AtomicUsize,
 }
-
-/// Tile counters in [`Device::tile_counter`]'s rotation.
-const TILE_CTRS: usize = 64;
 
 impl Device {
     /// Opens GPU `ordinal`, compiles (or loads from cache) the kernels for its architecture.
@@ -198,18 +184,10 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            let tma = [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)];
-            let glu = [(&k.gemv_tma_glu_n1, 1), (&k.gemv_tma_glu_n2, 2), (&k.gemv_tma_glu_n4, 4)];
-            for (f, nt) in tma.into_iter().chain(glu) {
+            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",
-                )?;
-            }
-            for f in [&k.gemv_tma_norm_n1, &k.gemv_tma_norm_glu_n1] {
-                drv(
-                    f.set_attribute(big, crate::matmul::GEMV_TMA_NORM_SMEM as i32),
-                    "raising the normed TMA GEMV's shared memory",
                 )?;
             }
         }
@@ -238,15 +216,7 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        let tile_ctrs = drv(stream.alloc_zeros::<u64>(TILE_CTRS), "allocating the tile counters")?;
-        let next_ctr = AtomicUsize::new(0);
-        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9, tile_ctrs, next_ctr })
-    }
-
-    /// The address of the next tile counter for a dynamically scheduled launch.
-    pub(crate) fn tile_counter(&self) -> u64 {
-        let i = self.next_ctr.fetch_add(1, Ordering::Relaxed) % TILE_CTRS;
-        ptr(&self.tile_ctrs, &self.stream) + 8 * i as u64
+        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).

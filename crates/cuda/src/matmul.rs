@@ -40,9 +40,9 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
     h.touched();
 }
 
-/// `matmul_many(rms_norm(x, nw), ws)`: under lab settings (profile.rs `M1Lab`) the TMA GEMV
-/// (`fuse-norm`, up to 8 rows, kernels/gemv_tma.cu NORM) or the one-row GEMV (`on`) make the norm
-/// themselves (the same bits); else the norm kernel runs first.
+/// `matmul_many(rms_norm(x, nw), ws)`: for one row with the one-row GEMV turned on (profile.rs
+/// `M1Lab`) it makes the norm itself (no norm kernel, the same bits), else the norm kernel runs
+/// first.
 pub(crate) fn norm_matmul_many(
     b: &CudaBackend,
     x: &CudaAct,
@@ -52,13 +52,6 @@ pub(crate) fn norm_matmul_many(
     ws: &[&CudaMat],
 ) -> Vec<CudaAct> {
     let d = &b.dev;
-    if let Some(norm) = norm_in(b, x, nw, eps, one_plus, ws) {
-        let outs = outputs(b, x, ws);
-        let ys: Vec<u64> = outs.iter().map(|o| ptr(o.data(b), &d.stream)).collect();
-        if gemv_tma(b, ws, 0, x.rows, x.cols.div_ceil(16), &ys, false, Fused { norm: Some(norm), glu: None }) {
-            return outs;
-        }
-    }
     if x.rows == 1
         && b.lab.on
         && let Some((nq, virt)) = norm_fusable(x.cols, nw.len, crate::ops::norm_threads(nw.len))
@@ -131,7 +124,7 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way;
     // lab `cp` keeps the cp.async path.
     let lab_cp = b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000));
-    if m <= 32 && !(m == 1 && lab_cp) && gemv_tma(b, ws, xb, m, kt, &yp, add, Fused::default()) {
+    if m <= 32 && !(m == 1 && lab_cp) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
         return;
     }
     let (f, smem) = match b.lab.row {
@@ -335,28 +328,7 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
         d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         return CudaAct::bf16_only(yb, m, inter);
     }
-    if m <= 32
-        && !b.lab.glu_apart
-        && let Some(y) = gemv_glu(b, x, gu, act, None)
-    {
-        return y;
-    }
     crate::ops::glu_packed(b, &matmul(b, x, gu), act)
-}
-
-/// The gated activation in the TMA GEMV's store (up to 32 rows, kernels/gemv_tma.cu GLU), with
-/// the input norm made inside it when `norm` is given; none where the GEMV cannot run.
-fn gemv_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation, norm: Option<NormIn>) -> Option<CudaAct> {
-    let d = &b.dev;
-    let (m, inter) = (x.rows, gu.shape().0 / 2);
-    if b.lab.cp || b.lab.row.is_some() || b.lab.on || !tf_backend::gate_up::packable(inter) {
-        return None;
-    }
-    let yb = crate::ops::bf16_out(b, m, inter);
-    let glu = GluOut { yb: ptr(&yb, &d.stream), kpo: padded(inter), act: matches!(act, Activation::GeluTanh) as i32 };
-    let xb = if norm.is_some() { 0 } else { ptr(bf16_of(b, x), &d.stream) };
-    gemv_tma(b, &[gu], xb, m, x.cols.div_ceil(16), &[0], false, Fused { norm, glu: Some(glu) })
-        .then(|| CudaAct::bf16_only(yb, m, inter))
 }
 
 /// `matmul_glu(rms_norm(x, nw), gu)`: one row with the one-row GEMV on (profile.rs `M1Lab`) makes
@@ -374,96 +346,14 @@ pub(crate) fn norm_matmul_glu(
         let y = norm_matmul_many(b, x, nw, eps, one_plus, &[gu]).pop().expect("one weight, one output");
         return crate::ops::glu_packed(b, &y, act);
     }
-    if !b.lab.glu_apart
-        && let Some(norm) = norm_in(b, x, nw, eps, one_plus, &[gu])
-        && let Some(y) = gemv_glu(b, x, gu, act, Some(norm))
-    {
-        return y;
-    }
     matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
-/// The input norm of a TMA GEMV (kernels/gemv_tma.cu NORM).
-#[derive(Clone, Copy)]
-struct NormIn {
-    x: u64,
-    w: u64,
-    cols: usize,
-    virt: usize,
-    eps: f32,
-    one_plus: bool,
-}
-
-/// The gated activation's bf16 output of a TMA GEMV (kernels/gemv_tma.cu GLU).
-#[derive(Clone, Copy)]
-struct GluOut {
-    yb: u64,
-    kpo: usize,
-    act: i32,
-}
-
-/// What a TMA GEMV launch fuses.
-#[derive(Clone, Copy, Default)]
-struct Fused {
-    norm: Option<NormIn>,
-    glu: Option<GluOut>,
-}
-
-/// Whether the TMA GEMV makes the norm of `x` by `nw` itself for `ws`: only under the lab setting
-/// `fuse-norm` (profile.rs), at most 8 rows, the norm spanning rows of whole 64-column boxes up to
-/// `GT_NORM_K` (4096) columns, segments starting at whole boxes, every weight with its GEMV map.
-fn norm_in(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> Option<NormIn> {
-    let (m, cols) = (x.rows, x.cols);
-    let kt = cols / 16;
-    let virt = crate::ops::norm_threads(cols);
-    let lab = b.lab.on || b.lab.cp || b.lab.row.is_some() || !b.lab.fuse_norm;
-    let maps = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { gmap: Some(_), .. }));
-    let fits = (1..=8).contains(&m)
-        && nw.len == cols
-        && cols.is_multiple_of(64)
-        && cols <= GT_NORM_K
-        && cols <= 4 * virt
-        && (crate::tma::seg_len(kt).is_multiple_of(4) || crate::tma::segments(kt) == 1);
-    (fits && maps && !lab).then(|| NormIn {
-        x: ptr(x.data(b), &b.dev.stream),
-        w: ptr(&nw.data, &b.dev.stream),
-        cols,
-        virt,
-        eps,
-        one_plus,
-    })
-}
-
-/// Columns the TMA GEMV can norm itself (kernels/gemv_tma.cu `GT_NORM_K`).
-const GT_NORM_K: usize = 4096;
-
-/// Shared memory of the normed TMA GEMV (kernels/gemv_tma.cu `GtCfg<1, true>::SMEM`): 1 KB of
-/// alignment, `GT_W` rings of 8 stages of a 2 KB W box, all of x in 1 KB boxes, two sets of
-/// segment sums, the barriers.
-pub(crate) const GEMV_TMA_NORM_SMEM: u32 =
-    (1024 + GEMV_WARPS * 8 * 2048 + GT_NORM_K / 64 * 1024 + 2 * GEMV_WARPS * 4 * 32 * 4 + GEMV_WARPS * 8 * 8) as u32;
-const _: () = assert!(GEMV_TMA_NORM_SMEM + 1024 <= 227 * 1024, "the normed TMA GEMV's shared memory exceeds the limit");
-
-/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them), fusing what
-/// `fused` names (the norm makes x from its f32 rows, so `xb` is unused then; the gated activation
-/// writes its own output, so `ys` is); false (nothing launched) where a weight or x has no tensor
-/// map.
-#[allow(clippy::too_many_arguments)]
-fn gemv_tma(
-    b: &CudaBackend,
-    ws: &[&CudaMat],
-    xb: u64,
-    m: usize,
-    kt: usize,
-    ys: &[u64],
-    add: bool,
-    fused: Fused,
-) -> bool {
+/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing
+/// launched) where a weight or x has no tensor map.
+fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64], add: bool) -> bool {
     let d = &b.dev;
     let nt = m.div_ceil(8).next_power_of_two();
-    if fused.norm.is_some() && nt != 1 {
-        return false;
-    }
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
         .iter()
         .map(|w| match w {
@@ -471,27 +361,20 @@ fn gemv_tma(
             _ => None,
         })
         .collect();
-    // The normed kernel stages x itself: its map is never read.
-    let xmap = if fused.norm.is_some() { Some([0; 16]) } else { crate::tma::row_map(xb, m, kt * 16, 8 * nt) };
-    let (Some(maps), Some(xmap)) = (maps, xmap) else {
+    let (Some(maps), Some(xmap)) = (maps, crate::tma::row_map(xb, m, kt * 16, 8 * nt)) else {
         return false;
     };
-    let (f, smem) = match (fused.norm.is_some(), fused.glu.is_some(), nt) {
-        (true, false, _) => (&d.k.gemv_tma_norm_n1, GEMV_TMA_NORM_SMEM),
-        (true, true, _) => (&d.k.gemv_tma_norm_glu_n1, GEMV_TMA_NORM_SMEM),
-        (false, true, 1) => (&d.k.gemv_tma_glu_n1, gemv_tma_smem(1)),
-        (false, true, 2) => (&d.k.gemv_tma_glu_n2, gemv_tma_smem(2)),
-        (false, true, _) => (&d.k.gemv_tma_glu_n4, gemv_tma_smem(4)),
-        (false, false, 1) => (&d.k.gemv_tma_n1, gemv_tma_smem(1)),
-        (false, false, 2) => (&d.k.gemv_tma_n2, gemv_tma_smem(2)),
-        (false, false, _) => (&d.k.gemv_tma_n4, gemv_tma_smem(4)),
+    let f = match nt {
+        1 => &d.k.gemv_tma_n1,
+        2 => &d.k.gemv_tma_n2,
+        _ => &d.k.gemv_tma_n4,
     };
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
         let ntot = t0 + t1 + t2;
-        let mut args = vec![
+        let args = [
             Arg::M(w0),
             Arg::M(w1),
             Arg::M(w2),
@@ -508,25 +391,9 @@ fn gemv_tma(
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(add as i32),
-            Arg::P(if b.lab.static_tiles { 0 } else { d.tile_counter() }),
         ];
-        if fused.norm.is_some() || fused.glu.is_some() {
-            let nm = fused.norm.unwrap_or(NormIn { x: 0, w: 0, cols: 0, virt: 32, eps: 0.0, one_plus: false });
-            let gl = fused.glu.unwrap_or(GluOut { yb: 0, kpo: 0, act: 0 });
-            args.extend([
-                Arg::P(nm.x),
-                Arg::P(nm.w),
-                Arg::I(nm.cols as i32),
-                Arg::I(nm.virt as i32),
-                Arg::F(nm.eps),
-                Arg::I(nm.one_plus as i32),
-                Arg::P(gl.yb),
-                Arg::I(gl.kpo as i32),
-                Arg::I(gl.act),
-            ]);
-        }
         let grid = ntot.min(d.num_sms) as u32;
-        d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
+        d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }
     true
 }
@@ -606,9 +473,8 @@ mod tests {
         for nt in [1, 2, 4, 8] {
             assert!(gemv_smem(nt) <= MAX_SMEM, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
         }
-        // The TMA GEMV's static shared memory (its tile ring, 1 KB with the ring's alignment) too.
         for nt in [1, 2, 4] {
-            assert!(gemv_tma_smem(nt) + 1024 <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
+            assert!(gemv_tma_smem(nt) <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
         }
     }
 }

@@ -40,10 +40,7 @@ impl Skip {
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 /// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
 /// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu);
-/// `glu-apart` keeps the gated activation out of the GEMM's and the GEMV's store; `fuse-norm` has
-/// the TMA GEMV make its input norm itself (up to 8 rows; exact, but on the H200 no faster than
-/// the norm kernel at one row and slower at eight: NOTES session 10); `static` gives the TMA GEMV
-/// its static tile runs instead of claiming tiles.
+/// `glu-apart` keeps the gated activation out of the GEMM's store.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -65,10 +62,6 @@ pub(crate) struct M1Lab {
     pub(crate) gemm: Option<(i32, i32)>,
     /// `glu-apart`: packed gate/up matmuls never apply the activation in the GEMM's store.
     pub(crate) glu_apart: bool,
-    /// `fuse-norm`: the TMA GEMV makes its input norm itself.
-    pub(crate) fuse_norm: bool,
-    /// `static`: the TMA GEMV takes static tile runs.
-    pub(crate) static_tiles: bool,
 }
 
 impl M1Lab {
@@ -94,8 +87,6 @@ impl M1Lab {
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
             "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             "glu-apart" => return M1Lab { glu_apart: true, ..M1Lab::default() },
-            "fuse-norm" => return M1Lab { fuse_norm: true, ..M1Lab::default() },
-            "static" => return M1Lab { static_tiles: true, ..M1Lab::default() },
             _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
@@ -128,8 +119,6 @@ mod tests {
         assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("on").glu_apart);
-        assert!(M1Lab::parse("fuse-norm").fuse_norm && !M1Lab::parse("glu-apart").fuse_norm);
-        assert!(M1Lab::parse("static").static_tiles && !M1Lab::parse("fuse-norm").static_tiles);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

@@ -86,13 +86,9 @@ pub(crate) fn wgmma_fits(kt: usize) -> bool {
 
 /// K segments of a weight of `kt` k tiles (kernels/gemm.cu `gemm_seg_len`).
 pub(crate) fn segments(kt: usize) -> usize {
-    kt.div_ceil(seg_len(kt))
-}
-
-/// k tiles a segment (kernels/gemm.cu `gemm_seg_len`).
-pub(crate) fn seg_len(kt: usize) -> usize {
     let nseg = (kt / 32).clamp(1, 8);
-    (kt.div_ceil(nseg) + 1) & !1
+    let len = (kt.div_ceil(nseg) + 1) & !1;
+    kt.div_ceil(len)
 }
 
 #[cfg(test)]

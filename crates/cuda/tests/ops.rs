@@ -31,8 +31,8 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
-    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu) and the TMA GEMV's static tiles.
-    for lab in [None, Some("on"), Some("static")] {
+    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu).
+    for lab in [None, Some("on")] {
         let Some(b) = backend_with(lab) else { return };
         bf16_matmul_case(&b);
     }
@@ -105,15 +105,14 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn packed_gate_up_equals_glu_of_two_matmuls() {
-    for lab in [None, Some("on"), Some("fuse-norm")] {
+    for lab in [None, Some("on")] {
         let Some(b) = backend_with(lab) else { return };
         packed_gate_up_case(&b);
     }
 }
 
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
-    // Every path of matmul_glu: the TMA GEMV with the activation in its store (1-32 rows; with
-    // norm_matmul_glu up to 8 rows also the norm made inside it), split wgmma then glu_packed (33-64), the
+    // Every path of matmul_glu: GEMVs (1-32 rows), split wgmma then glu_packed (33-64), the
     // wgmma GEMM then glu_packed (65-256), the wgmma GEMM with the activation in its store (257+;
     // 200 and 1096 rows end mid W block), the tiled GEMM (K = 200 is not whole 64-wide blocks):
     // each result (bf16 only) must equal glu of the two plain matmuls rounded to bf16, and feed
@@ -154,7 +153,7 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn matmul_add_equals_matmul_then_add() {
-    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6"), Some("static")] {
+    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6")] {
         let Some(b) = backend_with(lab) else { return };
         matmul_add_case(&b);
     }
@@ -179,19 +178,18 @@ fn matmul_add_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
-    // The TMA GEMV (`fuse-norm`, up to 8 rows) and the one-row GEMV (`on`, kernels/gemv_m1.cu)
-    // make the norm themselves (opt-in); by default the norm kernel runs first.
-    for lab in [None, Some("fuse-norm"), Some("on")] {
+    // By default the norm kernel runs first (1-9 rows); the one-row GEMV (opt-in,
+    // kernels/gemv_m1.cu) makes the norm itself.
+    for lab in [None, Some("on")] {
         let Some(b) = backend_with(lab) else { return };
         norm_in_the_matmul_case(&b, lab);
     }
 }
 
 fn norm_in_the_matmul_case(b: &tf_cuda::CudaBackend, lab: Option<&str>) {
-    // 4096, 2048, 640 and 64 columns fuse into either GEMV (1024, 512, 160 and 32 virtual
-    // threads), 1536 (384) into the TMA GEMV only; 8192 falls back to the norm kernel, as do 9
-    // rows. Rows must equal the same rows normed among 80 (the quarter-size prefill blocks) and
-    // multiplied among them.
+    // 4096, 2048, 640 and 64 columns fuse into the one-row GEMV (1024, 512, 160 and 32 virtual
+    // threads); 8192 and 1536 fall back to the norm kernel. Rows must equal the same rows normed
+    // among 80 (the quarter-size prefill blocks) and multiplied among them.
     let counts: &[usize] = if lab == Some("on") { &[1] } else { &[1, 3, 8, 9] };
     for cols in [4096, 2048, 640, 64, 8192, 1536] {
         let ws: Vec<_> = [(96, 1u64), (48, 2), (160, 3)]
