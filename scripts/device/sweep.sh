@@ -3,7 +3,8 @@
 # this build (.carry/tensorfold) against a baseline (.carry/a/tensorfold) on qwen3-8b synth, and
 # transformers on the same checkpoint; everything under $OUT as one archive, tables last.
 #   RECEIPT_ARGS="--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"  ROUNDS=2  PEER=1
-#   LAB=0 leaves the matmul lab out (no matmul change: saves its nvcc build and run)
+#   LAB=0 leaves the matmul lab out (no matmul change: saves its nvcc build and run); TESTS=0 the
+#   tests (when this build's tests already passed in an earlier call)
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
@@ -13,8 +14,10 @@ if [[ ${LAB:-1} == 1 ]]; then
   OUT=$OUT/lab STEPS=lab bash scripts/device/lab.sh > /dev/null 2>&1
   grep -E "FAIL|exactness|TF" "$OUT/lab/lab.log" | grep -v "0 differ (max 0) gemv 0 differ"
 fi
-STEPS=tests bash scripts/device/run_all.sh > "$OUT/run_tests.log" 2>&1
-grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | sort | uniq -c
+if [[ ${TESTS:-1} == 1 ]]; then
+  STEPS=tests bash scripts/device/run_all.sh > "$OUT/run_tests.log" 2>&1
+  grep -E "^test result|FAILED|panicked" "$OUT/tests.log" | sort | uniq -c
+fi
 echo "t=$(( $(date +%s) - START )) s: receipt"
 ARGS=${RECEIPT_ARGS:-"--prompt-len 128,4096 --batch 1,8,64 --gen-len 128 --repeat 2"} \
   bash scripts/device/receipt.sh .carry/a/tensorfold .carry/tensorfold "${ROUNDS:-2}" > "$OUT/receipt.txt" 2>&1
