@@ -2,7 +2,7 @@
 # Where decode time goes, in place: benches one binary under several profiling-knob settings and
 # prints each variant's decode ms per round (differences to the first are in-situ costs).
 # A variant is S=mask, the TF_PROFILE_SKIP bits (crates/cuda/src/profile.rs: 1 attention,
-# 2 add_rms_norm, 4 glu, 8 qk_norm_rope, 16 matmuls but the vocabulary head; rounds of at most
+# 2 the norms, 4 glu, 8 qk_norm_rope, 16 matmuls but the vocabulary head; rounds of at most
 # 64 rows; results are wrong, only the times count), or M=on / M=BxS / M=row:NAME, a one-row GEMV
 # schedule (TF_LAB_M1, profile.rs `M1Lab`: the one-row kernel, at most B blocks an SM and S ring
 # stages, or a one-row variant of the few-row GEMV; exact either way). Join with +.

@@ -3,14 +3,15 @@
 where the GPU's time goes in place: each launch's span and its cost on the critical path (its
 last warp's end minus the previous launch's), summed by kind, and the gaps between rounds.
 
-usage: trace_round.py TRACE.tsv [--layer N]   (N: print one layer's launches in detail)"""
+usage: trace_round.py TRACE.tsv[.gz] [--layer N]   (N: print one layer's launches in detail)"""
+import gzip
 import sys
 from collections import defaultdict
 
 path = sys.argv[1]
 detail = int(sys.argv[sys.argv.index("--layer") + 1]) if "--layer" in sys.argv else None
 recs = []
-with open(path) as f:
+with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
     next(f)
     for line in f:
         f_ = line.rstrip("\n").split("\t")
@@ -82,9 +83,22 @@ for ri, rnd in enumerate(rounds):
         rows.append((lab, l, inc, last))
         last = max(last, e)
     total = sum(v[1] for v in by.values())
+    # Where a launch's critical time goes: from the previous launch's last end to its launch wait
+    # returning (the dependency's latency), then from there to its own last end.
+    lat = defaultdict(list)
+    for lab, l, inc, prev in rows:
+        if l["tw"]:
+            w = sorted(l["tw"])[len(l["tw"]) // 2]
+            lat[lab].append(((w - prev) / 1e3, (max(l["t1"]) - w) / 1e3))
     print(f"{'kernel':<34}{'n':>5}{'critical us':>13}{'per call':>10}{'span/call':>11}{'share':>7}")
     for lab, (n, inc, span, busy) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"{lab:<34}{n:>5}{inc:>13.1f}{inc / n:>10.2f}{span / n:>11.2f}{inc / total:>7.1%}")
+    if lat:
+        print(f"{'kernel':<34}{'wait after prev end':>21}{'wait to end':>13}  (medians, us)")
+        for lab, v in sorted(lat.items(), key=lambda kv: -len(kv[1])):
+            a = sorted(x[0] for x in v)
+            b = sorted(x[1] for x in v)
+            print(f"{lab:<34}{a[len(a) // 2]:>21.2f}{b[len(b) // 2]:>13.2f}")
     if detail is not None:
         # Layer N: from the launch before its qkv matmul (the input norm) to the next layer's.
         idx = [max(i - 1, 0) for i, lab in enumerate(labels) if lab.endswith(":qkv")]

@@ -38,7 +38,9 @@
 //! in place (`scripts/device/skip.sh`); results are then wrong. `TF_LAB_M1` turns on the one-row
 //! GEMV of kernels/gemv_m1.cu (x staged once a block, the input RMSNorm made inside it; exact,
 //! but slower on the H200 than the few-row GEMV plus a norm kernel, so off by default); its other
-//! settings pick kernel variants for timing, all exact (profile.rs `M1Lab`).
+//! settings pick kernel variants for timing, all exact (profile.rs `M1Lab`). `TF_TRACE=FROM:TO`
+//! (trace.rs) builds the kernels with a per-warp timeline of rounds FROM..TO written to a file
+//! (`scripts/device/trace.sh`); without it the kernels' code is unchanged.
 //!
 //! cudarc loads the driver at run time: this crate builds and its tests run (skipping) on
 //! machines without CUDA.

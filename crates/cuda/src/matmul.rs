@@ -69,6 +69,9 @@ pub(crate) fn norm_matmul_many(
 
 /// `rms_norm(x, nw)` as the input of matmuls by `ws`: held as bf16 only where they all read bf16.
 fn norm_for(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> CudaAct {
+    if b.skip.skips(crate::profile::Skip::ADD_NORM, x.rows) {
+        return b.blank(x.rows, x.cols);
+    }
     if ws.iter().all(|w| matches!(w, CudaMat::Bf16 { .. })) {
         return crate::ops::rms_norm_for_matmul(b, x, nw, eps, one_plus);
     }
@@ -328,7 +331,11 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
         d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         return CudaAct::bf16_only(yb, m, inter);
     }
-    crate::ops::glu_packed(b, &matmul(b, x, gu), act)
+    let y = matmul(b, x, gu);
+    if b.skip.skips(crate::profile::Skip::GLU, m) {
+        return b.blank(m, n / 2);
+    }
+    crate::ops::glu_packed(b, &y, act)
 }
 
 /// `matmul_glu(rms_norm(x, nw), gu)`: one row with the one-row GEMV on (profile.rs `M1Lab`) makes

@@ -11,9 +11,11 @@ pub(crate) struct Skip(u32);
 impl Skip {
     /// Attention (with its KV write).
     pub(crate) const ATTENTION: u32 = 1;
-    /// The fused residual add and RMSNorm.
+    /// The RMSNorms: the fused residual add and norm, and the norms made for matmuls (the
+    /// decode norms since the residual add moved into the matmul stores; before session 10 this
+    /// bit skipped only add_rms_norm, which Qwen3 decode no longer runs).
     pub(crate) const ADD_NORM: u32 = 2;
-    /// The gated activation.
+    /// The gated activation (also the packed one after a gate/up matmul).
     pub(crate) const GLU: u32 = 4;
     /// The q/k norms and RoPE.
     pub(crate) const QK_ROPE: u32 = 8;
