@@ -2,7 +2,8 @@
 // with its MMA instruction, so rows give the same bits as in the other matmul kernels.
 //
 // Persistent blocks (at most one per SM) each take a contiguous run of 16-row W tiles (of up to
-// three weights sharing x), the longer runs to the lower block indices. Warp w of a block owns K segment w (`gemm_seg_len`) of every tile in
+// three weights sharing x), the longer runs to the lower block indices. Warp w of a block owns K
+// segment w (`gemm_seg_len`) of every tile in
 // the run and streams it through a private ring of GT_ST stages: a stage is one tensor-map copy of
 // 16 W rows x 64 k and one of the 8 NT x rows x 64 k, both in the 128-byte swizzle (conflict-free
 // ldmatrix and B reads), issued by the warp's lane 0 and counted on one mbarrier. The ring runs on
