@@ -417,7 +417,20 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __re
     const float* row = x + (size_t)blockIdx.x * cols;
     float bv = NEG_INF;
     int bi = 0x7fffffff;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    // A thread scans columns threadIdx.x, + blockDim.x, ... in order, 16 loaded before any is
+    // compared: one memory round trip per 16 values, not per value (a 151936-wide row took ~60 us
+    // as a chain of 149 loads a thread; H200 timeline, NOTES session 10).
+    const int step = blockDim.x;
+    int c = threadIdx.x;
+    for (; c + 15 * step < cols; c += 16 * step) {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = row[c + j * step];
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+            if (v[j] > bv) bv = v[j], bi = c + j * step;
+    }
+    for (; c < cols; c += step) {
         float v = row[c];
         if (v > bv) bv = v, bi = c;
     }

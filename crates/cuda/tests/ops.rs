@@ -582,9 +582,13 @@ fn argmax_rows_matches_the_host() {
     let Some(b) = backend() else { return };
     for (rows, cols) in [(1, 151936), (5, 1000), (3, 7), (64, 4097)] {
         let mut x = rand(rows * cols, 11 + cols as u64, 3.0);
-        // A tie: the first of two equal maxima wins.
+        // A tie: the first of two equal maxima wins, also when one thread holds both (2048
+        // columns apart: another of its 16-value loads).
         x[cols / 3] = 10.0;
         x[cols / 2] = 10.0;
+        if cols / 3 + 2048 < cols {
+            x[cols / 3 + 2048] = 10.0;
+        }
         let got = b.argmax_rows(&b.upload(&x, rows, cols));
         let want: Vec<u32> = x.chunks(cols).map(|r| tf_backend::host::argmax(r) as u32).collect();
         assert_eq!(got, want, "{rows}x{cols}");
