@@ -53,7 +53,8 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pf,
+                                              int late) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -94,6 +95,20 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     };
     if (lane == 0) {
         for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_w(q);
+    }
+    // Stage q of a run from tile ts, asked of L2 (no data moves to this block).
+    auto prefetch_w = [&](int ts, int q) {
+        const int t = ts + q / nb, kc = (j0 + (q % nb) * 4) * 16;
+        const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
+        const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
+        tma_prefetch_2d(map, kc, row);
+    };
+    // While the kernel before runs, L2 fetches the pf stages after the ring's, and block b < late
+    // fetches the ring stages of block G-1-b (the last blocks wait for SMs that kernel holds).
+    for (int q = C::ST - 1 + lane; q < C::ST - 1 + pf && q < total; q += 32) prefetch_w(t0, q);
+    if (b < late) {
+        const int o = G - 1 - b, ot0 = o * tq + min(o, tr), otot = nb * (tq + (o < tr ? 1 : 0));
+        for (int q = lane; q < C::ST - 1 && q < otot; q += 32) prefetch_w(ot0, q);
     }
     tf_pdl_wait();
     if (lane == 0) {
@@ -160,12 +175,13 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add) {                         \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pf, int late) {       \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
-#define GEMV_TMA_BODY(NT) gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add);
+#define GEMV_TMA_BODY(NT) \
+    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pf, late);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif

@@ -92,6 +92,7 @@ pub struct CudaBackend {
     caches: Mutex<Caches>,
     skip: Skip,
     lab: profile::M1Lab,
+    prefetch: profile::L2Prefetch,
     trace: Option<trace::Trace>,
 }
 
@@ -111,6 +112,7 @@ impl CudaBackend {
             trace,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
+            prefetch: profile::L2Prefetch::from_env(matmul::L2_PREFETCH),
             lab: profile::M1Lab::parse(
                 &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
             ),

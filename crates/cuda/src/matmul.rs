@@ -381,6 +381,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
         let ntot = t0 + t1 + t2;
+        let grid = ntot.min(d.num_sms);
         let args = [
             Arg::M(w0),
             Arg::M(w1),
@@ -398,12 +399,16 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(add as i32),
+            Arg::I(b.prefetch.stages(grid, GEMV_WARPS) as i32),
+            Arg::I(b.prefetch.late.min(grid / 2) as i32),
         ];
-        let grid = ntot.min(d.num_sms) as u32;
-        d.launch(f, (grid, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
+        d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }
     true
 }
+
+/// The TMA GEMV's L2 prefetch by default (profile.rs `L2Prefetch`).
+pub(crate) const L2_PREFETCH: crate::profile::L2Prefetch = crate::profile::L2Prefetch::OFF;
 
 /// Shared memory of the TMA GEMV for `nt` row groups (kernels/gemv_tma.cu `GtCfg<NT>::SMEM`):
 /// 1 KB of alignment, `GT_W` rings of `ST` stages of a 2 KB W box and an `nt` KB x box, two sets
