@@ -67,11 +67,6 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, int c0,
         "l"((u64)map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
         : "memory");
 }
-// Asks L2 for a box of `map` at (c0, c1); nothing is written to shared memory.
-__device__ __forceinline__ void tma_prefetch_2d(const TmaDesc* map, int c0, int c1) {
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"((u64)map), "r"(c0), "r"(c1)
-                 : "memory");
-}
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

@@ -53,8 +53,7 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pf,
-                                              int late) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -93,26 +92,18 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         const int slot = q % C::ST;
         tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
     };
+    // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
+    // stages right after it): loads issued while a small kernel before runs delay its own.
+    const int pre = min(pre_in, C::ST - 1);
     if (lane == 0) {
-        for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_w(q);
-    }
-    // Stage q of a run from tile ts, asked of L2 (no data moves to this block).
-    auto prefetch_w = [&](int ts, int q) {
-        const int t = ts + q / nb, kc = (j0 + (q % nb) * 4) * 16;
-        const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
-        const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
-        tma_prefetch_2d(map, kc, row);
-    };
-    // While the kernel before runs, L2 fetches the pf stages after the ring's, and block b < late
-    // fetches the ring stages of block G-1-b (the last blocks wait for SMs that kernel holds).
-    for (int q = C::ST - 1 + lane; q < C::ST - 1 + pf && q < total; q += 32) prefetch_w(t0, q);
-    if (b < late) {
-        const int o = G - 1 - b, ot0 = o * tq + min(o, tr), otot = nb * (tq + (o < tr ? 1 : 0));
-        for (int q = lane; q < C::ST - 1 && q < otot; q += 32) prefetch_w(ot0, q);
+        for (int q = 0; q < pre && q < total; ++q) issue_w(q);
     }
     tf_pdl_wait();
     if (lane == 0) {
-        for (int q = 0; q < C::ST - 1 && q < total; ++q) issue_x(q);
+        for (int q = 0; q < C::ST - 1 && q < total; ++q) {
+            if (q >= pre) issue_w(q);
+            issue_x(q);
+        }
     }
     float acc[NT][4];
     int q = 0;
@@ -175,13 +166,13 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pf, int late) {       \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre) {                 \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
 #define GEMV_TMA_BODY(NT) \
-    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pf, late);
+    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif

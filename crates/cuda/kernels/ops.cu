@@ -187,12 +187,22 @@ extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __res
 }
 
 // One rotated pair (rotate-half RoPE): the single definition both rope kernels use.
-__device__ __forceinline__ void rope_pair(float& x1, float& x2, u32 pos, float inv_freq, float attn_scaling) {
+// A pair's rotation at `pos`: cosine and sine, scaled.
+__device__ __forceinline__ void rope_rot(float& c, float& s, u32 pos, float inv_freq, float attn_scaling) {
     float angle = (float)pos * inv_freq;
-    float c = cosf(angle) * attn_scaling, s = sinf(angle) * attn_scaling;
+    c = cosf(angle) * attn_scaling;
+    s = sinf(angle) * attn_scaling;
+}
+// Rotates the pair (x1, x2) by (c, s).
+__device__ __forceinline__ void rope_apply(float& x1, float& x2, float c, float s) {
     float a = x1, b = x2;
     x1 = a * c - b * s;
     x2 = b * c + a * s;
+}
+__device__ __forceinline__ void rope_pair(float& x1, float& x2, u32 pos, float inv_freq, float attn_scaling) {
+    float c, s;
+    rope_rot(c, s, pos, inv_freq, attn_scaling);
+    rope_apply(x1, x2, c, s);
 }
 
 // Rotate-half RoPE in place: one thread per (row, head, pair).
@@ -231,17 +241,19 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     const bool isq = hh < nq;
     float* x = isq ? q + ((size_t)r * nq + hh) * head_dim : k + ((size_t)r * nk + (hh - nq)) * head_dim;
     const float* w = isq ? qn : kn;
-    // Norm weights and rope frequencies are constants: read before the wait.
-    float sc[8], fr[4];
+    // Norm weights, positions and so the rotations are constants of the round (positions are
+    // uploaded before its first kernel): made before the wait.
+    float sc[8], rc[4], rs[4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         int i = lane + 32 * j;
         sc[j] = w != nullptr && i < head_dim ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
     }
+    const u32 p = pos[r];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         int i = lane + 32 * j;
-        fr[j] = i < half ? inv_freq[i] : 0.f;
+        rope_rot(rc[j], rs[j], p, i < half ? inv_freq[i] : 0.f, attn_scaling);
     }
     tf_pdl_wait();
     for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
@@ -262,11 +274,10 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
         }
         __syncwarp();
     }
-    const u32 p = pos[r];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         int i = lane + 32 * j;
-        if (i < half) rope_pair(v[i], v[i + half], p, fr[j], attn_scaling);
+        if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
     }
     __syncwarp();
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];

@@ -92,7 +92,8 @@ pub struct CudaBackend {
     caches: Mutex<Caches>,
     skip: Skip,
     lab: profile::M1Lab,
-    prefetch: profile::L2Prefetch,
+    /// Stages a TMA GEMV warp loads before its launch wait (profile.rs `gemv_pre_from_env`).
+    gemv_pre: usize,
     trace: Option<trace::Trace>,
 }
 
@@ -112,7 +113,7 @@ impl CudaBackend {
             trace,
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
-            prefetch: profile::L2Prefetch::from_env(matmul::L2_PREFETCH),
+            gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
             lab: profile::M1Lab::parse(
                 &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
             ),

@@ -399,16 +399,15 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(add as i32),
-            Arg::I(b.prefetch.stages(grid, GEMV_WARPS) as i32),
-            Arg::I(b.prefetch.late.min(grid / 2) as i32),
+            Arg::I(b.gemv_pre as i32),
         ];
         d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }
     true
 }
 
-/// The TMA GEMV's L2 prefetch by default (profile.rs `L2Prefetch`).
-pub(crate) const L2_PREFETCH: crate::profile::L2Prefetch = crate::profile::L2Prefetch::OFF;
+/// Stages of W a TMA GEMV warp loads before its launch wait (at most its ring's stages less one).
+pub(crate) const GEMV_PRE: usize = 7;
 
 /// Shared memory of the TMA GEMV for `nt` row groups (kernels/gemv_tma.cu `GtCfg<NT>::SMEM`):
 /// 1 KB of alignment, `GT_W` rings of `ST` stages of a 2 KB W box and an `nt` KB x box, two sets

@@ -33,43 +33,11 @@ impl Skip {
     }
 }
 
-/// How much of a TMA GEMV's weights L2 fetches before the launch wait, while the kernel before it
-/// runs (kernels/gemv_tma.cu): up to `bytes` a launch past what the blocks' rings load, and the
-/// ring stages of the last `late` blocks (fetched by the first ones). `TF_L2_PREFETCH=MB[:LATE]`
-/// overrides the default; scheduling only, the same bits either way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct L2Prefetch {
-    /// Bytes a launch, past the rings' first stages.
-    pub(crate) bytes: usize,
-    /// Blocks at the grid's end whose first stages the first blocks fetch.
-    pub(crate) late: usize,
-}
-
-impl L2Prefetch {
-    /// Off.
-    pub(crate) const OFF: L2Prefetch = L2Prefetch { bytes: 0, late: 0 };
-
-    /// The setting `v` (`MB` or `MB:LATE`); none where malformed.
-    pub(crate) fn parse(v: &str) -> Option<L2Prefetch> {
-        let mut it = v.split(':').map(|p| p.trim().parse::<usize>().ok());
-        let mb = it.next()??;
-        let late = match it.next() {
-            None => 0,
-            Some(l) => l?,
-        };
-        (it.next().is_none() && mb <= 1024 && late <= 132).then_some(L2Prefetch { bytes: mb << 20, late })
-    }
-
-    /// From `TF_L2_PREFETCH`, else `default`.
-    pub(crate) fn from_env(default: L2Prefetch) -> L2Prefetch {
-        std::env::var("TF_L2_PREFETCH").ok().and_then(|v| L2Prefetch::parse(&v)).unwrap_or(default)
-    }
-
-    /// Stages (one 2 KB W box each) a warp of a `blocks`-block launch of `warps`-warp blocks asks
-    /// L2 for.
-    pub(crate) fn stages(self, blocks: usize, warps: usize) -> usize {
-        self.bytes / (2048 * warps * blocks.max(1))
-    }
+/// Stages of W each warp of a TMA GEMV loads before its launch wait (kernels/gemv_tma.cu; the
+/// rest of its ring's first stages follow the wait): `TF_GEMV_PRE=N` overrides `default`.
+/// Scheduling only, the same bits either way.
+pub(crate) fn gemv_pre_from_env(default: usize) -> usize {
+    std::env::var("TF_GEMV_PRE").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default).min(64)
 }
 
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
@@ -143,18 +111,6 @@ impl M1Lab {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefetch_settings_parse() {
-        assert_eq!(L2Prefetch::parse("24"), Some(L2Prefetch { bytes: 24 << 20, late: 0 }));
-        assert_eq!(L2Prefetch::parse("16:8"), Some(L2Prefetch { bytes: 16 << 20, late: 8 }));
-        assert_eq!(L2Prefetch::parse("0"), Some(L2Prefetch::OFF));
-        for bad in ["", "x", "1:", ":2", "1:2:3", "2000", "1:500", "-1"] {
-            assert_eq!(L2Prefetch::parse(bad), None, "{bad:?}");
-        }
-        let p = L2Prefetch { bytes: 132 * 8 * 2048 * 11, late: 0 };
-        assert_eq!((p.stages(132, 8), p.stages(66, 8), L2Prefetch::OFF.stages(132, 8)), (11, 22, 0));
-    }
 
     #[test]
     fn lab_settings_parse_or_stay_off() {
