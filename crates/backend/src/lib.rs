@@ -206,24 +206,6 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> Self::Act;
-    /// `qk_norm_rope` of `q` and `k` at `positions`, then `attention`: the same values; a backend
-    /// may make the norms and rotations inside its attention kernel.
-    #[allow(clippy::too_many_arguments)]
-    fn rope_attention(
-        &self,
-        mut q: Self::Act,
-        mut k: Self::Act,
-        v: &Self::Act,
-        kv: &mut Self::Kv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-        norms: Option<QkNorm<'_, Self::Vec>>,
-        positions: &[u32],
-        rope: &Rope,
-    ) -> Self::Act {
-        self.qk_norm_rope(&mut q, &mut k, norms, positions, p.head_dim, rope);
-        self.attention(&q, &k, v, kv, meta, p)
-    }
     /// The listed rows of `x`, in order.
     fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
     /// `cap * tanh(x / cap)` in place.

@@ -14,17 +14,7 @@
 // lane), maxima and row sums (device.rs `attention_split_smem`).
 #define ASPLIT_ST 4
 
-// The fused decode attention's q/k norm and RoPE inputs (attention_split_qkr_d*): qk_norm_rope's.
-struct QkrArgs {
-    const float* qn;
-    const float* kn;
-    const u32* pos;
-    const float* inv_freq;
-    int half, one_plus, nthr;
-    float attn_scaling, eps;
-};
-
-template <int D, bool QKR>
+template <int D>
 __device__ __forceinline__ void attention_split_body(const float* __restrict__ q, u16* __restrict__ kc,
                                                      u16* __restrict__ vc, const u32* __restrict__ seqs,
                                                      const u32* __restrict__ items, const u32* __restrict__ bts,
@@ -32,8 +22,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
                                                      float* __restrict__ ws, int nz, int num_heads,
                                                      int num_kv_heads, int block_size, float scale, int window,
                                                      float softcap, int kp, const float* __restrict__ knew,
-                                                     const float* __restrict__ vnew, const u32* __restrict__ slots,
-                                                     const QkrArgs& qa_in) {
+                                                     const float* __restrict__ vnew, const u32* __restrict__ slots) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
     extern __shared__ __align__(16) unsigned char asplit_smem[];
     u16* kst = (u16*)asplit_smem;          // [stage][KB][RS]
@@ -91,34 +80,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         }
     }
     cp_commit();
-    // Fused: this CTA's token (one a sequence) gets qk_norm_rope's norms and rotations here; the
-    // constants are made before the wait, the rows after it.
-    constexpr int QJ = QKR ? D / 32 : 1, RJ = QKR ? (D / 2 + 31) / 32 : 1;
-    float scq[QJ], sck[QJ], rot_c[RJ], rot_s[RJ];
-    if constexpr (QKR) {
-        qk_row_weights(scq, qa_in.qn, qa_in.one_plus, D, lane);
-        qk_row_weights(sck, qa_in.kn, qa_in.one_plus, D, lane);
-        qk_row_rots(rot_c, rot_s, qa_in.pos[q_start + tok0], qa_in.inv_freq, qa_in.half, qa_in.attn_scaling, lane);
-    }
     tf_pdl_wait();
-    __shared__ float qkr_rows[QKR ? 17 : 1][QKR ? D : 1];  // the q heads' rows, then the new k row
-    if constexpr (QKR) {
-        // Warp w takes q heads w, w + 4, ... of this KV head, then the k row when this CTA stores
-        // the new token: each read raw, normed and rotated in shared memory (the q and k buffers
-        // stay as they are, so every chunk's CTA reads the same raw rows).
-        const int row = q_start + tok0, nrows = group + (holds_new ? 1 : 0);
-        for (int hq = warp; hq < nrows; hq += 4) {
-            const bool isk = hq == group;
-            const float* src = isk ? knew + (size_t)row * num_kv_heads * D + (size_t)kvh * D
-                                   : q + (size_t)row * qw + (size_t)(kvh * group + hq) * D;
-            float* v = qkr_rows[hq];
-            for (int i = lane; i < D; i += 32) v[i] = src[i];
-            __syncwarp();
-            qk_row(v, (isk ? qa_in.kn : qa_in.qn) != nullptr, isk ? sck : scq, rot_c, rot_s, D, qa_in.half, qa_in.eps,
-                   qa_in.nthr, lane);
-        }
-        __syncthreads();
-    }
     if (holds_new) {
         const int row = q_start + tok0;
         const size_t src = (size_t)row * num_kv_heads * D + (size_t)kvh * D;
@@ -126,7 +88,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         u16* ks = kst + (newp / KB - b0) * KB * RS + (newp % KB) * RS;
         u16* vs = vst + (newp / KB - b0) * KB * RS + (newp % KB) * RS;
         for (int i = tid; i < D; i += 128) {
-            u16 kb = f2bf(QKR ? qkr_rows[group][i] : knew[src + i]), vb = f2bf(vnew[src + i]);
+            u16 kb = f2bf(knew[src + i]), vb = f2bf(vnew[src + i]);
             kc[dst + i] = kb;
             vc[dst + i] = vb;
             ks[i] = kb;
@@ -141,13 +103,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
     attn_rows<D>(rrow, rpos, rlo, rhead, ract, rq, routb, g, tok0, ntok, group, kvh, q_start, start_pos, window, qw,
                  kp);
     u32 qa[D / 16][4];
-    if constexpr (QKR) {
-        // The rows from shared memory: row r of this CTA is q head r % group (one token).
-        const size_t rs_off[2] = {(size_t)(rhead[0] - kvh * group) * D, (size_t)(rhead[1] - kvh * group) * D};
-        attn_q_frags<D>(qa, &qkr_rows[0][0], rs_off, ract, c);
-    } else {
-        attn_q_frags<D>(qa, q, rq, ract, c);
-    }
+    attn_q_frags<D>(qa, q, rq, ract, c);
 
     constexpr int DS = D / 32;  // dimension tiles of a warp's quarter
     u32* psm = (u32*)(asplit_smem + 2 * ASPLIT_ST * KB * RS * 2);  // [block][lane][16]
@@ -265,23 +221,8 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
         const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots) {             \
         tf_pdl_launch();                                                                                             \
-        const QkrArgs none = {};                                                                                     \
-        attention_split_body<D, false>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,     \
-                                       block_size, scale, window, softcap, kp, knew, vnew, slots, none);             \
-    }                                                                                                                \
-    /* With qk_norm_rope fused: q and k raw; one token a CTA (decode). */                                           \
-    extern "C" __global__ void __launch_bounds__(128) attention_split_qkr_d##D(                                      \
-        const float* __restrict__ q, u16* __restrict__ kc, u16* __restrict__ vc,                                    \
-        const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
-        float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
-        int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
-        const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots,              \
-        const float* __restrict__ qn, const float* __restrict__ kn, const u32* __restrict__ pos,                    \
-        const float* __restrict__ inv_freq, int half, float attn_scaling, float eps, int one_plus, int nthr) {       \
-        tf_pdl_launch();                                                                                             \
-        const QkrArgs qa = {qn, kn, pos, inv_freq, half, one_plus, nthr, attn_scaling, eps};                        \
-        attention_split_body<D, true>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,      \
-                                      block_size, scale, window, softcap, kp, knew, vnew, slots, qa);                \
+        attention_split_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,            \
+                                block_size, scale, window, softcap, kp, knew, vnew, slots);                          \
     }
 ATTN_SPLIT_KERNEL(64)
 ATTN_SPLIT_KERNEL(128)

@@ -220,60 +220,10 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
     }
 }
 
-// The constants of one head row's norm and RoPE (qk_row), made before a launch wait: the norm
-// weights (lane + 32 j, J2 of them a lane) and the rotations at position p (lane + 32 j, J).
-template <int J2>
-__device__ __forceinline__ void qk_row_weights(float (&sc)[J2], const float* w, int one_plus, int head_dim, int lane) {
-#pragma unroll
-    for (int j = 0; j < J2; ++j) {
-        int i = lane + 32 * j;
-        sc[j] = w != nullptr && i < head_dim ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
-    }
-}
-template <int J>
-__device__ __forceinline__ void qk_row_rots(float (&rc)[J], float (&rs)[J], u32 p, const float* __restrict__ inv_freq,
-                                            int half, float attn_scaling, int lane) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        int i = lane + 32 * j;
-        rope_rot(rc[j], rs[j], p, i < half ? inv_freq[i] : 0.f, attn_scaling);
-    }
-}
-
-// One warp's head row `v` (in shared memory): RMSNorm when `norm` (summed in exactly rms_norm's
-// order for a group of head_dim with a block of `nthr` threads: thread t sums t, t + nthr, ...,
-// warps folded in order), then RoPE by the rotations of qk_row_rots. qk_norm_rope and the fused
-// decode attention (attention_split.cu) both call it, so they give the same bits.
-template <int J2, int J>
-__device__ __forceinline__ void qk_row(float* v, bool norm, const float (&sc)[J2], const float (&rc)[J],
-                                       const float (&rs)[J], int head_dim, int half, float eps, int nthr, int lane) {
-    if (norm) {
-        float t = 0.f;
-        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
-            float ss = 0.f;
-            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
-            t += warp_sum(ss);
-        }
-        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < J2; ++j) {
-            int i = lane + 32 * j;
-            if (i < head_dim) v[i] = v[i] * inv * sc[j];
-        }
-        __syncwarp();
-    }
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        int i = lane + 32 * j;
-        if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
-    }
-    __syncwarp();
-}
-
 // Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head),
-// four heads a block: head h = 4 blockIdx.y + warp is q head h when h < nq, else k head h - nq
-// (qk_row), so the result equals rms_norm then rope bit for bit. head_dim <= 256.
+// four heads a block: head h = 4 blockIdx.y + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly rms_norm's order for
+// a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr, ..., warps folded in
+// order), so the result equals rms_norm then rope bit for bit. head_dim <= 256.
 extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict__ q, float* __restrict__ k,
                                                              const float* __restrict__ qn, const float* __restrict__ kn,
                                                              const u32* __restrict__ pos,
@@ -294,12 +244,42 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     // Norm weights, positions and so the rotations are constants of the round (positions are
     // uploaded before its first kernel): made before the wait.
     float sc[8], rc[4], rs[4];
-    qk_row_weights(sc, w, one_plus, head_dim, lane);
-    qk_row_rots(rc, rs, pos[r], inv_freq, half, attn_scaling, lane);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        int i = lane + 32 * j;
+        sc[j] = w != nullptr && i < head_dim ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
+    }
+    const u32 p = pos[r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = lane + 32 * j;
+        rope_rot(rc[j], rs[j], p, i < half ? inv_freq[i] : 0.f, attn_scaling);
+    }
     tf_pdl_wait();
     for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
     __syncwarp();
-    qk_row(v, w != nullptr, sc, rc, rs, head_dim, half, eps, nthr, lane);
+    if (w != nullptr) {
+        float t = 0.f;
+        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
+            float ss = 0.f;
+            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
+            t += warp_sum(ss);
+        }
+        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            int i = lane + 32 * j;
+            if (i < head_dim) v[i] = v[i] * inv * sc[j];
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = lane + 32 * j;
+        if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
+    }
+    __syncwarp();
     for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 

@@ -37,60 +37,6 @@ fn warp_split(decode: bool, group: usize, hd: usize, one_chunk: bool, ctas: usiz
     decode && group <= 16 && (hd == 64 || hd == 128) && one_chunk && ctas <= 2 * sms
 }
 
-/// qk_norm_rope's inputs for the decode attention kernel that makes the q/k norms and rotations
-/// of its token itself (kernels/attention_split.cu `attention_split_qkr_d*`; ops.rs
-/// `qk_rope_inputs`): device addresses and the kernel's scalars.
-pub(crate) struct Qkr {
-    pub(crate) qn: u64,
-    pub(crate) kn: u64,
-    pub(crate) pos: u64,
-    pub(crate) table: u64,
-    pub(crate) half: usize,
-    pub(crate) attn_scaling: f32,
-    pub(crate) eps: f32,
-    pub(crate) one_plus: bool,
-    pub(crate) nthr: usize,
-}
-
-/// Whether `attention` runs a round of `items` work items on the warp-split decode kernel, and
-/// its chunk split (the one place that decides both, so the fused q/k norm and RoPE only go where
-/// that kernel runs).
-fn split_decode(meta: &AttnMeta, p: &AttnParams, q_rows: usize, items: usize, sms: usize) -> (bool, usize) {
-    let decode = meta.seqs.iter().all(|s| s.q_len <= 1);
-    let (kvh, hd) = (p.num_kv_heads.max(1), p.head_dim);
-    let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
-    let nz = split_chunks(meta, items * kvh, q_rows, window);
-    let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
-    let ctas = items * kvh * nz.max(1);
-    (items > 0 && warp_split(decode, p.num_heads / kvh, hd, one_chunk, ctas, sms), nz)
-}
-
-/// `qk_norm_rope` then `attention` (`Backend::rope_attention`): decode rounds on the warp-split
-/// kernel make the norms and rotations inside it (one launch and one dependency less a layer;
-/// the same bits), the others run qk_norm_rope's kernel first.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn rope_attention(
-    b: &CudaBackend,
-    mut q: CudaAct,
-    mut k: CudaAct,
-    v: &CudaAct,
-    kv: &mut CudaKv,
-    meta: &AttnMeta,
-    p: &AttnParams,
-    norms: Option<tf_backend::QkNorm<'_, crate::tensor::CudaVec>>,
-    positions: &[u32],
-    rope: &tf_backend::Rope,
-) -> CudaAct {
-    // A decode round's work items are its sequences with a token (one each).
-    let items = meta.seqs.iter().filter(|s| s.q_len > 0).count();
-    let fused = !b.lab.qkr_apart && split_decode(meta, p, q.rows, items, b.dev.num_sms).0;
-    let qkr = fused.then(|| crate::ops::qk_rope_inputs(b, &q, &k, norms, positions, p.head_dim, rope)).flatten();
-    if qkr.is_none() {
-        crate::ops::qk_norm_rope(b, &mut q, &mut k, norms, positions, p.head_dim, rope);
-    }
-    attention_with(b, &q, &k, v, kv, meta, p, qkr.as_ref())
-}
-
 /// Keys per chunk of the fixed reduction order (kernels/attention.cu `CH`).
 const CHUNK: usize = 256;
 
@@ -152,7 +98,6 @@ fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize,
     (host, items_off, bt_off, slots_off, num_items, warps)
 }
 
-/// Writes the round's K/V rows into the pool and attends (`Backend::attention`).
 pub(crate) fn attention(
     b: &CudaBackend,
     q: &CudaAct,
@@ -161,21 +106,6 @@ pub(crate) fn attention(
     kv: &mut CudaKv,
     meta: &AttnMeta,
     p: &AttnParams,
-) -> CudaAct {
-    attention_with(b, q, k, v, kv, meta, p, None)
-}
-
-/// [`attention`], with `qkr` the q/k norms and rotations the decode kernel makes (q and k raw).
-#[allow(clippy::too_many_arguments)]
-fn attention_with(
-    b: &CudaBackend,
-    q: &CudaAct,
-    k: &CudaAct,
-    v: &CudaAct,
-    kv: &mut CudaKv,
-    meta: &AttnMeta,
-    p: &AttnParams,
-    qkr: Option<&Qkr>,
 ) -> CudaAct {
     let d = &b.dev;
     let (hd, kvh) = (p.head_dim, p.num_kv_heads);
@@ -225,9 +155,9 @@ fn attention_with(
     }
     if m.num_items > 0 {
         let window = p.window.map_or(0, |w| w.min(i32::MAX as usize));
-        let (split, nz) = split_decode(meta, p, q.rows, m.num_items, d.num_sms);
+        let nz = split_chunks(meta, m.num_items * kvh, q.rows, window);
         let ws = d.alloc::<f32>(if nz > 0 { q.rows * p.num_heads * nz * (hd + 2) } else { 1 });
-        let mut args = vec![
+        let args = [
             Arg::P(ptr(q.data(b), &d.stream)),
             Arg::P(kp),
             Arg::P(vp),
@@ -250,6 +180,8 @@ fn attention_with(
             Arg::P(at(m.slots_off)),
         ];
         let grid = (m.num_items as u32, kvh as u32, nz.max(1) as u32);
+        let ctas = m.num_items * kvh * nz.max(1);
+        let one_chunk = nz > 0 || most_chunks(meta, window) <= 1;
         let wg = (!decode && m.warps == 8 && nz == 0 && hd == 128 && !b.lab.attn_mma).then_some(kv.maps).flatten();
         if let Some((kmap, vmap)) = wg {
             let args = [
@@ -271,30 +203,10 @@ fn attention_with(
                 Arg::I(pool_slots as i32),
             ];
             d.launch(&d.k.attention_wg_d128, (grid.0, grid.1, 1), 384, ATTENTION_WG_SMEM, &args);
-        } else if m.warps == 4 && split {
-            let f = match (hd, qkr) {
-                (64, None) => &d.k.attention_split_d64,
-                (_, None) => &d.k.attention_split_d128,
-                (64, Some(_)) => &d.k.attention_split_qkr_d64,
-                (_, Some(_)) => &d.k.attention_split_qkr_d128,
-            };
-            if let Some(r) = qkr {
-                args.extend([
-                    Arg::P(r.qn),
-                    Arg::P(r.kn),
-                    Arg::P(r.pos),
-                    Arg::P(r.table),
-                    Arg::I(r.half as i32),
-                    Arg::F(r.attn_scaling),
-                    Arg::F(r.eps),
-                    Arg::I(r.one_plus as i32),
-                    Arg::I(r.nthr as i32),
-                ]);
-            }
+        } else if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
+            let f = if hd == 64 { &d.k.attention_split_d64 } else { &d.k.attention_split_d128 };
             d.launch(f, grid, 128, attention_split_smem(hd), &args);
         } else {
-            // rope_attention gives `qkr` only where the branch above runs (split_decode).
-            assert!(qkr.is_none(), "attention: fused q/k norms outside the warp-split decode kernel");
             d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);
         }
         if nz > 0 {
@@ -358,19 +270,6 @@ mod tests {
         assert!(!warp_split(true, 4, 256, true, 8, 132), "head width without room for four stages");
         assert!(!warp_split(true, 4, 128, false, 8, 132), "a CTA walking several chunks");
         assert!(!warp_split(true, 4, 128, true, 265, 132), "more than two CTAs an SM");
-    }
-
-    #[test]
-    fn decode_rounds_of_qwen3_shapes_take_the_split_kernel() {
-        // rope_attention fuses the q/k norms only where split_decode says the kernel runs.
-        let seq = |start_pos, q_len| SeqAttn { q_start: 0, q_len, start_pos, block_table: vec![] };
-        let meta = |seqs| AttnMeta { seqs, slot_mapping: vec![], block_size: 16 };
-        let p = AttnParams { num_heads: 32, num_kv_heads: 8, head_dim: 128, scale: 1.0, window: None, softcap: None };
-        assert_eq!(split_decode(&meta(vec![seq(127, 1)]), &p, 1, 1, 132), (true, 0));
-        assert_eq!(split_decode(&meta(vec![seq(4095, 1)]), &p, 1, 1, 132), (true, 16));
-        assert!(split_decode(&meta(vec![seq(127, 1); 8]), &p, 8, 8, 132).0);
-        assert!(!split_decode(&meta(vec![seq(0, 128)]), &p, 128, 2, 132).0, "prefill");
-        assert!(!split_decode(&meta(vec![seq(127, 1); 64]), &p, 64, 64, 132).0, "512 CTAs of long contexts");
     }
 
     #[test]

@@ -103,8 +103,6 @@ kernels!(
     attention_d256,
     attention_split_d64,
     attention_split_d128,
-    attention_split_qkr_d64,
-    attention_split_qkr_d128,
     attention_wg_d128,
     attention_combine,
 );
@@ -210,13 +208,7 @@ impl Device {
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
         }
-        let splits = [
-            (&k.attention_split_d64, 64),
-            (&k.attention_split_d128, 128),
-            (&k.attention_split_qkr_d64, 64),
-            (&k.attention_split_qkr_d128, 128),
-        ];
-        for (f, d) in splits {
+        for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
         let num_sms = drv(

@@ -312,26 +312,6 @@ impl Backend for CudaBackend {
         attention::attention(self, q, k, v, kv, meta, p)
     }
 
-    fn rope_attention(
-        &self,
-        mut q: CudaAct,
-        mut k: CudaAct,
-        v: &CudaAct,
-        kv: &mut CudaKv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-        norms: Option<QkNorm<'_, CudaVec>>,
-        positions: &[u32],
-        rope: &Rope,
-    ) -> CudaAct {
-        // The profiling skips keep the ops apart, so each can be left out alone.
-        if self.skip.skips(Skip::QK_ROPE | Skip::ATTENTION, q.rows) {
-            self.qk_norm_rope(&mut q, &mut k, norms, positions, p.head_dim, rope);
-            return self.attention(&q, &k, v, kv, meta, p);
-        }
-        attention::rope_attention(self, q, k, v, kv, meta, p, norms, positions, rope)
-    }
-
     fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {
         ops::select_rows(self, x, rows)
     }

@@ -307,53 +307,6 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     x.touched();
 }
 
-/// Whether `qk_norm_rope`'s kernel takes these shapes (else it runs the separate ops).
-fn qk_fits(q: &CudaAct, k: &CudaAct, norms: Option<QkNorm<'_, CudaVec>>, head_dim: usize, rope: &Rope) -> bool {
-    let half = rope.inv_freq.len();
-    head_dim <= 256
-        && 2 * half <= head_dim
-        && norms.is_none_or(|n| n.q.len == head_dim && n.k.len == head_dim)
-        && q.rows == k.rows
-        && q.rows > 0
-        && half > 0
-}
-
-/// qk_norm_rope's inputs on the device, for the decode attention kernel that makes the norms and
-/// rotations itself (attention.rs); none where its kernel would not take the shapes.
-pub(crate) fn qk_rope_inputs(
-    b: &CudaBackend,
-    q: &CudaAct,
-    k: &CudaAct,
-    norms: Option<QkNorm<'_, CudaVec>>,
-    positions: &[u32],
-    head_dim: usize,
-    rope: &Rope,
-) -> Option<crate::attention::Qkr> {
-    if !qk_fits(q, k, norms, head_dim, rope) || positions.len() != q.rows {
-        return None;
-    }
-    let d = &b.dev;
-    let mut c = b.caches();
-    let caches = &mut *c;
-    let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
-    let table = rope_table(b, &mut caches.ropes, rope);
-    let (qn, kn, eps, one_plus) = match norms {
-        Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
-        None => (0, 0, 0.0, false),
-    };
-    Some(crate::attention::Qkr {
-        qn,
-        kn,
-        pos,
-        table,
-        half: rope.inv_freq.len(),
-        attn_scaling: rope.attention_scaling,
-        eps,
-        one_plus,
-        nthr: norm_threads(head_dim),
-    })
-}
-
 /// Per-head norms (when given) and RoPE of `q` and `k` in place, one kernel for both.
 pub(crate) fn qk_norm_rope(
     b: &CudaBackend,
@@ -365,7 +318,9 @@ pub(crate) fn qk_norm_rope(
     rope: &Rope,
 ) {
     let half = rope.inv_freq.len();
-    if !qk_fits(q, k, norms, head_dim, rope) {
+    let fits =
+        head_dim <= 256 && 2 * half <= head_dim && norms.is_none_or(|n| n.q.len == head_dim && n.k.len == head_dim);
+    if !fits || q.rows != k.rows || q.rows == 0 || half == 0 {
         // Shapes the fused kernel does not take: the separate ops, same values.
         if let Some(n) = norms {
             *q = rms_norm(b, q, n.q, n.eps, n.one_plus);

@@ -556,67 +556,6 @@ fn run_solo<B: Backend>(b: &B, solo: &AttnCase, full: &AttnCase, i: usize) -> Ve
 }
 
 #[test]
-fn rope_in_decode_attention_equals_qk_norm_rope_then_attention() {
-    // Decode rounds take the warp-split kernel, which makes qk_norm_rope's norms and rotations
-    // itself (rope_attention); outputs and the pool must equal qk_norm_rope then attention:
-    // contexts within one chunk and split over several, a window, partial rotary width, head
-    // width 64 without norms, 16 query heads a KV head, positions at chunk edges.
-    let Some(b) = backend() else { return };
-    // (heads, KV heads, head width, rotary width, window, decode positions, norms)
-    type Case = (usize, usize, usize, usize, Option<usize>, &'static [usize], bool);
-    let cases: [Case; 4] = [
-        (32, 8, 128, 128, None, &[5, 300, 77, 1000], true),
-        (8, 2, 128, 64, Some(100), &[130, 20], true),
-        (4, 2, 64, 64, None, &[600, 3], false),
-        (16, 1, 128, 128, None, &[1, 255, 256], true),
-    ];
-    for (i, &(h, kvh, d, rot, window, starts, norm)) in cases.iter().enumerate() {
-        let p = AttnParams {
-            num_heads: h,
-            num_kv_heads: kvh,
-            head_dim: d,
-            scale: (d as f32).powf(-0.5),
-            window,
-            softcap: None,
-        };
-        let rope = Rope::new(rot, 10000.0, &RopeScaling::Default);
-        let (wq, wk) = (b.vec(&rand(d, 31, 1.0)), b.vec(&rand(d, 32, 1.0)));
-        let (bs, blocks) = (16, 1100usize.div_ceil(16));
-        let hist: Vec<(usize, usize)> = starts.iter().map(|&s| (0, s)).collect();
-        let step: Vec<(usize, usize)> = starts.iter().map(|&s| (s, 1)).collect();
-        let pos: Vec<u32> = starts.iter().map(|&s| s as u32).collect();
-        let n = starts.len();
-        let run = |fused: bool| {
-            let mut kv =
-                b.kv(KvShape { num_blocks: blocks * n, block_size: bs, num_kv_heads: kvh, head_dim: d }).unwrap();
-            let meta = round(&hist, bs, blocks);
-            let t = meta.slot_mapping.len();
-            let up = |len: usize, seed| b.upload(&rand(t * len, seed, 1.0), t, len);
-            b.attention(&up(h * d, 41), &up(kvh * d, 42), &up(kvh * d, 43), &mut kv, &meta, &p);
-            let meta = round(&step, bs, blocks);
-            let (q, k, v) = (
-                b.upload(&rand(n * h * d, 44, 2.0), n, h * d),
-                b.upload(&rand(n * kvh * d, 45, 2.0), n, kvh * d),
-                b.upload(&rand(n * kvh * d, 46, 1.0), n, kvh * d),
-            );
-            let norms = norm.then_some(tf_backend::QkNorm { q: &wq, k: &wk, eps: 1e-6, one_plus: false });
-            let out = if fused {
-                b.rope_attention(q, k, &v, &mut kv, &meta, &p, norms, &pos, &rope)
-            } else {
-                let (mut q, mut k) = (q, k);
-                b.qk_norm_rope(&mut q, &mut k, norms, &pos, d, &rope);
-                b.attention(&q, &k, &v, &mut kv, &meta, &p)
-            };
-            let all: Vec<u32> = (0..(blocks * n) as u32).collect();
-            (b.download(&out), b.read_kv_blocks(&kv, &all))
-        };
-        let ((o1, p1), (o2, p2)) = (run(true), run(false));
-        assert!(same_bits(&o1, &o2), "case {i}: attention outputs differ");
-        assert!(p1 == p2, "case {i}: KV pools differ");
-    }
-}
-
-#[test]
 fn producers_bf16_copies_equal_a_fresh_conversion() {
     let Some(b) = backend() else { return };
     let (rows, cols, n) = (3, 128, 64);

@@ -148,8 +148,8 @@ impl<B: Backend> Decoder<B> {
         &self,
         b: &B,
         l: &Layer<B>,
-        q: B::Act,
-        k: B::Act,
+        mut q: B::Act,
+        mut k: B::Act,
         v: B::Act,
         pos: &[u32],
         meta: &AttnMeta,
@@ -162,8 +162,8 @@ impl<B: Backend> Decoder<B> {
             _ => None,
         };
         let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
-        debug_assert_eq!(l.attn.head_dim, s.head_dim, "attention and rotary head widths");
-        b.rope_attention(q, k, &v, kv, meta, &l.attn, norms, pos, rope)
+        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+        b.attention(&q, &k, &v, kv, meta, &l.attn)
     }
 
     /// The MLP or experts on `input`; the dense MLP without a post norm adds its output into `h`
