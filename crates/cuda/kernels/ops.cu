@@ -220,67 +220,85 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
     }
 }
 
-// Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row, head),
-// four heads a block: head h = 4 blockIdx.y + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly rms_norm's order for
-// a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr, ..., warps folded in
-// order), so the result equals rms_norm then rope bit for bit. head_dim <= 256.
+// Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row,
+// head), four warps a block, each taking `hpw` heads of its row in turn: head h = 4 (hpw
+// blockIdx.y + i) + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly
+// rms_norm's order for a group of head_dim (block of `nthr` threads: thread t sums t, t + nthr,
+// ..., warps folded in order), so the result equals rms_norm then rope bit for bit. A warp makes
+// its row's rotations once for all its heads (prefill: sinf/cosf of every head was most of the
+// kernel) and loads the next head's row while it works on one. head_dim <= 256.
 extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict__ q, float* __restrict__ k,
                                                              const float* __restrict__ qn, const float* __restrict__ kn,
                                                              const u32* __restrict__ pos,
                                                              const float* __restrict__ inv_freq, int nq, int nk,
                                                              int head_dim, int half, float attn_scaling, float eps,
-                                                             int one_plus, int nthr) {
+                                                             int one_plus, int nthr, int hpw) {
     tf_pdl_launch();
-    __shared__ float vs[4][256];
-    const int lane = threadIdx.x & 31, r = blockIdx.x, hh = blockIdx.y * 4 + (threadIdx.x >> 5);
-    if (hh >= nq + nk) {
-        tf_pdl_wait();
-        return;
-    }
-    float* v = vs[threadIdx.x >> 5];
-    const bool isq = hh < nq;
-    float* x = isq ? q + ((size_t)r * nq + hh) * head_dim : k + ((size_t)r * nk + (hh - nq)) * head_dim;
-    const float* w = isq ? qn : kn;
+    __shared__ float vs[4][256], wsc[2][256];
+    const int lane = threadIdx.x & 31, r = blockIdx.x, warp = threadIdx.x >> 5;
+    const int h0 = blockIdx.y * 4 * hpw + warp;
+    float* v = vs[warp];
+    auto row = [&](int hh) {
+        return hh < nq ? q + ((size_t)r * nq + hh) * head_dim : k + ((size_t)r * nk + (hh - nq)) * head_dim;
+    };
     // Norm weights, positions and so the rotations are constants of the round (positions are
-    // uploaded before its first kernel): made before the wait.
-    float sc[8], rc[4], rs[4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        int i = lane + 32 * j;
-        sc[j] = w != nullptr && i < head_dim ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
+    // uploaded before its first kernel): made before the wait, the weights into shared memory.
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        wsc[0][i] = qn != nullptr ? (one_plus ? 1.0f + qn[i] : qn[i]) : 0.f;
+        wsc[1][i] = kn != nullptr ? (one_plus ? 1.0f + kn[i] : kn[i]) : 0.f;
     }
+    float rc[4], rs[4];
     const u32 p = pos[r];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         int i = lane + 32 * j;
         rope_rot(rc[j], rs[j], p, i < half ? inv_freq[i] : 0.f, attn_scaling);
     }
+    __syncthreads();
     tf_pdl_wait();
-    for (int i = lane; i < head_dim; i += 32) v[i] = x[i];
-    __syncwarp();
-    if (w != nullptr) {
-        float t = 0.f;
-        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
-            float ss = 0.f;
-            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
-            t += warp_sum(ss);
-        }
-        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
-        __syncwarp();
+    float nx[8];  // the next head's row: lane + 32 j
+    auto load = [&](int hh) {
+        const float* x = row(hh);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < 8; ++j) nx[j] = lane + 32 * j < head_dim ? x[lane + 32 * j] : 0.f;
+    };
+    if (h0 < nq + nk) load(h0);
+    for (int it = 0; it < hpw; ++it) {
+        const int hh = h0 + 4 * it;
+        if (hh >= nq + nk) break;
+        const bool isq = hh < nq;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if (lane + 32 * j < head_dim) v[lane + 32 * j] = nx[j];
+        __syncwarp();
+        if (it + 1 < hpw && hh + 4 < nq + nk) load(hh + 4);
+        if ((isq ? qn : kn) != nullptr) {
+            float t = 0.f;
+            for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
+                float ss = 0.f;
+                for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
+                t += warp_sum(ss);
+            }
+            float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
+            __syncwarp();
+            const float* sc = wsc[isq ? 0 : 1];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                int i = lane + 32 * j;
+                if (i < head_dim) v[i] = v[i] * inv * sc[i];
+            }
+            __syncwarp();
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
             int i = lane + 32 * j;
-            if (i < head_dim) v[i] = v[i] * inv * sc[j];
+            if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
         }
         __syncwarp();
+        float* x = row(hh);
+        for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
+        __syncwarp();
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        int i = lane + 32 * j;
-        if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
-    }
-    __syncwarp();
-    for (int i = lane; i < head_dim; i += 32) x[i] = v[i];
 }
 
 // act(g) * u for one element; act 0 SiLU, 1 GELU (tanh). SiLU divides with __fdividef (within 2

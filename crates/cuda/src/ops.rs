@@ -343,6 +343,7 @@ pub(crate) fn qk_norm_rope(
         None => (0, 0, 0.0, false),
     };
     let nthr = norm_threads(head_dim);
+    let hpw = qk_heads_per_warp(q.rows, nq + nk);
     let args = [
         Arg::P(ptr(q.data(b), &d.stream)),
         Arg::P(ptr(k.data(b), &d.stream)),
@@ -358,11 +359,20 @@ pub(crate) fn qk_norm_rope(
         Arg::F(eps),
         Arg::I(one_plus as i32),
         Arg::I(nthr as i32),
+        Arg::I(hpw as i32),
     ];
-    d.launch(&d.k.qk_norm_rope, (q.rows as u32, (nq + nk).div_ceil(4) as u32, 1), 128, 0, &args);
+    d.launch(&d.k.qk_norm_rope, (q.rows as u32, (nq + nk).div_ceil(4 * hpw) as u32, 1), 128, 0, &args);
     drop(c);
     q.touched();
     k.touched();
+}
+
+/// Heads each warp of qk_norm_rope takes in turn for `rows` rows of `heads` q and k heads: a row's
+/// heads share one warp's four (every head at decode, where rows are few and each head's latency
+/// counts; all of a row's heads in one block from 64 rows, where the rotations each warp makes
+/// dominated the kernel). Only scheduling: the same bits either way.
+fn qk_heads_per_warp(rows: usize, heads: usize) -> usize {
+    if rows >= 64 { heads.div_ceil(4).max(1) } else { 1 }
 }
 
 /// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
