@@ -343,7 +343,7 @@ pub(crate) fn qk_norm_rope(
         None => (0, 0, 0.0, false),
     };
     let nthr = norm_threads(head_dim);
-    let hpw = qk_heads_per_warp(q.rows, nq + nk);
+    let hpw = qk_heads_per_warp(q.rows, nq + nk, d.num_sms);
     let args = [
         Arg::P(ptr(q.data(b), &d.stream)),
         Arg::P(ptr(k.data(b), &d.stream)),
@@ -367,12 +367,13 @@ pub(crate) fn qk_norm_rope(
     k.touched();
 }
 
-/// Heads each warp of qk_norm_rope takes in turn for `rows` rows of `heads` q and k heads: a row's
-/// heads share one warp's four (every head at decode, where rows are few and each head's latency
-/// counts; all of a row's heads in one block from 64 rows, where the rotations each warp makes
-/// dominated the kernel). Only scheduling: the same bits either way.
-fn qk_heads_per_warp(rows: usize, heads: usize) -> usize {
-    if rows >= 64 { heads.div_ceil(4).max(1) } else { 1 }
+/// Heads each warp of qk_norm_rope takes in turn for `rows` rows of `heads` q and k heads on
+/// `sms` SMs: as many as leave about 64 warps an SM to run (every warp makes its row's rotations
+/// once, which dominated the prefill kernel when each head made them; a 128-token prefill with all
+/// of a row's heads in one block ran 5% slower, its warps too few), one at decode. Only
+/// scheduling: the same bits either way.
+fn qk_heads_per_warp(rows: usize, heads: usize, sms: usize) -> usize {
+    (rows * heads / (64 * sms).max(1)).clamp(1, heads.div_ceil(4).max(1))
 }
 
 /// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
@@ -542,6 +543,13 @@ mod tests {
         for d in [16, 32, 64, 128, 256] {
             assert!(crate::device::attention_smem(d) + 512 <= MAX_SMEM, "attention d={d}");
         }
+    }
+
+    #[test]
+    fn qk_norm_rope_shares_rotations_only_where_warps_are_plenty() {
+        let h = super::qk_heads_per_warp;
+        assert_eq!((h(1, 40, 132), h(128, 40, 132), h(1024, 40, 132), h(4096, 40, 132)), (1, 1, 4, 10));
+        assert_eq!((h(3000, 7, 132), h(4096, 3, 132), h(0, 40, 132), h(5, 0, 0)), (2, 1, 1, 1));
     }
 
     #[test]
