@@ -186,8 +186,9 @@ extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __res
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
 }
 
-// One rotated pair (rotate-half RoPE): the single definition both rope kernels use.
-// A pair's rotation at `pos`: cosine and sine, scaled.
+// One rotated pair (rotate-half RoPE) in two steps, the rotation at a position and its
+// application: both rope kernels use them (qk_norm_rope makes the rotations before its launch
+// wait), so they agree bit for bit. The rotation at `pos`: cosine and sine, scaled.
 __device__ __forceinline__ void rope_rot(float& c, float& s, u32 pos, float inv_freq, float attn_scaling) {
     float angle = (float)pos * inv_freq;
     c = cosf(angle) * attn_scaling;
@@ -199,6 +200,7 @@ __device__ __forceinline__ void rope_apply(float& x1, float& x2, float c, float 
     x1 = a * c - b * s;
     x2 = b * c + a * s;
 }
+// Both steps for one pair.
 __device__ __forceinline__ void rope_pair(float& x1, float& x2, u32 pos, float inv_freq, float attn_scaling) {
     float c, s;
     rope_rot(c, s, pos, inv_freq, attn_scaling);

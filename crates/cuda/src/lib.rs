@@ -31,8 +31,11 @@
 //! rows take the wgmma GEMM, also persistent (one CTA an SM over its tiles, token tiles first).
 //!
 //! Every kernel opens with a programmatic-dependent-launch wait, so on sm_90 the next launch is
-//! set up while the previous kernel runs (the GEMV prefetches its first weights before the wait,
-//! the decode attention its cached keys).
+//! set up while the previous kernel runs (the GEMV loads its first weights before the wait,
+//! `TF_GEMV_PRE` stages a warp, the decode attention gathers its cached keys, qk_norm_rope makes
+//! its rotations). Loads issued before a wait slow the kernel still running (they share its DRAM
+//! queue), so what goes there is measured, not assumed (scripts/device/results/NOTES.md,
+//! session 11).
 //!
 //! `TF_PROFILE_SKIP` (profile.rs, off unless set) leaves chosen decode ops out, for timing them
 //! in place (`scripts/device/skip.sh`); results are then wrong. `TF_LAB_M1` turns on the one-row
