@@ -32,7 +32,7 @@ launches = []
 for t0, t1, name, grid, block, warp, sm, dw, dm in recs:
     cur = launches[-1] if launches else None
     if cur is None or cur["name"] != name or (block, warp) in cur["seen"]:
-        cur = {"name": name, "grid": grid, "seen": set(), "t0": [], "t1": [], "sms": set(), "tw": [], "tm": []}
+        cur = {"name": name, "grid": grid, "seen": set(), "t0": [], "t1": [], "sms": set(), "tw": [], "tm": [], "dm": []}
         launches.append(cur)
     cur["seen"].add((block, warp))
     cur["t0"].append(t0)
@@ -42,6 +42,7 @@ for t0, t1, name, grid, block, warp, sm, dw, dm in recs:
         cur["tw"].append(t0 + dw)
     if dm:
         cur["tm"].append(t0 + dm)
+        cur["dm"].append(dm)
 
 origin = launches[0]["t0"][0]
 rounds = [[]]
@@ -85,20 +86,23 @@ for ri, rnd in enumerate(rounds):
     total = sum(v[1] for v in by.values())
     # Where a launch's critical time goes: from the previous launch's last end to its launch wait
     # returning (the dependency's latency), then from there to its own last end.
+    # A kernel that marks the end of its pre-wait work: from a warp's start to its mark.
     lat = defaultdict(list)
     for lab, l, inc, prev in rows:
         if l["tw"]:
             w = sorted(l["tw"])[len(l["tw"]) // 2]
-            lat[lab].append(((w - prev) / 1e3, (max(l["t1"]) - w) / 1e3))
+            pm = sorted(l["dm"])[len(l["dm"]) // 2] / 1e3 if l["dm"] else float("nan")
+            lat[lab].append(((w - prev) / 1e3, (max(l["t1"]) - w) / 1e3, pm))
     print(f"{'kernel':<34}{'n':>5}{'critical us':>13}{'per call':>10}{'span/call':>11}{'share':>7}")
     for lab, (n, inc, span, busy) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"{lab:<34}{n:>5}{inc:>13.1f}{inc / n:>10.2f}{span / n:>11.2f}{inc / total:>7.1%}")
     if lat:
-        print(f"{'kernel':<34}{'wait after prev end':>21}{'wait to end':>13}  (medians, us)")
+        print(f"{'kernel':<34}{'wait after prev end':>21}{'wait to end':>13}{'start to mark':>15}  (medians, us)")
         for lab, v in sorted(lat.items(), key=lambda kv: -len(kv[1])):
             a = sorted(x[0] for x in v)
             b = sorted(x[1] for x in v)
-            print(f"{lab:<34}{a[len(a) // 2]:>21.2f}{b[len(b) // 2]:>13.2f}")
+            c = sorted(x[2] for x in v)
+            print(f"{lab:<34}{a[len(a) // 2]:>21.2f}{b[len(b) // 2]:>13.2f}{c[len(c) // 2]:>15.2f}")
     if detail is not None:
         # Layer N: from the launch before its qkv matmul (the input norm) to the next layer's.
         idx = [max(i - 1, 0) for i, lab in enumerate(labels) if lab.endswith(":qkv")]

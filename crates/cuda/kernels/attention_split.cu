@@ -80,6 +80,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         }
     }
     cp_commit();
+    tf_trace_mark();  // the trace build's pre-wait chain ends here (a no-op otherwise)
     tf_pdl_wait();
     if (holds_new) {
         const int row = q_start + tok0;

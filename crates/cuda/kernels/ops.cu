@@ -257,6 +257,7 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
         rope_rot(rc[j], rs[j], p, i < half ? inv_freq[i] : 0.f, attn_scaling);
     }
     __syncthreads();
+    tf_trace_mark();  // the trace build's pre-wait chain ends here (a no-op otherwise)
     tf_pdl_wait();
     float nx[8];  // the next head's row: lane + 32 j
     auto load = [&](int hh) {
