@@ -103,6 +103,7 @@ kernels!(
     attention_d256,
     attention_split_d64,
     attention_split_d128,
+    attention_split_tail_d128,
     attention_wg_d128,
     attention_combine,
 );
@@ -208,7 +209,9 @@ impl Device {
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
         }
-        for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
+        let splits =
+            [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128), (&k.attention_split_tail_d128, 128)];
+        for (f, d) in splits {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
         let num_sms = drv(
