@@ -1,7 +1,8 @@
 //! Kernel timeline in place, off unless `TF_TRACE=FROM:TO` is set: the kernels are then built
 //! with `TF_TRACE` (kernels/common.cuh), so lane 0 of every warp records the global timer at the
-//! kernel's start, when its launch wait returns, at an optional mark and at its end. Rounds are counted by `argmax_rows` calls (one a decode round); rounds
-//! FROM..=TO (1-based) are recorded and written as tab-separated lines to `TF_TRACE_OUT`
+//! kernel's start, when its launch wait returns, at an optional mark and at its end. Rounds are
+//! counted by `argmax_rows` calls (one a decode round); rounds FROM..=TO (1-based) are recorded
+//! and written as tab-separated lines to `TF_TRACE_OUT`
 //! (default `trace.tsv`) when round TO ends. scripts/device/trace_round.py reads the file. It
 //! shows what ncu cannot (kernels one at a time) and Nsight Systems does not here: how the kernels
 //! of a round overlap and where the GPU waits.
