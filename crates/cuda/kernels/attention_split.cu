@@ -14,7 +14,7 @@
 // lane), maxima and row sums (device.rs `attention_split_smem`).
 #define ASPLIT_ST 4
 
-template <int D, bool TAIL>
+template <int D>
 __device__ __forceinline__ void attention_split_body(const float* __restrict__ q, u16* __restrict__ kc,
                                                      u16* __restrict__ vc, const u32* __restrict__ seqs,
                                                      const u32* __restrict__ items, const u32* __restrict__ bts,
@@ -22,8 +22,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
                                                      float* __restrict__ ws, int nz, int num_heads,
                                                      int num_kv_heads, int block_size, float scale, int window,
                                                      float softcap, int kp, const float* __restrict__ knew,
-                                                     const float* __restrict__ vnew, const u32* __restrict__ slots,
-                                                     u32 zc, bool first) {
+                                                     const float* __restrict__ vnew, const u32* __restrict__ slots) {
     constexpr int RS = D + 8;  // u16 per key row in shared memory (16 bytes of padding)
     extern __shared__ __align__(16) unsigned char asplit_smem[];
     u16* kst = (u16*)asplit_smem;          // [stage][KB][RS]
@@ -42,8 +41,8 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
     const int first_pos = start_pos + tok0, last_pos = start_pos + tok0 + ntok - 1;
     const int lo = window > 0 ? max(0, first_pos + 1 - window) : 0;
     int b0 = lo / KB, b1 = last_pos / KB;
-    if (nz > 0) {  // split mode: this CTA takes chunk lo / CH + blockIdx.z only (TAIL: zc)
-        int ch = lo / CH + (int)(TAIL ? zc : blockIdx.z);
+    if (nz > 0) {  // split mode: this CTA takes chunk lo / CH + blockIdx.z only
+        int ch = lo / CH + (int)blockIdx.z;
         if (ch > last_pos / CH) return;
         b0 = max(b0, ch * CPB);
         b1 = min(b1, ch * CPB + CPB - 1);
@@ -81,10 +80,8 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
         }
     }
     cp_commit();
-    if (!TAIL || first) {
-        tf_trace_mark();  // the trace build's pre-wait chain ends here (a no-op otherwise)
-        tf_pdl_wait();
-    }
+    tf_trace_mark();  // the trace build's pre-wait chain ends here (a no-op otherwise)
+    tf_pdl_wait();
     if (holds_new) {
         const int row = q_start + tok0;
         const size_t src = (size_t)row * num_kv_heads * D + (size_t)kvh * D;
@@ -185,7 +182,7 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
     for (int h = 0; h < 2; ++h) {
         if (!ract[h]) continue;
         if (nz > 0) {  // leave the chunk's state for attention_combine
-            float* w = ws + (((size_t)rrow[h] * num_heads + rhead[h]) * nz + (TAIL ? zc : blockIdx.z)) * (D + 2);
+            float* w = ws + (((size_t)rrow[h] * num_heads + rhead[h]) * nz + blockIdx.z) * (D + 2);
 #pragma unroll
             for (int dt = 0; dt < DS; ++dt) {
                 int d = (warp * DS + dt) * 8 + 2 * c;
@@ -217,33 +214,16 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
 
 }
 
-#define ATTN_SPLIT_ARGS                                                                                              \
-    const float* __restrict__ q, u16* __restrict__ kc, u16* __restrict__ vc, const u32* __restrict__ seqs,          \
-        const u32* __restrict__ items, const u32* __restrict__ bts, float* __restrict__ out, u16* __restrict__ outb, \
-        float* __restrict__ ws, int nz, int num_heads, int num_kv_heads, int block_size, float scale, int window,    \
-        float softcap, int kp, const float* __restrict__ knew, const float* __restrict__ vnew,                       \
-        const u32* __restrict__ slots
-#define ATTN_SPLIT_CALL(D, TAIL, ZC, FIRST)                                                                       \
-    attention_split_body<D, TAIL>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,         \
-                                  block_size, scale, window, softcap, kp, knew, vnew, slots, ZC, FIRST)
 #define ATTN_SPLIT_KERNEL(D)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(128) attention_split_d##D(ATTN_SPLIT_ARGS) {                       \
+    extern "C" __global__ void __launch_bounds__(128) attention_split_d##D(                                          \
+        const float* __restrict__ q, u16* __restrict__ kc, u16* __restrict__ vc,                                    \
+        const u32* __restrict__ seqs, const u32* __restrict__ items, const u32* __restrict__ bts,                   \
+        float* __restrict__ out, u16* __restrict__ outb, float* __restrict__ ws, int nz, int num_heads,             \
+        int num_kv_heads, int block_size, float scale, int window, float softcap, int kp,                            \
+        const float* __restrict__ knew, const float* __restrict__ vnew, const u32* __restrict__ slots) {             \
         tf_pdl_launch();                                                                                             \
-        ATTN_SPLIT_CALL(D, false, blockIdx.z, true);                                                                 \
-    }
-// Split mode, the grid one chunk short of the round's (attention.rs `tail_chunks`): each row's last
-// CTA also takes the chunks past it in turn, each computed and stored as its own CTA would, so
-// attention_combine folds the same values.
-#define ATTN_SPLIT_TAIL_KERNEL(D)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(128) attention_split_tail_d##D(ATTN_SPLIT_ARGS) {                  \
-        tf_pdl_launch();                                                                                             \
-        ATTN_SPLIT_CALL(D, true, blockIdx.z, true);                                                                  \
-        if ((int)blockIdx.z != (int)gridDim.z - 1) return;                                                           \
-        for (u32 zc = blockIdx.z + 1; zc < (u32)nz; ++zc) {                                                          \
-            __syncthreads(); /* every warp is done with the last chunk's stages */                                   \
-            ATTN_SPLIT_CALL(D, true, zc, false);                                                                     \
-        }                                                                                                            \
+        attention_split_body<D>(q, kc, vc, seqs, items, bts, out, outb, ws, nz, num_heads, num_kv_heads,            \
+                                block_size, scale, window, softcap, kp, knew, vnew, slots);                          \
     }
 ATTN_SPLIT_KERNEL(64)
 ATTN_SPLIT_KERNEL(128)
-ATTN_SPLIT_TAIL_KERNEL(128)

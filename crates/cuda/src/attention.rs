@@ -37,16 +37,6 @@ fn warp_split(decode: bool, group: usize, hd: usize, one_chunk: bool, ctas: usiz
     decode && group <= 16 && (hd == 64 || hd == 128) && one_chunk && ctas <= 2 * sms
 }
 
-/// Chunk CTAs a row of the warp-split decode kernel's grid (its z) when the round's `slices`
-/// (work items x KV heads) of `nz` chunks each would overflow one wave of `sms` CTAs by less than
-/// a chunk a slice: `nz - 1`, the last CTAs taking the row's last chunk after their own
-/// (kernels/attention_split.cu `TAIL`). H200, qwen3-8b at prompt 4096: 17 chunks x 8 heads = 136
-/// CTAs on 132 SMs, the last four ending 9 us after the rest (NOTES.md, session 11). None: the
-/// grid as it is.
-fn tail_chunks(slices: usize, nz: usize, sms: usize) -> Option<usize> {
-    (nz >= 2 && slices * nz > sms && slices * (nz - 1) <= sms).then(|| nz - 1)
-}
-
 /// Keys per chunk of the fixed reduction order (kernels/attention.cu `CH`).
 const CHUNK: usize = 256;
 
@@ -214,14 +204,7 @@ pub(crate) fn attention(
             ];
             d.launch(&d.k.attention_wg_d128, (grid.0, grid.1, 1), 384, ATTENTION_WG_SMEM, &args);
         } else if m.warps == 4 && warp_split(decode, group, hd, one_chunk, ctas, d.num_sms) {
-            // The tail kernel exists for head width 128 (kernels/attention_split.cu).
-            let tail = (b.lab.split_tail && hd == 128).then(|| tail_chunks(m.num_items * kvh, nz, d.num_sms)).flatten();
-            let f = match (hd, tail) {
-                (64, _) => &d.k.attention_split_d64,
-                (_, None) => &d.k.attention_split_d128,
-                (_, Some(_)) => &d.k.attention_split_tail_d128,
-            };
-            let grid = (grid.0, grid.1, tail.map_or(grid.2, |z| z as u32));
+            let f = if hd == 64 { &d.k.attention_split_d64 } else { &d.k.attention_split_d128 };
             d.launch(f, grid, 128, attention_split_smem(hd), &args);
         } else {
             d.launch(func, grid, 32 * m.warps, attention_smem(hd), &args);
@@ -287,16 +270,6 @@ mod tests {
         assert!(!warp_split(true, 4, 256, true, 8, 132), "head width without room for four stages");
         assert!(!warp_split(true, 4, 128, false, 8, 132), "a CTA walking several chunks");
         assert!(!warp_split(true, 4, 128, true, 265, 132), "more than two CTAs an SM");
-    }
-
-    #[test]
-    fn tail_chunks_only_one_chunk_past_a_wave() {
-        // Batch 1 of 8 KV heads at 4096-4351 keys: 17 chunks, 136 CTAs on 132 SMs.
-        assert_eq!(tail_chunks(8, 17, 132), Some(16));
-        assert_eq!(tail_chunks(8, 16, 132), None, "one wave already");
-        assert_eq!(tail_chunks(8, 18, 132), None, "two chunks past: the last CTAs would take three");
-        assert_eq!(tail_chunks(1, 1, 0), None, "one chunk");
-        assert_eq!(tail_chunks(66, 3, 132), Some(2));
     }
 
     #[test]

@@ -58,8 +58,10 @@ kernels!(
     rms_norm,
     rms_norm_q4,
     rms_norm_q4_bf16,
+    rms_norm_j4,
     add_rms_norm,
     add_rms_norm_q4,
+    add_rms_norm_j4,
     add_inplace,
     rope,
     qk_norm_rope,
@@ -103,7 +105,6 @@ kernels!(
     attention_d256,
     attention_split_d64,
     attention_split_d128,
-    attention_split_tail_d128,
     attention_wg_d128,
     attention_combine,
 );
@@ -209,9 +210,7 @@ impl Device {
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
         }
-        let splits =
-            [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128), (&k.attention_split_tail_d128, 128)];
-        for (f, d) in splits {
+        for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
         let num_sms = drv(

@@ -234,11 +234,15 @@ fn norm_launch(
             Arg::F(eps),
             Arg::I(one_plus as i32),
         ]);
+        // Up to four values a thread, few rows take the straight-line kernels (`rms_norm_short`).
+        let short = group <= 4 * virt;
         let f = match (add.is_some(), q4) {
             _ if bf16_only => &d.k.rms_norm_q4_bf16,
             (true, true) => &d.k.add_rms_norm_q4,
+            (true, false) if short => &d.k.add_rms_norm_j4,
             (true, false) => &d.k.add_rms_norm,
             (false, true) => &d.k.rms_norm_q4,
+            (false, false) if short => &d.k.rms_norm_j4,
             (false, false) => &d.k.rms_norm,
         };
         d.launch(f, (groups as u32, 1, 1), block, 0, &args);

@@ -49,9 +49,7 @@ pub(crate) fn gemv_pre_from_env(default: usize) -> usize {
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 /// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
 /// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu);
-/// `glu-apart` keeps the gated activation out of the GEMM's store; `split-tail` lets decode
-/// attention's last chunk CTAs take a row's one chunk past a single wave (head width 128;
-/// attention.rs `tail_chunks`; built in session 11, not yet run on a GPU).
+/// `glu-apart` keeps the gated activation out of the GEMM's store.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -73,8 +71,6 @@ pub(crate) struct M1Lab {
     pub(crate) gemm: Option<(i32, i32)>,
     /// `glu-apart`: packed gate/up matmuls never apply the activation in the GEMM's store.
     pub(crate) glu_apart: bool,
-    /// `split-tail`: split decode attention one chunk past a wave takes it in its last CTAs.
-    pub(crate) split_tail: bool,
 }
 
 impl M1Lab {
@@ -100,7 +96,6 @@ impl M1Lab {
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
             "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             "glu-apart" => return M1Lab { glu_apart: true, ..M1Lab::default() },
-            "split-tail" => return M1Lab { split_tail: true, ..M1Lab::default() },
             _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
@@ -133,7 +128,6 @@ mod tests {
         assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("on").glu_apart);
-        assert!(M1Lab::parse("split-tail").split_tail && !M1Lab::parse("glu-apart").split_tail);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

@@ -255,7 +255,8 @@ fn fused_add_norm_equals_add_then_norm() {
 #[test]
 fn norm_rows_do_not_depend_on_the_row_count() {
     let Some(b) = backend() else { return };
-    // Over 64 rows run on quarter-size blocks (prefill), one row on full ones (decode): same bits.
+    // Over 64 rows run on quarter-size blocks (prefill), one row on full ones (decode; up to 4096
+    // values the straight-line kernels, past them rms_norm_body's): same bits.
     for cols in [4096, 640, 512, 20000, 96] {
         let rows = 80;
         let (h0, a) = (rand(rows * cols, 8, 2.0), rand(rows * cols, 9, 1.0));
@@ -499,35 +500,6 @@ fn wgmma_attention_equals_the_mma_sync_kernel() {
         let got = run_attention_in(&b, c, 11, *bs, blocks);
         let want = run_attention_in(&m, c, 11, *bs, blocks);
         assert!(same_bits(&got, &want), "case {i} (block size {bs}): wgmma and mma.sync attention differ");
-    }
-}
-
-#[test]
-fn split_attention_tail_equals_the_two_wave_grid() {
-    // Lab `split-tail` (attention.rs `tail_chunks`, head width 128): when a decode round's chunk
-    // CTAs overflow one wave by one chunk a row, the last CTAs take the row's last chunk too. Contexts are chosen
-    // from this GPU's SM count so that it happens; outputs must not change by a bit.
-    let (Some(b), Some(t)) = (backend(), backend_with(Some("split-tail"))) else { return };
-    let nz = b.num_sms() / 8 + 1;
-    let ctx = (nz - 1) * 256 + 5;
-    let p = |h, kvh, d: usize, window| AttnParams {
-        num_heads: h,
-        num_kv_heads: kvh,
-        head_dim: d,
-        scale: (d as f32).powf(-0.5),
-        window,
-        softcap: None,
-    };
-    let cases = [
-        AttnCase { p: p(32, 8, 128, None), seqs: vec![(ctx, 1)] },
-        AttnCase { p: p(16, 4, 128, None), seqs: vec![(ctx, 1), (300, 1)] },
-        AttnCase { p: p(8, 8, 128, Some(ctx - 100)), seqs: vec![(ctx + 40, 1)] },
-    ];
-    for (i, c) in cases.iter().enumerate() {
-        let blocks = (ctx + 60).div_ceil(16);
-        let want = run_attention_in(&b, c, 13, 16, blocks);
-        let got = run_attention_in(&t, c, 13, 16, blocks);
-        assert!(same_bits(&got, &want), "case {i}: the tail grid changed the output");
     }
 }
 
