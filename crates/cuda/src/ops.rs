@@ -234,8 +234,11 @@ fn norm_launch(
             Arg::F(eps),
             Arg::I(one_plus as i32),
         ]);
-        // Up to four values a thread, few rows take the straight-line kernels (`rms_norm_short`).
-        let short = group <= 4 * virt;
+        // Up to four values a thread, the rows the TMA GEMV takes next (at most 32) run the
+        // straight-line kernels (`rms_norm_short`), whose blocks fit beside a GEMV block. Before
+        // the wgmma GEMM (33-64 rows) the old kernels stay: batch-64 decode read 0.991 with them
+        // (H200, sweep-885d03b).
+        let short = groups <= 32 && group <= 4 * virt;
         let f = match (add.is_some(), q4) {
             _ if bf16_only => &d.k.rms_norm_q4_bf16,
             (true, true) => &d.k.add_rms_norm_q4,

@@ -256,7 +256,8 @@ fn fused_add_norm_equals_add_then_norm() {
 fn norm_rows_do_not_depend_on_the_row_count() {
     let Some(b) = backend() else { return };
     // Over 64 rows run on quarter-size blocks (prefill), one row on full ones (decode; up to 4096
-    // values the straight-line kernels, past them rms_norm_body's): same bits.
+    // values the straight-line kernels, past them rms_norm_body's), 40 rows on full blocks of
+    // rms_norm_body: same bits.
     for cols in [4096, 640, 512, 20000, 96] {
         let rows = 80;
         let (h0, a) = (rand(rows * cols, 8, 2.0), rand(rows * cols, 9, 1.0));
@@ -273,6 +274,8 @@ fn norm_rows_do_not_depend_on_the_row_count() {
             let n_one = b.download(&b.rms_norm(&b.upload(&row(&h0), 1, cols), &w, 1e-6, true));
             assert!(same_bits(&n_one, &row(&n_many)), "cols={cols} row {r}: rms_norm differs");
         }
+        let n40 = b.download(&b.rms_norm(&b.upload(&h0[..40 * cols], 40, cols), &w, 1e-6, true));
+        assert!(same_bits(&n40, &n_many[..40 * cols]), "cols={cols}: 40 rows differ");
     }
 }
 
