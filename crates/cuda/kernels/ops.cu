@@ -57,12 +57,13 @@ extern "C" __global__ void embed(const void* __restrict__ table, int dtype, int 
 // in place (x += a, then normalise x: the same values as add_inplace followed by rms_norm).
 // F32 = false writes only the bf16 copy (rows normed for matmuls only).
 #define RMS_J 16
-template <bool ADD, int Q, bool F32 = true>
+// JT > 0 caps the values a virtual thread holds in registers (the `_j4` kernels below).
+template <bool ADD, int Q, bool F32 = true, int JT = 0>
 __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float* __restrict__ a,
                                               const float* __restrict__ w, float* __restrict__ y,
                                               u16* __restrict__ yb, int cols, int group, int kp, float eps,
                                               int one_plus) {
-    constexpr int J = RMS_J / Q;  // values per virtual thread
+    constexpr int J = JT > 0 ? JT : RMS_J / Q;  // values per virtual thread
     __shared__ float scratch[32];
     const size_t base = (size_t)blockIdx.x * group;
     // A group lies inside one row (group divides cols): its bf16 copy starts at ybase.
@@ -148,72 +149,24 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
     }
 }
 
-// rms_norm / add_rms_norm (one virtual thread a thread) for groups of at most JN values a thread,
-// in straight-line code: the same loads, sums and products in the same order (values past the
-// group are zeros, which add nothing), so the same bits. Few rows (decode) run it: it needs 28
-// registers a thread against rms_norm_body's 58, so its 1024-thread block fits beside a TMA GEMV
-// block of the matmul before it instead of waiting for an SM of its own, and the next GEMV's last
-// block is not held back by it (H200, qwen3-8b batch-1 decode 1.024 at prompt 128, 1.026 at 4096).
-template <int JN, bool ADD>
-__device__ __forceinline__ void rms_norm_short(float* __restrict__ x, const float* __restrict__ a,
-                                               const float* __restrict__ w, float* __restrict__ y,
-                                               u16* __restrict__ yb, int cols, int group, int kp, float eps,
-                                               int one_plus) {
-    __shared__ float scratch[32];
-    const size_t base = (size_t)blockIdx.x * group;
-    const size_t brow = base / cols, ybase = brow * kp + (base - brow * cols);
-    const int V = blockDim.x, lane = threadIdx.x & 31;
-    float v[JN], sc[JN];
-#pragma unroll
-    for (int j = 0; j < JN; ++j) {
-        const int i = threadIdx.x + j * V;
-        sc[j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
-    }
-    tf_pdl_wait();
-#pragma unroll
-    for (int j = 0; j < JN; ++j) {
-        const int i = threadIdx.x + j * V;
-        v[j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
-    }
-    if (ADD) {
-#pragma unroll
-        for (int j = 0; j < JN; ++j) {
-            const int i = threadIdx.x + j * V;
-            if (i < group) x[base + i] = v[j];
-        }
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < JN; ++j) ss += v[j] * v[j];
-    ss = warp_sum(ss);
-    if (lane == 0) scratch[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float t = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) t += i < (V >> 5) ? scratch[i] : 0.f;
-    const float inv = 1.0f / sqrtf(t / (float)group + eps);
-#pragma unroll
-    for (int j = 0; j < JN; ++j) {
-        const int i = threadIdx.x + j * V;
-        if (i < group) {
-            const float o = v[j] * inv * sc[j];
-            y[base + i] = o;
-            yb[ybase + i] = f2bf(o);
-        }
-    }
-}
+// rms_norm / add_rms_norm with at most four values a thread in registers (groups of up to 4
+// blockDim.x values; ops.rs picks them for those): rms_norm_body's code, so the same bits, in 28-32
+// registers a thread against its 58 with sixteen. Few rows (decode) run them: the 1024-thread
+// block fits beside a TMA GEMV block of the matmul before it instead of waiting for an SM of its
+// own, so the next GEMV's last block is not held back by it (H200, qwen3-8b batch-1 decode 1.024
+// at prompt 128, 1.026 at 4096).
 extern "C" __global__ void __launch_bounds__(1024) rms_norm_j4(const float* __restrict__ x, const float* __restrict__ w,
                                                                float* __restrict__ y, u16* __restrict__ yb, int cols,
                                                                int group, int kp, float eps, int one_plus) {
     tf_pdl_launch();
-    rms_norm_short<4, false>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
+    rms_norm_body<false, 1, true, 4>((float*)x, nullptr, w, y, yb, cols, group, kp, eps, one_plus);
 }
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm_j4(float* __restrict__ x, const float* __restrict__ a,
                                                                    const float* __restrict__ w, float* __restrict__ y,
                                                                    u16* __restrict__ yb, int cols, int group, int kp,
                                                                    float eps, int one_plus) {
     tf_pdl_launch();
-    rms_norm_short<4, true>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
+    rms_norm_body<true, 1, true, 4>(x, a, w, y, yb, cols, group, kp, eps, one_plus);
 }
 
 // One virtual thread a thread (few rows), and four (many rows: `_q4`, blocks of V / 4 threads).

@@ -234,8 +234,8 @@ fn norm_launch(
             Arg::F(eps),
             Arg::I(one_plus as i32),
         ]);
-        // Up to four values a thread, the rows the TMA GEMV takes next (at most 32) run the
-        // straight-line kernels (`rms_norm_short`), whose blocks fit beside a GEMV block. Before
+        // Up to four values a thread, the rows the TMA GEMV takes next (at most 32) run the `_j4`
+        // kernels (four values a thread in registers), whose blocks fit beside a GEMV block. Before
         // the wgmma GEMM (33-64 rows) the old kernels stay: batch-64 decode read 0.991 with them
         // (H200, sweep-885d03b).
         let short = groups <= 32 && group <= 4 * virt;

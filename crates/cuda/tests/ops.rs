@@ -256,8 +256,8 @@ fn fused_add_norm_equals_add_then_norm() {
 fn norm_rows_do_not_depend_on_the_row_count() {
     let Some(b) = backend() else { return };
     // Over 64 rows run on quarter-size blocks (prefill), one row on full ones (decode; up to 4096
-    // values the straight-line kernels, past them rms_norm_body's), 40 rows on full blocks of
-    // rms_norm_body: same bits.
+    // values the `_j4` kernels, past them the sixteen-value ones), 40 rows on full blocks of the
+    // sixteen-value ones: same bits.
     for cols in [4096, 640, 512, 20000, 96] {
         let rows = 80;
         let (h0, a) = (rand(rows * cols, 8, 2.0), rand(rows * cols, 9, 1.0));
