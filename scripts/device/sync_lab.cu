@@ -5,7 +5,9 @@
 //   pdl:   programmatic dependent launch, griddepcontrol.launch_dependents then .wait;
 //   flag:  launched as pdl, but each block signals a counter when done (bar.sync, then one
 //          red.release.gpu) and the next kernel's thread 0 spins on ld.acquire.gpu until the
-//          counter reaches the blocks of every kernel before it (a launch argument).
+//          counter reaches the blocks of every kernel before it (a launch argument);
+//   gplain, gpdl: the plain and pdl chains captured once into a CUDA graph and replayed (no host
+//          launch cost inside the timed region).
 // Prints microseconds a kernel for each mode and work size.
 #include <cstdio>
 #include <cuda.h>
@@ -61,7 +63,7 @@ __global__ void narrow(const float* y, float* x, int n, u32* ctr, u32 target, in
     if (mode == 2) sig(ctr);
 }
 
-static void launch(void* f, int grid, int block, void** args, int pdl) {
+static void launch(void* f, int grid, int block, void** args, int pdl, cudaStream_t st) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
@@ -70,6 +72,7 @@ static void launch(void* f, int grid, int block, void** args, int pdl) {
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 1 : 0;
+    cfg.stream = st;
     cudaError_t e = cudaLaunchKernelExC(&cfg, f, args);
     if (e != cudaSuccess) {
         printf("launch: %s\n", cudaGetErrorString(e));
@@ -92,35 +95,54 @@ int main() {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    const char* names[3] = {"plain", "pdl", "flag"};
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    const char* names[5] = {"plain", "pdl", "flag", "gplain", "gpdl"};
     printf("%-6s %8s %10s %10s\n", "mode", "KB/blk", "us/pair", "us/kernel");
     for (int words : {0, 256, 4096, 16384}) {
         for (int rep = 0; rep < 2; ++rep) {
-            for (int mode = 0; mode < 3; ++mode) {
+            for (int m5 = 0; m5 < 5; ++m5) {
+                int mode = m5 < 3 ? m5 : m5 - 3;
+                bool graph = m5 >= 3;
                 u32 done = 0;
                 cudaMemset(ctr, 0, 4);
                 cudaDeviceSynchronize();
-                cudaEventRecord(a);
+                cudaGraphExec_t ge = nullptr;
+                if (graph) cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+                else cudaEventRecord(a, st);
                 for (int k = 0; k < NK; ++k) {
                     u32 t0 = k == 0 ? 0u : done;
                     int n = G * 256;
                     void* a1[] = {&w, &x, &y, &words, &ctr, &t0, &mode};
-                    launch((void*)wide, G, 256, a1, mode > 0);
+                    launch((void*)wide, G, 256, a1, mode > 0, st);
                     done += G;
                     u32 t1 = done;
                     void* a2[] = {&y, &x, &n, &ctr, &t1, &mode};
-                    launch((void*)narrow, 1, 1024, a2, mode > 0);
+                    launch((void*)narrow, 1, 1024, a2, mode > 0, st);
                     done += 1;
                 }
-                cudaEventRecord(b);
+                if (graph) {
+                    cudaGraph_t g;
+                    cudaError_t ce = cudaStreamEndCapture(st, &g);
+                    if (ce == cudaSuccess) ce = cudaGraphInstantiate(&ge, g, 0);
+                    if (ce != cudaSuccess) {
+                        printf("graph: %s\n", cudaGetErrorString(ce));
+                        exit(1);
+                    }
+                    cudaGraphUpload(ge, st);
+                    cudaGraphLaunch(ge, st);
+                    cudaStreamSynchronize(st);
+                    cudaEventRecord(a, st);
+                    cudaGraphLaunch(ge, st);
+                    cudaGraphDestroy(g);
+                }
+                cudaEventRecord(b, st);
                 cudaEventSynchronize(b);
+                if (ge) cudaGraphExecDestroy(ge);
                 float ms;
                 cudaEventElapsedTime(&ms, a, b);
-                u32 got;
-                cudaMemcpy(&got, ctr, 4, cudaMemcpyDeviceToHost);
-                if (mode == 2 && got != done) printf("counter %u != %u\n", got, done);
                 if (rep == 1)
-                    printf("%-6s %8d %10.3f %10.3f\n", names[mode], words * 16 / 1024, 1e3f * ms / NK,
+                    printf("%-6s %8d %10.3f %10.3f\n", names[m5], words * 16 / 1024, 1e3f * ms / NK,
                            1e3f * ms / NK / 2);
             }
         }
