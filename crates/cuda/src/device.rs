@@ -140,6 +140,8 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
+    /// While a lab captures a graph (graph_lab.rs): the pinned buffers uploads stage through.
+    staged: std::sync::Mutex<Option<Vec<cudarc::driver::PinnedHostSlice<u8>>>>,
 }
 
 impl Device {
@@ -218,7 +220,18 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        Ok(Device { ctx, stream, k, module, ordinal, num_sms, name, wgmma, pdl: major >= 9 })
+        Ok(Device {
+            ctx,
+            stream,
+            k,
+            module,
+            ordinal,
+            num_sms,
+            name,
+            wgmma,
+            pdl: major >= 9,
+            staged: Default::default(),
+        })
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).
@@ -249,10 +262,36 @@ impl Device {
     /// Copies host data to a new device buffer.
     pub(crate) fn upload<T: DeviceRepr>(&self, data: &[T]) -> CudaSlice<T> {
         let mut d = self.alloc::<T>(data.len());
-        if !data.is_empty() {
-            must(self.stream.memcpy_htod(data, &mut d.slice_mut(..data.len())), "copying to the device");
+        if data.is_empty() {
+            return d;
         }
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keep) = staged.as_mut() {
+            let n = std::mem::size_of_val(data);
+            // SAFETY: filled below before any copy reads it.
+            let mut pin = must(unsafe { self.ctx.alloc_pinned::<u8>(n) }, "allocating pinned memory");
+            let host = must(pin.as_mut_slice(), "mapping pinned memory");
+            // SAFETY: `data` is `n` initialized bytes; DeviceRepr types are plain data.
+            host.copy_from_slice(unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, n) });
+            // SAFETY: the pinned buffer lives until the capture's graph is gone (graph_lab.rs).
+            let r = unsafe { result::memcpy_htod_async(ptr(&d, &self.stream), host, self.stream.cu_stream()) };
+            must(r, "copying to the device");
+            keep.push(pin);
+            return d;
+        }
+        must(self.stream.memcpy_htod(data, &mut d.slice_mut(..data.len())), "copying to the device");
         d
+    }
+
+    /// Starts or ends staging uploads through pinned memory (graph_lab.rs); the buffers are
+    /// leaked at the end, since the graph's copies read them at every replay.
+    pub(crate) fn set_capturing(&self, on: bool) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            *staged = Some(Vec::new());
+        } else if let Some(v) = staged.take() {
+            std::mem::forget(v);
+        }
     }
 
     /// Copies a device buffer's first `n` elements back (waits for the stream).

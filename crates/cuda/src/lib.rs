@@ -52,6 +52,7 @@ mod attention;
 mod device;
 mod error;
 mod gemv_m1;
+mod graph_lab;
 pub mod limits;
 mod matmul;
 mod moe;
@@ -98,6 +99,8 @@ pub struct CudaBackend {
     /// Stages a TMA GEMV warp loads before its launch wait (profile.rs `gemv_pre_from_env`).
     gemv_pre: usize,
     trace: Option<trace::Trace>,
+    /// `TF_LAB_GRAPH` (graph_lab.rs): one forward captured into a CUDA graph and replayed.
+    graph_lab: Option<graph_lab::GraphLab>,
 }
 
 impl CudaBackend {
@@ -114,6 +117,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             dev,
             trace,
+            graph_lab: graph_lab::GraphLab::from_env(),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
@@ -195,6 +199,12 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
+        if let Some(g) = &self.graph_lab {
+            g.at_embed(&self.dev, || {
+                let mut c = self.caches();
+                vec![Box::new(c.positions.take()) as Box<dyn Send>, Box::new(c.attn.take())]
+            });
+        }
         ops::embed(self, table, ids, scale)
     }
 
@@ -340,6 +350,17 @@ impl Backend for CudaBackend {
     }
 
     fn argmax_rows(&self, x: &CudaAct) -> Vec<u32> {
+        if let Some(g) = &self.graph_lab
+            && g.capturing()
+            && x.rows > 0
+            && x.cols > 0
+        {
+            let out = ops::argmax_launch(self, x);
+            return g.finish(&self.dev, &out, x.rows, || {
+                let mut c = self.caches();
+                (c.positions, c.attn) = (None, None);
+            });
+        }
         let ids = ops::argmax_rows(self, x);
         if let Some(t) = &self.trace {
             t.round_done(&self.dev);

@@ -496,14 +496,19 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
 
 /// Per row, the column of the first largest value; only the indices come back.
 pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
-    let d = &b.dev;
     if x.rows == 0 || x.cols == 0 {
         return vec![0; x.rows];
     }
+    b.dev.download(&argmax_launch(b, x), x.rows)
+}
+
+/// Queues the argmax of each row of a non-empty `x` into a new buffer.
+pub(crate) fn argmax_launch(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
+    let d = &b.dev;
     let out = d.alloc::<u32>(x.rows);
     let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
     d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
-    d.download(&out, x.rows)
+    out
 }
 
 /// bf16 values in one block of K (or V).
