@@ -13,9 +13,10 @@ export XDG_CACHE_HOME=/tmp/xdg TF_CUDA_CACHE=/tmp/tf-cuda-cache
 for c in ${CASES:-128x1 4096x1 128x8}; do
   p=${c%x*} b=${c#*x}
   for lab in "" "${LAB:-20:50}"; do
+    tag=$c-${lab:+on}${lab:-off}
     TF_LAB_GRAPH=$lab timeout 200 "$BIN" bench --model "$CKPT" --device cuda --prompt-len "$p" --batch "$b" \
-      --gen-len 64 --repeat 1 --json "$OUT/g-$c-${lab:-off}.json" > "$OUT/g-$c-${lab:-off}.txt" 2>&1 || echo "$c ${lab:-off} failed"
-    python3 - "$OUT/g-$c-${lab:-off}.json" "$c" "${lab:-off}" <<'PY'
+      --gen-len 64 --repeat 1 --json "$OUT/g-$tag.json" > "$OUT/g-$tag.txt" 2>&1 || echo "$c ${lab:-off} failed"
+    python3 - "$OUT/g-$tag.json" "$c" "${lab:-off}" <<'PY'
 import json, sys
 try:
     r = json.load(open(sys.argv[1]))["results"][0]
@@ -23,6 +24,6 @@ try:
 except Exception as e:
     print(sys.argv[2], sys.argv[3], "no json:", e)
 PY
-    grep -h "graph lab" "$OUT/g-$c-${lab:-off}.txt"
+    grep -h "graph lab" "$OUT/g-$tag.txt"
   done
 done

@@ -140,8 +140,16 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
-    /// While a lab captures a graph (graph_lab.rs): the pinned buffers uploads stage through.
-    staged: std::sync::Mutex<Option<Vec<cudarc::driver::PinnedHostSlice<u8>>>>,
+    /// While a lab captures a graph (graph_lab.rs): where allocations and uploads go.
+    staged: std::sync::Mutex<Option<Capture>>,
+}
+
+/// A capture's side stream (allocations and frees are made on it, so the graph holds no memory
+/// nodes, which would end its programmatic dependencies) and the pinned buffers uploads stage
+/// through.
+struct Capture {
+    side: Arc<CudaStream>,
+    pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
 }
 
 impl Device {
@@ -250,13 +258,22 @@ impl Device {
 
     /// Allocates `n` elements (at least one), contents undefined.
     pub(crate) fn alloc<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
+        let stream = self.alloc_stream();
         // SAFETY: every kernel writes what it allocates before it is read.
-        must(unsafe { self.stream.alloc::<T>(n.max(1)) }, "allocating device memory")
+        must(unsafe { stream.alloc::<T>(n.max(1)) }, "allocating device memory")
+    }
+
+    /// The stream allocations are made on: the compute stream, or a capture's side stream.
+    fn alloc_stream(&self) -> Arc<CudaStream> {
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.as_ref().map_or_else(|| self.stream.clone(), |c| c.side.clone())
     }
 
     /// Allocates `n` zeroed elements.
     pub(crate) fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
-        must(self.stream.alloc_zeros::<T>(n.max(1)), "allocating device memory")
+        let mut d = self.alloc::<T>(n);
+        must(self.stream.memset_zeros(&mut d), "zeroing device memory");
+        d
     }
 
     /// Copies host data to a new device buffer.
@@ -266,7 +283,7 @@ impl Device {
             return d;
         }
         let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(keep) = staged.as_mut() {
+        if let Some(keep) = staged.as_mut().map(|c| &mut c.pinned) {
             let n = std::mem::size_of_val(data);
             // SAFETY: filled below before any copy reads it.
             let mut pin = must(unsafe { self.ctx.alloc_pinned::<u8>(n) }, "allocating pinned memory");
@@ -288,9 +305,10 @@ impl Device {
     pub(crate) fn set_capturing(&self, on: bool) {
         let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
         if on {
-            *staged = Some(Vec::new());
-        } else if let Some(v) = staged.take() {
-            std::mem::forget(v);
+            let side = must(self.ctx.new_stream(), "creating a stream");
+            *staged = Some(Capture { side, pinned: Vec::new() });
+        } else if let Some(c) = staged.take() {
+            std::mem::forget(c.pinned);
         }
     }
 
