@@ -13,7 +13,7 @@ export XDG_CACHE_HOME=/tmp/xdg TF_CUDA_CACHE=/tmp/tf-cuda-cache
 for c in ${CASES:-128x1 4096x1 128x8}; do
   p=${c%x*} b=${c#*x}
   for lab in "" "${LAB:-20:50}"; do
-    tag=$c-${lab:+on}${lab:-off}
+    tag=$c-off && [[ -n $lab ]] && tag=$c-on
     TF_LAB_GRAPH=$lab timeout 200 "$BIN" bench --model "$CKPT" --device cuda --prompt-len "$p" --batch "$b" \
       --gen-len 64 --repeat 1 --json "$OUT/g-$tag.json" > "$OUT/g-$tag.txt" 2>&1 || echo "$c ${lab:-off} failed"
     python3 - "$OUT/g-$tag.json" "$c" "${lab:-off}" <<'PY'
