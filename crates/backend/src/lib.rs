@@ -226,4 +226,40 @@ pub trait Backend: Send + Sync {
         let data = self.download(x);
         data.chunks(cols.max(1)).map(|row| host::argmax(row) as u32).collect()
     }
+    /// A number no earlier call on this backend returned (0 where recordings are not kept): a
+    /// loaded model's identity in [`Round::model`].
+    fn fresh_id(&self) -> u64 {
+        0
+    }
+    /// Runs one round's forward `f` over `kv`; a backend may instead replay a recording of an
+    /// earlier round of the same shape with this round's inputs (CUDA graphs), giving the same
+    /// values. The default runs `f`.
+    fn forward_round(
+        &self,
+        _round: &Round<'_>,
+        kv: &mut [Self::Kv],
+        f: &mut dyn FnMut(&mut [Self::Kv]) -> Self::Act,
+    ) -> Self::Act {
+        f(kv)
+    }
+}
+
+/// What a round's forward reads from the host, for [`Backend::forward_round`]: a backend that
+/// replays recordings keys them on it and uploads these inputs before a replay.
+pub struct Round<'a> {
+    /// Whether the forward's ops depend on the host only through these inputs (no host-side
+    /// routing, no sliding windows), so a recording may stand for it.
+    pub replayable: bool,
+    /// The model ([`Backend::fresh_id`] at its load) and how many of its layers run.
+    pub model: [u64; 2],
+    /// Token ids in row order.
+    pub ids: &'a [u32],
+    /// Absolute position of each row.
+    pub positions: &'a [u32],
+    /// Sequences, positions and KV slots.
+    pub meta: &'a AttnMeta,
+    /// Rows whose logits are wanted.
+    pub logits_rows: &'a [usize],
+    /// Query heads per KV head.
+    pub group: usize,
 }

@@ -8,15 +8,29 @@ use crate::tensor::{CudaAct, CudaKv, padded};
 use cudarc::driver::CudaSlice;
 use tf_backend::{AttnMeta, AttnParams};
 
-/// The round's metadata as uploaded: `[seqs | items | block tables | slot mapping]`.
-pub(crate) struct MetaUpload {
-    host: Vec<u32>,
-    dev: CudaSlice<u32>,
+/// The round's metadata as uploaded: `[seqs | items | slot mapping | block tables]`. Only the
+/// block tables grow as contexts do, so in rounds of the same rows every offset stays put (a
+/// recorded round's launches stay valid, graph.rs).
+#[derive(Clone, PartialEq, Debug)]
+pub(crate) struct Packed {
+    pub(crate) host: Vec<u32>,
+    lay: Layout,
+}
+
+/// Where the parts of a packed metadata start, and how its CTAs run.
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct Layout {
     items_off: usize,
-    bt_off: usize,
     slots_off: usize,
+    bt_off: usize,
     num_items: usize,
     warps: u32,
+}
+
+/// The packed metadata and its device copy.
+pub(crate) struct MetaUpload {
+    packed: Packed,
+    dev: CudaSlice<u32>,
 }
 
 /// Warps per CTA and whole query tokens per CTA with `group` query heads per KV head, for rounds
@@ -61,7 +75,8 @@ fn most_chunks(meta: &AttnMeta, window: usize) -> usize {
     meta.seqs.iter().map(chunks).max().unwrap_or(1)
 }
 
-fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize, u32) {
+/// The round's metadata for `group` query heads a KV head.
+pub(crate) fn pack(meta: &AttnMeta, group: usize) -> Packed {
     let longest = meta.seqs.iter().map(|s| s.q_len).max().unwrap_or(0);
     let (warps, per_item) = tiling(group, longest);
     let mut seqs = Vec::with_capacity(4 * meta.seqs.len());
@@ -88,14 +103,20 @@ fn pack(meta: &AttnMeta, group: usize) -> (Vec<u32>, usize, usize, usize, usize,
     items.sort_by_key(|it| std::cmp::Reverse(it[3]));
     let items: Vec<u32> = items.iter().flat_map(|it| [it[0], it[1], it[2]]).collect();
     let items_off = seqs.len();
-    let bt_off = items_off + items.len();
-    let slots_off = bt_off + bts.len();
+    let slots_off = items_off + items.len();
+    let bt_off = slots_off + meta.slot_mapping.len();
     let num_items = items.len() / 3;
     let mut host = seqs;
     host.extend(items);
-    host.extend(bts);
     host.extend(meta.slot_mapping.iter().map(|&s| s as u32));
-    (host, items_off, bt_off, slots_off, num_items, warps)
+    host.extend(bts);
+    Packed { host, lay: Layout { items_off, slots_off, bt_off, num_items, warps } }
+}
+
+/// Keys-per-chunk index of the furthest position any sequence of the round reaches (a recorded
+/// decode round's attention grid stays valid while it is unchanged).
+pub(crate) fn last_chunk(meta: &AttnMeta) -> usize {
+    meta.seqs.iter().map(|s| (s.start_pos + s.q_len.max(1) - 1) / CHUNK).max().unwrap_or(0)
 }
 
 pub(crate) fn attention(
@@ -131,13 +152,19 @@ pub(crate) fn attention(
     let outb = bf16_out(b, q.rows, width);
 
     let mut c = b.caches();
-    let (host, items_off, bt_off, slots_off, num_items, warps) = pack(meta, group);
-    if c.attn.as_ref().is_none_or(|m| m.host != host) {
-        let dev = d.upload(&host);
-        c.attn = Some(MetaUpload { host, dev, items_off, bt_off, slots_off, num_items, warps });
-    }
-    let m = c.attn.as_ref().expect("just filled");
-    let base = ptr(&m.dev, &d.stream);
+    let packed = pack(meta, group);
+    // A round being recorded reads the metadata from its inputs (graph.rs), else from the cache.
+    let (base, m) = match b.graphs.meta(&packed) {
+        Some(base) => (base, packed.lay),
+        None => {
+            if c.attn.as_ref().is_none_or(|m| m.packed != packed) {
+                let dev = d.upload(&packed.host);
+                c.attn = Some(MetaUpload { packed, dev });
+            }
+            let m = c.attn.as_ref().expect("just filled");
+            (ptr(&m.dev, &d.stream), m.packed.lay)
+        }
+    };
     let at = |off: usize| base + 4 * off as u64;
     let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));
     // Decode rounds (one new token per sequence) store their K/V inside the attention kernel.
@@ -244,9 +271,13 @@ mod tests {
             slot_mapping: (0..38).collect(),
             block_size: 16,
         };
-        let (host, items_off, bt_off, _, n, warps) = pack(&meta, 4);
-        assert_eq!(warps, 8);
-        let items: Vec<&[u32]> = host[items_off..bt_off].chunks(3).collect();
+        let p = pack(&meta, 4);
+        let (host, l) = (&p.host, p.lay);
+        let (items_off, n) = (l.items_off, l.num_items);
+        assert_eq!(l.warps, 8);
+        assert_eq!((l.slots_off, l.bt_off), (items_off + 3 * n, items_off + 3 * n + 38));
+        assert_eq!(host[l.bt_off..], [3, 4, 5, 0, 1, 2]);
+        let items: Vec<&[u32]> = host[items_off..l.slots_off].chunks(3).collect();
         assert_eq!(items.len(), n);
         let covered: usize = items.iter().filter(|i| i[0] == 1).map(|i| i[2] as usize).sum();
         assert_eq!(covered, 37);

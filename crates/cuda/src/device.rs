@@ -22,6 +22,9 @@ pub struct CudaOptions {
     pub lab_m1: Option<String>,
     /// Rounds to record a kernel timeline of (trace.rs; none: `TF_TRACE`, else off).
     pub trace: Option<(usize, usize)>,
+    /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs; also
+    /// `TF_CUDA_GRAPHS=0`).
+    pub no_graphs: bool,
 }
 
 /// One kernel argument.
@@ -140,17 +143,33 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
-    /// While a lab captures a graph (graph_lab.rs): where allocations and uploads go.
+    /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
+    /// The memory pool captured rounds allocate from (made at the first capture).
+    graph_pool: std::sync::OnceLock<Pool>,
 }
 
-/// A capture's side stream (allocations and frees are made on it, so the graph holds no memory
-/// nodes, which would end its programmatic dependencies) and the pinned buffers uploads stage
-/// through.
+/// A capture in progress: allocations and frees go to the graph pool on a side stream, so the
+/// graph holds no memory nodes (they would end its programmatic dependencies) and none of its
+/// buffers comes from the ordinary pool; `clean` turns false when an op does what a recording
+/// cannot stand for (an upload or a download inside the round).
 struct Capture {
     side: Arc<CudaStream>,
+    pool: sys::CUmemoryPool,
+    clean: bool,
+    /// Pinned copies of what an op uploaded anyway (the capture is then dropped).
     pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
 }
+
+/// A memory pool handle.
+struct Pool(sys::CUmemoryPool);
+
+// SAFETY: a pool handle may be used from any thread (the driver synchronizes it).
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+// SAFETY: the pool handle inside is used only under the `staged` lock.
+unsafe impl Send for Capture {}
 
 impl Device {
     /// Opens GPU `ordinal`, compiles (or loads from cache) the kernels for its architecture.
@@ -239,6 +258,7 @@ impl Device {
             wgmma,
             pdl: major >= 9,
             staged: Default::default(),
+            graph_pool: Default::default(),
         })
     }
 
@@ -258,15 +278,19 @@ impl Device {
 
     /// Allocates `n` elements (at least one), contents undefined.
     pub(crate) fn alloc<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
-        let stream = self.alloc_stream();
-        // SAFETY: every kernel writes what it allocates before it is read.
-        must(unsafe { stream.alloc::<T>(n.max(1)) }, "allocating device memory")
-    }
-
-    /// The stream allocations are made on: the compute stream, or a capture's side stream.
-    fn alloc_stream(&self) -> Arc<CudaStream> {
         let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        staged.as_ref().map_or_else(|| self.stream.clone(), |c| c.side.clone())
+        if let Some(c) = staged.as_ref() {
+            let mut p: sys::CUdeviceptr = 0;
+            let bytes = n.max(1) * std::mem::size_of::<T>();
+            // SAFETY: an out-parameter of the documented type; the pool and stream are live.
+            let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut p, bytes, c.pool, c.side.cu_stream()).result() };
+            must(r, "allocating device memory for a recorded round");
+            // SAFETY: `p` is a fresh allocation of `n.max(1)` elements, freed on the side stream on drop.
+            return unsafe { c.side.upgrade_device_ptr::<T>(p, n.max(1)) };
+        }
+        drop(staged);
+        // SAFETY: every kernel writes what it allocates before it is read.
+        must(unsafe { self.stream.alloc::<T>(n.max(1)) }, "allocating device memory")
     }
 
     /// Allocates `n` zeroed elements.
@@ -283,14 +307,17 @@ impl Device {
             return d;
         }
         let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(keep) = staged.as_mut().map(|c| &mut c.pinned) {
+        if let Some(c) = staged.as_mut() {
+            // A capture cannot copy from pageable memory: stage it, and drop the capture.
+            c.clean = false;
+            let keep = &mut c.pinned;
             let n = std::mem::size_of_val(data);
             // SAFETY: filled below before any copy reads it.
             let mut pin = must(unsafe { self.ctx.alloc_pinned::<u8>(n) }, "allocating pinned memory");
             let host = must(pin.as_mut_slice(), "mapping pinned memory");
             // SAFETY: `data` is `n` initialized bytes; DeviceRepr types are plain data.
             host.copy_from_slice(unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, n) });
-            // SAFETY: the pinned buffer lives until the capture's graph is gone (graph_lab.rs).
+            // SAFETY: the pinned buffer lives until the capture ends (its graph is never launched).
             let r = unsafe { result::memcpy_htod_async(ptr(&d, &self.stream), host, self.stream.cu_stream()) };
             must(r, "copying to the device");
             keep.push(pin);
@@ -300,22 +327,42 @@ impl Device {
         d
     }
 
-    /// Starts or ends staging uploads through pinned memory (graph_lab.rs); the buffers are
-    /// leaked at the end, since the graph's copies read them at every replay.
-    pub(crate) fn set_capturing(&self, on: bool) {
-        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        if on {
-            let side = must(self.ctx.new_stream(), "creating a stream");
-            *staged = Some(Capture { side, pinned: Vec::new() });
-        } else if let Some(c) = staged.take() {
-            std::mem::forget(c.pinned);
+    /// Starts capturing the compute stream into a graph (graph.rs); false when it cannot.
+    pub(crate) fn begin_capture(&self) -> bool {
+        let pool = match self.graph_pool.get() {
+            Some(p) => p.0,
+            None => match graph_pool(&self.ctx) {
+                Ok(p) => self.graph_pool.get_or_init(|| Pool(p)).0,
+                Err(_) => return false,
+            },
+        };
+        let Ok(side) = self.ctx.new_stream() else { return false };
+        *self.staged.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Capture { side, pool, clean: true, pinned: Vec::new() });
+        if self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).is_err() {
+            self.end_capture_mode();
+            return false;
         }
+        true
+    }
+
+    /// Leaves capture mode (the caller ends the stream's capture); whether the round stayed
+    /// within what a recording stands for.
+    pub(crate) fn end_capture_mode(&self) -> bool {
+        let c = self.staged.lock().unwrap_or_else(|p| p.into_inner()).take();
+        c.is_some_and(|c| c.clean)
+    }
+
+    /// Whether a capture is open (its downloads would fail: they return zeros and spoil it).
+    fn spoil_capture(&self) -> bool {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.as_mut().map(|c| c.clean = false).is_some()
     }
 
     /// Copies a device buffer's first `n` elements back (waits for the stream).
     pub(crate) fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>, n: usize) -> Vec<T> {
         let mut out = vec![T::default(); n];
-        if n > 0 {
+        if n > 0 && !self.spoil_capture() {
             must(self.stream.memcpy_dtoh(&src.slice(..n), &mut out), "copying from the device");
         }
         out
@@ -396,6 +443,32 @@ pub(crate) fn attention_split_smem(d: usize) -> u32 {
 /// Blocks for a grid-stride loop over `n` elements.
 pub(crate) fn grid_for(n: usize, block: u32) -> u32 {
     (n.div_ceil(block as usize)).clamp(1, 65535 * 4) as u32
+}
+
+/// A memory pool of the device that keeps what is freed (graph.rs: a recording's buffers stay
+/// mapped while it lives).
+fn graph_pool(ctx: &Arc<CudaContext>) -> Result<sys::CUmemoryPool, CudaError> {
+    // SAFETY: zeroed pool properties are valid (no export handles); the fields set are documented.
+    let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+    props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = ctx.ordinal() as i32;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: out-parameters and attribute value of the documented types.
+    unsafe {
+        drv(sys::cuMemPoolCreate(&mut pool, &props).result(), "creating a memory pool")?;
+        drv(
+            sys::cuMemPoolSetAttribute(
+                pool,
+                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut _,
+            )
+            .result(),
+            "setting the pool's release threshold",
+        )?;
+    }
+    Ok(pool)
 }
 
 /// Keeps freed memory in the stream-ordered pool instead of returning it at every synchronize.

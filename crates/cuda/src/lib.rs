@@ -52,7 +52,7 @@ mod attention;
 mod device;
 mod error;
 mod gemv_m1;
-mod graph_lab;
+mod graph;
 pub mod limits;
 mod matmul;
 mod moe;
@@ -99,8 +99,10 @@ pub struct CudaBackend {
     /// Stages a TMA GEMV warp loads before its launch wait (profile.rs `gemv_pre_from_env`).
     gemv_pre: usize,
     trace: Option<trace::Trace>,
-    /// `TF_LAB_GRAPH` (graph_lab.rs): one forward captured into a CUDA graph and replayed.
-    graph_lab: Option<graph_lab::GraphLab>,
+    /// Decode rounds recorded as CUDA graphs and replayed (graph.rs).
+    graphs: graph::Graphs,
+    /// The last `fresh_id` handed out.
+    ids: std::sync::atomic::AtomicU64,
 }
 
 impl CudaBackend {
@@ -117,7 +119,8 @@ impl CudaBackend {
         Ok(CudaBackend {
             dev,
             trace,
-            graph_lab: graph_lab::GraphLab::from_env(),
+            graphs: graph::Graphs::new(!opts.no_graphs && opts.trace.is_none() && Skip::from_env().is_none()),
+            ids: Default::default(),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
@@ -148,6 +151,11 @@ impl CudaBackend {
         moe::moe_by(self, x, router_logits, experts, p)
     }
 
+    /// Decode rounds captured into CUDA graphs and rounds replayed from them so far (graph.rs).
+    pub fn graph_counts(&self) -> (usize, usize) {
+        *self.graphs.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Waits until all queued device work is done.
     pub fn synchronize(&self) {
         self.dev.synchronize()
@@ -160,6 +168,14 @@ impl CudaBackend {
 
     fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
         self.caches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the uploaded positions, metadata and rope tables (after a dropped capture, whose
+    /// uploads may have gone to the graph pool).
+    fn clear_caches(&self) {
+        let mut c = self.caches();
+        (c.positions, c.attn) = (None, None);
+        c.ropes.clear();
     }
 }
 
@@ -199,12 +215,6 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
-        if let Some(g) = &self.graph_lab {
-            g.at_embed(&self.dev, || {
-                let mut c = self.caches();
-                vec![Box::new(c.positions.take()) as Box<dyn Send>, Box::new(c.attn.take())]
-            });
-        }
         ops::embed(self, table, ids, scale)
     }
 
@@ -349,18 +359,20 @@ impl Backend for CudaBackend {
         ops::write_kv_blocks(self, kv, blocks, bytes)
     }
 
+    fn fresh_id(&self) -> u64 {
+        1 + self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn forward_round(
+        &self,
+        round: &tf_backend::Round<'_>,
+        kv: &mut [CudaKv],
+        f: &mut dyn FnMut(&mut [CudaKv]) -> CudaAct,
+    ) -> CudaAct {
+        graph::forward_round(self, round, kv, f)
+    }
+
     fn argmax_rows(&self, x: &CudaAct) -> Vec<u32> {
-        if let Some(g) = &self.graph_lab
-            && g.capturing()
-            && x.rows > 0
-            && x.cols > 0
-        {
-            let out = ops::argmax_launch(self, x);
-            return g.finish(&self.dev, &out, x.rows, || {
-                let mut c = self.caches();
-                (c.positions, c.attn) = (None, None);
-            });
-        }
         let ids = ops::argmax_rows(self, x);
         if let Some(t) = &self.trace {
             t.round_done(&self.dev);

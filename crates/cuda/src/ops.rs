@@ -3,6 +3,7 @@
 use crate::CudaBackend;
 use crate::device::{Arg, grid_for, ptr};
 use crate::error::must;
+use crate::graph::Input;
 use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
 use tf_backend::{Activation, BackendError, KvShape, QkNorm, Rope};
@@ -150,7 +151,9 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
     let d = &b.dev;
     let (_, cols) = table.shape();
     let out = d.alloc::<f32>(ids.len() * cols);
-    let idb = d.upload(ids);
+    let held = b.graphs.input(Input::Ids, ids);
+    let idb = if held.is_none() { Some(d.upload(ids)) } else { None };
+    let idp = held.unwrap_or_else(|| idb.as_ref().map_or(0, |x| ptr(x, &d.stream)));
     let (w, dtype, kt) = match table {
         CudaMat::Bf16 { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
         CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
@@ -160,7 +163,7 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
             Arg::P(w),
             Arg::I(dtype),
             Arg::I(kt as i32),
-            Arg::P(ptr(&idb, &d.stream)),
+            Arg::P(idp),
             Arg::I(cols as i32),
             Arg::F(scale),
             Arg::P(ptr(&out, &d.stream)),
@@ -296,7 +299,8 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     let d = &b.dev;
     let mut c = b.caches();
     let caches = &mut *c;
-    let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
+    let pos = b.graphs.input(Input::Positions, positions);
+    let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &d.stream));
     let table = rope_table(b, &mut caches.ropes, rope);
     let total = x.rows * (x.cols / head_dim) * half;
     let args = [
@@ -342,7 +346,8 @@ pub(crate) fn qk_norm_rope(
     let d = &b.dev;
     let mut c = b.caches();
     let caches = &mut *c;
-    let pos = ptr(cached_u32(b, &mut caches.positions, positions), &d.stream);
+    let pos = b.graphs.input(Input::Positions, positions);
+    let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &d.stream));
     let table = rope_table(b, &mut caches.ropes, rope);
     let (nq, nk) = (q.cols / head_dim, k.cols / head_dim);
     let (qn, kn, eps, one_plus) = match norms {
@@ -477,6 +482,9 @@ pub(crate) fn select_rows(b: &CudaBackend, x: &CudaAct, rows: &[usize]) -> CudaA
             r as u32
         })
         .collect();
+    if let Some(p) = b.graphs.input(Input::Rows, &idx) {
+        return gather(b, x, p, idx.len());
+    }
     let buf = b.dev.upload(&idx);
     gather(b, x, ptr(&buf, &b.dev.stream), idx.len())
 }

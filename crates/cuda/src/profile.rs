@@ -27,6 +27,11 @@ impl Skip {
         Skip(std::env::var("TF_PROFILE_SKIP").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
+    /// Whether no op is left out.
+    pub(crate) fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
     /// Whether an op of kind `bit` on `rows` rows is left out.
     pub(crate) fn skips(self, bit: u32, rows: usize) -> bool {
         self.0 & bit != 0 && rows <= 64

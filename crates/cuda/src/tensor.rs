@@ -45,6 +45,11 @@ impl CudaAct {
         })
     }
 
+    /// `Some` when the f32 values exist (not only the bf16 rounding).
+    pub(crate) fn f32_ready(&self) -> Option<()> {
+        self.f32.get().map(|_| ())
+    }
+
     /// Number of values.
     pub(crate) fn len(&self) -> usize {
         self.rows * self.cols

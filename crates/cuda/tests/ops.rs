@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use tf_backend::rope::RopeScaling;
-use tf_backend::{Activation, AttnMeta, AttnParams, Backend, KvShape, RefBackend, Rope, SeqAttn};
+use tf_backend::{Activation, AttnMeta, AttnParams, Backend, KvShape, QkNorm, RefBackend, Rope, Round, SeqAttn};
 use tf_core::DType;
 
 /// `x @ W^T` in f64 with x rounded to bf16 (what the tensor-core path multiplies), and the sum of
@@ -408,6 +408,76 @@ fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> A
         q_start += q_len;
     }
     meta
+}
+
+/// Decode rounds replayed from CUDA graph recordings (graph.rs) give the bits of the same rounds
+/// run op by op while contexts grow across 16-token blocks and the 256-key chunk, for one
+/// sequence and for three: each round embeds its ids, projects q/k/v, normalizes and rotates
+/// them, attends (split across CTAs past 256 keys), projects o and selects rows, as a decoder
+/// does, on a recording backend and on one that never records.
+#[test]
+fn recorded_decode_rounds_equal_op_by_op() {
+    let (Some(on), Some(off)) = (backend(), backend_no_graphs()) else { return };
+    let (h, kvh, d, hidden, vocab, bs, blocks) = (8, 2, 128, 256, 64, 16, 24);
+    let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.088, window: None, softcap: None };
+    let rope = Rope::new(d, 10000.0, &RopeScaling::Default);
+    let (qn, kn) = (rand(d, 9, 1.0), rand(d, 10, 1.0));
+    for starts in [vec![230usize], vec![250, 17, 300]] {
+        let n = starts.len();
+        let run = |b: &tf_cuda::CudaBackend| -> Vec<Vec<f32>> {
+            let w =
+                |name, rows, cols, seed| b.mat(&weight(name, DType::BF16, rows, cols, &rand(rows * cols, seed, 0.5)));
+            let (table, wq, wk, wv, wo) = (
+                w("e", vocab, hidden, 1).unwrap(),
+                w("q", h * d, hidden, 2).unwrap(),
+                w("k", kvh * d, hidden, 3).unwrap(),
+                w("v", kvh * d, hidden, 4).unwrap(),
+                w("o", hidden, h * d, 5).unwrap(),
+            );
+            let (qn, kn) = (b.vec(&qn), b.vec(&kn));
+            let model = [b.fresh_id(), 1];
+            let shape = KvShape { num_blocks: blocks * n, block_size: bs, num_kv_heads: kvh, head_dim: d };
+            let mut kv = vec![b.kv(shape).unwrap()];
+            let mut outs = Vec::new();
+            // Round 0 fills each sequence's history (a prefill round: never recorded).
+            for step in 0..=70 {
+                let seqs: Vec<(usize, usize)> =
+                    starts.iter().map(|&s| if step == 0 { (0, s) } else { (s + step - 1, 1) }).collect();
+                let meta = round(&seqs, bs, blocks);
+                let t = meta.slot_mapping.len();
+                let ids: Vec<u32> = (0..t).map(|i| ((step * 7 + i * 3) % vocab) as u32).collect();
+                let positions = meta.positions();
+                let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
+                let r = Round {
+                    replayable: true,
+                    model,
+                    ids: &ids,
+                    positions: &positions,
+                    meta: &meta,
+                    logits_rows: &rows,
+                    group: h / kvh,
+                };
+                let out = b.forward_round(&r, &mut kv, &mut |kv| {
+                    let x = b.embed(&table, &ids, 1.0);
+                    let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
+                    let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
+                    b.qk_norm_rope(&mut q, &mut k, Some(norms), &positions, d, &rope);
+                    let a = b.attention(&q, &k, &v, &mut kv[0], &meta, &p);
+                    b.select_rows(&b.matmul(&a, &wo), &rows)
+                });
+                outs.push(b.download(&out));
+            }
+            outs
+        };
+        let (got, want) = (run(&on), run(&off));
+        for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} rows, round {step}");
+        }
+        let (captures, replays) = on.graph_counts();
+        eprintln!("{n} rows: {captures} captures, {replays} replays so far");
+        assert!(replays > 40 * n.min(2) && captures >= 2, "{captures} captures, {replays} replays");
+        assert_eq!(off.graph_counts(), (0, 0));
+    }
 }
 
 struct AttnCase {

@@ -4,7 +4,7 @@
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::{GateUp, Loader};
-use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams, QkNorm};
+use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams, QkNorm, Round};
 
 /// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
 pub struct Batch<'a> {
@@ -45,6 +45,8 @@ pub struct Decoder<B: Backend> {
     lm_head: Option<B::Mat>,
     norm: B::Vec,
     layers: Vec<Layer<B>>,
+    /// The backend's identity for these weights (`Round::model`).
+    id: u64,
 }
 
 impl<B: Backend> Decoder<B> {
@@ -58,7 +60,7 @@ impl<B: Backend> Decoder<B> {
         };
         let norm = ld.vec("model.norm.weight", hidden)?;
         let layers = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
-        Ok(Decoder { spec, embed, lm_head, norm, layers })
+        Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id() })
     }
 
     /// One KV pool per layer, `num_blocks` blocks of `block_size` tokens each.
@@ -81,14 +83,30 @@ impl<B: Backend> Decoder<B> {
     /// Runs only the first `num_layers` layers, then the final norm and head (early-exit
     /// drafting); their K/V land in the same pools as a full forward would put them.
     pub fn forward_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
-        let s = &self.spec;
         let positions = batch.meta.positions();
+        let replayable = self.layers.iter().all(|l| !l.sliding && matches!(l.ffn, Ffn::Dense { .. }));
+        let s = &self.spec;
+        let round = Round {
+            replayable,
+            model: [self.id, num_layers as u64],
+            ids: batch.ids,
+            positions: &positions,
+            meta: batch.meta,
+            logits_rows: batch.logits_rows,
+            group: s.num_heads / s.num_kv_heads.max(1),
+        };
+        b.forward_round(&round, kv, &mut |kv| self.run_layers(b, batch, kv, num_layers, &positions))
+    }
+
+    /// The forward itself (see `forward_layers`).
+    fn run_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize, positions: &[u32]) -> B::Act {
+        let s = &self.spec;
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
         // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
         // experts) through the next block's fused add + input norm.
         let mut pending: Option<B::Act> = None;
         for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
-            pending = self.block(b, layer, &mut h, pending.take(), &positions, batch.meta, kv);
+            pending = self.block(b, layer, &mut h, pending.take(), positions, batch.meta, kv);
         }
         if let Some(f) = pending {
             b.add_assign(&mut h, &f);

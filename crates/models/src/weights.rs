@@ -51,6 +51,11 @@ pub struct Loader<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
+    /// The backend's [`Backend::fresh_id`]: the loaded model's identity.
+    pub fn fresh_id(&self) -> u64 {
+        self.backend.fresh_id()
+    }
+
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
         Loader { ckpt, dir: dir.to_path_buf(), backend }

@@ -1,0 +1,256 @@
+//! Decode rounds replayed from CUDA graphs. The first round of a shape (model, rows, logits
+//! rows, KV pools, metadata size and furthest 256-key chunk) is captured into a graph while it
+//! runs its ops as usual; later rounds of that shape upload only their inputs (token ids,
+//! positions, the rows to project, the attention metadata) into the recording's input buffer
+//! and launch the graph, and the forward's ops do not run on the host at all. The kernels and
+//! their arguments are those of the captured round, so the values are the same bits.
+//!
+//! What makes a replay valid: every per-round host value an op reads comes from the inputs
+//! buffer (ops ask `Graphs::input` / `Graphs::meta` while a capture is open; anything else they
+//! would upload fails the capture, and the round runs without a graph), and every launch
+//! parameter is a function of the key (attention.rs lays its metadata out so offsets depend on
+//! rows only, and the split grid on the furthest chunk). Intermediate buffers come from a pool
+//! of their own on a side stream (device.rs `Capture`), so the graph holds no memory nodes (they
+//! would end its programmatic dependencies: a first try ran 10% slower than launches) and no
+//! buffer outside the pool is ever one of them. All work runs on the one compute stream, so two
+//! recordings sharing pool memory never overlap. Each replay's logits are copied out of the
+//! pool before anything else runs.
+
+use crate::CudaBackend;
+use crate::attention::{Packed, last_chunk, pack};
+use crate::device::ptr;
+use crate::error::must;
+use crate::tensor::CudaAct;
+use cudarc::driver::{CudaGraph, CudaSlice, result, sys};
+use std::sync::{Arc, Mutex};
+use tf_backend::Round;
+
+/// Recordings kept at most (the least recently used goes first).
+const KEEP: usize = 16;
+/// Rows a recorded round may have at most.
+const MAX_ROWS: usize = 128;
+/// Metadata capacity step (u32 values): block tables grow into it without changing the key.
+const META_STEP: usize = 1024;
+
+/// What a recording stands for.
+#[derive(Clone, PartialEq, Debug)]
+pub(crate) struct Key {
+    model: [u64; 2],
+    rows: usize,
+    logits: usize,
+    meta_cap: usize,
+    chunk: usize,
+    kv: Vec<u64>,
+}
+
+/// A round's inputs as the ops read them during a capture (host values and their device copy).
+pub(crate) struct Inputs {
+    buf: CudaSlice<u32>,
+    ids: Vec<u32>,
+    positions: Vec<u32>,
+    rows: Vec<u32>,
+    meta: Packed,
+}
+
+/// Which input an op looks up.
+#[derive(Clone, Copy)]
+pub(crate) enum Input {
+    Ids,
+    Positions,
+    Rows,
+}
+
+impl Inputs {
+    /// `[ids | positions | rows | metadata, zero padded to cap]`.
+    fn host(r: &Round<'_>, meta: &Packed, cap: usize) -> (Vec<u32>, Vec<u32>) {
+        let rows: Vec<u32> = r.logits_rows.iter().map(|&x| x as u32).collect();
+        let mut all = Vec::with_capacity(2 * r.ids.len() + rows.len() + cap);
+        all.extend_from_slice(r.ids);
+        all.extend_from_slice(r.positions);
+        all.extend_from_slice(&rows);
+        all.extend_from_slice(&meta.host);
+        all.resize(2 * r.ids.len() + rows.len() + cap, 0);
+        (all, rows)
+    }
+
+    fn offset(&self, which: Input) -> usize {
+        match which {
+            Input::Ids => 0,
+            Input::Positions => self.ids.len(),
+            Input::Rows => self.ids.len() + self.positions.len(),
+        }
+    }
+}
+
+struct Entry {
+    key: Key,
+    graph: CudaGraph,
+    inputs: Arc<Inputs>,
+    out: CudaAct,
+}
+
+// SAFETY: the graph handles are used only under the `entries` lock (one thread at a time, as
+// the driver requires of a graph).
+unsafe impl Send for Entry {}
+
+/// The recordings of one backend, and the round being captured.
+pub(crate) struct Graphs {
+    on: bool,
+    entries: Mutex<Vec<Entry>>,
+    /// Keys whose captures failed, with how often (refused for good after `TRIES`).
+    refused: Mutex<Vec<(Key, usize)>>,
+    active: Mutex<Option<Arc<Inputs>>>,
+    /// Rounds captured and rounds replayed so far.
+    pub(crate) counts: Mutex<(usize, usize)>,
+}
+
+/// Captures of one key tried before it is refused (a failure may be a cache filled once).
+const TRIES: usize = 2;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Graphs {
+    /// Recording on or off (`TF_CUDA_GRAPHS=0` turns it off).
+    pub(crate) fn new(on: bool) -> Graphs {
+        let on = on && std::env::var("TF_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0");
+        Graphs {
+            on,
+            entries: Mutex::new(Vec::new()),
+            refused: Mutex::new(Vec::new()),
+            active: Mutex::new(None),
+            counts: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The device address of input `which` while a capture is open and the op's `data` is it.
+    pub(crate) fn input(&self, which: Input, data: &[u32]) -> Option<u64> {
+        let a = lock(&self.active);
+        let i = a.as_ref()?;
+        let host = match which {
+            Input::Ids => &i.ids,
+            Input::Positions => &i.positions,
+            Input::Rows => &i.rows,
+        };
+        (host.as_slice() == data).then(|| ptr(&i.buf, i.buf.stream()) + 4 * i.offset(which) as u64)
+    }
+
+    /// The device address of the metadata while a capture is open and `packed` is it.
+    pub(crate) fn meta(&self, packed: &Packed) -> Option<u64> {
+        let a = lock(&self.active);
+        let i = a.as_ref()?;
+        let off = i.ids.len() + i.positions.len() + i.rows.len();
+        (i.meta == *packed).then(|| ptr(&i.buf, i.buf.stream()) + 4 * off as u64)
+    }
+
+    /// The key of a round a recording may stand for, or `None`.
+    fn key(&self, b: &CudaBackend, r: &Round<'_>, kv: &[crate::CudaKv], meta: &Packed) -> Option<Key> {
+        let rows = r.ids.len();
+        let decode = r.meta.seqs.len() == rows && r.meta.seqs.iter().all(|s| s.q_len == 1);
+        if !self.on || !r.replayable || !decode || rows == 0 || rows > MAX_ROWS || r.logits_rows.is_empty() {
+            return None;
+        }
+        Some(Key {
+            model: r.model,
+            rows,
+            logits: r.logits_rows.len(),
+            meta_cap: meta.host.len().div_ceil(META_STEP) * META_STEP,
+            chunk: last_chunk(r.meta),
+            kv: kv.iter().map(|p| ptr(&p.k, &b.dev.stream)).collect(),
+        })
+    }
+}
+
+/// `forward_round` of the CUDA backend: a replay, a capture, or the ops as usual.
+pub(crate) fn forward_round(
+    b: &CudaBackend,
+    r: &Round<'_>,
+    kv: &mut [crate::CudaKv],
+    f: &mut dyn FnMut(&mut [crate::CudaKv]) -> CudaAct,
+) -> CudaAct {
+    let g = &b.graphs;
+    if !g.on {
+        return f(kv);
+    }
+    let meta = pack(r.meta, r.group.max(1));
+    let Some(key) = g.key(b, r, kv, &meta) else { return f(kv) };
+    let (host, rows) = Inputs::host(r, &meta, key.meta_cap);
+    if let Some(out) = replay(b, &key, &host) {
+        return out;
+    }
+    if lock(&g.refused).iter().any(|(k, n)| *k == key && *n >= TRIES) {
+        return f(kv);
+    }
+    let inputs =
+        Arc::new(Inputs { buf: b.dev.upload(&host), ids: r.ids.to_vec(), positions: r.positions.to_vec(), rows, meta });
+    match capture(b, key.clone(), inputs, kv, f) {
+        Some(out) => out,
+        None => {
+            let mut refused = lock(&g.refused);
+            match refused.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => refused.push((key, 1)),
+            }
+            drop(refused);
+            b.clear_caches();
+            f(kv)
+        }
+    }
+}
+
+/// Replays the recording of `key` with inputs `host`; its logits, copied out of the pool.
+fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
+    let mut entries = lock(&b.graphs.entries);
+    let i = entries.iter().position(|e| e.key == *key)?;
+    let e = entries.remove(i);
+    let d = &b.dev;
+    // SAFETY: the buffer holds `host.len()` values (the key fixes the length); the copy is
+    // staged before it returns, and ordered before the launch on the stream.
+    let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
+    must(r, "copying a round's inputs");
+    must(e.graph.launch(), "launching a recorded round");
+    let out = copy_out(b, &e.out);
+    entries.push(e);
+    lock(&b.graphs.counts).1 += 1;
+    Some(out)
+}
+
+/// Captures `f` as the recording of `key`, launches it, and returns its logits; `None` when the
+/// round did something a recording cannot stand for (nothing of it ran then).
+fn capture(
+    b: &CudaBackend,
+    key: Key,
+    inputs: Arc<Inputs>,
+    kv: &mut [crate::CudaKv],
+    f: &mut dyn FnMut(&mut [crate::CudaKv]) -> CudaAct,
+) -> Option<CudaAct> {
+    let d = &b.dev;
+    *lock(&b.graphs.active) = Some(inputs.clone());
+    let begun = d.begin_capture();
+    let out = begun.then(|| f(kv));
+    *lock(&b.graphs.active) = None;
+    let clean = d.end_capture_mode();
+    let graph = if begun { d.stream.end_capture(sys::CUgraphInstantiate_flags(0)) } else { Ok(None) };
+    let (Some(out), true, Ok(Some(graph))) = (out, clean, graph) else {
+        return None;
+    };
+    out.f32_ready()?;
+    must(graph.launch(), "launching a recorded round");
+    let copy = copy_out(b, &out);
+    let mut entries = lock(&b.graphs.entries);
+    if entries.len() >= KEEP {
+        entries.remove(0);
+    }
+    entries.push(Entry { key, graph, inputs, out });
+    lock(&b.graphs.counts).0 += 1;
+    Some(copy)
+}
+
+/// A copy of `x`'s f32 values in memory of the ordinary pool.
+fn copy_out(b: &CudaBackend, x: &CudaAct) -> CudaAct {
+    let d = &b.dev;
+    let mut y = d.alloc::<f32>(x.len());
+    must(d.stream.memcpy_dtod(x.data(b), &mut y), "copying a recorded round's logits");
+    CudaAct::new(y, x.rows, x.cols)
+}
