@@ -119,7 +119,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             dev,
             trace,
-            graphs: graph::Graphs::new(!opts.no_graphs && opts.trace.is_none() && Skip::from_env().is_none()),
+            graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
             ids: Default::default(),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
