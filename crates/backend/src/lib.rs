@@ -231,7 +231,8 @@ pub trait Backend: Send + Sync {
     fn fresh_id(&self) -> u64 {
         0
     }
-    /// Runs one round's forward `f` over `kv`; a backend may instead replay a recording of an
+    /// Runs `f`, the part of a round's forward that reads the host only through `round` (the
+    /// decoder's embedding and layers), over `kv`; a backend may instead replay a recording of an
     /// earlier round of the same shape with this round's inputs (CUDA graphs), giving the same
     /// values. The default runs `f`.
     fn forward_round(

@@ -2,8 +2,10 @@
 //! rows, KV pools, metadata size and furthest 256-key chunk) is captured into a graph while it
 //! runs its ops as usual; later rounds of that shape upload only their inputs (token ids,
 //! positions, the rows to project, the attention metadata) into the recording's input buffer
-//! and launch the graph, and the forward's ops do not run on the host at all. The kernels and
-//! their arguments are those of the captured round, so the values are the same bits.
+//! and launch the graph, and the recorded ops do not run on the host at all. The kernels and
+//! their arguments are those of the captured round, so the values are the same bits. What is
+//! recorded is what the model hands `forward_round`: for the decoder, the embedding and the
+//! layers (its final norm and head run after, op by op: they read only the residual stream).
 //!
 //! What makes a replay valid: every per-round host value an op reads comes from the inputs
 //! buffer (ops ask `Graphs::input` / `Graphs::meta` while a capture is open; anything else they
@@ -13,8 +15,8 @@
 //! of their own on a side stream (device.rs `Capture`), so the graph holds no memory nodes (they
 //! would end its programmatic dependencies: a first try ran 10% slower than launches) and no
 //! buffer outside the pool is ever one of them. All work runs on the one compute stream, so two
-//! recordings sharing pool memory never overlap. Each replay's logits are copied out of the
-//! pool before anything else runs.
+//! recordings sharing pool memory never overlap. Each replay's output is copied out of the pool
+//! before anything else runs.
 
 use crate::CudaBackend;
 use crate::attention::{Packed, last_chunk, pack};
@@ -199,7 +201,7 @@ pub(crate) fn forward_round(
     }
 }
 
-/// Replays the recording of `key` with inputs `host`; its logits, copied out of the pool.
+/// Replays the recording of `key` with inputs `host`; its output, copied out of the pool.
 fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
     let mut entries = lock(&b.graphs.entries);
     let i = entries.iter().position(|e| e.key == *key)?;
@@ -216,7 +218,7 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
     Some(out)
 }
 
-/// Captures `f` as the recording of `key`, launches it, and returns its logits; `None` when the
+/// Captures `f` as the recording of `key`, launches it, and returns its output; `None` when the
 /// round did something a recording cannot stand for (nothing of it ran then).
 fn capture(
     b: &CudaBackend,
@@ -251,6 +253,6 @@ fn capture(
 fn copy_out(b: &CudaBackend, x: &CudaAct) -> CudaAct {
     let d = &b.dev;
     let mut y = d.alloc::<f32>(x.len());
-    must(d.stream.memcpy_dtod(x.data(b), &mut y), "copying a recorded round's logits");
+    must(d.stream.memcpy_dtod(x.data(b), &mut y), "copying a recorded round's output");
     CudaAct::new(y, x.rows, x.cols)
 }

@@ -95,10 +95,11 @@ impl<B: Backend> Decoder<B> {
             logits_rows: batch.logits_rows,
             group: s.num_heads / s.num_kv_heads.max(1),
         };
-        b.forward_round(&round, kv, &mut |kv| self.run_layers(b, batch, kv, num_layers, &positions))
+        let h = b.forward_round(&round, kv, &mut |kv| self.run_layers(b, batch, kv, num_layers, &positions));
+        self.head(b, &h, batch.logits_rows)
     }
 
-    /// The forward itself (see `forward_layers`).
+    /// The embedding and the first `num_layers` layers: the residual stream after them.
     fn run_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize, positions: &[u32]) -> B::Act {
         let s = &self.spec;
         let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
@@ -111,7 +112,13 @@ impl<B: Backend> Decoder<B> {
         if let Some(f) = pending {
             b.add_assign(&mut h, &f);
         }
-        let h = b.select_rows(&h, batch.logits_rows);
+        h
+    }
+
+    /// The final norm and the head on rows `logits_rows` of the residual stream `h`.
+    fn head(&self, b: &B, h: &B::Act, logits_rows: &[usize]) -> B::Act {
+        let s = &self.spec;
+        let h = b.select_rows(h, logits_rows);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = b
             .norm_matmul_many(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus, &[head])
