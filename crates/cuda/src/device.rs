@@ -340,17 +340,18 @@ impl Device {
         *self.staged.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(Capture { side, pool, clean: true, pinned: Vec::new() });
         if self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).is_err() {
-            self.end_capture_mode();
+            drop(self.end_capture_mode());
             return false;
         }
         true
     }
 
-    /// Leaves capture mode (the caller ends the stream's capture); whether the round stayed
-    /// within what a recording stands for.
-    pub(crate) fn end_capture_mode(&self) -> bool {
+    /// Leaves capture mode (the caller ends the stream's capture, then drops what this returns:
+    /// pinned buffers freed while the stream still captures broke the process on the H200):
+    /// whether the round stayed within what a recording stands for, and the pinned buffers.
+    pub(crate) fn end_capture_mode(&self) -> (bool, Vec<cudarc::driver::PinnedHostSlice<u8>>) {
         let c = self.staged.lock().unwrap_or_else(|p| p.into_inner()).take();
-        c.is_some_and(|c| c.clean)
+        c.map_or((false, Vec::new()), |c| (c.clean, c.pinned))
     }
 
     /// Whether a capture is open (its downloads would fail: they return zeros and spoil it).

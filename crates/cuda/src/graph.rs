@@ -101,6 +101,9 @@ pub(crate) struct Graphs {
     entries: Mutex<Vec<Entry>>,
     /// Keys whose captures failed, with how often (refused for good after `TRIES`).
     refused: Mutex<Vec<(Key, usize)>>,
+    /// Keys seen once and run op by op: a key is captured the second time it comes, so what
+    /// its ops cache on first use (rope tables) is uploaded outside any capture.
+    seen: Mutex<Vec<Key>>,
     active: Mutex<Option<Arc<Inputs>>>,
     /// Rounds captured and rounds replayed so far.
     pub(crate) counts: Mutex<(usize, usize)>,
@@ -121,6 +124,7 @@ impl Graphs {
             on,
             entries: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
+            seen: Mutex::new(Vec::new()),
             active: Mutex::new(None),
             counts: Mutex::new((0, 0)),
         }
@@ -184,6 +188,17 @@ pub(crate) fn forward_round(
     if lock(&g.refused).iter().any(|(k, n)| *k == key && *n >= TRIES) {
         return f(kv);
     }
+    {
+        let mut seen = lock(&g.seen);
+        if !seen.contains(&key) {
+            if seen.len() >= 4 * KEEP {
+                seen.remove(0);
+            }
+            seen.push(key);
+            drop(seen);
+            return f(kv);
+        }
+    }
     let inputs =
         Arc::new(Inputs { buf: b.dev.upload(&host), ids: r.ids.to_vec(), positions: r.positions.to_vec(), rows, meta });
     match capture(b, key.clone(), inputs, kv, f) {
@@ -232,8 +247,9 @@ fn capture(
     let begun = d.begin_capture();
     let out = begun.then(|| f(kv));
     *lock(&b.graphs.active) = None;
-    let clean = d.end_capture_mode();
+    let (clean, pinned) = d.end_capture_mode();
     let graph = if begun { d.stream.end_capture(sys::CUgraphInstantiate_flags(0)) } else { Ok(None) };
+    drop(pinned);
     let (Some(out), true, Ok(Some(graph))) = (out, clean, graph) else {
         return None;
     };

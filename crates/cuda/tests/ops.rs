@@ -480,6 +480,32 @@ fn recorded_decode_rounds_equal_op_by_op() {
     }
 }
 
+/// A round that uploads inside its forward cannot be recorded: its captures are dropped (the
+/// upload staged through pinned memory meanwhile), it runs op by op, and its values are right.
+#[test]
+fn rounds_that_upload_run_op_by_op() {
+    let Some(b) = backend() else { return };
+    let meta = round(&[(0, 1)], 16, 2);
+    let mut kv = vec![b.kv(KvShape { num_blocks: 2, block_size: 16, num_kv_heads: 1, head_dim: 16 }).unwrap()];
+    let model = [b.fresh_id(), 1];
+    for step in 0..6u32 {
+        let positions = meta.positions();
+        let r = Round {
+            replayable: true,
+            model,
+            ids: &[0],
+            positions: &positions,
+            meta: &meta,
+            logits_rows: &[0],
+            group: 1,
+        };
+        let vals = [step as f32, 2.0, -1.5];
+        let out = b.forward_round(&r, &mut kv, &mut |_| b.upload(&vals, 1, 3));
+        assert_eq!(b.download(&out), vals, "round {step}");
+    }
+    assert_eq!(b.graph_counts(), (0, 0));
+}
+
 struct AttnCase {
     p: AttnParams,
     seqs: Vec<(usize, usize)>,
