@@ -150,21 +150,24 @@ impl Graphs {
         (i.meta == *packed).then(|| ptr(&i.buf, i.buf.stream()) + 4 * off as u64)
     }
 
-    /// The key of a round a recording may stand for, or `None`.
-    fn key(&self, b: &CudaBackend, r: &Round<'_>, kv: &[crate::CudaKv], meta: &Packed) -> Option<Key> {
+    /// Whether a recording may stand for round `r`: one new token a sequence, at most
+    /// `MAX_ROWS` of them, a replayable forward.
+    fn eligible(&self, r: &Round<'_>) -> bool {
         let rows = r.ids.len();
         let decode = r.meta.seqs.len() == rows && r.meta.seqs.iter().all(|s| s.q_len == 1);
-        if !self.on || !r.replayable || !decode || rows == 0 || rows > MAX_ROWS || r.logits_rows.is_empty() {
-            return None;
-        }
-        Some(Key {
+        self.on && r.replayable && decode && rows > 0 && rows <= MAX_ROWS && !r.logits_rows.is_empty()
+    }
+
+    /// The key of an eligible round `r` with packed metadata `meta`.
+    fn key(b: &CudaBackend, r: &Round<'_>, kv: &[crate::CudaKv], meta: &Packed) -> Key {
+        Key {
             model: r.model,
-            rows,
+            rows: r.ids.len(),
             logits: r.logits_rows.len(),
             meta_cap: meta.host.len().div_ceil(META_STEP) * META_STEP,
             chunk: last_chunk(r.meta),
-            kv: kv.iter().map(|p| ptr(&p.k, &b.dev.stream)).collect(),
-        })
+            kv: kv.iter().flat_map(|p| [ptr(&p.k, &b.dev.stream), ptr(&p.v, &b.dev.stream)]).collect(),
+        }
     }
 }
 
@@ -176,11 +179,11 @@ pub(crate) fn forward_round(
     f: &mut dyn FnMut(&mut [crate::CudaKv]) -> CudaAct,
 ) -> CudaAct {
     let g = &b.graphs;
-    if !g.on {
+    if !g.eligible(r) {
         return f(kv);
     }
     let meta = pack(r.meta, r.group.max(1));
-    let Some(key) = g.key(b, r, kv, &meta) else { return f(kv) };
+    let key = Graphs::key(b, r, kv, &meta);
     let (host, rows) = Inputs::host(r, &meta, key.meta_cap);
     if let Some(out) = replay(b, &key, &host) {
         return out;
