@@ -27,8 +27,9 @@ use cudarc::driver::{CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
 use tf_backend::Round;
 
-/// Recordings kept at most (the least recently used goes first).
-const KEEP: usize = 16;
+/// Recordings kept at most (the least recently used goes first): a serving batch takes many
+/// sizes, and a capture (plus instantiating the graph) costs more than a round run op by op.
+const KEEP: usize = 64;
 /// Rows a recorded round may have at most.
 const MAX_ROWS: usize = 128;
 /// Metadata capacity step (u32 values): block tables grow into it without changing the key.
