@@ -455,20 +455,9 @@ fn graph_pool(ctx: &Arc<CudaContext>) -> Result<sys::CUmemoryPool, CudaError> {
     props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     props.location.id = ctx.ordinal() as i32;
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-    let mut threshold: u64 = u64::MAX;
-    // SAFETY: out-parameters and attribute value of the documented types.
-    unsafe {
-        drv(sys::cuMemPoolCreate(&mut pool, &props).result(), "creating a memory pool")?;
-        drv(
-            sys::cuMemPoolSetAttribute(
-                pool,
-                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut threshold as *mut u64 as *mut _,
-            )
-            .result(),
-            "setting the pool's release threshold",
-        )?;
-    }
+    // SAFETY: an out-parameter and properties of the documented types.
+    drv(unsafe { sys::cuMemPoolCreate(&mut pool, &props) }.result(), "creating a memory pool")?;
+    keep_freed(pool)?;
     Ok(pool)
 }
 
@@ -478,19 +467,17 @@ fn keep_pool_memory(ctx: &Arc<CudaContext>) -> Result<(), CudaError> {
         return Ok(());
     }
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: an out-parameter of the documented type.
+    let r = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+    drv(r.result(), "getting the memory pool")?;
+    keep_freed(pool)
+}
+
+/// Sets `pool`'s release threshold to the most: what is freed stays mapped for reuse.
+fn keep_freed(pool: sys::CUmemoryPool) -> Result<(), CudaError> {
     let mut threshold: u64 = u64::MAX;
-    // SAFETY: out-parameter and attribute value of the documented types.
-    unsafe {
-        drv(sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result(), "getting the memory pool")?;
-        drv(
-            sys::cuMemPoolSetAttribute(
-                pool,
-                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut threshold as *mut u64 as *mut _,
-            )
-            .result(),
-            "setting the pool's release threshold",
-        )?;
-    }
-    Ok(())
+    let attr = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    // SAFETY: a live pool and an attribute value of the documented type.
+    let r = unsafe { sys::cuMemPoolSetAttribute(pool, attr, &mut threshold as *mut u64 as *mut _) };
+    drv(r.result(), "setting the pool's release threshold")
 }
