@@ -1,6 +1,6 @@
-//! Decode rounds replayed from CUDA graphs. The first round of a shape (model, rows, logits
-//! rows, KV pools, metadata size and furthest 256-key chunk) is captured into a graph while it
-//! runs its ops as usual; later rounds of that shape upload only their inputs (token ids,
+//! Decode rounds replayed from CUDA graphs. The second round of a shape (model, rows, logits
+//! rows, KV pools, metadata size and furthest 256-key chunk; the first runs op by op, filling
+//! what ops cache on first use) is captured into a graph while it runs its ops; later rounds of that shape upload only their inputs (token ids,
 //! positions, the rows to project, the attention metadata) into the recording's input buffer
 //! and launch the graph, and the recorded ops do not run on the host at all. The kernels and
 //! their arguments are those of the captured round, so the values are the same bits. What is
