@@ -276,3 +276,61 @@ fn copy_out(b: &CudaBackend, x: &CudaAct) -> CudaAct {
     must(d.stream.memcpy_dtod(x.data(b), &mut y), "copying a recorded round's output");
     CudaAct::new(y, x.rows, x.cols)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_backend::{AttnMeta, SeqAttn};
+
+    fn meta(seqs: &[(usize, usize)]) -> AttnMeta {
+        let mut m = AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: 16 };
+        let mut q_start = 0;
+        for &(start_pos, q_len) in seqs {
+            m.seqs.push(SeqAttn { q_start, q_len, start_pos, block_table: (0..40).collect() });
+            m.slot_mapping.extend(start_pos..start_pos + q_len);
+            q_start += q_len;
+        }
+        m
+    }
+
+    fn round<'a>(m: &'a AttnMeta, ids: &'a [u32], pos: &'a [u32], rows: &'a [usize]) -> Round<'a> {
+        Round { replayable: true, model: [1, 2], ids, positions: pos, meta: m, logits_rows: rows, group: 4 }
+    }
+
+    #[test]
+    fn only_decode_rounds_of_replayable_forwards_are_recorded() {
+        let g = Graphs::new(true);
+        let one = meta(&[(300, 1), (7, 1)]);
+        assert!(g.eligible(&round(&one, &[3, 4], &[300, 7], &[0, 1])));
+        // A prefill run, a round without logits rows, a forward that reads the host elsewhere.
+        let pre = meta(&[(0, 2)]);
+        assert!(!g.eligible(&round(&pre, &[3, 4], &[0, 1], &[1])));
+        assert!(!g.eligible(&round(&one, &[3, 4], &[300, 7], &[])));
+        assert!(!g.eligible(&Round { replayable: false, ..round(&one, &[3, 4], &[300, 7], &[0, 1]) }));
+        // More rows than a recording takes; and recording off.
+        let many = meta(&vec![(5, 1); MAX_ROWS + 1]);
+        let ids = vec![1; MAX_ROWS + 1];
+        assert!(!g.eligible(&round(&many, &ids, &ids, &[0])));
+        assert!(!Graphs::new(false).eligible(&round(&one, &[3, 4], &[300, 7], &[0, 1])));
+    }
+
+    #[test]
+    fn inputs_are_ids_positions_rows_then_padded_metadata() {
+        let m = meta(&[(300, 1), (7, 1)]);
+        let r = round(&m, &[3, 4], &[300, 7], &[1]);
+        let packed = pack(&m, 4);
+        let (host, rows) = Inputs::host(&r, &packed, 1024);
+        assert_eq!(rows, [1]);
+        assert_eq!(host.len(), 2 + 2 + 1 + 1024);
+        assert_eq!(host[..5], [3, 4, 300, 7, 1]);
+        assert_eq!(host[5..5 + packed.host.len()], packed.host[..]);
+        assert!(host[5 + packed.host.len()..].iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn the_furthest_chunk_moves_every_256_keys() {
+        assert_eq!(last_chunk(&meta(&[(255, 1)])), 0);
+        assert_eq!(last_chunk(&meta(&[(256, 1), (3, 1)])), 1);
+        assert_eq!(last_chunk(&meta(&[(0, 600)])), 2);
+    }
+}
