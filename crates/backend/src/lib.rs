@@ -259,8 +259,6 @@ pub struct Round<'a> {
     pub positions: &'a [u32],
     /// Sequences, positions and KV slots.
     pub meta: &'a AttnMeta,
-    /// Rows whose logits are wanted.
-    pub logits_rows: &'a [usize],
     /// Query heads per KV head.
     pub group: usize,
 }

@@ -1,7 +1,7 @@
-//! Decode rounds replayed from CUDA graphs. The second round of a shape (model, rows, logits
-//! rows, KV pools, metadata size and furthest 256-key chunk; the first runs op by op, filling
+//! Decode rounds replayed from CUDA graphs. The second round of a shape (model, rows, KV
+//! pools, metadata size and furthest 256-key chunk; the first runs op by op, filling
 //! what ops cache on first use) is captured into a graph while it runs its ops; later rounds of that shape upload only their inputs (token ids,
-//! positions, the rows to project, the attention metadata) into the recording's input buffer
+//! positions, the attention metadata) into the recording's input buffer
 //! and launch the graph, and the recorded ops do not run on the host at all. The kernels and
 //! their arguments are those of the captured round, so the values are the same bits. What is
 //! recorded is what the model hands `forward_round`: for the decoder, the embedding and the
@@ -40,7 +40,6 @@ const META_STEP: usize = 1024;
 pub(crate) struct Key {
     model: [u64; 2],
     rows: usize,
-    logits: usize,
     meta_cap: usize,
     chunk: usize,
     kv: Vec<u64>,
@@ -51,7 +50,6 @@ pub(crate) struct Inputs {
     buf: CudaSlice<u32>,
     ids: Vec<u32>,
     positions: Vec<u32>,
-    rows: Vec<u32>,
     meta: Packed,
 }
 
@@ -60,27 +58,23 @@ pub(crate) struct Inputs {
 pub(crate) enum Input {
     Ids,
     Positions,
-    Rows,
 }
 
 impl Inputs {
-    /// `[ids | positions | rows | metadata, zero padded to cap]`.
-    fn host(r: &Round<'_>, meta: &Packed, cap: usize) -> (Vec<u32>, Vec<u32>) {
-        let rows: Vec<u32> = r.logits_rows.iter().map(|&x| x as u32).collect();
-        let mut all = Vec::with_capacity(2 * r.ids.len() + rows.len() + cap);
+    /// `[ids | positions | metadata, zero padded to cap]`.
+    fn host(r: &Round<'_>, meta: &Packed, cap: usize) -> Vec<u32> {
+        let mut all = Vec::with_capacity(2 * r.ids.len() + cap);
         all.extend_from_slice(r.ids);
         all.extend_from_slice(r.positions);
-        all.extend_from_slice(&rows);
         all.extend_from_slice(&meta.host);
-        all.resize(2 * r.ids.len() + rows.len() + cap, 0);
-        (all, rows)
+        all.resize(2 * r.ids.len() + cap, 0);
+        all
     }
 
     fn offset(&self, which: Input) -> usize {
         match which {
             Input::Ids => 0,
             Input::Positions => self.ids.len(),
-            Input::Rows => self.ids.len() + self.positions.len(),
         }
     }
 }
@@ -138,7 +132,6 @@ impl Graphs {
         let host = match which {
             Input::Ids => &i.ids,
             Input::Positions => &i.positions,
-            Input::Rows => &i.rows,
         };
         (host.as_slice() == data).then(|| ptr(&i.buf, i.buf.stream()) + 4 * i.offset(which) as u64)
     }
@@ -147,7 +140,7 @@ impl Graphs {
     pub(crate) fn meta(&self, packed: &Packed) -> Option<u64> {
         let a = lock(&self.active);
         let i = a.as_ref()?;
-        let off = i.ids.len() + i.positions.len() + i.rows.len();
+        let off = i.ids.len() + i.positions.len();
         (i.meta == *packed).then(|| ptr(&i.buf, i.buf.stream()) + 4 * off as u64)
     }
 
@@ -156,7 +149,7 @@ impl Graphs {
     fn eligible(&self, r: &Round<'_>) -> bool {
         let rows = r.ids.len();
         let decode = r.meta.seqs.len() == rows && r.meta.seqs.iter().all(|s| s.q_len == 1);
-        self.on && r.replayable && decode && rows > 0 && rows <= MAX_ROWS && !r.logits_rows.is_empty()
+        self.on && r.replayable && decode && rows > 0 && rows <= MAX_ROWS
     }
 
     /// The key of an eligible round `r` with packed metadata `meta`.
@@ -164,7 +157,6 @@ impl Graphs {
         Key {
             model: r.model,
             rows: r.ids.len(),
-            logits: r.logits_rows.len(),
             meta_cap: meta.host.len().div_ceil(META_STEP) * META_STEP,
             chunk: last_chunk(r.meta),
             kv: kv.iter().flat_map(|p| [ptr(&p.k, &b.dev.stream), ptr(&p.v, &b.dev.stream)]).collect(),
@@ -185,7 +177,7 @@ pub(crate) fn forward_round(
     }
     let meta = pack(r.meta, r.group.max(1));
     let key = Graphs::key(b, r, kv, &meta);
-    let (host, rows) = Inputs::host(r, &meta, key.meta_cap);
+    let host = Inputs::host(r, &meta, key.meta_cap);
     if let Some(out) = replay(b, &key, &host) {
         return out;
     }
@@ -204,7 +196,7 @@ pub(crate) fn forward_round(
         }
     }
     let inputs =
-        Arc::new(Inputs { buf: b.dev.upload(&host), ids: r.ids.to_vec(), positions: r.positions.to_vec(), rows, meta });
+        Arc::new(Inputs { buf: b.dev.upload(&host), ids: r.ids.to_vec(), positions: r.positions.to_vec(), meta });
     match capture(b, key.clone(), inputs, kv, f) {
         Some(out) => out,
         None => {
@@ -293,38 +285,36 @@ mod tests {
         m
     }
 
-    fn round<'a>(m: &'a AttnMeta, ids: &'a [u32], pos: &'a [u32], rows: &'a [usize]) -> Round<'a> {
-        Round { replayable: true, model: [1, 2], ids, positions: pos, meta: m, logits_rows: rows, group: 4 }
+    fn round<'a>(m: &'a AttnMeta, ids: &'a [u32], pos: &'a [u32]) -> Round<'a> {
+        Round { replayable: true, model: [1, 2], ids, positions: pos, meta: m, group: 4 }
     }
 
     #[test]
     fn only_decode_rounds_of_replayable_forwards_are_recorded() {
         let g = Graphs::new(true);
         let one = meta(&[(300, 1), (7, 1)]);
-        assert!(g.eligible(&round(&one, &[3, 4], &[300, 7], &[0, 1])));
-        // A prefill run, a round without logits rows, a forward that reads the host elsewhere.
+        assert!(g.eligible(&round(&one, &[3, 4], &[300, 7])));
+        // A prefill run, a forward that reads the host elsewhere.
         let pre = meta(&[(0, 2)]);
-        assert!(!g.eligible(&round(&pre, &[3, 4], &[0, 1], &[1])));
-        assert!(!g.eligible(&round(&one, &[3, 4], &[300, 7], &[])));
-        assert!(!g.eligible(&Round { replayable: false, ..round(&one, &[3, 4], &[300, 7], &[0, 1]) }));
+        assert!(!g.eligible(&round(&pre, &[3, 4], &[0, 1])));
+        assert!(!g.eligible(&Round { replayable: false, ..round(&one, &[3, 4], &[300, 7]) }));
         // More rows than a recording takes; and recording off.
         let many = meta(&vec![(5, 1); MAX_ROWS + 1]);
         let ids = vec![1; MAX_ROWS + 1];
-        assert!(!g.eligible(&round(&many, &ids, &ids, &[0])));
-        assert!(!Graphs::new(false).eligible(&round(&one, &[3, 4], &[300, 7], &[0, 1])));
+        assert!(!g.eligible(&round(&many, &ids, &ids)));
+        assert!(!Graphs::new(false).eligible(&round(&one, &[3, 4], &[300, 7])));
     }
 
     #[test]
-    fn inputs_are_ids_positions_rows_then_padded_metadata() {
+    fn inputs_are_ids_positions_then_padded_metadata() {
         let m = meta(&[(300, 1), (7, 1)]);
-        let r = round(&m, &[3, 4], &[300, 7], &[1]);
+        let r = round(&m, &[3, 4], &[300, 7]);
         let packed = pack(&m, 4);
-        let (host, rows) = Inputs::host(&r, &packed, 1024);
-        assert_eq!(rows, [1]);
-        assert_eq!(host.len(), 2 + 2 + 1 + 1024);
-        assert_eq!(host[..5], [3, 4, 300, 7, 1]);
-        assert_eq!(host[5..5 + packed.host.len()], packed.host[..]);
-        assert!(host[5 + packed.host.len()..].iter().all(|&v| v == 0));
+        let host = Inputs::host(&r, &packed, 1024);
+        assert_eq!(host.len(), 2 + 2 + 1024);
+        assert_eq!(host[..4], [3, 4, 300, 7]);
+        assert_eq!(host[4..4 + packed.host.len()], packed.host[..]);
+        assert!(host[4 + packed.host.len()..].iter().all(|&v| v == 0));
     }
 
     #[test]

@@ -151,9 +151,14 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
     let d = &b.dev;
     let (_, cols) = table.shape();
     let out = d.alloc::<f32>(ids.len() * cols);
-    let held = b.graphs.input(Input::Ids, ids);
-    let idb = if held.is_none() { Some(d.upload(ids)) } else { None };
-    let idp = held.unwrap_or_else(|| idb.as_ref().map_or(0, |x| ptr(x, &d.stream)));
+    let idb;
+    let idp = match b.graphs.input(Input::Ids, ids) {
+        Some(p) => p,
+        None => {
+            idb = d.upload(ids);
+            ptr(&idb, &d.stream)
+        }
+    };
     let (w, dtype, kt) = match table {
         CudaMat::Bf16 { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
         CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
@@ -482,9 +487,6 @@ pub(crate) fn select_rows(b: &CudaBackend, x: &CudaAct, rows: &[usize]) -> CudaA
             r as u32
         })
         .collect();
-    if let Some(p) = b.graphs.input(Input::Rows, &idx) {
-        return gather(b, x, p, idx.len());
-    }
     let buf = b.dev.upload(&idx);
     gather(b, x, ptr(&buf, &b.dev.stream), idx.len())
 }
@@ -504,19 +506,14 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
 
 /// Per row, the column of the first largest value; only the indices come back.
 pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
+    let d = &b.dev;
     if x.rows == 0 || x.cols == 0 {
         return vec![0; x.rows];
     }
-    b.dev.download(&argmax_launch(b, x), x.rows)
-}
-
-/// Queues the argmax of each row of a non-empty `x` into a new buffer.
-pub(crate) fn argmax_launch(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
-    let d = &b.dev;
     let out = d.alloc::<u32>(x.rows);
     let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
     d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
-    out
+    d.download(&out, x.rows)
 }
 
 /// bf16 values in one block of K (or V).

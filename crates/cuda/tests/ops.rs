@@ -413,8 +413,9 @@ fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> A
 /// Decode rounds replayed from CUDA graph recordings (graph.rs) give the bits of the same rounds
 /// run op by op while contexts grow across 16-token blocks and the 256-key chunk, for one
 /// sequence and for three: each round embeds its ids, projects q/k/v, normalizes and rotates
-/// them, attends (split across CTAs past 256 keys), projects o and selects rows, as a decoder
-/// does, on a recording backend and on one that never records.
+/// them, attends (split across CTAs past 256 keys) and projects o, as a decoder's layers do
+/// (rows are selected after the recorded part), on a recording backend and on one that never
+/// records.
 #[test]
 fn recorded_decode_rounds_equal_op_by_op() {
     let (Some(on), Some(off)) = (backend(), backend_no_graphs()) else { return };
@@ -448,24 +449,17 @@ fn recorded_decode_rounds_equal_op_by_op() {
                 let ids: Vec<u32> = (0..t).map(|i| ((step * 7 + i * 3) % vocab) as u32).collect();
                 let positions = meta.positions();
                 let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
-                let r = Round {
-                    replayable: true,
-                    model,
-                    ids: &ids,
-                    positions: &positions,
-                    meta: &meta,
-                    logits_rows: &rows,
-                    group: h / kvh,
-                };
+                let r =
+                    Round { replayable: true, model, ids: &ids, positions: &positions, meta: &meta, group: h / kvh };
                 let out = b.forward_round(&r, &mut kv, &mut |kv| {
                     let x = b.embed(&table, &ids, 1.0);
                     let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
                     let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
                     b.qk_norm_rope(&mut q, &mut k, Some(norms), &positions, d, &rope);
                     let a = b.attention(&q, &k, &v, &mut kv[0], &meta, &p);
-                    b.select_rows(&b.matmul(&a, &wo), &rows)
+                    b.matmul(&a, &wo)
                 });
-                outs.push(b.download(&out));
+                outs.push(b.download(&b.select_rows(&out, &rows)));
             }
             outs
         };
@@ -490,15 +484,7 @@ fn rounds_that_upload_run_op_by_op() {
     let model = [b.fresh_id(), 1];
     for step in 0..6u32 {
         let positions = meta.positions();
-        let r = Round {
-            replayable: true,
-            model,
-            ids: &[0],
-            positions: &positions,
-            meta: &meta,
-            logits_rows: &[0],
-            group: 1,
-        };
+        let r = Round { replayable: true, model, ids: &[0], positions: &positions, meta: &meta, group: 1 };
         let vals = [step as f32, 2.0, -1.5];
         let out = b.forward_round(&r, &mut kv, &mut |_| b.upload(&vals, 1, 3));
         assert_eq!(b.download(&out), vals, "round {step}");

@@ -92,7 +92,6 @@ impl<B: Backend> Decoder<B> {
             ids: batch.ids,
             positions: &positions,
             meta: batch.meta,
-            logits_rows: batch.logits_rows,
             group: s.num_heads / s.num_kv_heads.max(1),
         };
         let h = b.forward_round(&round, kv, &mut |kv| self.run_layers(b, batch, kv, num_layers, &positions));
