@@ -162,28 +162,6 @@ pub trait Backend: Send + Sync {
         self.rope(q, positions, head_dim, rope);
         self.rope(k, positions, head_dim, rope);
     }
-    /// `norm_matmul_many(x, nw, eps, one_plus, qkv)` then `qk_norm_rope` of the q and k outputs:
-    /// the same values; a backend may make the head norms and rotations in the matmul's store.
-    #[allow(clippy::too_many_arguments)]
-    fn norm_qkv_rope(
-        &self,
-        x: &Self::Act,
-        nw: &Self::Vec,
-        eps: f32,
-        one_plus: bool,
-        qkv: [&Self::Mat; 3],
-        norms: Option<QkNorm<'_, Self::Vec>>,
-        positions: &[u32],
-        head_dim: usize,
-        rope: &Rope,
-    ) -> [Self::Act; 3] {
-        let [mut q, mut k, v]: [Self::Act; 3] = self
-            .norm_matmul_many(x, nw, eps, one_plus, &qkv)
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("norm_matmul_many: one output a weight"));
-        self.qk_norm_rope(&mut q, &mut k, norms, positions, head_dim, rope);
-        [q, k, v]
-    }
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
     /// A gate and an up weight (`[inter, in]` each) as one packed weight ([`gate_up`]'s row

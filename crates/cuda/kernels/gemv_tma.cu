@@ -24,24 +24,6 @@ struct GtCfg {
     static constexpr int SMEM = 1024 + GT_W * ST * SBYTES + 2 * GT_W * PART * 4 + GT_W * ST * 8;
 };
 
-// The q/k store (`gemv_tma_qkr_n1`): after its tiles, a block counts itself done on each q or k
-// head it wrote part of (`cnt`, one counter a head, left at zero by the last block); the last
-// block of a head makes the head's RMSNorm and RoPE in place with qk_norm_rope's `qk_head`, so
-// the values are those of the GEMV then qk_norm_rope, and the launch of that kernel and its
-// dependency leave the decode chain. Up to 8 rows (NT = 1), head_dim <= 256, half <= 128.
-struct QkrArgs {
-    u32* cnt;
-    const float* qn;
-    const float* kn;
-    const u32* pos;
-    const float* inv_freq;
-    int head_dim, half, one_plus, nthr;
-    float attn_scaling, eps;
-};
-#define QKR_TODO 32  // heads a block may be last of (ops.rs checks the tiles a block takes)
-// Norm scales [2][256], rotations [8 rows][cos, sin][128], a row a warp [GT_W][256], the heads.
-#define QKR_SMEM ((2 * 256 + 8 * 2 * 128 + GT_W * 256) * 4 + (QKR_TODO + 1) * 4)
-
 #ifdef TF_WGMMA
 // K tiles u0 .. u0 + NU - 1 of one stage (W box at wb, x box at xb, both 128-byte swizzled): every
 // ldmatrix and x read first, then the MMAs in k order (each row group's chain as before).
@@ -68,76 +50,15 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
 }
 
-// The q/k store's end (QkrArgs): warp 0 alone wrote this block's outputs; it publishes them, counts
-// the block done on each q/k head of tiles t0 .. t1 - 1, and lists the heads it was last of; then
-// the warps norm and rotate those heads' rows, one (head, row) a warp in turn.
-__device__ __forceinline__ void gemv_qkr_heads(const QkrArgs* qa, float* y0, float* y1, int n0, int n1, int nt0,
-                                               int nt1, int t0, int t1, int tq, int tr, int m, const float* qsc,
-                                               const float* qrot, float* qrow, int* qtodo) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int hd = qa->head_dim, tph = hd / 16, nq = n0 / hd;
-    if (warp == 0) {
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) {
-            // The block that takes tile t under the static split (the first tr blocks take tq + 1).
-            auto blk = [&](int t) { return t < tr * (tq + 1) ? t / (tq + 1) : tr + (t - tr * (tq + 1)) / tq; };
-            int nlast = 0, prev = -1;
-            for (int t = t0; t < t1 && t < nt0 + nt1; ++t) {
-                const int h = t < nt0 ? t / tph : nq + (t - nt0) / tph;
-                if (h == prev) continue;
-                prev = h;
-                const int first = h < nq ? h * tph : nt0 + (h - nq) * tph;
-                const u32 blocks = (u32)(blk(first + tph - 1) - blk(first) + 1);
-                if (atomicAdd(&qa->cnt[h], 1u) == blocks - 1) {
-                    qa->cnt[h] = 0;  // every other block of this head has counted: ready for the next launch
-                    qtodo[nlast++] = h;
-                }
-            }
-            qtodo[QKR_TODO] = nlast;
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    const int nlast = qtodo[QKR_TODO];
-    float* v = qrow + warp * 256;
-    for (int p = warp; p < nlast * m; p += GT_W) {
-        const int h = qtodo[p / m], r = p - (p / m) * m;
-        const bool isq = h < nq;
-        float* x = isq ? y0 + (size_t)r * n0 + (size_t)h * hd : y1 + (size_t)r * n1 + (size_t)(h - nq) * hd;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if (lane + 32 * j < hd) v[lane + 32 * j] = __ldcg(x + lane + 32 * j);
-        float rc[4], rs[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int i = lane + 32 * j;
-            rc[j] = i < qa->half ? qrot[r * 256 + i] : 0.f;
-            rs[j] = i < qa->half ? qrot[r * 256 + 128 + i] : 0.f;
-        }
-        __syncwarp();
-        const bool normed = (isq ? qa->qn : qa->kn) != nullptr;
-        qk_head(v, normed, qsc + (isq ? 0 : 256), rc, rs, hd, qa->half, qa->eps, qa->nthr, lane);
-        __syncwarp();
-        for (int i = lane; i < hd; i += 32) x[i] = v[i];
-        __syncwarp();
-    }
-}
-
-template <int NT, bool QKR = false>
+template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
-                                              const QkrArgs* qa = nullptr) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
     float* part = (float*)(ring_p + GT_W * C::ST * C::SBYTES);  // [2][GT_W][NT][4][32]
     u64* bars = (u64*)(part + 2 * GT_W * C::PART);               // [GT_W][ST]
-    float* qsc = (float*)(bars + GT_W * C::ST);                  // QKR: [2][256], then the rest
-    float* qrot = qsc + 2 * 256;                                 // [8][2][128]
-    float* qrow = qrot + 8 * 2 * 128;                            // [GT_W][256]
-    int* qtodo = (int*)(qrow + GT_W * 256);                      // [QKR_TODO], then their count
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
     const int G = gridDim.x, b = blockIdx.x;
@@ -176,19 +97,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     const int pre = min(pre_in, C::ST - 1);
     if (lane == 0) {
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
-    }
-    if (QKR) {
-        // Constants of the round (positions are uploaded before its first kernel), made before
-        // the wait as qk_norm_rope makes them; the first tile's barrier publishes them.
-        const int hd = qa->head_dim, half = qa->half;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            qsc[i] = qa->qn != nullptr ? (qa->one_plus ? 1.0f + qa->qn[i] : qa->qn[i]) : 0.f;
-            qsc[256 + i] = qa->kn != nullptr ? (qa->one_plus ? 1.0f + qa->kn[i] : qa->kn[i]) : 0.f;
-        }
-        for (int p = threadIdx.x; p < m * half; p += blockDim.x) {
-            const int r = p / half, i = p - r * half;
-            rope_rot(qrot[r * 256 + i], qrot[r * 256 + 128 + i], qa->pos[r], qa->inv_freq[i], qa->attn_scaling);
-        }
     }
     tf_pdl_wait();
     if (lane == 0) {
@@ -250,7 +158,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
         }
     }
-    if (QKR) gemv_qkr_heads(qa, y0, y1, n0, n1, nt0, nt1, t0, t1, tq, tr, m, qsc, qrot, qrow, qtodo);
 }
 #endif
 
@@ -272,20 +179,3 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 GEMV_TMA_KERNEL(1)
 GEMV_TMA_KERNEL(2)
 GEMV_TMA_KERNEL(4)
-
-// The one-group GEMV of q, k, v (w0, w1, w2) with the q/k store (QkrArgs): q and k come out normed
-// and rotated, as after qk_norm_rope.
-extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_qkr_n1(
-    const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
-    float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1,
-    int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int pre, u32* cnt, const float* qn,
-    const float* kn, const u32* pos, const float* inv_freq, int head_dim, int half, float attn_scaling, float eps,
-    int one_plus, int nthr) {
-    tf_pdl_launch();
-#ifdef TF_WGMMA
-    const QkrArgs qa = {cnt, qn, kn, pos, inv_freq, head_dim, half, one_plus, nthr, attn_scaling, eps};
-    gemv_tma_body<1, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, 0, pre, &qa);
-#else
-    tf_pdl_wait();
-#endif
-}

@@ -243,35 +243,6 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
     }
 }
 
-// One head's row v[0, head_dim) in shared memory, by one warp: its RMSNorm with scale sc (when
-// `normed`) in rms_norm's order for a group of head_dim on nthr threads, then rotate-half RoPE with
-// the row's rotations (rc[j], rs[j] for pair lane + 32 j). qk_norm_rope and the TMA GEMV's q/k
-// store (gemv_tma.cu) both run it, so they agree bit for bit.
-__device__ __forceinline__ void qk_head(float* v, bool normed, const float* sc, const float (&rc)[4],
-                                        const float (&rs)[4], int head_dim, int half, float eps, int nthr, int lane) {
-    if (normed) {
-        float t = 0.f;
-        for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
-            float ss = 0.f;
-            for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
-            t += warp_sum(ss);
-        }
-        float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            int i = lane + 32 * j;
-            if (i < head_dim) v[i] = v[i] * inv * sc[i];
-        }
-        __syncwarp();
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        int i = lane + 32 * j;
-        if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
-    }
-}
-
 // Per-head RMSNorm (when qn, kn are given) then RoPE of q and k in place, one warp per (row,
 // head), four warps a block, each taking `hpw` heads of its row in turn: head h = 4 (hpw
 // blockIdx.y + i) + warp is q head h when h < nq, else k head h - nq. The norm sums in exactly
@@ -325,7 +296,28 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
             if (lane + 32 * j < head_dim) v[lane + 32 * j] = nx[j];
         __syncwarp();
         if (it + 1 < hpw && hh + 4 < nq + nk) load(hh + 4);
-        qk_head(v, (isq ? qn : kn) != nullptr, wsc[isq ? 0 : 1], rc, rs, head_dim, half, eps, nthr, lane);
+        if ((isq ? qn : kn) != nullptr) {
+            float t = 0.f;
+            for (int vw = 0; vw < nthr / 32; ++vw) {  // rms_norm's warps, in order
+                float ss = 0.f;
+                for (int i = vw * 32 + lane; i < head_dim; i += nthr) ss += v[i] * v[i];
+                t += warp_sum(ss);
+            }
+            float inv = 1.0f / sqrtf(t / (float)head_dim + eps);
+            __syncwarp();
+            const float* sc = wsc[isq ? 0 : 1];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                int i = lane + 32 * j;
+                if (i < head_dim) v[i] = v[i] * inv * sc[i];
+            }
+            __syncwarp();
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int i = lane + 32 * j;
+            if (i < half) rope_apply(v[i], v[i + half], rc[j], rs[j]);
+        }
         __syncwarp();
         float* x = row(hh);
         for (int i = lane; i < head_dim; i += 32) x[i] = v[i];

@@ -91,7 +91,6 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
-    gemv_tma_qkr_n1,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -222,10 +221,6 @@ impl Device {
                     "raising the TMA GEMV's shared memory",
                 )?;
             }
-            drv(
-                k.gemv_tma_qkr_n1.set_attribute(big, crate::matmul::gemv_tma_qkr_smem() as i32),
-                "raising the q/k store GEMV's shared memory",
-            )?;
         }
         for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
             drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;

@@ -108,9 +108,6 @@ pub struct CudaBackend {
     graphs: graph::Graphs,
     /// The last `fresh_id` handed out.
     ids: std::sync::atomic::AtomicU64,
-    /// One counter a q/k head for the TMA GEMV's q/k store (matmul.rs `norm_qkv_rope`), zero
-    /// between launches.
-    qkr_counts: cudarc::driver::CudaSlice<u32>,
 }
 
 impl CudaBackend {
@@ -124,9 +121,7 @@ impl CudaBackend {
         let opts = CudaOptions { trace: opts.trace.or_else(trace::from_env), ..opts.clone() };
         let dev = Device::new(ordinal, &opts)?;
         let trace = opts.trace.map(|r| trace::Trace::new(&dev, r));
-        let qkr_counts = dev.zeros::<u32>(matmul::QKR_HEADS);
         Ok(CudaBackend {
-            qkr_counts,
             dev,
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
@@ -288,32 +283,6 @@ impl Backend for CudaBackend {
             return;
         }
         ops::qk_norm_rope(self, q, k, norms, positions, head_dim, rope)
-    }
-
-    fn norm_qkv_rope(
-        &self,
-        x: &CudaAct,
-        nw: &CudaVec,
-        eps: f32,
-        one_plus: bool,
-        qkv: [&CudaMat; 3],
-        norms: Option<QkNorm<'_, CudaVec>>,
-        positions: &[u32],
-        head_dim: usize,
-        rope: &Rope,
-    ) -> [CudaAct; 3] {
-        let skips = [Skip::MATMUL, Skip::QK_ROPE, Skip::ADD_NORM].iter().any(|&s| self.skip.skips(s, x.rows));
-        if !skips
-            && let Some(out) = matmul::norm_qkv_rope(self, x, nw, eps, one_plus, qkv, norms, positions, head_dim, rope)
-        {
-            return out;
-        }
-        let [mut q, mut k, v]: [CudaAct; 3] = self
-            .norm_matmul_many(x, nw, eps, one_plus, &qkv)
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("three outputs"));
-        self.qk_norm_rope(&mut q, &mut k, norms, positions, head_dim, rope);
-        [q, k, v]
     }
 
     fn glu(&self, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {

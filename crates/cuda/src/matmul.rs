@@ -6,7 +6,7 @@ use crate::gemv_m1::{M1Input, gemv_m1, norm_fusable};
 use crate::ops::bf16_of;
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
-use tf_backend::{Activation, QkNorm, Rope};
+use tf_backend::Activation;
 
 const BLOCK: u32 = 256;
 
@@ -356,111 +356,6 @@ pub(crate) fn norm_matmul_glu(
     matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
-/// Heads a block of the q/k store may be the last of (kernels/gemv_tma.cu `QKR_TODO`).
-const QKR_TODO: usize = 32;
-/// q and k heads the q/k store's counters cover (CudaBackend `qkr_counts`).
-pub(crate) const QKR_HEADS: usize = 1024;
-
-/// `norm_matmul_many(x, nw, [q, k, v])` then `qk_norm_rope` of q and k where the TMA GEMV's q/k
-/// store takes the shapes (up to 8 rows, whole 16-row tiles a head, head_dim <= 256, at most 128
-/// rotated pairs): the norm kernel, then one GEMV launch whose last block of each q/k head norms
-/// and rotates it (kernels/gemv_tma.cu `gemv_tma_qkr_n1`), the same values; `None` (nothing
-/// launched) elsewhere.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn norm_qkv_rope(
-    b: &CudaBackend,
-    x: &CudaAct,
-    nw: &CudaVec,
-    eps: f32,
-    one_plus: bool,
-    qkv: [&CudaMat; 3],
-    norms: Option<QkNorm<'_, CudaVec>>,
-    positions: &[u32],
-    head_dim: usize,
-    rope: &Rope,
-) -> Option<[CudaAct; 3]> {
-    let d = &b.dev;
-    let (m, half) = (x.rows, rope.inv_freq.len());
-    let maps: Option<Vec<([u64; 16], usize, usize)>> = qkv
-        .iter()
-        .map(|w| match w {
-            CudaMat::Bf16 { gmap: Some(g), rows, ntiles, .. } => Some((**g, *rows, *ntiles)),
-            _ => None,
-        })
-        .collect();
-    let maps = maps?;
-    let ((wq, nq_cols, tq), (wk, nk_cols, tk), (wv, nv_cols, tv)) = (maps[0], maps[1], maps[2]);
-    let ntot = tq + tk + tv;
-    let grid = ntot.min(d.num_sms);
-    let fits = (1..=8).contains(&m)
-        && positions.len() == m
-        && head_dim.is_multiple_of(16)
-        && (16..=256).contains(&head_dim)
-        && (1..=128).contains(&half)
-        && 2 * half <= head_dim
-        && nq_cols.is_multiple_of(head_dim)
-        && nk_cols.is_multiple_of(head_dim)
-        && (tq, tk) == (nq_cols / 16, nk_cols / 16)
-        && (nq_cols + nk_cols) / head_dim <= QKR_HEADS
-        && ntot.div_ceil(grid.max(1)) < QKR_TODO
-        && norms.is_none_or(|n| n.q.len == head_dim && n.k.len == head_dim)
-        && qkv.iter().all(|w| w.shape().1 == x.cols)
-        && !b.lab.on
-        && !b.lab.cp
-        && b.lab.row.is_none();
-    if !fits {
-        return None;
-    }
-    let xn = norm_for(b, x, nw, eps, one_plus, &qkv);
-    let kt = x.cols.div_ceil(16);
-    let xmap = crate::tma::row_map(ptr(bf16_of(b, &xn), &d.stream), m, kt * 16, 8)?;
-    let outs = outputs(b, &xn, &qkv);
-    let y = |i: usize| ptr(outs[i].data(b), &d.stream);
-    let (pos, table) = crate::ops::rope_inputs(b, positions, rope);
-    let (qn, kn, neps, nplus) = match norms {
-        Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
-        None => (0, 0, 0.0, false),
-    };
-    let args = [
-        Arg::M(wq),
-        Arg::M(wk),
-        Arg::M(wv),
-        Arg::P(y(0)),
-        Arg::P(y(1)),
-        Arg::P(y(2)),
-        Arg::I(nq_cols as i32),
-        Arg::I(nk_cols as i32),
-        Arg::I(nv_cols as i32),
-        Arg::I(tq as i32),
-        Arg::I(tk as i32),
-        Arg::I(ntot as i32),
-        Arg::M(xmap),
-        Arg::I(m as i32),
-        Arg::I(kt as i32),
-        Arg::I(b.gemv_pre as i32),
-        Arg::P(ptr(&b.qkr_counts, &d.stream)),
-        Arg::P(qn),
-        Arg::P(kn),
-        Arg::P(pos),
-        Arg::P(table),
-        Arg::I(head_dim as i32),
-        Arg::I(half as i32),
-        Arg::F(rope.attention_scaling),
-        Arg::F(neps),
-        Arg::I(nplus as i32),
-        Arg::I(crate::ops::norm_threads(head_dim) as i32),
-    ];
-    d.launch(&d.k.gemv_tma_qkr_n1, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_qkr_smem(), &args);
-    let [q, k, v]: [CudaAct; 3] = outs.try_into().unwrap_or_else(|_| unreachable!("three outputs"));
-    Some([q, k, v])
-}
-
-/// Shared memory of the q/k store's GEMV: the one-group TMA GEMV's and kernels/gemv_tma.cu
-/// `QKR_SMEM` (norm scales, rotations, a head row a warp, the heads a block is last of).
-pub(crate) fn gemv_tma_qkr_smem() -> u32 {
-    gemv_tma_smem(1) + ((2 * 256 + 8 * 2 * 128 + GEMV_WARPS * 256) * 4 + (QKR_TODO + 1) * 4) as u32
-}
-
 /// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing
 /// launched) where a weight or x has no tensor map.
 fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64], add: bool) -> bool {
@@ -592,6 +487,5 @@ mod tests {
         for nt in [1, 2, 4] {
             assert!(gemv_tma_smem(nt) <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
         }
-        assert!(gemv_tma_qkr_smem() <= MAX_SMEM, "the q/k store's GEMV: {} bytes", gemv_tma_qkr_smem());
     }
 }

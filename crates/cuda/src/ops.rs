@@ -349,7 +349,11 @@ pub(crate) fn qk_norm_rope(
     assert_eq!(positions.len(), q.rows, "qk_norm_rope: one position per row");
     assert!(q.cols.is_multiple_of(head_dim) && k.cols.is_multiple_of(head_dim), "qk_norm_rope: whole heads");
     let d = &b.dev;
-    let (pos, table) = rope_inputs(b, positions, rope);
+    let mut c = b.caches();
+    let caches = &mut *c;
+    let pos = b.graphs.input(Input::Positions, positions);
+    let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &d.stream));
+    let table = rope_table(b, &mut caches.ropes, rope);
     let (nq, nk) = (q.cols / head_dim, k.cols / head_dim);
     let (qn, kn, eps, one_plus) = match norms {
         Some(n) => (ptr(&n.q.data, &d.stream), ptr(&n.k.data, &d.stream), n.eps, n.one_plus),
@@ -375,19 +379,9 @@ pub(crate) fn qk_norm_rope(
         Arg::I(hpw as i32),
     ];
     d.launch(&d.k.qk_norm_rope, (q.rows as u32, (nq + nk).div_ceil(4 * hpw) as u32, 1), 128, 0, &args);
+    drop(c);
     q.touched();
     k.touched();
-}
-
-/// Device addresses of `positions` (the recording's input during a capture, else uploaded when
-/// they changed) and of `rope`'s inverse frequencies (uploaded once). The uploads stay cached, and
-/// a replaced one is freed in stream order, after the kernels queued before.
-pub(crate) fn rope_inputs(b: &CudaBackend, positions: &[u32], rope: &Rope) -> (u64, u64) {
-    let mut c = b.caches();
-    let caches = &mut *c;
-    let pos = b.graphs.input(Input::Positions, positions);
-    let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &b.dev.stream));
-    (pos, rope_table(b, &mut caches.ropes, rope))
 }
 
 /// Heads each warp of qk_norm_rope takes in turn for `rows` rows of `heads` q and k heads on

@@ -144,27 +144,14 @@ impl<B: Backend> Decoder<B> {
         kv: &mut B::Kv,
     ) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
-        let s = &self.spec;
         let qkv = [&l.q, &l.k, &l.v];
-        // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim), q and k normed
-        // per head (when the model has q/k norms) and rotated.
-        let norms = match (&l.q_norm, &l.k_norm) {
-            (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
-            _ => None,
-        };
-        let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
-        let [q, k, v] = match prev {
-            Some(f) => {
-                let [mut q, mut k, v]: [B::Act; 3] = b
-                    .matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv)
-                    .try_into()
-                    .unwrap_or_else(|_| unreachable!("three outputs"));
-                b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
-                [q, k, v]
-            }
-            None => b.norm_qkv_rope(h, &l.input_norm, eps, one_plus, qkv, norms, pos, s.head_dim, rope),
-        };
-        let out = b.attention(&q, &k, &v, kv, meta, &l.attn);
+        let [q, k, v]: [B::Act; 3] = match prev {
+            Some(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
+            None => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
+        }
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("three outputs"));
+        let out = self.attention(b, l, q, k, v, pos, meta, kv);
         // The FFN's input: norms of h after the attention output is added.
         let ffn_in = match &l.pre_ffn_norm {
             Some(pre) => {
@@ -177,6 +164,30 @@ impl<B: Backend> Decoder<B> {
             }
         };
         self.ffn(b, l, h, ffn_in)
+    }
+
+    /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        b: &B,
+        l: &Layer<B>,
+        mut q: B::Act,
+        mut k: B::Act,
+        v: B::Act,
+        pos: &[u32],
+        meta: &AttnMeta,
+        kv: &mut B::Kv,
+    ) -> B::Act {
+        let s = &self.spec;
+        // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
+        let norms = match (&l.q_norm, &l.k_norm) {
+            (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
+            _ => None,
+        };
+        let rope = if l.sliding { &s.rope_sliding } else { &s.rope_full };
+        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+        b.attention(&q, &k, &v, kv, meta, &l.attn)
     }
 
     /// The MLP or experts on `input`; the dense MLP without a post norm adds its output into `h`
