@@ -84,6 +84,9 @@ struct Entry {
     graph: CudaGraph,
     inputs: Arc<Inputs>,
     out: CudaAct,
+    /// Row indices `0..rows`: the copy out of the pool is a row gather (a kernel, so the norm
+    /// after it still launches early, which a device-to-device copy would stop).
+    rows: CudaSlice<u32>,
 }
 
 // SAFETY: the graph handles are used only under the `entries` lock (one thread at a time, as
@@ -223,7 +226,7 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
     let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
     must(r, "copying a round's inputs");
     must(e.graph.launch(), "launching a recorded round");
-    let out = copy_out(b, &e.out);
+    let out = copy_out(b, &e.out, &e.rows);
     entries.push(e);
     lock(&b.graphs.counts).1 += 1;
     Some(out)
@@ -250,23 +253,21 @@ fn capture(
         return None;
     };
     out.f32_ready()?;
+    let rows = d.upload(&(0..out.rows as u32).collect::<Vec<u32>>());
     must(graph.launch(), "launching a recorded round");
-    let copy = copy_out(b, &out);
+    let copy = copy_out(b, &out, &rows);
     let mut entries = lock(&b.graphs.entries);
     if entries.len() >= KEEP {
         entries.remove(0);
     }
-    entries.push(Entry { key, graph, inputs, out });
+    entries.push(Entry { key, graph, inputs, out, rows });
     lock(&b.graphs.counts).0 += 1;
     Some(copy)
 }
 
-/// A copy of `x`'s f32 values in memory of the ordinary pool.
-fn copy_out(b: &CudaBackend, x: &CudaAct) -> CudaAct {
-    let d = &b.dev;
-    let mut y = d.alloc::<f32>(x.len());
-    must(d.stream.memcpy_dtod(x.data(b), &mut y), "copying a recorded round's output");
-    CudaAct::new(y, x.rows, x.cols)
+/// A copy of `x`'s f32 values in memory of the ordinary pool (`rows`: the indices `0..x.rows`).
+fn copy_out(b: &CudaBackend, x: &CudaAct, rows: &CudaSlice<u32>) -> CudaAct {
+    crate::ops::gather(b, x, ptr(rows, &b.dev.stream), x.rows)
 }
 
 #[cfg(test)]

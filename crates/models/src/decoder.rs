@@ -117,10 +117,18 @@ impl<B: Backend> Decoder<B> {
     /// The final norm and the head on rows `logits_rows` of the residual stream `h`.
     fn head(&self, b: &B, h: &B::Act, logits_rows: &[usize]) -> B::Act {
         let s = &self.spec;
-        let h = b.select_rows(h, logits_rows);
+        // Every row in order (a decode round): the rows as they are, no gather (on the GPU it
+        // costs an upload and a kernel a round).
+        let picked;
+        let h = if logits_rows.iter().copied().eq(0..b.shape(h).0) {
+            h
+        } else {
+            picked = b.select_rows(h, logits_rows);
+            &picked
+        };
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = b
-            .norm_matmul_many(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus, &[head])
+            .norm_matmul_many(h, &self.norm, s.rms_norm_eps, s.norm_one_plus, &[head])
             .pop()
             .unwrap_or_else(|| unreachable!("one weight, one output")); // (rows, vocab)
         if let Some(cap) = s.final_softcap {
