@@ -48,7 +48,7 @@ origin = launches[0]["t0"][0]
 rounds = [[]]
 for l in launches:
     rounds[-1].append(l)
-    if l["name"] == "argmax_rows":
+    if l["name"] == "argmax_combine":
         rounds.append([])
 rounds = [r for r in rounds if r]
 

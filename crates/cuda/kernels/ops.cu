@@ -474,44 +474,68 @@ extern "C" __global__ void fill_random_bf16(u16* __restrict__ y, size_t n, u32 s
     }
 }
 
-// out[r] = the column of the first largest value of row r (rows without NaNs); one block per row.
-extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, u32* __restrict__ out, int cols) {
-    tf_pdl_enter();
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    const float* row = x + (size_t)blockIdx.x * cols;
-    float bv = NEG_INF;
-    int bi = 0x7fffffff;
-    // A thread scans columns threadIdx.x, + blockDim.x, ... in order, 16 loaded before any is
-    // compared: one memory round trip per 16 values, not per value (a 151936-wide row took ~60 us
-    // as a chain of 149 loads a thread; H200 timeline, NOTES session 10).
-    const int step = blockDim.x;
-    int c = threadIdx.x;
-    for (; c + 15 * step < cols; c += 16 * step) {
-        float v[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = row[c + j * step];
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-            if (v[j] > bv) bv = v[j], bi = c + j * step;
-    }
-    for (; c < cols; c += step) {
-        float v = row[c];
-        if (v > bv) bv = v, bi = c;
-    }
-    // (value, index) pairs: larger value wins, the lower index on ties.
+// Greedy argmax over (value, column) pairs: the larger value wins, the lower column on ties, and
+// NaN never (only `v > best` takes a value), so any split of a row gives the same column.
+__device__ __forceinline__ void argmax_take(float& bv, int& bi, float ov, int oi) {
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+}
+__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        argmax_take(bv, bi, ov, oi);
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) sv[warp] = bv, si[warp] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
-            if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) bv = sv[w], bi = si[w];
-        out[blockIdx.x] = bi == 0x7fffffff ? 0u : (u32)bi;
+}
+
+// Block x of row y (rows past gridDim.y in steps of it) leaves the first largest value of columns
+// [x * slice, (x + 1) * slice) and its column at pv/pi[y * gridDim.x + x] (NEG_INF and 0x7fffffff
+// when none is above NEG_INF). A row is split over blocks so that its loads are in flight on many
+// SMs at once; argmax_combine folds the partials.
+extern "C" __global__ void __launch_bounds__(128) argmax_partial(const float* __restrict__ x, float* __restrict__ pv,
+                                                                 int* __restrict__ pi, int rows, int cols, int slice) {
+    tf_pdl_enter();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float* row = x + (size_t)r * cols;
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        // A thread scans columns lo + threadIdx.x, + blockDim.x, ... in order, 16 loaded before
+        // any is compared (one memory round trip per 16 values); past `hi` a load is NEG_INF,
+        // which never wins.
+        for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 16; ++j)
+                if (v[j] > bv) bv = v[j], bi = c + j * step;
+        }
+        warp_argmax(bv, bi);
+        if (lane == 0) sv[warp] = bv, si[warp] = bi;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); ++w) argmax_take(bv, bi, sv[w], si[w]);
+            const size_t p = (size_t)r * gridDim.x + blockIdx.x;
+            pv[p] = bv;
+            pi[p] = bi;
+        }
+        __syncthreads();  // sv/si are read before the next row writes them
     }
+}
+
+// out[r] = the column of the first largest value of row r, from its `parts` partials of
+// argmax_partial (0 when no value is above NEG_INF); one warp per row.
+extern "C" __global__ void __launch_bounds__(32) argmax_combine(const float* __restrict__ pv, const int* __restrict__ pi,
+                                                                u32* __restrict__ out, int parts) {
+    tf_pdl_enter();
+    const size_t base = (size_t)blockIdx.x * parts;
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int p = threadIdx.x; p < parts; p += 32) argmax_take(bv, bi, pv[base + p], pi[base + p]);
+    warp_argmax(bv, bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (u32)bi;
 }

@@ -504,15 +504,43 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
     x.touched();
 }
 
+/// Columns an `argmax_partial` block aims at: 16 loads for each of its 128 threads.
+const ARGMAX_SLICE: usize = 2048;
+/// Most `argmax_partial` blocks a launch; with more rows the slices widen instead.
+const ARGMAX_MAX_BLOCKS: usize = 8192;
+
+/// Blocks a row and columns a block for `argmax_partial`: equal slices of at most
+/// [`ARGMAX_SLICE`] columns, wider when `rows` times the blocks would pass [`ARGMAX_MAX_BLOCKS`];
+/// every block starts inside the row.
+fn argmax_split(rows: usize, cols: usize) -> (usize, usize) {
+    let parts = cols.div_ceil(ARGMAX_SLICE).min(ARGMAX_MAX_BLOCKS / rows.max(1)).max(1);
+    let slice = cols.div_ceil(parts).max(1);
+    (cols.div_ceil(slice).max(1), slice)
+}
+
 /// Per row, the column of the first largest value; only the indices come back.
 pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
     let d = &b.dev;
     if x.rows == 0 || x.cols == 0 {
         return vec![0; x.rows];
     }
+    let (parts, slice) = argmax_split(x.rows, x.cols);
+    let pv = d.alloc::<f32>(x.rows * parts);
+    let pi = d.alloc::<i32>(x.rows * parts);
     let out = d.alloc::<u32>(x.rows);
-    let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(x.cols as i32)];
-    d.launch(&d.k.argmax_rows, (x.rows as u32, 1, 1), 1024, 0, &args);
+    let args = [
+        Arg::P(ptr(x.data(b), &d.stream)),
+        Arg::P(ptr(&pv, &d.stream)),
+        Arg::P(ptr(&pi, &d.stream)),
+        Arg::I(x.rows as i32),
+        Arg::I(x.cols as i32),
+        Arg::I(slice as i32),
+    ];
+    // 128 threads a block; rows past the grid's 65535 loop inside (kernels/ops.cu `argmax_partial`).
+    d.launch(&d.k.argmax_partial, (parts as u32, x.rows.min(65535) as u32, 1), 128, 0, &args);
+    let args =
+        [Arg::P(ptr(&pv, &d.stream)), Arg::P(ptr(&pi, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(parts as i32)];
+    d.launch(&d.k.argmax_combine, (x.rows as u32, 1, 1), 32, 0, &args);
     d.download(&out, x.rows)
 }
 
@@ -573,6 +601,27 @@ mod tests {
     fn split_attention_fits_in_shared_memory() {
         for d in [64, 128] {
             assert!(crate::device::attention_split_smem(d) + 1024 <= MAX_SMEM, "split attention d={d}");
+        }
+    }
+
+    #[test]
+    fn argmax_splits_rows_into_slices_that_cover_them() {
+        let split = super::argmax_split;
+        assert_eq!(split(1, 151936), (75, 2026));
+        assert_eq!(
+            (split(3, 7), split(5, 1000), split(1, 2048), split(1, 2049)),
+            ((1, 7), (1, 1000), (1, 2048), (2, 1025))
+        );
+        // Many rows: fewer, wider slices, at least one a row.
+        assert_eq!((split(600, 40000), split(70000, 3), split(9000, 151936)), ((13, 3077), (1, 3), (1, 151936)));
+        for rows in [1, 2, 7, 64, 300, 8192, 70000] {
+            for cols in [1, 2, 1023, 2047, 2048, 2049, 4097, 40000, 151936, 262144] {
+                let (parts, slice) = split(rows, cols);
+                assert!(parts >= 1 && (parts - 1) * slice < cols && parts * slice >= cols, "{rows}x{cols}");
+                assert!(rows * parts <= super::ARGMAX_MAX_BLOCKS.max(rows), "{rows}x{cols}: too many blocks");
+                let capped = rows * (parts + 1) > super::ARGMAX_MAX_BLOCKS;
+                assert!(slice <= super::ARGMAX_SLICE || capped, "{rows}x{cols}: wide slices below the cap");
+            }
         }
     }
 }

@@ -668,13 +668,27 @@ fn producers_bf16_copies_equal_a_fresh_conversion() {
     assert!(same_bits(&p, &q), "grouped rms_norm's bf16 copy");
 }
 
+/// The greedy id the device gives: the first largest value, NaN never taken, 0 when no value
+/// is above -inf (`host::argmax` keeps index 0 when it holds a NaN).
+fn greedy_id(row: &[f32]) -> u32 {
+    let mut best = (f32::NEG_INFINITY, 0);
+    for (i, &v) in row.iter().enumerate() {
+        if v > best.0 {
+            best = (v, i as u32);
+        }
+    }
+    best.1
+}
+
 #[test]
 fn argmax_rows_matches_the_host() {
     let Some(b) = backend() else { return };
-    for (rows, cols) in [(1, 151936), (5, 1000), (3, 7), (64, 4097)] {
+    // (70000, 3): more rows than the partial kernel's grid holds; (600, 40000): slices widened
+    // to keep the block count down.
+    for (rows, cols) in [(1, 151936), (5, 1000), (3, 7), (64, 4097), (600, 40000), (70000, 3)] {
         let mut x = rand(rows * cols, 11 + cols as u64, 3.0);
-        // A tie: the first of two equal maxima wins, also when one thread holds both (2048
-        // columns apart: another of its 16-value loads).
+        // A tie: the first of two equal maxima wins, also against a third 2048 columns on (in
+        // another block, or where slices are wide, the same thread's next 16 loads).
         x[cols / 3] = 10.0;
         x[cols / 2] = 10.0;
         if cols / 3 + 2048 < cols {
@@ -683,5 +697,68 @@ fn argmax_rows_matches_the_host() {
         let got = b.argmax_rows(&b.upload(&x, rows, cols));
         let want: Vec<u32> = x.chunks(cols).map(|r| tf_backend::host::argmax(r) as u32).collect();
         assert_eq!(got, want, "{rows}x{cols}");
+    }
+}
+
+#[test]
+fn argmax_rows_split_over_blocks_keeps_the_first_largest() {
+    let Some(b) = backend() else { return };
+    // 151936 columns: 75 blocks of 2026 (ops.rs `argmax_split`); 1000: one block.
+    for cols in [151936usize, 1000] {
+        let slice = cols.div_ceil(cols.div_ceil(2048));
+        let last = cols - 1;
+        let base = |seed: u64| rand(cols, seed, 3.0);
+        let mut rows: Vec<(Vec<f32>, u32)> = Vec::new();
+        // The maximum at the very end, and inside the last slice.
+        let mut r = base(1);
+        r[last] = 10.0;
+        rows.push((r, last as u32));
+        let mut r = base(2);
+        r[last - slice / 2] = 10.0;
+        rows.push((r, (last - slice / 2) as u32));
+        // Ties across slices (first and last, two middle ones): the lower column.
+        let mut r = base(3);
+        r[last] = 10.0;
+        r[5] = 10.0;
+        rows.push((r, 5));
+        let (lo, hi) = ((slice + 7).min(cols / 4), cols / 2);
+        let mut r = base(4);
+        r[hi] = 10.0;
+        r[lo] = 10.0;
+        rows.push((r, lo as u32));
+        // Nothing above -inf: all -inf, all NaN, both mixed.
+        rows.push((vec![f32::NEG_INFINITY; cols], 0));
+        rows.push((vec![f32::NAN; cols], 0));
+        rows.push(((0..cols).map(|i| if i % 3 == 0 { f32::NAN } else { f32::NEG_INFINITY }).collect(), 0));
+        // NaNs before, after and in the slice of the maximum (and at column 0) never win.
+        let mut r = base(5);
+        for i in (0..cols).step_by(97) {
+            r[i] = f32::NAN;
+        }
+        r[last - 1] = f32::NAN;
+        r[last - 2] = 10.0;
+        r[last - 3] = f32::NAN;
+        rows.push((r, (last - 2) as u32));
+        // One finite value among -inf and NaN, in the middle slice.
+        let mut r: Vec<f32> = (0..cols).map(|i| if i % 2 == 0 { f32::NAN } else { f32::NEG_INFINITY }).collect();
+        r[cols / 2 + 1] = -1e30;
+        rows.push((r, (cols / 2 + 1) as u32));
+        // Random rows, each with its own maximum.
+        for seed in 6..10 {
+            let r = base(seed);
+            let id = greedy_id(&r);
+            rows.push((r, id));
+        }
+        for (i, (r, id)) in rows.iter().enumerate() {
+            assert_eq!(greedy_id(r), *id, "{cols} columns, row {i}: the test's own expectation");
+        }
+        let x: Vec<f32> = rows.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+        let got = b.argmax_rows(&b.upload(&x, rows.len(), cols));
+        let want: Vec<u32> = rows.iter().map(|(_, id)| *id).collect();
+        assert_eq!(got, want, "{cols} columns");
+        // Each row alone gives the same id as among the others.
+        for (i, (r, id)) in rows.iter().enumerate() {
+            assert_eq!(b.argmax_rows(&b.upload(r, 1, cols)), vec![*id], "{cols} columns, row {i} alone");
+        }
     }
 }
