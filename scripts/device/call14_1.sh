@@ -2,6 +2,8 @@
 # Session 14, call 1: the device tests on the carried build, then where the vocabulary head's
 # slowdown in a process with graphs starts: timelines of the first decode rounds (run op by op,
 # captured, replayed) with graphs on and off, the head's per-round time printed last.
+# As run, TF_TRACE=1:8 recorded nothing useful: round 1 holds the load's pad kernels, which
+# filled the trace buffer; call14_2.sh traces rounds 3-7 instead.
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"
