@@ -172,6 +172,20 @@ unsafe impl Sync for Pool {}
 // SAFETY: the pool handle inside is used only under the `staged` lock.
 unsafe impl Send for Capture {}
 
+impl Drop for Device {
+    /// Destroys the graph pool, if one was made: the driver releases it once the recordings'
+    /// buffers (dropped after the device, with the backend's recordings) are freed.
+    fn drop(&mut self) {
+        if let Some(pool) = self.graph_pool.take() {
+            // Best effort on the way out: a failure only leaves the pool reserved, as before.
+            let _ = self.ctx.bind_to_thread();
+            // SAFETY: a pool this device made and no one destroyed; allocations still out of it
+            // stay valid until freed (the driver defers the release to then).
+            let _ = unsafe { sys::cuMemPoolDestroy(pool.0) };
+        }
+    }
+}
+
 impl Device {
     /// Opens GPU `ordinal`, compiles (or loads from cache) the kernels for its architecture.
     pub fn new(ordinal: usize, opts: &CudaOptions) -> Result<Device, CudaError> {
