@@ -47,6 +47,9 @@ pub struct Decoder<B: Backend> {
     layers: Vec<Layer<B>>,
     /// The backend's identity for these weights (`Round::model`).
     id: u64,
+    /// Whether a forward reads the host only through its `Round` (`Round::replayable`): no
+    /// sliding windows, no experts.
+    replayable: bool,
 }
 
 impl<B: Backend> Decoder<B> {
@@ -59,8 +62,9 @@ impl<B: Backend> Decoder<B> {
             false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
         };
         let norm = ld.vec("model.norm.weight", hidden)?;
-        let layers = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
-        Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id() })
+        let layers: Vec<Layer<B>> = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
+        let replayable = layers.iter().all(|l| !l.sliding && matches!(l.ffn, Ffn::Dense { .. }));
+        Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id(), replayable })
     }
 
     /// One KV pool per layer, `num_blocks` blocks of `block_size` tokens each.
@@ -84,10 +88,9 @@ impl<B: Backend> Decoder<B> {
     /// drafting); their K/V land in the same pools as a full forward would put them.
     pub fn forward_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let positions = batch.meta.positions();
-        let replayable = self.layers.iter().all(|l| !l.sliding && matches!(l.ffn, Ffn::Dense { .. }));
         let s = &self.spec;
         let round = Round {
-            replayable,
+            replayable: self.replayable,
             model: [self.id, num_layers as u64],
             ids: batch.ids,
             positions: &positions,
