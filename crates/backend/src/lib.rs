@@ -2,12 +2,14 @@
 //! implementation that defines them (candle-style: slow spec beside fast impls, tested alike).
 
 pub mod attn;
+pub mod candidates;
 pub mod gate_up;
 pub mod host;
 pub mod reference;
 pub mod rope;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
+pub use candidates::{Candidates, LogitEdit, RowQuery};
 pub use host::{HostKv, HostMat, HostTensor};
 pub use reference::RefBackend;
 pub use rope::Rope;
@@ -225,6 +227,17 @@ pub trait Backend: Send + Sync {
         let (_, cols) = self.shape(x);
         let data = self.download(x);
         data.chunks(cols.max(1)).map(|row| host::argmax(row) as u32).collect()
+    }
+    /// Per query, the sampling candidates of logits row `rows[i]` of `x` under `queries[i]`
+    /// (candidates.rs), each listed row edited in place first. Devices that select in place send
+    /// only the candidates to the host; the default downloads the rows.
+    fn sample_candidates(&self, x: &mut Self::Act, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
+        let (_, cols) = self.shape(x);
+        let data = self.download(x);
+        rows.iter()
+            .zip(queries)
+            .map(|(&r, q)| candidates::candidates(&mut data[r * cols..(r + 1) * cols].to_vec(), q))
+            .collect()
     }
     /// A number no earlier call on this backend returned (0 where recordings are not kept): a
     /// loaded model's identity in [`Round::model`].

@@ -22,6 +22,7 @@ use tf_core::TokenIds;
 use tf_models::{Batch, Model};
 
 mod draft_model;
+mod pick;
 mod session_ops;
 mod speculate;
 use draft_model::DraftModel;
@@ -129,6 +130,8 @@ pub struct EngineStats {
     pub preemptions: AtomicU64,
     /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
     pub device_sampled_rows: AtomicU64,
+    /// Rows sampled from candidates the backend selected (only those crossed to the host).
+    pub candidate_rows: AtomicU64,
     /// Prompt tokens served from the prefix cache.
     pub prefix_hit_tokens: AtomicU64,
     /// Prompt tokens admitted (hit rate = hits / queries).
@@ -410,7 +413,7 @@ impl<B: Backend> Core<B> {
             }
         }
         let meta = AttnMeta { seqs, slot_mapping: slots, block_size };
-        let logits = self.model.decoder.forward(
+        let mut logits = self.model.decoder.forward(
             &self.backend,
             &Batch { ids: &ids, meta: &meta, logits_rows: &rows },
             &mut self.kv,
@@ -427,7 +430,8 @@ impl<B: Backend> Core<B> {
             row += 1 + e.draft.len();
         }
         // A round of plain greedy rows only takes their argmax ids from the backend (the same
-        // function of the same values as the host sampler's greedy pick); others download the rows.
+        // function of the same values as the host sampler's greedy pick); a round of other plain
+        // rows takes their sampling candidates (pick.rs); others download the rows.
         let (host, mut chosen) = if self.all_plain_greedy(plan) {
             let ids = self.backend.argmax_rows(&logits);
             self.stats.device_sampled_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
@@ -438,6 +442,8 @@ impl<B: Backend> Core<B> {
                 .zip(&first_row)
                 .map(|(e, &row)| self.active.get(&e.seq).map(|_| (v.sampled(ids[row] as usize), None)))
                 .collect();
+            (Vec::new(), chosen.into_iter())
+        } else if let Some(chosen) = self.choose_from_candidates(plan, &first_row, &mut logits) {
             (Vec::new(), chosen.into_iter())
         } else {
             let host = self.backend.download(&logits);

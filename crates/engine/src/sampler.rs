@@ -1,6 +1,11 @@
 //! Logits to a token: logit bias, penalties, then greedy argmax or Gumbel-max over Philox noise
 //! keyed by (seed, position), so a sampled token is a pure function of (logits, params, history,
 //! seed, position): the same whether batched, drafted or not (DESIGN.md principle 3).
+//!
+//! The token is chosen from the row's candidates (tf_backend::candidates: the ids within a
+//! window of the most likely one, [`query`]'s window being wide enough that no other id could
+//! be drawn or weigh in top-p's mass), so a backend may select them where the logits are and
+//! send only those: [`sample_from`] gives the same token either way.
 
 mod filter;
 mod history;
@@ -13,27 +18,82 @@ pub use logprobs::{Logprobs, log_sum_exp, logprobs};
 pub use params::{GREEDY_BELOW, ParamError, SamplingParams};
 
 use crate::rng::{uniform, uniform_block};
-use filter::{kept, rank_value};
+use filter::{TOP_P_WINDOW, kept, rank_value};
+use tf_backend::candidates::select;
+use tf_backend::{Candidates, LogitEdit, RowQuery};
 
 /// A bound above every Gumbel draw: the largest uniform, 1 - 2^-24, gives about 16.64.
 const GUMBEL_BOUND: f32 = 17.0;
+/// The window the Gumbel race needs: an id can win only if its scaled logit plus at most
+/// `GUMBEL_BOUND` of noise passes the top id's plus at least -ln(-ln(2^-24)) = -2.81.
+const RACE_WINDOW: f32 = 20.0;
 
 /// Picks the next token of a sequence at `position`. `logits` (one row, as wide as the
-/// embedding table) is overwritten with the biased, penalised, temperature-scaled values.
+/// embedding table) is overwritten with the biased, penalised values.
 pub fn sample(logits: &mut [f32], params: &SamplingParams, history: &History, position: u64) -> u32 {
     apply_logit_bias(logits, &params.logit_bias);
     apply_penalties(logits, params, history);
-    if params.is_greedy() {
-        return argmax(logits);
-    }
-    // x / 1 == x exactly, so skipping the division changes nothing.
-    if params.temperature != 1.0 {
-        for x in logits.iter_mut() {
-            *x /= params.temperature;
+    let candidates = select(logits, &base_query(params));
+    sample_from(&candidates, logits.len(), params, position)
+}
+
+/// The query that selects a row's candidates for `params` with `history`'s penalties as edits,
+/// or `None` when `logit_bias` names an id twice (then only [`sample`] applies it).
+pub fn query(params: &SamplingParams, history: &History) -> Option<RowQuery> {
+    let mut edits: std::collections::BTreeMap<u32, LogitEdit> = std::collections::BTreeMap::new();
+    let blank = |id| LogitEdit { id, bias: None, seen: false, count: 0 };
+    for &(id, bias) in &params.logit_bias {
+        let e = edits.entry(id).or_insert_with(|| blank(id));
+        if e.bias.replace(bias).is_some() {
+            return None;
         }
     }
-    let kept = kept(logits, params.top_k, params.top_p, params.min_p);
-    gumbel_argmax(logits, &kept, params.seed, position)
+    if params.repetition_penalty != 1.0 {
+        for id in history.seen_ids() {
+            edits.entry(id).or_insert_with(|| blank(id)).seen = true;
+        }
+    }
+    if params.frequency_penalty != 0.0 || params.presence_penalty != 0.0 {
+        for (id, count) in history.generated_counts() {
+            edits.entry(id).or_insert_with(|| blank(id)).count = count;
+        }
+    }
+    Some(RowQuery { edits: edits.into_values().collect(), ..base_query(params) })
+}
+
+/// [`query`] without edits.
+fn base_query(params: &SamplingParams) -> RowQuery {
+    let greedy = params.is_greedy();
+    // x / 1 == x exactly, so skipping the division changes nothing.
+    let temperature = (!greedy && params.temperature != 1.0).then_some(params.temperature);
+    let window = if greedy {
+        0.0
+    } else if params.top_p < 1.0 {
+        TOP_P_WINDOW
+    } else {
+        RACE_WINDOW
+    };
+    RowQuery {
+        edits: Vec::new(),
+        repetition_penalty: params.repetition_penalty,
+        frequency_penalty: params.frequency_penalty,
+        presence_penalty: params.presence_penalty,
+        temperature,
+        window,
+    }
+}
+
+/// The token drawn from a row's candidates (selected by [`query`] from a row `width` wide).
+pub fn sample_from(c: &Candidates, width: usize, params: &SamplingParams, position: u64) -> u32 {
+    if params.is_greedy() {
+        return c.ids.get(argmax(&c.values) as usize).copied().unwrap_or(0);
+    }
+    let x: Vec<f32> = match params.temperature {
+        1.0 => c.values.clone(),
+        t => c.values.iter().map(|&v| v / t).collect(),
+    };
+    let kept = kept(&x, width, params.top_k, params.top_p, params.min_p);
+    gumbel_argmax(&c.ids, &x, &kept, params.seed, position)
 }
 
 /// Adds each bias to its id's logit (ids were checked at the boundary).
@@ -79,7 +139,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best.1
 }
 
-/// The first of `ids` with the largest logit, NaN ranking lowest.
+/// The first of positions `ids` with the largest logit, NaN ranking lowest.
 fn argmax_ranked(x: &[f32], mut ids: impl Iterator<Item = u32>) -> u32 {
     let first = ids.next().unwrap_or(0);
     ids.fold(first, |best, i| if rank_value(x[i as usize]) > rank_value(x[best as usize]) { i } else { best })
@@ -140,42 +200,34 @@ impl Race {
     }
 }
 
-/// `argmax(x_i + g_i)` over the kept ids, ties to the lowest id, with `g_i` Gumbel noise of
-/// `uniform(seed, position, i)`. Ids that cannot win are skipped, which never changes the
-/// answer: ids further than `GUMBEL_BOUND` below the best score get no draw at all.
-fn gumbel_argmax(x: &[f32], kept: &Kept, seed: u64, position: u64) -> u32 {
-    // Start from the largest logit so the bounds prune from the first id on.
+/// `argmax(x_i + g_i)` over the kept candidates (ids `ids`, scaled logits `x`), ties to the
+/// lowest id, with `g_i` Gumbel noise of `uniform(seed, position, id)`. Candidates that cannot
+/// win are skipped, which never changes the answer: those further than `GUMBEL_BOUND` below
+/// the best score get no draw at all.
+fn gumbel_argmax(ids: &[u32], x: &[f32], kept: &Kept, seed: u64, position: u64) -> u32 {
+    // Start from the largest logit so the bounds prune from the first candidate on.
     let top = match kept {
         Kept::All if !x.is_empty() => argmax_ranked(x, 0..x.len() as u32),
-        Kept::Only(ids) if !ids.is_empty() => argmax_ranked(x, ids.iter().copied()),
-        _ => return 0,
+        Kept::Only(at) if !at.is_empty() => argmax_ranked(x, at.iter().copied()),
+        _ => return ids.first().copied().unwrap_or(0),
     };
-    let top_noise = gumbel(uniform(seed, position, top));
-    let mut race = Race { best: (x[top as usize] + top_noise, top), table: skip_table() };
+    let id_of = |j: u32| ids[j as usize];
+    let top_noise = gumbel(uniform(seed, position, id_of(top)));
+    let mut race = Race { best: (x[top as usize] + top_noise, id_of(top)), table: skip_table() };
+    // Consecutive candidates often share a Philox block of four ids: draw each block once.
+    let mut block = (u32::MAX, [0.0f32; 4]);
+    let mut enter = |j: u32| {
+        let (i, xi) = (id_of(j), x[j as usize]);
+        if j != top && race.may_win(xi) {
+            if block.0 != i / 4 {
+                block = (i / 4, uniform_block(seed, position, i / 4));
+            }
+            race.offer(i, xi, block.1[(i % 4) as usize]);
+        }
+    };
     match kept {
-        Kept::All => {
-            for (block, lanes) in x.chunks(4).enumerate() {
-                if !lanes.iter().any(|&xi| race.may_win(xi)) {
-                    continue;
-                }
-                let block = block as u32;
-                let u = uniform_block(seed, position, block);
-                for (lane, &xi) in lanes.iter().enumerate() {
-                    let i = block * 4 + lane as u32;
-                    if i != top && race.may_win(xi) {
-                        race.offer(i, xi, u[lane]);
-                    }
-                }
-            }
-        }
-        Kept::Only(ids) => {
-            for &i in ids {
-                let xi = x[i as usize];
-                if i != top && race.may_win(xi) {
-                    race.offer(i, xi, uniform(seed, position, i));
-                }
-            }
-        }
+        Kept::All => (0..x.len() as u32).for_each(&mut enter),
+        Kept::Only(at) => at.iter().copied().for_each(&mut enter),
     }
     race.best.1
 }

@@ -1,16 +1,23 @@
 //! The candidate set after temperature: top-k, then top-p, then min-p (the order of HF
-//! transformers and vLLM v0). When all three are off nothing is sorted or allocated.
+//! transformers and vLLM v0), over a row's sampling candidates (tf_backend::candidates): the ids
+//! within a window of the most likely one, which is the whole row when its max is not finite.
+//! Top-p's mass counts the candidates only: with the window of [`TOP_P_WINDOW`] an id left out
+//! weighs under e^-40 of the most likely one, below what the f32 `top_p` resolves. When all
+//! three filters are off nothing is sorted or allocated.
 
 use std::cmp::Ordering;
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kept {
-    /// Every token.
+    /// Every candidate.
     All,
-    /// These tokens, in increasing id order.
+    /// These candidates (positions in the candidate list), in increasing order.
     Only(Vec<u32>),
 }
+
+/// The window (in scaled logits below the most likely) that top-p's candidates need.
+pub const TOP_P_WINDOW: f32 = 40.0;
 
 /// How many of the most likely tokens top-p sorts first; it widens this window (sorting only
 /// the new part) until it holds enough mass, so a peaked distribution sorts few tokens.
@@ -40,9 +47,10 @@ fn by_ranked(a: &Ranked, b: &Ranked) -> Ordering {
     b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
-/// The candidates of temperature-scaled logits `x` under top-k, top-p and min-p.
-pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
-    let top_k_on = top_k > 0 && (top_k as usize) < x.len();
+/// The candidates kept under top-k, top-p and min-p: `x` holds the candidates' scaled logits in
+/// increasing id order (the candidate list of a row `width` wide).
+pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32) -> Kept {
+    let top_k_on = top_k > 0 && (top_k as usize) < width;
     let top_p_on = top_p < 1.0;
     let min_p_on = min_p > 0.0;
     if !(top_k_on || top_p_on || min_p_on) {
@@ -57,8 +65,12 @@ pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
     if top_k_on {
         let mut ranked = all();
         let k = top_k as usize;
-        ranked.select_nth_unstable_by(k - 1, by_ranked);
-        ranked.truncate(k);
+        if k < ranked.len() {
+            ranked.select_nth_unstable_by(k - 1, by_ranked);
+            ranked.truncate(k);
+            // Top-p sums its mass in candidate order.
+            ranked.sort_unstable_by_key(|p| p.1);
+        }
         pool = Some(ranked);
     }
     if top_p_on {
@@ -76,7 +88,8 @@ pub fn kept(x: &[f32], top_k: u32, top_p: f32, min_p: f32) -> Kept {
 }
 
 /// The smallest most-likely-first prefix of `pool` whose probability (renormalised over
-/// `pool`) reaches `top_p`; never empty. `max` is the largest value in `pool`.
+/// `pool`, summed in candidate order) reaches `top_p`; never empty. `max` is the largest value
+/// in `pool`.
 fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
     let weight = |v: f32| f64::from(v - max).exp();
     let total: f64 = pool.iter().map(|p| weight(p.0)).sum();
@@ -153,8 +166,8 @@ mod tests {
 
     #[test]
     fn all_off_keeps_all() {
-        assert_eq!(kept(&logits(1000, 1), 0, 1.0, 0.0), Kept::All);
-        assert_eq!(kept(&logits(10, 1), 10, 1.0, 0.0), Kept::All);
+        assert_eq!(kept(&logits(1000, 1), 1000, 0, 1.0, 0.0), Kept::All);
+        assert_eq!(kept(&logits(10, 1), 10, 10, 1.0, 0.0), Kept::All);
     }
 
     #[test]
@@ -173,7 +186,7 @@ mod tests {
         for salt in 0..4 {
             let x = logits(5000, salt);
             for (k, p, m) in cases {
-                let Kept::Only(got) = kept(&x, k, p, m) else { panic!("nothing filtered") };
+                let Kept::Only(got) = kept(&x, x.len(), k, p, m) else { panic!("nothing filtered") };
                 assert_eq!(got, naive(&x, k, p, m), "top_k {k} top_p {p} min_p {m}");
                 assert!(!got.is_empty());
             }
@@ -183,7 +196,7 @@ mod tests {
     #[test]
     fn ties_keep_the_lower_id() {
         let x = [1.0, 5.0, 5.0, 5.0, 0.0];
-        assert_eq!(kept(&x, 2, 1.0, 0.0), Kept::Only(vec![1, 2]));
-        assert_eq!(kept(&x, 0, 1e-6, 0.0), Kept::Only(vec![1]));
+        assert_eq!(kept(&x, 5, 2, 1.0, 0.0), Kept::Only(vec![1, 2]));
+        assert_eq!(kept(&x, 5, 0, 1e-6, 0.0), Kept::Only(vec![1]));
     }
 }

@@ -183,7 +183,7 @@ fn penalties_change_the_right_logits_by_the_right_amount() {
     // Output only: id 2 twice, id 1 once; prompt-only id 0 untouched.
     assert_eq!(got, [2.0, -2.0 - 0.5 - 0.25, 1.0 - 1.0 - 0.25, 0.5, -1.0, 3.0, 0.0, 4.0]);
 
-    // Through `sample`: bias, then penalties, then temperature.
+    // Through `sample`: bias, then penalties (the temperature scales a copy).
     let mut got = x;
     let all = SamplingParams {
         temperature: 2.0,
@@ -191,7 +191,7 @@ fn penalties_change_the_right_logits_by_the_right_amount() {
         ..SamplingParams { repetition_penalty: 2.0, ..pf }
     };
     sample(&mut got, &all, &history, 0);
-    let want = [1.0 / 2.0, (1.0 - 0.5 - 0.25) / 2.0, (0.5 - 1.0 - 0.25) / 2.0, 0.25, -0.5, 1.5, 0.0, 1.5];
+    let want = [1.0, 1.0 - 0.5 - 0.25, 0.5 - 1.0 - 0.25, 0.5, -1.0, 3.0, 0.0, 3.0];
     assert_eq!(got, want);
 }
 
@@ -209,4 +209,90 @@ fn non_finite_logits_do_not_panic_or_win() {
         }
     }
     assert_eq!(draw(&[f32::NEG_INFINITY; 3], &seeded(1.0, 1), 0), 0);
+}
+
+/// The sampler written over the whole row with a full sort and noise for every kept id.
+fn whole_row(row: &[f32], params: &SamplingParams, history: &History, position: u64) -> u32 {
+    let mut x = row.to_vec();
+    apply_logit_bias(&mut x, &params.logit_bias);
+    apply_penalties(&mut x, params, history);
+    if params.is_greedy() {
+        return argmax(&x);
+    }
+    x.iter_mut().for_each(|v| *v /= params.temperature);
+    let mut order: Vec<u32> = (0..x.len() as u32).collect();
+    order.sort_by(|&a, &b| filter::by_rank(&x, a, b));
+    if params.top_k > 0 {
+        order.truncate(params.top_k as usize);
+    }
+    let max = rank_value(x[order[0] as usize]);
+    let w = |i: u32| f64::from(rank_value(x[i as usize]) - max).exp();
+    if params.top_p < 1.0 {
+        let total: f64 = order.iter().map(|&i| w(i)).sum();
+        let mut mass = 0.0;
+        let n = order.iter().take_while(|&&i| {
+            let before = mass;
+            mass += w(i);
+            before < f64::from(params.top_p) * total
+        });
+        let n = n.count();
+        order.truncate(n.max(1));
+    }
+    order.retain(|&i| params.min_p == 0.0 || (rank_value(x[i as usize]) - max).exp() >= params.min_p);
+    order.sort();
+    let score = |i: u32| x[i as usize] + gumbel(uniform(params.seed, position, i));
+    let first = (f32::NEG_INFINITY, order[0]);
+    order.into_iter().fold(first, |best, i| if score(i) > best.0 { (score(i), i) } else { best }).1
+}
+
+#[test]
+fn candidates_give_the_token_the_whole_row_gives() {
+    let prompt = Vocab::new(6000).unwrap().check(&[3, 17, 17, 4000, 5999]).unwrap();
+    let mut history = History::new(&prompt);
+    for id in [17, 250, 250, 4000] {
+        history.push(id);
+    }
+    let base = |t: f32, seed: u64| SamplingParams { temperature: t, seed, ..SamplingParams::default() };
+    let cases = [
+        base(0.0, 0),
+        base(1.0, 1),
+        base(0.7, 2),
+        base(1.5, 3),
+        SamplingParams { top_k: 5, ..base(1.0, 4) },
+        SamplingParams { top_k: 50, top_p: 0.9, ..base(0.8, 5) },
+        SamplingParams { top_k: 5900, ..base(1.2, 6) },
+        SamplingParams { top_p: 0.5, ..base(1.0, 7) },
+        SamplingParams { top_p: 0.95, min_p: 0.05, ..base(1.0, 8) },
+        SamplingParams { min_p: 1e-30, ..base(2.0, 9) },
+        SamplingParams { logit_bias: vec![(250, 30.0), (9, -5.0)], ..base(1.0, 10) },
+        SamplingParams { logit_bias: vec![(4000, 2.5)], ..base(0.0, 11) },
+        SamplingParams {
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.5,
+            presence_penalty: -0.25,
+            top_p: 0.8,
+            ..base(0.9, 12)
+        },
+    ];
+    // Spreads of 40 and 8: the windows leave most ids out, or keep nearly all.
+    for (salt, scale) in [(21, 40.0), (22, 8.0), (23, 80.0)] {
+        let row = logits(6000, scale, salt);
+        for params in &cases {
+            for position in 0..40 {
+                let want = whole_row(&row, params, &history, position);
+                assert_eq!(sample(&mut row.clone(), params, &history, position), want, "{params:?} {position}");
+                let q = query(params, &history).unwrap();
+                let c = tf_backend::candidates::candidates(&mut row.clone(), &q);
+                assert!(c.ids.len() < row.len() || scale < 40.0, "the window should leave ids out");
+                assert_eq!(sample_from(&c, row.len(), params, position), want, "{params:?} {position}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bias_named_twice_has_no_query() {
+    let params = SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..seeded(1.0, 0) };
+    assert_eq!(query(&params, &no_history()), None);
+    assert!(query(&seeded(1.0, 0), &no_history()).is_some());
 }
