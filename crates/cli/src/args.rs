@@ -213,6 +213,20 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// How decode picks tokens, comma-separated (each a separate measurement): greedy (argmax
+    /// on the device), host (every row downloaded and sampled), candidates (every row sampled
+    /// from the candidates the backend selects).
+    #[arg(long, default_value = "greedy")]
+    pub sample: String,
+    /// Temperature of the sampled modes.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Top-p of the sampled modes.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Top-k of the sampled modes (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
     /// Write results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

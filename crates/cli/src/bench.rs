@@ -4,14 +4,17 @@
 //! Batched decode runs `batch` sequences through one forward per round (vLLM-style paged rows).
 //! They share the prompt's full KV blocks (prefix sharing: one prefill, as a prefix cache would
 //! give) and own their tail and generated blocks. Each round computes every row's logits; the
-//! next token of all rows is the argmax of row 0, taken on the device where the backend can.
+//! next token of all rows is row 0's, picked as `--sample` says (bench_pick.rs): by default the
+//! argmax, taken on the device where the backend can.
 
 use crate::args::BenchArgs;
+use crate::bench_pick::{PickMode, Picker};
 use crate::device::{Limits, OnBackend, dispatch, limits, threads};
 use crate::exit::{Failure, failed, refused};
 use serde_json::{Value, json};
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_engine::sampler::SamplingParams;
 use tf_models::{Batch, Model, ModelSpec};
 
 /// Tokens per KV block.
@@ -97,9 +100,8 @@ fn measure<B: Backend>(
     m: &Model<B>,
     b: &B,
     prompt: &[u32],
-    batch: usize,
-    gen_len: usize,
-    repeat: usize,
+    (batch, gen_len, repeat): (usize, usize, usize),
+    picker: &mut Picker,
 ) -> Result<Measured, Failure> {
     let len = prompt.len();
     let lay = Layout::new(len, len + gen_len);
@@ -124,9 +126,9 @@ fn measure<B: Backend>(
         let id = [m.vocab.sampled(last)];
         let seqs: Vec<(&[u32], usize, &Vec<u32>)> = tables.iter().map(|t| (&id[..], len + step, t)).collect();
         let t = Instant::now();
-        let logits = forward(m, b, &mut kv, &seqs);
+        let mut logits = forward(m, b, &mut kv, &seqs);
         host_s.push(t.elapsed().as_secs_f64());
-        last = first_argmax(b, &logits);
+        last = picker.pick(b, &mut logits, batch, (len + step + 1) as u64);
         round_s.push(t.elapsed().as_secs_f64());
     }
     Ok(Measured { prefill_s: median(prefill), round_s, host_s })
@@ -153,6 +155,15 @@ impl OnBackend for Bench<'_> {
                 usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| refused("--batch values must be positive"))
             })
             .collect::<Result<_, _>>()?;
+        let modes = PickMode::parse_list(&a.sample)?;
+        let params = SamplingParams {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            top_k: a.top_k,
+            seed: 1,
+            ..Default::default()
+        };
+        params.validate().map_err(refused)?;
         println!("model={} backend={} threads={}", a.model.display(), b.name(), threads(&a.dev));
         if let Some(l) = lim {
             println!("measured: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", l.copy_gb_s, l.gemm_tflops);
@@ -163,8 +174,9 @@ impl OnBackend for Bench<'_> {
             let raw: Vec<i64> = (0..len as i64).map(|i| (i * 7919 + 13) % rows as i64).collect();
             let prompt = m.vocab.check(&raw).map_err(failed)?;
             let gen_len = a.gen_len.min(m.decoder.spec.max_position_embeddings.saturating_sub(len)).max(1);
-            for &batch in &batches {
-                let r = measure(&m, b, prompt.as_slice(), batch, gen_len, a.repeat)?;
+            for (&batch, &mode) in batches.iter().flat_map(|b| modes.iter().map(move |m| (b, m))) {
+                let mut picker = Picker::new(mode, params.clone());
+                let r = measure(&m, b, prompt.as_slice(), (batch, gen_len, a.repeat), &mut picker)?;
                 let round = median(r.round_s.clone());
                 let flops =
                     2.0 * c.layer_params * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
@@ -176,7 +188,15 @@ impl OnBackend for Bench<'_> {
                     "decode_round_ms": round * 1e3, "decode_round_p10_ms": percentile(&r.round_s, 0.1) * 1e3,
                     "decode_round_p90_ms": percentile(&r.round_s, 0.9) * 1e3,
                     "decode_host_ms": median(r.host_s.clone()) * 1e3,
-                    "decode_tok_s": batch as f64 / round, "decode_bytes_per_round": bytes});
+                    "decode_tok_s": batch as f64 / round, "decode_bytes_per_round": bytes,
+                    "sample": mode.name()});
+                if mode != PickMode::Greedy {
+                    row["sampling"] =
+                        json!({"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k});
+                }
+                if picker.rows > 0 {
+                    row["candidates_per_row"] = json!(picker.candidates as f64 / picker.rows as f64);
+                }
                 // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
                 let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
                 if let (Some(l), true) = (lim, dense) {
@@ -186,8 +206,12 @@ impl OnBackend for Bench<'_> {
                     row["decode_roofline_ratio"] = json!(q);
                 }
                 results.push(row);
+                let pick = match picker.rows {
+                    0 => mode.name().to_string(),
+                    n => format!("{} ({:.0} a row)", mode.name(), picker.candidates as f64 / n as f64),
+                };
                 println!(
-                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}",
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}",
                     len as f64 / r.prefill_s,
                     r.prefill_s * 1e3,
                     batch as f64 / round,

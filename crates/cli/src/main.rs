@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod bench_draft;
+mod bench_pick;
 mod bench_prefix;
 mod check;
 mod device;

@@ -19,6 +19,8 @@
 //! solo, drafted == undrafted and chunked == whole, bit for bit. Fused ops (`matmul_many`,
 //! `add_rms_norm`, `qk_norm_rope`, `matmul_add`: every matmul kernel can add its result into the
 //! residual stream in its store) equal their unfused definitions bit for bit (tests/ops.rs).
+//! Sampled rows are edited and their candidates chosen on the device with the host's operations
+//! (sample.rs), so only those cross to the host, equal to tf_backend's `candidates` bit for bit.
 //!
 //! The MLP's gate and up weights are one packed weight (tf_backend `gate_up`: rows interleaved in
 //! groups of 8, so each 16-row tile holds gate and up of the same 8 outputs); from 257 rows the
@@ -64,6 +66,7 @@ mod moe;
 mod nvrtc;
 mod ops;
 mod profile;
+mod sample;
 mod tensor;
 mod tma;
 mod trace;
@@ -75,7 +78,10 @@ pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 use device::Device;
 use profile::Skip;
 use std::sync::Mutex;
-use tf_backend::{Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, KvShape, MoeParams, QkNorm, Rope};
+use tf_backend::{
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, KvShape, MoeParams, QkNorm, Rope,
+    RowQuery,
+};
 use tf_formats::TensorView;
 
 /// Whether a CUDA driver library can be loaded on this machine (no device needed).
@@ -383,5 +389,13 @@ impl Backend for CudaBackend {
             t.round_done(&self.dev);
         }
         ids
+    }
+
+    fn sample_candidates(&self, x: &mut CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
+        let c = sample::sample_candidates(self, x, rows, queries);
+        if let Some(t) = &self.trace {
+            t.round_done(&self.dev);
+        }
+        c
     }
 }

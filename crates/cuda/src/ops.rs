@@ -512,7 +512,7 @@ const ARGMAX_MAX_BLOCKS: usize = 8192;
 /// Blocks a row and columns a block for `argmax_partial`: equal slices of at most
 /// [`ARGMAX_SLICE`] columns, wider when `rows` times the blocks would pass [`ARGMAX_MAX_BLOCKS`];
 /// every block starts inside the row.
-fn argmax_split(rows: usize, cols: usize) -> (usize, usize) {
+pub(crate) fn argmax_split(rows: usize, cols: usize) -> (usize, usize) {
     let parts = cols.div_ceil(ARGMAX_SLICE).min(ARGMAX_MAX_BLOCKS / rows.max(1)).max(1);
     let slice = cols.div_ceil(parts).max(1);
     (cols.div_ceil(slice).max(1), slice)

@@ -1,0 +1,96 @@
+//! How `tensorfold bench` picks a decode round's next token: the argmax on the device (greedy),
+//! or seeded sampling of every row, from whole rows downloaded to the host (`host`, what an
+//! engine round with logprobs does) or from the candidates the backend selects (`candidates`,
+//! what a plain sampled round does). Every row is sampled; row 0's token feeds the next round.
+
+use crate::exit::{Failure, refused};
+use tf_backend::Backend;
+use tf_engine::sampler::{History, SamplingParams, query, sample, sample_from};
+
+/// Where the next token comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PickMode {
+    /// Argmax of row 0 (only the ids cross on a GPU).
+    Greedy,
+    /// Every row downloaded and sampled on the host.
+    Host,
+    /// Every row sampled from the backend's candidates.
+    Candidates,
+}
+
+impl PickMode {
+    /// The modes of a comma-separated list.
+    pub fn parse_list(s: &str) -> Result<Vec<PickMode>, Failure> {
+        s.split(',')
+            .map(|m| match m.trim() {
+                "greedy" => Ok(PickMode::Greedy),
+                "host" => Ok(PickMode::Host),
+                "candidates" => Ok(PickMode::Candidates),
+                other => Err(refused(format!("--sample: unknown mode {other:?} (greedy, host, candidates)"))),
+            })
+            .collect()
+    }
+
+    /// The mode's name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PickMode::Greedy => "greedy",
+            PickMode::Host => "host",
+            PickMode::Candidates => "candidates",
+        }
+    }
+}
+
+/// Picks tokens round after round and counts the candidates it saw.
+pub struct Picker {
+    mode: PickMode,
+    params: SamplingParams,
+    history: History,
+    /// Rows sampled from candidates, and their candidates in all.
+    pub rows: u64,
+    /// Candidates over those rows.
+    pub candidates: u64,
+}
+
+impl Picker {
+    /// A picker for `mode` sampling with `params` (row `r` seeded with `params.seed + r`).
+    pub fn new(mode: PickMode, params: SamplingParams) -> Picker {
+        Picker { mode, params, history: History::default(), rows: 0, candidates: 0 }
+    }
+
+    /// Row 0's next token of `logits` (`batch` rows as wide as the vocabulary) at `position`.
+    pub fn pick<B: Backend>(&mut self, b: &B, logits: &mut B::Act, batch: usize, position: u64) -> usize {
+        let params = |r: usize| SamplingParams { seed: self.params.seed.wrapping_add(r as u64), ..self.params.clone() };
+        match self.mode {
+            PickMode::Greedy => b.argmax_rows(logits).first().copied().unwrap_or(0) as usize,
+            PickMode::Host => {
+                let (_, cols) = b.shape(logits);
+                let mut host = b.download(logits);
+                let mut first = 0;
+                for (r, row) in host.chunks_mut(cols.max(1)).enumerate().take(batch) {
+                    let id = sample(row, &params(r), &self.history, position) as usize;
+                    if r == 0 {
+                        first = id;
+                    }
+                }
+                first
+            }
+            PickMode::Candidates => {
+                let (_, cols) = b.shape(logits);
+                let Some(q) = query(&self.params, &self.history) else { return 0 };
+                let rows: Vec<usize> = (0..batch).collect();
+                let all = b.sample_candidates(logits, &rows, &vec![q; batch]);
+                self.rows += all.len() as u64;
+                self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
+                let mut first = 0;
+                for (r, c) in all.iter().enumerate() {
+                    let id = sample_from(c, cols, &params(r), position) as usize;
+                    if r == 0 {
+                        first = id;
+                    }
+                }
+                first
+            }
+        }
+    }
+}

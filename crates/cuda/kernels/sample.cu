@@ -1,0 +1,147 @@
+// Sampling candidates (tf_backend candidates.rs, launched by sample.rs): the listed logits rows
+// are edited in place, then each keeps the columns whose scaled value lies within the window of
+// its largest scaled value. Every value is made by the host's single IEEE operations in the
+// host's order (the _rn intrinsics: no contraction into FMAs), so the set and its values are the
+// host's bit for bit; a row's maximum is an order-free max (NaN never taken, only `v > m`), so
+// any split of the row over blocks gives the same threshold.
+
+// One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given),
+// temperature, window, repetition, frequency and presence penalties (floats as their bits).
+#define SQ_WORDS 8
+// One edit, SE_WORDS words: query, id, bias, count, flags (bit 0: a bias, bit 1: seen).
+#define SE_WORDS 5
+// A row's count when its scaled maximum is not finite (every column is then a candidate).
+#define SQ_FLAGGED 0xffffffffu
+
+__device__ __forceinline__ bool sample_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
+// `v` as the window measures it: divided by the temperature when one is given.
+__device__ __forceinline__ float sample_scaled(const u32* q, float v) {
+    return (q[1] & 1u) ? __fdiv_rn(v, __uint_as_float(q[2])) : v;
+}
+
+// The larger of a block's per-thread maxima (128 threads); every thread gets it.
+__device__ __forceinline__ float sample_block_max(float m, float* sm) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, m, o);
+        if (v > m) m = v;
+    }
+    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = sm[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+        if (sm[w] > m) m = sm[w];
+    __syncthreads();  // sm is read before the next row writes it
+    return m;
+}
+
+// Applies edit i of `edits` to its query's row of x [*, cols], in place (RowQuery::edited); ids
+// past the row are left alone. At most one edit per id and row: no two threads share a value.
+extern "C" __global__ void sample_edits(float* __restrict__ x, const u32* __restrict__ qs, const u32* __restrict__ edits,
+                                        int n_edits, int cols) {
+    tf_pdl_enter();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_edits; i += gridDim.x * blockDim.x) {
+        const u32* e = edits + (size_t)i * SE_WORDS;
+        const u32 id = e[1], count = e[3], flags = e[4];
+        if (id >= (u32)cols) continue;
+        const u32* q = qs + (size_t)e[0] * SQ_WORDS;
+        const float r = __uint_as_float(q[4]), f = __uint_as_float(q[5]), p = __uint_as_float(q[6]);
+        float* at = x + (size_t)q[0] * cols + id;
+        float v = *at;
+        if (flags & 1u) v = __fadd_rn(v, __uint_as_float(e[2]));
+        if ((flags & 2u) && r != 1.0f) v = v > 0.0f ? __fdiv_rn(v, r) : __fmul_rn(v, r);
+        if (count > 0u && (f != 0.0f || p != 0.0f)) {
+            v = __fsub_rn(v, __fmul_rn(f, __uint2float_rn(count)));
+            v = __fsub_rn(v, p);
+        }
+        *at = v;
+    }
+}
+
+// Block x of query y (queries past gridDim.y in steps of it) leaves the largest value of columns
+// [x * slice, (x + 1) * slice) of the query's row at pmax[y * gridDim.x + x] (NEG_INF when none
+// is above it). 128 threads, 16 loads each in flight before any is compared.
+extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float* __restrict__ x, const u32* __restrict__ qs,
+                                                                     float* __restrict__ pmax, int n, int cols, int slice) {
+    tf_pdl_enter();
+    __shared__ float sm[32];
+    const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
+    for (int y = blockIdx.y; y < n; y += gridDim.y) {
+        const float* row = x + (size_t)qs[(size_t)y * SQ_WORDS] * cols;
+        float m = NEG_INF;
+        for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 16; ++j)
+                if (v[j] > m) m = v[j];
+        }
+        m = sample_block_max(m, sm);
+        if (threadIdx.x == 0) pmax[(size_t)y * gridDim.x + blockIdx.x] = m;
+    }
+}
+
+// Block x of query y folds the row's `parts` partial maxima, and when the scaled maximum is
+// finite appends every column of its slice whose scaled value is >= that maximum minus the
+// window: counts[y] counts the row's candidates (on past `cap`), and the first `cap` of them take
+// a slot of `out` from the shared counter counts[n], three words each: query, column, value (the
+// edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] = SQ_FLAGGED.
+// counts starts zeroed; the order of a row's candidates is arbitrary (the host sorts them).
+extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __restrict__ x, const u32* __restrict__ qs,
+                                                                const float* __restrict__ pmax, u32* __restrict__ counts,
+                                                                u32* __restrict__ out, int n, int cols, int slice, int parts,
+                                                                int cap) {
+    tf_pdl_enter();
+    __shared__ float sm[32];
+    const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
+    const int lane = threadIdx.x & 31;
+    const u32 below = (1u << lane) - 1u;
+    for (int y = blockIdx.y; y < n; y += gridDim.y) {
+        const u32* q = qs + (size_t)y * SQ_WORDS;
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += step) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
+        m = sample_block_max(m, sm);
+        const float smax = sample_scaled(q, m);
+        if (!sample_finite(smax)) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) counts[y] = SQ_FLAGGED;
+            continue;
+        }
+        const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
+        const float* row = x + (size_t)q[0] * cols;
+        // The trip count is the block's (not the thread's), so every lane reaches each ballot.
+        for (int base = lo; base < hi; base += 16 * step) {
+            const int c = base + threadIdx.x;
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const bool take = j * step < hi - c && sample_scaled(q, v[j]) >= thr;
+                const u32 mask = __ballot_sync(0xffffffffu, take);
+                if (mask == 0u) continue;
+                const int lead = __ffs(mask) - 1;
+                u32 pos = 0;
+                if (lane == lead) pos = atomicAdd(&counts[y], (u32)__popc(mask));
+                pos = __shfl_sync(0xffffffffu, pos, lead) + (u32)__popc(mask & below);
+                const bool keep = take && pos < (u32)cap;
+                const u32 kmask = __ballot_sync(0xffffffffu, keep);
+                if (kmask == 0u) continue;
+                const int klead = __ffs(kmask) - 1;
+                u32 slot = 0;
+                if (lane == klead) slot = atomicAdd(&counts[n], (u32)__popc(kmask));
+                slot = __shfl_sync(0xffffffffu, slot, klead) + (u32)__popc(kmask & below);
+                if (keep) {
+                    u32* o = out + (size_t)slot * 3;
+                    o[0] = (u32)y;
+                    o[1] = (u32)(c + j * step);
+                    o[2] = __float_as_uint(v[j]);
+                }
+            }
+        }
+    }
+}

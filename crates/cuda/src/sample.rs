@@ -1,0 +1,172 @@
+//! Sampling candidates on the device (tf_backend candidates.rs): rows edited in place, only candidates cross over.
+
+use crate::CudaBackend;
+use crate::device::{Arg, grid_for, ptr};
+use crate::ops::{argmax_split, select_rows};
+use crate::tensor::CudaAct;
+use tf_backend::candidates::select;
+use tf_backend::{Candidates, RowQuery};
+
+/// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
+pub(crate) const CAP: usize = 4096;
+/// Words of one packed query (kernels/sample.cu `SQ_WORDS`).
+const QUERY_WORDS: usize = 8;
+/// Words of one packed edit (kernels/sample.cu `SE_WORDS`).
+const EDIT_WORDS: usize = 5;
+/// A row's count when its scaled maximum is not finite (kernels/sample.cu `SQ_FLAGGED`).
+const FLAGGED: u32 = u32::MAX;
+
+/// Per query `i`, the candidates of row `rows[i]` of `x` under `queries[i]`, that row edited in
+/// place first (the rows must be distinct): two downloads (the counts, then the candidates), and
+/// one more of the rows that need the host (more than [`CAP`] candidates, or no finite maximum).
+pub(crate) fn sample_candidates(
+    b: &CudaBackend,
+    x: &mut CudaAct,
+    rows: &[usize],
+    queries: &[RowQuery],
+) -> Vec<Candidates> {
+    assert_eq!(rows.len(), queries.len(), "sample_candidates: one query per row");
+    let (n, cols) = (rows.len(), x.cols);
+    let mut sorted = rows.to_vec();
+    sorted.sort_unstable();
+    assert!(sorted.windows(2).all(|w| w[0] != w[1]), "sample_candidates: a row is listed twice");
+    assert!(sorted.last().is_none_or(|&r| r < x.rows), "sample_candidates: row past the {} rows", x.rows);
+    if n == 0 || cols == 0 {
+        return vec![Candidates::default(); n];
+    }
+    assert!(cols <= i32::MAX as usize && n <= i32::MAX as usize / CAP, "sample_candidates: {n} rows of {cols}");
+    let d = &b.dev;
+    let (packed, num_edits) = pack(rows, queries);
+    let buf = d.upload(&packed);
+    let qs = ptr(&buf, &d.stream);
+    let xp = ptr(x.data(b), &d.stream);
+    if num_edits > 0 {
+        let edits = qs + (4 * n * QUERY_WORDS) as u64;
+        let args = [Arg::P(xp), Arg::P(qs), Arg::P(edits), Arg::I(num_edits as i32), Arg::I(cols as i32)];
+        d.launch(&d.k.sample_edits, (grid_for(num_edits, 256), 1, 1), 256, 0, &args);
+        x.touched();
+    }
+    // The argmax's split: equal slices, a few thousand blocks at most (ops.rs `argmax_split`).
+    let (parts, slice) = argmax_split(n, cols);
+    let grid = (parts as u32, n.min(65535) as u32, 1);
+    let pmax = d.alloc::<f32>(n * parts);
+    let args = [
+        Arg::P(xp),
+        Arg::P(qs),
+        Arg::P(ptr(&pmax, &d.stream)),
+        Arg::I(n as i32),
+        Arg::I(cols as i32),
+        Arg::I(slice as i32),
+    ];
+    d.launch(&d.k.sample_max_partial, grid, 128, 0, &args);
+    let counts = d.zeros::<u32>(n + 1);
+    let out = d.alloc::<u32>(3 * n * CAP);
+    let args = [
+        Arg::P(xp),
+        Arg::P(qs),
+        Arg::P(ptr(&pmax, &d.stream)),
+        Arg::P(ptr(&counts, &d.stream)),
+        Arg::P(ptr(&out, &d.stream)),
+        Arg::I(n as i32),
+        Arg::I(cols as i32),
+        Arg::I(slice as i32),
+        Arg::I(parts as i32),
+        Arg::I(CAP as i32),
+    ];
+    d.launch(&d.k.sample_select, grid, 128, 0, &args);
+    let counts = d.download(&counts, n + 1);
+    let kept = (counts[n] as usize).min(n * CAP);
+    let mut found = assemble(&counts[..n], &d.download(&out, 3 * kept));
+    let host: Vec<usize> = (0..n).filter(|&i| found[i].is_none()).collect();
+    if !host.is_empty() {
+        let picked: Vec<usize> = host.iter().map(|&i| rows[i]).collect();
+        let edited = select_rows(b, x, &picked);
+        let data = d.download(edited.data(b), edited.len());
+        for (&i, row) in host.iter().zip(data.chunks_exact(cols)) {
+            found[i] = Some(select(row, &queries[i]));
+        }
+    }
+    found.into_iter().map(Option::unwrap_or_default).collect()
+}
+
+/// The queries and their edits as kernels/sample.cu reads them (`[queries | edits]`, floats as
+/// their bits), and the number of edits.
+fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
+    let num_edits: usize = queries.iter().map(|q| q.edits.len()).sum();
+    let mut words = Vec::with_capacity(rows.len() * QUERY_WORDS + num_edits * EDIT_WORDS);
+    for (&row, q) in rows.iter().zip(queries) {
+        let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
+        let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
+        words.extend([row as u32, flag, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), 0]);
+    }
+    for (i, q) in queries.iter().enumerate() {
+        debug_assert!(q.edits.windows(2).all(|w| w[0].id < w[1].id), "edits in increasing id order");
+        for e in &q.edits {
+            let flags = e.bias.is_some() as u32 | (e.seen as u32) << 1;
+            words.extend([i as u32, e.id, e.bias.unwrap_or(0.0).to_bits(), e.count, flags]);
+        }
+    }
+    (words, num_edits)
+}
+
+/// Per row, its candidates from the selection's `counts` and `(row, id, value bits)` triples
+/// (ids sorted), or `None` when the host must select it: more than [`CAP`] candidates, or
+/// [`FLAGGED`].
+fn assemble(counts: &[u32], triples: &[u32]) -> Vec<Option<Candidates>> {
+    let mut found: Vec<Option<Vec<(u32, f32)>>> =
+        counts.iter().map(|&c| (c != FLAGGED && c as usize <= CAP).then(|| Vec::with_capacity(c as usize))).collect();
+    for t in triples.chunks_exact(3) {
+        if let Some(Some(row)) = found.get_mut(t[0] as usize) {
+            row.push((t[1], f32::from_bits(t[2])));
+        }
+    }
+    found
+        .into_iter()
+        .map(|row| {
+            let mut row = row?;
+            row.sort_unstable_by_key(|&(id, _)| id);
+            Some(Candidates { ids: row.iter().map(|c| c.0).collect(), values: row.iter().map(|c| c.1).collect() })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_backend::LogitEdit;
+
+    #[test]
+    fn rows_over_the_cap_or_flagged_go_to_the_host_and_the_rest_sort_by_id() {
+        let v = |x: f32| x.to_bits();
+        let triples = [1, 9, v(2.0), 0, 7, v(-1.0), 1, 3, v(f32::NAN), 0, 2, v(5.0)];
+        let got = assemble(&[2, 2, FLAGGED, CAP as u32 + 1, CAP as u32, 0], &triples);
+        let c = |ids: &[u32], values: &[f32]| Candidates { ids: ids.to_vec(), values: values.to_vec() };
+        assert_eq!(got[0], Some(c(&[2, 7], &[5.0, -1.0])));
+        let one = got[1].as_ref().map(|r| (r.ids.clone(), r.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
+        assert_eq!(one, Some((vec![3, 9], vec![v(f32::NAN), v(2.0)])));
+        assert_eq!((&got[2], &got[3]), (&None, &None));
+        assert_eq!((&got[4], &got[5]), (&Some(Candidates::default()), &Some(Candidates::default())));
+    }
+
+    #[test]
+    fn queries_pack_as_the_kernels_read_them() {
+        let e = |id, bias, seen, count| LogitEdit { id, bias, seen, count };
+        let q = |t, edits| RowQuery {
+            edits,
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.5,
+            presence_penalty: -0.25,
+            temperature: t,
+            window: 20.0,
+        };
+        let qs =
+            [q(None, vec![e(4, Some(-0.0), false, 2)]), q(Some(0.7), vec![e(1, None, true, 0), e(9, None, false, 0)])];
+        let (words, num_edits) = pack(&[5, 2], &qs);
+        assert_eq!(num_edits, 3);
+        assert_eq!(words.len(), 2 * QUERY_WORDS + 3 * EDIT_WORDS);
+        let f = |x: f32| x.to_bits();
+        assert_eq!(words[..8], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 0]);
+        assert_eq!(words[8..11], [2, 1, f(0.7)]);
+        assert_eq!(words[16..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
+    }
+}

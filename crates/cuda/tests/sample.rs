@@ -1,0 +1,135 @@
+//! The CUDA backend's sampling candidates against tf_backend's host rule (candidates.rs) on the
+//! same raw rows, bit for bit: ties, NaN, infinities, rows past the device's capacity, edits.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use tf_backend::candidates::{apply_edits, candidates};
+use tf_backend::{Backend, LogitEdit, RowQuery};
+
+/// Candidates a row keeps on the device before it falls back to the host (src/sample.rs `CAP`).
+const CAP: usize = 4096;
+
+/// Whether two slices are equal bit for bit, any NaN equal to any NaN (arithmetic on a NaN gives
+/// the device's canonical NaN, the host's keeps its payload).
+fn same(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
+}
+
+/// Logits whose top is spread: one value in 64 (in 4 for short rows) in [-20, 20), the rest in
+/// [-45, -35).
+fn spread(cols: usize, seed: u64) -> Vec<f32> {
+    let share = if cols > 4 * CAP { 1.0 / 64.0 } else { 0.25 };
+    let (u, pick) = (rand(cols, seed, 1.0), rand(cols, seed + 1000, 1.0));
+    u.iter().zip(&pick).map(|(&u, &p)| if p >= 1.0 - 2.0 * share { 20.0 * u } else { -40.0 + 5.0 * u }).collect()
+}
+
+/// The test rows of width `cols`; row 6 is never listed.
+fn rows(cols: usize) -> Vec<Vec<f32>> {
+    let mut ties = spread(cols, 2);
+    for i in [3, cols / 3, cols / 2, cols - 1, cols / 3 + 2048] {
+        if i < cols {
+            ties[i] = 25.0;
+        }
+    }
+    let mut holes = spread(cols, 3);
+    for i in (0..cols).step_by(97) {
+        holes[i] = f32::NAN;
+    }
+    for i in (5..cols).step_by(89) {
+        holes[i] = f32::NEG_INFINITY;
+    }
+    let mut inf = spread(cols, 4);
+    inf[cols / 2] = f32::INFINITY;
+    // Many values just below the top: past the device's capacity for a window of 2 or more.
+    let dense: Vec<f32> =
+        rand(cols, 6, 1.0).iter().map(|&u| if u > 0.9 { 19.0 + 10.0 * (u - 0.9) } else { u }).collect();
+    vec![
+        spread(cols, 1),
+        ties,
+        holes,
+        vec![f32::NEG_INFINITY; cols],
+        inf,
+        vec![1.0; cols],
+        spread(cols, 5),
+        vec![f32::NAN; cols],
+        dense,
+    ]
+}
+
+/// The column of the first largest value (NaN never taken).
+fn top(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |b, i| if row[i] > row[b] || row[b].is_nan() && !row[i].is_nan() { i } else { b })
+}
+
+/// Edits touching the row's top, a raised id, a zero bias, a seen negative value, a counted id, a
+/// NaN (column 0 of the NaN rows), and an id past the row (left alone).
+fn edits(row: &[f32]) -> Vec<LogitEdit> {
+    let cols = row.len();
+    let e = |id: usize, bias, seen, count| (id as u32, LogitEdit { id: id as u32, bias, seen, count });
+    let all = [
+        e(0, Some(1.0), true, 1),
+        e(7, Some(30.0), false, 0),
+        e(13, Some(0.0), true, 0),
+        e(cols / 2 + 1, None, true, 0),
+        e(cols - 1, None, false, 3),
+        e(cols + 5, Some(100.0), true, 2),
+        e(top(row), None, true, 2),
+    ];
+    all.into_iter().collect::<BTreeMap<_, _>>().into_values().collect()
+}
+
+#[test]
+fn sample_candidates_equal_the_host_rule() {
+    let Some(b) = backend() else { return };
+    let listed = [5usize, 0, 2, 1, 8, 3, 4, 7];
+    for cols in [151936usize, 1000] {
+        let raw = rows(cols);
+        let flat: Vec<f32> = raw.iter().flatten().copied().collect();
+        let mut counts_of_row0 = Vec::new();
+        let mut over_cap = 0;
+        for (round, window) in [0.0f32, 2.0, 20.0, 40.0].into_iter().enumerate() {
+            for edited in [false, true] {
+                let queries: Vec<RowQuery> = listed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &r)| RowQuery {
+                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
+                        repetition_penalty: if edited { 1.3 } else { 1.0 },
+                        frequency_penalty: if edited { 0.5 } else { 0.0 },
+                        presence_penalty: if edited { -0.25 } else { 0.0 },
+                        temperature: [None, Some(0.7), Some(1.3)][(i + round) % 3],
+                        window,
+                    })
+                    .collect();
+                let mut x = b.upload(&flat, raw.len(), cols);
+                let got = b.sample_candidates(&mut x, &listed, &queries);
+                assert_eq!(got.len(), listed.len());
+                let after = b.download(&x);
+                for (i, (&r, q)) in listed.iter().zip(&queries).enumerate() {
+                    let at = format!("{cols} columns, window {window}, edits {edited}, row {r}");
+                    let mut host = raw[r].clone();
+                    let want = candidates(&mut host, q);
+                    assert_eq!(got[i].ids, want.ids, "{at}: ids");
+                    assert!(same(&got[i].values, &want.values), "{at}: values");
+                    assert!(same(&after[r * cols..(r + 1) * cols], &host), "{at}: the device row is not edited");
+                    let mut again = raw[r].clone();
+                    apply_edits(&mut again, q);
+                    assert!(same(&again, &host), "{at}: the host's own edits");
+                    over_cap += (want.ids.len() > CAP) as usize;
+                    if r == 0 && !edited {
+                        counts_of_row0.push(want.ids.len());
+                    }
+                }
+                assert!(same(&after[6 * cols..7 * cols], &raw[6]), "{cols} columns: an unlisted row changed");
+            }
+        }
+        // The windows select different counts (the test's own expectation), and wide rows take
+        // the host's path.
+        assert!(counts_of_row0.windows(2).all(|w| w[0] < w[1]), "{cols} columns: {counts_of_row0:?}");
+        assert_eq!(over_cap > 0, cols > CAP, "{cols} columns: rows past the capacity");
+    }
+    let mut x = b.upload(&[1.0, 2.0], 1, 2);
+    assert!(b.sample_candidates(&mut x, &[], &[]).is_empty());
+}
