@@ -430,9 +430,13 @@ impl<B: Backend> Core<B> {
             row += 1 + e.draft.len();
         }
         // A round of plain greedy rows only takes their argmax ids from the backend (the same
-        // function of the same values as the host sampler's greedy pick); a round of other plain
-        // rows takes their sampling candidates (pick.rs); others download the rows.
-        let (host, mut chosen) = if self.all_plain_greedy(plan) {
+        // function of the same values as the host sampler's greedy pick); other rounds take their
+        // rows' sampling candidates (pick.rs) unless a row needs its logprobs or a save runs;
+        // those download the rows.
+        let greedy = self.all_plain_greedy(plan);
+        let sampled = if greedy { None } else { self.tokens_from_candidates(plan, &first_row, &mut logits) };
+        let host = if greedy || sampled.is_some() { Vec::new() } else { self.backend.download(&logits) };
+        let mut chosen = if greedy {
             let ids = self.backend.argmax_rows(&logits);
             self.stats.device_sampled_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
             let v = &self.model.vocab;
@@ -442,17 +446,22 @@ impl<B: Backend> Core<B> {
                 .zip(&first_row)
                 .map(|(e, &row)| self.active.get(&e.seq).map(|_| (v.sampled(ids[row] as usize), None)))
                 .collect();
-            (Vec::new(), chosen.into_iter())
-        } else if let Some(chosen) = self.choose_from_candidates(plan, &first_row, &mut logits) {
-            (Vec::new(), chosen.into_iter())
+            chosen.into_iter()
+        } else if sampled.is_some() {
+            Vec::new().into_iter()
         } else {
-            let host = self.backend.download(&logits);
-            let chosen = self.choose_plain(plan, &first_row, &host, vocab);
-            (host, chosen.into_iter())
+            self.choose_plain(plan, &first_row, &host, vocab).into_iter()
         };
+        let mut sampled = sampled.map(Vec::into_iter);
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(&first_row) {
             if self.saves.contains_key(&e.seq) {
                 self.complete_save(e.seq);
+            } else if let Some(tokens) = sampled.as_mut().map(|s| s.next().unwrap_or_default()) {
+                if !e.draft.is_empty() {
+                    self.verify_sampled(e, &tokens);
+                } else if let Some(token) = tokens.first().and_then(|&t| self.deliver(e.seq, t, None)) {
+                    self.sched.append(e.seq, token);
+                }
             } else if e.draft.is_empty() {
                 let pick = chosen.next().flatten();
                 if let Some(token) = pick.and_then(|(token, lp)| self.deliver(e.seq, token, lp)) {

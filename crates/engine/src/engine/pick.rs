@@ -1,52 +1,77 @@
-//! Sampling a round's plain decode rows from candidates the backend selects where the logits
-//! are (tf_backend::candidates): only a few values a row cross to the host, and the token is
-//! the one the whole row would give (sampler.rs `sample_from`).
+//! Sampling a round's rows from candidates the backend selects where the logits are
+//! (tf_backend::candidates): only a few values a row cross to the host, and each token is the
+//! one the whole row would give (sampler.rs `sample_from`). A verify entry's row `i` is sampled
+//! with the history holding the draft's first `i` tokens: the only history it is read with, as
+//! verification stops at the first token that differs from the draft.
 
-use super::{Chosen, Core};
-use crate::sampler::{query, sample_from};
+use super::Core;
+use crate::sampler::{History, SamplingParams, query, sample_from};
 use crate::scheduler::RoundEntry;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
-use tf_backend::Backend;
+use tf_backend::{Backend, RowQuery};
+
+/// One row to sample: its params and position.
+type Job<'a> = (&'a SamplingParams, u64);
 
 impl<B: Backend> Core<B> {
-    /// The token of every entry wanting logits, in plan order (`None` for sequences no longer
-    /// active), when each is a plain decode row (no draft, no save) whose request asks for no
-    /// logprobs and has a candidate query; otherwise `None` and the caller downloads the rows.
-    pub(super) fn choose_from_candidates(
+    /// Per entry wanting logits, in plan order, the tokens its rows sample (one for a plain
+    /// decode entry, `1 + k` for a verify entry; none for a sequence no longer active), when no
+    /// entry saves and no request asks for logprobs; otherwise `None` and the caller downloads.
+    pub(super) fn tokens_from_candidates(
         &self,
         plan: &[RoundEntry],
         first_row: &[usize],
         logits: &mut B::Act,
-    ) -> Option<Vec<Chosen>> {
-        let (mut rows, mut queries, mut jobs, mut slots) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    ) -> Option<Vec<Vec<u32>>> {
+        let (mut rows, mut queries, mut jobs, mut spans) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(first_row) {
-            if !e.draft.is_empty() || self.saves.contains_key(&e.seq) {
+            if self.saves.contains_key(&e.seq) {
                 return None;
             }
-            let Some(a) = self.active.get(&e.seq) else {
-                slots.push(None);
-                continue;
-            };
-            if a.req.top_logprobs.is_some() {
-                return None;
+            let start = jobs.len();
+            if let Some(a) = self.active.get(&e.seq) {
+                if a.req.top_logprobs.is_some() {
+                    return None;
+                }
+                let position = (a.req.prompt.len() + a.generated) as u64;
+                for (i, q) in row_queries(&a.req.params, &a.history, &e.draft)?.into_iter().enumerate() {
+                    rows.push(row + i);
+                    queries.push(q);
+                    jobs.push((&a.req.params, position + i as u64));
+                }
             }
-            queries.push(query(&a.req.params, &a.history)?);
-            slots.push(Some(jobs.len()));
-            rows.push(row);
-            jobs.push((&a.req.params, (a.req.prompt.len() + a.generated) as u64));
+            spans.push(start..jobs.len());
         }
         let candidates =
             if rows.is_empty() { Vec::new() } else { self.backend.sample_candidates(logits, &rows, &queries) };
         self.stats.candidate_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let width = self.model.vocab.rows();
-        let v = &self.model.vocab;
-        let pick = |(c, &(params, position))| v.sampled(sample_from(c, width, params, position) as usize);
+        let (width, v) = (self.model.vocab.rows(), &self.model.vocab);
+        let pick =
+            |(c, &(params, position)): (_, &Job<'_>)| v.sampled(sample_from(c, width, params, position) as usize);
         let tokens: Vec<u32> = if jobs.len() > 1 {
             candidates.par_iter().zip(&jobs).map(pick).collect()
         } else {
             candidates.iter().zip(&jobs).map(pick).collect()
         };
-        Some(slots.into_iter().map(|s| s.map(|k| (tokens[k], None))).collect())
+        Some(spans.into_iter().map(|s| tokens[s].to_vec()).collect())
     }
+}
+
+/// The queries of an entry's `1 + draft.len()` rows (row `i` after the draft's first `i`
+/// tokens), or `None` when the params have no query.
+fn row_queries(params: &SamplingParams, history: &History, draft: &[u32]) -> Option<Vec<RowQuery>> {
+    let first = query(params, history)?;
+    let penalised =
+        params.repetition_penalty != 1.0 || params.frequency_penalty != 0.0 || params.presence_penalty != 0.0;
+    if draft.is_empty() || !penalised {
+        return Some(vec![first; 1 + draft.len()]);
+    }
+    let mut h = history.clone();
+    let mut all = vec![first];
+    for &t in draft {
+        h.push(t);
+        all.push(query(params, &h)?);
+    }
+    Some(all)
 }

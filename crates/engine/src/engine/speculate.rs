@@ -84,9 +84,20 @@ impl<B: Backend> Core<B> {
     /// the sampled token; the first mismatch (or the row after the last draft) gives one more.
     pub(super) fn verify(&mut self, e: &RoundEntry, rows: &[f32]) {
         let vocab = self.model.vocab.rows();
+        self.verify_by(e, |core, i| rows.chunks_exact(vocab).nth(i).and_then(|row| core.emit(e.seq, row)));
+    }
+
+    /// [`Core::verify`] with each position's token sampled already (pick.rs: position `i`'s
+    /// from the history holding the draft's first `i` tokens, the only case it is read in).
+    pub(super) fn verify_sampled(&mut self, e: &RoundEntry, tokens: &[u32]) {
+        self.verify_by(e, |core, i| tokens.get(i).and_then(|&t| core.deliver(e.seq, t, None)));
+    }
+
+    /// Delivers position `i`'s token from `next` while the draft matches, then ends the draft.
+    fn verify_by(&mut self, e: &RoundEntry, mut next: impl FnMut(&mut Self, usize) -> Option<u32>) {
         let mut accepted = 0;
-        for (i, row) in rows.chunks_exact(vocab).enumerate() {
-            let Some(token) = self.emit(e.seq, row) else { break };
+        for i in 0..=e.draft.len() {
+            let Some(token) = next(self, i) else { break };
             if i < e.draft.len() && token == e.draft[i] {
                 self.sched.accept(e.seq, token);
                 accepted += 1;
