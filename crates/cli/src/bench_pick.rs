@@ -4,6 +4,7 @@
 //! what a plain sampled round does). Every row is sampled; row 0's token feeds the next round.
 
 use crate::exit::{Failure, refused};
+use rayon::prelude::*;
 use tf_backend::Backend;
 use tf_engine::sampler::{History, SamplingParams, query, sample, sample_from};
 
@@ -66,14 +67,15 @@ impl Picker {
             PickMode::Host => {
                 let (_, cols) = b.shape(logits);
                 let mut host = b.download(logits);
-                let mut first = 0;
-                for (r, row) in host.chunks_mut(cols.max(1)).enumerate().take(batch) {
-                    let id = sample(row, &params(r), &self.history, position) as usize;
-                    if r == 0 {
-                        first = id;
-                    }
-                }
-                first
+                let history = &self.history;
+                // In parallel over rows, as the engine samples a round's rows.
+                let ids: Vec<u32> = host
+                    .par_chunks_mut(cols.max(1))
+                    .take(batch)
+                    .enumerate()
+                    .map(|(r, row)| sample(row, &params(r), history, position))
+                    .collect();
+                ids.first().copied().unwrap_or(0) as usize
             }
             PickMode::Candidates => {
                 let (_, cols) = b.shape(logits);
@@ -82,14 +84,9 @@ impl Picker {
                 let all = b.sample_candidates(logits, &rows, &vec![q; batch]);
                 self.rows += all.len() as u64;
                 self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
-                let mut first = 0;
-                for (r, c) in all.iter().enumerate() {
-                    let id = sample_from(c, cols, &params(r), position) as usize;
-                    if r == 0 {
-                        first = id;
-                    }
-                }
-                first
+                let ids: Vec<u32> =
+                    all.par_iter().enumerate().map(|(r, c)| sample_from(c, cols, &params(r), position)).collect();
+                ids.first().copied().unwrap_or(0) as usize
             }
         }
     }
