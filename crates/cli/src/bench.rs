@@ -196,6 +196,7 @@ impl OnBackend for Bench<'_> {
                 }
                 if picker.rows > 0 {
                     row["candidates_per_row"] = json!(picker.candidates as f64 / picker.rows as f64);
+                    row["draw_ms_per_round"] = json!(picker.draw_s * 1e3 / gen_len as f64);
                 }
                 // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
                 let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
@@ -208,7 +209,12 @@ impl OnBackend for Bench<'_> {
                 results.push(row);
                 let pick = match picker.rows {
                     0 => mode.name().to_string(),
-                    n => format!("{} ({:.0} a row)", mode.name(), picker.candidates as f64 / n as f64),
+                    n => format!(
+                        "{} ({:.0} a row, drawn in {:.3} ms a round)",
+                        mode.name(),
+                        picker.candidates as f64 / n as f64,
+                        picker.draw_s * 1e3 / gen_len as f64
+                    ),
                 };
                 println!(
                     "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}",

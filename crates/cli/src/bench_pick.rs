@@ -51,12 +51,14 @@ pub struct Picker {
     pub rows: u64,
     /// Candidates over those rows.
     pub candidates: u64,
+    /// Seconds spent drawing tokens from candidates on the host.
+    pub draw_s: f64,
 }
 
 impl Picker {
     /// A picker for `mode` sampling with `params` (row `r` seeded with `params.seed + r`).
     pub fn new(mode: PickMode, params: SamplingParams) -> Picker {
-        Picker { mode, params, history: History::default(), rows: 0, candidates: 0 }
+        Picker { mode, params, history: History::default(), rows: 0, candidates: 0, draw_s: 0.0 }
     }
 
     /// Row 0's next token of `logits` (`batch` rows as wide as the vocabulary) at `position`.
@@ -84,8 +86,10 @@ impl Picker {
                 let all = b.sample_candidates(logits, &rows, &vec![q; batch]);
                 self.rows += all.len() as u64;
                 self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
+                let t = std::time::Instant::now();
                 let ids: Vec<u32> =
                     all.par_iter().enumerate().map(|(r, c)| sample_from(c, cols, &params(r), position)).collect();
+                self.draw_s += t.elapsed().as_secs_f64();
                 ids.first().copied().unwrap_or(0) as usize
             }
         }

@@ -4,6 +4,7 @@ use crate::CudaBackend;
 use crate::device::{Arg, grid_for, ptr};
 use crate::ops::{argmax_split, select_rows};
 use crate::tensor::CudaAct;
+use rayon::prelude::*;
 use tf_backend::candidates::select;
 use tf_backend::{Candidates, RowQuery};
 
@@ -82,8 +83,11 @@ pub(crate) fn sample_candidates(
         let picked: Vec<usize> = host.iter().map(|&i| rows[i]).collect();
         let edited = select_rows(b, x, &picked);
         let data = d.download(edited.data(b), edited.len());
-        for (&i, row) in host.iter().zip(data.chunks_exact(cols)) {
-            found[i] = Some(select(row, &queries[i]));
+        // In parallel: a row that falls back may keep its whole width.
+        let selected: Vec<Candidates> =
+            host.par_iter().zip(data.par_chunks_exact(cols)).map(|(&i, row)| select(row, &queries[i])).collect();
+        for (&i, c) in host.iter().zip(selected) {
+            found[i] = Some(c);
         }
     }
     found.into_iter().map(Option::unwrap_or_default).collect()

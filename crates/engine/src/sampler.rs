@@ -88,12 +88,16 @@ pub fn sample_from(c: &Candidates, width: usize, params: &SamplingParams, positi
     if params.is_greedy() {
         return c.ids.get(argmax(&c.values) as usize).copied().unwrap_or(0);
     }
-    let x: Vec<f32> = match params.temperature {
-        1.0 => c.values.clone(),
-        t => c.values.iter().map(|&v| v / t).collect(),
+    let scaled: Vec<f32>;
+    let x = match params.temperature {
+        1.0 => &c.values,
+        t => {
+            scaled = c.values.iter().map(|&v| v / t).collect();
+            &scaled
+        }
     };
-    let kept = kept(&x, width, params.top_k, params.top_p, params.min_p);
-    gumbel_argmax(&c.ids, &x, &kept, params.seed, position)
+    let kept = kept(x, width, params.top_k, params.top_p, params.min_p);
+    gumbel_argmax(&c.ids, x, &kept, params.seed, position)
 }
 
 /// Adds each bias to its id's logit (ids were checked at the boundary).
