@@ -83,18 +83,26 @@ extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float
     }
 }
 
+// Candidates a block stages in shared memory before it reserves their slots; a block whose
+// slice holds more sends its row to the host (its count pushed past any capacity).
+#define SQ_STAGE 2048
+
 // Block x of query y folds the row's `parts` partial maxima, and when the scaled maximum is
-// finite appends every column of its slice whose scaled value is >= that maximum minus the
-// window: counts[y] counts the row's candidates (on past `cap`), and the first `cap` of them take
-// a slot of `out` from the shared counter counts[n], three words each: query, column, value (the
-// edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] = SQ_FLAGGED.
-// counts starts zeroed; the order of a row's candidates is arbitrary (the host sorts them).
+// finite stages every column of its slice whose scaled value is >= that maximum minus the window
+// in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
+// the row's count counts[y] (on past `cap`) and, for those within the row's first `cap`, one on
+// the shared list's counter counts[n]; they go to `out` three words each: query, column, value
+// (the edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] =
+// SQ_FLAGGED. counts starts zeroed; the order of a row's candidates is arbitrary (the host sorts
+// them).
 extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __restrict__ x, const u32* __restrict__ qs,
                                                                 const float* __restrict__ pmax, u32* __restrict__ counts,
                                                                 u32* __restrict__ out, int n, int cols, int slice, int parts,
                                                                 int cap) {
     tf_pdl_enter();
     __shared__ float sm[32];
+    __shared__ u32 s_id[SQ_STAGE], s_val[SQ_STAGE];
+    __shared__ u32 s_n, s_keep, s_slot;
     const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
     const int lane = threadIdx.x & 31;
     const u32 below = (1u << lane) - 1u;
@@ -105,7 +113,8 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
             const float v = pmax[(size_t)y * parts + p];
             if (v > m) m = v;
         }
-        m = sample_block_max(m, sm);
+        if (threadIdx.x == 0) s_n = 0;
+        m = sample_block_max(m, sm);  // its barriers also order s_n's reset before any use
         const float smax = sample_scaled(q, m);
         if (!sample_finite(smax)) {
             if (blockIdx.x == 0 && threadIdx.x == 0) counts[y] = SQ_FLAGGED;
@@ -125,23 +134,36 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
                 const u32 mask = __ballot_sync(0xffffffffu, take);
                 if (mask == 0u) continue;
                 const int lead = __ffs(mask) - 1;
-                u32 pos = 0;
-                if (lane == lead) pos = atomicAdd(&counts[y], (u32)__popc(mask));
-                pos = __shfl_sync(0xffffffffu, pos, lead) + (u32)__popc(mask & below);
-                const bool keep = take && pos < (u32)cap;
-                const u32 kmask = __ballot_sync(0xffffffffu, keep);
-                if (kmask == 0u) continue;
-                const int klead = __ffs(kmask) - 1;
-                u32 slot = 0;
-                if (lane == klead) slot = atomicAdd(&counts[n], (u32)__popc(kmask));
-                slot = __shfl_sync(0xffffffffu, slot, klead) + (u32)__popc(kmask & below);
-                if (keep) {
-                    u32* o = out + (size_t)slot * 3;
-                    o[0] = (u32)y;
-                    o[1] = (u32)(c + j * step);
-                    o[2] = __float_as_uint(v[j]);
+                u32 at = 0;
+                if (lane == lead) at = atomicAdd(&s_n, (u32)__popc(mask));
+                at = __shfl_sync(0xffffffffu, at, lead) + (u32)__popc(mask & below);
+                if (take && at < SQ_STAGE) {
+                    s_id[at] = (u32)(c + j * step);
+                    s_val[at] = __float_as_uint(v[j]);
                 }
             }
         }
+        __syncthreads();
+        const u32 local = s_n;
+        if (threadIdx.x == 0) {
+            s_keep = 0;
+            if (local > 0) {
+                // A slice too rich to stage sends its row past any capacity (to the host).
+                const u32 add = local <= SQ_STAGE ? local : local + (u32)cap + 1u;
+                const u32 before = atomicAdd(&counts[y], add);
+                const u32 room = before < (u32)cap ? (u32)cap - before : 0u;
+                s_keep = local <= SQ_STAGE ? min(local, room) : 0u;
+                if (s_keep > 0) s_slot = atomicAdd(&counts[n], s_keep);
+            }
+        }
+        __syncthreads();
+        const u32 keep = s_keep;
+        for (u32 i = threadIdx.x; i < keep; i += step) {
+            u32* o = out + (size_t)(s_slot + i) * 3;
+            o[0] = (u32)y;
+            o[1] = s_id[i];
+            o[2] = s_val[i];
+        }
+        __syncthreads();  // the stage is read before the next row refills it
     }
 }
