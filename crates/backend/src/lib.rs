@@ -239,6 +239,11 @@ pub trait Backend: Send + Sync {
             .map(|(&r, q)| candidates::candidates(&mut data[r * cols..(r + 1) * cols].to_vec(), q))
             .collect()
     }
+    /// Candidates a row may have before [`Backend::sample_candidates`] downloads it whole
+    /// (`None`: every row is read where it is, so a wide row costs nothing more).
+    fn candidate_capacity(&self) -> Option<usize> {
+        None
+    }
     /// A number no earlier call on this backend returned (0 where recordings are not kept): a
     /// loaded model's identity in [`Round::model`].
     fn fresh_id(&self) -> u64 {

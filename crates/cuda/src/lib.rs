@@ -391,6 +391,10 @@ impl Backend for CudaBackend {
         ids
     }
 
+    fn candidate_capacity(&self) -> Option<usize> {
+        Some(sample::CAP)
+    }
+
     fn sample_candidates(&self, x: &mut CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
         let c = sample::sample_candidates(self, x, rows, queries);
         if let Some(t) = &self.trace {

@@ -228,6 +228,9 @@ struct Active {
     generated: usize,
     /// Draft tokens to propose next (adapted to the acceptance seen).
     draft_k: usize,
+    /// Until `generated` reaches this, rounds holding this sequence download whole rows: its
+    /// last row sampled from candidates had more than the backend keeps (pick.rs).
+    whole_until: usize,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -356,7 +359,7 @@ impl<B: Backend> Core<B> {
         self.sched.add(id, req.prompt.as_slice().to_vec());
         let history = History::new(&req.prompt);
         let draft_k = if req.draft { self.draft.num_tokens } else { 0 };
-        self.active.insert(id, Active { req, history, generated: 0, draft_k });
+        self.active.insert(id, Active { req, history, generated: 0, draft_k, whole_until: 0 });
     }
 
     fn reap_cancelled(&mut self) {

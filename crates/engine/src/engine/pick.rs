@@ -3,6 +3,11 @@
 //! one the whole row would give (sampler.rs `sample_from`). A verify entry's row `i` is sampled
 //! with the history holding the draft's first `i` tokens: the only history it is read with, as
 //! verification stops at the first token that differs from the draft.
+//!
+//! A row with more candidates than the backend keeps is downloaded whole anyway, and costs more
+//! that way than a round that downloads every row; so a sequence whose row did is sampled from
+//! whole rows for the next [`WHOLE_ROUNDS`] tokens, then tried again. Either way gives the same
+//! tokens: this only picks the cheaper transfer.
 
 use super::Core;
 use crate::sampler::{History, SamplingParams, query, sample_from};
@@ -10,6 +15,9 @@ use crate::scheduler::RoundEntry;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use tf_backend::{Backend, RowQuery};
+
+/// Tokens a sequence is sampled from whole rows after its row had too many candidates.
+const WHOLE_ROUNDS: usize = 16;
 
 /// One row to sample: its params and position.
 type Job<'a> = (&'a SamplingParams, u64);
@@ -19,19 +27,20 @@ impl<B: Backend> Core<B> {
     /// decode entry, `1 + k` for a verify entry; none for a sequence no longer active), when no
     /// entry saves and no request asks for logprobs; otherwise `None` and the caller downloads.
     pub(super) fn tokens_from_candidates(
-        &self,
+        &mut self,
         plan: &[RoundEntry],
         first_row: &[usize],
         logits: &mut B::Act,
     ) -> Option<Vec<Vec<u32>>> {
         let (mut rows, mut queries, mut jobs, mut spans) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut seqs = Vec::new();
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(first_row) {
             if self.saves.contains_key(&e.seq) {
                 return None;
             }
             let start = jobs.len();
             if let Some(a) = self.active.get(&e.seq) {
-                if a.req.top_logprobs.is_some() {
+                if a.req.top_logprobs.is_some() || a.generated < a.whole_until {
                     return None;
                 }
                 let position = (a.req.prompt.len() + a.generated) as u64;
@@ -39,6 +48,7 @@ impl<B: Backend> Core<B> {
                     rows.push(row + i);
                     queries.push(q);
                     jobs.push((&a.req.params, position + i as u64));
+                    seqs.push(e.seq);
                 }
             }
             spans.push(start..jobs.len());
@@ -54,6 +64,15 @@ impl<B: Backend> Core<B> {
         } else {
             candidates.iter().zip(&jobs).map(pick).collect()
         };
+        let wide: Vec<_> = match self.backend.candidate_capacity() {
+            Some(cap) => candidates.iter().zip(&seqs).filter(|(c, _)| c.ids.len() > cap).map(|(_, &id)| id).collect(),
+            None => Vec::new(),
+        };
+        for id in wide {
+            if let Some(a) = self.active.get_mut(&id) {
+                a.whole_until = a.generated + WHOLE_ROUNDS;
+            }
+        }
         Some(spans.into_iter().map(|s| tokens[s].to_vec()).collect())
     }
 }
