@@ -17,6 +17,6 @@ stamp synth
 timeout 300 "$BIN" synth --like qwen3-8b --out "$CKPT" 2>&1 | tail -1
 stamp peer
 PYTHONUNBUFFERED=1 timeout 200 python3 scripts/device/peer_hf.py --model "$CKPT" --runs 128x64 \
-  --gen-len 128 --repeat 1 --json "$OUT/peer.json" 2>&1 | grep -E "^peer" | tee "$OUT/peer.log"
+  --gen-len 128 --repeat 2 --json "$OUT/peer.json" 2>&1 | grep -E "^peer" | tee "$OUT/peer.log"
 python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
 stamp done
