@@ -474,6 +474,13 @@ extern "C" __global__ void fill_random_bf16(u16* __restrict__ y, size_t n, u32 s
     }
 }
 
+// Columns c, c + step, ... c + 15 step of `row` (NEG_INF from `hi` on), all loaded before any is
+// used: one memory round trip for sixteen values (argmax_partial, sample.cu).
+__device__ __forceinline__ void load16(const float* __restrict__ row, int c, int hi, int step, float (&v)[16]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+}
+
 // Greedy argmax over (value, column) pairs: the larger value wins, the lower column on ties, and
 // NaN never (only `v > best` takes a value), so any split of a row gives the same column.
 __device__ __forceinline__ void argmax_take(float& bv, int& bi, float ov, int oi) {
@@ -508,8 +515,7 @@ extern "C" __global__ void __launch_bounds__(128) argmax_partial(const float* __
         // which never wins.
         for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
             float v[16];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+            load16(row, c, hi, step, v);
 #pragma unroll
             for (int j = 0; j < 16; ++j)
                 if (v[j] > bv) bv = v[j], bi = c + j * step;

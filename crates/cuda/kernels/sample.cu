@@ -72,8 +72,7 @@ extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float
         float m = NEG_INF;
         for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
             float v[16];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+            load16(row, c, hi, step, v);
 #pragma unroll
             for (int j = 0; j < 16; ++j)
                 if (v[j] > m) m = v[j];
@@ -126,8 +125,7 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
         for (int base = lo; base < hi; base += 16 * step) {
             const int c = base + threadIdx.x;
             float v[16];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] = j * step < hi - c ? row[c + j * step] : NEG_INF;
+            load16(row, c, hi, step, v);
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
                 const bool take = j * step < hi - c && sample_scaled(q, v[j]) >= thr;
