@@ -25,7 +25,8 @@ type Job<'a> = (&'a SamplingParams, u64);
 impl<B: Backend> Core<B> {
     /// Per entry wanting logits, in plan order, the tokens its rows sample (one for a plain
     /// decode entry, `1 + k` for a verify entry; none for a sequence no longer active), when no
-    /// entry saves and no request asks for logprobs; otherwise `None` and the caller downloads.
+    /// entry saves, no request asks for logprobs and no sequence is in its whole-row tokens;
+    /// otherwise `None` and the caller downloads.
     pub(super) fn tokens_from_candidates(
         &mut self,
         plan: &[RoundEntry],
@@ -81,9 +82,7 @@ impl<B: Backend> Core<B> {
 /// tokens), or `None` when the params have no query.
 fn row_queries(params: &SamplingParams, history: &History, draft: &[u32]) -> Option<Vec<RowQuery>> {
     let first = query(params, history)?;
-    let penalised =
-        params.repetition_penalty != 1.0 || params.frequency_penalty != 0.0 || params.presence_penalty != 0.0;
-    if draft.is_empty() || !penalised {
+    if draft.is_empty() || !params.is_penalised() {
         return Some(vec![first; 1 + draft.len()]);
     }
     let mut h = history.clone();

@@ -84,11 +84,12 @@ impl SamplingParams {
     /// Whether the token is the argmax of the raw logits: greedy with no bias or penalty to
     /// apply first (a backend may then pick it where the logits are).
     pub fn is_plain_greedy(&self) -> bool {
-        self.is_greedy()
-            && self.logit_bias.is_empty()
-            && self.repetition_penalty == 1.0
-            && self.frequency_penalty == 0.0
-            && self.presence_penalty == 0.0
+        self.is_greedy() && self.logit_bias.is_empty() && !self.is_penalised()
+    }
+
+    /// Whether a penalty reads the sequence's history.
+    pub fn is_penalised(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 }
 
