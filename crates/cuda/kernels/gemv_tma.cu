@@ -50,10 +50,32 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
 }
 
+// gemv_store's values, each times its row's scale first when `scaled`; with yb, the stored values
+// also rounded to bf16 (row stride ykp, the padding columns zero): the residual's copy that
+// folded matmuls read next.
+template <int NT>
+__device__ __forceinline__ void gt_store(float* __restrict__ y, const float (&tot)[NT][4], const float (&old)[NT][4],
+                                         const float (&sc)[NT][2], bool scaled, int tile, int n, int m, int g, int c,
+                                         int add, u16* __restrict__ yb, int ykp) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = tile * 16 + g + (e >> 1) * 8, xr = t * 8 + 2 * c + (e & 1);
+            if (xr >= m) continue;
+            const float v = scaled ? __fmul_rn(tot[t][e], sc[t][e & 1]) : tot[t][e];
+            const float o = add ? __fadd_rn(old[t][e], v) : v;
+            if (row < n) y[(size_t)xr * n + row] = o;
+            if (yb && row < ykp) yb[(size_t)xr * ykp + row] = row < n ? f2bf(o) : 0;
+        }
+}
+
 template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
+                                              const float* __restrict__ rs, const float* __restrict__ hrow, int hcols,
+                                              float eps, u16* __restrict__ yb, int ykp) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -105,6 +127,22 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             issue_x(q);
         }
     }
+    // A folded norm's scale (fold.cu): with hrow (one row), this block makes the row's inverse
+    // root itself while the first stages land; with rs, warp 0 reads each row's.
+    __shared__ float red[GT_W];
+    static_assert(RS_T == 32 * GT_W, "the GEMV's threads make the row scale in fold.cu's order");
+    if (hrow) {
+        const float ss = rms_part(hrow, hcols);
+        if (lane == 0) red[warp] = ss;
+    }
+    float sc[NT][2];  // warp 0: the scale of x row 8 tt + 2c + p
+#pragma unroll
+    for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+            const int xr = tt * 8 + 2 * c + p;
+            sc[tt][p] = warp == 0 && rs && xr < m ? rs[xr] : 1.f;
+        }
     float acc[NT][4];
     int q = 0;
     float old[NT][4];  // warp 0: y's values of tile t before the add
@@ -155,7 +193,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-            gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
+            if (hrow && t == t0) {
+                const float inv = rms_inv_of(red, hcols, eps);
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt) sc[tt][0] = sc[tt][1] = inv;
+            }
+            gt_store<NT>(y, tot, old, sc, rs || hrow, tile, n, m, g, c, add, yb, ykp);
         }
     }
 }
@@ -166,13 +209,16 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre) {                 \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre,                   \
+        const float* __restrict__ rs, const float* __restrict__ hrow, int hcols, float eps, u16* __restrict__ yb,  \
+        int ykp) {                                                                                                 \
         tf_pdl_launch();                                                                                           \
         GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
 #define GEMV_TMA_BODY(NT) \
-    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre);
+    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre, rs, hrow, \
+                      hcols, eps, yb, ykp);
 #else
 #define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif

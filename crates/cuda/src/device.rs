@@ -25,6 +25,8 @@ pub struct CudaOptions {
     /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs; also
     /// `TF_CUDA_GRAPHS=0`).
     pub no_graphs: bool,
+    /// Norms are never folded into the weights they feed (fold.rs; also `TF_CUDA_FOLD=0`).
+    pub no_fold: bool,
 }
 
 /// One kernel argument.
@@ -78,6 +80,9 @@ kernels!(
     scatter_add,
     kv_write,
     fill_random_bf16,
+    rms_inv_rows,
+    fold_norm_bf16,
+    scale_rows,
     argmax_partial,
     argmax_combine,
     sample_edits,
