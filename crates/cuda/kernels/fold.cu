@@ -11,18 +11,30 @@
 #define RS_T 256
 #define RS_J 16
 
-// This thread's warp's sum of squares of row x (every lane gets it).
+// This thread's values i0, i0 + RS_T, ... of row x (zeros past `cols`).
+__device__ __forceinline__ void rms_load(float (&v)[RS_J], const float* __restrict__ x, int cols, int i0) {
+#pragma unroll
+    for (int j = 0; j < RS_J; ++j) {
+        const int i = i0 + j * RS_T;
+        v[j] = i < cols ? x[i] : 0.f;
+    }
+}
+
+// ss plus the squares of v in order.
+__device__ __forceinline__ float rms_squares(const float (&v)[RS_J], float ss) {
+#pragma unroll
+    for (int j = 0; j < RS_J; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+    return ss;
+}
+
+// This thread's warp's sum of squares of row x (every lane gets it). Up to RS_T * RS_J values a
+// row it is warp_sum(rms_squares(v, 0)) of rms_load(v, x, cols, threadIdx.x).
 __device__ __forceinline__ float rms_part(const float* __restrict__ x, int cols) {
     float ss = 0.f;
     for (int i0 = threadIdx.x; i0 < cols; i0 += RS_T * RS_J) {
         float v[RS_J];
-#pragma unroll
-        for (int j = 0; j < RS_J; ++j) {
-            const int i = i0 + j * RS_T;
-            v[j] = i < cols ? x[i] : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < RS_J; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+        rms_load(v, x, cols, i0);
+        ss = rms_squares(v, ss);
     }
     return warp_sum(ss);
 }

@@ -444,11 +444,21 @@ fn gemv_tma(
     let (Some(maps), Some(xmap)) = (maps, crate::tma::row_map(xb, m, kt * 16, 8 * nt)) else {
         return false;
     };
-    let f = match nt {
-        1 => &d.k.gemv_tma_n1,
-        2 => &d.k.gemv_tma_n2,
-        _ => &d.k.gemv_tma_n4,
+    let k = &d.k;
+    let f = match (scale, yb.is_some(), nt) {
+        (Scale::Own { .. }, _, 1) => &k.gemv_tma_own_n1,
+        (Scale::Own { .. }, _, _) => panic!("a TMA GEMV makes its own scale for one row only"),
+        (Scale::Rows(_), _, 1) => &k.gemv_tma_rows_n1,
+        (Scale::Rows(_), _, 2) => &k.gemv_tma_rows_n2,
+        (Scale::Rows(_), _, _) => &k.gemv_tma_rows_n4,
+        (Scale::None, true, 1) => &k.gemv_tma_copy_n1,
+        (Scale::None, true, 2) => &k.gemv_tma_copy_n2,
+        (Scale::None, true, _) => &k.gemv_tma_copy_n4,
+        (Scale::None, false, 1) => &k.gemv_tma_n1,
+        (Scale::None, false, 2) => &k.gemv_tma_n2,
+        (Scale::None, false, _) => &k.gemv_tma_n4,
     };
+    assert!(yb.is_none() || (scale.is_none() && add), "the bf16 copy is of a residual add's sums");
     let (own_h, own_cols, own_eps) = match scale {
         Scale::Own { h, cols, eps } => (h, cols, eps),
         _ => (0, 0, 0.0),
