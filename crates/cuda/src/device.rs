@@ -245,7 +245,19 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
+            let tma = [
+                (&k.gemv_tma_n1, 1),
+                (&k.gemv_tma_n2, 2),
+                (&k.gemv_tma_n4, 4),
+                (&k.gemv_tma_rows_n1, 1),
+                (&k.gemv_tma_rows_n2, 2),
+                (&k.gemv_tma_rows_n4, 4),
+                (&k.gemv_tma_own_n1, 1),
+                (&k.gemv_tma_copy_n1, 1),
+                (&k.gemv_tma_copy_n2, 2),
+                (&k.gemv_tma_copy_n4, 4),
+            ];
+            for (f, nt) in tma {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",
