@@ -117,6 +117,8 @@ pub struct CudaBackend {
     ids: std::sync::atomic::AtomicU64,
     /// Whether `fold_norm` folds (fold.rs).
     fold: bool,
+    /// Whether a residual add's TMA GEMV also writes h's bf16 copy (lab `TF_CUDA_COPY=0`: not).
+    copy: bool,
 }
 
 impl CudaBackend {
@@ -136,6 +138,7 @@ impl CudaBackend {
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
             ids: Default::default(),
             fold: !opts.no_fold && std::env::var("TF_CUDA_FOLD").map_or(true, |v| v != "0"),
+            copy: std::env::var("TF_CUDA_COPY").map_or(true, |v| v != "0"),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),

@@ -40,7 +40,7 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
     );
     crate::fold::assert_unfolded(&[w]);
     // Up to 32 rows the TMA GEMV also writes h's bf16 copy (what a folded norm's matmuls read).
-    let yb = (x.rows <= 32).then(|| crate::ops::bf16_out(b, h.rows, h.cols));
+    let yb = (x.rows <= 32 && b.copy).then(|| crate::ops::bf16_out(b, h.rows, h.cols));
     let ybp = yb.as_ref().map(|y| ptr(y, &b.dev.stream));
     let wrote = launch(b, x, &[w], &[h.data(b)], true, Scale::None, ybp);
     h.touched();
