@@ -2,7 +2,7 @@
 # Decode and prefill of several builds, interleaved (R rounds), on qwen3-8b synth: one line per
 # build and shape with the median over the rounds. For telling which of a few commits moved a figure.
 #   scripts/device/abc.sh "A=.carry/a/tensorfold B=.carry/tensorfold" [rounds]
-# A build may carry one environment setting after a colon: "U=.carry/tensorfold:TF_LAB_M1=apart".
+# A build may carry environment settings after a colon, joined by +: "U=.carry/tensorfold:TF_LAB_M1=apart".
 set -u
 BINS=$1 ROUNDS=${2:-2}
 OUT=${OUT:-/tmp/tf-out}
@@ -16,7 +16,8 @@ first=${first#*=}
 for r in $(seq 1 "$ROUNDS"); do
   for nb in $BINS; do
     bin=${nb#*=} envs=()
-    [[ $bin == *:* ]] && envs=("${bin#*:}") && bin=${bin%%:*}
+    # shellcheck disable=SC2206
+    [[ $bin == *:* ]] && e=${bin#*:} && envs=(${e//+/ }) && bin=${bin%%:*}
     # shellcheck disable=SC2086
     env "${envs[@]}" timeout 200 "$bin" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/abc/${nb%%=*}-$r.json" >/dev/null 2>&1 \
       || echo "${nb%%=*} round $r failed"
