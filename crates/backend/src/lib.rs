@@ -134,15 +134,6 @@ pub trait Backend: Send + Sync {
         let n = self.rms_norm(x, nw, eps, one_plus);
         self.matmul_many(&n, ws)
     }
-    /// Lets the backend fold the norm `nw` (scale `w` or `1 + w`) into the columns of the weights
-    /// it feeds, applying the norm's per-row factor after the matmul instead (the norm then is no
-    /// separate step on the way to them). True where it did: from then on `ws` may only be used
-    /// through `norm_matmul_many` / `norm_matmul_glu` with `nw`, whose values then equal the
-    /// unfolded ones within bf16 rounding (not bit for bit). The default folds nothing.
-    fn fold_norm(&self, nw: &Self::Vec, one_plus: bool, ws: &mut [&mut Self::Mat]) -> bool {
-        let _ = (nw, one_plus, ws);
-        false
-    }
     /// RMSNorm over each consecutive group of `w.len()` values; scale `w` or `1 + w`.
     fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act;
     /// `x += y`.

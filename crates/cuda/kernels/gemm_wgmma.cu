@@ -129,13 +129,12 @@ __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int b
 // GLU: W0 is a packed gate/up weight (tf_backend gate_up; n0 = 2 inter, no split, no add) and
 // the store writes act(gate) * up rounded to bf16 (ops.cu glu_one, the same values as glu_packed
 // of the plain output) into ygb [m, inter] (row stride kp) instead of y0.
-// rs (or null): each token's folded-norm scale (fold.cu), applied to a value before anything else.
 template <bool GLU>
 __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc& w1, const TmaDesc& w2, const TmaDesc& xmap,
                                                 float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2,
                                                 int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
                                                 float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first,
-                                                u16* __restrict__ ygb, int kp, int act, const float* __restrict__ rs) {
+                                                u16* __restrict__ ygb, int kp, int act) {
 #ifdef TF_WGMMA
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES], lagbar;
@@ -254,13 +253,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
             // (exponential, division) overlap; made one by one under a bounds branch each they
             // cost the CTA about 3 us a tile (H200, 4096-token prefill).
             const int inter = n0 / 2, col = (tl.row0 + wg * 64 + warp * 16) / 2 + g;
-            if (rs) {
-#pragma unroll
-                for (int i = 0; i < WG_ACC; ++i) {
-                    const int tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-                    tot[i] = __fmul_rn(tot[i], tok < m ? rs[tok] : 1.f);
-                }
-            }
             float o[WG_ACC / 2];
 #pragma unroll
             for (int j = 0; j < WG_ACC / 2; ++j) o[j] = glu_one(tot[(j >> 1) * 4 + (j & 1)], tot[(j >> 1) * 4 + (j & 1) + 2], act);
@@ -284,13 +276,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
         const int ntot = n0 + n1 + n2, col0 = tl.which == 0 ? 0 : tl.which == 1 ? n0 : n0 + n1;
         // With add, every old y value is loaded (into the spent accumulators) before any store, so
         // the loads overlap instead of each waiting behind the previous store.
-        if (rs && nz == 0) {  // split mode: gemm_fold scales the folded sums
-#pragma unroll
-            for (int i = 0; i < WG_ACC; ++i) {
-                const int tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-                tot[i] = __fmul_rn(tot[i], tok < m ? rs[tok] : 1.f);
-            }
-        }
         if (add && nz == 0) {
 #pragma unroll
             for (int i = 0; i < WG_ACC; ++i) {
@@ -314,28 +299,26 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
                const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1,
                float* __restrict__ y2, int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
-               float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first, const float* __restrict__ rs) {
+               float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
     gemm_wgmma_body<false>(w0, w1, w2, xmap, y0, y1, y2, n0, n1, n2, bx0, bx1, nbx, m, kt, ws, nz, add, lag_blocks,
-                           tokens_first, nullptr, 0, 0, rs);
+                           tokens_first, nullptr, 0, 0);
 }
 
 // The packed gate/up matmul with the gated activation in its store (gemm_wgmma_body GLU): gu has
 // n = 2 inter rows in nb 128-row blocks; yb [m, inter] bf16 (row stride kp).
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma_glu(const __grid_constant__ TmaDesc gu, const __grid_constant__ TmaDesc xmap, u16* __restrict__ yb, int n,
-                   int nb, int m, int kt, int kp, int act, int lag_blocks, int tokens_first,
-                   const float* __restrict__ rs) {
+                   int nb, int m, int kt, int kp, int act, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
     gemm_wgmma_body<true>(gu, gu, gu, xmap, nullptr, nullptr, nullptr, n, 0, 0, nb, 0, nb, m, kt, nullptr, 0, 0, lag_blocks,
-                          tokens_first, yb, kp, act, rs);
+                          tokens_first, yb, kp, act);
 }
 
-// Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums (times rs[token] when
-// given), exactly the register fold and store of the unsplit kernel; element e of [m][n0 + n1 + n2] goes to the weight its column is in.
+// Split mode's fold: y = ((0 + s0) + s1) + ... over the nz segment sums, exactly the register
+// fold of the unsplit kernel; element e of [m][n0 + n1 + n2] goes to the weight its column is in.
 extern "C" __global__ void gemm_fold(const float* __restrict__ ws, float* __restrict__ y0, float* __restrict__ y1,
-                                     float* __restrict__ y2, int n0, int n1, int n2, int m, int nz, int add,
-                                     const float* __restrict__ rs) {
+                                     float* __restrict__ y2, int n0, int n1, int n2, int m, int nz, int add) {
     tf_pdl_enter();
     const int ntot = n0 + n1 + n2;
     const size_t total = (size_t)m * ntot;
@@ -343,7 +326,6 @@ extern "C" __global__ void gemm_fold(const float* __restrict__ ws, float* __rest
         float t = 0.f;
         for (int z = 0; z < nz; ++z) t = __fadd_rn(t, ws[(size_t)z * total + e]);
         const int tok = (int)(e / ntot), col = (int)(e % ntot);
-        if (rs) t = __fmul_rn(t, rs[tok]);
         if (col < n0) gemm_store(y0 + (size_t)tok * n0 + col, t, add);
         else if (col < n0 + n1) gemm_store(y1 + (size_t)tok * n1 + col - n0, t, add);
         else gemm_store(y2 + (size_t)tok * n2 + col - n0 - n1, t, add);

@@ -50,39 +50,10 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
 }
 
-// What a TMA GEMV's store does besides gemv_store's (a template parameter, so each kernel holds
-// only its own epilogue; GT_PLAIN's code is gemv_store's alone):
-#define GT_PLAIN 0  // y = x W^T, or y += with add
-#define GT_ROWS 1   // each row times rs[row] first (a folded norm's scale, fold.cu)
-#define GT_OWN 2    // one row times the inverse root of the f32 row hrow, made by this block
-#define GT_COPY 3   // y += x W^T, and the sums rounded to bf16 into yb: the residual's copy
-                    // that folded matmuls read next
-
-// gemv_store for GT_ROWS, GT_OWN (values times sc first) and GT_COPY (bf16 copy, row stride ykp,
-// the padding columns zero).
-template <int NT, int EPI>
-__device__ __forceinline__ void gt_store(float* __restrict__ y, const float (&tot)[NT][4], const float (&old)[NT][4],
-                                         const float (&sc)[NT][2], int tile, int n, int m, int g, int c, int add,
-                                         u16* __restrict__ yb, int ykp) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int row = tile * 16 + g + (e >> 1) * 8, xr = t * 8 + 2 * c + (e & 1);
-            if (xr >= m) continue;
-            const float v = EPI == GT_COPY ? tot[t][e] : __fmul_rn(tot[t][e], sc[t][e & 1]);
-            const float o = add ? __fadd_rn(old[t][e], v) : v;
-            if (row < n) y[(size_t)xr * n + row] = o;
-            if (EPI == GT_COPY && row < ykp) yb[(size_t)xr * ykp + row] = row < n ? f2bf(o) : 0;
-        }
-}
-
-template <int NT, int EPI>
+template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
-                                              const float* __restrict__ rs, const float* __restrict__ hrow, int hcols,
-                                              float eps, u16* __restrict__ yb, int ykp) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -134,29 +105,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             issue_x(q);
         }
     }
-    // A folded norm's scale (fold.cu): GT_OWN's block makes the row's inverse root itself (a
-    // row of up to RS_T * RS_J values is loaded now and summed at the first tile's end, so the
-    // loads overlap the tile's MMAs); GT_ROWS's warp 0 reads each row's.
-    __shared__ float red[GT_W];
-    static_assert(RS_T == 32 * GT_W, "the GEMV's threads make the row scale in fold.cu's order");
-    float hv[RS_J];
-    const bool short_row = hcols <= RS_T * RS_J;
-    if constexpr (EPI == GT_OWN) {
-        if (short_row) {
-            rms_load(hv, hrow, hcols, threadIdx.x);
-        } else {
-            const float ss = rms_part(hrow, hcols);
-            if (lane == 0) red[warp] = ss;
-        }
-    }
-    float sc[NT][2];  // warp 0: the scale of x row 8 tt + 2c + p
-#pragma unroll
-    for (int tt = 0; tt < NT; ++tt)
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            const int xr = tt * 8 + 2 * c + p;
-            sc[tt][p] = EPI == GT_ROWS && warp == 0 && xr < m ? rs[xr] : 1.f;
-        }
     float acc[NT][4];
     int q = 0;
     float old[NT][4];  // warp 0: y's values of tile t before the add
@@ -187,12 +135,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
-        if constexpr (EPI == GT_OWN) {
-            if (short_row && t == t0) {
-                const float ss = warp_sum(rms_squares(hv, 0.f));
-                if (lane == 0) red[warp] = ss;
-            }
-        }
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
         float* pb = part + (t & 1) * GT_W * C::PART;
 #pragma unroll
@@ -213,46 +155,27 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-            if constexpr (EPI == GT_OWN) {
-                if (t == t0) {
-                    const float inv = rms_inv_of(red, hcols, eps);
-#pragma unroll
-                    for (int tt = 0; tt < NT; ++tt) sc[tt][0] = sc[tt][1] = inv;
-                }
-            }
-            if constexpr (EPI == GT_PLAIN) gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
-            else gt_store<NT, EPI>(y, tot, old, sc, tile, n, m, g, c, add, yb, ykp);
+            gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
         }
     }
 }
 #endif
 
-// NT groups of 8 x rows; up to three weights (maps w0..w2 with nt0, nt1, ntot - nt0 - nt1 tiles);
-// EPI one of GT_PLAIN .. GT_COPY (rs, hrow, hcols, eps, yb, ykp are read only where it says).
-#define GEMV_TMA_KERNEL(NAME, NT, EPI)                                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) NAME(                                               \
+// NT groups of 8 x rows; up to three weights (maps w0..w2 with nt0, nt1, ntot - nt0 - nt1 tiles).
+#define GEMV_TMA_KERNEL(NT)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_n##NT(                                    \
         const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
         float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
-        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre,                   \
-        const float* __restrict__ rs, const float* __restrict__ hrow, int hcols, float eps, u16* __restrict__ yb,  \
-        int ykp) {                                                                                                 \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre) {                 \
         tf_pdl_launch();                                                                                           \
-        GEMV_TMA_BODY(NT, EPI)                                                                                     \
+        GEMV_TMA_BODY(NT)                                                                                          \
     }
 #ifdef TF_WGMMA
-#define GEMV_TMA_BODY(NT, EPI)                                                                                       \
-    gemv_tma_body<NT, EPI>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre, rs, hrow, \
-                           hcols, eps, yb, ykp);
+#define GEMV_TMA_BODY(NT) \
+    gemv_tma_body<NT>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre);
 #else
-#define GEMV_TMA_BODY(NT, EPI) tf_pdl_wait();
+#define GEMV_TMA_BODY(NT) tf_pdl_wait();
 #endif
-GEMV_TMA_KERNEL(gemv_tma_n1, 1, GT_PLAIN)
-GEMV_TMA_KERNEL(gemv_tma_n2, 2, GT_PLAIN)
-GEMV_TMA_KERNEL(gemv_tma_n4, 4, GT_PLAIN)
-GEMV_TMA_KERNEL(gemv_tma_rows_n1, 1, GT_ROWS)
-GEMV_TMA_KERNEL(gemv_tma_rows_n2, 2, GT_ROWS)
-GEMV_TMA_KERNEL(gemv_tma_rows_n4, 4, GT_ROWS)
-GEMV_TMA_KERNEL(gemv_tma_own_n1, 1, GT_OWN)
-GEMV_TMA_KERNEL(gemv_tma_copy_n1, 1, GT_COPY)
-GEMV_TMA_KERNEL(gemv_tma_copy_n2, 2, GT_COPY)
-GEMV_TMA_KERNEL(gemv_tma_copy_n4, 4, GT_COPY)
+GEMV_TMA_KERNEL(1)
+GEMV_TMA_KERNEL(2)
+GEMV_TMA_KERNEL(4)

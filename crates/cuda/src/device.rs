@@ -25,8 +25,6 @@ pub struct CudaOptions {
     /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs; also
     /// `TF_CUDA_GRAPHS=0`).
     pub no_graphs: bool,
-    /// Norms are never folded into the weights they feed (fold.rs; also `TF_CUDA_FOLD=0`).
-    pub no_fold: bool,
 }
 
 /// One kernel argument.
@@ -80,9 +78,6 @@ kernels!(
     scatter_add,
     kv_write,
     fill_random_bf16,
-    rms_inv_rows,
-    fold_norm_bf16,
-    scale_rows,
     argmax_partial,
     argmax_combine,
     sample_edits,
@@ -100,13 +95,6 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
-    gemv_tma_rows_n1,
-    gemv_tma_rows_n2,
-    gemv_tma_rows_n4,
-    gemv_tma_own_n1,
-    gemv_tma_copy_n1,
-    gemv_tma_copy_n2,
-    gemv_tma_copy_n4,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -245,19 +233,7 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            let tma = [
-                (&k.gemv_tma_n1, 1),
-                (&k.gemv_tma_n2, 2),
-                (&k.gemv_tma_n4, 4),
-                (&k.gemv_tma_rows_n1, 1),
-                (&k.gemv_tma_rows_n2, 2),
-                (&k.gemv_tma_rows_n4, 4),
-                (&k.gemv_tma_own_n1, 1),
-                (&k.gemv_tma_copy_n1, 1),
-                (&k.gemv_tma_copy_n2, 2),
-                (&k.gemv_tma_copy_n4, 4),
-            ];
-            for (f, nt) in tma {
+            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",

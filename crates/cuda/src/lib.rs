@@ -58,7 +58,6 @@
 mod attention;
 mod device;
 mod error;
-mod fold;
 mod gemv_m1;
 mod graph;
 pub mod limits;
@@ -115,10 +114,6 @@ pub struct CudaBackend {
     graphs: graph::Graphs,
     /// The last `fresh_id` handed out.
     ids: std::sync::atomic::AtomicU64,
-    /// Whether `fold_norm` folds (fold.rs).
-    fold: bool,
-    /// Whether a residual add's TMA GEMV also writes h's bf16 copy (lab `TF_CUDA_COPY=0`: not).
-    copy: bool,
 }
 
 impl CudaBackend {
@@ -137,8 +132,6 @@ impl CudaBackend {
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
             ids: Default::default(),
-            fold: !opts.no_fold && std::env::var("TF_CUDA_FOLD").map_or(true, |v| v != "0"),
-            copy: std::env::var("TF_CUDA_COPY").map_or(true, |v| v != "0"),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
@@ -262,10 +255,6 @@ impl Backend for CudaBackend {
             return ws.iter().map(|w| self.blank(x.rows, w.shape().0)).collect();
         }
         matmul::norm_matmul_many(self, x, nw, eps, one_plus, ws)
-    }
-
-    fn fold_norm(&self, nw: &CudaVec, one_plus: bool, ws: &mut [&mut CudaMat]) -> bool {
-        self.fold && fold::fold_norm(self, nw, one_plus, ws)
     }
 
     fn rms_norm(&self, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {

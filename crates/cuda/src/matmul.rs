@@ -2,7 +2,6 @@
 
 use crate::CudaBackend;
 use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
-use crate::fold::Scale;
 use crate::gemv_m1::{M1Input, gemv_m1, norm_fusable};
 use crate::ops::bf16_of;
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
@@ -19,10 +18,9 @@ pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
 /// `x @ w^T` for each weight of `ws` (same input width): bf16 weights share one GEMV or wgmma
 /// GEMM launch (up to three per launch); each output equals its own `matmul` bit for bit.
 pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
-    crate::fold::assert_unfolded(ws);
     let outs = outputs(b, x, ws);
     let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| o.data(b)).collect();
-    launch(b, x, ws, &ys, false, Scale::None, None);
+    launch(b, x, ws, &ys, false);
     outs
 }
 
@@ -38,15 +36,8 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
         h.rows,
         h.cols
     );
-    crate::fold::assert_unfolded(&[w]);
-    // Up to 32 rows the TMA GEMV also writes h's bf16 copy (what a folded norm's matmuls read).
-    let yb = (x.rows <= 32 && b.copy).then(|| crate::ops::bf16_out(b, h.rows, h.cols));
-    let ybp = yb.as_ref().map(|y| ptr(y, &b.dev.stream));
-    let wrote = launch(b, x, &[w], &[h.data(b)], true, Scale::None, ybp);
+    launch(b, x, &[w], &[h.data(b)], true);
     h.touched();
-    if let (true, Some(yb)) = (wrote, yb) {
-        h.bf16.set(yb).unwrap_or_else(|_| unreachable!("touched() dropped the copy"));
-    }
 }
 
 /// `matmul_many(rms_norm(x, nw), ws)`: for one row with the one-row GEMV turned on (profile.rs
@@ -60,9 +51,6 @@ pub(crate) fn norm_matmul_many(
     one_plus: bool,
     ws: &[&CudaMat],
 ) -> Vec<CudaAct> {
-    if crate::fold::folded_by(b, ws, nw) {
-        return crate::fold::norm_matmul_many(b, x, eps, ws);
-    }
     let d = &b.dev;
     if x.rows == 1
         && b.lab.on
@@ -91,7 +79,7 @@ fn norm_for(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool
 }
 
 /// Fresh outputs `[x.rows, w.rows]` for each weight (checking the input width).
-pub(crate) fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     ws.iter()
         .map(|w| {
             let (n, k) = w.shape();
@@ -101,44 +89,13 @@ pub(crate) fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<Cuda
         .collect()
 }
 
-/// `ys[i] = x @ ws[i]^T` (or `+=` with `add`), each row times its `scale`, through the kernel
-/// that suits the row count; where the TMA GEMV runs it also writes the stored rows' bf16 copy
-/// into `yb` (one weight; row stride `padded(n)`), and only then returns true.
-pub(crate) fn launch(
-    b: &CudaBackend,
-    x: &CudaAct,
-    ws: &[&CudaMat],
-    ys: &[&CudaSlice<f32>],
-    add: bool,
-    scale: Scale,
-    yb: Option<u64>,
-) -> bool {
-    let m = x.rows;
-    if m == 0 {
-        return false;
-    }
-    let (done, wrote) = launch_scaled(b, x, ws, ys, add, scale, yb);
-    if !done && let Scale::Rows(rs) = scale {
-        for (w, y) in ws.iter().zip(ys) {
-            crate::fold::scale_rows(b, y, rs, m, w.shape().0);
-        }
-    }
-    wrote
-}
-
-/// `launch`'s kernels: whether the scale was applied in the store, and whether `yb` was written.
-fn launch_scaled(
-    b: &CudaBackend,
-    x: &CudaAct,
-    ws: &[&CudaMat],
-    ys: &[&CudaSlice<f32>],
-    add: bool,
-    scale: Scale,
-    yb: Option<u64>,
-) -> (bool, bool) {
+/// `ys[i] = x @ ws[i]^T` (or `+=` with `add`) through the kernel that suits the row count.
+fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
     let d = &b.dev;
     let m = x.rows;
-    assert!(!matches!(scale, Scale::Own { .. }) || m == 1, "a matmul makes its own scale for one row only");
+    if m == 0 {
+        return;
+    }
     let bf16: Vec<(u64, usize, usize)> = ws
         .iter()
         .filter_map(|w| match w {
@@ -149,32 +106,30 @@ fn launch_scaled(
     // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
     // only where it runs (Hopper).
     let wgmma = ws.iter().all(|w| matches!(w, CudaMat::Bf16 { map: Some(_), .. }));
-    if m > 32 && wgmma && gemm_wgmma(b, x, ws, ys, add, scale.rows()) {
-        return (true, false);
+    if m > 32 && wgmma && gemm_wgmma(b, x, ws, ys, add) {
+        return;
     }
     if m > 64 || (m > 32 && wgmma) || bf16.len() != ws.len() {
         for (w, y) in ws.iter().zip(ys) {
             matmul_one(b, x, w, y, add);
         }
-        return (false, false);
+        return;
     }
     let xb = ptr(bf16_of(b, x), &d.stream);
     let kt = x.cols.div_ceil(16);
     let yp: Vec<u64> = ys.iter().map(|y| ptr(*y, &d.stream)).collect();
     // Opt-in for one row: x staged once a block, three blocks an SM (kernels/gemv_m1.cu).
-    if m == 1 && scale.is_none() && gemv_m1(b, &M1Input::Copy(xb), x.cols, ws, &yp, add) {
-        return (false, false);
+    if m == 1 && gemv_m1(b, &M1Input::Copy(xb), x.cols, ws, &yp, add) {
+        return;
     }
     // Up to 32 rows, the TMA GEMV (Hopper). At one row it beats the cp.async GEMV in place (H200,
     // qwen3-8b batch-1 decode in one call: 205.4 against 199.0 tok/s at prompt 128, 186.2 against
     // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way;
     // lab `cp` keeps the cp.async path.
     let lab_cp = b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000));
-    let own = matches!(scale, Scale::Own { .. });
-    if m <= 32 && (own || !(m == 1 && lab_cp)) && gemv_tma(b, ws, xb, m, kt, &yp, add, scale, yb) {
-        return (true, yb.is_some());
+    if m <= 32 && !(m == 1 && lab_cp) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
+        return;
     }
-    assert!(!own, "a matmul makes its own scale only in the TMA GEMV");
     let (f, smem) = match b.lab.row {
         Some(i) if m == 1 => row_variant(d, i),
         _ => gemv_config(d, m),
@@ -203,7 +158,6 @@ fn launch_scaled(
         ];
         d.launch(f, ((t0 + t1 + t2) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
-    (false, false)
 }
 
 /// One matmul of many rows into `y` (or added into it): the wgmma GEMM (Hopper), the tiled GEMM
@@ -214,8 +168,7 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>,
     let m = x.rows;
     match w_mat {
         CudaMat::Bf16 { w, ntiles, kt, map, .. } => {
-            // (a row scale is applied after, by `launch`)
-            if map.is_some() && gemm_wgmma(b, x, &[w_mat], &[y], add, 0) {
+            if map.is_some() && gemm_wgmma(b, x, &[w_mat], &[y], add) {
                 return;
             }
             let xb = bf16_of(b, x);
@@ -256,7 +209,7 @@ const WGMMA_LAG: i32 = 0;
 
 /// The wgmma GEMM of `ws` (each with its tensor map) into `ys` (or added into them), up to three
 /// weights a launch; false (nothing launched) where a weight or x has no map.
-fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool, rs: u64) -> bool {
+fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) -> bool {
     let d = &b.dev;
     let m = x.rows;
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
@@ -305,7 +258,6 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
             Arg::I(add as i32),
             Arg::I(lag),
             Arg::I(order),
-            Arg::P(rs),
         ];
         // Persistent: one CTA an SM at most (its ring fills the shared memory), looping over tiles.
         let tiles = ctas * mtiles * nz;
@@ -322,7 +274,6 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
                 Arg::I(m as i32),
                 Arg::I(nz as i32),
                 Arg::I(add as i32),
-                Arg::P(rs),
             ];
             d.launch(&d.k.gemm_fold, (grid_for(m * (n0 + n1 + n2), BLOCK), 1, 1), BLOCK, 0, &args);
         }
@@ -350,12 +301,6 @@ const _: () = assert!(GLU_STORE_MIN_ROWS > 64, "the GLU store has no split-K mod
 /// the `[rows, 2 inter]` product is never written; else the matmul, then the `glu_packed` kernel
 /// (the same bits either way).
 pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
-    crate::fold::assert_unfolded(&[gu]);
-    matmul_glu_scaled(b, x, gu, act, Scale::None)
-}
-
-/// `matmul_glu` with the product's rows times `scale` before the activation.
-pub(crate) fn matmul_glu_scaled(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation, scale: Scale) -> CudaAct {
     let d = &b.dev;
     let (m, (n, k)) = (x.rows, gu.shape());
     assert_eq!(x.cols, k, "matmul_glu: x has {} columns, W is {n}x{k}", x.cols);
@@ -381,14 +326,12 @@ pub(crate) fn matmul_glu_scaled(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act:
             Arg::I(matches!(act, Activation::GeluTanh) as i32),
             Arg::I(lag),
             Arg::I(order),
-            Arg::P(scale.rows()),
         ];
         let tiles = nb * m.div_ceil(crate::tma::BOX_ROWS);
         d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         return CudaAct::bf16_only(yb, m, inter);
     }
-    let y = outputs(b, x, &[gu]).pop().expect("one weight, one output");
-    launch(b, x, &[gu], &[y.data(b)], false, scale, None);
+    let y = matmul(b, x, gu);
     if b.skip.skips(crate::profile::Skip::GLU, m) {
         return b.blank(m, n / 2);
     }
@@ -406,9 +349,6 @@ pub(crate) fn norm_matmul_glu(
     gu: &CudaMat,
     act: Activation,
 ) -> CudaAct {
-    if crate::fold::folded_by(b, &[gu], nw) {
-        return crate::fold::norm_matmul_glu(b, x, eps, gu, act);
-    }
     if x.rows == 1 && b.lab.on {
         let y = norm_matmul_many(b, x, nw, eps, one_plus, &[gu]).pop().expect("one weight, one output");
         return crate::ops::glu_packed(b, &y, act);
@@ -416,23 +356,10 @@ pub(crate) fn norm_matmul_glu(
     matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
-/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them), rows times
-/// `scale`, with `yb` (one weight) the bf16 copy of what it stores; false (nothing launched) where
-/// a weight or x has no tensor map.
-#[allow(clippy::too_many_arguments)]
-fn gemv_tma(
-    b: &CudaBackend,
-    ws: &[&CudaMat],
-    xb: u64,
-    m: usize,
-    kt: usize,
-    ys: &[u64],
-    add: bool,
-    scale: Scale,
-    yb: Option<u64>,
-) -> bool {
+/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing
+/// launched) where a weight or x has no tensor map.
+fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64], add: bool) -> bool {
     let d = &b.dev;
-    assert!(yb.is_none() || ws.len() == 1, "a bf16 copy of one weight's output only");
     let nt = m.div_ceil(8).next_power_of_two();
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
         .iter()
@@ -444,24 +371,10 @@ fn gemv_tma(
     let (Some(maps), Some(xmap)) = (maps, crate::tma::row_map(xb, m, kt * 16, 8 * nt)) else {
         return false;
     };
-    let k = &d.k;
-    let f = match (scale, yb.is_some(), nt) {
-        (Scale::Own { .. }, _, 1) => &k.gemv_tma_own_n1,
-        (Scale::Own { .. }, _, _) => panic!("a TMA GEMV makes its own scale for one row only"),
-        (Scale::Rows(_), _, 1) => &k.gemv_tma_rows_n1,
-        (Scale::Rows(_), _, 2) => &k.gemv_tma_rows_n2,
-        (Scale::Rows(_), _, _) => &k.gemv_tma_rows_n4,
-        (Scale::None, true, 1) => &k.gemv_tma_copy_n1,
-        (Scale::None, true, 2) => &k.gemv_tma_copy_n2,
-        (Scale::None, true, _) => &k.gemv_tma_copy_n4,
-        (Scale::None, false, 1) => &k.gemv_tma_n1,
-        (Scale::None, false, 2) => &k.gemv_tma_n2,
-        (Scale::None, false, _) => &k.gemv_tma_n4,
-    };
-    assert!(yb.is_none() || (scale.is_none() && add), "the bf16 copy is of a residual add's sums");
-    let (own_h, own_cols, own_eps) = match scale {
-        Scale::Own { h, cols, eps } => (h, cols, eps),
-        _ => (0, 0, 0.0),
+    let f = match nt {
+        1 => &d.k.gemv_tma_n1,
+        2 => &d.k.gemv_tma_n2,
+        _ => &d.k.gemv_tma_n4,
     };
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
@@ -487,12 +400,6 @@ fn gemv_tma(
             Arg::I(kt as i32),
             Arg::I(add as i32),
             Arg::I(b.gemv_pre as i32),
-            Arg::P(scale.rows()),
-            Arg::P(own_h),
-            Arg::I(own_cols as i32),
-            Arg::F(own_eps),
-            Arg::P(yb.unwrap_or(0)),
-            Arg::I(padded(n0) as i32),
         ];
         d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }

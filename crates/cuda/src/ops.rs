@@ -56,7 +56,7 @@ fn bf16_mat(b: &CudaBackend, w: CudaSlice<u16>, rows: usize, cols: usize) -> Cud
         .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
         .flatten()
         .map(Box::new);
-    CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap, folded: None }
+    CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap }
 }
 
 /// A bf16 gate and up weight (`[inter, cols]` each) packed into one `[2 inter, cols]` weight

@@ -80,8 +80,6 @@ pub enum CudaMat {
         map: Option<Box<[u64; 16]>>,
         /// The tensor map of 16-row boxes the TMA GEMV reads the rows through (Hopper only).
         gmap: Option<Box<[u64; 16]>>,
-        /// The device address of the norm whose scales the columns hold (fold.rs), if any.
-        folded: Option<u64>,
     },
     /// f16 or f32, row-major as stored (small checkpoints; one FMA chain per output).
     Plain {

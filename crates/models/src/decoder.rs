@@ -62,9 +62,7 @@ impl<B: Backend> Decoder<B> {
             false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
         };
         let norm = ld.vec("model.norm.weight", hidden)?;
-        let mut layers: Vec<Layer<B>> =
-            (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
-        fold_norms(ld.backend(), &spec, &mut layers);
+        let layers: Vec<Layer<B>> = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
         let replayable = layers.iter().all(|l| !l.sliding && matches!(l.ffn, Ffn::Dense { .. }));
         Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id(), replayable })
     }
@@ -239,27 +237,6 @@ impl<B: Backend> Decoder<B> {
                 Some(b.moe(&x, &b.matmul(&x, router), experts, params))
             }
         }
-    }
-}
-
-/// Lets the backend fold each norm whose only way to its matmuls is `norm_matmul_*`
-/// (`Backend::fold_norm`): a block's input norm when h reaches it whole (the first block, or
-/// after a block that adds its MLP output into h itself), and the post-attention norm of a dense
-/// MLP without a pre-FFN norm. Every other norm keeps its kernel.
-fn fold_norms<B: Backend>(b: &B, s: &ModelSpec, layers: &mut [Layer<B>]) {
-    let mut h_whole = true;
-    for l in layers.iter_mut() {
-        if h_whole {
-            b.fold_norm(&l.input_norm, s.norm_one_plus, &mut [&mut l.q, &mut l.k, &mut l.v]);
-        }
-        if let (None, Ffn::Dense { gate_up, .. }) = (&l.pre_ffn_norm, &mut l.ffn) {
-            match gate_up {
-                GateUp::Packed(gu) => b.fold_norm(&l.post_attn_norm, s.norm_one_plus, &mut [gu]),
-                GateUp::Apart(g, u) => b.fold_norm(&l.post_attn_norm, s.norm_one_plus, &mut [g, u]),
-            };
-        }
-        // `block` returns nothing to add (h is whole) exactly for a dense MLP without a post norm.
-        h_whole = l.post_ffn_norm.is_none() && matches!(l.ffn, Ffn::Dense { .. });
     }
 }
 

@@ -56,11 +56,6 @@ impl<'a, B: Backend> Loader<'a, B> {
         self.backend.fresh_id()
     }
 
-    /// The backend the weights go to.
-    pub fn backend(&self) -> &'a B {
-        self.backend
-    }
-
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
         Loader { ckpt, dir: dir.to_path_buf(), backend }

@@ -31,10 +31,7 @@ fn backend_opts(lab_m1: Option<&str>, no_graphs: bool) -> Option<CudaBackend> {
     let cache_dir = std::env::var_os("TF_CUDA_CACHE")
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
-    match CudaBackend::with_options(
-        0,
-        &CudaOptions { include_dir: None, cache_dir, lab_m1, trace: None, no_graphs, no_fold: false },
-    ) {
+    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir, lab_m1, trace: None, no_graphs }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
