@@ -50,20 +50,10 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
 }
 
-// Asks L2 for a box of `map` at (c0, c1); nothing is written to shared memory.
-__device__ __forceinline__ void tma_prefetch_2d(const TmaDesc* map, int c0, int c1) {
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"((u64)map), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-// PF (lab `TF_L2_PF_O`, gemv_tma_pf_n1 only): before its launch wait, after `delay` ns, each warp
-// asks L2 for the `pf` stages after its ring's and block b < late for the ring stages of block
-// G - 1 - b (the last blocks wait for SMs decode attention holds).
-template <int NT, bool PF = false>
+template <int NT>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
-                                              int pf = 0, int late = 0, int delay = 0) {
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
     typedef GtCfg<NT> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -107,20 +97,6 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     const int pre = min(pre_in, C::ST - 1);
     if (lane == 0) {
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
-    }
-    if constexpr (PF) {
-        auto prefetch_w = [&](int ts, int q) {
-            const int t = ts + q / nb, kc = (j0 + (q % nb) * 4) * 16;
-            const TmaDesc* map = t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
-            const int row = (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
-            tma_prefetch_2d(map, kc, row);
-        };
-        if (delay > 0) __nanosleep(delay);
-        for (int q = C::ST - 1 + lane; q < C::ST - 1 + pf && q < total; q += 32) prefetch_w(t0, q);
-        if (b < late) {
-            const int o = G - 1 - b, ot0 = o * tq + min(o, tr), otot = nb * (tq + (o < tr ? 1 : 0));
-            for (int q = lane; q < C::ST - 1 && q < otot; q += 32) prefetch_w(ot0, q);
-        }
     }
     tf_pdl_wait();
     if (lane == 0) {
@@ -203,18 +179,3 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 GEMV_TMA_KERNEL(1)
 GEMV_TMA_KERNEL(2)
 GEMV_TMA_KERNEL(4)
-
-// The one-row GEMV with the L2 prefetch of gemv_tma_body's PF (lab `TF_L2_PF_O`).
-extern "C" __global__ void __launch_bounds__(32 * GT_W, 1)
-    gemv_tma_pf_n1(const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1,
-                   const __grid_constant__ TmaDesc w2, float* __restrict__ y0, float* __restrict__ y1,
-                   float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1, int ntot,
-                   const __grid_constant__ TmaDesc xmap, int m, int kt, int add, int pre, int pf, int late, int delay) {
-    tf_pdl_launch();
-#ifdef TF_WGMMA
-    gemv_tma_body<1, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, add, pre, pf, late,
-                           delay);
-#else
-    tf_pdl_wait();
-#endif
-}

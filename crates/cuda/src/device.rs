@@ -95,7 +95,6 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
-    gemv_tma_pf_n1,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -234,7 +233,7 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4), (&k.gemv_tma_pf_n1, 1)] {
+            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",

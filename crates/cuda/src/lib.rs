@@ -109,8 +109,6 @@ pub struct CudaBackend {
     lab: profile::M1Lab,
     /// Stages a TMA GEMV warp loads before its launch wait (profile.rs `gemv_pre_from_env`).
     gemv_pre: usize,
-    /// Lab: the o projection's L2 prefetch (profile.rs `l2_pf_o_from_env`).
-    pf_o: Option<(usize, usize, usize)>,
     trace: Option<trace::Trace>,
     /// Decode rounds recorded as CUDA graphs and replayed (graph.rs).
     graphs: graph::Graphs,
@@ -137,7 +135,6 @@ impl CudaBackend {
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
-            pf_o: profile::l2_pf_o_from_env(),
             lab: profile::M1Lab::parse(
                 &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
             ),

@@ -401,14 +401,6 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::I(add as i32),
             Arg::I(b.gemv_pre as i32),
         ];
-        if let (Some((pf, late, delay)), 1, true, 1) = (b.pf_o, nt, add, m)
-            && kt * 16 <= 8192
-        {
-            let mut a = args.to_vec();
-            a.extend([Arg::I(pf as i32), Arg::I(late.min(grid / 2) as i32), Arg::I(delay as i32)]);
-            d.launch(&d.k.gemv_tma_pf_n1, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(1), &a);
-            continue;
-        }
         d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }
     true

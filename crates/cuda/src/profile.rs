@@ -45,19 +45,6 @@ pub(crate) fn gemv_pre_from_env(default: usize) -> usize {
     std::env::var("TF_GEMV_PRE").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default).min(64)
 }
 
-/// Lab `TF_L2_PF_O=STAGES[:LATE[:DELAY_NS]]`: one-row residual-add GEMVs of at most 8192 input
-/// columns (Qwen3-8B's o projection, not its down projection) ask L2 for STAGES boxes a warp past
-/// their ring, the first LATE blocks for the last ones' ring stages, after DELAY_NS nanoseconds
-/// (kernels/gemv_tma.cu `gemv_tma_pf_n1`); scheduling only, the same bits. None: unset or malformed.
-pub(crate) fn l2_pf_o_from_env() -> Option<(usize, usize, usize)> {
-    let v = std::env::var("TF_L2_PF_O").ok()?;
-    let mut it = v.split(':').map(|p| p.trim().parse::<usize>().ok());
-    let pf = it.next()??;
-    let late = it.next().map_or(Some(0), |l| l)?;
-    let delay = it.next().map_or(Some(0), |d| d)?;
-    (it.next().is_none() && pf <= 256 && late <= 132 && delay <= 100_000).then_some((pf, late, delay))
-}
-
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
 /// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
