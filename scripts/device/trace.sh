@@ -2,7 +2,7 @@
 # Kernel timelines of decode rounds in place (crates/cuda/src/trace.rs): for each variant and
 # case, benches the carried binary plainly (round times for reference), then with TF_TRACE on two
 # decode rounds, and prints scripts/device/trace_round.py's summary. Cases: PROMPTxBATCH;
-# variants: NAME or NAME:ENV=VALUE (one environment setting).
+# variants: NAME or NAME:ENV=VALUE[+ENV=VALUE...].
 #   VARIANTS="F U:TF_LAB_M1=apart" scripts/device/trace.sh [BIN] ["128x1 4096x1 128x8"]
 set -u
 BIN=${1:-.carry/tensorfold} CASES=${2:-"128x1 4096x1"}
@@ -13,7 +13,8 @@ export XDG_CACHE_HOME=/tmp/xdg
 [[ -f $CKPT/config.json ]] || timeout 400 "$BIN" synth --like qwen3-8b --out "$CKPT" | tail -1
 for v in ${VARIANTS:-F}; do
   name=${v%%:*} envs=()
-  [[ $v == *:* ]] && envs=("${v#*:}")
+  # shellcheck disable=SC2206
+  [[ $v == *:* ]] && e=${v#*:} && envs=(${e//+/ })
   for c in $CASES; do
     p=${c%x*} b=${c#*x}
     env "${envs[@]}" timeout 200 "$BIN" bench --model "$CKPT" --device cuda --prompt-len "$p" --batch "$b" \
