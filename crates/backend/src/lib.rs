@@ -5,12 +5,14 @@ pub mod attn;
 pub mod candidates;
 pub mod gate_up;
 pub mod host;
+pub mod logprobs;
 pub mod reference;
 pub mod rope;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RowQuery};
 pub use host::{HostKv, HostMat, HostTensor};
+pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use reference::RefBackend;
 pub use rope::Rope;
 
@@ -238,6 +240,13 @@ pub trait Backend: Send + Sync {
             .zip(queries)
             .map(|(&r, q)| candidates::candidates(&mut data[r * cols..(r + 1) * cols].to_vec(), q))
             .collect()
+    }
+    /// Per query, what the log-softmax of raw logits row `q.row` of `x` needs (logprobs.rs).
+    /// Devices that compute it in place send only those numbers; the default downloads the rows.
+    fn logprobs(&self, x: &Self::Act, queries: &[LogprobQuery]) -> Vec<RowLogprobs> {
+        let (_, cols) = self.shape(x);
+        let data = self.download(x);
+        queries.iter().map(|q| logprobs::row_logprobs(&data[q.row * cols..(q.row + 1) * cols], q)).collect()
     }
     /// Candidates a row may have before [`Backend::sample_candidates`] downloads it whole
     /// (`None`: every row is read where it is, so a wide row costs nothing more).

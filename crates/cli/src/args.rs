@@ -215,7 +215,8 @@ pub struct BenchArgs {
     pub repeat: usize,
     /// How decode picks tokens, comma-separated (each a separate measurement): greedy (argmax
     /// on the device), host (every row downloaded and sampled), candidates (every row sampled
-    /// from the candidates the backend selects).
+    /// from the candidates the backend selects), host-logprobs and logprobs (those two with every
+    /// row's top-5 logprobs, from the downloaded rows or from the backend).
     #[arg(long, default_value = "greedy")]
     pub sample: String,
     /// Temperature of the sampled modes.

@@ -1,11 +1,15 @@
 //! How `tensorfold bench` picks a decode round's next token: the argmax on the device (greedy),
-//! or seeded sampling of every row, from whole rows downloaded to the host (`host`, what an
-//! engine round with logprobs does) or from the candidates the backend selects (`candidates`,
-//! what a plain sampled round does). Every row is sampled; row 0's token feeds the next round.
+//! or seeded sampling of every row, from whole rows downloaded to the host (`host`) or from the
+//! candidates the backend selects (`candidates`, what an engine round does). The `-logprobs`
+//! modes also give every row its top [`LOGPROBS_TOP`] logprobs: `host-logprobs` from the
+//! downloaded rows (what an engine round with logprobs did before they moved to the backend),
+//! `logprobs` from the backend where the logits are (what it does now). Every row is sampled;
+//! row 0's token feeds the next round.
 
 use crate::exit::{Failure, refused};
 use rayon::prelude::*;
-use tf_backend::Backend;
+use tf_backend::logprobs::row_logprobs;
+use tf_backend::{Backend, LogprobQuery};
 use tf_engine::sampler::{History, SamplingParams, query, sample, sample_from};
 
 /// Where the next token comes from.
@@ -17,7 +21,14 @@ pub enum PickMode {
     Host,
     /// Every row sampled from the backend's candidates.
     Candidates,
+    /// [`PickMode::Host`] with every row's logprobs computed on the host.
+    HostLogprobs,
+    /// [`PickMode::Candidates`] with every row's logprobs from the backend.
+    Logprobs,
 }
+
+/// Alternatives the `-logprobs` modes ask for a row.
+pub const LOGPROBS_TOP: usize = 5;
 
 impl PickMode {
     /// The modes of a comma-separated list.
@@ -27,7 +38,11 @@ impl PickMode {
                 "greedy" => Ok(PickMode::Greedy),
                 "host" => Ok(PickMode::Host),
                 "candidates" => Ok(PickMode::Candidates),
-                other => Err(refused(format!("--sample: unknown mode {other:?} (greedy, host, candidates)"))),
+                "host-logprobs" => Ok(PickMode::HostLogprobs),
+                "logprobs" => Ok(PickMode::Logprobs),
+                other => Err(refused(format!(
+                    "--sample: unknown mode {other:?} (greedy, host, candidates, host-logprobs, logprobs)"
+                ))),
             })
             .collect()
     }
@@ -38,6 +53,8 @@ impl PickMode {
             PickMode::Greedy => "greedy",
             PickMode::Host => "host",
             PickMode::Candidates => "candidates",
+            PickMode::HostLogprobs => "host-logprobs",
+            PickMode::Logprobs => "logprobs",
         }
     }
 }
@@ -53,12 +70,14 @@ pub struct Picker {
     pub candidates: u64,
     /// Seconds spent drawing tokens from candidates on the host.
     pub draw_s: f64,
+    /// The log-sum-exps the backend gave (kept so the work is not optimised away).
+    pub lse_sum: f64,
 }
 
 impl Picker {
     /// A picker for `mode` sampling with `params` (row `r` seeded with `params.seed + r`).
     pub fn new(mode: PickMode, params: SamplingParams) -> Picker {
-        Picker { mode, params, history: History::default(), rows: 0, candidates: 0, draw_s: 0.0 }
+        Picker { mode, params, history: History::default(), rows: 0, candidates: 0, draw_s: 0.0, lse_sum: 0.0 }
     }
 
     /// Row 0's next token of `logits` (`batch` rows as wide as the vocabulary) at `position`.
@@ -66,20 +85,30 @@ impl Picker {
         let params = |r: usize| SamplingParams { seed: self.params.seed.wrapping_add(r as u64), ..self.params.clone() };
         match self.mode {
             PickMode::Greedy => b.argmax_rows(logits).first().copied().unwrap_or(0) as usize,
-            PickMode::Host => {
+            PickMode::Host | PickMode::HostLogprobs => {
                 let (_, cols) = b.shape(logits);
                 let mut host = b.download(logits);
-                let history = &self.history;
+                let (history, lp) = (&self.history, self.mode == PickMode::HostLogprobs);
+                let q = LogprobQuery { row: 0, top_n: LOGPROBS_TOP, ids: Vec::new() };
                 // In parallel over rows, as the engine samples a round's rows.
-                let ids: Vec<u32> = host
+                let ids: Vec<(u32, f64)> = host
                     .par_chunks_mut(cols.max(1))
                     .take(batch)
                     .enumerate()
-                    .map(|(r, row)| sample(row, &params(r), history, position))
+                    .map(|(r, row)| {
+                        let lse = if lp { row_logprobs(row, &q).lse } else { 0.0 };
+                        (sample(row, &params(r), history, position), lse)
+                    })
                     .collect();
-                ids.first().copied().unwrap_or(0) as usize
+                ids.first().map_or(0, |t| t.0 as usize)
             }
-            PickMode::Candidates => {
+            PickMode::Candidates | PickMode::Logprobs => {
+                if self.mode == PickMode::Logprobs {
+                    let qs: Vec<LogprobQuery> =
+                        (0..batch).map(|row| LogprobQuery { row, top_n: LOGPROBS_TOP, ids: Vec::new() }).collect();
+                    let got = b.logprobs(logits, &qs);
+                    self.lse_sum += got.iter().map(|r| r.lse).sum::<f64>();
+                }
                 let (_, cols) = b.shape(logits);
                 let Some(q) = query(&self.params, &self.history) else { return 0 };
                 let rows: Vec<usize> = (0..batch).collect();

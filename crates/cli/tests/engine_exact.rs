@@ -4,7 +4,9 @@
 //! others, with or without the prefix cache, chunked, and under preemption.
 
 use tf_cpu::CpuBackend;
-use tf_testkit::{FAMILIES, check_concurrent_equals_solo, check_prefix_resumed_equals_fresh};
+use tf_testkit::{
+    FAMILIES, check_concurrent_equals_solo, check_logprobs_are_the_raw_rows, check_prefix_resumed_equals_fresh,
+};
 
 fn cpu() -> CpuBackend {
     CpuBackend::new(2).unwrap()
@@ -21,6 +23,14 @@ fn concurrent_equals_solo_greedy() {
 fn concurrent_equals_solo_seeded() {
     for family in FAMILIES {
         check_concurrent_equals_solo(&cpu, family, true);
+    }
+}
+
+/// Biased, penalised, greedy and seeded tokens report the raw rows' logprobs, alone or batched.
+#[test]
+fn logprobs_are_the_raw_rows() {
+    for family in FAMILIES {
+        check_logprobs_are_the_raw_rows(&cpu, family);
     }
 }
 

@@ -83,6 +83,8 @@ kernels!(
     sample_edits,
     sample_max_partial,
     sample_select,
+    logprob_partial,
+    logprob_combine,
     gemv_bf16_n1,
     gemv_bf16_n2,
     gemv_bf16_n4,

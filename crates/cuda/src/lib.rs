@@ -61,6 +61,7 @@ mod error;
 mod gemv_m1;
 mod graph;
 pub mod limits;
+mod logprob;
 mod matmul;
 mod moe;
 mod nvrtc;
@@ -79,8 +80,8 @@ use device::Device;
 use profile::Skip;
 use std::sync::Mutex;
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, KvShape, MoeParams, QkNorm, Rope,
-    RowQuery,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, KvShape, LogprobQuery, MoeParams,
+    QkNorm, Rope, RowLogprobs, RowQuery,
 };
 use tf_formats::TensorView;
 
@@ -393,6 +394,10 @@ impl Backend for CudaBackend {
 
     fn candidate_capacity(&self) -> Option<usize> {
         Some(sample::CAP)
+    }
+
+    fn logprobs(&self, x: &CudaAct, queries: &[LogprobQuery]) -> Vec<RowLogprobs> {
+        logprob::logprobs(self, x, queries)
     }
 
     fn sample_candidates(&self, x: &mut CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {

@@ -9,7 +9,8 @@ use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
     DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
-    check_prefix_resumed_equals_fresh, check_self_drafting_accepts_all, check_session_restore_equals_fresh,
+    check_logprobs_are_the_raw_rows, check_prefix_resumed_equals_fresh, check_self_drafting_accepts_all,
+    check_session_restore_equals_fresh,
 };
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
@@ -25,6 +26,14 @@ fn concurrent_equals_solo() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
+    }
+}
+
+#[test]
+fn logprobs_are_the_raw_rows() {
+    let Some(gpu) = gpu() else { return };
+    for family in FAMILIES {
+        check_logprobs_are_the_raw_rows(&gpu, family);
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::block_pool::BlockPool;
 use crate::draft::Drafter;
-use crate::sampler::{History, Logprobs, SamplingParams, logprobs, sample};
+use crate::sampler::{History, Logprobs, SamplingParams, sample};
 use crate::scheduler::{RoundEntry, Scheduler, SchedulerConfig, SeqId};
 use crate::session::{CheckedSession, SessionLayout};
 use rayon::prelude::*;
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
-use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_core::TokenIds;
 use tf_models::{Batch, Model};
 
@@ -200,22 +200,24 @@ struct SampleJob<'a> {
     params: &'a SamplingParams,
     history: &'a History,
     position: u64,
-    top_logprobs: Option<usize>,
+    /// The row's logprob statistics when its request asks for logprobs.
+    stats: Option<&'a RowLogprobs>,
     row: &'a [f32],
 }
 
 impl<'a> SampleJob<'a> {
-    /// Sequence `a`'s next token from logits `row`.
-    fn of(a: &'a Active, row: &'a [f32]) -> SampleJob<'a> {
+    /// Sequence `a`'s next token from logits `row` (with `stats` when it asks for logprobs).
+    fn of(a: &'a Active, row: &'a [f32], stats: Option<&'a RowLogprobs>) -> SampleJob<'a> {
         let position = (a.req.prompt.len() + a.generated) as u64;
-        SampleJob { params: &a.req.params, history: &a.history, position, top_logprobs: a.req.top_logprobs, row }
+        SampleJob { params: &a.req.params, history: &a.history, position, stats, row }
     }
 
     /// The token and, when asked for, its logprobs.
     fn choose(&self, vocab: &tf_core::Vocab) -> (u32, Option<Logprobs>) {
         let mut logits = self.row.to_vec();
         let token = vocab.sampled(sample(&mut logits, self.params, self.history, self.position) as usize);
-        (token, self.top_logprobs.map(|n| logprobs(self.row, token, n)))
+        let raw = self.row.get(token as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        (token, self.stats.map(|r| Logprobs::of(r, raw)))
     }
 }
 
@@ -438,7 +440,12 @@ impl<B: Backend> Core<B> {
         // those download the rows.
         let greedy = self.all_plain_greedy(plan);
         let sampled = if greedy { None } else { self.tokens_from_candidates(plan, &first_row, &mut logits) };
-        let host = if greedy || sampled.is_some() { Vec::new() } else { self.backend.download(&logits) };
+        let (host, stats) = if greedy || sampled.is_some() {
+            (Vec::new(), Vec::new())
+        } else {
+            let stats = self.row_logprobs(plan, &first_row, &logits, row);
+            (self.backend.download(&logits), stats)
+        };
         let mut chosen = if greedy {
             let ids = self.backend.argmax_rows(&logits);
             self.stats.device_sampled_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
@@ -453,16 +460,16 @@ impl<B: Backend> Core<B> {
         } else if sampled.is_some() {
             Vec::new().into_iter()
         } else {
-            self.choose_plain(plan, &first_row, &host, vocab).into_iter()
+            self.choose_plain(plan, &first_row, &host, &stats, vocab).into_iter()
         };
         let mut sampled = sampled.map(Vec::into_iter);
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(&first_row) {
             if self.saves.contains_key(&e.seq) {
                 self.complete_save(e.seq);
-            } else if let Some(tokens) = sampled.as_mut().map(|s| s.next().unwrap_or_default()) {
+            } else if let Some(mut tokens) = sampled.as_mut().map(|s| s.next().unwrap_or_default()) {
                 if !e.draft.is_empty() {
-                    self.verify_sampled(e, &tokens);
-                } else if let Some(token) = tokens.first().and_then(|&t| self.deliver(e.seq, t, None)) {
+                    self.verify_sampled(e, tokens);
+                } else if let Some(token) = tokens.drain(..).next().and_then(|(t, lp)| self.deliver(e.seq, t, lp)) {
                     self.sched.append(e.seq, token);
                 }
             } else if e.draft.is_empty() {
@@ -471,7 +478,8 @@ impl<B: Backend> Core<B> {
                     self.sched.append(e.seq, token);
                 }
             } else {
-                self.verify(e, &host[row * vocab..(row + 1 + e.draft.len()) * vocab]);
+                let rows = row..row + 1 + e.draft.len();
+                self.verify(e, &host[rows.start * vocab..rows.end * vocab], &stats[rows]);
             }
         }
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
@@ -495,7 +503,14 @@ impl<B: Backend> Core<B> {
 
     /// The token (and logprobs) of every plain decode entry wanting logits (not saving, no
     /// draft), in plan order, `None` for sequences no longer active; sampled in parallel.
-    fn choose_plain(&self, plan: &[RoundEntry], first_row: &[usize], logits: &[f32], vocab: usize) -> Vec<Chosen> {
+    fn choose_plain(
+        &self,
+        plan: &[RoundEntry],
+        first_row: &[usize],
+        logits: &[f32],
+        stats: &[Option<RowLogprobs>],
+        vocab: usize,
+    ) -> Vec<Chosen> {
         let jobs: Vec<Option<SampleJob<'_>>> = plan
             .iter()
             .filter(|e| e.wants_logits)
@@ -503,7 +518,7 @@ impl<B: Backend> Core<B> {
             .filter(|(e, _)| !self.saves.contains_key(&e.seq) && e.draft.is_empty())
             .map(|(e, &row)| {
                 let a = self.active.get(&e.seq)?;
-                Some(SampleJob::of(a, &logits[row * vocab..(row + 1) * vocab]))
+                Some(SampleJob::of(a, &logits[row * vocab..(row + 1) * vocab], stats[row].as_ref()))
             })
             .collect();
         let v = &self.model.vocab;
@@ -512,8 +527,8 @@ impl<B: Backend> Core<B> {
     }
 
     /// Samples, reports and checks the end of sequence `id`; the token when it goes on.
-    fn emit(&mut self, id: SeqId, logits: &[f32]) -> Option<u32> {
-        let (token, lp) = SampleJob::of(self.active.get(&id)?, logits).choose(&self.model.vocab);
+    fn emit(&mut self, id: SeqId, logits: &[f32], stats: Option<&RowLogprobs>) -> Option<u32> {
+        let (token, lp) = SampleJob::of(self.active.get(&id)?, logits, stats).choose(&self.model.vocab);
         self.deliver(id, token, lp)
     }
 

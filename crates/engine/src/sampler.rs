@@ -14,7 +14,7 @@ mod params;
 
 pub use filter::Kept;
 pub use history::History;
-pub use logprobs::{Logprobs, log_sum_exp, logprobs};
+pub use logprobs::Logprobs;
 pub use params::{GREEDY_BELOW, ParamError, SamplingParams};
 
 use crate::rng::{uniform, uniform_block};

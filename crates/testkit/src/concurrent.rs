@@ -30,13 +30,12 @@ pub fn check_concurrent_equals_solo<B: Backend + 'static>(new_backend: &dyn Fn()
         }
     }
     // Unseeded, the requests without logprobs ran alone as plain greedy rounds: the backend
-    // picked their tokens, and the mixed groups (host sampling) matched them.
+    // picked their tokens, and the mixed groups (candidates, logprobs from the backend) matched.
     let on_device = plain.stats.device_sampled_rows.load(Ordering::Relaxed);
     assert_eq!(on_device > 0, !seeded, "{family} seeded={seeded}: rows picked on the backend ({on_device})");
-    // Seeded, those requests alone sampled from candidates the backend selected, and the groups
-    // with logprobs (whole rows downloaded) matched them.
+    // Every other round sampled from candidates the backend selected.
     let from_candidates = plain.stats.candidate_rows.load(Ordering::Relaxed);
-    assert_eq!(from_candidates > 0, seeded, "{family} seeded={seeded}: rows from candidates ({from_candidates})");
+    assert!(from_candidates > 0, "{family} seeded={seeded}: rows from candidates ({from_candidates})");
     let hits = cached.stats.prefix_hit_tokens.load(Ordering::Relaxed);
     assert!(hits > 0, "{family}: the prefix cache served the repeated prompts");
     let tight = engine(new_backend, family, config(12, 256, 5, true));

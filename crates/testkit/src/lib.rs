@@ -5,11 +5,13 @@
 mod concurrent;
 mod drafted;
 mod golden;
+mod logprobs;
 mod resumed;
 
 pub use concurrent::check_concurrent_equals_solo;
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
 pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, golden};
+pub use logprobs::check_logprobs_are_the_raw_rows;
 pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
 
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use tf_backend::Backend;
-use tf_engine::engine::{EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter};
+use tf_engine::engine::{EngineConfig, EngineHandle, Event, GenRequest, TokenEvent, spawn_with_drafter};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -88,6 +90,13 @@ pub struct Req {
 
 /// Submits `reqs` at once and collects each one's output, in order.
 pub fn run(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
+    let out =
+        |events: Vec<TokenEvent>| events.iter().map(|t| (t.id, t.logprob.map_or(NO_LOGPROB, f32::to_bits))).collect();
+    run_events(h, reqs).into_iter().map(out).collect()
+}
+
+/// Submits `reqs` at once and collects each one's token events, in order.
+pub fn run_events(h: &EngineHandle, reqs: &[Req]) -> Vec<Vec<TokenEvent>> {
     let vocab = h.session_layout.vocab;
     let rxs: Vec<_> = reqs
         .iter()
@@ -119,11 +128,11 @@ pub fn run_each(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
 /// The logprob slot of a token whose request asked for no logprobs.
 pub const NO_LOGPROB: u32 = u32::MAX;
 
-fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Output {
+fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Vec<TokenEvent> {
     let mut out = Vec::new();
     for e in rx {
         match e {
-            Event::Token(t) => out.push((t.id, t.logprob.map_or(NO_LOGPROB, f32::to_bits))),
+            Event::Token(t) => out.push(t),
             Event::Done { .. } => return out,
             Event::Error(m) => panic!("{m}"),
         }

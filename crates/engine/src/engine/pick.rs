@@ -4,48 +4,62 @@
 //! with the history holding the draft's first `i` tokens: the only history it is read with, as
 //! verification stops at the first token that differs from the draft.
 //!
+//! A row whose request asks for logprobs also gets them from the backend where the logits are
+//! (tf_backend::logprobs), before its row is edited: the log-sum-exp, the top ids, and the raw
+//! values of the ids its edits touch (any other candidate's value is its raw logit). Rounds that
+//! download their rows take the same numbers from the backend ([`Core::row_logprobs`]), so a
+//! row's logprobs do not depend on the path its round took.
+//!
 //! A row with more candidates than the backend keeps is downloaded whole anyway, and costs more
 //! that way than a round that downloads every row; so a sequence whose row did is sampled from
 //! whole rows for the next [`WHOLE_ROUNDS`] tokens, then tried again. Either way gives the same
 //! tokens: this only picks the cheaper transfer.
 
 use super::Core;
-use crate::sampler::{History, SamplingParams, query, sample_from};
+use crate::sampler::{History, Logprobs, SamplingParams, query, sample_from};
 use crate::scheduler::RoundEntry;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
-use tf_backend::{Backend, RowQuery};
+use tf_backend::{Backend, LogprobQuery, RowLogprobs, RowQuery};
 
 /// Tokens a sequence is sampled from whole rows after its row had too many candidates.
 const WHOLE_ROUNDS: usize = 16;
+
+/// A row's sampled token and, when asked for, its logprobs.
+pub(super) type Sampled = (u32, Option<Logprobs>);
 
 /// One row to sample: its params and position.
 type Job<'a> = (&'a SamplingParams, u64);
 
 impl<B: Backend> Core<B> {
     /// Per entry wanting logits, in plan order, the tokens its rows sample (one for a plain
-    /// decode entry, `1 + k` for a verify entry; none for a sequence no longer active), when no
-    /// entry saves, no request asks for logprobs and no sequence is in its whole-row tokens;
+    /// decode entry, `1 + k` for a verify entry; none for a sequence no longer active) with their
+    /// logprobs when asked for, when no entry saves and no sequence is in its whole-row tokens;
     /// otherwise `None` and the caller downloads.
     pub(super) fn tokens_from_candidates(
         &mut self,
         plan: &[RoundEntry],
         first_row: &[usize],
         logits: &mut B::Act,
-    ) -> Option<Vec<Vec<u32>>> {
+    ) -> Option<Vec<Vec<Sampled>>> {
         let (mut rows, mut queries, mut jobs, mut spans) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut seqs = Vec::new();
+        let (mut seqs, mut lp_queries, mut lp_of) = (Vec::new(), Vec::new(), Vec::new());
         for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(first_row) {
             if self.saves.contains_key(&e.seq) {
                 return None;
             }
             let start = jobs.len();
             if let Some(a) = self.active.get(&e.seq) {
-                if a.req.top_logprobs.is_some() || a.generated < a.whole_until {
+                if a.generated < a.whole_until {
                     return None;
                 }
                 let position = (a.req.prompt.len() + a.generated) as u64;
                 for (i, q) in row_queries(&a.req.params, &a.history, &e.draft)?.into_iter().enumerate() {
+                    lp_of.push(a.req.top_logprobs.map(|top_n| {
+                        let ids = q.edits.iter().map(|e| e.id).collect();
+                        lp_queries.push(LogprobQuery { row: row + i, top_n, ids });
+                        lp_queries.len() - 1
+                    }));
                     rows.push(row + i);
                     queries.push(q);
                     jobs.push((&a.req.params, position + i as u64));
@@ -54,6 +68,8 @@ impl<B: Backend> Core<B> {
             }
             spans.push(start..jobs.len());
         }
+        // Before the candidates' edits change the rows.
+        let stats = if lp_queries.is_empty() { Vec::new() } else { self.backend.logprobs(logits, &lp_queries) };
         let candidates =
             if rows.is_empty() { Vec::new() } else { self.backend.sample_candidates(logits, &rows, &queries) };
         self.stats.candidate_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
@@ -74,7 +90,42 @@ impl<B: Backend> Core<B> {
                 a.whole_until = a.generated + WHOLE_ROUNDS;
             }
         }
-        Some(spans.into_iter().map(|s| tokens[s].to_vec()).collect())
+        let with_logprobs = |j: usize| {
+            let t = tokens[j];
+            let lp = lp_of[j].and_then(|q| {
+                let (r, asked) = (stats.get(q)?, &lp_queries[q].ids);
+                let c = &candidates[j];
+                let candidate = c.ids.iter().position(|&id| id == t).map(|k| c.values[k]);
+                Some(Logprobs::of(r, r.raw(t, asked).or(candidate)?))
+            });
+            (t, lp)
+        };
+        Some(spans.into_iter().map(|s| s.map(with_logprobs).collect()).collect())
+    }
+
+    /// Per logits row of the round (`rows` of them), the logprob statistics of the rows whose
+    /// request asks for logprobs, computed by the backend (for rounds that download their rows).
+    pub(super) fn row_logprobs(
+        &self,
+        plan: &[RoundEntry],
+        first_row: &[usize],
+        logits: &B::Act,
+        rows: usize,
+    ) -> Vec<Option<RowLogprobs>> {
+        let mut queries = Vec::new();
+        for (e, &row) in plan.iter().filter(|e| e.wants_logits).zip(first_row) {
+            let asked = self.active.get(&e.seq).and_then(|a| a.req.top_logprobs);
+            if let (Some(top_n), false) = (asked, self.saves.contains_key(&e.seq)) {
+                queries.extend((0..=e.draft.len()).map(|i| LogprobQuery { row: row + i, top_n, ids: Vec::new() }));
+            }
+        }
+        let mut out = vec![None; rows];
+        if !queries.is_empty() {
+            for (q, r) in queries.iter().zip(self.backend.logprobs(logits, &queries)) {
+                out[q.row] = Some(r);
+            }
+        }
+        out
     }
 }
 

@@ -10,7 +10,7 @@ use crate::sampler::argmax;
 use crate::scheduler::RoundEntry;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_models::Batch;
 
 /// Which drafter the engine runs.
@@ -82,15 +82,20 @@ impl<B: Backend> Core<B> {
 
     /// Samples each of a verify round's `1 + k` rows in order, keeping drafts while they equal
     /// the sampled token; the first mismatch (or the row after the last draft) gives one more.
-    pub(super) fn verify(&mut self, e: &RoundEntry, rows: &[f32]) {
+    pub(super) fn verify(&mut self, e: &RoundEntry, rows: &[f32], stats: &[Option<RowLogprobs>]) {
         let vocab = self.model.vocab.rows();
-        self.verify_by(e, |core, i| rows.chunks_exact(vocab).nth(i).and_then(|row| core.emit(e.seq, row)));
+        self.verify_by(e, |core, i| {
+            let row = rows.chunks_exact(vocab).nth(i)?;
+            core.emit(e.seq, row, stats.get(i).and_then(Option::as_ref))
+        });
     }
 
-    /// [`Core::verify`] with each position's token sampled already (pick.rs: position `i`'s
-    /// from the history holding the draft's first `i` tokens, the only case it is read in).
-    pub(super) fn verify_sampled(&mut self, e: &RoundEntry, tokens: &[u32]) {
-        self.verify_by(e, |core, i| tokens.get(i).and_then(|&t| core.deliver(e.seq, t, None)));
+    /// [`Core::verify`] with each position's token (and logprobs) sampled already (pick.rs:
+    /// position `i`'s from the history holding the draft's first `i` tokens, the only case it is
+    /// read in).
+    pub(super) fn verify_sampled(&mut self, e: &RoundEntry, tokens: Vec<super::pick::Sampled>) {
+        let mut tokens = tokens.into_iter();
+        self.verify_by(e, |core, _| tokens.next().and_then(|(t, lp)| core.deliver(e.seq, t, lp)));
     }
 
     /// Delivers position `i`'s token from `next` while the draft matches, then ends the draft.

@@ -6,6 +6,7 @@
 //! three filters are off nothing is sorted or allocated.
 
 use std::cmp::Ordering;
+pub use tf_backend::logprobs::rank_value;
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,19 +25,6 @@ pub const TOP_P_WINDOW: f32 = 40.0;
 const TOP_P_FIRST_WINDOW: usize = 256;
 /// Factor by which the top-p window grows.
 const TOP_P_GROWTH: usize = 4;
-
-/// A logit as a sort key: NaN ranks below every number.
-#[inline]
-pub fn rank_value(x: f32) -> f32 {
-    if x.is_nan() { f32::NEG_INFINITY } else { x }
-}
-
-/// Most likely first; equal logits rank the lower id first.
-#[inline]
-pub fn by_rank(x: &[f32], a: u32, b: u32) -> Ordering {
-    let (xa, xb) = (rank_value(x[a as usize]), rank_value(x[b as usize]));
-    xb.total_cmp(&xa).then(a.cmp(&b))
-}
 
 /// A candidate as `(rank_value, id)`: sorting these touches no other memory.
 type Ranked = (f32, u32);
@@ -123,6 +111,7 @@ fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tf_backend::logprobs::by_rank;
 
     /// A reproducible spread of logits with ties, -inf and NaN.
     fn logits(n: usize, salt: u64) -> Vec<f32> {

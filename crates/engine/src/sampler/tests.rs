@@ -221,7 +221,7 @@ fn whole_row(row: &[f32], params: &SamplingParams, history: &History, position: 
     }
     x.iter_mut().for_each(|v| *v /= params.temperature);
     let mut order: Vec<u32> = (0..x.len() as u32).collect();
-    order.sort_by(|&a, &b| filter::by_rank(&x, a, b));
+    order.sort_by(|&a, &b| tf_backend::logprobs::by_rank(&x, a, b));
     if params.top_k > 0 {
         order.truncate(params.top_k as usize);
     }
