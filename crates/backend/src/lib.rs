@@ -275,8 +275,9 @@ pub trait Backend: Send + Sync {
 /// What a round's forward reads from the host, for [`Backend::forward_round`]: a backend that
 /// replays recordings keys them on it and uploads these inputs before a replay.
 pub struct Round<'a> {
-    /// Whether the forward's ops depend on the host only through these inputs (no host-side
-    /// routing, no sliding windows), so a recording may stand for it.
+    /// Whether the forward's ops depend on the host only through these inputs (no sliding
+    /// windows; an op that reads the host anyway must spoil a recording), so a recording may
+    /// stand for it.
     pub replayable: bool,
     /// The model ([`Backend::fresh_id`] at its load) and how many of its layers run.
     pub model: [u64; 2],

@@ -442,14 +442,15 @@ extern "C" __global__ void fill_zero_u16(u16* __restrict__ y, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] = 0;
 }
 
-// out[rows[i], :] += w[i] * y[i, :] (each row at most once per launch).
+// out[rows[i], :] += w[i] * y[i, :] as one fused multiply-add (moe.cu `moe_combine` adds the
+// same way), each row at most once per launch.
 extern "C" __global__ void scatter_add(float* __restrict__ out, const float* __restrict__ y, const u32* __restrict__ rows,
                                        const float* __restrict__ w, int cols) {
     tf_pdl_enter();
     int i = blockIdx.x;
     float s = w[i];
     float* o = out + (size_t)rows[i] * cols;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] += s * y[(size_t)i * cols + c];
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmaf_rn(s, y[(size_t)i * cols + c], o[c]);
 }
 
 // Writes this round's K and V rows (f32) into their pool slots as bf16.

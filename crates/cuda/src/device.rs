@@ -102,6 +102,13 @@ kernels!(
     gemv_m1_norm1,
     gemv_m1_norm2,
     gemv_m1_norm4,
+    moe_route,
+    moe_plan,
+    moe_gemv_n1,
+    moe_gemv_n2,
+    moe_gemv_n4,
+    moe_gemv_n8,
+    moe_combine,
     gemm_bf16,
     gemm_wgmma,
     gemm_wgmma_glu,
@@ -242,7 +249,16 @@ impl Device {
                 )?;
             }
         }
-        for (f, nt) in [(&k.gemv_bf16_n1, 1), (&k.gemv_bf16_n2, 2), (&k.gemv_bf16_n4, 4), (&k.gemv_bf16_n8, 8)] {
+        for (f, nt) in [
+            (&k.gemv_bf16_n1, 1),
+            (&k.gemv_bf16_n2, 2),
+            (&k.gemv_bf16_n4, 4),
+            (&k.gemv_bf16_n8, 8),
+            (&k.moe_gemv_n1, 1),
+            (&k.moe_gemv_n2, 2),
+            (&k.moe_gemv_n4, 4),
+            (&k.moe_gemv_n8, 8),
+        ] {
             drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
         // Three one-row GEMV blocks an SM need the largest shared-memory carveout.

@@ -100,6 +100,8 @@ struct Caches {
     attn: Option<attention::MetaUpload>,
     /// Resident blocks an SM of a kernel (by name) at a dynamic shared-memory size.
     occupancy: Vec<(&'static str, u32, u32)>,
+    /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
+    experts: std::collections::HashMap<Vec<u64>, cudarc::driver::CudaSlice<u64>>,
 }
 
 /// The CUDA implementation of [`Backend`] on one GPU.
@@ -188,6 +190,7 @@ impl CudaBackend {
         let mut c = self.caches();
         (c.positions, c.attn) = (None, None);
         c.ropes.clear();
+        c.experts.clear();
     }
 }
 

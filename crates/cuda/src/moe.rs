@@ -1,15 +1,31 @@
-//! Mixture of experts: routing on the host (the reference `route`, so expert choice matches the
-//! CPU backends exactly given the same router logits), then per expert a gather, the expert's
-//! gated MLP through the ordinary matmul kernels, and a weighted scatter-add. Experts are applied
-//! in index order, so each row's sum has a fixed order whatever else is batched with it.
+//! Mixture of experts (kernels/moe.cu). Every round routes on the device (softmax, top-k,
+//! renormalisation: the reference `route`'s steps), so a token's experts and weights do not
+//! depend on the path below. Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
+//! device: the routed (row, expert) pairs are sorted by expert, gathered, run through one grouped
+//! GEMV a weight over every chosen expert, and combined, with no host round trip (so decode
+//! rounds can be recorded as graphs). Larger rounds download only the routing, then per expert
+//! a gather, the expert's gated MLP through the ordinary matmul kernels, and a weighted
+//! scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
+//! and both paths add a row's experts in increasing expert order, so each row's sum has the same
+//! bits whatever else is batched with it and whichever path ran.
 
 use crate::CudaBackend;
 use crate::device::{Arg, ptr};
-use crate::matmul::matmul;
-use crate::ops::{gather, glu};
-use crate::tensor::{CudaAct, CudaMat};
-use tf_backend::reference::route;
+use crate::matmul::{gemv_smem, matmul};
+use crate::ops::{bf16_of, gather, glu};
+use crate::tensor::{CudaAct, CudaMat, padded};
+use cudarc::driver::CudaSlice;
 use tf_backend::{Experts, MoeParams};
+
+/// Most rows a round may have for the device path: the grouped GEMV takes at most 64 rows an
+/// expert, and a row chooses an expert at most once.
+pub(crate) const DEVICE_ROWS: usize = 64;
+/// Most experts on the device path (kernels/moe.cu `MOE_MAX_EXPERTS`).
+const MAX_EXPERTS: usize = 1024;
+/// Most experts a token may choose (kernels/moe.cu `MOE_MAX_TOPK`).
+const MAX_TOPK: usize = 32;
+/// Expert pointer tables kept (one per MoE layer of the loaded models).
+const KEEP_TABLES: usize = 4096;
 
 pub(crate) fn moe(
     b: &CudaBackend,
@@ -30,14 +46,162 @@ pub(crate) fn moe_by<'a>(
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
-    let d = &b.dev;
-    let num_experts = router_logits.cols;
+    let ne = router_logits.cols;
     assert_eq!(router_logits.rows, x.rows, "moe: one router row per token");
-    let logits = d.download(router_logits.data(b), router_logits.rows * num_experts);
-    let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); num_experts];
-    for r in 0..x.rows {
-        for (e, w) in route(&logits[r * num_experts..(r + 1) * num_experts], p) {
-            lists[e].push((r as u32, w));
+    assert!(p.top_k >= 1 && p.top_k <= ne.min(MAX_TOPK), "moe: top-{} of {ne} experts", p.top_k);
+    if x.rows == 0 {
+        return CudaAct::new(b.dev.zeros::<f32>(0), 0, x.cols);
+    }
+    let (ids, w) = route(b, router_logits, p);
+    if x.rows <= DEVICE_ROWS
+        && ne <= MAX_EXPERTS
+        && let Some(table) = table(b, ne, &experts)
+    {
+        return on_device(b, x, &ids, &w, &table, &experts(0), p);
+    }
+    by_expert(b, x, &ids, &w, ne, experts, p)
+}
+
+/// Per row its `top_k` experts and weights, most probable first: `[rows, top_k]` each.
+fn route(b: &CudaBackend, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice<f32>) {
+    let d = &b.dev;
+    let (rows, ne, k) = (logits.rows, logits.cols, p.top_k);
+    let (ids, w) = (d.alloc::<u32>(rows * k), d.alloc::<f32>(rows * k));
+    let args = [
+        Arg::P(ptr(logits.data(b), &d.stream)),
+        Arg::P(ptr(&ids, &d.stream)),
+        Arg::P(ptr(&w, &d.stream)),
+        Arg::I(rows as i32),
+        Arg::I(ne as i32),
+        Arg::I(k as i32),
+        Arg::I(p.norm_topk_prob as i32),
+    ];
+    d.launch(&d.k.moe_route, (rows.div_ceil(128) as u32, 1, 1), 128, 0, &args);
+    (ids, w)
+}
+
+/// The experts' gate, up and down weight addresses on the device (`[gate | up | down]`, `ne`
+/// each), uploaded on first use; `None` unless every weight is bf16 of one shape per kind.
+fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<CudaSlice<u64>> {
+    let d = &b.dev;
+    let mut host = vec![0u64; 3 * ne];
+    let first = experts(0).map(CudaMat::shape);
+    for e in 0..ne {
+        for (kind, m) in experts(e).into_iter().enumerate() {
+            let CudaMat::Bf16 { w, .. } = m else { return None };
+            if m.shape() != first[kind] {
+                return None;
+            }
+            host[kind * ne + e] = ptr(w, &d.stream);
+        }
+    }
+    let mut c = b.caches();
+    if let Some(t) = c.experts.get(&host) {
+        return Some(t.clone());
+    }
+    let t = d.upload(&host);
+    if c.experts.len() >= KEEP_TABLES {
+        c.experts.clear();
+    }
+    c.experts.insert(host, t.clone());
+    Some(t)
+}
+
+/// The device path: plan, gather, grouped gate and up, glu, grouped down, combine.
+fn on_device(
+    b: &CudaBackend,
+    x: &CudaAct,
+    ids: &CudaSlice<u32>,
+    w: &CudaSlice<f32>,
+    table: &CudaSlice<u64>,
+    shapes: &[&CudaMat; 3],
+    p: &MoeParams,
+) -> CudaAct {
+    let d = &b.dev;
+    let (rows, k, ne) = (x.rows, p.top_k, table.len() / 3);
+    let pairs = rows * k;
+    let offsets = d.alloc::<u32>(ne + 1);
+    let active = d.alloc::<u32>(ne);
+    let n_active = d.alloc::<u32>(1);
+    let pair_row = d.alloc::<u32>(pairs);
+    let pos = d.alloc::<u32>(pairs);
+    let s = &d.stream;
+    let args = [
+        Arg::P(ptr(ids, s)),
+        Arg::I(pairs as i32),
+        Arg::I(ne as i32),
+        Arg::I(k as i32),
+        Arg::P(ptr(&offsets, s)),
+        Arg::P(ptr(&active, s)),
+        Arg::P(ptr(&n_active, s)),
+        Arg::P(ptr(&pair_row, s)),
+        Arg::P(ptr(&pos, s)),
+    ];
+    d.launch(&d.k.moe_plan, (1, 1, 1), ne.next_multiple_of(32) as u32, 0, &args);
+    let xe = gather(b, x, ptr(&pair_row, s), pairs);
+    // Experts with pairs: at most one a pair.
+    let slots = ne.min(pairs) as u32;
+    let plan = [ptr(&offsets, s), ptr(&active, s), ptr(&n_active, s)];
+    let grouped = |xin: &CudaAct, kind: usize| {
+        let (n, kin) = shapes[kind].shape();
+        assert_eq!(xin.cols, kin, "moe: expert input width");
+        let y = d.alloc::<f32>(pairs * n);
+        let nt = rows.div_ceil(8).next_power_of_two().min(8);
+        let f = match nt {
+            1 => &d.k.moe_gemv_n1,
+            2 => &d.k.moe_gemv_n2,
+            4 => &d.k.moe_gemv_n4,
+            _ => &d.k.moe_gemv_n8,
+        };
+        let table_at = ptr(table, s) + (8 * kind * ne) as u64;
+        let args = [
+            Arg::P(table_at),
+            Arg::P(ptr(&y, s)),
+            Arg::I(n as i32),
+            Arg::P(ptr(bf16_of(b, xin), s)),
+            Arg::P(plan[0]),
+            Arg::P(plan[1]),
+            Arg::P(plan[2]),
+            Arg::I(kin.div_ceil(16) as i32),
+            Arg::I(padded(kin) as i32),
+        ];
+        d.launch(f, (n.div_ceil(16) as u32, slots, 1), 256, gemv_smem(nt), &args);
+        CudaAct::new(y, pairs, n)
+    };
+    let h = glu(b, &grouped(&xe, 0), &grouped(&xe, 1), p.act);
+    let y = grouped(&h, 2);
+    let out = d.alloc::<f32>(rows * x.cols);
+    let args = [
+        Arg::P(ptr(y.data(b), s)),
+        Arg::P(ptr(ids, s)),
+        Arg::P(ptr(w, s)),
+        Arg::P(ptr(&pos, s)),
+        Arg::P(ptr(&out, s)),
+        Arg::I(k as i32),
+        Arg::I(x.cols as i32),
+    ];
+    d.launch(&d.k.moe_combine, (rows as u32, 1, 1), 256, 0, &args);
+    CudaAct::new(out, rows, x.cols)
+}
+
+/// The host-driven path: the routing comes back, each chosen expert runs on its rows.
+fn by_expert<'a>(
+    b: &CudaBackend,
+    x: &CudaAct,
+    ids: &CudaSlice<u32>,
+    w: &CudaSlice<f32>,
+    ne: usize,
+    experts: impl Fn(usize) -> [&'a CudaMat; 3],
+    p: &MoeParams,
+) -> CudaAct {
+    let d = &b.dev;
+    let k = p.top_k;
+    let (ids, weights) = (d.download(ids, x.rows * k), d.download(w, x.rows * k));
+    let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); ne];
+    for (i, (&e, &wt)) in ids.iter().zip(&weights).enumerate() {
+        // Routed ids are below `ne` by construction; a bad one would only drop its term.
+        if let Some(l) = lists.get_mut(e as usize) {
+            l.push(((i / k) as u32, wt));
         }
     }
     let rows: Vec<u32> = lists.iter().flatten().map(|&(r, _)| r).collect();

@@ -7,12 +7,13 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 11] = [
+const SOURCES: [&str; 12] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/sample.cu"),
     include_str!("../kernels/logprob.cu"),
     include_str!("../kernels/gemm.cu"),
+    include_str!("../kernels/moe.cu"),
     include_str!("../kernels/gemm_wgmma.cu"),
     include_str!("../kernels/gemv_tma.cu"),
     include_str!("../kernels/gemv_m1.cu"),

@@ -48,7 +48,8 @@ pub struct Decoder<B: Backend> {
     /// The backend's identity for these weights (`Round::model`).
     id: u64,
     /// Whether a forward reads the host only through its `Round` (`Round::replayable`): no
-    /// sliding windows, no experts.
+    /// sliding windows (experts route on the backend; a backend whose expert path must read the
+    /// host for a round spoils that round's recording and runs it op by op).
     replayable: bool,
 }
 
@@ -63,7 +64,7 @@ impl<B: Backend> Decoder<B> {
         };
         let norm = ld.vec("model.norm.weight", hidden)?;
         let layers: Vec<Layer<B>> = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
-        let replayable = layers.iter().all(|l| !l.sliding && matches!(l.ffn, Ffn::Dense { .. }));
+        let replayable = layers.iter().all(|l| !l.sliding);
         Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id(), replayable })
     }
 

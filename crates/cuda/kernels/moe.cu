@@ -1,0 +1,146 @@
+// Mixture of experts on the device (moe.rs). Routing runs here for every round, so a token's
+// experts and weights are the same bits whichever path runs them: rounds of few rows stay on the
+// device (plan, gather, one grouped GEMV a weight over every chosen expert, combine: no host
+// round trip, so they can be recorded as graphs); rounds of many rows download only the routing
+// and run each expert through the ordinary matmuls. The grouped GEMV is the few-row GEMV's body
+// (gemm.cu `gemv_body`) over an expert's rows, so an expert's output row has the bits the
+// ordinary matmul gives it; both paths add a row's experts in increasing expert order with one
+// fused multiply-add each (scatter_add, moe_combine).
+
+// Most experts a model may have on the device path (one plan thread each).
+#define MOE_MAX_EXPERTS 1024
+// Most experts a token may choose.
+#define MOE_MAX_TOPK 32
+
+// A float's total order as an unsigned key (f32::total_cmp).
+__device__ __forceinline__ u32 moe_total_key(float v) {
+    const u32 u = __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One thread a row (tf_backend reference `route`): softmax over the row's `ne` router logits
+// (max, then expf of each difference, summed in index order, each divided by the sum), its `k`
+// most probable experts by total order (ties: the lower index), most probable first, their
+// probabilities renormalised by their sum (in that order) when `norm`. ids/w: [rows, k].
+extern "C" __global__ void moe_route(const float* __restrict__ logits, u32* __restrict__ ids, float* __restrict__ w,
+                                     int rows, int ne, int k, int norm) {
+    tf_pdl_enter();
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* l = logits + (size_t)r * ne;
+    float mx = NEG_INF;
+    for (int e = 0; e < ne; ++e) mx = fmaxf(mx, l[e]);
+    float sum = 0.f;
+    for (int e = 0; e < ne; ++e) sum = __fadd_rn(sum, expf(__fsub_rn(l[e], mx)));
+    u64 last = ~0ull;
+    float total = 0.f;
+    for (int j = 0; j < k; ++j) {
+        u64 best = 0;
+        for (int e = 0; e < ne; ++e) {
+            const float p = __fdiv_rn(expf(__fsub_rn(l[e], mx)), sum);
+            const u64 key = ((u64)moe_total_key(p) << 32) | (u64)(~(u32)e);
+            if (key < last && key > best) best = key;
+        }
+        last = best;
+        const u32 e = ~(u32)best;
+        ids[(size_t)r * k + j] = e;
+        const float p = __fdiv_rn(expf(__fsub_rn(l[e], mx)), sum);
+        w[(size_t)r * k + j] = p;
+        total = __fadd_rn(total, p);
+    }
+    if (norm)
+        for (int j = 0; j < k; ++j) w[(size_t)r * k + j] = __fdiv_rn(w[(size_t)r * k + j], total);
+}
+
+// One block, a thread an expert: the `pairs` = rows * k routed (row, expert) pairs sorted by
+// expert, then row. offsets[e] .. offsets[e + 1] are expert e's pairs; pair_row their rows;
+// pos[p] where pair p (= row * k + j) went; active[0 .. *n_active] the experts with pairs,
+// increasing.
+extern "C" __global__ void moe_plan(const u32* __restrict__ ids, int pairs, int ne, int k, u32* __restrict__ offsets,
+                                    u32* __restrict__ active, u32* __restrict__ n_active, u32* __restrict__ pair_row,
+                                    u32* __restrict__ pos) {
+    tf_pdl_enter();
+    __shared__ u32 s_count[MOE_MAX_EXPERTS], s_start[MOE_MAX_EXPERTS];
+    const int e = threadIdx.x;
+    u32 c = 0;
+    if (e < ne)
+        for (int p = 0; p < pairs; ++p) c += ids[p] == (u32)e;
+    if (e < ne) s_count[e] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 run = 0, na = 0;
+        for (int i = 0; i < ne; ++i) {
+            s_start[i] = run;
+            offsets[i] = run;
+            if (s_count[i]) active[na++] = (u32)i;
+            run += s_count[i];
+        }
+        offsets[ne] = run;
+        *n_active = na;
+    }
+    __syncthreads();
+    if (e < ne && c) {
+        u32 at = s_start[e];
+        for (int p = 0; p < pairs; ++p)
+            if (ids[p] == (u32)e) {
+                pair_row[at] = (u32)(p / k);
+                pos[p] = at++;
+            }
+    }
+}
+
+// The few-row GEMV over every active expert: block (x, a) takes 16-row tile x of active expert
+// a's weight (ws[e], all of one shape) for that expert's pairs (x rows and y rows offsets[e] ..
+// offsets[e + 1] of the sorted pairs, at most 8 NT of them).
+#define MOE_GEMV_KERNEL(NT, U, ST)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_W)                                                      \
+        moe_gemv_n##NT(const u64* __restrict__ ws, float* __restrict__ y, int n, const u16* __restrict__ x,        \
+                       const u32* __restrict__ offsets, const u32* __restrict__ active,                            \
+                       const u32* __restrict__ n_active, int kt, int kp) {                                         \
+        tf_pdl_launch();                                                                                           \
+        tf_pdl_wait(); /* the plan is read before any weight: idle experts stream nothing */                       \
+        if (blockIdx.y >= *n_active) return;                                                                       \
+        const u32 e = active[blockIdx.y], start = offsets[e];                                                      \
+        const int m = (int)(offsets[e + 1] - start);                                                               \
+        gemv_body<NT, U, ST>((const u16*)ws[e], y + (size_t)start * n, n, blockIdx.x, x + (size_t)start * kp, m,   \
+                             kt, kp, 0);                                                                           \
+    }
+MOE_GEMV_KERNEL(1, 4, 4)
+MOE_GEMV_KERNEL(2, 4, 4)
+MOE_GEMV_KERNEL(4, 4, 3)
+MOE_GEMV_KERNEL(8, 2, 3)
+
+// Block r: row r of the output is the sum over the row's k experts (ids, w: the routing, [rows,
+// k]), in increasing expert order, of weight * that pair's row of y (row pos[r * k + j]; one fused
+// multiply-add each, from zero: scatter_add's sum).
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const u32* __restrict__ ids,
+                                       const float* __restrict__ w, const u32* __restrict__ pos, float* __restrict__ out,
+                                       int k, int cols) {
+    tf_pdl_enter();
+    __shared__ u32 s_pos[MOE_MAX_TOPK];
+    __shared__ float s_w[MOE_MAX_TOPK];
+    const int r = blockIdx.x;
+    if (threadIdx.x == 0) {
+        u32 e_of[MOE_MAX_TOPK];
+        for (int j = 0; j < k; ++j) {
+            // Insertion by expert id (a row's experts are distinct).
+            const size_t p = (size_t)r * k + j;
+            int at = j;
+            while (at > 0 && e_of[at - 1] > ids[p]) {
+                e_of[at] = e_of[at - 1];
+                s_pos[at] = s_pos[at - 1];
+                s_w[at] = s_w[at - 1];
+                --at;
+            }
+            e_of[at] = ids[p];
+            s_pos[at] = pos[p];
+            s_w[at] = w[p];
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < k; ++j) acc = __fmaf_rn(s_w[j], y[(size_t)s_pos[j] * cols + c], acc);
+        out[(size_t)r * cols + c] = acc;
+    }
+}
