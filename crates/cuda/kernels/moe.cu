@@ -1,6 +1,6 @@
 // Mixture of experts on the device (moe.rs). Routing runs here for every round, so a token's
 // experts and weights are the same bits whichever path runs them: rounds of few rows stay on the
-// device (plan, gather, one grouped GEMV a weight over every chosen expert, combine: no host
+// device (plan, gather, grouped GEMVs over every chosen expert, combine: no host
 // round trip, so they can be recorded as graphs); rounds of many rows download only the routing
 // and run each expert through the ordinary matmuls. The grouped GEMV is the few-row GEMV's body
 // (gemm.cu `gemv_body`) over an expert's rows, so an expert's output row has the bits the
@@ -18,38 +18,62 @@ __device__ __forceinline__ u32 moe_total_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One thread a row (tf_backend reference `route`): softmax over the row's `ne` router logits
-// (max, then expf of each difference, summed in index order, each divided by the sum), its `k`
-// most probable experts by total order (ties: the lower index), most probable first, their
-// probabilities renormalised by their sum (in that order) when `norm`. ids/w: [rows, k].
-extern "C" __global__ void moe_route(const float* __restrict__ logits, u32* __restrict__ ids, float* __restrict__ w,
-                                     int rows, int ne, int k, int norm) {
+// Rows a routing block takes (a warp each).
+#define MOE_ROUTE_ROWS 4
+
+// Warp r of the block takes row blockIdx.x * MOE_ROUTE_ROWS + r (the steps of tf_backend's
+// reference `route`): softmax over the row's `ne` router logits (the max; expf of each
+// difference; their sum, each lane over experts lane, lane + 32, ... in order, then the lanes in
+// a fixed shuffle tree; each divided by the sum), its `k` most probable experts by total order
+// (ties: the lower index), most probable first, their probabilities renormalised by their sum
+// (in that order) when `norm`. ids/w: [rows, k].
+extern "C" __global__ void __launch_bounds__(32 * MOE_ROUTE_ROWS)
+    moe_route(const float* __restrict__ logits, u32* __restrict__ ids, float* __restrict__ w, int rows, int ne, int k,
+              int norm) {
     tf_pdl_enter();
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ float s_p[MOE_ROUTE_ROWS][MOE_MAX_EXPERTS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = blockIdx.x * MOE_ROUTE_ROWS + warp;
     if (r >= rows) return;
     const float* l = logits + (size_t)r * ne;
+    float* p = s_p[warp];
     float mx = NEG_INF;
-    for (int e = 0; e < ne; ++e) mx = fmaxf(mx, l[e]);
+    for (int e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0.f;
-    for (int e = 0; e < ne; ++e) sum = __fadd_rn(sum, expf(__fsub_rn(l[e], mx)));
+    for (int e = lane; e < ne; e += 32) {
+        p[e] = expf(__fsub_rn(l[e], mx));
+        sum = __fadd_rn(sum, p[e]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(p[e], sum);
     u64 last = ~0ull;
-    float total = 0.f;
+    float total = 0.f, my_p = 0.f;
+    u32 my_e = 0;
     for (int j = 0; j < k; ++j) {
         u64 best = 0;
-        for (int e = 0; e < ne; ++e) {
-            const float p = __fdiv_rn(expf(__fsub_rn(l[e], mx)), sum);
-            const u64 key = ((u64)moe_total_key(p) << 32) | (u64)(~(u32)e);
+        for (int e = lane; e < ne; e += 32) {
+            const u64 key = ((u64)moe_total_key(p[e]) << 32) | (u64)(~(u32)e);
             if (key < last && key > best) best = key;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const u64 other = __shfl_xor_sync(0xffffffffu, best, o);
+            if (other > best) best = other;
         }
         last = best;
         const u32 e = ~(u32)best;
-        ids[(size_t)r * k + j] = e;
-        const float p = __fdiv_rn(expf(__fsub_rn(l[e], mx)), sum);
-        w[(size_t)r * k + j] = p;
-        total = __fadd_rn(total, p);
+        __syncwarp();
+        const float pe = p[e];
+        total = __fadd_rn(total, pe);
+        if (lane == j) my_e = e, my_p = pe;
     }
-    if (norm)
-        for (int j = 0; j < k; ++j) w[(size_t)r * k + j] = __fdiv_rn(w[(size_t)r * k + j], total);
+    if (lane < k) {
+        ids[(size_t)r * k + lane] = my_e;
+        w[(size_t)r * k + lane] = norm ? __fdiv_rn(my_p, total) : my_p;
+    }
 }
 
 // One block, a thread an expert: the `pairs` = rows * k routed (row, expert) pairs sorted by
@@ -89,21 +113,24 @@ extern "C" __global__ void moe_plan(const u32* __restrict__ ids, int pairs, int 
     }
 }
 
-// The few-row GEMV over every active expert: block (x, a) takes 16-row tile x of active expert
-// a's weight (ws[e], all of one shape) for that expert's pairs (x rows and y rows offsets[e] ..
-// offsets[e + 1] of the sorted pairs, at most 8 NT of them).
+// The few-row GEMV over every active expert: block (x, a) takes 16-row tile x % ntiles of weight
+// x / ntiles (ws[(x / ntiles) * ne + e]: gate and up share a launch; every weight of a kind has
+// one shape) of active expert a = e, for that expert's pairs (x rows and y rows offsets[e] ..
+// offsets[e + 1] of the sorted pairs, at most 8 NT of them), into y0 or y1.
 #define MOE_GEMV_KERNEL(NT, U, ST)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W)                                                      \
-        moe_gemv_n##NT(const u64* __restrict__ ws, float* __restrict__ y, int n, const u16* __restrict__ x,        \
-                       const u32* __restrict__ offsets, const u32* __restrict__ active,                            \
-                       const u32* __restrict__ n_active, int kt, int kp) {                                         \
+        moe_gemv_n##NT(const u64* __restrict__ ws, int ne, float* __restrict__ y0, float* __restrict__ y1, int n,  \
+                       int ntiles, const u16* __restrict__ x, const u32* __restrict__ offsets,                     \
+                       const u32* __restrict__ active, const u32* __restrict__ n_active, int kt, int kp) {        \
         tf_pdl_launch();                                                                                           \
         tf_pdl_wait(); /* the plan is read before any weight: idle experts stream nothing */                       \
         if (blockIdx.y >= *n_active) return;                                                                       \
+        const int which = blockIdx.x / ntiles, tile = blockIdx.x % ntiles;                                         \
         const u32 e = active[blockIdx.y], start = offsets[e];                                                      \
         const int m = (int)(offsets[e + 1] - start);                                                               \
-        gemv_body<NT, U, ST>((const u16*)ws[e], y + (size_t)start * n, n, blockIdx.x, x + (size_t)start * kp, m,   \
-                             kt, kp, 0);                                                                           \
+        float* y = which ? y1 : y0;                                                                                \
+        gemv_body<NT, U, ST>((const u16*)ws[(size_t)which * ne + e], y + (size_t)start * n, n, tile,               \
+                             x + (size_t)start * kp, m, kt, kp, 0);                                                \
     }
 MOE_GEMV_KERNEL(1, 4, 4)
 MOE_GEMV_KERNEL(2, 4, 4)

@@ -1,8 +1,9 @@
 //! Mixture of experts (kernels/moe.cu). Every round routes on the device (softmax, top-k,
 //! renormalisation: the reference `route`'s steps), so a token's experts and weights do not
 //! depend on the path below. Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
-//! device: the routed (row, expert) pairs are sorted by expert, gathered, run through one grouped
-//! GEMV a weight over every chosen expert, and combined, with no host round trip (so decode
+//! device: the routed (row, expert) pairs are sorted by expert, gathered, run through grouped
+//! GEMVs over every chosen expert (gate and up in one launch, then down), and combined, with no
+//! host round trip (so decode
 //! rounds can be recorded as graphs). Larger rounds download only the routing, then per expert
 //! a gather, the expert's gated MLP through the ordinary matmul kernels, and a weighted
 //! scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
@@ -76,7 +77,8 @@ fn route(b: &CudaBackend, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, C
         Arg::I(k as i32),
         Arg::I(p.norm_topk_prob as i32),
     ];
-    d.launch(&d.k.moe_route, (rows.div_ceil(128) as u32, 1, 1), 128, 0, &args);
+    // A warp a row, four rows a block (kernels/moe.cu `MOE_ROUTE_ROWS`).
+    d.launch(&d.k.moe_route, (rows.div_ceil(4) as u32, 1, 1), 128, 0, &args);
     (ids, w)
 }
 
@@ -142,10 +144,12 @@ fn on_device(
     // Experts with pairs: at most one a pair.
     let slots = ne.min(pairs) as u32;
     let plan = [ptr(&offsets, s), ptr(&active, s), ptr(&n_active, s)];
-    let grouped = |xin: &CudaAct, kind: usize| {
-        let (n, kin) = shapes[kind].shape();
+    // Weights `kinds` (gate and up, or down) of every active expert over `xin`'s pairs.
+    let grouped = |xin: &CudaAct, kinds: std::ops::Range<usize>| {
+        let (n, kin) = shapes[kinds.start].shape();
+        assert!(kinds.clone().all(|k| shapes[k].shape() == (n, kin)), "moe: grouped weights differ in shape");
         assert_eq!(xin.cols, kin, "moe: expert input width");
-        let y = d.alloc::<f32>(pairs * n);
+        let ys: Vec<CudaSlice<f32>> = kinds.clone().map(|_| d.alloc::<f32>(pairs * n)).collect();
         let nt = rows.div_ceil(8).next_power_of_two().min(8);
         let f = match nt {
             1 => &d.k.moe_gemv_n1,
@@ -153,11 +157,14 @@ fn on_device(
             4 => &d.k.moe_gemv_n4,
             _ => &d.k.moe_gemv_n8,
         };
-        let table_at = ptr(table, s) + (8 * kind * ne) as u64;
+        let ntiles = n.div_ceil(16);
         let args = [
-            Arg::P(table_at),
-            Arg::P(ptr(&y, s)),
+            Arg::P(ptr(table, s) + (8 * kinds.start * ne) as u64),
+            Arg::I(ne as i32),
+            Arg::P(ptr(&ys[0], s)),
+            Arg::P(ptr(ys.last().unwrap_or(&ys[0]), s)),
             Arg::I(n as i32),
+            Arg::I(ntiles as i32),
             Arg::P(ptr(bf16_of(b, xin), s)),
             Arg::P(plan[0]),
             Arg::P(plan[1]),
@@ -165,11 +172,12 @@ fn on_device(
             Arg::I(kin.div_ceil(16) as i32),
             Arg::I(padded(kin) as i32),
         ];
-        d.launch(f, (n.div_ceil(16) as u32, slots, 1), 256, gemv_smem(nt), &args);
-        CudaAct::new(y, pairs, n)
+        d.launch(f, ((ntiles * kinds.len()) as u32, slots, 1), 256, gemv_smem(nt), &args);
+        ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect::<Vec<_>>()
     };
-    let h = glu(b, &grouped(&xe, 0), &grouped(&xe, 1), p.act);
-    let y = grouped(&h, 2);
+    let gu = grouped(&xe, 0..2);
+    let h = glu(b, &gu[0], &gu[1], p.act);
+    let y = grouped(&h, 2..3).remove(0);
     let out = d.alloc::<f32>(rows * x.cols);
     let args = [
         Arg::P(ptr(y.data(b), s)),
