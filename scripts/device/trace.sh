@@ -4,6 +4,7 @@
 # decode rounds, and prints scripts/device/trace_round.py's summary. Cases: PROMPTxBATCH;
 # variants: NAME or NAME:ENV=VALUE[+ENV=VALUE...].
 #   VARIANTS="F U:TF_LAB_M1=apart" scripts/device/trace.sh [BIN] ["128x1 4096x1 128x8"]
+# CKPT picks the checkpoint (qwen3-8b synth by default), LAYER the layer summarised (18).
 set -u
 BIN=${1:-.carry/tensorfold} CASES=${2:-"128x1 4096x1"}
 OUT=${OUT:-/tmp/tf-out}
@@ -23,7 +24,7 @@ for v in ${VARIANTS:-F}; do
     # extra sequence when the prompt has a partial block).
     env "${envs[@]}" TF_TRACE=30:31 TF_TRACE_OUT="$OUT/trace_${name}_$c.tsv" timeout 300 "$BIN" bench --model "$CKPT" \
       --device cuda --prompt-len "$p" --batch "$b" --gen-len 64 --repeat 2 2>&1 | tail -2
-    python3 scripts/device/trace_round.py "$OUT/trace_${name}_$c.tsv" --layer 18 > "$OUT/summary_${name}_$c.txt" 2>&1
+    python3 scripts/device/trace_round.py "$OUT/trace_${name}_$c.tsv" --layer "${LAYER:-18}" > "$OUT/summary_${name}_$c.txt" 2>&1
     gzip -f "$OUT/trace_${name}_$c.tsv"
   done
 done

@@ -3,10 +3,9 @@
 //! depend on the path below. Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
 //! device: the routed (row, expert) pairs are sorted by expert, gathered, run through grouped
 //! GEMVs over every chosen expert (gate and up in one launch, then down), and combined, with no
-//! host round trip (so decode
-//! rounds can be recorded as graphs). Larger rounds download only the routing, then per expert
-//! a gather, the expert's gated MLP through the ordinary matmul kernels, and a weighted
-//! scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
+//! host round trip (so decode rounds can be recorded as graphs). Larger rounds download only the
+//! routing, then per expert a gather, the expert's gated MLP through the ordinary matmul kernels,
+//! and a weighted scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
 //! and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
 
