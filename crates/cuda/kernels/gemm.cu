@@ -88,7 +88,9 @@ __device__ __forceinline__ void gemv_stage(float (&acc)[NT][4], const unsigned c
 }
 
 // XR: x rows a stage holds (8 NT; the one-row lab variants hold one, for calls of one row only).
-template <int NT, int U, int ST, int XR = 8 * NT>
+// PACK (moe.cu): the block takes GEMV_W / nseg tiles from tile * (GEMV_W / nseg) on, nseg warps
+// each (a weight with few segments keeps every warp streaming); the same sums in the same order.
+template <int NT, int U, int ST, int XR = 8 * NT, bool PACK = false>
 __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __restrict__ y, int n, int tile,
                                           const u16* __restrict__ x, int m, int kt, int kp, int add) {
     constexpr int XROWS = XR;
@@ -101,9 +103,18 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
     unsigned char* ring = gemv_smem + warp * ST * SBYTES;
     const int len = gemm_seg_len(kt);
     const int nseg = (kt + len - 1) / len;
-    const int j0 = warp * len, j1 = min(j0 + len, kt);
-    float old[NT][4];  // warp 0: y's values before the add
-    if (warp < nseg) {
+    // This warp's segment and tile, and whether it has one.
+    int seg = warp;
+    bool active = true;  // without PACK: warp < nseg, tested where the unpacked body always did
+    if constexpr (PACK) {
+        const int per = GEMV_W / nseg;
+        seg = warp % nseg;
+        tile = tile * per + warp / nseg;
+        active = warp < per * nseg && tile * 16 < n;
+    }
+    const int j0 = seg * len, j1 = min(j0 + len, kt);
+    float old[NT][4];  // the tile's first warp: y's values before the add
+    if (PACK ? active : warp < nseg) {
         const u16* src = w + (size_t)tile * 16 * kp;
         const int nst = (j1 - j0 + U - 1) / U;
         const int xrows = min(m, XROWS);
@@ -137,7 +148,7 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             if (s < nst) issue_x(s);
             cp_commit();
         }
-        if (warp == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
+        if (seg == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
         float acc[NT][4];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
@@ -173,7 +184,14 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
             for (int e = 0; e < 4; ++e) part[((warp * NT + t) * 4 + e) * 32 + lane] = acc[t][e];
     }
     __syncthreads();
-    if (warp != 0) return;
+    // The tile's first warp folds its segments (warp 0 without PACK).
+    int first = 0;
+    if constexpr (PACK) {
+        if (!active || seg != 0) return;
+        first = warp;
+    } else {
+        if (warp != 0) return;
+    }
     float tot[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = tot[t][2] = tot[t][3] = 0.f;
@@ -181,7 +199,8 @@ __device__ __forceinline__ void gemv_body(const u16* __restrict__ w, float* __re
 #pragma unroll
         for (int t = 0; t < NT; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) tot[t][e] = __fadd_rn(tot[t][e], part[((sg * NT + t) * 4 + e) * 32 + lane]);
+            for (int e = 0; e < 4; ++e)
+                tot[t][e] = __fadd_rn(tot[t][e], part[(((first + sg) * NT + t) * 4 + e) * 32 + lane]);
     gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
 }
 

@@ -113,31 +113,32 @@ extern "C" __global__ void moe_plan(const u32* __restrict__ ids, int pairs, int 
     }
 }
 
-// The few-row GEMV over every active expert: block (x, a) takes 16-row tile x % ntiles of weight
-// x / ntiles (ws[(x / ntiles) * ne + e]: gate and up share a launch; every weight of a kind has
-// one shape) of active expert a = e, for that expert's pairs (x rows and y rows offsets[e] ..
-// offsets[e + 1] of the sorted pairs, at most 8 NT of them), into y0 or y1.
+// The few-row GEMV over every active expert: block (x, a) takes tile group x % nblk (gemv_body
+// with PACK: GEMV_W / segments 16-row tiles) of weight x / nblk (ws[(x / nblk) * ne + e]: gate
+// and up share a launch; every weight of a kind has one shape) of active expert a = e, for that
+// expert's pairs (x rows and y rows offsets[e] .. offsets[e + 1] of the sorted pairs, at most
+// 8 NT of them), into y0 or y1.
 #define MOE_GEMV_KERNEL(NT, U, ST)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W)                                                      \
         moe_gemv_n##NT(const u64* __restrict__ ws, int ne, float* __restrict__ y0, float* __restrict__ y1, int n,  \
-                       int ntiles, const u16* __restrict__ x, const u32* __restrict__ offsets,                     \
+                       int nblk, const u16* __restrict__ x,    const u32* __restrict__ offsets,                     \
                        const u32* __restrict__ active, const u32* __restrict__ n_active, int kt, int kp) {        \
         tf_pdl_launch();                                                                                           \
         tf_pdl_wait(); /* the plan is read before any weight: idle experts stream nothing */                       \
         if (blockIdx.y >= *n_active) return;                                                                       \
-        const int which = blockIdx.x / ntiles, tile = blockIdx.x % ntiles;                                         \
+        const int which = blockIdx.x / nblk, tile = blockIdx.x % nblk;                                             \
         const u32 e = active[blockIdx.y], start = offsets[e];                                                      \
         const int m = (int)(offsets[e + 1] - start);                                                               \
         float* y = which ? y1 : y0;                                                                                \
-        gemv_body<NT, U, ST>((const u16*)ws[(size_t)which * ne + e], y + (size_t)start * n, n, tile,               \
-                             x + (size_t)start * kp, m, kt, kp, 0);                                                \
+        gemv_body<NT, U, ST, 8 * NT, true>((const u16*)ws[(size_t)which * ne + e], y + (size_t)start * n, n, tile, \
+                                           x + (size_t)start * kp, m, kt, kp, 0);                                  \
     }
 MOE_GEMV_KERNEL(1, 4, 4)
 MOE_GEMV_KERNEL(2, 4, 4)
 MOE_GEMV_KERNEL(4, 4, 3)
 MOE_GEMV_KERNEL(8, 2, 3)
 
-// Block r: row r of the output is the sum over the row's k experts (ids, w: the routing, [rows,
+// Block (r, c): columns c * blockDim.x.. of row r of the output: the sum over the row's k experts (ids, w: the routing, [rows,
 // k]), in increasing expert order, of weight * that pair's row of y (row pos[r * k + j]; one fused
 // multiply-add each, from zero: scatter_add's sum).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const u32* __restrict__ ids,
@@ -165,7 +166,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const u32* _
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) {
         float acc = 0.f;
         for (int j = 0; j < k; ++j) acc = __fmaf_rn(s_w[j], y[(size_t)s_pos[j] * cols + c], acc);
         out[(size_t)r * cols + c] = acc;

@@ -156,14 +156,16 @@ fn on_device(
             4 => &d.k.moe_gemv_n4,
             _ => &d.k.moe_gemv_n8,
         };
-        let ntiles = n.div_ceil(16);
+        // Tiles a block takes: as many as its warps hold whole segment sets (gemm.cu `PACK`).
+        let per = 8 / crate::tma::segments(kin.div_ceil(16));
+        let nblk = n.div_ceil(16).div_ceil(per);
         let args = [
             Arg::P(ptr(table, s) + (8 * kinds.start * ne) as u64),
             Arg::I(ne as i32),
             Arg::P(ptr(&ys[0], s)),
             Arg::P(ptr(ys.last().unwrap_or(&ys[0]), s)),
             Arg::I(n as i32),
-            Arg::I(ntiles as i32),
+            Arg::I(nblk as i32),
             Arg::P(ptr(bf16_of(b, xin), s)),
             Arg::P(plan[0]),
             Arg::P(plan[1]),
@@ -171,7 +173,7 @@ fn on_device(
             Arg::I(kin.div_ceil(16) as i32),
             Arg::I(padded(kin) as i32),
         ];
-        d.launch(f, ((ntiles * kinds.len()) as u32, slots, 1), 256, gemv_smem(nt), &args);
+        d.launch(f, ((nblk * kinds.len()) as u32, slots, 1), 256, gemv_smem(nt), &args);
         ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect::<Vec<_>>()
     };
     let gu = grouped(&xe, 0..2);
@@ -187,7 +189,7 @@ fn on_device(
         Arg::I(k as i32),
         Arg::I(x.cols as i32),
     ];
-    d.launch(&d.k.moe_combine, (rows as u32, 1, 1), 256, 0, &args);
+    d.launch(&d.k.moe_combine, (rows as u32, x.cols.div_ceil(256) as u32, 1), 256, 0, &args);
     CudaAct::new(out, rows, x.cols)
 }
 

@@ -12,10 +12,10 @@ use tf_core::DType;
 
 /// Experts.
 const E: usize = 16;
-/// Hidden width.
-const H: usize = 200;
-/// Expert width.
-const I: usize = 96;
+/// Hidden width: 69 k tiles, two K segments (the grouped GEMV packs four 16-row tiles a block).
+const H: usize = 1100;
+/// Expert width: 65 k tiles, two segments; 65 row tiles, so the last block packs one.
+const I: usize = 1040;
 /// Rows of the big batch (past the device path's 64).
 const ROWS: usize = 70;
 
