@@ -258,19 +258,24 @@ pub trait Backend: Send + Sync {
     fn fresh_id(&self) -> u64 {
         0
     }
-    /// Runs `f`, the part of a round's forward that reads the host only through `round` (the
-    /// decoder's embedding and layers), over `kv`; a backend may instead replay a recording of an
-    /// earlier round of the same shape with this round's inputs (CUDA graphs), giving the same
-    /// values. The default runs `f`.
+    /// Runs `f`, the part of a round's forward that reads the host only through the round it is
+    /// handed (the decoder's embedding and layers), over `kv`; a backend may instead replay a
+    /// recording of an earlier round of the same shape with this round's inputs (CUDA graphs),
+    /// or hand `f` the round with rows appended that touch no sequence's cache; either way the
+    /// result has `round`'s rows with the values `f(round)` gives. The default runs `f(round)`.
     fn forward_round(
         &self,
-        _round: &Round<'_>,
+        round: &Round<'_>,
         kv: &mut [Self::Kv],
-        f: &mut dyn FnMut(&mut [Self::Kv]) -> Self::Act,
+        f: &mut RoundFn<'_, Self::Kv, Self::Act>,
     ) -> Self::Act {
-        f(kv)
+        f(round, kv)
     }
 }
+
+/// The part of a round's forward a backend may record ([`Backend::forward_round`]): it runs over
+/// the round it is handed and the KV pools.
+pub type RoundFn<'a, Kv, Act> = dyn FnMut(&Round<'_>, &mut [Kv]) -> Act + 'a;
 
 /// What a round's forward reads from the host, for [`Backend::forward_round`]: a backend that
 /// replays recordings keys them on it and uploads these inputs before a replay.

@@ -22,6 +22,7 @@ use crate::CudaBackend;
 use crate::attention::{Packed, last_chunk, pack};
 use crate::device::ptr;
 use crate::error::must;
+use crate::graph_pad::{Padded, bucket};
 use crate::tensor::CudaAct;
 use cudarc::driver::{CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
@@ -84,8 +85,9 @@ struct Entry {
     graph: CudaGraph,
     inputs: Arc<Inputs>,
     out: CudaAct,
-    /// Row indices `0..rows`: the copy out of the pool is a row gather (a kernel, so the norm
-    /// after it still launches early, which a device-to-device copy would stop).
+    /// Row indices `0..rows`: the copy out of the pool is a row gather of the round's own rows
+    /// (a kernel, so the norm after it still launches early, which a device-to-device copy would
+    /// stop; pad rows are left behind).
     rows: CudaSlice<u32>,
 }
 
@@ -167,25 +169,37 @@ impl Graphs {
     }
 }
 
-/// `forward_round` of the CUDA backend: a replay, a capture, or the ops as usual.
+/// `forward_round` of the CUDA backend: a replay, a capture, or the ops as usual. A round is
+/// recorded and replayed padded to its bucket's rows (graph_pad.rs); run op by op, it is not.
 pub(crate) fn forward_round(
     b: &CudaBackend,
     r: &Round<'_>,
     kv: &mut [crate::CudaKv],
-    f: &mut dyn FnMut(&mut [crate::CudaKv]) -> CudaAct,
+    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct>,
 ) -> CudaAct {
     let g = &b.graphs;
     if !g.eligible(r) {
-        return f(kv);
+        return f(r, kv);
     }
-    let meta = pack(r.meta, r.group.max(1));
-    let key = Graphs::key(b, r, kv, &meta);
-    let host = Inputs::host(r, &meta, key.meta_cap);
-    if let Some(out) = replay(b, &key, &host) {
+    let rows = r.ids.len();
+    // Every pool has the scratch block past its blocks (ops.rs `kv`); the pools share a shape.
+    let scratch = kv.first().map(|p| p.shape).filter(|s| kv.iter().all(|p| p.shape == *s));
+    let padded = match scratch {
+        Some(s) if bucket(rows) > rows && s.block_size == r.meta.block_size => {
+            u32::try_from(s.num_blocks).ok().map(|scratch| Padded::new(r, bucket(rows), scratch))
+        }
+        _ => None,
+    };
+    let pr = padded.as_ref().map(|p| p.round(r));
+    let rec = pr.as_ref().unwrap_or(r);
+    let meta = pack(rec.meta, rec.group.max(1));
+    let key = Graphs::key(b, rec, kv, &meta);
+    let host = Inputs::host(rec, &meta, key.meta_cap);
+    if let Some(out) = replay(b, &key, &host, rows) {
         return out;
     }
     if lock(&g.refused).iter().any(|(k, n)| *k == key && *n >= TRIES) {
-        return f(kv);
+        return f(r, kv);
     }
     {
         let mut seen = lock(&g.seen);
@@ -195,12 +209,12 @@ pub(crate) fn forward_round(
             }
             seen.push(key);
             drop(seen);
-            return f(kv);
+            return f(r, kv);
         }
     }
     let inputs =
-        Arc::new(Inputs { buf: b.dev.upload(&host), ids: r.ids.to_vec(), positions: r.positions.to_vec(), meta });
-    match capture(b, key.clone(), inputs, kv, f) {
+        Arc::new(Inputs { buf: b.dev.upload(&host), ids: rec.ids.to_vec(), positions: rec.positions.to_vec(), meta });
+    match capture(b, key.clone(), inputs, kv, f, rec, rows) {
         Some(out) => out,
         None => {
             let mut refused = lock(&g.refused);
@@ -210,13 +224,14 @@ pub(crate) fn forward_round(
             }
             drop(refused);
             b.clear_caches();
-            f(kv)
+            f(r, kv)
         }
     }
 }
 
-/// Replays the recording of `key` with inputs `host`; its output, copied out of the pool.
-fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
+/// Replays the recording of `key` with inputs `host`; its first `rows` output rows, copied out
+/// of the pool.
+fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize) -> Option<CudaAct> {
     let mut entries = lock(&b.graphs.entries);
     let i = entries.iter().position(|e| e.key == *key)?;
     let e = entries.remove(i);
@@ -226,25 +241,28 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32]) -> Option<CudaAct> {
     let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
     must(r, "copying a round's inputs");
     must(e.graph.launch(), "launching a recorded round");
-    let out = copy_out(b, &e.out, &e.rows);
+    let out = copy_out(b, &e.out, &e.rows, rows);
     entries.push(e);
     lock(&b.graphs.counts).1 += 1;
     Some(out)
 }
 
-/// Captures `f` as the recording of `key`, launches it, and returns its output; `None` when the
-/// round did something a recording cannot stand for (nothing of it ran then).
+/// Captures `f` over round `r` as the recording of `key`, launches it, and returns its first
+/// `rows` output rows; `None` when the round did something a recording cannot stand for
+/// (nothing of it ran then).
 fn capture(
     b: &CudaBackend,
     key: Key,
     inputs: Arc<Inputs>,
     kv: &mut [crate::CudaKv],
-    f: &mut dyn FnMut(&mut [crate::CudaKv]) -> CudaAct,
+    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct>,
+    r: &Round<'_>,
+    rows: usize,
 ) -> Option<CudaAct> {
     let d = &b.dev;
     *lock(&b.graphs.active) = Some(inputs.clone());
     let begun = d.begin_capture();
-    let out = begun.then(|| f(kv));
+    let out = begun.then(|| f(r, kv));
     *lock(&b.graphs.active) = None;
     let (clean, pinned) = d.end_capture_mode();
     let graph = if begun { d.stream.end_capture(sys::CUgraphInstantiate_flags(0)) } else { Ok(None) };
@@ -253,21 +271,21 @@ fn capture(
         return None;
     };
     out.f32_ready()?;
-    let rows = d.upload(&(0..out.rows as u32).collect::<Vec<u32>>());
+    let all = d.upload(&(0..out.rows as u32).collect::<Vec<u32>>());
     must(graph.launch(), "launching a recorded round");
-    let copy = copy_out(b, &out, &rows);
+    let copy = copy_out(b, &out, &all, rows);
     let mut entries = lock(&b.graphs.entries);
     if entries.len() >= KEEP {
         entries.remove(0);
     }
-    entries.push(Entry { key, graph, inputs, out, rows });
+    entries.push(Entry { key, graph, inputs, out, rows: all });
     lock(&b.graphs.counts).0 += 1;
     Some(copy)
 }
 
-/// A copy of `x`'s f32 values in memory of the ordinary pool (`rows`: the indices `0..x.rows`).
-fn copy_out(b: &CudaBackend, x: &CudaAct, rows: &CudaSlice<u32>) -> CudaAct {
-    crate::ops::gather(b, x, ptr(rows, &b.dev.stream), x.rows)
+/// A copy of `x`'s first `n` rows in memory of the ordinary pool (`rows`: the indices `0..x.rows`).
+fn copy_out(b: &CudaBackend, x: &CudaAct, rows: &CudaSlice<u32>, n: usize) -> CudaAct {
+    crate::ops::gather(b, x, ptr(rows, &b.dev.stream), n.min(x.rows))
 }
 
 #[cfg(test)]

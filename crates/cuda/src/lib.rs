@@ -60,6 +60,7 @@ mod device;
 mod error;
 mod gemv_m1;
 mod graph;
+mod graph_pad;
 pub mod limits;
 mod logprob;
 mod matmul;
@@ -382,7 +383,7 @@ impl Backend for CudaBackend {
         &self,
         round: &tf_backend::Round<'_>,
         kv: &mut [CudaKv],
-        f: &mut dyn FnMut(&mut [CudaKv]) -> CudaAct,
+        f: &mut tf_backend::RoundFn<'_, CudaKv, CudaAct>,
     ) -> CudaAct {
         graph::forward_round(self, round, kv, f)
     }

@@ -93,15 +93,15 @@ pub(crate) fn mat_gate_up(
     Ok(Some(bf16_mat(b, w, rows, cols)))
 }
 
-/// One layer's zeroed bf16 KV pool.
+/// One layer's zeroed bf16 KV pool: `shape.num_blocks` blocks and one more past them, the
+/// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it).
 pub(crate) fn kv(b: &CudaBackend, shape: KvShape) -> Result<CudaKv, BackendError> {
-    let n = shape
-        .num_blocks
+    let n = (shape.num_blocks + 1)
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
         .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))?;
     let (k, v): (CudaSlice<u16>, CudaSlice<u16>) = (b.dev.zeros(n), b.dev.zeros(n));
-    let slots = shape.num_blocks * shape.block_size;
+    let slots = (shape.num_blocks + 1) * shape.block_size;
     let maps = crate::tma::pool_run(shape.block_size)
         .filter(|_| b.dev.wgmma && shape.head_dim == 128 && slots <= i32::MAX as usize)
         .and_then(|run| {

@@ -412,68 +412,111 @@ fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> A
     meta
 }
 
+/// Runs `rounds` (the first a prefill) through `forward_round` as a decoder's layers do: each
+/// embeds its ids, projects q/k/v, normalizes and rotates them, attends (split across CTAs past
+/// 256 keys) and projects o; the last row of each sequence is read back after the recorded part.
+/// The ops read the round they are handed (a recording backend may pad it).
+fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize) -> Vec<Vec<f32>> {
+    let (h, kvh, d, hidden, vocab, bs) = (8, 2, 128, 256, 64, 16);
+    let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.088, window: None, softcap: None };
+    let rope = Rope::new(d, 10000.0, &RopeScaling::Default);
+    let w = |name, rows, cols, seed| b.mat(&weight(name, DType::BF16, rows, cols, &rand(rows * cols, seed, 0.5)));
+    let (table, wq, wk, wv, wo) = (
+        w("e", vocab, hidden, 1).unwrap(),
+        w("q", h * d, hidden, 2).unwrap(),
+        w("k", kvh * d, hidden, 3).unwrap(),
+        w("v", kvh * d, hidden, 4).unwrap(),
+        w("o", hidden, h * d, 5).unwrap(),
+    );
+    let (qn, kn) = (b.vec(&rand(d, 9, 1.0)), b.vec(&rand(d, 10, 1.0)));
+    let model = [b.fresh_id(), 1];
+    let mut kv = vec![b.kv(KvShape { num_blocks, block_size: bs, num_kv_heads: kvh, head_dim: d }).unwrap()];
+    let mut outs = Vec::new();
+    for (step, meta) in rounds.iter().enumerate() {
+        let t = meta.slot_mapping.len();
+        let ids: Vec<u32> = (0..t).map(|i| ((step * 7 + i * 3) % vocab) as u32).collect();
+        let positions = meta.positions();
+        let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
+        let r = Round { replayable: true, model, ids: &ids, positions: &positions, meta, group: h / kvh };
+        let out = b.forward_round(&r, &mut kv, &mut |r, kv| {
+            let x = b.embed(&table, r.ids, 1.0);
+            let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
+            let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
+            b.qk_norm_rope(&mut q, &mut k, Some(norms), r.positions, d, &rope);
+            let a = b.attention(&q, &k, &v, &mut kv[0], r.meta, &p);
+            b.matmul(&a, &wo)
+        });
+        assert_eq!(b.shape(&out).0, t, "round {step}: the round's own rows come back");
+        outs.push(b.download(&b.select_rows(&out, &rows)));
+    }
+    outs
+}
+
+/// Whether two runs' outputs are equal bit for bit, naming the first round that is not.
+fn same_rounds(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) {
+    for (step, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}, round {step}");
+    }
+}
+
 /// Decode rounds replayed from CUDA graph recordings (graph.rs) give the bits of the same rounds
 /// run op by op while contexts grow across 16-token blocks and the 256-key chunk, for one
-/// sequence and for three: each round embeds its ids, projects q/k/v, normalizes and rotates
-/// them, attends (split across CTAs past 256 keys) and projects o, as a decoder's layers do
-/// (rows are selected after the recorded part), on a recording backend and on one that never
-/// records.
+/// sequence and for three (recorded padded to four rows, graph_pad.rs), on a recording backend
+/// and on one that never records.
 #[test]
 fn recorded_decode_rounds_equal_op_by_op() {
     let (Some(on), Some(off)) = (backend(), backend_no_graphs()) else { return };
-    let (h, kvh, d, hidden, vocab, bs, blocks) = (8, 2, 128, 256, 64, 16, 24);
-    let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.088, window: None, softcap: None };
-    let rope = Rope::new(d, 10000.0, &RopeScaling::Default);
-    let (qn, kn) = (rand(d, 9, 1.0), rand(d, 10, 1.0));
+    let (bs, blocks) = (16, 24);
     for starts in [vec![230usize], vec![250, 17, 300]] {
         let n = starts.len();
-        let run = |b: &tf_cuda::CudaBackend| -> Vec<Vec<f32>> {
-            let w =
-                |name, rows, cols, seed| b.mat(&weight(name, DType::BF16, rows, cols, &rand(rows * cols, seed, 0.5)));
-            let (table, wq, wk, wv, wo) = (
-                w("e", vocab, hidden, 1).unwrap(),
-                w("q", h * d, hidden, 2).unwrap(),
-                w("k", kvh * d, hidden, 3).unwrap(),
-                w("v", kvh * d, hidden, 4).unwrap(),
-                w("o", hidden, h * d, 5).unwrap(),
-            );
-            let (qn, kn) = (b.vec(&qn), b.vec(&kn));
-            let model = [b.fresh_id(), 1];
-            let shape = KvShape { num_blocks: blocks * n, block_size: bs, num_kv_heads: kvh, head_dim: d };
-            let mut kv = vec![b.kv(shape).unwrap()];
-            let mut outs = Vec::new();
-            // Round 0 fills each sequence's history (a prefill round: never recorded).
-            for step in 0..=70 {
+        // Round 0 fills each sequence's history (a prefill round: never recorded).
+        let rounds: Vec<AttnMeta> = (0..=70)
+            .map(|step| {
                 let seqs: Vec<(usize, usize)> =
                     starts.iter().map(|&s| if step == 0 { (0, s) } else { (s + step - 1, 1) }).collect();
-                let meta = round(&seqs, bs, blocks);
-                let t = meta.slot_mapping.len();
-                let ids: Vec<u32> = (0..t).map(|i| ((step * 7 + i * 3) % vocab) as u32).collect();
-                let positions = meta.positions();
-                let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
-                let r =
-                    Round { replayable: true, model, ids: &ids, positions: &positions, meta: &meta, group: h / kvh };
-                let out = b.forward_round(&r, &mut kv, &mut |kv| {
-                    let x = b.embed(&table, &ids, 1.0);
-                    let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
-                    let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
-                    b.qk_norm_rope(&mut q, &mut k, Some(norms), &positions, d, &rope);
-                    let a = b.attention(&q, &k, &v, &mut kv[0], &meta, &p);
-                    b.matmul(&a, &wo)
-                });
-                outs.push(b.download(&b.select_rows(&out, &rows)));
-            }
-            outs
-        };
-        let (got, want) = (run(&on), run(&off));
-        for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} rows, round {step}");
-        }
+                round(&seqs, bs, blocks)
+            })
+            .collect();
+        same_rounds(
+            &run_rounds(&on, &rounds, blocks * n),
+            &run_rounds(&off, &rounds, blocks * n),
+            &format!("{n} rows"),
+        );
         let (captures, replays) = on.graph_counts();
         eprintln!("{n} rows: {captures} captures, {replays} replays so far");
         assert!(replays > 40 * n.min(2) && captures >= 2, "{captures} captures, {replays} replays");
         assert_eq!(off.graph_counts(), (0, 0));
     }
+}
+
+/// Rounds of 5 to 8 sequences (some waiting a round) are padded to one bucket of 8 rows: one
+/// recording serves them all, with the bits of the rounds run op by op.
+#[test]
+fn rounds_of_nearby_sizes_share_one_padded_recording() {
+    let (Some(on), Some(off)) = (backend(), backend_no_graphs()) else { return };
+    let (bs, per) = (16, 8);
+    // Sequence i owns blocks i * per .. (i + 1) * per whatever else runs.
+    let meta_of = |seqs: &[(usize, usize, usize)]| {
+        let mut m = AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: bs };
+        for &(i, start_pos, q_len) in seqs {
+            let block_table: Vec<u32> = (0..per).map(|j| (i * per + j) as u32).collect();
+            let slots = (start_pos..start_pos + q_len).map(|p| block_table[p / bs] as usize * bs + p % bs);
+            m.slot_mapping.extend(slots);
+            m.seqs.push(SeqAttn { q_start: m.slot_mapping.len() - q_len, q_len, start_pos, block_table });
+        }
+        m
+    };
+    let mut pos: Vec<usize> = (0..8).map(|i| 20 + 9 * i).collect();
+    let mut rounds = vec![meta_of(&pos.iter().enumerate().map(|(i, &p)| (i, 0, p)).collect::<Vec<_>>())];
+    for step in 0..40 {
+        let n = 5 + step % 4;
+        rounds.push(meta_of(&(0..n).map(|i| (i, pos[i], 1)).collect::<Vec<_>>()));
+        pos.iter_mut().take(n).for_each(|p| *p += 1);
+    }
+    same_rounds(&run_rounds(&on, &rounds, 8 * per), &run_rounds(&off, &rounds, 8 * per), "5 to 8 rows");
+    let (captures, replays) = on.graph_counts();
+    assert_eq!(captures, 1, "one recording for the bucket ({replays} replays)");
+    assert!(replays >= 37, "{replays} replays");
 }
 
 /// A round that uploads inside its forward cannot be recorded: its captures are dropped (the
@@ -488,7 +531,7 @@ fn rounds_that_upload_run_op_by_op() {
         let positions = meta.positions();
         let r = Round { replayable: true, model, ids: &[0], positions: &positions, meta: &meta, group: 1 };
         let vals = [step as f32, 2.0, -1.5];
-        let out = b.forward_round(&r, &mut kv, &mut |_| b.upload(&vals, 1, 3));
+        let out = b.forward_round(&r, &mut kv, &mut |_, _| b.upload(&vals, 1, 3));
         assert_eq!(b.download(&out), vals, "round {step}");
     }
     assert_eq!(b.graph_counts(), (0, 0));

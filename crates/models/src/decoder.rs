@@ -98,19 +98,19 @@ impl<B: Backend> Decoder<B> {
             meta: batch.meta,
             group: s.num_heads / s.num_kv_heads.max(1),
         };
-        let h = b.forward_round(&round, kv, &mut |kv| self.run_layers(b, batch, kv, num_layers, &positions));
+        let h = b.forward_round(&round, kv, &mut |r, kv| self.run_layers(b, r, kv, num_layers));
         self.head(b, &h, batch.logits_rows)
     }
 
-    /// The embedding and the first `num_layers` layers: the residual stream after them.
-    fn run_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize, positions: &[u32]) -> B::Act {
+    /// The embedding and the first `num_layers` layers over round `r`: the residual stream after them.
+    fn run_layers(&self, b: &B, r: &Round<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let s = &self.spec;
-        let mut h = b.embed(&self.embed, batch.ids, s.embed_scale); // (tokens, hidden)
+        let mut h = b.embed(&self.embed, r.ids, s.embed_scale); // (tokens, hidden)
         // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
         // experts) through the next block's fused add + input norm.
         let mut pending: Option<B::Act> = None;
         for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
-            pending = self.block(b, layer, &mut h, pending.take(), positions, batch.meta, kv);
+            pending = self.block(b, layer, &mut h, pending.take(), r.positions, r.meta, kv);
         }
         if let Some(f) = pending {
             b.add_assign(&mut h, &f);
