@@ -137,7 +137,8 @@ pub(crate) fn attention(
     assert_eq!(meta.block_size, kv.shape.block_size, "attention: block size");
     assert_eq!((q.cols, k.cols, v.cols), (p.num_heads * hd, kvh * hd, kvh * hd), "attention: q/k/v widths");
     assert_eq!(meta.slot_mapping.len(), k.rows, "attention: one slot per K/V row");
-    let pool_slots = kv.shape.num_blocks * kv.shape.block_size;
+    // The pool's blocks and the scratch block past them (ops.rs `kv`, graph_pad.rs's pad rows).
+    let pool_slots = (kv.shape.num_blocks + 1) * kv.shape.block_size;
     assert!(meta.slot_mapping.iter().all(|&s| s < pool_slots), "attention: slot outside the pool");
     let func = match hd {
         16 => &d.k.attention_d16,
