@@ -8,6 +8,7 @@
 //! argmax, taken on the device where the backend can.
 
 use crate::args::BenchArgs;
+use crate::bench_cost::Cost;
 use crate::bench_pick::{PickMode, Picker};
 use crate::device::{Limits, OnBackend, dispatch, limits, threads};
 use crate::exit::{Failure, failed, refused};
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_engine::sampler::SamplingParams;
-use tf_models::{Batch, Model, ModelSpec};
+use tf_models::{Batch, Model};
 
 /// Tokens per KV block.
 const BLOCK: usize = 16;
@@ -25,29 +26,6 @@ struct Bench<'a>(&'a BenchArgs, Option<Limits>);
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// What a forward reads and computes, from the model's shape.
-struct Cost {
-    /// Matmul weights of the layers (dense models), elements.
-    layer_params: f64,
-    /// lm_head elements.
-    head_params: f64,
-    /// KV cache bytes per token (all layers) in the backend's KV type.
-    kv_bytes_per_token: f64,
-    /// `layers * heads * head_dim`, for attention FLOPs.
-    attn_width: f64,
-}
-
-fn cost(s: &ModelSpec, kv_elem: usize) -> Cost {
-    let (h, q, kv) = (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
-    let per_layer = h * (q + 2.0 * kv) + q * h + 3.0 * h * s.intermediate_size as f64;
-    Cost {
-        layer_params: per_layer * s.num_layers as f64,
-        head_params: (s.vocab_size * s.hidden_size) as f64,
-        kv_bytes_per_token: (2 * s.num_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
-        attn_width: (s.num_layers * s.num_heads * s.head_dim) as f64,
-    }
 }
 
 /// One sequence group's KV layout: shared prompt blocks, then private blocks per sequence.
@@ -146,8 +124,7 @@ impl OnBackend for Bench<'_> {
         let (a, lim) = (self.0, self.1);
         let m = Model::open(&a.model, b).map_err(refused)?;
         let rows = m.vocab.rows();
-        let c = cost(&m.decoder.spec, b.kv_dtype().size());
-        let dense = m.decoder.spec.moe.is_none();
+        let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
         let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
             .map_err(refused)?
             .into_iter()
@@ -179,9 +156,9 @@ impl OnBackend for Bench<'_> {
                 let r = measure(&m, b, prompt.as_slice(), (batch, gen_len, a.repeat), &mut picker)?;
                 let round = median(r.round_s.clone());
                 let flops =
-                    2.0 * c.layer_params * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
+                    2.0 * c.token_params() * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
                 let ctx = len as f64 + gen_len as f64 / 2.0;
-                let bytes = 2.0 * (c.layer_params + c.head_params) + batch as f64 * ctx * c.kv_bytes_per_token;
+                let bytes = 2.0 * c.round_params(batch) + batch as f64 * ctx * c.kv_bytes_per_token;
                 let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,
                     "prefill_tok_s": len as f64 / r.prefill_s, "ttft_ms": r.prefill_s * 1e3,
                     "prefill_tflops": flops / r.prefill_s / 1e12,
@@ -200,7 +177,7 @@ impl OnBackend for Bench<'_> {
                 }
                 // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
                 let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
-                if let (Some(l), true) = (lim, dense) {
+                if let Some(l) = lim {
                     let (m, q) = (flops / r.prefill_s / 1e12 / l.gemm_tflops, bytes / (l.copy_gb_s * 1e9) / round);
                     (mfu, ratio) = (format!("{m:.3}"), format!("{q:.3}"));
                     row["prefill_mfu"] = json!(m);
@@ -230,7 +207,7 @@ impl OnBackend for Bench<'_> {
             let doc = json!({"model": a.model, "backend": b.name(), "threads": threads(&a.dev),
                 "architecture": m.decoder.spec.architecture,
                 "limits": lim.map(|l| json!({"copy_gb_s": l.copy_gb_s, "gemm_tflops": l.gemm_tflops})),
-                "weight_bytes_bf16": 2.0 * (c.layer_params + c.head_params),
+                "weight_bytes_bf16": 2.0 * c.all_params(),
                 "results": results});
             std::fs::write(path, doc.to_string()).map_err(failed)?;
         }

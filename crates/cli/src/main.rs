@@ -2,6 +2,7 @@
 
 mod args;
 mod bench;
+mod bench_cost;
 mod bench_draft;
 mod bench_pick;
 mod bench_prefix;

@@ -16,7 +16,7 @@ use tf_models::spec::ModelSpec;
 const SPECIALS: [&str; 3] = ["<|bos|>", "<|eos|>", "<|pad|>"];
 
 /// The `config.json` of a preset.
-fn preset(name: &str) -> Option<Value> {
+pub(crate) fn preset(name: &str) -> Option<Value> {
     let qwen3 = |vocab: u64, hidden: u64, inter: u64, layers: u64, heads: u64, kv: u64, tie: bool| {
         json!({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": vocab,
             "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
@@ -112,7 +112,7 @@ fn write_json(path: &Path, v: &Value) -> Result<(), Failure> {
 }
 
 /// Names and shapes of every tensor the spec needs, in the HF layout.
-fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
+pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     let (h, d, v) = (s.hidden_size, s.head_dim, s.vocab_size);
     let mut t = vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".into(), vec![h])];
     if !s.tie_word_embeddings {

@@ -1,0 +1,120 @@
+//! What a forward reads and computes, from the model's shape (`tensorfold bench`'s ratios). A
+//! mixture-of-experts layer reads the experts its round's rows chose: exactly `top_k` at one
+//! row; for more rows the expected number of distinct experts under uniform routing (what
+//! random-weight checkpoints give), so batch ratios of MoE models are estimates.
+
+use tf_models::ModelSpec;
+
+/// A model's weights and KV traffic.
+pub struct Cost {
+    /// Matmul weights every token reads (attention, dense MLPs, routers), elements.
+    pub layer_params: f64,
+    /// lm_head elements.
+    pub head_params: f64,
+    /// One expert's gate, up and down, elements (0 without experts).
+    expert_params: f64,
+    /// Layers with experts.
+    moe_layers: f64,
+    /// Experts a MoE layer has, and a token chooses.
+    experts: (f64, f64),
+    /// KV cache bytes per token (all layers) in the backend's KV type.
+    pub kv_bytes_per_token: f64,
+    /// `layers * heads * head_dim`, for attention FLOPs.
+    pub attn_width: f64,
+}
+
+impl Cost {
+    /// The cost of spec `s` with KV elements of `kv_elem` bytes.
+    pub fn of(s: &ModelSpec, kv_elem: usize) -> Cost {
+        let (h, q, kv) =
+            (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
+        let attn = h * (q + 2.0 * kv) + q * h;
+        let dense_mlp = 3.0 * h * s.intermediate_size as f64;
+        let (mut layer_params, mut moe_layers, mut expert_params, mut experts) = (0.0, 0.0, 0.0, (0.0, 0.0));
+        for i in 0..s.num_layers {
+            layer_params += attn;
+            match &s.moe {
+                Some(m) if m.sparse_layers.get(i).copied().unwrap_or(false) => {
+                    layer_params += m.num_experts as f64 * h;
+                    moe_layers += 1.0;
+                    expert_params = 3.0 * h * m.moe_intermediate_size as f64;
+                    experts = (m.num_experts as f64, m.top_k as f64);
+                }
+                _ => layer_params += dense_mlp,
+            }
+        }
+        Cost {
+            layer_params,
+            head_params: (s.vocab_size * s.hidden_size) as f64,
+            expert_params,
+            moe_layers,
+            experts,
+            kv_bytes_per_token: (2 * s.num_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
+            attn_width: (s.num_layers * s.num_heads * s.head_dim) as f64,
+        }
+    }
+
+    /// Experts a MoE layer reads in a round of `batch` rows (see the module doc).
+    pub fn experts_read(&self, batch: usize) -> f64 {
+        let (e, k) = self.experts;
+        if e == 0.0 { 0.0 } else { e * (1.0 - (1.0 - k / e).powi(batch as i32)) }
+    }
+
+    /// Weight elements a decode round of `batch` rows reads.
+    pub fn round_params(&self, batch: usize) -> f64 {
+        self.layer_params + self.head_params + self.moe_layers * self.experts_read(batch) * self.expert_params
+    }
+
+    /// Layer weight elements one token multiplies by (half a token's layer FLOPs).
+    pub fn token_params(&self) -> f64 {
+        self.layer_params + self.moe_layers * self.experts.1 * self.expert_params
+    }
+
+    /// Every matmul weight of the model, elements.
+    pub fn all_params(&self) -> f64 {
+        self.layer_params + self.head_params + self.moe_layers * self.experts.0 * self.expert_params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use tf_models::config::RawConfig;
+    use tf_models::registry::spec_for;
+
+    fn spec(like: &str) -> ModelSpec {
+        let config = crate::synth::preset(like).expect("a preset");
+        spec_for(&RawConfig::parse(Path::new("config.json"), &config.to_string()).expect("config")).expect("spec")
+    }
+
+    /// Matmul weight elements of the synthesized checkpoint (every 2-D tensor but the embedding).
+    fn synth_params(s: &ModelSpec) -> f64 {
+        let t = crate::synth::tensor_list(s);
+        let mats = t.iter().filter(|(n, shape)| shape.len() == 2 && n != "model.embed_tokens.weight");
+        mats.map(|(_, shape)| shape.iter().product::<usize>() as f64).sum()
+    }
+
+    #[test]
+    fn dense_rounds_read_every_weight_whatever_the_batch() {
+        let s = spec("qwen3-8b");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        assert_eq!((c.round_params(1), c.round_params(64)), (c.all_params(), c.all_params()));
+        assert_eq!(c.token_params(), c.layer_params);
+    }
+
+    #[test]
+    fn moe_rounds_read_the_chosen_experts() {
+        let s = spec("qwen3-30b-a3b");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        // One row: its 8 experts of 128 in each of 48 layers.
+        let expert = 3.0 * 2048.0 * 768.0;
+        assert_eq!(c.round_params(1), c.layer_params + c.head_params + 48.0 * 8.0 * expert);
+        assert_eq!(c.token_params(), c.layer_params + 48.0 * 8.0 * expert);
+        // More rows read more distinct experts, never more than all of them.
+        let read: Vec<f64> = [1, 2, 8, 64, 4096].map(|b| c.experts_read(b)).to_vec();
+        assert!(read.windows(2).all(|w| w[0] < w[1]) && read[4] <= 128.0 && read[4] > 127.9, "{read:?}");
+    }
+}
