@@ -102,7 +102,7 @@ struct Caches {
     /// Resident blocks an SM of a kernel (by name) at a dynamic shared-memory size.
     occupancy: Vec<(&'static str, u32, u32)>,
     /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
-    experts: std::collections::HashMap<Vec<u64>, cudarc::driver::CudaSlice<u64>>,
+    experts: std::collections::HashMap<Vec<u64>, std::sync::Arc<cudarc::driver::CudaSlice<u64>>>,
 }
 
 /// The CUDA implementation of [`Backend`] on one GPU.

@@ -15,6 +15,7 @@ use crate::matmul::{gemv_smem, matmul};
 use crate::ops::{bf16_of, gather, glu};
 use crate::tensor::{CudaAct, CudaMat, padded};
 use cudarc::driver::CudaSlice;
+use std::sync::Arc;
 use tf_backend::{Experts, MoeParams};
 
 /// Most rows a round may have for the device path: the grouped GEMV takes at most 64 rows an
@@ -83,7 +84,7 @@ fn route(b: &CudaBackend, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, C
 
 /// The experts' gate, up and down weight addresses on the device (`[gate | up | down]`, `ne`
 /// each), uploaded on first use; `None` unless every weight is bf16 of one shape per kind.
-fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<CudaSlice<u64>> {
+fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<Arc<CudaSlice<u64>>> {
     let d = &b.dev;
     let mut host = vec![0u64; 3 * ne];
     let first = experts(0).map(CudaMat::shape);
@@ -97,14 +98,16 @@ fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMa
         }
     }
     let mut c = b.caches();
+    // Shared, not cloned: a CudaSlice clone is a device copy (in a recording, a copy node that
+    // would end the kernels' programmatic launches).
     if let Some(t) = c.experts.get(&host) {
-        return Some(t.clone());
+        return Some(Arc::clone(t));
     }
-    let t = d.upload(&host);
+    let t = Arc::new(d.upload(&host));
     if c.experts.len() >= KEEP_TABLES {
         c.experts.clear();
     }
-    c.experts.insert(host, t.clone());
+    c.experts.insert(host, Arc::clone(&t));
     Some(t)
 }
 
