@@ -1,6 +1,7 @@
 //! Mixture of experts (kernels/moe.cu). Every round routes on the device (softmax, top-k,
 //! renormalisation: the reference `route`'s steps), so a token's experts and weights do not
-//! depend on the path below. Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
+//! depend on the path below (a model past the routing kernels' limits, more than 1024 experts or
+//! 32 chosen, routes every round on the host instead). Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
 //! device: the routed (row, expert) pairs are sorted by expert, gathered, run through grouped
 //! GEMVs over every chosen expert (gate and up in one launch, then down), and combined, with no
 //! host round trip (so decode rounds can be recorded as graphs). Larger rounds download only the
@@ -21,7 +22,7 @@ use tf_backend::{Experts, MoeParams};
 /// Most rows a round may have for the device path: the grouped GEMV takes at most 64 rows an
 /// expert, and a row chooses an expert at most once.
 pub(crate) const DEVICE_ROWS: usize = 64;
-/// Most experts on the device path (kernels/moe.cu `MOE_MAX_EXPERTS`).
+/// Most experts the routing kernels take (kernels/moe.cu `MOE_MAX_EXPERTS`).
 const MAX_EXPERTS: usize = 1024;
 /// Most experts a token may choose (kernels/moe.cu `MOE_MAX_TOPK`).
 const MAX_TOPK: usize = 32;
@@ -47,20 +48,28 @@ pub(crate) fn moe_by<'a>(
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
-    let ne = router_logits.cols;
+    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
     assert_eq!(router_logits.rows, x.rows, "moe: one router row per token");
-    assert!(p.top_k >= 1 && p.top_k <= ne.min(MAX_TOPK), "moe: top-{} of {ne} experts", p.top_k);
+    assert!(k >= 1 && k <= ne, "moe: top-{k} of {ne} experts (the loader checks it)");
     if x.rows == 0 {
-        return CudaAct::new(b.dev.zeros::<f32>(0), 0, x.cols);
+        return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
+    }
+    if k > MAX_TOPK || ne > MAX_EXPERTS {
+        // Past the routing kernels' limits (no supported family is): the reference rule on the
+        // host, for every round of the model, so its paths still agree.
+        let logits = d.download(router_logits.data(b), x.rows * ne);
+        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, p));
+        let (ids, weights): (Vec<u32>, Vec<f32>) = routes.map(|(e, w)| (e as u32, w)).unzip();
+        return by_expert(b, x, &ids, &weights, ne, experts, p);
     }
     let (ids, w) = route(b, router_logits, p);
     if x.rows <= DEVICE_ROWS
-        && ne <= MAX_EXPERTS
         && let Some(table) = table(b, ne, &experts)
     {
         return on_device(b, x, &ids, &w, &table, &experts(0), p);
     }
-    by_expert(b, x, &ids, &w, ne, experts, p)
+    let (ids, weights) = (d.download(&ids, x.rows * k), d.download(&w, x.rows * k));
+    by_expert(b, x, &ids, &weights, ne, experts, p)
 }
 
 /// Per row its `top_k` experts and weights, most probable first: `[rows, top_k]` each.
@@ -196,21 +205,21 @@ fn on_device(
     CudaAct::new(out, rows, x.cols)
 }
 
-/// The host-driven path: the routing comes back, each chosen expert runs on its rows.
+/// The host-driven path: from the routing (`[rows, top_k]` ids and weights, on the host), each
+/// chosen expert runs on its rows.
 fn by_expert<'a>(
     b: &CudaBackend,
     x: &CudaAct,
-    ids: &CudaSlice<u32>,
-    w: &CudaSlice<f32>,
+    ids: &[u32],
+    weights: &[f32],
     ne: usize,
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
     let d = &b.dev;
     let k = p.top_k;
-    let (ids, weights) = (d.download(ids, x.rows * k), d.download(w, x.rows * k));
     let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); ne];
-    for (i, (&e, &wt)) in ids.iter().zip(&weights).enumerate() {
+    for (i, (&e, &wt)) in ids.iter().zip(weights).enumerate() {
         // Routed ids are below `ne` by construction; a bad one would only drop its term.
         if let Some(l) = lists.get_mut(e as usize) {
             l.push(((i / k) as u32, wt));
