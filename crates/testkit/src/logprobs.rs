@@ -1,6 +1,6 @@
 //! Logprobs are the raw rows': a token's logprob and its alternatives come from the model's
 //! logits before logit bias, penalties and temperature, however its token was sampled (greedy
-//! or seeded, on the backend from candidates or from a downloaded row), alone or batched.
+//! or seeded, from the backend's candidates after their edits), alone or batched.
 //!
 //! The reference asks for the first token's 20 alternatives. Then requests over the same
 //! prompt push one of those alternatives up with a large logit bias (and penalise the prompt's
