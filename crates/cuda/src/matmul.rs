@@ -421,9 +421,14 @@ pub(crate) fn gemv_tma_smem(nt: usize) -> u32 {
     (1024 + GEMV_WARPS * st * (2048 + 1024 * nt) + 2 * GEMV_WARPS * nt * 4 * 32 * 4 + GEMV_WARPS * st * 8) as u32
 }
 
+/// Row groups of 8 (`NT`) of the few-row GEMV variant for `m <= 64` rows: 1, 2, 4 or 8.
+pub(crate) fn gemv_row_groups(m: usize) -> usize {
+    m.div_ceil(8).next_power_of_two().min(8)
+}
+
 /// The GEMV kernel for `m <= 64` rows and its shared memory.
 fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
-    let nt = m.div_ceil(8).next_power_of_two().min(8);
+    let nt = gemv_row_groups(m);
     let f = match nt {
         1 => &d.k.gemv_bf16_n1,
         2 => &d.k.gemv_bf16_n2,

@@ -12,7 +12,7 @@
 
 use crate::CudaBackend;
 use crate::device::{Arg, ptr};
-use crate::matmul::{gemv_smem, matmul};
+use crate::matmul::{gemv_row_groups, gemv_smem, matmul};
 use crate::ops::{bf16_of, gather, glu};
 use crate::tensor::{CudaAct, CudaMat, padded};
 use cudarc::driver::CudaSlice;
@@ -161,7 +161,7 @@ fn on_device(
         assert!(kinds.clone().all(|k| shapes[k].shape() == (n, kin)), "moe: grouped weights differ in shape");
         assert_eq!(xin.cols, kin, "moe: expert input width");
         let ys: Vec<CudaSlice<f32>> = kinds.clone().map(|_| d.alloc::<f32>(pairs * n)).collect();
-        let nt = rows.div_ceil(8).next_power_of_two().min(8);
+        let nt = gemv_row_groups(rows);
         let f = match nt {
             1 => &d.k.moe_gemv_n1,
             2 => &d.k.moe_gemv_n2,

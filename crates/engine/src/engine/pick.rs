@@ -95,7 +95,7 @@ impl<B: Backend> Core<B> {
             let lp = lp_of[j].and_then(|q| {
                 let (r, asked) = (stats.get(q)?, &lp_queries[q].ids);
                 let c = &candidates[j];
-                let candidate = c.ids.iter().position(|&id| id == t).map(|k| c.values[k]);
+                let candidate = c.ids.binary_search(&t).ok().map(|k| c.values[k]); // ids increase
                 Some(Logprobs::of(r, r.raw(t, asked).or(candidate)?))
             });
             (t, lp)
