@@ -11,14 +11,16 @@
 // stages' weights stream in before the programmatic-dependent-launch wait. At each tile's end the
 // warps leave their segment sums in shared memory (double buffered) and warp 0 folds them in order.
 
-#define GT_W 8  // warps per block: one per K segment
+#define GT_W 8      // warps per block: one per K segment
+#define GT_XR_ST 11  // ring stages of the one-row kernel (matmul.rs `gemv_tma_smem`)
 
-// Stages per warp ring for NT groups of 8 x rows: about 192 KB of ring in all.
-template <int NT>
+// Stages per warp ring for NT groups of 8 x rows: about 192 KB of ring in all. XR (one x row):
+// the ring holds W boxes only and the row sits in shared memory after the barriers, loaded once.
+template <int NT, bool XR = false>
 struct GtCfg {
-    static constexpr int XBYTES = NT * 8 * 128;           // x box: 8 NT rows x 64 k
+    static constexpr int XBYTES = XR ? 0 : NT * 8 * 128;  // x box: 8 NT rows x 64 k
     static constexpr int SBYTES = 2048 + XBYTES;          // W box (16 rows x 64 k) then x box
-    static constexpr int ST = NT == 1 ? 8 : NT == 2 ? 6 : 4;
+    static constexpr int ST = XR ? GT_XR_ST : NT == 1 ? 8 : NT == 2 ? 6 : 4;
     static constexpr int PART = NT * 4 * 32;              // floats of one warp's segment sums
     // ring (1 KB aligned), then 2 x GT_W partial sums, then the barriers
     static constexpr int SMEM = 1024 + GT_W * ST * SBYTES + 2 * GT_W * PART * 4 + GT_W * ST * 8;
@@ -50,11 +52,32 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
 }
 
-template <int NT>
+// gt_box for one x row held whole in shared memory (xs: the box's first k): every B column is the
+// row (a column of the MMA's product depends on its own B column only, so column 0 has gt_box's
+// bits for a row of x), read as a broadcast by the lanes of each c.
+template <int NU>
+__device__ __forceinline__ void gt_box_xr(float (&acc)[1][4], u32 wb, u32 xs, int lane, int c, int u0 = 0) {
+    const int r = lane & 15;
+    u32 a[NU][4], b[NU][2];
+#pragma unroll
+    for (int i = 0; i < NU; ++i) {
+        const int u = u0 + i;
+        const u32 wa = wb + r * 128 + ((((u * 2) + (lane >> 4)) ^ (r & 7)) << 4);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(wa));
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b[i][0]) : "r"(xs + u * 32 + 4 * c));
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(b[i][1]) : "r"(xs + u * 32 + 16 + 4 * c));
+    }
+#pragma unroll
+    for (int i = 0; i < NU; ++i) mma_bf16(acc[0], a[i][0], a[i][1], a[i][2], a[i][3], b[i][0], b[i][1]);
+}
+
+template <int NT, bool XR = false>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
-                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in) {
-    typedef GtCfg<NT> C;
+                                              int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
+                                              const u16* xg = nullptr) {
+    typedef GtCfg<NT, XR> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
     float* part = (float*)(ring_p + GT_W * C::ST * C::SBYTES);  // [2][GT_W][NT][4][32]
@@ -89,8 +112,10 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         tma_load_2d(ring + slot * C::SBYTES, map, kc, row, &full[slot]);
     };
     auto issue_x = [&](int q) {
-        const int slot = q % C::ST;
-        tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
+        if constexpr (!XR) {
+            const int slot = q % C::ST;
+            tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
+        }
     };
     // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
     // stages right after it): loads issued while a small kernel before runs delay its own.
@@ -99,6 +124,21 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
     }
     tf_pdl_wait();
+    u32 xrow = 0;  // XR: shared address of the x row (k 0), this warp's segment copied in
+    if constexpr (XR) {
+        xrow = smem_addr(bars + GT_W * C::ST);
+        if (nb > 0) {
+            const u16* src = xg + j0 * 16;  // 32 bytes a k tile, two 16-byte pieces
+            for (int i = lane; i < (j1 - j0) * 2; i += 32) {
+                u32 v0, v1, v2, v3;
+                asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "l"(src + i * 8));
+                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(xrow + (j0 * 16 + i * 8) * 2), "r"(v0),
+                             "r"(v1), "r"(v2), "r"(v3));
+            }
+        }
+        __syncwarp();
+    }
     if (lane == 0) {
         for (int q = 0; q < C::ST - 1 && q < total; ++q) {
             if (q >= pre) issue_w(q);
@@ -126,7 +166,16 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             const u32 wb = ring + slot * C::SBYTES, xb = wb + 2048;
             // A whole box (the usual case) loads all its fragments before the first MMA, with no
             // branch between them; a segment's last box may hold fewer k tiles.
-            if (j0 + i * 4 + 4 <= j1) {
+            if constexpr (XR) {
+                const u32 xs = xrow + (j0 + i * 4) * 32;
+                if (j0 + i * 4 + 4 <= j1) {
+                    gt_box_xr<4>(acc, wb, xs, lane, c);
+                } else {
+#pragma unroll
+                    for (int u = 0; u < 4; ++u)
+                        if (j0 + i * 4 + u < j1) gt_box_xr<1>(acc, wb, xs, lane, c, u);
+                }
+            } else if (j0 + i * 4 + 4 <= j1) {
                 gt_box<NT, 4>(acc, wb, xb, lane, g, c);
             } else {
 #pragma unroll
@@ -179,3 +228,17 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 GEMV_TMA_KERNEL(1)
 GEMV_TMA_KERNEL(2)
 GEMV_TMA_KERNEL(4)
+
+// One x row (batch-1 decode): the ring holds W only, the row (bf16, `xg`) is copied into shared
+// memory once a block after the launch wait. The same bits as gemv_tma_n1 for that row.
+extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_xr(
+    const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
+    float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1,
+    int ntot, const u16* __restrict__ xg, int kt, int add, int pre) {
+    tf_pdl_launch();
+#ifdef TF_WGMMA
+    gemv_tma_body<1, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, nullptr, 1, kt, add, pre, xg);
+#else
+    tf_pdl_wait();
+#endif
+}

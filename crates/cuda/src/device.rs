@@ -97,6 +97,7 @@ kernels!(
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
+    gemv_tma_xr,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -248,6 +249,10 @@ impl Device {
                     "raising the TMA GEMV's shared memory",
                 )?;
             }
+            drv(
+                k.gemv_tma_xr.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
+                "raising the one-row TMA GEMV's shared memory",
+            )?;
         }
         for (f, nt) in [
             (&k.gemv_bf16_n1, 1),

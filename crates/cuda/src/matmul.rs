@@ -368,9 +368,11 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             _ => None,
         })
         .collect();
-    let (Some(maps), Some(xmap)) = (maps, crate::tma::row_map(xb, m, kt * 16, 8 * nt)) else {
-        return false;
-    };
+    let Some(maps) = maps else { return false };
+    if m == 1 && !b.lab.tma_n1 && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
+        return true;
+    }
+    let Some(xmap) = crate::tma::row_map(xb, m, kt * 16, 8 * nt) else { return false };
     let f = match nt {
         1 => &d.k.gemv_tma_n1,
         2 => &d.k.gemv_tma_n2,
@@ -404,6 +406,53 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
     }
     true
+}
+
+/// The TMA GEMV for one row with the row held in shared memory (kernels/gemv_tma.cu
+/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits); false (nothing launched) where the row does
+/// not fit beside the ring.
+fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt: usize, ys: &[u64], add: bool) -> bool {
+    let d = &b.dev;
+    let smem = gemv_tma_xr_smem(kt * 16);
+    if smem > crate::gemv_m1::MAX_SMEM {
+        return false;
+    }
+    for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
+        let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
+        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
+        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
+        let ntot = t0 + t1 + t2;
+        let args = [
+            Arg::M(w0),
+            Arg::M(w1),
+            Arg::M(w2),
+            Arg::P(y(0)),
+            Arg::P(y(1)),
+            Arg::P(y(2)),
+            Arg::I(n0 as i32),
+            Arg::I(n1 as i32),
+            Arg::I(n2 as i32),
+            Arg::I(t0 as i32),
+            Arg::I(t1 as i32),
+            Arg::I(ntot as i32),
+            Arg::P(xb),
+            Arg::I(kt as i32),
+            Arg::I(add as i32),
+            Arg::I(b.gemv_pre as i32),
+        ];
+        d.launch(&d.k.gemv_tma_xr, (ntot.min(d.num_sms) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
+    }
+    true
+}
+
+/// Ring stages of the one-row TMA GEMV (kernels/gemv_tma.cu `GT_XR_ST`).
+const GEMV_XR_STAGES: usize = 11;
+
+/// Shared memory of the one-row TMA GEMV for an x row of `kp` values: 1 KB of alignment, the W
+/// rings, two sets of one row group's segment sums, the barriers, the row.
+pub(crate) fn gemv_tma_xr_smem(kp: usize) -> u32 {
+    (1024 + GEMV_WARPS * GEMV_XR_STAGES * 2048 + 2 * GEMV_WARPS * 4 * 32 * 4 + GEMV_WARPS * GEMV_XR_STAGES * 8 + 2 * kp)
+        as u32
 }
 
 /// Stages of W a TMA GEMV warp loads before its launch wait (at most its ring's stages less one).
@@ -492,5 +541,8 @@ mod tests {
         for nt in [1, 2, 4] {
             assert!(gemv_tma_smem(nt) <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
         }
+        // qwen3-8b's widest x row (down_proj, 12288) and qwen3-32b's (25600, the few-row kernel).
+        assert!(gemv_tma_xr_smem(12288) <= crate::gemv_m1::MAX_SMEM);
+        assert!(gemv_tma_xr_smem(25600) > crate::gemv_m1::MAX_SMEM);
     }
 }

@@ -40,10 +40,11 @@ fn bf16_matmul_matches_reference_and_rows_are_invariant() {
 
 #[test]
 fn one_row_gemv_variants_equal_the_default() {
-    // The cp.async few-row GEMV and its one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`)
-    // against the default (the TMA GEMV on Hopper), one row at a time.
+    // The cp.async few-row GEMV and its one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`),
+    // and the TMA GEMV with an x box a stage, against the default (on Hopper the TMA GEMV with
+    // the row in shared memory), one row at a time.
     let Some(b) = backend() else { return };
-    let shapes = [(80, 200), (48, 1000), (1024, 4096), (32, 5000), (64, 12288)];
+    let shapes = [(80, 200), (48, 1000), (1024, 4096), (32, 5000), (64, 12288), (2100, 20480), (24, 20640)];
     let data: Vec<(Vec<f32>, Vec<f32>)> =
         shapes.iter().map(|&(n, k)| (rand(n * k, 21 + n as u64, 0.5), rand(3 * k, 22 + k as u64, 1.0))).collect();
     let rows = |be: &tf_cuda::CudaBackend, (n, k): (usize, usize), (w, x): &(Vec<f32>, Vec<f32>)| {
@@ -51,7 +52,7 @@ fn one_row_gemv_variants_equal_the_default() {
         (0..3).map(|r| be.download(&be.matmul(&be.upload(&x[r * k..(r + 1) * k], 1, k), &wm))).collect::<Vec<_>>()
     };
     let want: Vec<_> = shapes.iter().zip(&data).map(|(&sh, dt)| rows(&b, sh, dt)).collect();
-    for name in ["cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
+    for name in ["tma-n1", "cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
         let Some(v) = backend_with(Some(name)) else { return };
         for ((&sh, dt), want) in shapes.iter().zip(&data).zip(&want) {
             let got = rows(&v, sh, dt);
