@@ -3,6 +3,10 @@
 //   nvcc -O3 -arch=sm_90a read_lab.cu -o read_lab
 // Streams a 2 GB buffer with 16-byte loads, UNROLL loads in flight a thread, blocks of 256
 // threads at BLOCKS an SM, and prints GB/s read (median of 9) for each setting, then a copy.
+// Then the TMA GEMV's address pattern with plain loads (box_kernel): a block an SM takes a
+// static run of 16-row tiles, warp w walks K segment w of each tile in boxes of 16 rows x 128
+// bytes, U boxes in flight a warp; strided = rows of a [N, K] weight (the layout today),
+// contiguous = each box 2 KB of consecutive bytes (a tile-major layout).
 #include <cstdio>
 #include <algorithm>
 #include <vector>
@@ -30,6 +34,37 @@ __global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned* out
 __global__ void copy_kernel(const uint4* __restrict__ p, uint4* __restrict__ q, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         q[i] = __ldcs(p + i);
+}
+
+template <bool CONTIG, int U>
+__global__ void __launch_bounds__(256, 1) box_kernel(const char* __restrict__ w, int tiles, int nb, unsigned* out) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = gridDim.x, b = blockIdx.x;
+    const int tq = tiles / G, tr = tiles - tq * G;
+    const int t0 = b * tq + min(b, tr), t1 = t0 + tq + (b < tr ? 1 : 0);
+    const size_t pitch = (size_t)8 * nb * 128;  // bytes of one W row
+    unsigned acc = 0;
+    const int total = (t1 - t0) * nb;
+    for (int q = 0; q < total; q += U) {
+        uint4 v[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int qq = min(q + u, total - 1);
+            const int t = t0 + qq / nb, i = qq % nb;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int idx = j * 32 + lane, r = idx >> 3, c = idx & 7;
+                const size_t off = CONTIG ? (((size_t)t * 8 + warp) * nb + i) * 2048 + r * 128 + c * 16
+                                          : ((size_t)t * 16 + r) * pitch + ((size_t)warp * nb + i) * 128 + c * 16;
+                v[u][j] = __ldcs((const uint4*)(w + off));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc ^= v[u][j].x ^ v[u][j].y ^ v[u][j].z ^ v[u][j].w;
+    }
+    if (acc == 0x12345678u) *out = acc;
 }
 
 template <typename F>
@@ -74,6 +109,17 @@ int main() {
     float md = median_ms([&] { cudaMemcpyAsync(q, p, bytes / 2, cudaMemcpyDeviceToDevice); });
     printf("copy kernel %.0f GB/s (read + written), cudaMemcpy %.0f GB/s (read + written)\n", bytes / mc / 1e6,
            bytes / md / 1e6);
+    for (int nb : {8, 24}) {  // K = 4096 and 12288
+        const int tiles = (int)(bytes / ((size_t)16 * 8 * nb * 128));
+        for (int grid : {sms, 2 * sms}) {
+            float s4 = median_ms([&] { box_kernel<false, 4><<<grid, 256>>>((const char*)p, tiles, nb, out); });
+            float c4 = median_ms([&] { box_kernel<true, 4><<<grid, 256>>>((const char*)p, tiles, nb, out); });
+            float s8 = median_ms([&] { box_kernel<false, 8><<<grid, 256>>>((const char*)p, tiles, nb, out); });
+            float c8 = median_ms([&] { box_kernel<true, 8><<<grid, 256>>>((const char*)p, tiles, nb, out); });
+            printf("boxes K=%d, %d blocks: U4 strided %.0f GB/s, contiguous %.0f; U8 strided %.0f, contiguous %.0f\n",
+                   nb * 512, grid, bytes / s4 / 1e6, bytes / c4 / 1e6, bytes / s8 / 1e6, bytes / c8 / 1e6);
+        }
+    }
     printf("%s\n", cudaGetErrorString(cudaGetLastError()));
     return 0;
 }

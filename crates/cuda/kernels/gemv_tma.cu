@@ -15,7 +15,8 @@
 #define GT_XR_ST 11  // ring stages of the one-row kernel (matmul.rs `gemv_tma_smem`)
 
 // Stages per warp ring for NT groups of 8 x rows: about 192 KB of ring in all. XR (one x row):
-// the ring holds W boxes only and the row sits in shared memory after the barriers, loaded once.
+// the ring holds W boxes only and the row sits in shared memory after the barriers (one more a
+// warp, for its segment of the row), loaded once.
 template <int NT, bool XR = false>
 struct GtCfg {
     static constexpr int XBYTES = XR ? 0 : NT * 8 * 128;  // x box: 8 NT rows x 64 k
@@ -50,6 +51,13 @@ __device__ __forceinline__ void gt_box(float (&acc)[NT][4], u32 wb, u32 xb, int 
     for (int i = 0; i < NU; ++i)
 #pragma unroll
         for (int tt = 0; tt < NT; ++tt) mma_bf16(acc[tt], a[i][0], a[i][1], a[i][2], a[i][3], b[i][tt][0], b[i][tt][1]);
+}
+
+// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), counted on `bar`.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
 }
 
 // gt_box for one x row held whole in shared memory (xs: the box's first k): every B column is the
@@ -97,8 +105,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     const int total = nb * (t1 - t0);                    // stages this warp streams
     u64* full = bars + warp * C::ST;
     const u32 ring = smem_addr(ring_p) + warp * C::ST * C::SBYTES;
+    // XR: one barrier a warp for its x segment after the ring's, then the row (k 0 at xrow).
+    u64* xbar = bars + GT_W * C::ST + warp;
+    const u32 xrow = XR ? smem_addr(bars + GT_W * C::ST + GT_W) : 0;
     if (lane == 0) {
         for (int s = 0; s < C::ST; ++s) mbar_init(&full[s], 1);
+        if constexpr (XR) mbar_init(xbar, 1);
         mbar_fence_init();
     }
     __syncwarp();
@@ -124,26 +136,22 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
     }
     tf_pdl_wait();
-    u32 xrow = 0;  // XR: shared address of the x row (k 0), this warp's segment copied in
-    if constexpr (XR) {
-        xrow = smem_addr(bars + GT_W * C::ST);
-        if (nb > 0) {
-            const u16* src = xg + j0 * 16;  // 32 bytes a k tile, two 16-byte pieces
-            for (int i = lane; i < (j1 - j0) * 2; i += 32) {
-                u32 v0, v1, v2, v3;
-                asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "l"(src + i * 8));
-                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(xrow + (j0 * 16 + i * 8) * 2), "r"(v0),
-                             "r"(v1), "r"(v2), "r"(v3));
+    if (lane == 0) {
+        // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy, ahead of
+        // the W stages still to issue.
+        if constexpr (XR) {
+            if (nb > 0) {
+                mbar_expect(xbar, (j1 - j0) * 32);
+                bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
             }
         }
-        __syncwarp();
-    }
-    if (lane == 0) {
         for (int q = 0; q < C::ST - 1 && q < total; ++q) {
             if (q >= pre) issue_w(q);
             issue_x(q);
         }
+    }
+    if constexpr (XR) {
+        if (nb > 0) mbar_wait(xbar, 0);
     }
     float acc[NT][4];
     int q = 0;
@@ -229,8 +237,8 @@ GEMV_TMA_KERNEL(1)
 GEMV_TMA_KERNEL(2)
 GEMV_TMA_KERNEL(4)
 
-// One x row (batch-1 decode): the ring holds W only, the row (bf16, `xg`) is copied into shared
-// memory once a block after the launch wait. The same bits as gemv_tma_n1 for that row.
+// One x row (batch-1 decode): the ring holds W only, each warp's segment of the row (bf16, `xg`)
+// is one bulk copy into shared memory after the launch wait. The same bits as gemv_tma_n1 for that row.
 extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_xr(
     const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
     float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1,

@@ -449,10 +449,11 @@ fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt:
 const GEMV_XR_STAGES: usize = 11;
 
 /// Shared memory of the one-row TMA GEMV for an x row of `kp` values: 1 KB of alignment, the W
-/// rings, two sets of one row group's segment sums, the barriers, the row.
+/// rings, two sets of one row group's segment sums, the ring barriers and one a warp for its
+/// segment of the row, the row.
 pub(crate) fn gemv_tma_xr_smem(kp: usize) -> u32 {
-    (1024 + GEMV_WARPS * GEMV_XR_STAGES * 2048 + 2 * GEMV_WARPS * 4 * 32 * 4 + GEMV_WARPS * GEMV_XR_STAGES * 8 + 2 * kp)
-        as u32
+    let bars = GEMV_WARPS * (GEMV_XR_STAGES + 1) * 8;
+    (1024 + GEMV_WARPS * GEMV_XR_STAGES * 2048 + 2 * GEMV_WARPS * 4 * 32 * 4 + bars + 2 * kp) as u32
 }
 
 /// Stages of W a TMA GEMV warp loads before its launch wait (at most its ring's stages less one).
@@ -544,5 +545,6 @@ mod tests {
         // qwen3-8b's widest x row (down_proj, 12288) and qwen3-32b's (25600, the few-row kernel).
         assert!(gemv_tma_xr_smem(12288) <= crate::gemv_m1::MAX_SMEM);
         assert!(gemv_tma_xr_smem(25600) > crate::gemv_m1::MAX_SMEM);
+        assert_eq!(gemv_tma_xr_smem(20608), crate::gemv_m1::MAX_SMEM, "the widest row that fits");
     }
 }
