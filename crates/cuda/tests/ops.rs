@@ -44,7 +44,17 @@ fn one_row_gemv_variants_equal_the_default() {
     // and the TMA GEMV with an x box a stage, against the default (on Hopper the TMA GEMV with
     // the row in shared memory), one row at a time.
     let Some(b) = backend() else { return };
-    let shapes = [(80, 200), (48, 1000), (1024, 4096), (32, 5000), (64, 12288), (2100, 20480), (24, 20608)];
+    let shapes = [
+        (80, 200),
+        (48, 1000),
+        (1024, 4096),
+        (32, 5000),
+        (64, 12288),
+        (2100, 20480),
+        (24, 20608),
+        (9000, 4096),
+        (4224, 12288),
+    ];
     let data: Vec<(Vec<f32>, Vec<f32>)> =
         shapes.iter().map(|&(n, k)| (rand(n * k, 21 + n as u64, 0.5), rand(3 * k, 22 + k as u64, 1.0))).collect();
     let rows = |be: &tf_cuda::CudaBackend, (n, k): (usize, usize), (w, x): &(Vec<f32>, Vec<f32>)| {
@@ -161,10 +171,16 @@ fn matmul_add_equals_matmul_then_add() {
 }
 
 fn matmul_add_case(b: &tf_cuda::CudaBackend) {
-    // Each matmul kernel's store adds into h: one-row GEMV, TMA GEMV, split and whole wgmma GEMM,
+    // Each matmul kernel's store adds into h: one-row GEMVs, TMA GEMV, split and whole wgmma GEMM,
     // tiled GEMM (K past a 64-wide block), plain f32 weights.
-    for (n, k, dt) in [(1024, 4096, DType::BF16), (80, 200, DType::BF16), (64, 1040, DType::BF16), (48, 96, DType::F32)]
-    {
+    // (4224, 12288): the one-row TMA GEMV with the row in shared memory (768 KB a block).
+    for (n, k, dt) in [
+        (1024, 4096, DType::BF16),
+        (4224, 12288, DType::BF16),
+        (80, 200, DType::BF16),
+        (64, 1040, DType::BF16),
+        (48, 96, DType::F32),
+    ] {
         let w = b.mat(&weight("w", dt, n, k, &rand(n * k, 11 + n as u64, 0.5))).unwrap();
         for m in [1, 2, 8, 33, 64, 130] {
             let (x, h0) = (b.upload(&rand(m * k, 12 + m as u64, 1.0), m, k), rand(m * n, 13, 2.0));
