@@ -369,7 +369,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         })
         .collect();
     let Some(maps) = maps else { return false };
-    if m == 1 && !b.lab.tma_n1 && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
+    if m == 1 && b.lab.tma_xr && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
         return true;
     }
     let Some(xmap) = crate::tma::row_map(xb, m, kt * 16, 8 * nt) else { return false };
@@ -409,13 +409,16 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
 }
 
 /// The TMA GEMV for one row with the row held in shared memory (kernels/gemv_tma.cu
-/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits); false (nothing launched) where the row does
-/// not fit beside the ring.
+/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits; lab `tma-xr`); false (nothing launched) where
+/// the row does not fit beside the ring. H200, qwen3-8b batch 1 (NOTES.md, session 18): gate_up
+/// 45.95-46.24 against 47.30-47.42 us from the launch wait, down 23.1-23.7 against 24.5 critical,
+/// but qkv and o lost as much (stragglers), and whole rounds tied: 232.1 / 211.4 against 230.2 /
+/// 212.8 tok/s at prompt 128 / 4096 on every weight, 229.2 / 213.7 against 230.2 / 213.8 on
+/// gate_up, down and the head only.
 fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt: usize, ys: &[u64], add: bool) -> bool {
     let d = &b.dev;
     let smem = gemv_tma_xr_smem(kt * 16);
-    let tiles: usize = maps.iter().map(|m| m.2).sum();
-    if smem > crate::gemv_m1::MAX_SMEM || tiles.div_ceil(d.num_sms) * 16 * kt * 16 * 2 < XR_MIN_BLOCK_BYTES {
+    if smem > crate::gemv_m1::MAX_SMEM {
         return false;
     }
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
@@ -445,14 +448,6 @@ fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt:
     }
     true
 }
-
-/// Weight bytes a block streams from which one-row calls take `gemv_tma_xr`. H200, qwen3-8b
-/// batch 1 (timeline, wait to end a call): gate_up (1.5 MB a block) 45.95 against gemv_tma_n1's
-/// 47.30 us, down (768 KB) 23.1 against 24.5 critical, but qkv (384 KB) 14.59 against 12.06 and
-/// o (256 KB) with a 1.9 us straggler: the blocks of qkv on the SMs (and their TPC partners)
-/// that host qk_norm_rope's early-launched blocks ended 4-6 us late in every layer; gemv_tma_n1's
-/// did not (NOTES.md, session 18).
-const XR_MIN_BLOCK_BYTES: usize = 512 * 1024;
 
 /// Ring stages of the one-row TMA GEMV (kernels/gemv_tma.cu `GT_XR_ST`).
 const GEMV_XR_STAGES: usize = 11;
