@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Which SMs' blocks end late in a traced GEMV, layer after layer (crates/cuda/src/trace.rs
+timelines): for the K-th GEMV of each layer (0 qkv, 1 o, 2 gate_up, 3 down), the blocks that end
+more than 1.5 us after the launch's median block end, counted by SM over the layers, and the
+other kernels' SMs around the qkv GEMV of a few layers (which SMs early-launched blocks sit on).
+
+usage: late_sms.py TRACE.tsv[.gz] K [LAYERS=36]   (the first round's layers)"""
+import collections
+import gzip
+import statistics as st
+import sys
+
+path, k = sys.argv[1], int(sys.argv[2])
+recs = []
+with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+    next(f)
+    for line in f:
+        p = line.rstrip("\n").split("\t")
+        recs.append((int(p[5]), int(p[6]), p[0], int(p[2]), int(p[3]), int(p[4])))
+recs.sort()
+launches = []  # consecutive records of one kernel; a warp seen twice opens the next launch
+for r in recs:
+    cur = launches[-1] if launches else None
+    if cur is None or cur["name"] != r[2] or (r[3], r[4]) in cur["seen"]:
+        cur = {"name": r[2], "seen": set(), "recs": []}
+        launches.append(cur)
+    cur["seen"].add((r[3], r[4]))
+    cur["recs"].append(r)
+gemv = [i for i, l in enumerate(launches) if l["name"].startswith("gemv")]
+layers = int(sys.argv[3]) if len(sys.argv) > 3 else 36
+count = collections.Counter()
+for layer in range(layers):
+    blocks = {}
+    for t0, t1, _, block, _, sm in launches[gemv[layer * 4 + k]]["recs"]:
+        b = blocks.setdefault(block, [sm, 0])
+        b[1] = max(b[1], t1)
+    med = st.median(v[1] for v in blocks.values())
+    for sm, end in blocks.values():
+        if end - med > 1500:
+            count[sm] += 1
+print(f"{layers} layers; late blocks {sum(count.values())}; by SM:", sorted(count.items(), key=lambda x: -x[1])[:20])
+for layer in (5, layers // 2, layers - 6):
+    qi = gemv[layer * 4]
+    for l in launches[qi - 2 : qi + 3]:
+        if not l["name"].startswith("gemv"):
+            print(f"layer {layer}: {l['name']} on SMs {sorted({r[5] for r in l['recs']})}")
