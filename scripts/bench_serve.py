@@ -72,7 +72,9 @@ def run_level(args, host, port, clients):
             rng = random.Random(i)
             prompt = [rng.randrange(10, args.vocab_hint) for _ in range(args.prompt_len)]
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True, "ignore_eos": True,
-                    "temperature": 1.0, "seed": i, "logprobs": 0}
+                    "temperature": args.temperature, "seed": i}
+            if args.logprobs >= 0:
+                body["logprobs"] = args.logprobs
             try:
                 ttft, gaps, n = one_request(host, port, body, timeout=max(1.0, deadline - time.perf_counter() + 30))
             except Exception as e:  # noqa: BLE001 - counted and reported
@@ -125,6 +127,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vocab-hint", type=int, default=30000, help="prompt ids are drawn below this")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--logprobs", type=int, default=0, help="alternatives asked for a token (negative: no logprobs)")
     args = ap.parse_args()
     if not args.url and not args.model:
         ap.error("give --url or --model")
