@@ -48,7 +48,9 @@ def one_request(host, port, body, timeout):
         chunk = json.loads(line[6:])
         for c in chunk.get("choices", []):
             lp = c.get("logprobs") or {}
-            stamps.extend([time.perf_counter()] * len(lp.get("tokens") or []))
+            # A token a logprobs entry; without logprobs, a chunk with text counts as one.
+            n = len(lp.get("tokens") or []) or (1 if c.get("text") else 0)
+            stamps.extend([time.perf_counter()] * n)
     conn.close()
     if not stamps:
         raise RuntimeError("no tokens")

@@ -107,6 +107,8 @@ pub(crate) struct Graphs {
     active: Mutex<Option<Arc<Inputs>>>,
     /// Rounds captured and rounds replayed so far.
     pub(crate) counts: Mutex<(usize, usize)>,
+    /// `TF_GRAPH_LOG=1`: each capture's outcome on stderr.
+    log: bool,
 }
 
 /// Captures of one key tried before it is refused (a failure may be a cache filled once).
@@ -127,6 +129,7 @@ impl Graphs {
             seen: Mutex::new(Vec::new()),
             active: Mutex::new(None),
             counts: Mutex::new((0, 0)),
+            log: std::env::var("TF_GRAPH_LOG").is_ok_and(|v| v.trim() == "1"),
         }
     }
 
@@ -267,6 +270,15 @@ fn capture(
     let (clean, pinned) = d.end_capture_mode();
     let graph = if begun { d.stream.end_capture(sys::CUgraphInstantiate_flags(0)) } else { Ok(None) };
     drop(pinned);
+    if b.graphs.log {
+        let got = match (&out, clean, &graph) {
+            (Some(_), true, Ok(Some(_))) => "recorded".to_string(),
+            (None, ..) => "not begun".to_string(),
+            (_, false, _) => "spoiled (an op uploaded or downloaded)".to_string(),
+            (_, _, g) => format!("not instantiated ({:?})", g.as_ref().err()),
+        };
+        eprintln!("graph: capture of {} rows ({rows} real), meta {}: {got}", key.rows, key.meta_cap);
+    }
     let (Some(out), true, Ok(Some(graph))) = (out, clean, graph) else {
         return None;
     };
