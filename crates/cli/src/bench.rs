@@ -158,7 +158,7 @@ impl OnBackend for Bench<'_> {
                 let flops =
                     2.0 * c.token_params() * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
                 let ctx = len as f64 + gen_len as f64 / 2.0;
-                let bytes = 2.0 * c.round_params(batch) + batch as f64 * ctx * c.kv_bytes_per_token;
+                let bytes = c.round_params(batch).map(|p| 2.0 * p + batch as f64 * ctx * c.kv_bytes_per_token);
                 let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,
                     "prefill_tok_s": len as f64 / r.prefill_s, "ttft_ms": r.prefill_s * 1e3,
                     "prefill_tflops": flops / r.prefill_s / 1e12,
@@ -175,13 +175,18 @@ impl OnBackend for Bench<'_> {
                     row["candidates_per_row"] = json!(picker.candidates as f64 / picker.rows as f64);
                     row["draw_ms_per_round"] = json!(picker.draw_s * 1e3 / gen_len as f64);
                 }
-                // Ratios need the device's measured ceilings (GPU runs only); "-" elsewhere.
+                // Ratios need the device's measured ceilings (GPU runs only) and, for decode, the
+                // round's bytes (none for a MoE round of several rows); "-" elsewhere.
                 let (mut mfu, mut ratio) = ("-".to_string(), "-".to_string());
                 if let Some(l) = lim {
-                    let (m, q) = (flops / r.prefill_s / 1e12 / l.gemm_tflops, bytes / (l.copy_gb_s * 1e9) / round);
-                    (mfu, ratio) = (format!("{m:.3}"), format!("{q:.3}"));
+                    let m = flops / r.prefill_s / 1e12 / l.gemm_tflops;
+                    mfu = format!("{m:.3}");
                     row["prefill_mfu"] = json!(m);
-                    row["decode_roofline_ratio"] = json!(q);
+                    if let Some(b) = bytes {
+                        let q = b / (l.copy_gb_s * 1e9) / round;
+                        ratio = format!("{q:.3}");
+                        row["decode_roofline_ratio"] = json!(q);
+                    }
                 }
                 results.push(row);
                 let pick = match picker.rows {
