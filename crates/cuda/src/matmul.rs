@@ -378,13 +378,30 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         2 => &d.k.gemv_tma_n2,
         _ => &d.k.gemv_tma_n4,
     };
+    tma_launches(b, f, gemv_tma_smem(nt), &maps, ys, &[Arg::M(xmap), Arg::I(m as i32)], kt, add);
+    true
+}
+
+/// One launch of TMA GEMV `f` (`smem` bytes) for each three weights of `maps` (tensor map, rows,
+/// tiles) into `ys`, x given by `x` (the kernel's arguments between the tile counts and `kt`).
+#[allow(clippy::too_many_arguments)]
+fn tma_launches(
+    b: &CudaBackend,
+    f: &cudarc::driver::CudaFunction,
+    smem: u32,
+    maps: &[([u64; 16], usize, usize)],
+    ys: &[u64],
+    x: &[Arg],
+    kt: usize,
+    add: bool,
+) {
+    let d = &b.dev;
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
         let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
         let ntot = t0 + t1 + t2;
-        let grid = ntot.min(d.num_sms);
-        let args = [
+        let mut args = vec![
             Arg::M(w0),
             Arg::M(w1),
             Arg::M(w2),
@@ -397,15 +414,11 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
             Arg::I(t0 as i32),
             Arg::I(t1 as i32),
             Arg::I(ntot as i32),
-            Arg::M(xmap),
-            Arg::I(m as i32),
-            Arg::I(kt as i32),
-            Arg::I(add as i32),
-            Arg::I(b.gemv_pre as i32),
         ];
-        d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_tma_smem(nt), &args);
+        args.extend_from_slice(x);
+        args.extend([Arg::I(kt as i32), Arg::I(add as i32), Arg::I(b.gemv_pre as i32)]);
+        d.launch(f, (ntot.min(d.num_sms) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
-    true
 }
 
 /// The TMA GEMV for one row with the row held in shared memory (kernels/gemv_tma.cu
@@ -416,36 +429,11 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
 /// 212.8 tok/s at prompt 128 / 4096 on every weight, 229.2 / 213.7 against 230.2 / 213.8 on
 /// gate_up, down and the head only.
 fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt: usize, ys: &[u64], add: bool) -> bool {
-    let d = &b.dev;
     let smem = gemv_tma_xr_smem(kt * 16);
     if smem > crate::gemv_m1::MAX_SMEM {
         return false;
     }
-    for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
-        let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
-        let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
-        let y = |i: usize| yseg.get(i).copied().unwrap_or(0);
-        let ntot = t0 + t1 + t2;
-        let args = [
-            Arg::M(w0),
-            Arg::M(w1),
-            Arg::M(w2),
-            Arg::P(y(0)),
-            Arg::P(y(1)),
-            Arg::P(y(2)),
-            Arg::I(n0 as i32),
-            Arg::I(n1 as i32),
-            Arg::I(n2 as i32),
-            Arg::I(t0 as i32),
-            Arg::I(t1 as i32),
-            Arg::I(ntot as i32),
-            Arg::P(xb),
-            Arg::I(kt as i32),
-            Arg::I(add as i32),
-            Arg::I(b.gemv_pre as i32),
-        ];
-        d.launch(&d.k.gemv_tma_xr, (ntot.min(d.num_sms) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
-    }
+    tma_launches(b, &b.dev.k.gemv_tma_xr, smem, maps, ys, &[Arg::P(xb)], kt, add);
     true
 }
 
