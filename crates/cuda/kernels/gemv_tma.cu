@@ -12,7 +12,7 @@
 // warps leave their segment sums in shared memory (double buffered) and warp 0 folds them in order.
 
 #define GT_W 8      // warps per block: one per K segment
-#define GT_XR_ST 11  // ring stages of the one-row kernel (matmul.rs `gemv_tma_smem`)
+#define GT_XR_ST 11  // ring stages of the one-row kernel (matmul.rs `gemv_tma_xr_smem`)
 
 // Stages per warp ring for NT groups of 8 x rows: about 192 KB of ring in all. XR (one x row):
 // the ring holds W boxes only and the row sits in shared memory after the barriers (one more a
