@@ -48,9 +48,7 @@ def one_request(host, port, body, timeout):
         chunk = json.loads(line[6:])
         for c in chunk.get("choices", []):
             lp = c.get("logprobs") or {}
-            # A token a logprobs entry; without logprobs, a chunk with text counts as one.
-            n = len(lp.get("tokens") or []) or (1 if c.get("text") else 0)
-            stamps.extend([time.perf_counter()] * n)
+            stamps.extend([time.perf_counter()] * len(lp.get("tokens") or []))
     conn.close()
     if not stamps:
         raise RuntimeError("no tokens")
@@ -74,9 +72,7 @@ def run_level(args, host, port, clients):
             rng = random.Random(i)
             prompt = [rng.randrange(10, args.vocab_hint) for _ in range(args.prompt_len)]
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True, "ignore_eos": True,
-                    "temperature": args.temperature, "seed": i}
-            if args.logprobs >= 0:
-                body["logprobs"] = args.logprobs
+                    "temperature": args.temperature, "seed": i, "logprobs": args.logprobs}
             try:
                 ttft, gaps, n = one_request(host, port, body, timeout=max(1.0, deadline - time.perf_counter() + 30))
             except Exception as e:  # noqa: BLE001 - counted and reported
@@ -130,7 +126,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vocab-hint", type=int, default=30000, help="prompt ids are drawn below this")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--logprobs", type=int, default=0, help="alternatives asked for a token (negative: no logprobs)")
+    ap.add_argument("--logprobs", type=int, default=0,
+                    help="alternatives asked for a token (tokens are counted by their logprobs entries)")
     args = ap.parse_args()
     if not args.url and not args.model:
         ap.error("give --url or --model")
