@@ -23,7 +23,8 @@ struct GtCfg {
     static constexpr int SBYTES = 2048 + XBYTES;          // W box (16 rows x 64 k) then x box
     static constexpr int ST = XR ? GT_XR_ST : NT == 1 ? 8 : NT == 2 ? 6 : 4;
     static constexpr int PART = NT * 4 * 32;              // floats of one warp's segment sums
-    // ring (1 KB aligned), then 2 x GT_W partial sums, then the barriers
+    // ring (1 KB aligned), then 2 x GT_W partial sums, then the barriers (XR: then a barrier a
+    // warp and the x row, sized on the host by matmul.rs `gemv_tma_xr_smem`)
     static constexpr int SMEM = 1024 + GT_W * ST * SBYTES + 2 * GT_W * PART * 4 + GT_W * ST * 8;
 };
 
