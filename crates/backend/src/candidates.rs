@@ -4,6 +4,14 @@
 //! every id whose value divided by the temperature lies within `window` of the largest such
 //! value is a candidate. The rule is written with single IEEE operations (one add, divide,
 //! multiply or subtract at a time) so a device computes the same set with the same values.
+//!
+//! A row drawn by a plain Gumbel race (no top-k, top-p or min-p) may carry its race's key: then
+//! the candidates are the ids whose race score (scaled value plus the id's Gumbel noise) lies
+//! within [`race_margin`] of the row's best score. Only the winner matters, and the margin is wide
+//! enough that noise computed with any logarithm within a few ulps (a device's) keeps the
+//! winner the host's exact noise picks: a row of any width then sends a handful of ids.
+
+use crate::rng::{gumbel, uniform_block};
 
 /// The edits of one id before sampling, applied in this order: bias, repetition penalty,
 /// frequency penalty, presence penalty (the host sampler's order).
@@ -34,6 +42,37 @@ pub struct RowQuery {
     pub temperature: Option<f32>,
     /// Candidates lie within this much of the largest scaled value (0: its ties only).
     pub window: f32,
+    /// When the row is drawn by a plain Gumbel race, its key: candidates are then chosen by
+    /// race score (module docs) instead of the window.
+    pub race: Option<RaceKey>,
+}
+
+/// The key of a row's Gumbel race: id `i`'s noise is `gumbel(uniform(seed, position, i))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaceKey {
+    /// The request's seed.
+    pub seed: u64,
+    /// The sampled token's position.
+    pub position: u64,
+}
+
+/// How far below the best race score `best` a candidate may lie: 2^-12 of its magnitude, at
+/// least 2^-12. With logarithms within 4 ulps of exact on either side, the host's and a
+/// device's noise for one id differ by under 2^-15.9 (2^-20 through the inner logarithm, 2^-16
+/// from the outer one's roundings, noise being under 17), and each score's rounding adds an ulp
+/// of it: the host's winner trails the device's best by under a third of the margin on the
+/// device, so it is always kept.
+#[inline]
+pub fn race_margin(best: f32) -> f32 {
+    const REL: f32 = 1.0 / 4096.0;
+    let m = best.abs();
+    (if m > 1.0 { m } else { 1.0 }) * REL
+}
+
+/// Id `id`'s race score for scaled value `s` under `key` (the host's noise).
+#[inline]
+pub fn race_score(key: &RaceKey, s: f32, id: u32) -> f32 {
+    s + gumbel(uniform_block(key.seed, key.position, id / 4)[(id % 4) as usize])
 }
 
 impl RowQuery {
@@ -99,6 +138,9 @@ pub fn threshold(row: &[f32], q: &RowQuery) -> Option<f32> {
 
 /// The candidates of an already edited row under `q` (its edits are not applied again).
 pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
+    if let Some(key) = &q.race {
+        return select_race(row, q, key);
+    }
     let mut c = Candidates::default();
     match threshold(row, q) {
         Some(t) => {
@@ -112,6 +154,25 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
         None => {
             c.ids = (0..row.len() as u32).collect();
             c.values = row.to_vec();
+        }
+    }
+    c
+}
+
+/// The candidates of an edited row by race score (module docs); every id when the best score
+/// is not finite.
+fn select_race(row: &[f32], q: &RowQuery, key: &RaceKey) -> Candidates {
+    let scores: Vec<f32> = row.iter().zip(0..).map(|(&x, i)| race_score(key, q.scaled(x), i)).collect();
+    let best = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    if !best.is_finite() {
+        return Candidates { ids: (0..row.len() as u32).collect(), values: row.to_vec() };
+    }
+    let t = best - race_margin(best);
+    let mut c = Candidates::default();
+    for (i, (&x, &s)) in row.iter().zip(&scores).enumerate() {
+        if s >= t {
+            c.ids.push(i as u32);
+            c.values.push(x);
         }
     }
     c
@@ -135,6 +196,7 @@ mod tests {
             presence_penalty: 0.0,
             temperature,
             window,
+            race: None,
         }
     }
 
@@ -172,5 +234,32 @@ mod tests {
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1, 2]);
         let mut row = vec![0.0, f32::INFINITY];
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1]);
+    }
+
+    #[test]
+    fn a_race_keeps_the_best_score_and_its_near_ties_only() {
+        let key = RaceKey { seed: 7, position: 3 };
+        let mut q = query(20.0, Some(2.0));
+        q.race = Some(key);
+        // Flat values: every id is within the window, but one id leads the race.
+        let row: Vec<f32> = (0..5000).map(|i| (i % 7) as f32 * 0.25).collect();
+        let c = select(&row, &q);
+        let score = |i: u32| race_score(&key, row[i as usize] / 2.0, i);
+        let best = (0..5000u32).max_by(|&a, &b| score(a).total_cmp(&score(b)).then(b.cmp(&a))).unwrap_or(0);
+        assert!(c.ids.contains(&best), "the winner {best} is kept");
+        assert!(c.ids.len() <= 3, "{} candidates", c.ids.len());
+        assert!(c.ids.iter().all(|&i| score(best) - score(i) <= race_margin(score(best))));
+        assert_eq!(c.values, c.ids.iter().map(|&i| row[i as usize]).collect::<Vec<_>>());
+        // An id placed just inside the margin below the winner is kept; NaN never is.
+        let mut near = row.clone();
+        let other = if best == 0 { 1 } else { 0 };
+        let gap = race_margin(score(best)) / 2.0;
+        near[other as usize] = (score(best) - gap - (score(other) - row[other as usize] / 2.0)) * 2.0;
+        near[2] = f32::NAN;
+        let c = select(&near, &q);
+        assert!(c.ids.contains(&other) && c.ids.contains(&best) && !c.ids.contains(&2), "{:?}", c.ids);
+        // No finite best score: every id.
+        let c = select(&[f32::NEG_INFINITY, f32::NAN], &q);
+        assert_eq!(c.ids, [0, 1]);
     }
 }

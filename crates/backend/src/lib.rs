@@ -7,10 +7,11 @@ pub mod gate_up;
 pub mod host;
 pub mod logprobs;
 pub mod reference;
+pub mod rng;
 pub mod rope;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
-pub use candidates::{Candidates, LogitEdit, RowQuery};
+pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
 pub use host::{HostKv, HostMat, HostTensor};
 pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use reference::RefBackend;

@@ -9,8 +9,8 @@
 use crate::exit::{Failure, refused};
 use rayon::prelude::*;
 use tf_backend::logprobs::row_logprobs;
-use tf_backend::{Backend, LogprobQuery};
-use tf_engine::sampler::{History, SamplingParams, query, sample, sample_from};
+use tf_backend::{Backend, LogprobQuery, RowQuery};
+use tf_engine::sampler::{History, SamplingParams, query, race_key, sample, sample_from};
 
 /// Where the next token comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,9 +110,12 @@ impl Picker {
                     self.lse_sum += got.iter().map(|r| r.lse).sum::<f64>();
                 }
                 let (_, cols) = b.shape(logits);
-                let Some(q) = query(&self.params, &self.history) else { return 0 };
+                let Some(q) = query(&self.params, &self.history, position) else { return 0 };
                 let rows: Vec<usize> = (0..batch).collect();
-                let all = b.sample_candidates(logits, &rows, &vec![q; batch]);
+                // Each row's own seed, so a plain race's key too.
+                let qs: Vec<_> =
+                    (0..batch).map(|r| RowQuery { race: race_key(&params(r), position), ..q.clone() }).collect();
+                let all = b.sample_candidates(logits, &rows, &qs);
                 self.rows += all.len() as u64;
                 self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
                 let t = std::time::Instant::now();

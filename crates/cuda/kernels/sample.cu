@@ -5,9 +5,10 @@
 // host's bit for bit; a row's maximum is an order-free max (NaN never taken, only `v > m`), so
 // any split of the row over blocks gives the same threshold.
 
-// One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given),
-// temperature, window, repetition, frequency and presence penalties (floats as their bits).
-#define SQ_WORDS 8
+// One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given,
+// bit 1: a race key), temperature, window, repetition, frequency and presence penalties (floats
+// as their bits), a spare word, then the race key: seed and position, low words first.
+#define SQ_WORDS 12
 // One edit, SE_WORDS words: query, id, bias, count, flags (bit 0: a bias, bit 1: seen).
 #define SE_WORDS 5
 // A row's count when its scaled maximum is not finite (every column is then a candidate).
@@ -18,6 +19,47 @@ __device__ __forceinline__ bool sample_finite(float v) { return (__float_as_uint
 // `v` as the window measures it: divided by the temperature when one is given.
 __device__ __forceinline__ float sample_scaled(const u32* q, float v) {
     return (q[1] & 1u) ? __fdiv_rn(v, __uint_as_float(q[2])) : v;
+}
+
+// Philox4x32-10 (tf_backend rng.rs, which has Random123's known answers).
+__device__ __forceinline__ uint4 sample_philox(uint4 c, u32 k0, u32 k1) {
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+        const u32 h0 = __umulhi(0xD2511F53u, c.x), l0 = 0xD2511F53u * c.x;
+        const u32 h1 = __umulhi(0xCD9E8D57u, c.z), l1 = 0xCD9E8D57u * c.z;
+        c = make_uint4(h1 ^ c.y ^ k0, l1, h0 ^ c.w ^ k1, l0);
+    }
+    return c;
+}
+
+// Id `id`'s race score for scaled value `s` under query q's key (candidates.rs `race_score`): the
+// uniform is rng.rs's bit for bit (integer steps, then exact float ones); the logarithms are
+// CUDA's logf (within 1 ulp), which the host's margin allows for.
+__device__ __forceinline__ float sample_race(const u32* q, float s, u32 id) {
+    const uint4 w = sample_philox(make_uint4(id >> 2, 0u, q[10], q[11]), q[8], q[9]);
+    const u32 bits = (id & 3u) == 0u ? w.x : (id & 3u) == 1u ? w.y : (id & 3u) == 2u ? w.z : w.w;
+    const float u = __fmul_rn(__fadd_rn(__uint2float_rn(bits >> 9), 0.5f), 1.0f / 8388608.0f);
+    return __fadd_rn(s, -logf(-logf(u)));
+}
+
+// A bound above every Gumbel draw (rng.rs GUMBEL_BOUND): a scaled value this far below the best
+// score cannot reach it, so its noise is not drawn (rounding is monotone, so fl(s + bound) below
+// the best means fl(s + noise) is too).
+#define SQ_GUMBEL_BOUND 17.0f
+
+// What a query ranks column `id`'s edited value `v` by: its race score when the query has a key
+// (NEG_INF when it cannot reach `floor`), otherwise the value itself (scaled later, monotone).
+__device__ __forceinline__ float sample_rank(const u32* q, float v, u32 id, float floor) {
+    if (!(q[1] & 2u)) return v;
+    const float s = sample_scaled(q, v);
+    return __fadd_rn(s, SQ_GUMBEL_BOUND) >= floor ? sample_race(q, s, id) : NEG_INF;
+}
+
+// How far below the best race score a candidate may lie (candidates.rs `race_margin`).
+__device__ __forceinline__ float sample_race_margin(float best) {
+    const float m = fabsf(best);
+    return __fmul_rn(m > 1.0f ? m : 1.0f, 1.0f / 4096.0f);
 }
 
 // The larger of a block's per-thread maxima (128 threads); every thread gets it.
@@ -59,23 +101,27 @@ extern "C" __global__ void sample_edits(float* __restrict__ x, const u32* __rest
     }
 }
 
-// Block x of query y (queries past gridDim.y in steps of it) leaves the largest value of columns
-// [x * slice, (x + 1) * slice) of the query's row at pmax[y * gridDim.x + x] (NEG_INF when none
-// is above it). 128 threads, 16 loads each in flight before any is compared.
+// Block x of query y (queries past gridDim.y in steps of it) leaves the largest value (race
+// score, for a query with a race key) of columns [x * slice, (x + 1) * slice) of the query's row
+// at pmax[y * gridDim.x + x] (NEG_INF when none is above it). 128 threads, 16 loads each in
+// flight before any is compared.
 extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float* __restrict__ x, const u32* __restrict__ qs,
                                                                      float* __restrict__ pmax, int n, int cols, int slice) {
     tf_pdl_enter();
     __shared__ float sm[32];
     const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
     for (int y = blockIdx.y; y < n; y += gridDim.y) {
-        const float* row = x + (size_t)qs[(size_t)y * SQ_WORDS] * cols;
+        const u32* q = qs + (size_t)y * SQ_WORDS;
+        const float* row = x + (size_t)q[0] * cols;
         float m = NEG_INF;
         for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
             float v[16];
             load16(row, c, hi, step, v);
 #pragma unroll
-            for (int j = 0; j < 16; ++j)
-                if (v[j] > m) m = v[j];
+            for (int j = 0; j < 16; ++j) {
+                const float r = sample_rank(q, v[j], (u32)(c + j * step), m);
+                if (r > m) m = r;
+            }
         }
         m = sample_block_max(m, sm);
         if (threadIdx.x == 0) pmax[(size_t)y * gridDim.x + blockIdx.x] = m;
@@ -88,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float
 
 // Block x of query y folds the row's `parts` partial maxima, and when the scaled maximum is
 // finite stages every column of its slice whose scaled value is >= that maximum minus the window
-// in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
+// (with a race key: whose race score is >= the best minus the race margin) in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
 // the row's count counts[y] (on past `cap`) and, for those within the row's first `cap`, one on
 // the shared list's counter counts[n]; they go to `out` three words each: query, column, value
 // (the edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] =
@@ -114,12 +160,13 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
         }
         if (threadIdx.x == 0) s_n = 0;
         m = sample_block_max(m, sm);  // its barriers also order s_n's reset before any use
-        const float smax = sample_scaled(q, m);
+        const bool race = q[1] & 2u;
+        const float smax = race ? m : sample_scaled(q, m);
         if (!sample_finite(smax)) {
             if (blockIdx.x == 0 && threadIdx.x == 0) counts[y] = SQ_FLAGGED;
             continue;
         }
-        const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
+        const float thr = __fsub_rn(smax, race ? sample_race_margin(smax) : __uint_as_float(q[3]));
         const float* row = x + (size_t)q[0] * cols;
         // The trip count is the block's (not the thread's), so every lane reaches each ballot.
         for (int base = lo; base < hi; base += 16 * step) {
@@ -128,7 +175,8 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
             load16(row, c, hi, step, v);
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
-                const bool take = j * step < hi - c && sample_scaled(q, v[j]) >= thr;
+                const bool take = j * step < hi - c &&
+                                  (race ? sample_rank(q, v[j], (u32)(c + j * step), thr) : sample_scaled(q, v[j])) >= thr;
                 const u32 mask = __ballot_sync(0xffffffffu, take);
                 if (mask == 0u) continue;
                 const int lead = __ffs(mask) - 1;

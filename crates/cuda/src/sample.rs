@@ -11,7 +11,7 @@ use tf_backend::{Candidates, RowQuery};
 /// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
 pub(crate) const CAP: usize = 4096;
 /// Words of one packed query (kernels/sample.cu `SQ_WORDS`).
-const QUERY_WORDS: usize = 8;
+const QUERY_WORDS: usize = 12;
 /// Words of one packed edit (kernels/sample.cu `SE_WORDS`).
 const EDIT_WORDS: usize = 5;
 /// A row's count when its scaled maximum is not finite (kernels/sample.cu `SQ_FLAGGED`).
@@ -101,7 +101,9 @@ fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
     for (&row, q) in rows.iter().zip(queries) {
         let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
         let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
-        words.extend([row as u32, flag, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), 0]);
+        let (race, seed, pos) = q.race.map_or((0, 0, 0), |k| (2, k.seed, k.position));
+        words.extend([row as u32, flag | race, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), 0]);
+        words.extend([seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]);
     }
     for (i, q) in queries.iter().enumerate() {
         debug_assert!(q.edits.windows(2).all(|w| w[0].id < w[1].id), "edits in increasing id order");
@@ -137,7 +139,7 @@ fn assemble(counts: &[u32], triples: &[u32]) -> Vec<Option<Candidates>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tf_backend::LogitEdit;
+    use tf_backend::{LogitEdit, RaceKey};
 
     #[test]
     fn rows_over_the_cap_or_flagged_go_to_the_host_and_the_rest_sort_by_id() {
@@ -155,22 +157,27 @@ mod tests {
     #[test]
     fn queries_pack_as_the_kernels_read_them() {
         let e = |id, bias, seen, count| LogitEdit { id, bias, seen, count };
-        let q = |t, edits| RowQuery {
+        let q = |t, edits, race| RowQuery {
             edits,
             repetition_penalty: 1.3,
             frequency_penalty: 0.5,
             presence_penalty: -0.25,
             temperature: t,
             window: 20.0,
+            race,
         };
-        let qs =
-            [q(None, vec![e(4, Some(-0.0), false, 2)]), q(Some(0.7), vec![e(1, None, true, 0), e(9, None, false, 0)])];
+        let key = RaceKey { seed: 0x1_0000_0002, position: 0x3_0000_0004 };
+        let qs = [
+            q(None, vec![e(4, Some(-0.0), false, 2)], None),
+            q(Some(0.7), vec![e(1, None, true, 0), e(9, None, false, 0)], Some(key)),
+        ];
         let (words, num_edits) = pack(&[5, 2], &qs);
         assert_eq!(num_edits, 3);
         assert_eq!(words.len(), 2 * QUERY_WORDS + 3 * EDIT_WORDS);
         let f = |x: f32| x.to_bits();
-        assert_eq!(words[..8], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 0]);
-        assert_eq!(words[8..11], [2, 1, f(0.7)]);
-        assert_eq!(words[16..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
+        assert_eq!(words[..12], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 0, 0, 0, 0, 0]);
+        assert_eq!(words[12..15], [2, 3, f(0.7)]);
+        assert_eq!(words[20..24], [2, 1, 4, 3]);
+        assert_eq!(words[24..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
     }
 }

@@ -5,8 +5,9 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use tf_backend::candidates::{apply_edits, candidates};
-use tf_backend::{Backend, LogitEdit, RowQuery};
+use tf_backend::candidates::{apply_edits, candidates, race_score};
+use tf_backend::rng::{gumbel, uniform};
+use tf_backend::{Backend, LogitEdit, RaceKey, RowQuery};
 
 /// Candidates a row keeps on the device before it falls back to the host (src/sample.rs `CAP`).
 const CAP: usize = 4096;
@@ -101,6 +102,7 @@ fn sample_candidates_equal_the_host_rule() {
                         presence_penalty: if edited { -0.25 } else { 0.0 },
                         temperature: [None, Some(0.7), Some(1.3)][(i + round) % 3],
                         window,
+                        race: None,
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
@@ -132,4 +134,76 @@ fn sample_candidates_equal_the_host_rule() {
     }
     let mut x = b.upload(&[1.0, 2.0], 1, 2);
     assert!(b.sample_candidates(&mut x, &[], &[]).is_empty());
+}
+
+/// The host's race winner over a whole edited row: the largest race score, ties to the lower id,
+/// NaN never (none when no score is finite).
+fn race_winner(row: &[f32], q: &RowQuery, key: &RaceKey) -> Option<u32> {
+    let scores: Vec<f32> = row.iter().zip(0..).map(|(&x, i)| race_score(key, q.scaled(x), i)).collect();
+    let best = (0..row.len()).filter(|&i| !scores[i].is_nan()).fold(None, |b: Option<usize>, i| match b {
+        Some(b) if scores[b] >= scores[i] => Some(b),
+        _ => Some(i),
+    })?;
+    scores[best].is_finite().then_some(best as u32)
+}
+
+#[test]
+fn race_candidates_keep_the_hosts_winner() {
+    let Some(b) = backend() else { return };
+    for cols in [151936usize, 1000] {
+        let mut raw = rows(cols);
+        // Near ties made from the host's own noise: 300 ids whose host scores all round to about
+        // 30 (the rest far below), so device noise a few ulps off reorders them; only the margin
+        // keeps the host's winner among the device's candidates.
+        let key0 = RaceKey { seed: 11, position: 5 };
+        let mut ties = vec![-50.0f32; cols];
+        for i in (0..cols).step_by(cols / 300) {
+            ties[i] = 30.0 - gumbel(uniform(key0.seed, key0.position, i as u32));
+        }
+        raw.push(ties);
+        let flat: Vec<f32> = raw.iter().flatten().copied().collect();
+        let listed: Vec<usize> = (0..raw.len()).filter(|&r| r != 6).collect();
+        for (round, seed) in [11u64, 12, 1 << 40].into_iter().enumerate() {
+            for edited in [false, true] {
+                let tie_row = raw.len() - 1;
+                let queries: Vec<RowQuery> = listed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &r)| RowQuery {
+                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
+                        repetition_penalty: if edited { 1.3 } else { 1.0 },
+                        frequency_penalty: if edited { 0.5 } else { 0.0 },
+                        presence_penalty: if edited { -0.25 } else { 0.0 },
+                        // The tie row keeps its values and key, so its scores stay near ties.
+                        temperature: if r == tie_row { None } else { [None, Some(0.7), Some(1.3)][(i + round) % 3] },
+                        window: 20.0,
+                        race: Some(if r == tie_row {
+                            key0
+                        } else {
+                            RaceKey { seed: seed + (i as u64 % 2), position: 5 + ((round as u64) << 33) }
+                        }),
+                    })
+                    .collect();
+                let mut x = b.upload(&flat, raw.len(), cols);
+                let got = b.sample_candidates(&mut x, &listed, &queries);
+                for (i, (&r, q)) in listed.iter().zip(&queries).enumerate() {
+                    let at = format!("{cols} columns, seed {seed}, edits {edited}, row {r}");
+                    let key = q.race.unwrap_or(key0);
+                    let mut host = raw[r].clone();
+                    apply_edits(&mut host, q);
+                    let c = &got[i];
+                    match race_winner(&host, q, &key) {
+                        Some(w) => {
+                            assert!(c.ids.contains(&w), "{at}: the host's winner {w} is not among {:?}", c.ids);
+                            assert!(c.ids.len() <= 400, "{at}: {} candidates", c.ids.len());
+                        }
+                        // No finite best: the whole row goes to the host's rule.
+                        None => assert_eq!(c.ids.len(), cols, "{at}"),
+                    }
+                    let values: Vec<f32> = c.ids.iter().map(|&id| host[id as usize]).collect();
+                    assert!(same(&c.values, &values), "{at}: values");
+                }
+            }
+        }
+    }
 }

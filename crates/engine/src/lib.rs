@@ -3,10 +3,11 @@
 pub mod block_pool;
 pub mod draft;
 pub mod engine;
-pub mod rng;
 pub mod runner;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
 
 pub use runner::Runner;
+/// The sampler's RNG and Gumbel noise (tf_backend's, so backends draw the same noise).
+pub use tf_backend::rng;

@@ -17,13 +17,11 @@ pub use history::History;
 pub use logprobs::Logprobs;
 pub use params::{GREEDY_BELOW, ParamError, SamplingParams};
 
-use crate::rng::{uniform, uniform_block};
+use crate::rng::{GUMBEL_BOUND, gumbel, uniform, uniform_block};
 use filter::{TOP_P_WINDOW, kept, rank_value};
 use tf_backend::candidates::select;
-use tf_backend::{Candidates, LogitEdit, RowQuery};
+use tf_backend::{Candidates, LogitEdit, RaceKey, RowQuery};
 
-/// A bound above every Gumbel draw: the largest uniform, 1 - 2^-24, gives about 16.64.
-const GUMBEL_BOUND: f32 = 17.0;
 /// The window the Gumbel race needs: an id can win only if its scaled logit plus at most
 /// `GUMBEL_BOUND` of noise passes the top id's plus at least -ln(-ln(2^-24)) = -2.81.
 const RACE_WINDOW: f32 = 20.0;
@@ -38,8 +36,9 @@ pub fn sample(logits: &mut [f32], params: &SamplingParams, history: &History, po
 }
 
 /// The query that selects a row's candidates for `params` with `history`'s penalties as edits,
-/// or `None` when `logit_bias` names an id twice (then only [`sample`] applies it).
-pub fn query(params: &SamplingParams, history: &History) -> Option<RowQuery> {
+/// for the token at `position` (a plain Gumbel race carries its key: [`race_key`]), or `None`
+/// when `logit_bias` names an id twice (then only [`sample`] applies it).
+pub fn query(params: &SamplingParams, history: &History, position: u64) -> Option<RowQuery> {
     let mut edits: std::collections::BTreeMap<u32, LogitEdit> = std::collections::BTreeMap::new();
     let blank = |id| LogitEdit { id, bias: None, seen: false, count: 0 };
     for &(id, bias) in &params.logit_bias {
@@ -58,7 +57,16 @@ pub fn query(params: &SamplingParams, history: &History) -> Option<RowQuery> {
             edits.entry(id).or_insert_with(|| blank(id)).count = count;
         }
     }
-    Some(RowQuery { edits: edits.into_values().collect(), ..base_query(params) })
+    let race = race_key(params, position);
+    Some(RowQuery { edits: edits.into_values().collect(), race, ..base_query(params) })
+}
+
+/// The race key of the token at `position` when `params` draw it by a plain Gumbel race over
+/// every id (sampled, no top-k, top-p or min-p): a backend may then keep only the ids that can
+/// win (tf_backend::candidates).
+pub fn race_key(params: &SamplingParams, position: u64) -> Option<RaceKey> {
+    let plain = !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p <= 0.0;
+    plain.then_some(RaceKey { seed: params.seed, position })
 }
 
 /// [`query`] without edits.
@@ -80,6 +88,7 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         presence_penalty: params.presence_penalty,
         temperature,
         window,
+        race: None,
     }
 }
 
@@ -147,12 +156,6 @@ pub fn argmax(logits: &[f32]) -> u32 {
 fn argmax_ranked(x: &[f32], mut ids: impl Iterator<Item = u32>) -> u32 {
     let first = ids.next().unwrap_or(0);
     ids.fold(first, |best, i| if rank_value(x[i as usize]) > rank_value(x[best as usize]) { i } else { best })
-}
-
-/// Gumbel noise `-ln(-ln(u))` of a uniform in (0, 1).
-#[inline]
-fn gumbel(u: f32) -> f32 {
-    -(-u.ln()).ln()
 }
 
 /// Steps per unit of score gap in the skip table.

@@ -16,7 +16,7 @@
 //! tokens: this only picks the cheaper transfer.
 
 use super::Core;
-use crate::sampler::{History, Logprobs, SamplingParams, query, sample_from};
+use crate::sampler::{History, Logprobs, SamplingParams, query, race_key, sample_from};
 use crate::scheduler::RoundEntry;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
@@ -54,7 +54,7 @@ impl<B: Backend> Core<B> {
                     return None;
                 }
                 let position = (a.req.prompt.len() + a.generated) as u64;
-                for (i, q) in row_queries(&a.req.params, &a.history, &e.draft)?.into_iter().enumerate() {
+                for (i, q) in row_queries(&a.req.params, &a.history, &e.draft, position)?.into_iter().enumerate() {
                     lp_of.push(a.req.top_logprobs.map(|top_n| {
                         let ids = q.edits.iter().map(|e| e.id).collect();
                         lp_queries.push(LogprobQuery { row: row + i, top_n, ids });
@@ -130,17 +130,18 @@ impl<B: Backend> Core<B> {
 }
 
 /// The queries of an entry's `1 + draft.len()` rows (row `i` after the draft's first `i`
-/// tokens), or `None` when the params have no query.
-fn row_queries(params: &SamplingParams, history: &History, draft: &[u32]) -> Option<Vec<RowQuery>> {
-    let first = query(params, history)?;
+/// tokens, at `position + i`), or `None` when the params have no query.
+fn row_queries(params: &SamplingParams, history: &History, draft: &[u32], position: u64) -> Option<Vec<RowQuery>> {
+    let first = query(params, history, position)?;
     if draft.is_empty() || !params.is_penalised() {
-        return Some(vec![first; 1 + draft.len()]);
+        let at = |i: u64| RowQuery { race: race_key(params, position + i), ..first.clone() };
+        return Some((0..=draft.len() as u64).map(at).collect());
     }
     let mut h = history.clone();
     let mut all = vec![first];
-    for &t in draft {
+    for (i, &t) in (1..).zip(draft) {
         h.push(t);
-        all.push(query(params, &h)?);
+        all.push(query(params, &h, position + i)?);
     }
     Some(all)
 }

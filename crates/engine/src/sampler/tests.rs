@@ -273,6 +273,13 @@ fn candidates_give_the_token_the_whole_row_gives() {
             top_p: 0.8,
             ..base(0.9, 12)
         },
+        SamplingParams {
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.5,
+            presence_penalty: -0.25,
+            logit_bias: vec![(250, 3.0)],
+            ..base(1.1, 13)
+        },
     ];
     // Spreads of 40 and 8: the windows leave most ids out, or keep nearly all.
     for (salt, scale) in [(21, 40.0), (22, 8.0), (23, 80.0)] {
@@ -281,9 +288,15 @@ fn candidates_give_the_token_the_whole_row_gives() {
             for position in 0..40 {
                 let want = whole_row(&row, params, &history, position);
                 assert_eq!(sample(&mut row.clone(), params, &history, position), want, "{params:?} {position}");
-                let q = query(params, &history).unwrap();
+                let q = query(params, &history, position).unwrap();
                 let c = tf_backend::candidates::candidates(&mut row.clone(), &q);
                 assert!(c.ids.len() < row.len() || scale < 40.0, "the window should leave ids out");
+                // A plain race keeps its winner and near ties only, at any spread.
+                assert_eq!(
+                    q.race.is_some(),
+                    !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0
+                );
+                assert!(q.race.is_none() || c.ids.len() <= 8, "{params:?}: {} race candidates", c.ids.len());
                 assert_eq!(sample_from(&c, row.len(), params, position), want, "{params:?} {position}");
             }
         }
@@ -293,6 +306,6 @@ fn candidates_give_the_token_the_whole_row_gives() {
 #[test]
 fn a_bias_named_twice_has_no_query() {
     let params = SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..seeded(1.0, 0) };
-    assert_eq!(query(&params, &no_history()), None);
-    assert!(query(&seeded(1.0, 0), &no_history()).is_some());
+    assert_eq!(query(&params, &no_history(), 0), None);
+    assert!(query(&seeded(1.0, 0), &no_history(), 0).is_some());
 }

@@ -1,6 +1,7 @@
 //! Philox4x32-10, the counter-based RNG of Random123 (Salmon et al., "Parallel random numbers:
 //! as easy as 1, 2, 3", SC'11): a draw is a pure function of (key, counter), so a sampled token
-//! depends on (seed, position) only, never on batching or on speculative drafting.
+//! depends on (seed, position) only, never on batching or on speculative drafting. Also the
+//! Gumbel noise made from it, which backends use to narrow a sampled row's candidates.
 
 /// Round multipliers of Philox4x32.
 const MUL: [u32; 2] = [0xD251_1F53, 0xCD9E_8D57];
@@ -32,6 +33,15 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 #[inline]
 pub fn to_unit(bits: u32) -> f32 {
     ((bits >> 9) as f32 + 0.5) * UNIT
+}
+
+/// A bound above every Gumbel draw: the largest uniform, 1 - 2^-24, gives about 16.64.
+pub const GUMBEL_BOUND: f32 = 17.0;
+
+/// Gumbel noise `-ln(-ln(u))` of a uniform in (0, 1).
+#[inline]
+pub fn gumbel(u: f32) -> f32 {
+    -(-u.ln()).ln()
 }
 
 /// The four uniforms of indices `4 * block .. 4 * block + 4` for (seed, position).
