@@ -4,8 +4,9 @@
 //!
 //! The token is chosen from the row's candidates (tf_backend::candidates: the ids within a
 //! window of the most likely one, [`query`]'s window being wide enough that no other id could
-//! be drawn or weigh in top-p's mass), so a backend may select them where the logits are and
-//! send only those: [`sample_from`] gives the same token either way.
+//! be drawn or weigh in top-p's mass; for a plain race, keyed by [`race_key`], the ids whose race
+//! score is within a small margin of the best), so a backend may select them where the logits
+//! are and send only those: [`sample_from`] gives the same token either way.
 
 mod filter;
 mod history;
