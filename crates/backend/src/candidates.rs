@@ -45,6 +45,17 @@ pub struct RowQuery {
     /// When the row is drawn by a plain Gumbel race, its key: candidates are then chosen by
     /// race score (module docs) instead of the window.
     pub race: Option<RaceKey>,
+    /// When above 0, only the row's `top_k` largest scaled values (ties to the lower id) can be
+    /// kept, so the window's ids ranking below the k-th of them are left out (0: off).
+    pub top_k: u32,
+}
+
+/// A scaled value's place in the filters' total order (NaN lowest, -0 below +0) as an
+/// unsigned key: larger values, larger keys.
+#[inline]
+pub fn rank_key(s: f32) -> u32 {
+    let b = if s.is_nan() { f32::NEG_INFINITY.to_bits() } else { s.to_bits() };
+    if b >> 31 == 1 { !b } else { b | 0x8000_0000 }
 }
 
 /// The key of a row's Gumbel race: id `i`'s noise is `gumbel(uniform(seed, position, i))`.
@@ -150,6 +161,7 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
                     c.values.push(x);
                 }
             }
+            keep_top_k(&mut c, q);
         }
         None => {
             c.ids = (0..row.len() as u32).collect();
@@ -157,6 +169,22 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
         }
     }
     c
+}
+
+/// Leaves out of a window's candidates those ranking below its `q.top_k`-th largest scaled
+/// value (every tie of that value stays: the filter picks among them by id).
+fn keep_top_k(c: &mut Candidates, q: &RowQuery) {
+    let k = q.top_k as usize;
+    if k == 0 || k >= c.ids.len() {
+        return;
+    }
+    let mut keys: Vec<u32> = c.values.iter().map(|&x| rank_key(q.scaled(x))).collect();
+    let (_, &mut kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    let keep: Vec<bool> = c.values.iter().map(|&x| rank_key(q.scaled(x)) >= kth).collect();
+    let mut at = keep.iter();
+    c.ids.retain(|_| at.next().copied().unwrap_or(false));
+    let mut at = keep.iter();
+    c.values.retain(|_| at.next().copied().unwrap_or(false));
 }
 
 /// The candidates of an edited row by race score (module docs); every id when the best score
@@ -197,6 +225,7 @@ mod tests {
             temperature,
             window,
             race: None,
+            top_k: 0,
         }
     }
 
@@ -234,6 +263,31 @@ mod tests {
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1, 2]);
         let mut row = vec![0.0, f32::INFINITY];
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1]);
+    }
+
+    #[test]
+    fn rank_keys_follow_the_total_order_with_nan_lowest() {
+        let xs = [f32::NAN, f32::NEG_INFINITY, -3.5, -0.0, 0.0, 1e-40, 2.0, f32::INFINITY];
+        let keys: Vec<u32> = xs.iter().map(|&x| rank_key(x)).collect();
+        assert_eq!(keys[0], keys[1], "NaN ranks as -inf");
+        assert!(keys[1..].windows(2).all(|w| w[0] < w[1]), "{keys:x?}");
+    }
+
+    #[test]
+    fn top_k_leaves_out_the_window_ids_below_the_kth_and_keeps_its_ties() {
+        let mut q = query(10.0, Some(0.5));
+        q.top_k = 3;
+        // Scaled: 8, 10, 6, NaN, 10, 8, -40 (out of the window), 8.
+        let mut row = vec![4.0, 5.0, 3.0, f32::NAN, 5.0, 4.0, -20.0, 4.0];
+        let c = candidates(&mut row, &q);
+        assert_eq!(c.ids, [0, 1, 4, 5, 7], "the third largest is 8, held by ids 0, 5 and 7");
+        q.top_k = 2;
+        assert_eq!(candidates(&mut row, &q).ids, [1, 4]);
+        q.top_k = 6;
+        assert_eq!(candidates(&mut row, &q).ids, [0, 1, 2, 4, 5, 7], "fewer than k in the window: all");
+        // -0 ranks below +0.
+        q.top_k = 1;
+        assert_eq!(candidates(&mut [-0.0, 0.0, -0.0], &q).ids, [1]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 // One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given,
 // bit 1: a race key), temperature, window, repetition, frequency and presence penalties (floats
-// as their bits), a spare word, then the race key: seed and position, low words first.
+// as their bits), top_k (0: off), then the race key: seed and position, low words first.
 #define SQ_WORDS 12
 // One edit, SE_WORDS words: query, id, bias, count, flags (bit 0: a bias, bit 1: seen).
 #define SE_WORDS 5
@@ -128,13 +128,82 @@ extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float
     }
 }
 
+// A scaled value's key in the filters' total order (candidates.rs `rank_key`): NaN lowest, -0
+// below +0, larger values larger keys.
+__device__ __forceinline__ u32 sample_rank_key(float s) {
+    const u32 b = s != s ? 0xff800000u : __float_as_uint(s);
+    return (b >> 31) ? ~b : (b | 0x80000000u);
+}
+
+// Block y (queries past gridDim.x in steps of it) finds, for a query with top_k = k > 0 whose
+// scaled maximum is finite, the k-th largest key (sample_rank_key) among the window's columns
+// (scaled value >= maximum minus window) by radix selection, 8 bits a pass from the top, and
+// leaves it at kth[y]; kth stays 0 (below every key) when the window holds k columns or fewer.
+// kth starts zeroed. candidates.rs `keep_top_k` is the host's rule.
+extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __restrict__ x, const u32* __restrict__ qs,
+                                                               const float* __restrict__ pmax, u32* __restrict__ kth,
+                                                               int n, int cols, int parts) {
+    tf_pdl_enter();
+    __shared__ u32 hist[256];
+    __shared__ u32 s_digit, s_left, s_done;
+    __shared__ float sm[32];
+    for (int y = blockIdx.x; y < n; y += gridDim.x) {
+        const u32* q = qs + (size_t)y * SQ_WORDS;
+        const u32 k = q[7];
+        if (k == 0u) continue;
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += blockDim.x) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
+        m = sample_block_max(m, sm);
+        const float smax = sample_scaled(q, m);
+        if (!sample_finite(smax)) continue;
+        const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
+        const float* row = x + (size_t)q[0] * cols;
+        u32 prefix = 0u, mask = 0u;
+        if (threadIdx.x == 0) s_left = k, s_done = 0u;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
+            __syncthreads();
+            for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+                const float s = sample_scaled(q, row[c]);
+                if (!(s >= thr)) continue;
+                const u32 key = sample_rank_key(s);
+                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                // The digit holding the left-th largest key of those matching the prefix.
+                u32 cum = 0u;
+                const u32 left = s_left;
+                int d = 255;
+                for (; d >= 0; --d) {
+                    if (cum + hist[d] >= left) break;
+                    cum += hist[d];
+                }
+                if (d < 0) s_done = 1u, d = 0;  // the window holds fewer than k: keep it all
+                s_digit = (u32)d;
+                s_left = left - cum;
+            }
+            __syncthreads();
+            if (s_done) break;
+            prefix |= s_digit << shift;
+            mask |= 255u << shift;
+        }
+        if (threadIdx.x == 0 && !s_done) kth[y] = prefix;
+        __syncthreads();  // the shared state is read before the next query resets it
+    }
+}
+
 // Candidates a block stages in shared memory before it reserves their slots; a block whose
 // slice holds more sends its row to the host (its count pushed past any capacity).
 #define SQ_STAGE 2048
 
 // Block x of query y folds the row's `parts` partial maxima, and when the scaled maximum is
 // finite stages every column of its slice whose scaled value is >= that maximum minus the window
-// (with a race key: whose race score is >= the best minus the race margin) in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
+// (with a race key: whose race score is >= the best minus the race margin; with top_k: and
+// whose key is at least the row's kth, sample_topk) in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
 // the row's count counts[y] (on past `cap`) and, for those within the row's first `cap`, one on
 // the shared list's counter counts[n]; they go to `out` three words each: query, column, value
 // (the edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] =
@@ -143,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(128) sample_max_partial(const float
 extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __restrict__ x, const u32* __restrict__ qs,
                                                                 const float* __restrict__ pmax, u32* __restrict__ counts,
                                                                 u32* __restrict__ out, int n, int cols, int slice, int parts,
-                                                                int cap) {
+                                                                int cap, const u32* __restrict__ kth) {
     tf_pdl_enter();
     __shared__ float sm[32];
     __shared__ u32 s_id[SQ_STAGE], s_val[SQ_STAGE];
@@ -167,6 +236,7 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
             continue;
         }
         const float thr = __fsub_rn(smax, race ? sample_race_margin(smax) : __uint_as_float(q[3]));
+        const u32 kmin = kth != nullptr ? kth[y] : 0u;  // top-k's k-th key (0: off)
         const float* row = x + (size_t)q[0] * cols;
         // The trip count is the block's (not the thread's), so every lane reaches each ballot.
         for (int base = lo; base < hi; base += 16 * step) {
@@ -175,8 +245,8 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
             load16(row, c, hi, step, v);
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
-                const bool take = j * step < hi - c &&
-                                  (race ? sample_rank(q, v[j], (u32)(c + j * step), thr) : sample_scaled(q, v[j])) >= thr;
+                const float r = race ? sample_rank(q, v[j], (u32)(c + j * step), thr) : sample_scaled(q, v[j]);
+                const bool take = j * step < hi - c && r >= thr && (race || sample_rank_key(r) >= kmin);
                 const u32 mask = __ballot_sync(0xffffffffu, take);
                 if (mask == 0u) continue;
                 const int lead = __ffs(mask) - 1;

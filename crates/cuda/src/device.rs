@@ -83,6 +83,7 @@ kernels!(
     sample_edits,
     sample_max_partial,
     sample_select,
+    sample_topk,
     logprob_partial,
     logprob_combine,
     gemv_bf16_n1,

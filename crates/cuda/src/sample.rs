@@ -60,6 +60,21 @@ pub(crate) fn sample_candidates(
         Arg::I(slice as i32),
     ];
     d.launch(&d.k.sample_max_partial, grid, 128, 0, &args);
+    // Top-k's k-th key a row (a block of 1024 threads a row), when a query asks for top-k.
+    let kth = queries.iter().any(|q| q.top_k > 0).then(|| {
+        let kth = d.zeros::<u32>(n);
+        let args = [
+            Arg::P(xp),
+            Arg::P(qs),
+            Arg::P(ptr(&pmax, &d.stream)),
+            Arg::P(ptr(&kth, &d.stream)),
+            Arg::I(n as i32),
+            Arg::I(cols as i32),
+            Arg::I(parts as i32),
+        ];
+        d.launch(&d.k.sample_topk, (n.min(1024) as u32, 1, 1), 1024, 0, &args);
+        kth
+    });
     let counts = d.zeros::<u32>(n + 1);
     let out = d.alloc::<u32>(3 * n * CAP);
     let args = [
@@ -73,6 +88,7 @@ pub(crate) fn sample_candidates(
         Arg::I(slice as i32),
         Arg::I(parts as i32),
         Arg::I(CAP as i32),
+        Arg::P(kth.as_ref().map_or(0, |k| ptr(k, &d.stream))),
     ];
     d.launch(&d.k.sample_select, grid, 128, 0, &args);
     let counts = d.download(&counts, n + 1);
@@ -102,7 +118,7 @@ fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
         let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
         let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
         let (race, seed, pos) = q.race.map_or((0, 0, 0), |k| (2, k.seed, k.position));
-        words.extend([row as u32, flag | race, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), 0]);
+        words.extend([row as u32, flag | race, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
         words.extend([seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]);
     }
     for (i, q) in queries.iter().enumerate() {
@@ -165,6 +181,7 @@ mod tests {
             temperature: t,
             window: 20.0,
             race,
+            top_k: if race.is_some() { 0 } else { 40 },
         };
         let key = RaceKey { seed: 0x1_0000_0002, position: 0x3_0000_0004 };
         let qs = [
@@ -175,7 +192,7 @@ mod tests {
         assert_eq!(num_edits, 3);
         assert_eq!(words.len(), 2 * QUERY_WORDS + 3 * EDIT_WORDS);
         let f = |x: f32| x.to_bits();
-        assert_eq!(words[..12], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 0, 0, 0, 0, 0]);
+        assert_eq!(words[..12], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 40, 0, 0, 0, 0]);
         assert_eq!(words[12..15], [2, 3, f(0.7)]);
         assert_eq!(words[20..24], [2, 1, 4, 3]);
         assert_eq!(words[24..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);

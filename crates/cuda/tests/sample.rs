@@ -1,5 +1,6 @@
 //! The CUDA backend's sampling candidates against tf_backend's host rule (candidates.rs) on the
-//! same raw rows, bit for bit: ties, NaN, infinities, rows past the device's capacity, edits.
+//! same raw rows, bit for bit: ties, NaN, infinities, rows past the device's capacity, edits,
+//! top-k; and a plain race's candidates, which must hold the host's winner.
 
 mod common;
 
@@ -103,6 +104,8 @@ fn sample_candidates_equal_the_host_rule() {
                         temperature: [None, Some(0.7), Some(1.3)][(i + round) % 3],
                         window,
                         race: None,
+                        // Row 0 keeps its whole window (its counts grow with the window below).
+                        top_k: if r == 0 { 0 } else { [0, 1, 3, 40, 3000][(i + round) % 5] },
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
@@ -177,6 +180,7 @@ fn race_candidates_keep_the_hosts_winner() {
                         // The tie row keeps its values and key, so its scores stay near ties.
                         temperature: if r == tie_row { None } else { [None, Some(0.7), Some(1.3)][(i + round) % 3] },
                         window: 20.0,
+                        top_k: 0,
                         race: Some(if r == tie_row {
                             key0
                         } else {

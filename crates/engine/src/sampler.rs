@@ -90,6 +90,7 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         temperature,
         window,
         race: None,
+        top_k: params.top_k,
     }
 }
 

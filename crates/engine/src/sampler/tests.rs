@@ -297,6 +297,9 @@ fn candidates_give_the_token_the_whole_row_gives() {
                     !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0
                 );
                 assert!(q.race.is_none() || c.ids.len() <= 8, "{params:?}: {} race candidates", c.ids.len());
+                // Top-k keeps its k (and ties of the k-th) at most.
+                let k = params.top_k as usize;
+                assert!(k == 0 || c.ids.len() <= k, "{params:?}: {} candidates past top-k", c.ids.len());
                 assert_eq!(sample_from(&c, row.len(), params, position), want, "{params:?} {position}");
             }
         }
