@@ -70,6 +70,14 @@ pub fn race_key(params: &SamplingParams, position: u64) -> Option<RaceKey> {
     plain.then_some(RaceKey { seed: params.seed, position })
 }
 
+/// The window that min-p's survivors need without top-p (whose mass needs the wider one): an
+/// id passes when exp(x - max) >= min_p, so it lies within -ln(min_p) of the most likely; half a
+/// logit more covers the roundings of the subtraction, the exponential and the threshold (up to
+/// values of about 1e6), and no window needs more than the race's.
+fn min_p_window(min_p: f32) -> f32 {
+    (0.5 - min_p.ln()).min(RACE_WINDOW)
+}
+
 /// [`query`] without edits.
 fn base_query(params: &SamplingParams) -> RowQuery {
     let greedy = params.is_greedy();
@@ -79,6 +87,8 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         0.0
     } else if params.top_p < 1.0 {
         TOP_P_WINDOW
+    } else if params.min_p > 0.0 {
+        min_p_window(params.min_p)
     } else {
         RACE_WINDOW
     };

@@ -264,6 +264,9 @@ fn candidates_give_the_token_the_whole_row_gives() {
         SamplingParams { top_p: 0.5, ..base(1.0, 7) },
         SamplingParams { top_p: 0.95, min_p: 0.05, ..base(1.0, 8) },
         SamplingParams { min_p: 1e-30, ..base(2.0, 9) },
+        SamplingParams { min_p: 0.05, ..base(1.0, 14) },
+        SamplingParams { min_p: 0.3, top_k: 40, ..base(0.7, 15) },
+        SamplingParams { min_p: 1.0, ..base(1.3, 16) },
         SamplingParams { logit_bias: vec![(250, 30.0), (9, -5.0)], ..base(1.0, 10) },
         SamplingParams { logit_bias: vec![(4000, 2.5)], ..base(0.0, 11) },
         SamplingParams {
@@ -297,6 +300,10 @@ fn candidates_give_the_token_the_whole_row_gives() {
                     !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0
                 );
                 assert!(q.race.is_none() || c.ids.len() <= 8, "{params:?}: {} race candidates", c.ids.len());
+                // Min-p alone narrows the window to its survivors' reach.
+                if params.min_p > 0.0 && params.top_p >= 1.0 {
+                    assert!(q.window < 20.0 || params.min_p < 2e-9, "{params:?}: window {}", q.window);
+                }
                 // Top-k keeps its k (and ties of the k-th) at most.
                 let k = params.top_k as usize;
                 assert!(k == 0 || c.ids.len() <= k, "{params:?}: {} candidates past top-k", c.ids.len());
