@@ -11,7 +11,9 @@
 //! enough that noise computed with any logarithm within a few ulps (a device's) keeps the
 //! winner the host's exact noise picks: a row of any width then sends a handful of ids.
 
+use crate::logprobs::rank_value;
 use crate::rng::{gumbel, uniform_block};
+use crate::top_p::band_prefix;
 
 /// The edits of one id before sampling, applied in this order: bias, repetition penalty,
 /// frequency penalty, presence penalty (the host sampler's order).
@@ -48,6 +50,9 @@ pub struct RowQuery {
     /// When above 0, only the row's `top_k` largest scaled values (ties to the lower id) can be
     /// kept, so the window's ids ranking below the k-th of them are left out (0: off).
     pub top_k: u32,
+    /// Top-p's mass (1: off). Without top-k, a backend may send only the top of the window that
+    /// settles the cut, with the window's mass (Candidates::window_mass).
+    pub top_p: f32,
 }
 
 /// A scaled value's place in the filters' total order (NaN lowest, -0 below +0) as an
@@ -127,6 +132,9 @@ pub struct Candidates {
     pub ids: Vec<u32>,
     /// Their edited logits, before the temperature.
     pub values: Vec<f32>,
+    /// Set when a top-p row's candidates are only the top of its window: the backend's sum of
+    /// the window's weights, with which they settle top-p's cut (top_p.rs `band_prefix`).
+    pub window_mass: Option<f64>,
 }
 
 /// Applies `q`'s edits to `row` in place (ids past the row are left alone).
@@ -162,6 +170,7 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
                 }
             }
             keep_top_k(&mut c, q);
+            narrow_top_p(&mut c, q);
         }
         None => {
             c.ids = (0..row.len() as u32).collect();
@@ -169,6 +178,23 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
         }
     }
     c
+}
+
+/// Cuts a top-p row's window (no top-k) to the prefix its draw can reach, when the window's
+/// mass settles the cut (top_p.rs), recording that mass.
+fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
+    if q.top_p >= 1.0 || q.top_k > 0 || c.ids.is_empty() {
+        return;
+    }
+    let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
+    let max = x.iter().copied().map(rank_value).fold(f32::NEG_INFINITY, f32::max);
+    // The host's sum over the window, in id order (the filter's own).
+    let mass: f64 = x.iter().map(|&v| f64::from(rank_value(v) - max).exp()).sum();
+    if let Some(at) = band_prefix(&x, q.top_p, mass) {
+        c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
+        c.values = at.iter().map(|&i| c.values[i as usize]).collect();
+        c.window_mass = Some(mass);
+    }
 }
 
 /// Leaves out of a window's candidates those ranking below its `q.top_k`-th largest scaled
@@ -193,7 +219,7 @@ fn select_race(row: &[f32], q: &RowQuery, key: &RaceKey) -> Candidates {
     let scores: Vec<f32> = row.iter().zip(0..).map(|(&x, i)| race_score(key, q.scaled(x), i)).collect();
     let best = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     if !best.is_finite() {
-        return Candidates { ids: (0..row.len() as u32).collect(), values: row.to_vec() };
+        return Candidates { ids: (0..row.len() as u32).collect(), values: row.to_vec(), window_mass: None };
     }
     let t = best - race_margin(best);
     let mut c = Candidates::default();
@@ -226,6 +252,7 @@ mod tests {
             window,
             race: None,
             top_k: 0,
+            top_p: 1.0,
         }
     }
 

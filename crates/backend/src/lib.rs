@@ -9,6 +9,7 @@ pub mod logprobs;
 pub mod reference;
 pub mod rng;
 pub mod rope;
+pub mod top_p;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};

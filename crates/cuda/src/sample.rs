@@ -147,7 +147,8 @@ fn assemble(counts: &[u32], triples: &[u32]) -> Vec<Option<Candidates>> {
         .map(|row| {
             let mut row = row?;
             row.sort_unstable_by_key(|&(id, _)| id);
-            Some(Candidates { ids: row.iter().map(|c| c.0).collect(), values: row.iter().map(|c| c.1).collect() })
+            let (ids, values) = row.iter().copied().unzip();
+            Some(Candidates { ids, values, window_mass: None })
         })
         .collect()
 }
@@ -162,7 +163,8 @@ mod tests {
         let v = |x: f32| x.to_bits();
         let triples = [1, 9, v(2.0), 0, 7, v(-1.0), 1, 3, v(f32::NAN), 0, 2, v(5.0)];
         let got = assemble(&[2, 2, FLAGGED, CAP as u32 + 1, CAP as u32, 0], &triples);
-        let c = |ids: &[u32], values: &[f32]| Candidates { ids: ids.to_vec(), values: values.to_vec() };
+        let c =
+            |ids: &[u32], values: &[f32]| Candidates { ids: ids.to_vec(), values: values.to_vec(), window_mass: None };
         assert_eq!(got[0], Some(c(&[2, 7], &[5.0, -1.0])));
         let one = got[1].as_ref().map(|r| (r.ids.clone(), r.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
         assert_eq!(one, Some((vec![3, 9], vec![v(f32::NAN), v(2.0)])));
@@ -182,6 +184,7 @@ mod tests {
             window: 20.0,
             race,
             top_k: if race.is_some() { 0 } else { 40 },
+            top_p: 1.0,
         };
         let key = RaceKey { seed: 0x1_0000_0002, position: 0x3_0000_0004 };
         let qs = [

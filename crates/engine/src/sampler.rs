@@ -101,6 +101,7 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         window,
         race: None,
         top_k: params.top_k,
+        top_p: params.top_p,
     }
 }
 
@@ -117,7 +118,7 @@ pub fn sample_from(c: &Candidates, width: usize, params: &SamplingParams, positi
             &scaled
         }
     };
-    let kept = kept(x, width, params.top_k, params.top_p, params.min_p);
+    let kept = kept(x, width, params.top_k, params.top_p, params.min_p, c.window_mass);
     gumbel_argmax(&c.ids, x, &kept, params.seed, position)
 }
 

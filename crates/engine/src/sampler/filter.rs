@@ -5,8 +5,8 @@
 //! weighs under e^-40 of the most likely one, below what the f32 `top_p` resolves. When all
 //! three filters are off nothing is sorted or allocated.
 
-use std::cmp::Ordering;
 pub use tf_backend::logprobs::rank_value;
+use tf_backend::top_p::{band_prefix, by_ranked};
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,15 +29,11 @@ const TOP_P_GROWTH: usize = 4;
 /// A candidate as `(rank_value, id)`: sorting these touches no other memory.
 type Ranked = (f32, u32);
 
-/// Most likely first, ties to the lower id, for [`Ranked`] pairs.
-#[inline]
-fn by_ranked(a: &Ranked, b: &Ranked) -> Ordering {
-    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
-}
-
 /// The candidates kept under top-k, top-p and min-p: `x` holds the candidates' scaled logits in
-/// increasing id order (the candidate list of a row `width` wide).
-pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32) -> Kept {
+/// increasing id order (the candidate list of a row `width` wide). `window_mass`, when the
+/// backend sent only the top of a top-p row's window, settles top-p's cut in place of the sum
+/// over the window (tf_backend top_p.rs).
+pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_mass: Option<f64>) -> Kept {
     let top_k_on = top_k > 0 && (top_k as usize) < width;
     let top_p_on = top_p < 1.0;
     let min_p_on = min_p > 0.0;
@@ -62,7 +58,12 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32) -> Kept
         pool = Some(ranked);
     }
     if top_p_on {
-        pool = Some(top_p_prefix(pool.unwrap_or_else(all), top_p, max));
+        // The backend checked that its window mass settles the cut (top-k's pool is whole).
+        let settled = window_mass.filter(|_| pool.is_none()).and_then(|m| band_prefix(x, top_p, m));
+        pool = Some(match settled {
+            Some(at) => at.into_iter().map(|i| (rank_value(x[i as usize]), i)).collect(),
+            None => top_p_prefix(pool.unwrap_or_else(all), top_p, max),
+        });
     }
     // p_i >= min_p * p_max  <=>  exp(x_i - max) >= min_p; the renormalisation by earlier
     // filters cancels in the ratio, and the most likely token always passes.
@@ -155,8 +156,8 @@ mod tests {
 
     #[test]
     fn all_off_keeps_all() {
-        assert_eq!(kept(&logits(1000, 1), 1000, 0, 1.0, 0.0), Kept::All);
-        assert_eq!(kept(&logits(10, 1), 10, 10, 1.0, 0.0), Kept::All);
+        assert_eq!(kept(&logits(1000, 1), 1000, 0, 1.0, 0.0, None), Kept::All);
+        assert_eq!(kept(&logits(10, 1), 10, 10, 1.0, 0.0, None), Kept::All);
     }
 
     #[test]
@@ -175,7 +176,7 @@ mod tests {
         for salt in 0..4 {
             let x = logits(5000, salt);
             for (k, p, m) in cases {
-                let Kept::Only(got) = kept(&x, x.len(), k, p, m) else { panic!("nothing filtered") };
+                let Kept::Only(got) = kept(&x, x.len(), k, p, m, None) else { panic!("nothing filtered") };
                 assert_eq!(got, naive(&x, k, p, m), "top_k {k} top_p {p} min_p {m}");
                 assert!(!got.is_empty());
             }
@@ -185,7 +186,7 @@ mod tests {
     #[test]
     fn ties_keep_the_lower_id() {
         let x = [1.0, 5.0, 5.0, 5.0, 0.0];
-        assert_eq!(kept(&x, 5, 2, 1.0, 0.0), Kept::Only(vec![1, 2]));
-        assert_eq!(kept(&x, 5, 0, 1e-6, 0.0), Kept::Only(vec![1]));
+        assert_eq!(kept(&x, 5, 2, 1.0, 0.0, None), Kept::Only(vec![1, 2]));
+        assert_eq!(kept(&x, 5, 0, 1e-6, 0.0, None), Kept::Only(vec![1]));
     }
 }

@@ -304,6 +304,9 @@ fn candidates_give_the_token_the_whole_row_gives() {
                 if params.min_p > 0.0 && params.top_p >= 1.0 {
                     assert!(q.window < 20.0 || params.min_p < 2e-9, "{params:?}: window {}", q.window);
                 }
+                // Top-p alone sends the prefix it settles, with the window's mass.
+                let narrowed = params.top_p < 1.0 && params.top_k == 0 && !params.is_greedy();
+                assert_eq!(c.window_mass.is_some(), narrowed, "{params:?}: window mass");
                 // Top-k keeps its k (and ties of the k-th) at most.
                 let k = params.top_k as usize;
                 assert!(k == 0 || c.ids.len() <= k, "{params:?}: {} candidates past top-k", c.ids.len());
