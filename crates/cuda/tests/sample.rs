@@ -106,6 +106,7 @@ fn sample_candidates_equal_the_host_rule() {
                         race: None,
                         // Row 0 keeps its whole window (its counts grow with the window below).
                         top_k: if r == 0 { 0 } else { [0, 1, 3, 40, 3000][(i + round) % 5] },
+                        top_p: 1.0,
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
@@ -181,6 +182,7 @@ fn race_candidates_keep_the_hosts_winner() {
                         temperature: if r == tie_row { None } else { [None, Some(0.7), Some(1.3)][(i + round) % 3] },
                         window: 20.0,
                         top_k: 0,
+                        top_p: 1.0,
                         race: Some(if r == tie_row {
                             key0
                         } else {
