@@ -6,9 +6,15 @@
 // any split of the row over blocks gives the same threshold.
 
 // One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given,
-// bit 1: a race key), temperature, window, repetition, frequency and presence penalties (floats
-// as their bits), top_k (0: off), then the race key: seed and position, low words first.
-#define SQ_WORDS 12
+// bit 1: a race key, bit 2: top-p may narrow the window), temperature, window, repetition,
+// frequency and presence penalties (floats as their bits), top_k (0: off), the race key (seed and
+// position, low words first), top_p, three spare words.
+#define SQ_WORDS 16
+// Per top-p row, SM_WORDS doubles of window mass: SM_STEPS masses of the columns within
+// 1, 2, 4, ... 2^(SM_STEPS - 1) scaled logits of the maximum, then the whole window's, then one
+// spare; and SM_STEPS counts (u32) of those columns.
+#define SM_WORDS 8
+#define SM_STEPS 6
 // One edit, SE_WORDS words: query, id, bias, count, flags (bit 0: a bias, bit 1: seen).
 #define SE_WORDS 5
 // A row's count when its scaled maximum is not finite (every column is then a candidate).
@@ -201,6 +207,93 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
     }
 }
 
+// Block x of query y (queries past gridDim.y in steps of it), for a top-p row (flag bit 2) whose
+// scaled maximum is finite, adds its slice's window weights exp(s - max) (the host's f32
+// difference, then a double exponential) to the row's masses (SM_WORDS doubles at mass + y *
+// SM_WORDS, counts at cnt + y * SM_STEPS; both start zeroed). The sums only steer: the host
+// settles top-p's cut with the total within a band (tf_backend top_p.rs), so their order is free.
+extern "C" __global__ void __launch_bounds__(128) sample_mass(const float* __restrict__ x, const u32* __restrict__ qs,
+                                                              const float* __restrict__ pmax, double* __restrict__ mass,
+                                                              u32* __restrict__ cnt, int n, int cols, int slice, int parts) {
+    tf_pdl_enter();
+    __shared__ float sm[32];
+    __shared__ double s_m[4][SM_STEPS + 1];
+    __shared__ u32 s_c[4][SM_STEPS];
+    const int lo = blockIdx.x * slice, hi = lo + min(slice, cols - lo), step = blockDim.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int y = blockIdx.y; y < n; y += gridDim.y) {
+        const u32* q = qs + (size_t)y * SQ_WORDS;
+        if (!(q[1] & 4u)) continue;
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += step) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
+        m = sample_block_max(m, sm);
+        const float smax = sample_scaled(q, m);
+        if (!sample_finite(smax)) continue;
+        const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
+        const float* row = x + (size_t)q[0] * cols;
+        double lm[SM_STEPS + 1];
+        u32 lc[SM_STEPS];
+#pragma unroll
+        for (int j = 0; j < SM_STEPS; ++j) lm[j] = 0.0, lc[j] = 0u;
+        lm[SM_STEPS] = 0.0;
+        for (int c = lo + threadIdx.x; c < hi; c += 16 * step) {
+            float v[16];
+            load16(row, c, hi, step, v);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const float s = sample_scaled(q, v[i]);
+                if (!(s >= thr)) continue;
+                const double w = exp((double)__fsub_rn(s, smax));
+                const float d = __fsub_rn(smax, s);
+                lm[SM_STEPS] += w;
+#pragma unroll
+                for (int j = 0; j < SM_STEPS; ++j)
+                    if (d < (float)(1 << j)) lm[j] += w, ++lc[j];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int j = 0; j <= SM_STEPS; ++j) lm[j] += __shfl_xor_sync(0xffffffffu, lm[j], o);
+#pragma unroll
+            for (int j = 0; j < SM_STEPS; ++j) lc[j] += __shfl_xor_sync(0xffffffffu, lc[j], o);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j <= SM_STEPS; ++j) s_m[warp][j] = lm[j];
+#pragma unroll
+            for (int j = 0; j < SM_STEPS; ++j) s_c[warp][j] = lc[j];
+        }
+        __syncthreads();
+        if (threadIdx.x <= SM_STEPS) {
+            double t = 0.0;
+            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += s_m[w][threadIdx.x];
+            atomicAdd(&mass[(size_t)y * SM_WORDS + threadIdx.x], t);
+            if (threadIdx.x < SM_STEPS) {
+                u32 k = 0u;
+                for (int w = 0; w < (int)(blockDim.x >> 5); ++w) k += s_c[w][threadIdx.x];
+                atomicAdd(&cnt[(size_t)y * SM_STEPS + threadIdx.x], k);
+            }
+        }
+        __syncthreads();  // the shared sums are read before the next row's
+    }
+}
+
+// The scaled reach below the maximum that a top-p row's candidates need (sample_mass's sums): the
+// first step whose mass reaches top_p of the window's (with room for the sums' roundings) within
+// `cap` columns, or the window when none does (the host then settles or falls back).
+__device__ __forceinline__ float sample_top_p_reach(const u32* q, const double* mass, const u32* cnt, int cap) {
+    const float window = __uint_as_float(q[3]);
+    const double target = (double)__uint_as_float(q[12]) * mass[SM_STEPS] * (1.0 + 1.0 / 1048576.0);
+#pragma unroll
+    for (int j = 0; j < SM_STEPS; ++j)
+        if (mass[j] >= target && cnt[j] <= (u32)cap) return fminf((float)(1 << j), window);
+    return window;
+}
+
 // Candidates a block stages in shared memory before it reserves their slots; a block whose
 // slice holds more sends its row to the host (its count pushed past any capacity).
 #define SQ_STAGE 2048
@@ -208,7 +301,8 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
 // Block x of query y folds the row's `parts` partial maxima, and when the scaled maximum is
 // finite stages every column of its slice whose scaled value is >= that maximum minus the window
 // (with a race key: whose race score is >= the best minus the race margin; with top_k: and
-// whose key is at least the row's kth, sample_topk) in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
+// whose key is at least the row's kth, sample_topk; a top-p row: within the reach its masses
+// give, sample_top_p_reach) in shared memory (ranked by a shared-memory counter), then reserves them with one atomic on
 // the row's count counts[y] (on past `cap`) and, for those within the row's first `cap`, one on
 // the shared list's counter counts[n]; they go to `out` three words each: query, column, value
 // (the edited logit, unscaled). A row whose scaled maximum is not finite gets counts[y] =
@@ -217,7 +311,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
 extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __restrict__ x, const u32* __restrict__ qs,
                                                                 const float* __restrict__ pmax, u32* __restrict__ counts,
                                                                 u32* __restrict__ out, int n, int cols, int slice, int parts,
-                                                                int cap, const u32* __restrict__ kth) {
+                                                                int cap, const u32* __restrict__ kth,
+                                                                const double* __restrict__ mass,
+                                                                const u32* __restrict__ cnt) {
     tf_pdl_enter();
     __shared__ float sm[32];
     __shared__ u32 s_id[SQ_STAGE], s_val[SQ_STAGE];
@@ -240,7 +336,11 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
             if (blockIdx.x == 0 && threadIdx.x == 0) counts[y] = SQ_FLAGGED;
             continue;
         }
-        const float thr = __fsub_rn(smax, race ? sample_race_margin(smax) : __uint_as_float(q[3]));
+        const float reach = race                ? sample_race_margin(smax)
+                            : (q[1] & 4u) && mass ? sample_top_p_reach(q, mass + (size_t)y * SM_WORDS,
+                                                                       cnt + (size_t)y * SM_STEPS, cap)
+                                                  : __uint_as_float(q[3]);
+        const float thr = __fsub_rn(smax, reach);
         const u32 kmin = kth != nullptr ? kth[y] : 0u;  // top-k's k-th key (0: off)
         const float* row = x + (size_t)q[0] * cols;
         // The trip count is the block's (not the thread's), so every lane reaches each ballot.

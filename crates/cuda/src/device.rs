@@ -84,6 +84,7 @@ kernels!(
     sample_max_partial,
     sample_select,
     sample_topk,
+    sample_mass,
     logprob_partial,
     logprob_combine,
     gemv_bf16_n1,

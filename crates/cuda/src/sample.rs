@@ -6,12 +6,18 @@ use crate::ops::{argmax_split, select_rows};
 use crate::tensor::CudaAct;
 use rayon::prelude::*;
 use tf_backend::candidates::select;
+use tf_backend::top_p::band_prefix;
 use tf_backend::{Candidates, RowQuery};
 
 /// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
 pub(crate) const CAP: usize = 4096;
 /// Words of one packed query (kernels/sample.cu `SQ_WORDS`).
-const QUERY_WORDS: usize = 12;
+const QUERY_WORDS: usize = 16;
+/// Doubles of a top-p row's window masses (kernels/sample.cu `SM_WORDS`): the steps' masses,
+/// then the whole window's at [`MASS_STEPS`].
+const MASS_WORDS: usize = 8;
+/// Steps of reach whose masses and counts a top-p row gets (kernels/sample.cu `SM_STEPS`).
+const MASS_STEPS: usize = 6;
 /// Words of one packed edit (kernels/sample.cu `SE_WORDS`).
 const EDIT_WORDS: usize = 5;
 /// A row's count when its scaled maximum is not finite (kernels/sample.cu `SQ_FLAGGED`).
@@ -75,6 +81,23 @@ pub(crate) fn sample_candidates(
         d.launch(&d.k.sample_topk, (n.min(1024) as u32, 1, 1), 1024, 0, &args);
         kth
     });
+    // A top-p row's window masses, which steer how far below its maximum its candidates reach.
+    let masses = queries.iter().any(narrows_top_p).then(|| {
+        let (mass, cnt) = (d.zeros::<f64>(n * MASS_WORDS), d.zeros::<u32>(n * MASS_STEPS));
+        let args = [
+            Arg::P(xp),
+            Arg::P(qs),
+            Arg::P(ptr(&pmax, &d.stream)),
+            Arg::P(ptr(&mass, &d.stream)),
+            Arg::P(ptr(&cnt, &d.stream)),
+            Arg::I(n as i32),
+            Arg::I(cols as i32),
+            Arg::I(slice as i32),
+            Arg::I(parts as i32),
+        ];
+        d.launch(&d.k.sample_mass, grid, 128, 0, &args);
+        (mass, cnt)
+    });
     let counts = d.zeros::<u32>(n + 1);
     let out = d.alloc::<u32>(3 * n * CAP);
     let args = [
@@ -89,11 +112,22 @@ pub(crate) fn sample_candidates(
         Arg::I(parts as i32),
         Arg::I(CAP as i32),
         Arg::P(kth.as_ref().map_or(0, |k| ptr(k, &d.stream))),
+        Arg::P(masses.as_ref().map_or(0, |m| ptr(&m.0, &d.stream))),
+        Arg::P(masses.as_ref().map_or(0, |m| ptr(&m.1, &d.stream))),
     ];
     d.launch(&d.k.sample_select, grid, 128, 0, &args);
     let counts = d.download(&counts, n + 1);
     let kept = (counts[n] as usize).min(n * CAP);
     let mut found = assemble(&counts[..n], &d.download(&out, 3 * kept));
+    if let Some((mass, _)) = &masses {
+        // A top-p row's candidates stand only when the device's window mass settles its cut.
+        let mass = d.download(mass, n * MASS_WORDS);
+        for (i, q) in queries.iter().enumerate().filter(|(_, q)| narrows_top_p(q)) {
+            if found[i].as_mut().is_some_and(|c| !settle_top_p(c, q, mass[i * MASS_WORDS + MASS_STEPS])) {
+                found[i] = None;
+            }
+        }
+    }
     let host: Vec<usize> = (0..n).filter(|&i| found[i].is_none()).collect();
     if !host.is_empty() {
         let picked: Vec<usize> = host.iter().map(|&i| rows[i]).collect();
@@ -109,6 +143,22 @@ pub(crate) fn sample_candidates(
     found.into_iter().map(Option::unwrap_or_default).collect()
 }
 
+/// Whether `q`'s candidates may be cut to the top of its window by top-p (no top-k, no race).
+fn narrows_top_p(q: &RowQuery) -> bool {
+    q.top_p < 1.0 && q.top_k == 0 && q.race.is_none()
+}
+
+/// Cuts a top-p row's candidates to the prefix that `window_mass` (the device's sum) settles,
+/// recording it; false when it settles none (the row then goes to the host's rule).
+fn settle_top_p(c: &mut Candidates, q: &RowQuery, window_mass: f64) -> bool {
+    let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
+    let Some(at) = band_prefix(&x, q.top_p, window_mass) else { return false };
+    c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
+    c.values = at.iter().map(|&i| c.values[i as usize]).collect();
+    c.window_mass = Some(window_mass);
+    true
+}
+
 /// The queries and their edits as kernels/sample.cu reads them (`[queries | edits]`, floats as
 /// their bits), and the number of edits.
 fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
@@ -118,8 +168,10 @@ fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
         let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
         let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
         let (race, seed, pos) = q.race.map_or((0, 0, 0), |k| (2, k.seed, k.position));
-        words.extend([row as u32, flag | race, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
+        let top_p = if narrows_top_p(q) { 4 } else { 0 };
+        words.extend([row as u32, flag | race | top_p, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
         words.extend([seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]);
+        words.extend([q.top_p.to_bits(), 0, 0, 0]);
     }
     for (i, q) in queries.iter().enumerate() {
         debug_assert!(q.edits.windows(2).all(|w| w[0].id < w[1].id), "edits in increasing id order");
@@ -195,9 +247,13 @@ mod tests {
         assert_eq!(num_edits, 3);
         assert_eq!(words.len(), 2 * QUERY_WORDS + 3 * EDIT_WORDS);
         let f = |x: f32| x.to_bits();
-        assert_eq!(words[..12], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 40, 0, 0, 0, 0]);
-        assert_eq!(words[12..15], [2, 3, f(0.7)]);
-        assert_eq!(words[20..24], [2, 1, 4, 3]);
-        assert_eq!(words[24..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
+        assert_eq!(words[..16], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 40, 0, 0, 0, 0, f(1.0), 0, 0, 0]);
+        assert_eq!(words[16..19], [2, 3, f(0.7)]);
+        assert_eq!(words[24..29], [2, 1, 4, 3, f(1.0)]);
+        assert_eq!(words[32..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
+        // Top-p alone may narrow the window (flag bit 2); with top-k it does not.
+        let top_p = |top_k| RowQuery { top_p: 0.9, top_k, ..q(None, Vec::new(), None) };
+        let (words, _) = pack(&[0, 1], &[top_p(0), top_p(5)]);
+        assert_eq!((words[1], words[12], words[17]), (4, f(0.9), 0));
     }
 }

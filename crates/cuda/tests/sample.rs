@@ -213,3 +213,45 @@ fn race_candidates_keep_the_hosts_winner() {
         }
     }
 }
+
+#[test]
+fn top_p_candidates_equal_the_host_rule() {
+    let Some(b) = backend() else { return };
+    for cols in [151936usize, 1000] {
+        let raw = rows(cols);
+        let flat: Vec<f32> = raw.iter().flatten().copied().collect();
+        let listed: Vec<usize> = (0..raw.len()).filter(|&r| r != 6).collect();
+        for (round, top_p) in [0.5f32, 0.9, 0.95, 0.999].into_iter().enumerate() {
+            for edited in [false, true] {
+                let queries: Vec<RowQuery> = listed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &r)| RowQuery {
+                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
+                        repetition_penalty: if edited { 1.3 } else { 1.0 },
+                        frequency_penalty: if edited { 0.5 } else { 0.0 },
+                        presence_penalty: if edited { -0.25 } else { 0.0 },
+                        temperature: [None, Some(0.2), Some(1.3)][(i + round) % 3],
+                        window: 40.0,
+                        race: None,
+                        top_k: 0,
+                        top_p,
+                    })
+                    .collect();
+                let mut x = b.upload(&flat, raw.len(), cols);
+                let got = b.sample_candidates(&mut x, &listed, &queries);
+                for (i, (&r, q)) in listed.iter().zip(&queries).enumerate() {
+                    let at = format!("{cols} columns, top-p {top_p}, edits {edited}, row {r}");
+                    // The host's rule narrows with its own exact window mass.
+                    let want = candidates(&mut raw[r].clone(), q);
+                    assert_eq!(got[i].ids, want.ids, "{at}: ids");
+                    assert!(same(&got[i].values, &want.values), "{at}: values");
+                    assert_eq!(got[i].window_mass.is_some(), want.window_mass.is_some(), "{at}: settled");
+                    if let (Some(g), Some(w)) = (got[i].window_mass, want.window_mass) {
+                        assert!((g - w).abs() <= w * 1e-10, "{at}: window mass {g} against {w}");
+                    }
+                }
+            }
+        }
+    }
+}
