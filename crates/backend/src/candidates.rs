@@ -132,8 +132,8 @@ pub struct Candidates {
     pub ids: Vec<u32>,
     /// Their edited logits, before the temperature.
     pub values: Vec<f32>,
-    /// Set when a top-p row's candidates are only the top of its window: the backend's sum of
-    /// the window's weights, with which they settle top-p's cut (top_p.rs `band_prefix`).
+    /// Set when a top-p row's candidates are exactly the prefix its cut keeps, settled by the
+    /// backend's sum of the window's weights (top_p.rs `band_prefix`): that sum.
     pub window_mass: Option<f64>,
 }
 

@@ -18,32 +18,51 @@ pub fn by_ranked(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
     b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
+/// How many of the most likely candidates are sorted first; the sorted part grows by
+/// [`GROWTH`] until it holds the cut, so a peaked row sorts few.
+const FIRST: usize = 256;
+/// Factor by which the sorted part grows.
+const GROWTH: usize = 4;
+
 /// Positions (increasing) of the top-p prefix of candidates `x` (scaled values, in id order, the
 /// top of a window whose weights sum to about `window_mass`): the shortest prefix by rank whose
 /// mass, summed in rank order, reaches `top_p` times the sum for every sum within the tolerance;
 /// `None` when no prefix does (the band splits a token, or the candidates stop short of it).
 pub fn band_prefix(x: &[f32], top_p: f32, window_mass: f64) -> Option<Vec<u32>> {
-    let mut ranked: Vec<(f32, u32)> = x.iter().zip(0..).map(|(&v, i)| (rank_value(v), i)).collect();
-    ranked.sort_unstable_by(by_ranked);
-    let max = ranked.first()?.0;
-    if !max.is_finite() || !window_mass.is_finite() {
+    let mut pool: Vec<(f32, u32)> = x.iter().zip(0..).map(|(&v, i)| (rank_value(v), i)).collect();
+    let max = pool.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
+    if pool.is_empty() || !max.is_finite() || !window_mass.is_finite() {
         return None;
     }
     let target = f64::from(top_p) * window_mass;
     let (lo, hi) = (target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE));
-    let mut mass = 0.0;
-    for (n, p) in ranked.iter().enumerate() {
-        mass += f64::from(p.0 - max).exp();
-        if mass >= lo {
-            if mass < hi {
-                return None;
-            }
-            let mut kept: Vec<u32> = ranked[..=n].iter().map(|p| p.1).collect();
-            kept.sort_unstable();
-            return Some(kept);
+    // pool[..sorted] is in rank order and ranks above everything after it.
+    let (mut sorted, mut mass) = (0, 0.0);
+    let mut window = FIRST.min(pool.len());
+    loop {
+        let rest = &mut pool[sorted..];
+        let take = window - sorted;
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, by_ranked);
         }
+        rest[..take].sort_unstable_by(by_ranked);
+        for n in sorted..window {
+            mass += f64::from(pool[n].0 - max).exp();
+            if mass >= lo {
+                if mass < hi {
+                    return None;
+                }
+                let mut kept: Vec<u32> = pool[..=n].iter().map(|p| p.1).collect();
+                kept.sort_unstable();
+                return Some(kept);
+            }
+        }
+        if window == pool.len() {
+            return None;
+        }
+        sorted = window;
+        window = (window * GROWTH).min(pool.len());
     }
-    None
 }
 
 #[cfg(test)]
@@ -64,5 +83,24 @@ mod tests {
         // The candidates stop short: the window held more mass than they do.
         assert_eq!(band_prefix(&x, 0.99, total * 2.0), None);
         assert_eq!(band_prefix(&[f32::NAN, f32::NEG_INFINITY], 0.9, 1.0), None);
+    }
+
+    #[test]
+    fn a_long_prefix_grows_its_sorted_part_and_keeps_ties_by_position() {
+        // 3000 values in 300 tied groups: the cut lies past the first sorted part.
+        let x: Vec<f32> = (0..3000).map(|i| -((i * 7919 % 3000) / 10) as f32 * 0.01).collect();
+        let max = 0.0f32;
+        let total: f64 = x.iter().map(|&v| f64::from(v - max).exp()).sum();
+        let got = band_prefix(&x, 0.7, total).unwrap_or_default();
+        let mut ranked: Vec<(f32, u32)> = x.iter().zip(0..).map(|(&v, i)| (v, i)).collect();
+        ranked.sort_by(by_ranked);
+        let (mut mass, mut n) = (0.0, 0);
+        while mass < 0.7f64 * total {
+            mass += f64::from(ranked[n].0 - max).exp();
+            n += 1;
+        }
+        let mut want: Vec<u32> = ranked[..n].iter().map(|p| p.1).collect();
+        want.sort_unstable();
+        assert!(n > FIRST && got == want, "{} against {n}", got.len());
     }
 }

@@ -172,16 +172,20 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
         for (int shift = 24; shift >= 0; shift -= 8) {
             for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
             __syncthreads();
-            // Block-uniform trip counts, so whole warps meet at the match: the lanes of a warp
-            // that count into one bin add once (flat rows put most columns in a few bins).
+            // Block-uniform trip counts, so whole warps meet at the vote: a warp whose lanes all
+            // count into one bin adds once (flat rows put most columns in a few bins).
             for (int base = 0; base < cols; base += blockDim.x) {
                 const int c = base + threadIdx.x;
                 const float s = c < cols ? sample_scaled(q, row[c]) : NEG_INF;
                 const u32 key = sample_rank_key(s);
                 const bool count = s >= thr && (key & mask) == prefix;
                 const u32 bin = count ? (key >> shift) & 255u : 256u;
-                const u32 peers = __match_any_sync(0xffffffffu, bin);
-                if (count && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (u32)__popc(peers));
+                const u32 first = __shfl_sync(0xffffffffu, bin, 0);
+                if (__all_sync(0xffffffffu, bin == first && count)) {
+                    if ((threadIdx.x & 31) == 0) atomicAdd(&hist[first], 32u);
+                } else if (count) {
+                    atomicAdd(&hist[bin], 1u);
+                }
             }
             __syncthreads();
             if (threadIdx.x == 0) {

@@ -6,7 +6,7 @@
 //! three filters are off nothing is sorted or allocated.
 
 pub use tf_backend::logprobs::rank_value;
-use tf_backend::top_p::{band_prefix, by_ranked};
+use tf_backend::top_p::by_ranked;
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,11 +58,10 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
         pool = Some(ranked);
     }
     if top_p_on {
-        // The backend checked that its window mass settles the cut (top-k's pool is whole).
-        let settled = window_mass.filter(|_| pool.is_none()).and_then(|m| band_prefix(x, top_p, m));
-        pool = Some(match settled {
-            Some(at) => at.into_iter().map(|i| (rank_value(x[i as usize]), i)).collect(),
-            None => top_p_prefix(pool.unwrap_or_else(all), top_p, max),
+        // Candidates with a window mass are the prefix that mass settled (without top-k).
+        pool = Some(match (&pool, window_mass) {
+            (None, Some(_)) => all(),
+            _ => top_p_prefix(pool.unwrap_or_else(all), top_p, max),
         });
     }
     // p_i >= min_p * p_max  <=>  exp(x_i - max) >= min_p; the renormalisation by earlier
