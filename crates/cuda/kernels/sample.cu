@@ -172,19 +172,16 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
         for (int shift = 24; shift >= 0; shift -= 8) {
             for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
             __syncthreads();
-            // Block-uniform trip counts, so whole warps meet at the vote: a warp whose lanes all
-            // count into one bin adds once (flat rows put most columns in a few bins).
-            for (int base = 0; base < cols; base += blockDim.x) {
-                const int c = base + threadIdx.x;
-                const float s = c < cols ? sample_scaled(q, row[c]) : NEG_INF;
-                const u32 key = sample_rank_key(s);
-                const bool count = s >= thr && (key & mask) == prefix;
-                const u32 bin = count ? (key >> shift) & 255u : 256u;
-                const u32 first = __shfl_sync(0xffffffffu, bin, 0);
-                if (__all_sync(0xffffffffu, bin == first && count)) {
-                    if ((threadIdx.x & 31) == 0) atomicAdd(&hist[first], 32u);
-                } else if (count) {
-                    atomicAdd(&hist[bin], 1u);
+            // 16 loads a thread in flight before any is counted (one at a time, the passes
+            // waited on the row's latency, not its bandwidth).
+            for (int c = threadIdx.x; c < cols; c += 16 * blockDim.x) {
+                float v[16];
+                load16(row, c, cols, blockDim.x, v);
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const float s = sample_scaled(q, v[j]);
+                    const u32 key = sample_rank_key(s);
+                    if (s >= thr && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
                 }
             }
             __syncthreads();
