@@ -73,6 +73,7 @@ def run_level(args, host, port, clients):
             prompt = [rng.randrange(10, args.vocab_hint) for _ in range(args.prompt_len)]
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True, "ignore_eos": True,
                     "temperature": args.temperature, "seed": i, "logprobs": args.logprobs}
+            body.update({k: v for k, v in (("top_p", args.top_p), ("top_k", args.top_k)) if v is not None})
             try:
                 ttft, gaps, n = one_request(host, port, body, timeout=max(1.0, deadline - time.perf_counter() + 30))
             except Exception as e:  # noqa: BLE001 - counted and reported
@@ -126,6 +127,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vocab-hint", type=int, default=30000, help="prompt ids are drawn below this")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=None, help="sent when given")
+    ap.add_argument("--top-k", type=int, default=None, help="sent when given (a vLLM extension)")
     ap.add_argument("--logprobs", type=int, default=0,
                     help="alternatives asked for a token (tokens are counted by their logprobs entries)")
     args = ap.parse_args()
