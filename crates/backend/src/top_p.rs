@@ -24,6 +24,48 @@ const FIRST: usize = 256;
 /// Factor by which the sorted part grows.
 const GROWTH: usize = 4;
 
+/// Where the prefix mass of a pool, summed in rank order, first reaches a target known to lie in
+/// `[lo, hi]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// At this many of the most likely (the pool is sorted that far): settled for every target.
+    At(usize),
+    /// The prefix mass reached `lo` short of `hi` at one token: the band splits it.
+    Open,
+    /// The whole pool stays under `lo` (rounding, or candidates short of the cut).
+    Short,
+}
+
+/// The top-p cut of `pool` (`(rank_value, position)` pairs, `max` its largest value; weights
+/// exp(v - max) in f64, the filter's own). Sorts a growing most-likely part as it goes.
+pub fn cut(pool: &mut [(f32, u32)], max: f32, lo: f64, hi: f64) -> Cut {
+    // pool[..sorted] is in rank order and ranks above everything after it.
+    let (mut sorted, mut mass) = (0, 0.0);
+    let mut window = FIRST.min(pool.len());
+    loop {
+        let rest = &mut pool[sorted..];
+        let take = window - sorted;
+        if take == 0 {
+            return Cut::Short;
+        }
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, by_ranked);
+        }
+        rest[..take].sort_unstable_by(by_ranked);
+        for (n, p) in pool.iter().enumerate().take(window).skip(sorted) {
+            mass += f64::from(p.0 - max).exp();
+            if mass >= lo {
+                return if mass >= hi { Cut::At(n + 1) } else { Cut::Open };
+            }
+        }
+        if window == pool.len() {
+            return Cut::Short;
+        }
+        sorted = window;
+        window = (window * GROWTH).min(pool.len());
+    }
+}
+
 /// Positions (increasing) of the top-p prefix of candidates `x` (scaled values, in id order, the
 /// top of a window whose weights sum to about `window_mass`): the shortest prefix by rank whose
 /// mass, summed in rank order, reaches `top_p` times the sum for every sum within the tolerance;
@@ -31,37 +73,17 @@ const GROWTH: usize = 4;
 pub fn band_prefix(x: &[f32], top_p: f32, window_mass: f64) -> Option<Vec<u32>> {
     let mut pool: Vec<(f32, u32)> = x.iter().zip(0..).map(|(&v, i)| (rank_value(v), i)).collect();
     let max = pool.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
-    if pool.is_empty() || !max.is_finite() || !window_mass.is_finite() {
+    if !max.is_finite() || !window_mass.is_finite() {
         return None;
     }
     let target = f64::from(top_p) * window_mass;
-    let (lo, hi) = (target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE));
-    // pool[..sorted] is in rank order and ranks above everything after it.
-    let (mut sorted, mut mass) = (0, 0.0);
-    let mut window = FIRST.min(pool.len());
-    loop {
-        let rest = &mut pool[sorted..];
-        let take = window - sorted;
-        if take < rest.len() {
-            rest.select_nth_unstable_by(take - 1, by_ranked);
+    match cut(&mut pool, max, target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE)) {
+        Cut::At(n) => {
+            let mut kept: Vec<u32> = pool[..n].iter().map(|p| p.1).collect();
+            kept.sort_unstable();
+            Some(kept)
         }
-        rest[..take].sort_unstable_by(by_ranked);
-        for n in sorted..window {
-            mass += f64::from(pool[n].0 - max).exp();
-            if mass >= lo {
-                if mass < hi {
-                    return None;
-                }
-                let mut kept: Vec<u32> = pool[..=n].iter().map(|p| p.1).collect();
-                kept.sort_unstable();
-                return Some(kept);
-            }
-        }
-        if window == pool.len() {
-            return None;
-        }
-        sorted = window;
-        window = (window * GROWTH).min(pool.len());
+        Cut::Open | Cut::Short => None,
     }
 }
 

@@ -100,8 +100,9 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         temperature,
         window,
         race: None,
-        top_k: params.top_k,
-        top_p: params.top_p,
+        // A greedy row's ties need no filter.
+        top_k: if greedy { 0 } else { params.top_k },
+        top_p: if greedy { 1.0 } else { params.top_p },
     }
 }
 

@@ -6,7 +6,7 @@
 //! three filters are off nothing is sorted or allocated.
 
 pub use tf_backend::logprobs::rank_value;
-use tf_backend::top_p::by_ranked;
+use tf_backend::top_p::{Cut, by_ranked, cut};
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,19 +20,13 @@ pub enum Kept {
 /// The window (in scaled logits below the most likely) that top-p's candidates need.
 pub const TOP_P_WINDOW: f32 = 40.0;
 
-/// How many of the most likely tokens top-p sorts first; it widens this window (sorting only
-/// the new part) until it holds enough mass, so a peaked distribution sorts few tokens.
-const TOP_P_FIRST_WINDOW: usize = 256;
-/// Factor by which the top-p window grows.
-const TOP_P_GROWTH: usize = 4;
-
 /// A candidate as `(rank_value, id)`: sorting these touches no other memory.
 type Ranked = (f32, u32);
 
 /// The candidates kept under top-k, top-p and min-p: `x` holds the candidates' scaled logits in
-/// increasing id order (the candidate list of a row `width` wide). `window_mass`, when the
-/// backend sent only the top of a top-p row's window, settles top-p's cut in place of the sum
-/// over the window (tf_backend top_p.rs).
+/// increasing id order (the candidate list of a row `width` wide). A `window_mass` says the
+/// candidates are exactly top-p's prefix, settled by that sum of the window's weights (tf_backend
+/// top_p.rs), so top-p keeps them all.
 pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_mass: Option<f64>) -> Kept {
     let top_k_on = top_k > 0 && (top_k as usize) < width;
     let top_p_on = top_p < 1.0;
@@ -79,33 +73,14 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
 /// `pool`, summed in candidate order) reaches `top_p`; never empty. `max` is the largest value
 /// in `pool`.
 fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
-    let weight = |v: f32| f64::from(v - max).exp();
-    let total: f64 = pool.iter().map(|p| weight(p.0)).sum();
+    let total: f64 = pool.iter().map(|p| f64::from(p.0 - max).exp()).sum();
     let target = f64::from(top_p) * total;
-    // pool[..sorted] is in rank order and ranks above everything after it.
-    let (mut sorted, mut mass) = (0, 0.0);
-    let mut window = TOP_P_FIRST_WINDOW.min(pool.len());
-    loop {
-        let rest = &mut pool[sorted..];
-        let take = window - sorted;
-        if take < rest.len() {
-            rest.select_nth_unstable_by(take - 1, by_ranked);
-        }
-        rest[..take].sort_unstable_by(by_ranked);
-        for (n, p) in pool.iter().enumerate().take(window).skip(sorted) {
-            mass += weight(p.0);
-            if mass >= target {
-                pool.truncate(n + 1);
-                return pool;
-            }
-        }
-        if window == pool.len() {
-            // Rounding left the sum a hair short of the target: keep everything.
-            return pool;
-        }
-        sorted = window;
-        window = (window * TOP_P_GROWTH).min(pool.len());
+    match cut(&mut pool, max, target, target) {
+        Cut::At(n) => pool.truncate(n),
+        // Rounding left the sum a hair short of the target: keep everything.
+        Cut::Open | Cut::Short => {}
     }
+    pool
 }
 
 #[cfg(test)]
