@@ -3,7 +3,10 @@
 // its largest scaled value. Every value is made by the host's single IEEE operations in the
 // host's order (the _rn intrinsics: no contraction into FMAs), so the set and its values are the
 // host's bit for bit; a row's maximum is an order-free max (NaN never taken, only `v > m`), so
-// any split of the row over blocks gives the same threshold.
+// any split of the row over blocks gives the same threshold. Narrower rules where a filter allows:
+// a plain race keeps the ids near its best race score (sample_race, within the host's margin),
+// top-k the window's ids at or above its k-th key (sample_topk, the host's set bit for bit), top-p
+// the window's top that its masses say the cut needs (sample_mass; the host settles the cut).
 
 // One query as sample.rs packs it, SQ_WORDS words: row, flags (bit 0: a temperature is given,
 // bit 1: a race key, bit 2: top-p may narrow the window), temperature, window, repetition,

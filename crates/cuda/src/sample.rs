@@ -24,8 +24,9 @@ const EDIT_WORDS: usize = 5;
 const FLAGGED: u32 = u32::MAX;
 
 /// Per query `i`, the candidates of row `rows[i]` of `x` under `queries[i]`, that row edited in
-/// place first (the rows must be distinct): two downloads (the counts, then the candidates), and
-/// one more of the rows that need the host (more than [`CAP`] candidates, or no finite maximum).
+/// place first (the rows must be distinct): two downloads (the counts, then the candidates), one
+/// of the window masses when a row is top-p's, and one of the rows that need the host (more than
+/// [`CAP`] candidates, no finite maximum, or a top-p cut the device's mass leaves open).
 pub(crate) fn sample_candidates(
     b: &CudaBackend,
     x: &mut CudaAct,
