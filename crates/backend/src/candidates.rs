@@ -6,10 +6,12 @@
 //! multiply or subtract at a time) so a device computes the same set with the same values.
 //!
 //! A row drawn by a plain Gumbel race (no top-k, top-p or min-p) may carry its race's key: then
-//! the candidates are the ids whose race score (scaled value plus the id's Gumbel noise) lies
-//! within [`race_margin`] of the row's best score. Only the winner matters, and the margin is wide
-//! enough that noise computed with any logarithm within a few ulps (a device's) keeps the
-//! winner the host's exact noise picks: a row of any width then sends a handful of ids.
+//! a backend may keep only the ids whose race score (scaled value plus the id's Gumbel noise)
+//! lies within [`race_margin`] of the row's best score ([`select_race`]). Only the winner
+//! matters, and the margin is wide enough that noise computed with any logarithm within a few
+//! ulps (a device's) keeps the winner the host's exact noise picks: a row of any width then
+//! sends a handful of ids. The host's own rule ([`select`]) keeps the window for such rows: its
+//! race draws noise only where it can matter, which is cheaper than scoring every id.
 
 use crate::logprobs::rank_value;
 use crate::rng::{gumbel, uniform_block};
@@ -44,8 +46,8 @@ pub struct RowQuery {
     pub temperature: Option<f32>,
     /// Candidates lie within this much of the largest scaled value (0: its ties only).
     pub window: f32,
-    /// When the row is drawn by a plain Gumbel race, its key: candidates are then chosen by
-    /// race score (module docs) instead of the window.
+    /// When the row is drawn by a plain Gumbel race, its key: a backend may then choose
+    /// candidates by race score (module docs) instead of the window.
     pub race: Option<RaceKey>,
     /// When above 0, only the row's `top_k` largest scaled values (ties to the lower id) can be
     /// kept, so the window's ids ranking below the k-th of them are left out (0: off).
@@ -157,9 +159,6 @@ pub fn threshold(row: &[f32], q: &RowQuery) -> Option<f32> {
 
 /// The candidates of an already edited row under `q` (its edits are not applied again).
 pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
-    if let Some(key) = &q.race {
-        return select_race(row, q, key);
-    }
     let mut c = Candidates::default();
     match threshold(row, q) {
         Some(t) => {
@@ -213,9 +212,9 @@ fn keep_top_k(c: &mut Candidates, q: &RowQuery) {
     c.values.retain(|_| at.next().copied().unwrap_or(false));
 }
 
-/// The candidates of an edited row by race score (module docs); every id when the best score
-/// is not finite.
-fn select_race(row: &[f32], q: &RowQuery, key: &RaceKey) -> Candidates {
+/// The candidates of an edited row by race score with the host's noise (module docs; what a
+/// device computes with its own); every id when the best score is not finite.
+pub fn select_race(row: &[f32], q: &RowQuery, key: &RaceKey) -> Candidates {
     let scores: Vec<f32> = row.iter().zip(0..).map(|(&x, i)| race_score(key, q.scaled(x), i)).collect();
     let best = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     if !best.is_finite() {
@@ -324,7 +323,8 @@ mod tests {
         q.race = Some(key);
         // Flat values: every id is within the window, but one id leads the race.
         let row: Vec<f32> = (0..5000).map(|i| (i % 7) as f32 * 0.25).collect();
-        let c = select(&row, &q);
+        let c = select_race(&row, &q, &key);
+        assert_eq!(select(&row, &q).ids.len(), 5000, "the host's own rule keeps the window");
         let score = |i: u32| race_score(&key, row[i as usize] / 2.0, i);
         let best = (0..5000u32).max_by(|&a, &b| score(a).total_cmp(&score(b)).then(b.cmp(&a))).unwrap_or(0);
         assert!(c.ids.contains(&best), "the winner {best} is kept");
@@ -337,10 +337,10 @@ mod tests {
         let gap = race_margin(score(best)) / 2.0;
         near[other as usize] = (score(best) - gap - (score(other) - row[other as usize] / 2.0)) * 2.0;
         near[2] = f32::NAN;
-        let c = select(&near, &q);
+        let c = select_race(&near, &q, &key);
         assert!(c.ids.contains(&other) && c.ids.contains(&best) && !c.ids.contains(&2), "{:?}", c.ids);
         // No finite best score: every id.
-        let c = select(&[f32::NEG_INFINITY, f32::NAN], &q);
+        let c = select_race(&[f32::NEG_INFINITY, f32::NAN], &q, &key);
         assert_eq!(c.ids, [0, 1]);
     }
 }

@@ -294,12 +294,17 @@ fn candidates_give_the_token_the_whole_row_gives() {
                 let q = query(params, &history, position).unwrap();
                 let c = tf_backend::candidates::candidates(&mut row.clone(), &q);
                 assert!(c.ids.len() < row.len() || scale < 40.0, "the window should leave ids out");
-                // A plain race keeps its winner and near ties only, at any spread.
-                assert_eq!(
-                    q.race.is_some(),
-                    !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0
-                );
-                assert!(q.race.is_none() || c.ids.len() <= 8, "{params:?}: {} race candidates", c.ids.len());
+                // A plain race's candidates by race score (a device's rule, with the host's
+                // noise) keep its winner and near ties only, at any spread.
+                let plain = !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0;
+                assert_eq!(q.race.is_some(), plain);
+                if let Some(key) = &q.race {
+                    let mut edited = row.clone();
+                    tf_backend::candidates::apply_edits(&mut edited, &q);
+                    let r = tf_backend::candidates::select_race(&edited, &q, key);
+                    assert!(r.ids.len() <= 8, "{params:?}: {} race candidates", r.ids.len());
+                    assert_eq!(sample_from(&r, row.len(), params, position), want, "{params:?} {position}");
+                }
                 // Min-p alone narrows the window to its survivors' reach.
                 if params.min_p > 0.0 && params.top_p >= 1.0 {
                     assert!(q.window < 20.0 || params.min_p < 2e-9, "{params:?}: window {}", q.window);
