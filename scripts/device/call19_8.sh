@@ -9,7 +9,7 @@ export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACH
 START=$(date +%s)
 stamp() { echo "[$(($(date +%s) - START)) s] $*"; }
 cat .carry/commit.txt | tee "$OUT/commit.txt"
-for t in sample logprob engine golden moe ops; do
+for t in sample logprob engine golden; do
   [[ -x ".carry/tests/$t" ]] || continue
   stamp "test $t"
   timeout 200 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | grep -E "FAILED|panicked|test result" | head -20
