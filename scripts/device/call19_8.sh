@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 19, call 8: the final code's device tests (sample, logprob, engine, ops, golden, moe):
+# Session 19, call 8: the final code's device tests that touch sampling (sample, logprob, engine, golden):
 # host-side changes after call 7 (the host's rule keeps the window for a plain race, greedy
 # queries carry no top-k or top-p, one top-p cut shared by the filter and band_prefix).
 set -u
