@@ -82,6 +82,22 @@ fn edits(row: &[f32]) -> Vec<LogitEdit> {
     all.into_iter().collect::<BTreeMap<_, _>>().into_values().collect()
 }
 
+/// A query on `row` with no filter, race or temperature, and with the test's edits and
+/// penalties when `edited`.
+fn base(row: &[f32], edited: bool) -> RowQuery {
+    RowQuery {
+        edits: if edited { edits(row) } else { Vec::new() },
+        repetition_penalty: if edited { 1.3 } else { 1.0 },
+        frequency_penalty: if edited { 0.5 } else { 0.0 },
+        presence_penalty: if edited { -0.25 } else { 0.0 },
+        temperature: None,
+        window: 0.0,
+        race: None,
+        top_k: 0,
+        top_p: 1.0,
+    }
+}
+
 #[test]
 fn sample_candidates_equal_the_host_rule() {
     let Some(b) = backend() else { return };
@@ -97,16 +113,11 @@ fn sample_candidates_equal_the_host_rule() {
                     .iter()
                     .enumerate()
                     .map(|(i, &r)| RowQuery {
-                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
-                        repetition_penalty: if edited { 1.3 } else { 1.0 },
-                        frequency_penalty: if edited { 0.5 } else { 0.0 },
-                        presence_penalty: if edited { -0.25 } else { 0.0 },
                         temperature: [None, Some(0.7), Some(1.3)][(i + round) % 3],
                         window,
-                        race: None,
                         // Row 0 keeps its whole window (its counts grow with the window below).
                         top_k: if r == 0 { 0 } else { [0, 1, 3, 40, 3000][(i + round) % 5] },
-                        top_p: 1.0,
+                        ..base(&raw[r], edited)
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
@@ -174,20 +185,15 @@ fn race_candidates_keep_the_hosts_winner() {
                     .iter()
                     .enumerate()
                     .map(|(i, &r)| RowQuery {
-                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
-                        repetition_penalty: if edited { 1.3 } else { 1.0 },
-                        frequency_penalty: if edited { 0.5 } else { 0.0 },
-                        presence_penalty: if edited { -0.25 } else { 0.0 },
                         // The tie row keeps its values and key, so its scores stay near ties.
                         temperature: if r == tie_row { None } else { [None, Some(0.7), Some(1.3)][(i + round) % 3] },
                         window: 20.0,
-                        top_k: 0,
-                        top_p: 1.0,
                         race: Some(if r == tie_row {
                             key0
                         } else {
                             RaceKey { seed: seed + (i as u64 % 2), position: 5 + ((round as u64) << 33) }
                         }),
+                        ..base(&raw[r], edited)
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
@@ -227,15 +233,10 @@ fn top_p_candidates_equal_the_host_rule() {
                     .iter()
                     .enumerate()
                     .map(|(i, &r)| RowQuery {
-                        edits: if edited { edits(&raw[r]) } else { Vec::new() },
-                        repetition_penalty: if edited { 1.3 } else { 1.0 },
-                        frequency_penalty: if edited { 0.5 } else { 0.0 },
-                        presence_penalty: if edited { -0.25 } else { 0.0 },
                         temperature: [None, Some(0.2), Some(1.3)][(i + round) % 3],
                         window: 40.0,
-                        race: None,
-                        top_k: 0,
                         top_p,
+                        ..base(&raw[r], edited)
                     })
                     .collect();
                 let mut x = b.upload(&flat, raw.len(), cols);
