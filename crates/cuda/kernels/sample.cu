@@ -71,7 +71,7 @@ __device__ __forceinline__ float sample_race_margin(float best) {
     return __fmul_rn(m > 1.0f ? m : 1.0f, 1.0f / 4096.0f);
 }
 
-// The larger of a block's per-thread maxima (up to 1024 threads); every thread gets it.
+// The larger of a block's per-thread maxima (128 threads); every thread gets it.
 __device__ __forceinline__ float sample_block_max(float m, float* sm) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -85,17 +85,6 @@ __device__ __forceinline__ float sample_block_max(float m, float* sm) {
         if (sm[w] > m) m = sm[w];
     __syncthreads();  // sm is read before the next row writes it
     return m;
-}
-
-// Row y's largest value (race score, for a race) from its `parts` partial maxima at pmax; every
-// thread of the block gets it (sample_block_max's barriers).
-__device__ __forceinline__ float sample_row_max(const float* __restrict__ pmax, int y, int parts, float* sm) {
-    float m = NEG_INF;
-    for (int p = threadIdx.x; p < parts; p += blockDim.x) {
-        const float v = pmax[(size_t)y * parts + p];
-        if (v > m) m = v;
-    }
-    return sample_block_max(m, sm);
 }
 
 // Applies edit i of `edits` to its query's row of x [*, cols], in place (RowQuery::edited); ids
@@ -171,7 +160,13 @@ extern "C" __global__ void __launch_bounds__(1024) sample_topk(const float* __re
         const u32* q = qs + (size_t)y * SQ_WORDS;
         const u32 k = q[7];
         if (k == 0u) continue;
-        const float smax = sample_scaled(q, sample_row_max(pmax, y, parts, sm));
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += blockDim.x) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
+        m = sample_block_max(m, sm);
+        const float smax = sample_scaled(q, m);
         if (!sample_finite(smax)) continue;
         const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
         const float* row = x + (size_t)q[0] * cols;
@@ -233,7 +228,13 @@ extern "C" __global__ void __launch_bounds__(128) sample_mass(const float* __res
     for (int y = blockIdx.y; y < n; y += gridDim.y) {
         const u32* q = qs + (size_t)y * SQ_WORDS;
         if (!(q[1] & 4u)) continue;
-        const float smax = sample_scaled(q, sample_row_max(pmax, y, parts, sm));
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += step) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
+        m = sample_block_max(m, sm);
+        const float smax = sample_scaled(q, m);
         if (!sample_finite(smax)) continue;
         const float thr = __fsub_rn(smax, __uint_as_float(q[3]));
         const float* row = x + (size_t)q[0] * cols;
@@ -326,8 +327,13 @@ extern "C" __global__ void __launch_bounds__(128) sample_select(const float* __r
     const u32 below = (1u << lane) - 1u;
     for (int y = blockIdx.y; y < n; y += gridDim.y) {
         const u32* q = qs + (size_t)y * SQ_WORDS;
+        float m = NEG_INF;
+        for (int p = threadIdx.x; p < parts; p += step) {
+            const float v = pmax[(size_t)y * parts + p];
+            if (v > m) m = v;
+        }
         if (threadIdx.x == 0) s_n = 0;
-        const float m = sample_row_max(pmax, y, parts, sm);  // its barriers order s_n's reset before any use
+        m = sample_block_max(m, sm);  // its barriers also order s_n's reset before any use
         const bool race = q[1] & 2u;
         const float smax = race ? m : sample_scaled(q, m);
         if (!sample_finite(smax)) {
