@@ -10,8 +10,9 @@
 //! download their rows take the same numbers from the backend ([`Core::row_logprobs`]), so a
 //! row's logprobs do not depend on the path its round took.
 //!
-//! A plain race's row (no top-k, top-p or min-p) carries its race key, so the backend keeps only
-//! the ids that can win it: a handful at any temperature. A row with more candidates than the
+//! A plain race's row (no top-k, top-p or min-p) carries its race key, so a device keeps only
+//! the ids that can win it (a handful at any temperature); top-k rows keep about k ids, top-p
+//! rows the prefix their cut keeps. A row with more candidates than the
 //! backend keeps (a wide top-p window over flat logits) is downloaded whole anyway, and costs more
 //! that way than a round that downloads every row; so a sequence whose row did is sampled from
 //! whole rows for the next [`WHOLE_ROUNDS`] tokens, then tried again. Either way gives the same
