@@ -180,7 +180,7 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
 }
 
 /// Cuts a top-p row's window (no top-k) to the prefix its draw can reach, when the window's
-/// mass settles the cut (top_p.rs), recording that mass.
+/// mass (the host's own sum) settles the cut.
 fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
     if q.top_p >= 1.0 || q.top_k > 0 || c.ids.is_empty() {
         return;
@@ -189,11 +189,19 @@ fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
     let max = x.iter().copied().map(rank_value).fold(f32::NEG_INFINITY, f32::max);
     // The host's sum over the window, in id order (the filter's own).
     let mass: f64 = x.iter().map(|&v| f64::from(rank_value(v) - max).exp()).sum();
-    if let Some(at) = band_prefix(&x, q.top_p, mass) {
-        c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
-        c.values = at.iter().map(|&i| c.values[i as usize]).collect();
-        c.window_mass = Some(mass);
-    }
+    settle_top_p(c, q, mass);
+}
+
+/// Cuts a top-p row's candidates (the top of its window) to the prefix that `window_mass`, a
+/// sum of the whole window's weights, settles (top_p.rs `band_prefix`), recording that sum;
+/// false, leaving them as they are, when it settles none.
+pub fn settle_top_p(c: &mut Candidates, q: &RowQuery, window_mass: f64) -> bool {
+    let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
+    let Some(at) = band_prefix(&x, q.top_p, window_mass) else { return false };
+    c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
+    c.values = at.iter().map(|&i| c.values[i as usize]).collect();
+    c.window_mass = Some(window_mass);
+    true
 }
 
 /// Leaves out of a window's candidates those ranking below its `q.top_k`-th largest scaled
@@ -203,13 +211,13 @@ fn keep_top_k(c: &mut Candidates, q: &RowQuery) {
     if k == 0 || k >= c.ids.len() {
         return;
     }
-    let mut keys: Vec<u32> = c.values.iter().map(|&x| rank_key(q.scaled(x))).collect();
-    let (_, &mut kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
-    let keep: Vec<bool> = c.values.iter().map(|&x| rank_key(q.scaled(x)) >= kth).collect();
-    let mut at = keep.iter();
-    c.ids.retain(|_| at.next().copied().unwrap_or(false));
-    let mut at = keep.iter();
-    c.values.retain(|_| at.next().copied().unwrap_or(false));
+    let keys: Vec<u32> = c.values.iter().map(|&x| rank_key(q.scaled(x))).collect();
+    let mut order = keys.clone();
+    let (_, &mut kth, _) = order.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    let mut at = keys.iter();
+    c.ids.retain(|_| at.next().is_some_and(|&key| key >= kth));
+    let mut at = keys.iter();
+    c.values.retain(|_| at.next().is_some_and(|&key| key >= kth));
 }
 
 /// The candidates of an edited row by race score with the host's noise (module docs; what a

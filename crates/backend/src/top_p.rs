@@ -45,9 +45,6 @@ pub fn cut(pool: &mut [(f32, u32)], max: f32, lo: f64, hi: f64) -> Cut {
     loop {
         let rest = &mut pool[sorted..];
         let take = window - sorted;
-        if take == 0 {
-            return Cut::Short;
-        }
         if take < rest.len() {
             rest.select_nth_unstable_by(take - 1, by_ranked);
         }

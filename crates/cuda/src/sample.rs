@@ -5,8 +5,7 @@ use crate::device::{Arg, grid_for, ptr};
 use crate::ops::{argmax_split, select_rows};
 use crate::tensor::CudaAct;
 use rayon::prelude::*;
-use tf_backend::candidates::select;
-use tf_backend::top_p::band_prefix;
+use tf_backend::candidates::{select, settle_top_p};
 use tf_backend::{Candidates, RowQuery};
 
 /// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
@@ -147,17 +146,6 @@ pub(crate) fn sample_candidates(
 /// Whether `q`'s candidates may be cut to the top of its window by top-p (no top-k, no race).
 fn narrows_top_p(q: &RowQuery) -> bool {
     q.top_p < 1.0 && q.top_k == 0 && q.race.is_none()
-}
-
-/// Cuts a top-p row's candidates to the prefix that `window_mass` (the device's sum) settles,
-/// recording it; false when it settles none (the row then goes to the host's rule).
-fn settle_top_p(c: &mut Candidates, q: &RowQuery, window_mass: f64) -> bool {
-    let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
-    let Some(at) = band_prefix(&x, q.top_p, window_mass) else { return false };
-    c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
-    c.values = at.iter().map(|&i| c.values[i as usize]).collect();
-    c.window_mass = Some(window_mass);
-    true
 }
 
 /// The queries and their edits as kernels/sample.cu reads them (`[queries | edits]`, floats as
