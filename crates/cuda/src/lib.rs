@@ -113,6 +113,8 @@ pub struct CudaBackend {
     lab: profile::M1Lab,
     /// Stages a TMA GEMV warp loads before its launch wait (profile.rs `gemv_pre_from_env`).
     gemv_pre: usize,
+    /// Per-shape TMA GEMV blocks and pre-wait stages (profile.rs `GemvTune`, `TF_GEMV_TUNE`).
+    gemv_tune: profile::GemvTune,
     trace: Option<trace::Trace>,
     /// Decode rounds recorded as CUDA graphs and replayed (graph.rs).
     graphs: graph::Graphs,
@@ -139,6 +141,7 @@ impl CudaBackend {
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
+            gemv_tune: profile::GemvTune::from_env(),
             lab: profile::M1Lab::parse(
                 &opts.lab_m1.clone().or_else(|| std::env::var("TF_LAB_M1").ok()).unwrap_or_default(),
             ),

@@ -416,8 +416,9 @@ fn tma_launches(
             Arg::I(ntot as i32),
         ];
         args.extend_from_slice(x);
-        args.extend([Arg::I(kt as i32), Arg::I(add as i32), Arg::I(b.gemv_pre as i32)]);
-        d.launch(f, (ntot.min(d.num_sms) as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
+        let (grid, pre) = b.gemv_tune.pick(ntot, kt, ntot.min(d.num_sms), b.gemv_pre);
+        args.extend([Arg::I(kt as i32), Arg::I(add as i32), Arg::I(pre as i32)]);
+        d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
 }
 

@@ -45,6 +45,48 @@ pub(crate) fn gemv_pre_from_env(default: usize) -> usize {
     std::env::var("TF_GEMV_PRE").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default).min(64)
 }
 
+/// `TF_GEMV_TUNE`: per TMA GEMV launch shape, the blocks and the W stages loaded before the launch
+/// wait, as `TILESxKT:gG:pP` rules joined by commas (TILES the launch's 16-row W tiles, KT its
+/// 16-wide k tiles, 0 for any; `g` and `p` each optional). Scheduling only, the same bits either way.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GemvTune(Vec<(usize, usize, Option<usize>, Option<usize>)>);
+
+impl GemvTune {
+    /// The rules in `v` (malformed rules are left out).
+    pub(crate) fn parse(v: &str) -> GemvTune {
+        let rule = |r: &str| {
+            let mut parts = r.split(':');
+            let (t, k) = parts.next()?.split_once('x')?;
+            let (t, k) = (t.trim().parse().ok()?, k.trim().parse().ok()?);
+            let (mut g, mut p) = (None, None);
+            for part in parts {
+                match part.split_at_checked(1)? {
+                    ("g", n) => g = Some(n.parse::<usize>().ok()?.max(1)),
+                    ("p", n) => p = Some(n.parse::<usize>().ok()?.min(64)),
+                    _ => return None,
+                }
+            }
+            Some((t, k, g, p))
+        };
+        GemvTune(v.split(',').filter_map(rule).collect())
+    }
+
+    /// The rules from the environment (none when unset).
+    pub(crate) fn from_env() -> GemvTune {
+        GemvTune::parse(&std::env::var("TF_GEMV_TUNE").unwrap_or_default())
+    }
+
+    /// Blocks (at most `grid`) and stages before the wait (else `pre`) of a launch of `tiles` W
+    /// tiles and `kt` k tiles: the first rule that matches.
+    pub(crate) fn pick(&self, tiles: usize, kt: usize, grid: usize, pre: usize) -> (usize, usize) {
+        let hit = self.0.iter().find(|r| (r.0 == 0 || r.0 == tiles) && (r.1 == 0 || r.1 == kt));
+        match hit {
+            Some(&(_, _, g, p)) => (g.map_or(grid, |g| g.min(grid)), p.unwrap_or(pre)),
+            None => (grid, pre),
+        }
+    }
+}
+
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
 /// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
@@ -120,6 +162,17 @@ impl M1Lab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemv_tune_rules_pick_by_shape() {
+        let t = GemvTune::parse("256x256:g128:p10,1536x0:g128,0x768:p3,bad,9x9:q1");
+        assert_eq!(t.pick(256, 256, 132, 7), (128, 10));
+        assert_eq!(t.pick(1536, 256, 132, 7), (128, 7));
+        assert_eq!(t.pick(256, 768, 132, 7), (132, 3));
+        assert_eq!(t.pick(9496, 256, 132, 7), (132, 7));
+        assert_eq!(t.pick(9, 9, 132, 7), (132, 7), "a rule with an unknown key is left out");
+        assert_eq!(GemvTune::parse("").pick(256, 256, 132, 7), (132, 7));
+    }
 
     #[test]
     fn lab_settings_parse_or_stay_off() {
