@@ -13,10 +13,11 @@ stamp() { echo "[$(($(date +%s) - START)) s] $*"; }
 cat .carry/commit.txt | tee "$OUT/commit.txt"
 (timeout 300 .carry/tensorfold synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1 &)
 stamp "test ops (pairs, matmul_add, recordings)"
-timeout 240 .carry/tests/ops --test-threads=1 paired matmul_add recorded rounds_ norm_in 2>&1 | tee $W/tests.log | grep -E "^test |FAILED|panicked|test result" | head -20
+timeout 150 .carry/tests/ops --test-threads=1 paired matmul_add recorded rounds_ norm_in 2>&1 | tee $W/tests.log | grep -E "^test |FAILED|panicked|test result" | head -20
+if ! grep -q "test result: ok" $W/tests.log; then tar czf "$OUT/work.tgz" -C $W .; echo "ops failed: stopping"; exit 1; fi
 for t in engine golden; do
   stamp "test $t"
-  timeout 240 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log | grep -E "FAILED|panicked|test result" | head -10
+  timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log | grep -E "FAILED|panicked|test result" | head -10
 done
 while [[ ! -f /tmp/qwen3-8b/config.json ]] || pgrep -f "tensorfold synth" >/dev/null; do sleep 2; done
 stamp abc
