@@ -60,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_pair_xr(
     const __grid_constant__ TmaDesc wa, float* __restrict__ h, int na, int nta, const u16* __restrict__ xg, int kta,
     const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
     float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1,
-    int ntb, int ktb, const float* __restrict__ nw, int group, int V, float eps, int one_plus, u64* sync, int pre_in) {
+    int ntb, int ktb, const float* __restrict__ nw, int group, int V, float eps, int one_plus, u64* sync, int pre_in, int lab) {
     tf_pdl_launch();
     typedef GtCfg<1, true> C;
     extern __shared__ __align__(1024) unsigned char gp_smem[];
@@ -166,6 +166,7 @@ extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_pair_xr(
         }
     };
     tiles(ta0, ta1, nba, j0a, j1a, nsega, xa_s, 1, 0);
+    if ((lab & 3) == 2) tf_trace_mark();
     // Phase A done here: every lane's stores ordered before warp 0's arrival, then the wait for
     // the grid (the counter only grows: a launch's target is the next multiple of the grid).
     if (warp == 0) {
@@ -177,13 +178,14 @@ extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_pair_xr(
             u64 seen;
             do {
                 asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(seen) : "l"(sync) : "memory");
-            } while (seen < goal);
+            } while (seen < goal && !(lab & 4));
         }
     }
     __syncthreads();
-    tf_trace_mark();
-    pair_norm(h, nw, xb_s, group, V, ktb, eps, one_plus, scratch);
+    if ((lab & 3) == 0) tf_trace_mark();
+    if (!(lab & 8)) pair_norm(h, nw, xb_s, group, V, ktb, eps, one_plus, scratch);
     __syncthreads();
+    if ((lab & 3) == 1) tf_trace_mark();
     tiles(tb0, tb1, nbb, j0b, j1b, nsegb, xb_s, 0, 1);
 }
 #endif

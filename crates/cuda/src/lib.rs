@@ -121,6 +121,10 @@ pub struct CudaBackend {
     pair: bool,
     /// The paired GEMV's grid-wide arrival count (it only grows).
     pair_sync: cudarc::driver::CudaSlice<u64>,
+    /// `TF_PAIR_LAB`: the paired GEMV's lab bits (kernels/gemv_pair.cu: trace mark after the
+    /// grid wait (0), after the norm (1) or at phase A's end (2); 4 no wait, 8 no norm: wrong
+    /// results, timings only).
+    pair_lab: i32,
     /// Paired GEMV launches so far.
     pairs: std::sync::atomic::AtomicUsize,
     trace: Option<trace::Trace>,
@@ -148,6 +152,7 @@ impl CudaBackend {
                 && std::env::var("TF_GEMV_PAIR").map_or(true, |v| v.trim() != "0"),
             pair_sync,
             pairs: Default::default(),
+            pair_lab: std::env::var("TF_PAIR_LAB").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             dev,
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),

@@ -90,6 +90,7 @@ pub(crate) fn matmul_add_norm_matmul(
         Arg::I(one_plus as i32),
         Arg::P(ptr(&b.pair_sync, &d.stream)),
         Arg::I(b.gemv_pre as i32),
+        Arg::I(b.pair_lab),
     ];
     // One block an SM, every SM: the blocks wait for each other between the phases, so the grid
     // is never larger than what is resident at once.
