@@ -138,22 +138,6 @@ pub trait Backend: Send + Sync {
         let n = self.rms_norm(x, nw, eps, one_plus);
         self.matmul_many(&n, ws)
     }
-    /// `matmul_add(x, w, h)`, then `norm_matmul_many(h, nw, eps, one_plus, ws)`: the same values;
-    /// a backend may run both matmuls and the norm between them in one launch.
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_add_norm_matmul_many(
-        &self,
-        x: &Self::Act,
-        w: &Self::Mat,
-        h: &mut Self::Act,
-        nw: &Self::Vec,
-        eps: f32,
-        one_plus: bool,
-        ws: &[&Self::Mat],
-    ) -> Vec<Self::Act> {
-        self.matmul_add(x, w, h);
-        self.norm_matmul_many(h, nw, eps, one_plus, ws)
-    }
     /// RMSNorm over each consecutive group of `w.len()` values; scale `w` or `1 + w`.
     fn rms_norm(&self, x: &Self::Act, w: &Self::Vec, eps: f32, one_plus: bool) -> Self::Act;
     /// `x += y`.
@@ -217,23 +201,6 @@ pub trait Backend: Send + Sync {
         act: Activation,
     ) -> Self::Act {
         self.matmul_glu(&self.rms_norm(x, nw, eps, one_plus), gu, act)
-    }
-    /// `matmul_add(x, w, h)`, then `norm_matmul_glu(h, nw, eps, one_plus, gu, act)`: the same
-    /// values; a backend may run both matmuls and the norm between them in one launch.
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_add_norm_matmul_glu(
-        &self,
-        x: &Self::Act,
-        w: &Self::Mat,
-        h: &mut Self::Act,
-        nw: &Self::Vec,
-        eps: f32,
-        one_plus: bool,
-        gu: &Self::Mat,
-        act: Activation,
-    ) -> Self::Act {
-        self.matmul_add(x, w, h);
-        self.norm_matmul_glu(h, nw, eps, one_plus, gu, act)
     }
     /// Writes this round's K/V rows into the pool, then attends (causal, paged).
     fn attention(

@@ -25,9 +25,6 @@ pub struct CudaOptions {
     /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs; also
     /// `TF_CUDA_GRAPHS=0`).
     pub no_graphs: bool,
-    /// Batch-1 decode runs its o / gate-up and down / q-k-v GEMV pairs as two launches again
-    /// instead of one (pair.rs; also `TF_GEMV_PAIR=0`).
-    pub no_pair: bool,
 }
 
 /// One kernel argument.
@@ -103,7 +100,6 @@ kernels!(
     gemv_tma_n2,
     gemv_tma_n4,
     gemv_tma_xr,
-    gemv_pair_xr,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -258,10 +254,6 @@ impl Device {
             drv(
                 k.gemv_tma_xr.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
                 "raising the one-row TMA GEMV's shared memory",
-            )?;
-            drv(
-                k.gemv_pair_xr.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
-                "raising the paired one-row GEMV's shared memory",
             )?;
         }
         for (f, nt) in [

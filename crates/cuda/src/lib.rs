@@ -67,7 +67,6 @@ mod matmul;
 mod moe;
 mod nvrtc;
 mod ops;
-mod pair;
 mod profile;
 mod sample;
 mod tensor;
@@ -116,17 +115,6 @@ pub struct CudaBackend {
     gemv_pre: usize,
     /// Per-shape TMA GEMV blocks and pre-wait stages (profile.rs `GemvTune`, `TF_GEMV_TUNE`).
     gemv_tune: profile::GemvTune,
-    /// Paired one-row GEMVs with the norm between them in one launch (pair.rs; off with
-    /// `CudaOptions::no_pair` or `TF_GEMV_PAIR=0`).
-    pair: bool,
-    /// The paired GEMV's grid-wide arrival count (it only grows).
-    pair_sync: cudarc::driver::CudaSlice<u64>,
-    /// `TF_PAIR_LAB`: the paired GEMV's lab bits (kernels/gemv_pair.cu: trace mark after the
-    /// grid wait (0), after the norm (1) or at phase A's end (2); 4 no wait, 8 no norm: wrong
-    /// results, timings only).
-    pair_lab: i32,
-    /// Paired GEMV launches so far.
-    pairs: std::sync::atomic::AtomicUsize,
     trace: Option<trace::Trace>,
     /// Decode rounds recorded as CUDA graphs and replayed (graph.rs).
     graphs: graph::Graphs,
@@ -145,14 +133,7 @@ impl CudaBackend {
         let opts = CudaOptions { trace: opts.trace.or_else(trace::from_env), ..opts.clone() };
         let dev = Device::new(ordinal, &opts)?;
         let trace = opts.trace.map(|r| trace::Trace::new(&dev, r));
-        let pair_sync = dev.zeros::<u64>(1);
         Ok(CudaBackend {
-            pair: !opts.no_pair
-                && Skip::from_env().is_none()
-                && std::env::var("TF_GEMV_PAIR").map_or(true, |v| v.trim() != "0"),
-            pair_sync,
-            pairs: Default::default(),
-            pair_lab: std::env::var("TF_PAIR_LAB").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             dev,
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
@@ -170,11 +151,6 @@ impl CudaBackend {
     /// The GPU's name as the driver reports it.
     pub fn device_name(&self) -> &str {
         &self.dev.name
-    }
-
-    /// Paired one-row GEMV launches so far (pair.rs).
-    pub fn paired_launches(&self) -> usize {
-        self.pairs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Streaming multiprocessors on the GPU.
@@ -280,42 +256,6 @@ impl Backend for CudaBackend {
             return;
         }
         matmul::matmul_add(self, x, w, h)
-    }
-
-    fn matmul_add_norm_matmul_many(
-        &self,
-        x: &CudaAct,
-        w: &CudaMat,
-        h: &mut CudaAct,
-        nw: &CudaVec,
-        eps: f32,
-        one_plus: bool,
-        ws: &[&CudaMat],
-    ) -> Vec<CudaAct> {
-        if let Some(outs) = pair::matmul_add_norm_matmul(self, x, w, h, nw, eps, one_plus, ws) {
-            return outs;
-        }
-        self.matmul_add(x, w, h);
-        self.norm_matmul_many(h, nw, eps, one_plus, ws)
-    }
-
-    fn matmul_add_norm_matmul_glu(
-        &self,
-        x: &CudaAct,
-        w: &CudaMat,
-        h: &mut CudaAct,
-        nw: &CudaVec,
-        eps: f32,
-        one_plus: bool,
-        gu: &CudaMat,
-        act: Activation,
-    ) -> CudaAct {
-        if let Some(y) = pair::matmul_add_norm_matmul(self, x, w, h, nw, eps, one_plus, &[gu]) {
-            let y = y.into_iter().next().unwrap_or_else(|| unreachable!("one weight, one output"));
-            return self.glu_packed(&y, act);
-        }
-        self.matmul_add(x, w, h);
-        self.norm_matmul_glu(h, nw, eps, one_plus, gu, act)
     }
 
     fn norm_matmul_many(&self, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> Vec<CudaAct> {

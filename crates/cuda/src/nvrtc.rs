@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 13] = [
+const SOURCES: [&str; 12] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/sample.cu"),
@@ -16,7 +16,6 @@ const SOURCES: [&str; 13] = [
     include_str!("../kernels/moe.cu"),
     include_str!("../kernels/gemm_wgmma.cu"),
     include_str!("../kernels/gemv_tma.cu"),
-    include_str!("../kernels/gemv_pair.cu"),
     include_str!("../kernels/gemv_m1.cu"),
     include_str!("../kernels/attention.cu"),
     include_str!("../kernels/attention_split.cu"),

@@ -193,49 +193,6 @@ fn matmul_add_case(b: &tf_cuda::CudaBackend) {
 }
 
 #[test]
-fn paired_gemvs_equal_two_launches() {
-    // Batch-1 decode's GEMV pairs in one launch (pair.rs): o then the norm and packed gate/up,
-    // down (a row wider than the stream) then the norm and q/k/v; h, the outputs and the gated
-    // activation must be the bits of the launches one by one. 5120 columns fall back (the norm's
-    // values do not fit the paired kernel's registers); two rows always do.
-    let (Some(p), Some(u)) = (backend(), backend_no_pair()) else { return };
-    for (hidden, xc, seed) in [(4096, 4096, 1u64), (2048, 6144, 2), (5120, 1024, 3)] {
-        let before = p.paired_launches();
-        let w = |b: &tf_cuda::CudaBackend, n: usize, k: usize, s: u64| {
-            b.mat(&weight("w", DType::BF16, n, k, &rand(n * k, s, 0.5))).unwrap()
-        };
-        let (gate, up) = (rand(768 * hidden, seed + 10, 0.5), rand(768 * hidden, seed + 11, 0.5));
-        let gu = |b: &tf_cuda::CudaBackend| {
-            b.mat_gate_up(&weight("g", DType::BF16, 768, hidden, &gate), &weight("u", DType::BF16, 768, hidden, &up))
-                .unwrap()
-                .expect("packed on the GPU")
-        };
-        let nw = rand(hidden, seed + 20, 1.0);
-        for rows in [1, 2] {
-            let (x, h0) = (rand(rows * xc, seed + 30, 1.0), rand(rows * hidden, seed + 31, 2.0));
-            let mut got = Vec::new();
-            for b in [&p, &u] {
-                let (wo, wq, wk, wv, gu) =
-                    (w(b, hidden, xc, seed), w(b, 512, hidden, 4), w(b, 128, hidden, 5), w(b, 128, hidden, 6), gu(b));
-                let (xa, nwv) = (b.upload(&x, rows, xc), b.vec(&nw));
-                let mut h = b.upload(&h0, rows, hidden);
-                let qkv = b.matmul_add_norm_matmul_many(&xa, &wo, &mut h, &nwv, 1e-6, false, &[&wq, &wk, &wv]);
-                let a = b.matmul_add_norm_matmul_glu(&xa, &wo, &mut h, &nwv, 1e-6, true, &gu, Activation::Silu);
-                let mut out: Vec<Vec<f32>> = qkv.iter().map(|y| b.download(y)).collect();
-                out.extend([b.download(&a), b.download(&h)]);
-                got.push(out);
-            }
-            for (i, (a, b)) in got[0].iter().zip(&got[1]).enumerate() {
-                assert!(same_bits(a, b), "hidden {hidden}, x {xc}, {rows} rows: output {i} differs from two launches");
-            }
-        }
-        let paired = if hidden == 5120 { 0 } else { 2 };
-        assert_eq!(p.paired_launches(), before + paired, "hidden {hidden}: paired launches");
-        assert_eq!(u.paired_launches(), 0, "no pairs when turned off");
-    }
-}
-
-#[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
     // By default the norm kernel runs first (1-9 rows); the one-row GEMV (opt-in,
     // kernels/gemv_m1.cu) makes the norm itself.

@@ -106,17 +106,14 @@ impl<B: Backend> Decoder<B> {
     fn run_layers(&self, b: &B, r: &Round<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let s = &self.spec;
         let mut h = b.embed(&self.embed, r.ids, s.embed_scale); // (tokens, hidden)
-        // A block's MLP output goes into h in its down projection's store (launched with the next
-        // block's input norm and q/k/v), or (sandwich norms, experts) through the next block's
-        // fused add + input norm.
-        let mut pending = Pending::None;
+        // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
+        // experts) through the next block's fused add + input norm.
+        let mut pending: Option<B::Act> = None;
         for (layer, kv) in self.layers.iter().zip(kv.iter_mut()).take(num_layers) {
-            pending = self.block(b, layer, &mut h, pending, r.positions, r.meta, kv);
+            pending = self.block(b, layer, &mut h, pending.take(), r.positions, r.meta, kv);
         }
-        match pending {
-            Pending::None => {}
-            Pending::Add(f) => b.add_assign(&mut h, &f),
-            Pending::Down(a, down) => b.matmul_add(&a, down, &mut h),
+        if let Some(f) = pending {
+            b.add_assign(&mut h, &f);
         }
         h
     }
@@ -148,22 +145,21 @@ impl<B: Backend> Decoder<B> {
     /// (when it was not added yet) is added first; returns this block's MLP output where it is
     /// not added into `h` here.
     #[allow(clippy::too_many_arguments)]
-    fn block<'a>(
-        &'a self,
+    fn block(
+        &self,
         b: &B,
-        l: &'a Layer<B>,
+        l: &Layer<B>,
         h: &mut B::Act,
-        prev: Pending<'a, B>,
+        prev: Option<B::Act>,
         pos: &[u32],
         meta: &AttnMeta,
         kv: &mut B::Kv,
-    ) -> Pending<'a, B> {
+    ) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
         let qkv = [&l.q, &l.k, &l.v];
         let [q, k, v]: [B::Act; 3] = match prev {
-            Pending::Add(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
-            Pending::Down(a, down) => b.matmul_add_norm_matmul_many(&a, down, h, &l.input_norm, eps, one_plus, &qkv),
-            Pending::None => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
+            Some(f) => b.matmul_many(&b.add_rms_norm(h, &f, &l.input_norm, eps, one_plus), &qkv),
+            None => b.norm_matmul_many(h, &l.input_norm, eps, one_plus, &qkv),
         }
         .try_into()
         .unwrap_or_else(|_| unreachable!("three outputs"));
@@ -174,7 +170,10 @@ impl<B: Backend> Decoder<B> {
                 let a = b.rms_norm(&b.matmul(&out, &l.o), &l.post_attn_norm, eps, one_plus);
                 FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
             }
-            None => FfnIn::AfterO(out, &l.o, &l.post_attn_norm),
+            None => {
+                b.matmul_add(&out, &l.o, h);
+                FfnIn::Residual(&l.post_attn_norm)
+            }
         };
         self.ffn(b, l, h, ffn_in)
     }
@@ -203,14 +202,13 @@ impl<B: Backend> Decoder<B> {
         b.attention(&q, &k, &v, kv, meta, &l.attn)
     }
 
-    /// The MLP or experts on `input`; the dense MLP without a post norm leaves its down projection
-    /// pending (added into `h` in its store, launched with the next block's input norm), the
-    /// others return their output.
-    fn ffn<'a>(&self, b: &B, l: &'a Layer<B>, h: &mut B::Act, input: FfnIn<'_, B>) -> Pending<'a, B> {
+    /// The MLP or experts on `input`; the dense MLP without a post norm adds its output into `h`
+    /// in the down projection's store, the others return it.
+    fn ffn(&self, b: &B, l: &Layer<B>, h: &mut B::Act, input: FfnIn<'_, B>) -> Option<B::Act> {
         let (eps, one_plus) = (self.spec.rms_norm_eps, self.spec.norm_one_plus);
-        let normed = |h: &mut B::Act, ws: &[&B::Mat]| match &input {
+        let normed = |ws: &[&B::Mat]| match &input {
             FfnIn::Normed(x) => b.matmul_many(x, ws),
-            FfnIn::AfterO(out, o, nw) => b.matmul_add_norm_matmul_many(out, o, h, nw, eps, one_plus, ws),
+            FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
         };
         match &l.ffn {
             Ffn::Dense { gate_up, down } => {
@@ -218,46 +216,35 @@ impl<B: Backend> Decoder<B> {
                 let a = match (gate_up, &input) {
                     (GateUp::Apart(gate, up), _) => {
                         let [g, u]: [B::Act; 2] =
-                            normed(h, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                            normed(&[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
                         b.glu(&g, &u, act)
                     }
                     (GateUp::Packed(gu), FfnIn::Normed(x)) => b.matmul_glu(x, gu, act),
-                    (GateUp::Packed(gu), FfnIn::AfterO(out, o, nw)) => {
-                        b.matmul_add_norm_matmul_glu(out, o, h, nw, eps, one_plus, gu, act)
-                    }
+                    (GateUp::Packed(gu), FfnIn::Residual(nw)) => b.norm_matmul_glu(h, nw, eps, one_plus, gu, act),
                 };
                 match &l.post_ffn_norm {
-                    Some(post) => Pending::Add(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
-                    None => Pending::Down(a, down),
+                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    None => {
+                        b.matmul_add(&a, down, h);
+                        None
+                    }
                 }
             }
             Ffn::Moe { router, experts, params } => {
                 let x = match input {
                     FfnIn::Normed(x) => x,
-                    FfnIn::AfterO(out, o, nw) => {
-                        b.matmul_add(&out, o, h);
-                        b.rms_norm(h, nw, eps, one_plus)
-                    }
+                    FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
                 };
-                Pending::Add(b.moe(&x, &b.matmul(&x, router), experts, params))
+                Some(b.moe(&x, &b.matmul(&x, router), experts, params))
             }
         }
     }
 }
 
-/// What the FFN runs on: rows already normed, or the attention output whose projection `o` is
-/// still to be added into the residual stream, and the norm to apply after it.
+/// What the FFN runs on: rows already normed, or the residual stream and the norm to apply.
 enum FfnIn<'a, B: Backend> {
     Normed(B::Act),
-    AfterO(B::Act, &'a B::Mat, &'a B::Vec),
-}
-
-/// A block's MLP output not yet in the residual stream: nothing, an output to add, or the down
-/// projection's input and weight (added in the matmul's store).
-enum Pending<'a, B: Backend> {
-    None,
-    Add(B::Act),
-    Down(B::Act, &'a B::Mat),
+    Residual(&'a B::Vec),
 }
 
 fn load_layer<B: Backend>(s: &ModelSpec, ld: &Loader<'_, B>, i: usize) -> Result<Layer<B>, ModelError> {

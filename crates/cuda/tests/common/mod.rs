@@ -14,20 +14,15 @@ pub fn backend() -> Option<CudaBackend> {
 
 /// GPU 0 with the one-row GEMV lab setting `lab_m1` (`CudaOptions::lab_m1`), or `None` as above.
 pub fn backend_with(lab_m1: Option<&str>) -> Option<CudaBackend> {
-    backend_opts(lab_m1, false, false)
+    backend_opts(lab_m1, false)
 }
 
 /// GPU 0 whose decode rounds always run op by op (no CUDA graph recordings), or `None` as above.
 pub fn backend_no_graphs() -> Option<CudaBackend> {
-    backend_opts(None, true, false)
+    backend_opts(None, true)
 }
 
-/// GPU 0 whose batch-1 GEMV pairs run as two launches (`CudaOptions::no_pair`), or `None` as above.
-pub fn backend_no_pair() -> Option<CudaBackend> {
-    backend_opts(None, false, true)
-}
-
-fn backend_opts(lab_m1: Option<&str>, no_graphs: bool, no_pair: bool) -> Option<CudaBackend> {
+fn backend_opts(lab_m1: Option<&str>, no_graphs: bool) -> Option<CudaBackend> {
     let lab_m1 = lab_m1.map(str::to_string);
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
@@ -36,10 +31,7 @@ fn backend_opts(lab_m1: Option<&str>, no_graphs: bool, no_pair: bool) -> Option<
     let cache_dir = std::env::var_os("TF_CUDA_CACHE")
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
-    match CudaBackend::with_options(
-        0,
-        &CudaOptions { include_dir: None, cache_dir, lab_m1, trace: None, no_graphs, no_pair },
-    ) {
+    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir, lab_m1, trace: None, no_graphs }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
