@@ -159,6 +159,10 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
+    /// Lab `TF_PDL_OFF=NAME,...` (qk_norm_rope, rms_norm_j4, glu_packed): those kernels launch
+    /// without programmatic dependent launch, so their blocks take no SM before the kernel they
+    /// follow ends. Scheduling only, the same bits.
+    pdl_off: Vec<usize>,
     /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
     /// The memory pool captured rounds allocate from (made at the first capture).
@@ -290,7 +294,15 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
+        let off = std::env::var("TF_PDL_OFF").unwrap_or_default();
+        let pdl_off =
+            [("qk_norm_rope", &k.qk_norm_rope), ("rms_norm_j4", &k.rms_norm_j4), ("glu_packed", &k.glu_packed)]
+                .iter()
+                .filter(|(n, _)| off.split(',').any(|o| o.trim() == *n))
+                .map(|(_, f)| f.cu_function() as usize)
+                .collect();
         Ok(Device {
+            pdl_off,
             ctx,
             stream,
             k,
@@ -430,7 +442,7 @@ impl Device {
             .collect();
         let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
         must(self.ctx.bind_to_thread(), "binding the context");
-        if !self.pdl {
+        if !self.pdl || self.pdl_off.contains(&(f.cu_function() as usize)) {
             // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
             // (little-endian 128-byte slots), the arguments match the kernel signatures in kernels/*.cu.
             let r = unsafe {
