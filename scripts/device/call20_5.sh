@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 20, call 5: the final code (session 19's plus the lab knobs TF_GEMV_TUNE and TF_PDL_OFF,
+# off by default): every CUDA test binary, then the bench's figures on qwen3-8b synth (prompt 128
+# and 4096, batch 1 / 8 / 64, gen 128, repeat 2) with its copy bandwidth and GEMM peak.
+set -u
+OUT=${OUT:-/tmp/tf-out}
+W=/tmp/work
+mkdir -p "$OUT" $W
+export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACHE_HOME=/tmp/xdg
+START=$(date +%s)
+stamp() { echo "[$(($(date +%s) - START)) s] $*"; }
+cat .carry/commit.txt | tee "$OUT/commit.txt"
+(timeout 300 .carry/tensorfold synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1 &)
+for t in ops sample logprob engine golden moe; do
+  stamp "test $t"
+  timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log | grep -E "FAILED|panicked|test result" | head -10
+done
+while [[ ! -f /tmp/qwen3-8b/config.json ]] || pgrep -f "tensorfold synth" >/dev/null; do sleep 2; done
+stamp bench
+timeout 240 .carry/tensorfold bench --model /tmp/qwen3-8b --device cuda --prompt-len 128,4096 --batch 1,8,64 --gen-len 128 \
+  --repeat 2 --json $W/bench.json > $W/bench.txt 2>&1
+tar czf "$OUT/work.tgz" -C $W .
+stamp done
+cat $W/bench.txt | tail -25
