@@ -163,6 +163,10 @@ pub struct Device {
     /// without programmatic dependent launch, so their blocks take no SM before the kernel they
     /// follow ends. Scheduling only, the same bits.
     pdl_off: Vec<usize>,
+    /// Lab `TF_PAD_SMEM=BYTES:NAME,...` (the same kernels): those kernels launch with at least
+    /// BYTES of dynamic shared memory (unused), so a block does not fit beside a GEMV block and
+    /// waits for one to leave instead of sharing its SM. Scheduling only, the same bits.
+    pad_smem: (u32, Vec<usize>),
     /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
     /// The memory pool captured rounds allocate from (made at the first capture).
@@ -294,15 +298,20 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        let off = std::env::var("TF_PDL_OFF").unwrap_or_default();
-        let pdl_off =
-            [("qk_norm_rope", &k.qk_norm_rope), ("rms_norm_j4", &k.rms_norm_j4), ("glu_packed", &k.glu_packed)]
-                .iter()
-                .filter(|(n, _)| off.split(',').any(|o| o.trim() == *n))
-                .map(|(_, f)| f.cu_function() as usize)
-                .collect();
+        let small = [("qk_norm_rope", &k.qk_norm_rope), ("rms_norm_j4", &k.rms_norm_j4), ("glu_packed", &k.glu_packed)];
+        let named = |list: &str| -> Vec<usize> {
+            let hit = |n: &str| list.split(',').any(|o| o.trim() == n);
+            small.iter().filter(|(n, _)| hit(n)).map(|(_, f)| f.cu_function() as usize).collect()
+        };
+        let pdl_off = named(&std::env::var("TF_PDL_OFF").unwrap_or_default());
+        let pad = std::env::var("TF_PAD_SMEM").unwrap_or_default();
+        let pad_smem = match pad.split_once(':') {
+            Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), named(list)),
+            None => (0, Vec::new()),
+        };
         Ok(Device {
             pdl_off,
+            pad_smem,
             ctx,
             stream,
             k,
@@ -426,6 +435,7 @@ impl Device {
 
     /// Launches `f` on the backend's stream.
     pub(crate) fn launch(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) {
+        let smem = if self.pad_smem.1.contains(&(f.cu_function() as usize)) { smem.max(self.pad_smem.0) } else { smem };
         let mut vals: Vec<[u64; 16]> = args
             .iter()
             .map(|a| {
