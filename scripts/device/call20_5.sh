@@ -16,16 +16,15 @@ cat .carry/commit.txt | tee "$OUT/commit.txt"
 (timeout 300 .carry/tensorfold synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1 &)
 for t in ops sample logprob engine golden moe; do
   stamp "test $t"
-  timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log | grep -E "FAILED|panicked|test result" | head -10
+  timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $OUT/tests.log | grep -E "FAILED|panicked|test result" | head -10
 done
 while [[ ! -f /tmp/qwen3-8b/config.json ]] || pgrep -f "tensorfold synth" >/dev/null; do sleep 2; done
 stamp abc
 T=.carry/tensorfold P=TF_PAD_SMEM=40960:qk_norm_rope,rms_norm_j4,glu_packed
-OUT=$W/dense bash scripts/device/abc.sh "U=$T P=$T:$P PQ=$T:TF_PAD_SMEM=40960:qk_norm_rope PG=$T:TF_PAD_SMEM=40960:glu_packed XP=$T:$P+TF_LAB_M1=tma-xr" 2 2>&1 | tee $W/abc.txt
+OUT=$W/dense bash scripts/device/abc.sh "U=$T P=$T:$P PQ=$T:TF_PAD_SMEM=40960:qk_norm_rope PG=$T:TF_PAD_SMEM=40960:glu_packed XP=$T:$P+TF_LAB_M1=tma-xr" 2 2>&1 | tee $OUT/abc.txt
 stamp bench
 timeout 240 .carry/tensorfold bench --model /tmp/qwen3-8b --device cuda --prompt-len 128,4096 --batch 1,8,64 --gen-len 128 \
-  --repeat 2 --json $W/bench.json > $W/bench.txt 2>&1
-tar czf "$OUT/work.tgz" -C $W .
+  --repeat 2 --json $OUT/bench.json > $OUT/bench.txt 2>&1
 stamp done
-cat $W/bench.txt | tail -25
-cat $W/abc.txt
+tail -25 $OUT/bench.txt
+cat $OUT/abc.txt
