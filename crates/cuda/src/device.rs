@@ -27,6 +27,10 @@ pub struct CudaOptions {
     pub no_graphs: bool,
 }
 
+/// Dynamic shared memory small decode kernels launch with on Hopper (`Device::pad_smem`): with a
+/// TMA GEMV block's 198-206 KB it is more than an SM's 228 KB.
+const SMALL_PAD: u32 = 40 * 1024;
+
 /// One kernel argument.
 #[derive(Clone, Copy)]
 pub(crate) enum Arg {
@@ -163,9 +167,12 @@ pub struct Device {
     /// without programmatic dependent launch, so their blocks take no SM before the kernel they
     /// follow ends. Scheduling only, the same bits.
     pdl_off: Vec<usize>,
-    /// Lab `TF_PAD_SMEM=BYTES:NAME,...` (the same kernels): those kernels launch with at least
-    /// BYTES of dynamic shared memory (unused), so a block does not fit beside a GEMV block and
-    /// waits for one to leave instead of sharing its SM. Scheduling only, the same bits.
+    /// Small kernels (q/k norm + RoPE, the decode norm, the gated activation) launched with at
+    /// least these bytes of dynamic shared memory (unused) when their grid fits on the SMs at
+    /// once (decode): an early-launched block then cannot sit beside a TMA GEMV block (about 200
+    /// KB) and waits for one to leave, where sharing its SM made that GEMV block end late
+    /// (H200, NOTES.md session 20). Default 40 KB on Hopper (sm_90a); `TF_PAD_SMEM=BYTES:NAME,...`
+    /// sets it (`0:` none). Scheduling only, the same bits.
     pad_smem: (u32, Vec<usize>),
     /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
@@ -304,7 +311,9 @@ impl Device {
             small.iter().filter(|(n, _)| hit(n)).map(|(_, f)| f.cu_function() as usize).collect()
         };
         let pdl_off = named(&std::env::var("TF_PDL_OFF").unwrap_or_default());
-        let pad = std::env::var("TF_PAD_SMEM").unwrap_or_default();
+        let pad = std::env::var("TF_PAD_SMEM").ok().filter(|_| wgmma).unwrap_or_else(|| {
+            if wgmma { format!("{SMALL_PAD}:qk_norm_rope,rms_norm_j4,glu_packed") } else { String::new() }
+        });
         let pad_smem = match pad.split_once(':') {
             Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), named(list)),
             None => (0, Vec::new()),
@@ -435,7 +444,9 @@ impl Device {
 
     /// Launches `f` on the backend's stream.
     pub(crate) fn launch(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) {
-        let smem = if self.pad_smem.1.contains(&(f.cu_function() as usize)) { smem.max(self.pad_smem.0) } else { smem };
+        let blocks = grid.0 as usize * grid.1 as usize * grid.2 as usize;
+        let pad = blocks <= self.num_sms && self.pad_smem.1.contains(&(f.cu_function() as usize));
+        let smem = if pad { smem.max(self.pad_smem.0) } else { smem };
         let mut vals: Vec<[u64; 16]> = args
             .iter()
             .map(|a| {

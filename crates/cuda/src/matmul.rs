@@ -369,7 +369,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         })
         .collect();
     let Some(maps) = maps else { return false };
-    if m == 1 && b.lab.tma_xr && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
+    if m == 1 && !b.lab.tma_n1 && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
         return true;
     }
     let Some(xmap) = crate::tma::row_map(xb, m, kt * 16, 8 * nt) else { return false };

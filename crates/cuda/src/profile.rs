@@ -96,8 +96,9 @@ impl GemvTune {
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 /// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
 /// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu);
-/// `glu-apart` keeps the gated activation out of the GEMM's store; `tma-xr` gives one-row calls
-/// the TMA GEMV with the row held in shared memory (gemv_tma_xr) instead of an x box a stage.
+/// `glu-apart` keeps the gated activation out of the GEMM's store; `tma-n1` gives one-row calls
+/// the TMA GEMV with an x box a stage (gemv_tma_n1) instead of the row held in shared memory
+/// (gemv_tma_xr, the default since session 20; `tma-xr` names the default).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct M1Lab {
     /// The one-row GEMV runs.
@@ -119,8 +120,8 @@ pub(crate) struct M1Lab {
     pub(crate) gemm: Option<(i32, i32)>,
     /// `glu-apart`: packed gate/up matmuls never apply the activation in the GEMM's store.
     pub(crate) glu_apart: bool,
-    /// `tma-xr`: one-row calls take gemv_tma_xr instead of gemv_tma_n1 (Hopper).
-    pub(crate) tma_xr: bool,
+    /// `tma-n1`: one-row calls take gemv_tma_n1 instead of gemv_tma_xr (Hopper).
+    pub(crate) tma_n1: bool,
 }
 
 impl M1Lab {
@@ -146,7 +147,8 @@ impl M1Lab {
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
             "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             "glu-apart" => return M1Lab { glu_apart: true, ..M1Lab::default() },
-            "tma-xr" => return M1Lab { tma_xr: true, ..M1Lab::default() },
+            "tma-n1" => return M1Lab { tma_n1: true, ..M1Lab::default() },
+            "tma-xr" => return M1Lab::default(),
             _ => {}
         }
         let mut it = v.split('x').map(|p| p.parse::<usize>().ok());
@@ -190,7 +192,7 @@ mod tests {
         assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("on").glu_apart);
-        assert!(M1Lab::parse("tma-xr").tma_xr && !M1Lab::parse("cp").tma_xr);
+        assert!(M1Lab::parse("tma-n1").tma_n1 && !M1Lab::parse("cp").tma_n1 && !M1Lab::parse("tma-xr").tma_n1);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);
             assert_eq!((l.on, l.blocks, l.stages), (false, None, None), "{bad:?}");

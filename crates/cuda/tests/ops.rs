@@ -41,8 +41,8 @@ fn bf16_matmul_matches_reference_and_rows_are_invariant() {
 #[test]
 fn one_row_gemv_variants_equal_the_default() {
     // The cp.async few-row GEMV and its one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`),
-    // and the TMA GEMV with the row in shared memory, against the default (the TMA GEMV with an x
-    // box a stage on Hopper), one row at a time.
+    // and the TMA GEMV with an x box a stage, against the default (on Hopper the TMA GEMV with
+    // the row in shared memory, where it fits), one row at a time.
     let Some(b) = backend() else { return };
     let shapes = [
         (80, 200),
@@ -62,7 +62,7 @@ fn one_row_gemv_variants_equal_the_default() {
         (0..3).map(|r| be.download(&be.matmul(&be.upload(&x[r * k..(r + 1) * k], 1, k), &wm))).collect::<Vec<_>>()
     };
     let want: Vec<_> = shapes.iter().zip(&data).map(|(&sh, dt)| rows(&b, sh, dt)).collect();
-    for name in ["tma-xr", "cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
+    for name in ["tma-n1", "cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
         let Some(v) = backend_with(Some(name)) else { return };
         for ((&sh, dt), want) in shapes.iter().zip(&data).zip(&want) {
             let got = rows(&v, sh, dt);
@@ -164,7 +164,7 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn matmul_add_equals_matmul_then_add() {
-    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6"), Some("tma-xr")] {
+    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6"), Some("tma-n1")] {
         let Some(b) = backend_with(lab) else { return };
         matmul_add_case(&b);
     }
