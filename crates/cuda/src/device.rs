@@ -168,11 +168,11 @@ pub struct Device {
     /// follow ends. Scheduling only, the same bits.
     pdl_off: Vec<usize>,
     /// Small kernels (q/k norm + RoPE, the decode norm, the gated activation) launched with at
-    /// least these bytes of dynamic shared memory (unused) when their grid fits on the SMs at
-    /// once (decode): an early-launched block then cannot sit beside a TMA GEMV block (about 200
-    /// KB) and waits for one to leave, where sharing its SM made that GEMV block end late
-    /// (H200, NOTES.md session 20). Default 40 KB on Hopper (sm_90a); `TF_PAD_SMEM=BYTES:NAME,...`
-    /// sets it (`0:` none). Scheduling only, the same bits.
+    /// least these bytes of dynamic shared memory (unused) in one-row rounds (`small_smem`): an
+    /// early-launched block then cannot sit beside a one-row TMA GEMV block (about 200 KB) and
+    /// waits for one to leave, where sharing its SM made that GEMV block end late (H200, NOTES.md
+    /// session 20). Default 40 KB on Hopper (sm_90a); `TF_PAD_SMEM=BYTES:NAME,...` sets it (`0:`
+    /// none). Scheduling only, the same bits.
     pad_smem: (u32, Vec<usize>),
     /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
@@ -335,6 +335,13 @@ impl Device {
         })
     }
 
+    /// Dynamic shared memory for small kernel `f` over `rows` rows that needs `smem`: padded in
+    /// one-row rounds where `pad_smem` names it.
+    pub(crate) fn small_smem(&self, f: &CudaFunction, rows: usize, smem: u32) -> u32 {
+        let pad = rows == 1 && self.pad_smem.1.contains(&(f.cu_function() as usize));
+        if pad { smem.max(self.pad_smem.0) } else { smem }
+    }
+
     /// Writes `bytes` to the start of the module's global `name` (in stream order).
     pub(crate) fn set_global(&self, name: &str, bytes: &[u8]) {
         let mut g = must(self.module.get_global(name, &self.stream), "finding a module global");
@@ -444,9 +451,6 @@ impl Device {
 
     /// Launches `f` on the backend's stream.
     pub(crate) fn launch(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) {
-        let blocks = grid.0 as usize * grid.1 as usize * grid.2 as usize;
-        let pad = blocks <= self.num_sms && self.pad_smem.1.contains(&(f.cu_function() as usize));
-        let smem = if pad { smem.max(self.pad_smem.0) } else { smem };
         let mut vals: Vec<[u64; 16]> = args
             .iter()
             .map(|a| {
