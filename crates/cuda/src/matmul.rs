@@ -423,12 +423,11 @@ fn tma_launches(
 }
 
 /// The TMA GEMV for one row with the row held in shared memory (kernels/gemv_tma.cu
-/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits; lab `tma-xr`); false (nothing launched) where
-/// the row does not fit beside the ring. H200, qwen3-8b batch 1 (NOTES.md, session 18): gate_up
-/// 45.95-46.24 against 47.30-47.42 us from the launch wait, down 23.1-23.7 against 24.5 critical,
-/// but qkv and o lost as much (stragglers), and whole rounds tied: 232.1 / 211.4 against 230.2 /
-/// 212.8 tok/s at prompt 128 / 4096 on every weight, 229.2 / 213.7 against 230.2 / 213.8 on
-/// gate_up, down and the head only.
+/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits; the one-row default since session 20, lab
+/// `tma-n1` for the x-box kernel); false (nothing launched) where the row does not fit beside the
+/// ring. H200, qwen3-8b batch 1 (NOTES.md, sessions 18 and 20): alone it tied gemv_tma_n1 (its
+/// blocks beside early-launched small kernels ended late); with those kernels padded in shared
+/// memory (device.rs `small_smem`) 235.3 / 216.9 against 231.5 / 215.2 tok/s at prompt 128 / 4096.
 fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt: usize, ys: &[u64], add: bool) -> bool {
     let smem = gemv_tma_xr_smem(kt * 16);
     if smem > crate::gemv_m1::MAX_SMEM {
