@@ -305,19 +305,15 @@ impl Device {
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
-        let small = [("qk_norm_rope", &k.qk_norm_rope), ("rms_norm_j4", &k.rms_norm_j4), ("glu_packed", &k.glu_packed)];
-        let named = |list: &str| -> Vec<usize> {
-            let hit = |n: &str| list.split(',').any(|o| o.trim() == n);
-            small.iter().filter(|(n, _)| hit(n)).map(|(_, f)| f.cu_function() as usize).collect()
+        let small = [&k.qk_norm_rope, &k.rms_norm_j4, &k.glu_packed];
+        let handles = |names: Vec<&str>| -> Vec<usize> {
+            let named = crate::profile::SMALL_KERNELS.iter().zip(small);
+            named.filter(|(n, _)| names.contains(n)).map(|(_, f)| f.cu_function() as usize).collect()
         };
-        let pdl_off = named(&std::env::var("TF_PDL_OFF").unwrap_or_default());
-        let pad = std::env::var("TF_PAD_SMEM").ok().filter(|_| wgmma).unwrap_or_else(|| {
-            if wgmma { format!("{SMALL_PAD}:qk_norm_rope,rms_norm_j4,glu_packed") } else { String::new() }
-        });
-        let pad_smem = match pad.split_once(':') {
-            Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), named(list)),
-            None => (0, Vec::new()),
-        };
+        let pdl_off = handles(crate::profile::pdl_off_setting(std::env::var("TF_PDL_OFF").ok().as_deref()));
+        let (pad_bytes, padded) =
+            crate::profile::pad_setting(std::env::var("TF_PAD_SMEM").ok().as_deref(), wgmma, SMALL_PAD);
+        let pad_smem = (pad_bytes, handles(padded));
         Ok(Device {
             pdl_off,
             pad_smem,

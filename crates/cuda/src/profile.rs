@@ -87,6 +87,31 @@ impl GemvTune {
     }
 }
 
+/// The small decode kernels whose launches the knobs below name.
+pub(crate) const SMALL_KERNELS: [&str; 3] = ["qk_norm_rope", "rms_norm_j4", "glu_packed"];
+
+/// The padding of small one-row kernels (device.rs `small_smem`) from `TF_PAD_SMEM`
+/// (`BYTES:NAME,...`, `0:` none; at most 48 KB): bytes and the kernels named; unset, `default`
+/// bytes for every small kernel where the padding applies (`on`: Hopper), else none.
+pub(crate) fn pad_setting(env: Option<&str>, on: bool, default: u32) -> (u32, Vec<&'static str>) {
+    let named =
+        |list: &str| SMALL_KERNELS.iter().copied().filter(|n| list.split(',').any(|o| o.trim() == *n)).collect();
+    match env {
+        _ if !on => (0, Vec::new()),
+        None => (default, SMALL_KERNELS.to_vec()),
+        Some(v) => match v.split_once(':') {
+            Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), named(list)),
+            None => (0, Vec::new()),
+        },
+    }
+}
+
+/// The small kernels `TF_PDL_OFF` (`NAME,...`) launches without programmatic dependent launch.
+pub(crate) fn pdl_off_setting(env: Option<&str>) -> Vec<&'static str> {
+    let list = env.unwrap_or_default();
+    SMALL_KERNELS.iter().copied().filter(|n| list.split(',').any(|o| o.trim() == *n)).collect()
+}
+
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
 /// H200 it ran slower than the few-row GEMV with a norm kernel; scripts/device/results/NOTES.md,
 /// "Session 6"). Unset or malformed: off. `on`: at most three blocks an SM, stages by shape;
@@ -164,6 +189,18 @@ impl M1Lab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_kernel_padding_defaults_on_hopper_and_parses() {
+        assert_eq!(pad_setting(None, true, 40960), (40960, SMALL_KERNELS.to_vec()));
+        assert_eq!(pad_setting(None, false, 40960), (0, vec![]), "no padding off Hopper");
+        assert_eq!(pad_setting(Some("0:"), true, 40960), (0, vec![]));
+        assert_eq!(pad_setting(Some("32768:glu_packed, nope"), true, 40960), (32768, vec!["glu_packed"]));
+        assert_eq!(pad_setting(Some("99999:rms_norm_j4"), true, 0).0, 48 * 1024, "capped at the launch limit");
+        assert_eq!(pad_setting(Some("junk"), true, 40960), (0, vec![]));
+        assert_eq!(pdl_off_setting(Some("qk_norm_rope,glu_packed")), vec!["qk_norm_rope", "glu_packed"]);
+        assert!(pdl_off_setting(None).is_empty());
+    }
 
     #[test]
     fn gemv_tune_rules_pick_by_shape() {
