@@ -369,7 +369,8 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         })
         .collect();
     let Some(maps) = maps else { return false };
-    if m == 1 && !b.lab.tma_n1 && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
+    let tiles = maps.iter().map(|m| m.2).sum();
+    if m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(tiles, kt) && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
         return true;
     }
     let Some(xmap) = crate::tma::row_map(xb, m, kt * 16, 8 * nt) else { return false };

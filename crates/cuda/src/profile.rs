@@ -46,10 +46,21 @@ pub(crate) fn gemv_pre_from_env(default: usize) -> usize {
 }
 
 /// `TF_GEMV_TUNE`: per TMA GEMV launch shape, the blocks and the W stages loaded before the launch
-/// wait, as `TILESxKT:gG:pP` rules joined by commas (TILES the launch's 16-row W tiles, KT its
-/// 16-wide k tiles, 0 for any; `g` and `p` each optional). Scheduling only, the same bits either way.
+/// wait, as `TILESxKT:gG:pP[:n]` rules joined by commas (TILES the launch's 16-row W tiles, KT its
+/// 16-wide k tiles, 0 for any; `g` and `p` each optional; `n`: a one-row launch of that shape takes
+/// gemv_tma_n1, the x-box kernel, instead of gemv_tma_xr). Scheduling only, the same bits either way.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct GemvTune(Vec<(usize, usize, Option<usize>, Option<usize>)>);
+pub(crate) struct GemvTune(Vec<TuneRule>);
+
+/// One `TF_GEMV_TUNE` rule: the launch shape it matches (0: any) and what it sets.
+#[derive(Clone, Debug)]
+struct TuneRule {
+    tiles: usize,
+    kt: usize,
+    grid: Option<usize>,
+    pre: Option<usize>,
+    x_box: bool,
+}
 
 impl GemvTune {
     /// The rules in `v` (malformed rules are left out).
@@ -57,16 +68,22 @@ impl GemvTune {
         let rule = |r: &str| {
             let mut parts = r.split(':');
             let (t, k) = parts.next()?.split_once('x')?;
-            let (t, k) = (t.trim().parse().ok()?, k.trim().parse().ok()?);
-            let (mut g, mut p) = (None, None);
+            let mut rule = TuneRule {
+                tiles: t.trim().parse().ok()?,
+                kt: k.trim().parse().ok()?,
+                grid: None,
+                pre: None,
+                x_box: false,
+            };
             for part in parts {
                 match part.split_at_checked(1)? {
-                    ("g", n) => g = Some(n.parse::<usize>().ok()?.max(1)),
-                    ("p", n) => p = Some(n.parse::<usize>().ok()?.min(64)),
+                    ("g", n) => rule.grid = Some(n.parse::<usize>().ok()?.max(1)),
+                    ("p", n) => rule.pre = Some(n.parse::<usize>().ok()?.min(64)),
+                    ("n", "") => rule.x_box = true,
                     _ => return None,
                 }
             }
-            Some((t, k, g, p))
+            Some(rule)
         };
         GemvTune(v.split(',').filter_map(rule).collect())
     }
@@ -79,11 +96,20 @@ impl GemvTune {
     /// Blocks (at most `grid`) and stages before the wait (else `pre`) of a launch of `tiles` W
     /// tiles and `kt` k tiles: the first rule that matches.
     pub(crate) fn pick(&self, tiles: usize, kt: usize, grid: usize, pre: usize) -> (usize, usize) {
-        let hit = self.0.iter().find(|r| (r.0 == 0 || r.0 == tiles) && (r.1 == 0 || r.1 == kt));
-        match hit {
-            Some(&(_, _, g, p)) => (g.map_or(grid, |g| g.min(grid)), p.unwrap_or(pre)),
+        match self.rule(tiles, kt) {
+            Some(r) => (r.grid.map_or(grid, |g| g.min(grid)), r.pre.unwrap_or(pre)),
             None => (grid, pre),
         }
+    }
+
+    /// Whether a one-row launch of `tiles` W tiles and `kt` k tiles takes the x-box kernel.
+    pub(crate) fn x_box(&self, tiles: usize, kt: usize) -> bool {
+        self.rule(tiles, kt).is_some_and(|r| r.x_box)
+    }
+
+    /// The first rule matching a launch of `tiles` W tiles and `kt` k tiles.
+    fn rule(&self, tiles: usize, kt: usize) -> Option<&TuneRule> {
+        self.0.iter().find(|r| (r.tiles == 0 || r.tiles == tiles) && (r.kt == 0 || r.kt == kt))
     }
 }
 
@@ -211,6 +237,10 @@ mod tests {
         assert_eq!(t.pick(9496, 256, 132, 7), (132, 7));
         assert_eq!(t.pick(9, 9, 132, 7), (132, 7), "a rule with an unknown key is left out");
         assert_eq!(GemvTune::parse("").pick(256, 256, 132, 7), (132, 7));
+        let o = GemvTune::parse("256x256:g124:n,256x768:p5");
+        assert!(o.x_box(256, 256) && !o.x_box(256, 768) && !o.x_box(1536, 256));
+        assert_eq!(o.pick(256, 256, 132, 7), (124, 7));
+        assert!(GemvTune::parse("256x256:nx").0.is_empty(), "n takes no value");
     }
 
     #[test]
