@@ -2,7 +2,8 @@
 //! at most 64 rows out, their outputs unwritten (results are wrong), so that
 //! scripts/device/skip.sh can time what each op costs in place, launch overlap included;
 //! `TF_LAB_M1` (or `CudaOptions::lab_m1`) turns on the one-row GEMV and picks its schedule
-//! (results stay exact) for variant timings.
+//! (results stay exact) for variant timings; `TF_GEMV_TUNE`, `TF_PDL_OFF` and `TF_PAD_SMEM` set
+//! launch schedules (exact too; the last one's default, padding on Hopper, is on).
 
 /// The ops `TF_PROFILE_SKIP` leaves out.
 #[derive(Clone, Copy, Debug, Default)]
@@ -116,17 +117,20 @@ impl GemvTune {
 /// The small decode kernels whose launches the knobs below name.
 pub(crate) const SMALL_KERNELS: [&str; 3] = ["qk_norm_rope", "rms_norm_j4", "glu_packed"];
 
+/// The small kernels named in `list` (comma-separated).
+fn small_named(list: &str) -> Vec<&'static str> {
+    SMALL_KERNELS.iter().copied().filter(|n| list.split(',').any(|o| o.trim() == *n)).collect()
+}
+
 /// The padding of small one-row kernels (device.rs `small_smem`) from `TF_PAD_SMEM`
 /// (`BYTES:NAME,...`, `0:` none; at most 48 KB): bytes and the kernels named; unset, `default`
 /// bytes for every small kernel where the padding applies (`on`: Hopper), else none.
 pub(crate) fn pad_setting(env: Option<&str>, on: bool, default: u32) -> (u32, Vec<&'static str>) {
-    let named =
-        |list: &str| SMALL_KERNELS.iter().copied().filter(|n| list.split(',').any(|o| o.trim() == *n)).collect();
     match env {
         _ if !on => (0, Vec::new()),
         None => (default, SMALL_KERNELS.to_vec()),
         Some(v) => match v.split_once(':') {
-            Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), named(list)),
+            Some((bytes, list)) => (bytes.trim().parse::<u32>().unwrap_or(0).min(48 * 1024), small_named(list)),
             None => (0, Vec::new()),
         },
     }
@@ -134,8 +138,7 @@ pub(crate) fn pad_setting(env: Option<&str>, on: bool, default: u32) -> (u32, Ve
 
 /// The small kernels `TF_PDL_OFF` (`NAME,...`) launches without programmatic dependent launch.
 pub(crate) fn pdl_off_setting(env: Option<&str>) -> Vec<&'static str> {
-    let list = env.unwrap_or_default();
-    SMALL_KERNELS.iter().copied().filter(|n| list.split(',').any(|o| o.trim() == *n)).collect()
+    small_named(env.unwrap_or_default())
 }
 
 /// `TF_LAB_M1`: the one-row GEMV of kernels/gemv_m1.cu, with the input norm fused (opt-in: on the
