@@ -331,11 +331,11 @@ impl Device {
         })
     }
 
-    /// Dynamic shared memory for small kernel `f` over `rows` rows that needs `smem`: padded in
-    /// one-row rounds where `pad_smem` names it.
-    pub(crate) fn small_smem(&self, f: &CudaFunction, rows: usize, smem: u32) -> u32 {
+    /// Dynamic shared memory for small kernel `f` (which needs none) over `rows` rows: the
+    /// padding in one-row rounds where `pad_smem` names it, else none.
+    pub(crate) fn small_smem(&self, f: &CudaFunction, rows: usize) -> u32 {
         let pad = rows == 1 && self.pad_smem.1.contains(&(f.cu_function() as usize));
-        if pad { smem.max(self.pad_smem.0) } else { smem }
+        if pad { self.pad_smem.0 } else { 0 }
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).

@@ -256,7 +256,7 @@ fn norm_launch(
             (false, false) if short => &d.k.rms_norm_j4,
             (false, false) => &d.k.rms_norm,
         };
-        d.launch(f, (groups as u32, 1, 1), block, d.small_smem(f, x.rows, 0), &args);
+        d.launch(f, (groups as u32, 1, 1), block, d.small_smem(f, x.rows), &args);
     }
     if bf16_only {
         return CudaAct::bf16_only(yb, x.rows, x.cols);
@@ -378,7 +378,7 @@ pub(crate) fn qk_norm_rope(
         Arg::I(nthr as i32),
         Arg::I(hpw as i32),
     ];
-    let smem = d.small_smem(&d.k.qk_norm_rope, q.rows, 0);
+    let smem = d.small_smem(&d.k.qk_norm_rope, q.rows);
     d.launch(&d.k.qk_norm_rope, (q.rows as u32, (nq + nk).div_ceil(4 * hpw) as u32, 1), 128, smem, &args);
     drop(c);
     q.touched();
@@ -443,7 +443,7 @@ pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaA
         Arg::I(padded(inter) as i32),
         Arg::I(matches!(act, Activation::GeluTanh) as i32),
     ];
-    let smem = d.small_smem(&d.k.glu_packed, rows, 0);
+    let smem = d.small_smem(&d.k.glu_packed, rows);
     d.launch(&d.k.glu_packed, (grid_for(rows * inter / 4, BLOCK), 1, 1), BLOCK, smem, &args);
     CudaAct::bf16_only(yb, rows, inter)
 }
