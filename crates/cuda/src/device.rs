@@ -54,6 +54,10 @@ macro_rules! kernels {
             fn load(m: &Arc<CudaModule>) -> Result<Kernels, CudaError> {
                 Ok(Kernels { $($name: drv(m.load_function(stringify!($name)), "loading a kernel")?,)* })
             }
+            /// Every kernel with its name.
+            fn all(&self) -> Vec<(&'static str, &CudaFunction)> {
+                vec![$((stringify!($name), &self.$name),)*]
+            }
         }
     };
 }
@@ -299,6 +303,12 @@ impl Device {
         }
         for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
+        }
+        // Lab: every kernel's preferred carveout (`TF_CARVEOUT=PCT`, profile.rs `carveout_setting`).
+        if let Some(pct) = crate::profile::carveout_setting(std::env::var("TF_CARVEOUT").ok().as_deref()) {
+            for (_, f) in k.all() {
+                drv(f.set_attribute(carveout, pct), "setting a kernel's shared-memory carveout")?;
+            }
         }
         let num_sms = drv(
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),

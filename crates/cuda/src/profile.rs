@@ -2,8 +2,8 @@
 //! at most 64 rows out, their outputs unwritten (results are wrong), so that
 //! scripts/device/skip.sh can time what each op costs in place, launch overlap included;
 //! `TF_LAB_M1` (or `CudaOptions::lab_m1`) turns on the one-row GEMV and picks its schedule
-//! (results stay exact) for variant timings; `TF_GEMV_TUNE`, `TF_PDL_OFF` and `TF_PAD_SMEM` set
-//! launch schedules (exact too; the last one's default, padding on Hopper, is on).
+//! (results stay exact) for variant timings; `TF_GEMV_TUNE`, `TF_PDL_OFF`, `TF_PAD_SMEM` and
+//! `TF_CARVEOUT` set launch schedules (exact too; `TF_PAD_SMEM`'s default, padding on Hopper, is on).
 
 /// The ops `TF_PROFILE_SKIP` leaves out.
 #[derive(Clone, Copy, Debug, Default)]
@@ -136,6 +136,13 @@ pub(crate) fn pad_setting(env: Option<&str>, on: bool, default: u32) -> (u32, Ve
     }
 }
 
+/// `TF_CARVEOUT`: the shared-memory carveout every kernel prefers, in percent of the largest
+/// (0-100; `-1`, the driver's default, and anything else: left alone). A lab knob: an SM whose
+/// kernels prefer different carveouts reconfigures between them (same bits).
+pub(crate) fn carveout_setting(env: Option<&str>) -> Option<i32> {
+    env?.trim().parse::<i32>().ok().filter(|p| (0..=100).contains(p))
+}
+
 /// The small kernels `TF_PDL_OFF` (`NAME,...`) launches without programmatic dependent launch.
 pub(crate) fn pdl_off_setting(env: Option<&str>) -> Vec<&'static str> {
     small_named(env.unwrap_or_default())
@@ -229,6 +236,15 @@ mod tests {
         assert_eq!(pad_setting(Some("junk"), true, 40960), (0, vec![]));
         assert_eq!(pdl_off_setting(Some("qk_norm_rope,glu_packed")), vec!["qk_norm_rope", "glu_packed"]);
         assert!(pdl_off_setting(None).is_empty());
+    }
+
+    #[test]
+    fn carveout_takes_a_percentage_or_nothing() {
+        assert_eq!(carveout_setting(Some(" 100")), Some(100));
+        assert_eq!(carveout_setting(Some("0")), Some(0));
+        for off in [None, Some("-1"), Some("101"), Some("max"), Some("")] {
+            assert_eq!(carveout_setting(off), None, "{off:?}");
+        }
     }
 
     #[test]
