@@ -6,7 +6,7 @@
 # then waits behind that burst. Same bits, knobs only (TF_GEMV_TUNE TILESxKT:pP, stages before
 # the wait per launch shape; 7 by default), interleaved, 3 rounds:
 #   N   defaults          G0  gate_up p0     G3  gate_up p3     D3  down p3 (behind gate_up's tail)
-#   Q3  qkv p3 (behind down's tail)          A3  every shape p3  A0  every shape p0
+#   A3  every shape p3
 # then the Done-when bench with the fastest (if it beats N), transformers, tests with it, and the
 # timelines of N and it at 128x1, each step only while time is left.
 set -u
@@ -22,9 +22,9 @@ cat .carry/commit.txt | tee "$OUT/commit.txt"
 T=.carry/tensorfold
 timeout 300 $T synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1
 stamp abc
-declare -A V=([G0]=1536x256:p0 [G3]=1536x256:p3 [D3]=256x768:p3 [Q3]=384x256:p3 [A3]=0x0:p3 [A0]=0x0:p0)
+declare -A V=([G0]=1536x256:p0 [G3]=1536x256:p3 [D3]=256x768:p3 [A3]=0x0:p3)
 BINS="N=$T"
-for n in G0 G3 D3 Q3 A3 A0; do BINS="$BINS $n=$T:TF_GEMV_TUNE=${V[$n]}"; done
+for n in G0 G3 D3 A3; do BINS="$BINS $n=$T:TF_GEMV_TUNE=${V[$n]}"; done
 OUT=$W/dense bash scripts/device/abc.sh "$BINS" 3 2>&1 | tee $OUT/abc.txt
 # The fastest at 128x1, kept when it beats N by 0.4% there and does not lose at 4096x1.
 BEST=$(awk '$3 == 1 {d[$1 "," $2] = $4; if ($2 == 128) names[$1] = 1}
