@@ -7,7 +7,7 @@
 # the wait per launch shape; 7 by default), interleaved, 3 rounds:
 #   N   defaults          G0  gate_up p0     G3  gate_up p3     D3  down p3 (behind gate_up's tail)
 #   A3  every shape p3
-# then the Done-when bench with the fastest (if it beats N), transformers, tests with it, and the
+# then the Done-when bench with the fastest (if it beats N), tests with it, transformers, and the
 # timelines of N and it at 128x1, each step only while time is left.
 set -u
 OUT=${OUT:-/tmp/tf-out}
@@ -33,13 +33,13 @@ BEST=$(awk '$3 == 1 {d[$1 "," $2] = $4; if ($2 == 128) names[$1] = 1}
 stamp "bench ($BEST: TF_GEMV_TUNE=${TF_GEMV_TUNE:-unset})"
 left 60 bench && timeout 150 $T bench --model /tmp/qwen3-8b --device cuda --prompt-len 128,4096 --batch 1,8,64 \
   --gen-len 128 --repeat 2 --json $OUT/ours.json > $OUT/bench.txt 2>&1
-stamp peer
-left 230 peer && PYTHONUNBUFFERED=1 timeout 220 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,128x64,4096x1 \
-  --gen-len 128 --repeat 1 --json $OUT/peer.json > $W/peer.log 2>&1
 for t in ops engine golden; do
   left 50 "test $t" && stamp "test $t" && timeout 100 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log \
     | grep -E "FAILED|panicked|test result" | head -5 | tee -a $OUT/tests.txt
 done
+stamp peer
+left 230 peer && PYTHONUNBUFFERED=1 timeout 220 python3 scripts/device/peer_hf.py --model /tmp/qwen3-8b --runs 128x1,128x64,4096x1 \
+  --gen-len 128 --repeat 1 --json $OUT/peer.json > $W/peer.log 2>&1
 if [[ $BEST != N ]] && left 100 trace; then
   unset TF_GEMV_TUNE
   OUT=$W VARIANTS="N $BEST:TF_GEMV_TUNE=${V[$BEST]}" timeout 150 bash scripts/device/trace.sh $T "128x1" > $W/trace.txt 2>&1
