@@ -54,9 +54,9 @@ macro_rules! kernels {
             fn load(m: &Arc<CudaModule>) -> Result<Kernels, CudaError> {
                 Ok(Kernels { $($name: drv(m.load_function(stringify!($name)), "loading a kernel")?,)* })
             }
-            /// Every kernel with its name.
-            fn all(&self) -> Vec<(&'static str, &CudaFunction)> {
-                vec![$((stringify!($name), &self.$name),)*]
+            /// Every kernel.
+            fn all(&self) -> Vec<&CudaFunction> {
+                vec![$(&self.$name,)*]
             }
         }
     };
@@ -306,7 +306,7 @@ impl Device {
         }
         // Lab: every kernel's preferred carveout (`TF_CARVEOUT=PCT`, profile.rs `carveout_setting`).
         if let Some(pct) = crate::profile::carveout_setting(std::env::var("TF_CARVEOUT").ok().as_deref()) {
-            for (_, f) in k.all() {
+            for f in k.all() {
                 drv(f.set_attribute(carveout, pct), "setting a kernel's shared-memory carveout")?;
             }
         }
