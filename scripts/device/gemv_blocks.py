@@ -7,44 +7,31 @@ one (SM id ^ 1). Late, tagged and every 16th block are printed.
 
 usage: gemv_blocks.py TRACE.tsv[.gz] LAYER K [NTOT=256]   (K: 0 qkv, 1 o, 2 gate_up, 3 down)"""
 import collections
-import gzip
 import statistics as st
 import sys
 
+import timeline
+
 path, layer, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ntot = int(sys.argv[4]) if len(sys.argv) > 4 else 256
-recs = []
-with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-    next(f)
-    for line in f:
-        p = line.rstrip("\n").split("\t")
-        recs.append((int(p[5]), int(p[6]), p[0], int(p[2]), int(p[3]), int(p[4]), int(p[7])))
-recs.sort()
-launches = []  # consecutive records of one kernel; a warp seen twice opens the next launch
-for r in recs:
-    cur = launches[-1] if launches else None
-    if cur is None or cur["name"] != r[2] or (r[3], r[4]) in cur["seen"]:
-        cur = {"name": r[2], "seen": set(), "recs": []}
-        launches.append(cur)
-    cur["seen"].add((r[3], r[4]))
-    cur["recs"].append(r)
+launches = timeline.launches(path)
 gemv = [i for i, l in enumerate(launches) if l["name"].startswith("gemv")]
 i = gemv[layer * 4 + k]
-t00 = launches[max(i - 3, 0)]["recs"][0][0]
+t00 = launches[max(i - 3, 0)]["recs"][0].t0
 us = lambda t: (t - t00) / 1e3
 for j in range(max(i - 3, 0), i):
     spans = collections.defaultdict(lambda: [1 << 62, 0])
     for r in launches[j]["recs"]:
-        s = spans[(r[3], r[5])]
-        s[0], s[1] = min(s[0], r[0]), max(s[1], r[1])
+        s = spans[(r.block, r.sm)]
+        s[0], s[1] = min(s[0], r.t0), max(s[1], r.t1)
     sms = sorted({sm for _, sm in spans})
     a, e = min(s[0] for s in spans.values()), max(s[1] for s in spans.values())
     print(f"{launches[j]['name']}: {len(spans)} blocks on SMs {sms if len(sms) <= 16 else len(sms)}, {us(a):.1f}-{us(e):.1f} us")
-before = {r[5] for r in launches[i - 1]["recs"]}
+before = {r.sm for r in launches[i - 1]["recs"]}
 blocks = {}
-for t0, t1, _, b, _, sm, dw in launches[i]["recs"]:
-    v = blocks.setdefault(b, [sm, 1 << 62, 0, dw])
-    v[1], v[2] = min(v[1], t0), max(v[2], t1)
+for r in launches[i]["recs"]:
+    v = blocks.setdefault(r.block, [r.sm, 1 << 62, 0, r.dwait])
+    v[1], v[2] = min(v[1], r.t0), max(v[2], r.t1)
 med = st.median(v[2] for v in blocks.values())
 tq, tr = divmod(ntot, len(blocks))
 print(f"{launches[i]['name']} (layer {layer}, K {k}): {len(blocks)} blocks, median end {us(med):.1f} us")

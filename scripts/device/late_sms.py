@@ -9,37 +9,24 @@ the partners of decode attention's SMs all ended about 5 us late).
 
 usage: late_sms.py TRACE.tsv[.gz] K [LAYERS=36]   (the first round's layers)"""
 import collections
-import gzip
 import statistics as st
 import sys
 
+import timeline
+
 path, k = sys.argv[1], int(sys.argv[2])
-recs = []
-with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-    next(f)
-    for line in f:
-        p = line.rstrip("\n").split("\t")
-        recs.append((int(p[5]), int(p[6]), p[0], int(p[2]), int(p[3]), int(p[4])))
-recs.sort()
-launches = []  # consecutive records of one kernel; a warp seen twice opens the next launch
-for r in recs:
-    cur = launches[-1] if launches else None
-    if cur is None or cur["name"] != r[2] or (r[3], r[4]) in cur["seen"]:
-        cur = {"name": r[2], "seen": set(), "recs": []}
-        launches.append(cur)
-    cur["seen"].add((r[3], r[4]))
-    cur["recs"].append(r)
+launches = timeline.launches(path)
 gemv = [i for i, l in enumerate(launches) if l["name"].startswith("gemv")]
 layers = int(sys.argv[3]) if len(sys.argv) > 3 else 36
 count = collections.Counter()
 where = collections.defaultdict(list)  # place -> block ends after the launch's median (us)
 for layer in range(layers):
     i = gemv[layer * 4 + k]
-    before = {r[5] for r in launches[i - 1]["recs"]} if i > 0 else set()
+    before = {r.sm for r in launches[i - 1]["recs"]} if i > 0 else set()
     blocks = {}
-    for t0, t1, _, block, _, sm in launches[i]["recs"]:
-        b = blocks.setdefault(block, [sm, 0])
-        b[1] = max(b[1], t1)
+    for r in launches[i]["recs"]:
+        b = blocks.setdefault(r.block, [r.sm, 0])
+        b[1] = max(b[1], r.t1)
     med = st.median(v[1] for v in blocks.values())
     for sm, end in blocks.values():
         if end - med > 1500:
@@ -55,4 +42,4 @@ for layer in (5, layers // 2, layers - 6):
     qi = gemv[layer * 4]
     for l in launches[qi - 2 : qi + 3]:
         if not l["name"].startswith("gemv"):
-            print(f"layer {layer}: {l['name']} on SMs {sorted({r[5] for r in l['recs']})}")
+            print(f"layer {layer}: {l['name']} on SMs {sorted({r.sm for r in l['recs']})}")

@@ -8,26 +8,13 @@ actual last block end.
 
 usage: sm_speed.py TRACE.tsv[.gz]"""
 import collections
-import gzip
 import statistics as st
 import sys
 
+import timeline
+
 TILES = {"qkv": 384, "o": 256, "gate_up": 1536, "down": 256, "head": 9496}
-recs = []
-with (gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])) as f:
-    next(f)
-    for line in f:
-        p = line.rstrip("\n").split("\t")
-        recs.append((int(p[5]), int(p[6]), p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4]), int(p[7])))
-recs.sort()
-launches = []
-for r in recs:
-    cur = launches[-1] if launches else None
-    if cur is None or cur["name"] != r[2] or (r[4], r[5]) in cur["seen"]:
-        cur = {"name": r[2], "grid": r[3], "seen": set(), "recs": []}
-        launches.append(cur)
-    cur["seen"].add((r[4], r[5]))
-    cur["recs"].append(r)
+launches = timeline.launches(sys.argv[1])
 # The first round: launches up to the first argmax_combine.
 end = next(i for i, l in enumerate(launches) if l["name"] == "argmax_combine")
 gemv = [l for l in launches[:end] if l["name"].startswith("gemv")]
@@ -38,11 +25,11 @@ for kind, l in zip(kinds, gemv):
     G, ntot = l["grid"], TILES[kind]
     tq, tr = divmod(ntot, G)
     blocks = {}
-    for t0, t1, _, _, b, _, sm, dw in l["recs"]:
-        x = blocks.setdefault(b, [sm, 0, []])
-        x[1] = max(x[1], t1)
-        if dw:
-            x[2].append(t0 + dw)
+    for r in l["recs"]:
+        x = blocks.setdefault(r.block, [r.sm, 0, []])
+        x[1] = max(x[1], r.t1)
+        if r.dwait:
+            x[2].append(r.t0 + r.dwait)
     wait = st.median(w for x in blocks.values() for w in x[2])
     per = {x[0]: (x[1] - wait) / (tq + (b < tr)) for b, x in blocks.items()}
     med = st.median(per.values())
