@@ -94,6 +94,9 @@ pub trait Backend: Send + Sync {
     type Vec: Send + Sync;
     /// One layer's paged KV cache.
     type Kv: Send;
+    /// Token ids a round picked, kept where it picked them ([`Backend::argmax_rows_held`]), so
+    /// a later round can embed them before they reach the host.
+    type Held: Send;
 
     /// Short name for logs (`cpu`, `ref`, `cuda:0`).
     fn name(&self) -> String;
@@ -112,6 +115,13 @@ pub trait Backend: Send + Sync {
 
     /// Rows of the embedding table `[vocab, hidden]` for `ids`, times `scale`.
     fn embed(&self, table: &Self::Mat, ids: &[u32], scale: f32) -> Self::Act;
+    /// [`Backend::embed`] of the ids `held[rows[i]]` (`rows` index the round `held` came from):
+    /// the same values; a device reads them where they are instead of waiting for the host.
+    fn embed_held(&self, table: &Self::Mat, held: &Self::Held, rows: &[u32], scale: f32) -> Self::Act {
+        let all = self.held_ids(held);
+        let ids: Vec<u32> = rows.iter().map(|&r| all.get(r as usize).copied().unwrap_or_default()).collect();
+        self.embed(table, &ids, scale)
+    }
     /// `x @ w^T`: `[rows, in] x [out, in] -> [rows, out]`.
     fn matmul(&self, x: &Self::Act, w: &Self::Mat) -> Self::Act;
     /// `x @ w^T` for each weight of `ws` (q/k/v, gate/up): the same results as one `matmul` per
@@ -232,6 +242,12 @@ pub trait Backend: Send + Sync {
         let data = self.download(x);
         data.chunks(cols.max(1)).map(|row| host::argmax(row) as u32).collect()
     }
+    /// [`Backend::argmax_rows`] without waiting for it: the ids stay where they were picked and
+    /// their copy to the host is queued. [`Backend::held_ids`] reads them; a later round may
+    /// embed them first ([`Round::held`]), so the device need not idle while the host looks.
+    fn argmax_rows_held(&self, x: &Self::Act) -> Self::Held;
+    /// The ids of `h` on the host, as [`Backend::argmax_rows`] gives them (waits for their copy).
+    fn held_ids(&self, h: &Self::Held) -> Vec<u32>;
     /// Per query, the sampling candidates of logits row `rows[i]` of `x` under `queries[i]`
     /// (candidates.rs), each listed row edited in place first. Devices that select in place send
     /// only the candidates to the host; the default downloads the rows.
@@ -267,9 +283,9 @@ pub trait Backend: Send + Sync {
     /// result has `round`'s rows with the values `f(round)` gives. The default runs `f(round)`.
     fn forward_round(
         &self,
-        round: &Round<'_>,
+        round: &Round<'_, Self::Held>,
         kv: &mut [Self::Kv],
-        f: &mut RoundFn<'_, Self::Kv, Self::Act>,
+        f: &mut RoundFn<'_, Self::Kv, Self::Act, Self::Held>,
     ) -> Self::Act {
         f(round, kv)
     }
@@ -277,19 +293,21 @@ pub trait Backend: Send + Sync {
 
 /// The part of a round's forward a backend may record ([`Backend::forward_round`]): it runs over
 /// the round it is handed and the KV pools.
-pub type RoundFn<'a, Kv, Act> = dyn FnMut(&Round<'_>, &mut [Kv]) -> Act + 'a;
+pub type RoundFn<'a, Kv, Act, H = ()> = dyn FnMut(&Round<'_, H>, &mut [Kv]) -> Act + 'a;
 
 /// What a round's forward reads from the host, for [`Backend::forward_round`]: a backend that
 /// replays recordings keys them on it and uploads these inputs before a replay.
-pub struct Round<'a> {
+pub struct Round<'a, H = ()> {
     /// Whether the forward's ops depend on the host only through these inputs (no sliding
     /// windows; an op that reads the host anyway must spoil a recording), so a recording may
     /// stand for it.
     pub replayable: bool,
     /// The model ([`Backend::fresh_id`] at its load) and how many of its layers run.
     pub model: [u64; 2],
-    /// Token ids in row order.
+    /// Token ids in row order; with `held`, each row's index into the ids held there.
     pub ids: &'a [u32],
+    /// Ids an earlier round picked, held by the backend: row `i`'s token is `held[ids[i]]`.
+    pub held: Option<&'a H>,
     /// Absolute position of each row.
     pub positions: &'a [u32],
     /// Sequences, positions and KV slots.

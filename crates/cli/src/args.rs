@@ -214,7 +214,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
     /// How decode picks tokens, comma-separated (each a separate measurement): greedy (argmax
-    /// on the device), host (every row downloaded and sampled), candidates (every row sampled
+    /// on the device, the next round queued on it before it reaches the host, as the engine
+    /// does), greedy-sync (the same, each round waited for before the next is queued), host
+    /// (every row downloaded and sampled), candidates (every row sampled
     /// from the candidates the backend selects), host-logprobs and logprobs (those two with every
     /// row's top-5 logprobs, from the downloaded rows or from the backend).
     #[arg(long, default_value = "greedy")]

@@ -5,7 +5,9 @@
 //! They share the prompt's full KV blocks (prefix sharing: one prefill, as a prefix cache would
 //! give) and own their tail and generated blocks. Each round computes every row's logits; the
 //! next token of all rows is row 0's, picked as `--sample` says (bench_pick.rs): by default the
-//! argmax, taken on the device where the backend can.
+//! argmax, taken on the device where the backend can. Greedy rounds overlap as the engine's do
+//! (engine/overlap.rs): round N + 1 is queued on round N's ids where the backend holds them,
+//! before they reach the host (`--sample greedy-sync` waits for each round's ids instead).
 
 use crate::args::BenchArgs;
 use crate::bench_cost::Cost;
@@ -48,8 +50,15 @@ impl Layout {
     }
 }
 
-/// Feeds `ids` at `start_pos` for each `(seq, table)`; returns the logits of every row.
-fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], usize, &Vec<u32>)]) -> B::Act {
+/// Feeds `ids` at `start_pos` for each `(seq, table)` (with `held`, the ids are rows of the ids
+/// held there); returns the logits of every row.
+fn forward<B: Backend>(
+    m: &Model<B>,
+    b: &B,
+    kv: &mut [B::Kv],
+    seqs: &[(&[u32], usize, &Vec<u32>)],
+    held: Option<&B::Held>,
+) -> B::Act {
     let (mut ids, mut meta) = (Vec::new(), AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: BLOCK });
     for &(tokens, start_pos, table) in seqs {
         meta.seqs.push(SeqAttn { q_start: ids.len(), q_len: tokens.len(), start_pos, block_table: table.clone() });
@@ -58,7 +67,7 @@ fn forward<B: Backend>(m: &Model<B>, b: &B, kv: &mut [B::Kv], seqs: &[(&[u32], u
         ids.extend_from_slice(tokens);
     }
     let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
-    m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows }, kv)
+    m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows, held }, kv)
 }
 
 /// The argmax of the first logits row (waits for the device; on a GPU only the ids cross, every
@@ -90,25 +99,39 @@ fn measure<B: Backend>(
     let mut last = 0;
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
-        last = first_argmax(b, &forward(m, b, &mut kv, &[(prompt, 0, &tables[0])]));
+        last = first_argmax(b, &forward(m, b, &mut kv, &[(prompt, 0, &tables[0])], None));
         prefill.push(t.elapsed().as_secs_f64());
     }
     // Every other sequence adds its own copy of the prompt's tail after the shared blocks.
     if len > shared {
         for table in &tables[1..] {
-            first_argmax(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)]));
+            first_argmax(b, &forward(m, b, &mut kv, &[(&prompt[shared..], shared, table)], None));
         }
     }
     let (mut round_s, mut host_s) = (Vec::with_capacity(gen_len), Vec::with_capacity(gen_len));
+    // Overlapped: each round is queued on the previous one's held ids (every row takes row 0's),
+    // then the previous ids are read, so a round's time is the device's once the queue is full.
+    let overlap = picker.mode() == PickMode::Greedy;
+    let mut held: Option<B::Held> = None;
     for step in 0..gen_len {
-        let id = [m.vocab.sampled(last)];
+        let id = [if held.is_some() { 0 } else { m.vocab.sampled(last) }];
         let seqs: Vec<(&[u32], usize, &Vec<u32>)> = tables.iter().map(|t| (&id[..], len + step, t)).collect();
         let t = Instant::now();
-        let mut logits = forward(m, b, &mut kv, &seqs);
+        let mut logits = forward(m, b, &mut kv, &seqs, held.as_ref());
         host_s.push(t.elapsed().as_secs_f64());
-        last = picker.pick(b, &mut logits, batch, (len + step + 1) as u64);
+        if overlap {
+            if let Some(h) = held.replace(b.argmax_rows_held(&logits)) {
+                last = b.held_ids(&h).first().copied().unwrap_or(0) as usize;
+            }
+        } else {
+            last = picker.pick(b, &mut logits, batch, (len + step + 1) as u64);
+        }
         round_s.push(t.elapsed().as_secs_f64());
     }
+    if let Some(h) = held {
+        b.held_ids(&h);
+    }
+    let _ = last;
     Ok(Measured { prefill_s: median(prefill), round_s, host_s })
 }
 

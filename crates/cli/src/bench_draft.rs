@@ -75,7 +75,7 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
         let sched =
             SchedulerConfig { max_num_seqs: 4, max_round_tokens: 2048, prefill_chunk: 2048, prefix_cache: false };
         let num_blocks = (4096 + a.gen_len * 2).div_ceil(16);
-        let cfg = EngineConfig { num_blocks, block_size: 16, sched, draft };
+        let cfg = EngineConfig { num_blocks, block_size: 16, sched, draft, overlap: true };
         // One engine; tasks run one at a time, drafting off then on.
         let backend = b.name();
         let (h, thread) = spawn_with_drafter(m, dm, b, cfg).map_err(refused)?;

@@ -1,4 +1,5 @@
-//! How `tensorfold bench` picks a decode round's next token: the argmax on the device (greedy),
+//! How `tensorfold bench` picks a decode round's next token: the argmax on the device (greedy,
+//! overlapped with the next round as the engine does, or `greedy-sync`, waited for each round),
 //! or seeded sampling of every row, from whole rows downloaded to the host (`host`) or from the
 //! candidates the backend selects (`candidates`, what an engine round does). The `-logprobs`
 //! modes also give every row its top [`LOGPROBS_TOP`] logprobs: `host-logprobs` from the
@@ -15,8 +16,10 @@ use tf_engine::sampler::{History, SamplingParams, query, race_key, sample, sampl
 /// Where the next token comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PickMode {
-    /// Argmax of row 0 (only the ids cross on a GPU).
+    /// Argmax of row 0, the next round queued on it before it reaches the host (bench.rs).
     Greedy,
+    /// Argmax of row 0, waited for before the next round is queued (only the ids cross on a GPU).
+    GreedySync,
     /// Every row downloaded and sampled on the host.
     Host,
     /// Every row sampled from the backend's candidates.
@@ -36,12 +39,13 @@ impl PickMode {
         s.split(',')
             .map(|m| match m.trim() {
                 "greedy" => Ok(PickMode::Greedy),
+                "greedy-sync" => Ok(PickMode::GreedySync),
                 "host" => Ok(PickMode::Host),
                 "candidates" => Ok(PickMode::Candidates),
                 "host-logprobs" => Ok(PickMode::HostLogprobs),
                 "logprobs" => Ok(PickMode::Logprobs),
                 other => Err(refused(format!(
-                    "--sample: unknown mode {other:?} (greedy, host, candidates, host-logprobs, logprobs)"
+                    "--sample: unknown mode {other:?} (greedy, greedy-sync, host, candidates, host-logprobs, logprobs)"
                 ))),
             })
             .collect()
@@ -51,6 +55,7 @@ impl PickMode {
     pub fn name(self) -> &'static str {
         match self {
             PickMode::Greedy => "greedy",
+            PickMode::GreedySync => "greedy-sync",
             PickMode::Host => "host",
             PickMode::Candidates => "candidates",
             PickMode::HostLogprobs => "host-logprobs",
@@ -80,11 +85,16 @@ impl Picker {
         Picker { mode, params, history: History::default(), rows: 0, candidates: 0, draw_s: 0.0, lse_sum: 0.0 }
     }
 
+    /// The mode.
+    pub fn mode(&self) -> PickMode {
+        self.mode
+    }
+
     /// Row 0's next token of `logits` (`batch` rows as wide as the vocabulary) at `position`.
     pub fn pick<B: Backend>(&mut self, b: &B, logits: &mut B::Act, batch: usize, position: u64) -> usize {
         let params = |r: usize| SamplingParams { seed: self.params.seed.wrapping_add(r as u64), ..self.params.clone() };
         match self.mode {
-            PickMode::Greedy => b.argmax_rows(logits).first().copied().unwrap_or(0) as usize,
+            PickMode::Greedy | PickMode::GreedySync => b.argmax_rows(logits).first().copied().unwrap_or(0) as usize,
             PickMode::Host | PickMode::HostLogprobs => {
                 let (_, cols) = b.shape(logits);
                 let mut host = b.download(logits);

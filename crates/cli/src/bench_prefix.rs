@@ -146,7 +146,7 @@ impl BenchPrefix<'_> {
         let sched =
             SchedulerConfig { max_num_seqs: 1, max_round_tokens: chunk, prefill_chunk: chunk, prefix_cache: cache };
         let num_blocks = total.div_ceil(BLOCK_SIZE) + 2;
-        let cfg = EngineConfig { num_blocks, block_size: BLOCK_SIZE, sched, draft: Default::default() };
+        let cfg = EngineConfig { num_blocks, block_size: BLOCK_SIZE, sched, draft: Default::default(), overlap: true };
         let history = filler(tok.as_ref(), vocab, SYSTEM_TEXT, true, 0, a.system_len)?;
         let warm = filler(tok.as_ref(), vocab, USER_TEXT, false, a.turns + 1, 32)?;
         let (h, thread) = spawn(m, b, cfg).map_err(refused)?;

@@ -52,7 +52,7 @@ impl OnOwnedBackend for SessionGenerate<'_> {
         let sched =
             SchedulerConfig { max_num_seqs: 1, max_round_tokens: chunk, prefill_chunk: chunk, prefix_cache: true };
         let num_blocks = tokens.div_ceil(BLOCK_SIZE) + 1;
-        let cfg = EngineConfig { num_blocks, block_size: BLOCK_SIZE, sched, draft: Default::default() };
+        let cfg = EngineConfig { num_blocks, block_size: BLOCK_SIZE, sched, draft: Default::default(), overlap: true };
         let (tok, eos_ids) = (m.tokenizer.clone(), m.eos_ids.clone());
         let (h, thread) = spawn(m, b, cfg).map_err(refused)?;
         let job = Job { g, h: &h, path: &path, tok: tok.as_ref(), eos_ids: &eos_ids, stop_ids: &stop_ids };

@@ -75,7 +75,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         None => DraftKind::Off,
     };
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };
-    let cfg = EngineConfig { num_blocks, block_size, sched, draft };
+    let cfg = EngineConfig { num_blocks, block_size, sched, draft, overlap: a.overlap };
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens);
     let listen = Listen { host: a.host.clone(), port: a.port };

@@ -5,7 +5,8 @@
 
 use tf_cpu::CpuBackend;
 use tf_testkit::{
-    FAMILIES, check_concurrent_equals_solo, check_logprobs_are_the_raw_rows, check_prefix_resumed_equals_fresh,
+    FAMILIES, check_concurrent_equals_solo, check_logprobs_are_the_raw_rows, check_overlapped_equals_waited,
+    check_prefix_resumed_equals_fresh,
 };
 
 fn cpu() -> CpuBackend {
@@ -41,5 +42,13 @@ fn prefix_cache_hits_equal_fresh_prefill() {
         for seeded in [false, true] {
             check_prefix_resumed_equals_fresh(&cpu, family, seeded);
         }
+    }
+}
+
+/// Greedy rounds queued before the previous round's ids reach the host give the same tokens.
+#[test]
+fn overlapped_rounds_equal_waited_rounds() {
+    for family in FAMILIES {
+        check_overlapped_equals_waited(&cpu, family);
     }
 }

@@ -94,6 +94,15 @@ impl Backend for CpuBackend {
     type Mat = HostMat;
     type Vec = Vec<f32>;
     type Kv = HostKv;
+    type Held = Vec<u32>;
+
+    fn argmax_rows_held(&self, x: &HostTensor) -> Vec<u32> {
+        self.argmax_rows(x)
+    }
+
+    fn held_ids(&self, h: &Vec<u32>) -> Vec<u32> {
+        h.clone()
+    }
 
     fn name(&self) -> String {
         "cpu".into()

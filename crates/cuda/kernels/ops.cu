@@ -546,3 +546,11 @@ extern "C" __global__ void __launch_bounds__(32) argmax_combine(const float* __r
     warp_argmax(bv, bi);
     if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (u32)bi;
 }
+
+// ids[i] = held[ids[i]] for i < n: a round's token ids from the row indices the host wrote where
+// they go and the ids an earlier round picked on the device (held.rs; the engine queues a round
+// before the ids of the one before it reach the host).
+extern "C" __global__ void __launch_bounds__(128) gather_ids(u32* __restrict__ ids, const u32* __restrict__ held, int n) {
+    tf_pdl_enter();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) ids[i] = held[ids[i]];
+}

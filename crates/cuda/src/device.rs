@@ -88,6 +88,7 @@ kernels!(
     fill_random_bf16,
     argmax_partial,
     argmax_combine,
+    gather_ids,
     sample_edits,
     sample_max_partial,
     sample_select,

@@ -16,13 +16,16 @@
 //! would end its programmatic dependencies: a first try ran 10% slower than launches) and no
 //! buffer outside the pool is ever one of them. All work runs on the one compute stream, so two
 //! recordings sharing pool memory never overlap. Each replay's output is copied out of the pool
-//! before anything else runs.
+//! before anything else runs. A round fed ids an earlier round picked on the device (held.rs)
+//! uploads their row indices as its ids and gathers the ids over them before the launch.
 
 use crate::CudaBackend;
 use crate::attention::{Packed, last_chunk, pack};
 use crate::device::ptr;
 use crate::error::must;
 use crate::graph_pad::{Padded, bucket};
+use crate::held::CudaHeld;
+use crate::ops;
 use crate::tensor::CudaAct;
 use cudarc::driver::{CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
@@ -63,7 +66,7 @@ pub(crate) enum Input {
 
 impl Inputs {
     /// `[ids | positions | metadata, zero padded to cap]`.
-    fn host(r: &Round<'_>, meta: &Packed, cap: usize) -> Vec<u32> {
+    fn host<H>(r: &Round<'_, H>, meta: &Packed, cap: usize) -> Vec<u32> {
         let mut all = Vec::with_capacity(2 * r.ids.len() + cap);
         all.extend_from_slice(r.ids);
         all.extend_from_slice(r.positions);
@@ -154,14 +157,14 @@ impl Graphs {
 
     /// Whether a recording may stand for round `r`: one new token a sequence, at most
     /// `MAX_ROWS` of them, a replayable forward.
-    fn eligible(&self, r: &Round<'_>) -> bool {
+    fn eligible<H>(&self, r: &Round<'_, H>) -> bool {
         let rows = r.ids.len();
         let decode = r.meta.seqs.len() == rows && r.meta.seqs.iter().all(|s| s.q_len == 1);
         self.on && r.replayable && decode && rows > 0 && rows <= MAX_ROWS
     }
 
     /// The key of an eligible round `r` with packed metadata `meta`.
-    fn key(b: &CudaBackend, r: &Round<'_>, kv: &[crate::CudaKv], meta: &Packed) -> Key {
+    fn key<H>(b: &CudaBackend, r: &Round<'_, H>, kv: &[crate::CudaKv], meta: &Packed) -> Key {
         Key {
             model: r.model,
             rows: r.ids.len(),
@@ -176,9 +179,9 @@ impl Graphs {
 /// recorded and replayed padded to its bucket's rows (graph_pad.rs); run op by op, it is not.
 pub(crate) fn forward_round(
     b: &CudaBackend,
-    r: &Round<'_>,
+    r: &Round<'_, CudaHeld>,
     kv: &mut [crate::CudaKv],
-    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct>,
+    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct, CudaHeld>,
 ) -> CudaAct {
     let g = &b.graphs;
     if !g.eligible(r) {
@@ -198,7 +201,7 @@ pub(crate) fn forward_round(
     let meta = pack(rec.meta, rec.group.max(1));
     let key = Graphs::key(b, rec, kv, &meta);
     let host = Inputs::host(rec, &meta, key.meta_cap);
-    if let Some(out) = replay(b, &key, &host, rows) {
+    if let Some(out) = replay(b, &key, &host, rows, r.held) {
         return out;
     }
     if lock(&g.refused).iter().any(|(k, n)| *k == key && *n >= TRIES) {
@@ -217,6 +220,9 @@ pub(crate) fn forward_round(
     }
     let inputs =
         Arc::new(Inputs { buf: b.dev.upload(&host), ids: rec.ids.to_vec(), positions: rec.positions.to_vec(), meta });
+    if let Some(h) = r.held {
+        ops::gather_ids(b, ptr(&inputs.buf, &b.dev.stream), &h.ids, rows);
+    }
     match capture(b, key.clone(), inputs, kv, f, rec, rows) {
         Some(out) => out,
         None => {
@@ -232,9 +238,9 @@ pub(crate) fn forward_round(
     }
 }
 
-/// Replays the recording of `key` with inputs `host`; its first `rows` output rows, copied out
-/// of the pool.
-fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize) -> Option<CudaAct> {
+/// Replays the recording of `key` with inputs `host` (whose first `rows` ids index `held` when
+/// given); its first `rows` output rows, copied out of the pool.
+fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize, held: Option<&CudaHeld>) -> Option<CudaAct> {
     let mut entries = lock(&b.graphs.entries);
     let i = entries.iter().position(|e| e.key == *key)?;
     let e = entries.remove(i);
@@ -243,6 +249,9 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize) -> Option<CudaA
     // staged before it returns, and ordered before the launch on the stream.
     let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
     must(r, "copying a round's inputs");
+    if let Some(h) = held {
+        ops::gather_ids(b, ptr(&e.inputs.buf, &d.stream), &h.ids, rows);
+    }
     must(e.graph.launch(), "launching a recorded round");
     let out = copy_out(b, &e.out, &e.rows, rows);
     entries.push(e);
@@ -258,8 +267,8 @@ fn capture(
     key: Key,
     inputs: Arc<Inputs>,
     kv: &mut [crate::CudaKv],
-    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct>,
-    r: &Round<'_>,
+    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct, CudaHeld>,
+    r: &Round<'_, CudaHeld>,
     rows: usize,
 ) -> Option<CudaAct> {
     let d = &b.dev;
@@ -317,7 +326,7 @@ mod tests {
     }
 
     fn round<'a>(m: &'a AttnMeta, ids: &'a [u32], pos: &'a [u32]) -> Round<'a> {
-        Round { replayable: true, model: [1, 2], ids, positions: pos, meta: m, group: 4 }
+        Round { replayable: true, model: [1, 2], ids, held: None, positions: pos, meta: m, group: 4 }
     }
 
     #[test]

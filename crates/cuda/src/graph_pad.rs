@@ -23,7 +23,7 @@ pub(crate) struct Padded {
 impl Padded {
     /// `r` (one row a sequence) with rows appended up to `rows`, each reading and writing only
     /// block `scratch`.
-    pub(crate) fn new(r: &Round<'_>, rows: usize, scratch: u32) -> Padded {
+    pub(crate) fn new<H>(r: &Round<'_, H>, rows: usize, scratch: u32) -> Padded {
         let (mut ids, mut positions, mut meta) = (r.ids.to_vec(), r.positions.to_vec(), r.meta.clone());
         let slot = scratch as usize * meta.block_size;
         for q_start in r.ids.len()..rows {
@@ -35,12 +35,14 @@ impl Padded {
         Padded { ids, positions, meta }
     }
 
-    /// The padded round of `r`.
-    pub(crate) fn round<'a>(&'a self, r: &Round<'_>) -> Round<'a> {
+    /// The padded round of `r` (held ids stay with their rows: a pad row's index, 0, is left
+    /// as the pad's id, since only the real rows are gathered).
+    pub(crate) fn round<'a, 'b: 'a, H>(&'a self, r: &Round<'b, H>) -> Round<'a, H> {
         Round {
             replayable: r.replayable,
             model: r.model,
             ids: &self.ids,
+            held: r.held,
             positions: &self.positions,
             meta: &self.meta,
             group: r.group,
@@ -67,7 +69,15 @@ mod tests {
             slot_mapping: vec![72, 23],
             block_size: 16,
         };
-        let r = Round { replayable: true, model: [9, 4], ids: &[11, 12], positions: &[40, 7], meta: &meta, group: 2 };
+        let r: Round<'_> = Round {
+            replayable: true,
+            model: [9, 4],
+            ids: &[11, 12],
+            held: None,
+            positions: &[40, 7],
+            meta: &meta,
+            group: 2,
+        };
         let p = Padded::new(&r, 4, 6);
         let pr = p.round(&r);
         assert_eq!((pr.ids, pr.positions, pr.model, pr.group), (&[11, 12, 0, 0][..], &[40, 7, 0, 0][..], [9, 4], 2));

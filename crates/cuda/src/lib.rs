@@ -61,6 +61,7 @@ mod error;
 mod gemv_m1;
 mod graph;
 mod graph_pad;
+mod held;
 pub mod limits;
 mod logprob;
 mod matmul;
@@ -75,6 +76,7 @@ mod trace;
 
 pub use device::CudaOptions;
 pub use error::CudaError;
+pub use held::CudaHeld;
 pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 
 use device::Device;
@@ -120,6 +122,8 @@ pub struct CudaBackend {
     graphs: graph::Graphs,
     /// The last `fresh_id` handed out.
     ids: std::sync::atomic::AtomicU64,
+    /// Pinned buffers for held ids' copies to the host (held.rs).
+    held_spare: held::Spare,
 }
 
 impl CudaBackend {
@@ -138,6 +142,7 @@ impl CudaBackend {
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs && Skip::from_env().is_none()),
             ids: Default::default(),
+            held_spare: Default::default(),
             caches: Mutex::new(Caches::default()),
             skip: Skip::from_env(),
             gemv_pre: profile::gemv_pre_from_env(matmul::GEMV_PRE),
@@ -203,6 +208,7 @@ impl Backend for CudaBackend {
     type Mat = CudaMat;
     type Vec = CudaVec;
     type Kv = CudaKv;
+    type Held = CudaHeld;
 
     fn name(&self) -> String {
         format!("cuda:{}", self.dev.ordinal)
@@ -235,6 +241,10 @@ impl Backend for CudaBackend {
 
     fn embed(&self, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
         ops::embed(self, table, ids, scale)
+    }
+
+    fn embed_held(&self, table: &CudaMat, held: &CudaHeld, rows: &[u32], scale: f32) -> CudaAct {
+        held::embed_held(self, table, held, rows, scale)
     }
 
     fn matmul(&self, x: &CudaAct, w: &CudaMat) -> CudaAct {
@@ -384,9 +394,9 @@ impl Backend for CudaBackend {
 
     fn forward_round(
         &self,
-        round: &tf_backend::Round<'_>,
+        round: &tf_backend::Round<'_, CudaHeld>,
         kv: &mut [CudaKv],
-        f: &mut tf_backend::RoundFn<'_, CudaKv, CudaAct>,
+        f: &mut tf_backend::RoundFn<'_, CudaKv, CudaAct, CudaHeld>,
     ) -> CudaAct {
         graph::forward_round(self, round, kv, f)
     }
@@ -397,6 +407,14 @@ impl Backend for CudaBackend {
             t.round_done(&self.dev);
         }
         ids
+    }
+
+    fn argmax_rows_held(&self, x: &CudaAct) -> CudaHeld {
+        held::argmax_rows_held(self, x)
+    }
+
+    fn held_ids(&self, h: &CudaHeld) -> Vec<u32> {
+        held::held_ids(self, h)
     }
 
     fn candidate_capacity(&self) -> Option<usize> {

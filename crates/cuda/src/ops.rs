@@ -148,22 +148,25 @@ pub(crate) fn bf16_of<'a>(b: &CudaBackend, x: &'a CudaAct) -> &'a CudaSlice<u16>
 }
 
 pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
+    match b.graphs.input(Input::Ids, ids) {
+        Some(p) => embed_at(b, table, p, ids.len(), scale),
+        None => {
+            let idb = b.dev.upload(ids);
+            embed_at(b, table, ptr(&idb, &b.dev.stream), ids.len(), scale)
+        }
+    }
+}
+
+/// [`embed`] of the `n` ids at device address `idp`.
+pub(crate) fn embed_at(b: &CudaBackend, table: &CudaMat, idp: u64, n: usize, scale: f32) -> CudaAct {
     let d = &b.dev;
     let (_, cols) = table.shape();
-    let out = d.alloc::<f32>(ids.len() * cols);
-    let idb;
-    let idp = match b.graphs.input(Input::Ids, ids) {
-        Some(p) => p,
-        None => {
-            idb = d.upload(ids);
-            ptr(&idb, &d.stream)
-        }
-    };
+    let out = d.alloc::<f32>(n * cols);
     let (w, dtype, kt) = match table {
         CudaMat::Bf16 { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
         CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
     };
-    if !ids.is_empty() {
+    if n > 0 {
         let args = [
             Arg::P(w),
             Arg::I(dtype),
@@ -173,9 +176,9 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
             Arg::F(scale),
             Arg::P(ptr(&out, &d.stream)),
         ];
-        d.launch(&d.k.embed, (ids.len() as u32, 1, 1), BLOCK, 0, &args);
+        d.launch(&d.k.embed, (n as u32, 1, 1), BLOCK, 0, &args);
     }
-    CudaAct::new(out, ids.len(), cols)
+    CudaAct::new(out, n, cols)
 }
 
 pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
@@ -522,9 +525,15 @@ pub(crate) fn argmax_split(rows: usize, cols: usize) -> (usize, usize) {
 
 /// Per row, the column of the first largest value; only the indices come back.
 pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
+    b.dev.download(&argmax_on_device(b, x), x.rows)
+}
+
+/// Per row of `x`, the column of the first largest value, left on the device (`x.rows` values;
+/// zeros for rows without columns).
+pub(crate) fn argmax_on_device(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
     let d = &b.dev;
     if x.rows == 0 || x.cols == 0 {
-        return vec![0; x.rows];
+        return d.zeros::<u32>(x.rows.max(1));
     }
     let (parts, slice) = argmax_split(x.rows, x.cols);
     let pv = d.alloc::<f32>(x.rows * parts);
@@ -543,7 +552,18 @@ pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
     let args =
         [Arg::P(ptr(&pv, &d.stream)), Arg::P(ptr(&pi, &d.stream)), Arg::P(ptr(&out, &d.stream)), Arg::I(parts as i32)];
     d.launch(&d.k.argmax_combine, (x.rows as u32, 1, 1), 32, 0, &args);
-    d.download(&out, x.rows)
+    out
+}
+
+/// `ids[i] = held[ids[i]]` for the first `n` ids at device address `ids` (kernels/ops.cu
+/// `gather_ids`): row indices written where a round reads its token ids, made those ids.
+pub(crate) fn gather_ids(b: &CudaBackend, ids: u64, held: &CudaSlice<u32>, n: usize) {
+    let d = &b.dev;
+    if n == 0 {
+        return;
+    }
+    let args = [Arg::P(ids), Arg::P(ptr(held, &d.stream)), Arg::I(n as i32)];
+    d.launch(&d.k.gather_ids, (n.div_ceil(128) as u32, 1, 1), 128, 0, &args);
 }
 
 /// bf16 values in one block of K (or V).

@@ -42,6 +42,13 @@ impl Backend for Dual {
     type Mat = (HostMat, CudaMat);
     type Vec = (Vec<f32>, CudaVec);
     type Kv = (HostKv, CudaKv);
+    type Held = Vec<u32>;
+    fn argmax_rows_held(&self, x: &Self::Act) -> Vec<u32> {
+        self.g.argmax_rows(&x.1)
+    }
+    fn held_ids(&self, h: &Vec<u32>) -> Vec<u32> {
+        h.clone()
+    }
     fn name(&self) -> String {
         "dual".into()
     }

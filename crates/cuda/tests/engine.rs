@@ -1,7 +1,7 @@
 //! The engine's exactness checks on the CUDA backend, the same tf-testkit checks the CPU tests
-//! run in CI: concurrent == solo, prefix-cache resumed == fresh, restored session == cold, and
-//! drafted == undrafted for the n-gram, early-exit and draft-model drafters. Without a GPU each
-//! test prints "skipped" and passes.
+//! run in CI: concurrent == solo, overlapped greedy rounds == waited ones, prefix-cache resumed
+//! == fresh, restored session == cold, and drafted == undrafted for the n-gram, early-exit and
+//! draft-model drafters. Without a GPU each test prints "skipped" and passes.
 
 mod common;
 
@@ -9,8 +9,8 @@ use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
     DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
-    check_logprobs_are_the_raw_rows, check_prefix_resumed_equals_fresh, check_self_drafting_accepts_all,
-    check_session_restore_equals_fresh,
+    check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
+    check_self_drafting_accepts_all, check_session_restore_equals_fresh,
 };
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
@@ -26,6 +26,14 @@ fn concurrent_equals_solo() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
+    }
+}
+
+#[test]
+fn overlapped_rounds_equal_waited_rounds() {
+    let Some(gpu) = gpu() else { return };
+    for family in FAMILIES {
+        check_overlapped_equals_waited(&gpu, family);
     }
 }
 

@@ -431,8 +431,10 @@ fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> A
 /// Runs `rounds` (the first a prefill) through `forward_round` as a decoder's layers do: each
 /// embeds its ids, projects q/k/v, normalizes and rotates them, attends (split across CTAs past
 /// 256 keys) and projects o; the last row of each sequence is read back after the recorded part.
-/// The ops read the round they are handed (a recording backend may pad it).
-fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize) -> Vec<Vec<f32>> {
+/// The ops read the round they are handed (a recording backend may pad it). With `fed`, each
+/// round's ids reach it as the engine's overlapped rounds feed them: picked on the device (the
+/// argmax of one-hot rows, in reverse order) and named by row (`Round::held`).
+fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize, fed: bool) -> Vec<Vec<f32>> {
     let (h, kvh, d, hidden, vocab, bs) = (8, 2, 128, 256, 64, 16);
     let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.088, window: None, softcap: None };
     let rope = Rope::new(d, 10000.0, &RopeScaling::Default);
@@ -453,9 +455,22 @@ fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize) 
         let ids: Vec<u32> = (0..t).map(|i| ((step * 7 + i * 3) % vocab) as u32).collect();
         let positions = meta.positions();
         let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
-        let r = Round { replayable: true, model, ids: &ids, positions: &positions, meta, group: h / kvh };
+        let mut onehot = vec![0.0f32; t * vocab];
+        for (i, &id) in ids.iter().rev().enumerate() {
+            onehot[i * vocab + id as usize] = 1.0;
+        }
+        let held = fed.then(|| b.argmax_rows_held(&b.upload(&onehot, t, vocab)));
+        let picks: Vec<u32> = (0..t as u32).rev().collect();
+        if let Some(h) = &held {
+            assert_eq!(b.held_ids(h), ids.iter().rev().copied().collect::<Vec<_>>(), "round {step}: held ids");
+        }
+        let (ids, held) = if fed { (&picks, held.as_ref()) } else { (&ids, None) };
+        let r = Round { replayable: true, model, ids, held, positions: &positions, meta, group: h / kvh };
         let out = b.forward_round(&r, &mut kv, &mut |r, kv| {
-            let x = b.embed(&table, r.ids, 1.0);
+            let x = match r.held {
+                Some(held) => b.embed_held(&table, held, r.ids, 1.0),
+                None => b.embed(&table, r.ids, 1.0),
+            };
             let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
             let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
             b.qk_norm_rope(&mut q, &mut k, Some(norms), r.positions, d, &rope);
@@ -493,14 +508,16 @@ fn recorded_decode_rounds_equal_op_by_op() {
                 round(&seqs, bs, blocks)
             })
             .collect();
-        same_rounds(
-            &run_rounds(&on, &rounds, blocks * n),
-            &run_rounds(&off, &rounds, blocks * n),
-            &format!("{n} rows"),
-        );
+        let want = run_rounds(&off, &rounds, blocks * n, false);
+        same_rounds(&run_rounds(&on, &rounds, blocks * n, false), &want, &format!("{n} rows"));
         let (captures, replays) = on.graph_counts();
         eprintln!("{n} rows: {captures} captures, {replays} replays so far");
         assert!(replays > 40 * n.min(2) && captures >= 2, "{captures} captures, {replays} replays");
+        // Ids held on the device and named by row: replayed, captured and op by op alike.
+        same_rounds(&run_rounds(&on, &rounds, blocks * n, true), &want, &format!("{n} rows, held ids"));
+        same_rounds(&run_rounds(&off, &rounds, blocks * n, true), &want, &format!("{n} rows, held ids, no graphs"));
+        let (c2, r2) = on.graph_counts();
+        assert!(r2 > replays + 40 * n.min(2) && c2 >= captures + 2, "held: {c2} captures, {r2} replays");
         assert_eq!(off.graph_counts(), (0, 0));
     }
 }
@@ -529,7 +546,8 @@ fn rounds_of_nearby_sizes_share_one_padded_recording() {
         rounds.push(meta_of(&(0..n).map(|i| (i, pos[i], 1)).collect::<Vec<_>>()));
         pos.iter_mut().take(n).for_each(|p| *p += 1);
     }
-    same_rounds(&run_rounds(&on, &rounds, 8 * per), &run_rounds(&off, &rounds, 8 * per), "5 to 8 rows");
+    let want = run_rounds(&off, &rounds, 8 * per, false);
+    same_rounds(&run_rounds(&on, &rounds, 8 * per, true), &want, "5 to 8 rows, held ids");
     let (captures, replays) = on.graph_counts();
     assert_eq!(captures, 1, "one recording for the bucket ({replays} replays)");
     assert!(replays >= 37, "{replays} replays");
@@ -545,7 +563,7 @@ fn rounds_that_upload_run_op_by_op() {
     let model = [b.fresh_id(), 1];
     for step in 0..6u32 {
         let positions = meta.positions();
-        let r = Round { replayable: true, model, ids: &[0], positions: &positions, meta: &meta, group: 1 };
+        let r = Round { replayable: true, model, ids: &[0], held: None, positions: &positions, meta: &meta, group: 1 };
         let vals = [step as f32, 2.0, -1.5];
         let out = b.forward_round(&r, &mut kv, &mut |_, _| b.upload(&vals, 1, 3));
         assert_eq!(b.download(&out), vals, "round {step}");

@@ -22,6 +22,7 @@ use tf_core::TokenIds;
 use tf_models::{Batch, Model};
 
 mod draft_model;
+mod overlap;
 mod pick;
 mod session_ops;
 mod speculate;
@@ -103,6 +104,10 @@ pub struct EngineConfig {
     pub sched: SchedulerConfig,
     /// Speculative decoding.
     pub draft: DraftConfig,
+    /// Queue a round of plain greedy decoding before the ids of the round before it reach the
+    /// host (overlap.rs), so the device does not wait for the host between rounds; the same
+    /// tokens either way.
+    pub overlap: bool,
 }
 
 /// Counters the engine keeps for metrics.
@@ -130,6 +135,8 @@ pub struct EngineStats {
     pub preemptions: AtomicU64,
     /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
     pub device_sampled_rows: AtomicU64,
+    /// Rounds queued before the ids of the round before them reached the host (overlap.rs).
+    pub overlapped_rounds: AtomicU64,
     /// Rows sampled from candidates the backend selected (only those crossed to the host).
     pub candidate_rows: AtomicU64,
     /// Prompt tokens served from the prefix cache.
@@ -282,6 +289,8 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         next_id: 0,
         stats,
         max_seq_tokens,
+        overlap: cfg.overlap,
+        in_flight: None,
     };
     let thread = std::thread::Builder::new()
         .name("tensorfold-engine".into())
@@ -303,12 +312,16 @@ struct Core<B: Backend> {
     next_id: SeqId,
     stats: Arc<EngineStats>,
     max_seq_tokens: usize,
+    /// Overlap greedy rounds (`EngineConfig::overlap`).
+    overlap: bool,
+    /// A greedy round whose ids are still on the backend (overlap.rs).
+    in_flight: Option<overlap::InFlight<B::Held>>,
 }
 
 impl<B: Backend> Core<B> {
     fn run(&mut self, rx: Receiver<Command>) {
         loop {
-            if self.sched.is_idle() {
+            if self.sched.is_idle() && self.in_flight.is_none() {
                 match rx.recv() {
                     Ok(Command::Shutdown) | Err(_) => return,
                     Ok(cmd) => self.command(cmd),
@@ -323,10 +336,14 @@ impl<B: Backend> Core<B> {
                 }
             }
             self.reap_cancelled();
-            self.propose_drafts();
-            let plan = self.sched.schedule();
-            if !plan.is_empty() {
-                self.round(&plan);
+            if let Some(p) = self.in_flight.take() {
+                self.land_in_flight(p);
+            } else {
+                self.propose_drafts();
+                let plan = self.sched.schedule();
+                if !plan.is_empty() {
+                    self.round(&plan);
+                }
             }
             self.publish();
         }
@@ -393,24 +410,29 @@ impl<B: Backend> Core<B> {
         }
     }
 
-    fn round(&mut self, plan: &[RoundEntry]) {
-        let t = Instant::now();
+    /// Runs the forward of `plan`'s rows; with `fed`, its ids are rows of ids the backend holds
+    /// (one index per entry, in order: entries of one new token each). Logits of the rows wanting them.
+    fn forward_plan(&mut self, plan: &[RoundEntry], fed: Option<(&B::Held, &[u32])>) -> B::Act {
         let block_size = self.sched.pool().block_size();
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut q_start = 0;
         for e in plan {
             let Some(s) = self.sched.seq(e.seq) else {
                 continue;
             };
-            let q_start = ids.len();
-            ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens - e.draft.len()]);
-            ids.extend_from_slice(&e.draft);
+            // Fed entries' tokens are not on the host yet (the backend holds them).
+            if fed.is_none() {
+                ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens - e.draft.len()]);
+                ids.extend_from_slice(&e.draft);
+            }
             slots.extend(
                 (e.start..e.start + e.num_tokens)
                     .map(|p| s.block_table[p / block_size] as usize * block_size + p % block_size),
             );
             seqs.push(SeqAttn { q_start, q_len: e.num_tokens, start_pos: e.start, block_table: s.block_table.clone() });
+            q_start += e.num_tokens;
             if e.wants_logits {
-                rows.extend(ids.len() - 1 - e.draft.len()..ids.len());
+                rows.extend(q_start - 1 - e.draft.len()..q_start);
             }
             if e.start < s.prompt_len {
                 let n = (e.start + e.num_tokens).min(s.prompt_len) - e.start;
@@ -418,11 +440,16 @@ impl<B: Backend> Core<B> {
             }
         }
         let meta = AttnMeta { seqs, slot_mapping: slots, block_size };
-        let mut logits = self.model.decoder.forward(
-            &self.backend,
-            &Batch { ids: &ids, meta: &meta, logits_rows: &rows },
-            &mut self.kv,
-        );
+        let (ids, held) = match fed {
+            Some((held, picks)) => (picks, Some(held)),
+            None => (&ids[..], None),
+        };
+        self.model.decoder.forward(&self.backend, &Batch { ids, meta: &meta, logits_rows: &rows, held }, &mut self.kv)
+    }
+
+    fn round(&mut self, plan: &[RoundEntry]) {
+        let t = Instant::now();
+        let mut logits = self.forward_plan(plan, None);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
         // Each wanting entry's first logits row; plain decode rows are sampled together first
@@ -435,29 +462,23 @@ impl<B: Backend> Core<B> {
             row += 1 + e.draft.len();
         }
         // A round of plain greedy rows only takes their argmax ids from the backend (the same
-        // function of the same values as the host sampler's greedy pick); other rounds take their
-        // rows' sampling candidates (pick.rs) unless a row needs its logprobs or a save runs;
-        // those download the rows.
-        let greedy = self.all_plain_greedy(plan);
-        let sampled = if greedy { None } else { self.tokens_from_candidates(plan, &first_row, &mut logits) };
-        let (host, stats) = if greedy || sampled.is_some() {
+        // function of the same values as the host sampler's greedy pick), and leaves them there
+        // until the next round is queued on them (overlap.rs); other rounds take their rows'
+        // sampling candidates (pick.rs) unless a row needs its logprobs or a save runs; those
+        // download the rows.
+        if self.all_plain_greedy(plan) {
+            let held = self.backend.argmax_rows_held(&logits);
+            self.in_flight = Some(overlap::InFlight::new(plan.to_vec(), held, t));
+            return;
+        }
+        let sampled = self.tokens_from_candidates(plan, &first_row, &mut logits);
+        let (host, stats) = if sampled.is_some() {
             (Vec::new(), Vec::new())
         } else {
             let stats = self.row_logprobs(plan, &first_row, &logits, row);
             (self.backend.download(&logits), stats)
         };
-        let mut chosen = if greedy {
-            let ids = self.backend.argmax_rows(&logits);
-            self.stats.device_sampled_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
-            let v = &self.model.vocab;
-            let chosen: Vec<Chosen> = plan
-                .iter()
-                .filter(|e| e.wants_logits)
-                .zip(&first_row)
-                .map(|(e, &row)| self.active.get(&e.seq).map(|_| (v.sampled(ids[row] as usize), None)))
-                .collect();
-            chosen.into_iter()
-        } else if sampled.is_some() {
+        let mut chosen = if sampled.is_some() {
             Vec::new().into_iter()
         } else {
             self.choose_plain(plan, &first_row, &host, &stats, vocab).into_iter()

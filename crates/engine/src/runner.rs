@@ -49,7 +49,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         assert!(ids.len() <= self.room() && !ids.is_empty(), "feed past the runner's capacity");
         let meta = AttnMeta::single(self.len, ids.len(), self.block_table.clone(), BLOCK_SIZE);
         let rows: Vec<usize> = if all_rows { (0..ids.len()).collect() } else { vec![ids.len() - 1] };
-        let batch = Batch { ids, meta: &meta, logits_rows: &rows };
+        let batch = Batch { ids, meta: &meta, logits_rows: &rows, held: None };
         let logits = self.model.decoder.forward(self.backend, &batch, &mut self.kv);
         self.len += ids.len();
         self.backend.download(&logits)

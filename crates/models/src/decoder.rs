@@ -7,9 +7,13 @@ use crate::weights::{GateUp, Loader};
 use tf_backend::{AttnMeta, AttnParams, Backend, Experts, KvShape, MoeParams, QkNorm, Round};
 
 /// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
-pub struct Batch<'a> {
-    /// Token ids in row order (already checked at the boundary).
+pub struct Batch<'a, H = ()> {
+    /// Token ids in row order (already checked at the boundary); with `held`, each row's index
+    /// into the ids held there.
     pub ids: &'a [u32],
+    /// Ids an earlier round picked, still on the backend ([`Backend::argmax_rows_held`]): row
+    /// `i`'s token is `held[ids[i]]` (made by the engine, in range by construction).
+    pub held: Option<&'a H>,
     /// Sequences, positions and KV slots.
     pub meta: &'a AttnMeta,
     /// Rows whose logits are wanted.
@@ -81,19 +85,20 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// Runs one round; returns logits `(logits_rows, vocab)`.
-    pub fn forward(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv]) -> B::Act {
+    pub fn forward(&self, b: &B, batch: &Batch<'_, B::Held>, kv: &mut [B::Kv]) -> B::Act {
         self.forward_layers(b, batch, kv, self.layers.len())
     }
 
     /// Runs only the first `num_layers` layers, then the final norm and head (early-exit
     /// drafting); their K/V land in the same pools as a full forward would put them.
-    pub fn forward_layers(&self, b: &B, batch: &Batch<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
+    pub fn forward_layers(&self, b: &B, batch: &Batch<'_, B::Held>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let positions = batch.meta.positions();
         let s = &self.spec;
         let round = Round {
             replayable: self.replayable,
             model: [self.id, num_layers as u64],
             ids: batch.ids,
+            held: batch.held,
             positions: &positions,
             meta: batch.meta,
             group: s.num_heads / s.num_kv_heads.max(1),
@@ -103,9 +108,12 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// The embedding and the first `num_layers` layers over round `r`: the residual stream after them.
-    fn run_layers(&self, b: &B, r: &Round<'_>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
+    fn run_layers(&self, b: &B, r: &Round<'_, B::Held>, kv: &mut [B::Kv], num_layers: usize) -> B::Act {
         let s = &self.spec;
-        let mut h = b.embed(&self.embed, r.ids, s.embed_scale); // (tokens, hidden)
+        let mut h = match r.held {
+            Some(held) => b.embed_held(&self.embed, held, r.ids, s.embed_scale),
+            None => b.embed(&self.embed, r.ids, s.embed_scale),
+        }; // (tokens, hidden)
         // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
         // experts) through the next block's fused add + input norm.
         let mut pending: Option<B::Act> = None;

@@ -69,7 +69,7 @@ impl ServerMetrics {
     pub fn render(&self, engine: &EngineStats, in_flight: usize) -> String {
         let mut out = String::new();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let series: [(&str, &str, &str, f64); 14] = [
+        let series: [(&str, &str, &str, f64); 15] = [
             ("tensorfold_requests_total", "counter", "Sequences the engine accepted.", load(&engine.requests) as f64),
             (
                 "tensorfold_prompt_tokens_total",
@@ -101,6 +101,12 @@ impl ServerMetrics {
                 "counter",
                 "Greedy rows picked on the backend (only their ids left the device).",
                 load(&engine.device_sampled_rows) as f64,
+            ),
+            (
+                "tensorfold_overlapped_rounds_total",
+                "counter",
+                "Greedy rounds queued before the ids of the round before them reached the host.",
+                load(&engine.overlapped_rounds) as f64,
             ),
             (
                 "tensorfold_candidate_rows_total",

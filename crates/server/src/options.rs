@@ -98,6 +98,13 @@ pub struct ServeArgs {
     /// Accepts: an integer from 1 to 16.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub num_draft_tokens: u64,
+    /// Queue a round of greedy decoding before the ids of the round before it reach the host,
+    /// so the GPU does not wait for the host between rounds (vLLM's async scheduling); the
+    /// tokens are the same either way.
+    ///
+    /// Accepts: true, false.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub overlap: bool,
     /// Largest request body; larger ones get 413.
     ///
     /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.

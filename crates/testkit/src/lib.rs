@@ -6,12 +6,14 @@ mod concurrent;
 mod drafted;
 mod golden;
 mod logprobs;
+mod overlapped;
 mod resumed;
 
 pub use concurrent::check_concurrent_equals_solo;
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
 pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, golden};
 pub use logprobs::check_logprobs_are_the_raw_rows;
+pub use overlapped::check_overlapped_equals_waited;
 pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
 
 use std::path::{Path, PathBuf};
@@ -51,7 +53,7 @@ pub fn fixture(family: &str) -> PathBuf {
 /// An engine config: 16-token blocks, room for 64 sequences, no drafting.
 pub fn config(num_blocks: usize, max_round_tokens: usize, prefill_chunk: usize, prefix_cache: bool) -> EngineConfig {
     let sched = SchedulerConfig { max_num_seqs: 64, max_round_tokens, prefill_chunk, prefix_cache };
-    EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default() }
+    EngineConfig { num_blocks, block_size: 16, sched, draft: Default::default(), overlap: true }
 }
 
 /// Opens `family`'s fixture on a fresh backend and starts an engine thread over it.
@@ -97,16 +99,22 @@ pub fn run(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
 
 /// Submits `reqs` at once and collects each one's token events, in order.
 pub fn run_events(h: &EngineHandle, reqs: &[Req]) -> Vec<Vec<TokenEvent>> {
+    run_events_stopping(h, reqs, &vec![Vec::new(); reqs.len()])
+}
+
+/// [`run_events`] with `stops[i]` as request `i`'s stop ids.
+pub fn run_events_stopping(h: &EngineHandle, reqs: &[Req], stops: &[Vec<i64>]) -> Vec<Vec<TokenEvent>> {
     let vocab = h.session_layout.vocab;
     let rxs: Vec<_> = reqs
         .iter()
-        .map(|r| {
+        .zip(stops)
+        .map(|(r, stop)| {
             let (tx, rx) = channel();
             let req = GenRequest {
                 prompt: vocab.check(&r.prompt).expect("test prompts are inside the vocabulary"),
                 params: r.params.clone(),
                 max_tokens: r.max_tokens,
-                stop_ids: Default::default(),
+                stop_ids: vocab.check(stop).expect("test stop ids are inside the vocabulary"),
                 ignore_eos: true,
                 top_logprobs: r.top_logprobs,
                 sink: Box::new(move |e| tx.send(e).is_ok()),

@@ -118,7 +118,7 @@ impl<B: Backend> Core<B> {
                 rows.push(ids.len() - 1);
             }
             let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
-            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows };
+            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.kv);
             let logits = self.backend.download(&logits);
             let width = vocab.rows();

@@ -160,7 +160,7 @@ impl<B: Backend> Core<B> {
             }
             let rows: Vec<usize> = (0..ids.len()).collect();
             let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
-            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows };
+            let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.kv, layers);
             let logits = self.backend.download(&logits);
             let vocab = self.model.vocab.rows();

@@ -1,0 +1,90 @@
+//! Token ids a round picked, held on the device (`Backend::argmax_rows_held`): the engine queues
+//! the next round on them before they reach the host, so the GPU does not idle while the host
+//! reads them. The next round's inputs name rows of them and `gather_ids` turns those into ids
+//! where the embedding reads them (graph.rs for recorded rounds, [`embed_held`] otherwise).
+
+use crate::CudaBackend;
+use crate::device::ptr;
+use crate::error::must;
+use crate::graph::Input;
+use crate::ops;
+use crate::tensor::{CudaAct, CudaMat};
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use std::sync::{Arc, Mutex};
+
+/// Pinned buffers kept for reuse (allocating pinned memory costs more than a round's host work).
+const SPARE: usize = 8;
+/// Smallest pinned buffer made (ids of this many rows).
+const MIN_ROWS: usize = 128;
+
+/// Pinned host buffers that held ids before, for the next rounds' copies.
+pub(crate) type Spare = Arc<Mutex<Vec<PinnedHostSlice<u32>>>>;
+
+/// Ids picked on the device and their copy to the host, queued behind them.
+pub struct CudaHeld {
+    /// The ids where they were picked (`n` of them).
+    pub(crate) ids: CudaSlice<u32>,
+    n: usize,
+    /// Their copy on the host (ready once its event is; `None` for no rows).
+    host: Option<PinnedHostSlice<u32>>,
+    spare: Spare,
+}
+
+impl Drop for CudaHeld {
+    fn drop(&mut self) {
+        if let Some(h) = self.host.take() {
+            let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+            if spare.len() < SPARE {
+                spare.push(h);
+            }
+        }
+    }
+}
+
+/// The argmax of every row of `x`, kept on the device, with its copy to the host queued.
+pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
+    let ids = ops::argmax_on_device(b, x);
+    let n = x.rows;
+    let spare = b.held_spare.clone();
+    if n == 0 {
+        return CudaHeld { ids, n, host: None, spare };
+    }
+    let reused = {
+        let mut s = spare.lock().unwrap_or_else(|p| p.into_inner());
+        s.iter().position(|h| h.len() >= n).map(|i| s.swap_remove(i))
+    };
+    let d = &b.dev;
+    let mut host = match reused {
+        Some(h) => h,
+        // SAFETY: the buffer is only read after the copy below fills its first `n` values.
+        None => must(unsafe { d.ctx.alloc_pinned::<u32>(n.max(MIN_ROWS)) }, "allocating pinned memory"),
+    };
+    // The copy records the buffer's event; reading it waits for that event (cudarc).
+    must(d.stream.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
+    CudaHeld { ids, n, host: Some(host), spare }
+}
+
+/// The ids of `h` on the host (waits for their copy).
+pub(crate) fn held_ids(b: &CudaBackend, h: &CudaHeld) -> Vec<u32> {
+    let ids = match &h.host {
+        Some(host) => must(host.as_slice(), "reading ids copied to the host")[..h.n].to_vec(),
+        None => Vec::new(),
+    };
+    if let Some(t) = &b.trace {
+        t.round_done(&b.dev);
+    }
+    ids
+}
+
+/// The embedding of ids `held[rows[i]]`: inside a capture the round's inputs already hold them
+/// (graph.rs gathers them before it captures or replays); otherwise the row indices are uploaded
+/// and gathered into ids on the device.
+pub(crate) fn embed_held(b: &CudaBackend, table: &CudaMat, held: &CudaHeld, rows: &[u32], scale: f32) -> CudaAct {
+    if let Some(p) = b.graphs.input(Input::Ids, rows) {
+        return ops::embed_at(b, table, p, rows.len(), scale);
+    }
+    let buf = b.dev.upload(rows);
+    let at = ptr(&buf, &b.dev.stream);
+    ops::gather_ids(b, at, &held.ids, rows.len());
+    ops::embed_at(b, table, at, rows.len(), scale)
+}
