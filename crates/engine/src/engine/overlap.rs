@@ -51,21 +51,24 @@ impl<B: Backend> Core<B> {
     /// The round that follows `plan` (in flight) when the scheduler would plan exactly it: every
     /// running sequence decoding greedily, one token each, none waiting, no drafts or saves; with
     /// the row of `plan`'s held ids each of its entries takes. Sequences whose token in flight is
-    /// their last by length are left out. `None` also when a block for the next position cannot
+    /// their last by length, or that ended already, are left out. `None` also when a block for the next position cannot
     /// be had without preempting (the scheduler decides that, after the ids land).
     fn round_after(&mut self, plan: &[RoundEntry]) -> Option<(Vec<RoundEntry>, Vec<u32>)> {
         let plain = plan.iter().all(|e| e.wants_logits && e.num_tokens == 1 && e.draft.is_empty());
+        // Sequences of `plan` that ended since it was queued (a stop in the round before it,
+        // a cancel) have no row in the next round.
+        let live = plan.iter().filter(|e| self.active.contains_key(&e.seq)).count();
         if !self.overlap
             || !plain
             || !self.saves.is_empty()
             || self.sched.num_waiting() > 0
-            || self.sched.num_running() != plan.len()
+            || self.sched.num_running() != live
         {
             return None;
         }
         let (mut next, mut rows) = (Vec::new(), Vec::new());
         for (row, e) in plan.iter().enumerate() {
-            let a = self.active.get(&e.seq)?;
+            let Some(a) = self.active.get(&e.seq) else { continue };
             if !a.req.params.is_plain_greedy() || a.req.top_logprobs.is_some() {
                 return None;
             }
