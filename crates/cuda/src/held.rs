@@ -14,8 +14,6 @@ use std::sync::{Arc, Mutex};
 
 /// Pinned buffers kept for reuse (allocating pinned memory costs more than a round's host work).
 const SPARE: usize = 8;
-/// Smallest pinned buffer made (ids of this many rows).
-const MIN_ROWS: usize = 128;
 
 /// Pinned host buffers that held ids before, for the next rounds' copies.
 pub(crate) type Spare = Arc<Mutex<Vec<PinnedHostSlice<u32>>>>;
@@ -34,9 +32,10 @@ impl Drop for CudaHeld {
     fn drop(&mut self) {
         if let Some(h) = self.host.take() {
             let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
-            if spare.len() < SPARE {
-                spare.push(h);
+            if spare.len() == SPARE {
+                spare.remove(0);
             }
+            spare.push(h);
         }
     }
 }
@@ -51,13 +50,15 @@ pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
     }
     let reused = {
         let mut s = spare.lock().unwrap_or_else(|p| p.into_inner());
-        s.iter().position(|h| h.len() >= n).map(|i| s.swap_remove(i))
+        // The copy fills the whole buffer (cudarc copies the host slice's length), so its
+        // length is the round's rows.
+        s.iter().position(|h| h.len() == n).map(|i| s.swap_remove(i))
     };
     let d = &b.dev;
     let mut host = match reused {
         Some(h) => h,
         // SAFETY: the buffer is only read after the copy below fills its first `n` values.
-        None => must(unsafe { d.ctx.alloc_pinned::<u32>(n.max(MIN_ROWS)) }, "allocating pinned memory"),
+        None => must(unsafe { d.ctx.alloc_pinned::<u32>(n) }, "allocating pinned memory"),
     };
     // The copy records the buffer's event; reading it waits for that event (cudarc).
     must(d.stream.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
