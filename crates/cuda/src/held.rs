@@ -9,14 +9,18 @@ use crate::error::must;
 use crate::graph::Input;
 use crate::ops;
 use crate::tensor::{CudaAct, CudaMat};
-use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice, sys};
 use std::sync::{Arc, Mutex};
 
 /// Pinned buffers kept for reuse (allocating pinned memory costs more than a round's host work).
 const SPARE: usize = 8;
 
-/// Pinned host buffers that held ids before, for the next rounds' copies.
-pub(crate) type Spare = Arc<Mutex<Vec<PinnedHostSlice<u32>>>>;
+/// A pinned host buffer and the event recorded after the copy into it (our own: the context's
+/// stream synchronization is off, device.rs, so cudarc records none for a pinned copy).
+type Landing = (PinnedHostSlice<u32>, CudaEvent);
+
+/// Pinned host buffers (with their events) that held ids before, for the next rounds' copies.
+pub(crate) type Spare = Arc<Mutex<Vec<Landing>>>;
 
 /// Ids picked on the device and their copy to the host, queued behind them.
 pub struct CudaHeld {
@@ -24,13 +28,16 @@ pub struct CudaHeld {
     pub(crate) ids: CudaSlice<u32>,
     n: usize,
     /// Their copy on the host (ready once its event is; `None` for no rows).
-    host: Option<PinnedHostSlice<u32>>,
+    host: Option<Landing>,
     spare: Spare,
 }
 
 impl Drop for CudaHeld {
     fn drop(&mut self) {
         if let Some(h) = self.host.take() {
+            // A copy still landing must not have its buffer freed or reused (ids read already:
+            // no wait).
+            let _ = h.1.synchronize();
             let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
             if spare.len() == SPARE {
                 spare.remove(0);
@@ -52,23 +59,29 @@ pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
         let mut s = spare.lock().unwrap_or_else(|p| p.into_inner());
         // The copy fills the whole buffer (cudarc copies the host slice's length), so its
         // length is the round's rows.
-        s.iter().position(|h| h.len() == n).map(|i| s.swap_remove(i))
+        s.iter().position(|h| h.0.len() == n).map(|i| s.swap_remove(i))
     };
     let d = &b.dev;
-    let mut host = match reused {
+    let (mut host, done) = match reused {
         Some(h) => h,
-        // SAFETY: the buffer is only read after the copy below fills its first `n` values.
-        None => must(unsafe { d.ctx.alloc_pinned::<u32>(n) }, "allocating pinned memory"),
+        None => (
+            // SAFETY: the buffer is only read after the copy below fills it (its event).
+            must(unsafe { d.ctx.alloc_pinned::<u32>(n) }, "allocating pinned memory"),
+            must(d.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)), "creating an event"),
+        ),
     };
-    // The copy records the buffer's event; reading it waits for that event (cudarc).
     must(d.stream.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
-    CudaHeld { ids, n, host: Some(host), spare }
+    must(done.record(&d.stream), "recording an event");
+    CudaHeld { ids, n, host: Some((host, done)), spare }
 }
 
 /// The ids of `h` on the host (waits for their copy).
 pub(crate) fn held_ids(b: &CudaBackend, h: &CudaHeld) -> Vec<u32> {
     let ids = match &h.host {
-        Some(host) => must(host.as_slice(), "reading ids copied to the host")[..h.n].to_vec(),
+        Some((host, done)) => {
+            must(done.synchronize(), "waiting for ids copied to the host");
+            must(host.as_slice(), "reading ids copied to the host")[..h.n].to_vec()
+        }
         None => Vec::new(),
     };
     if let Some(t) = &b.trace {
