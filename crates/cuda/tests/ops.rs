@@ -517,8 +517,9 @@ fn recorded_decode_rounds_equal_op_by_op() {
         same_rounds(&run_rounds(&on, &rounds, blocks * n, true), &want, &format!("{n} rows, held ids"));
         same_rounds(&run_rounds(&off, &rounds, blocks * n, true), &want, &format!("{n} rows, held ids, no graphs"));
         let (c2, r2) = on.graph_counts();
-        // (70 rounds a run: at least 40 of them replayed.)
-        assert!(r2 > replays + 40 && c2 >= captures + 2, "held: {c2} captures, {r2} replays");
+        // 70 rounds a run, at least 40 of them replayed, from recordings of its own (two at one
+        // row, which crosses the 256-key chunk; one at three, already past it).
+        assert!(r2 > replays + 40 && c2 > captures, "held: {c2} captures, {r2} replays");
         assert_eq!(off.graph_counts(), (0, 0));
     }
 }
