@@ -120,8 +120,9 @@ fn measure<B: Backend>(
         let mut logits = forward(m, b, &mut kv, &seqs, held.as_ref());
         host_s.push(t.elapsed().as_secs_f64());
         if overlap {
+            // The previous round's ids land while this one runs (the next one is fed them).
             if let Some(h) = held.replace(b.argmax_rows_held(&logits)) {
-                last = b.held_ids(&h).first().copied().unwrap_or(0) as usize;
+                b.held_ids(&h);
             }
         } else {
             last = picker.pick(b, &mut logits, batch, (len + step + 1) as u64);
@@ -131,7 +132,6 @@ fn measure<B: Backend>(
     if let Some(h) = held {
         b.held_ids(&h);
     }
-    let _ = last;
     Ok(Measured { prefill_s: median(prefill), round_s, host_s })
 }
 

@@ -18,14 +18,15 @@ pub(super) struct InFlight<H> {
     plan: Vec<RoundEntry>,
     /// Their ids, on the backend.
     held: H,
-    /// When the round was queued.
-    queued: Instant,
+    /// Where the round's time starts (metrics): when it was queued, or for a round queued
+    /// behind another, when that one landed (so rounds' times add up to the time spent).
+    since: Instant,
 }
 
 impl<H> InFlight<H> {
-    /// A round `plan` queued at `queued` whose ids `held` holds.
-    pub(super) fn new(plan: Vec<RoundEntry>, held: H, queued: Instant) -> InFlight<H> {
-        InFlight { plan, held, queued }
+    /// A round `plan` queued at `since` whose ids `held` holds.
+    pub(super) fn new(plan: Vec<RoundEntry>, held: H, since: Instant) -> InFlight<H> {
+        InFlight { plan, held, since }
     }
 }
 
@@ -34,17 +35,16 @@ impl<B: Backend> Core<B> {
     /// the same sequences, then delivers `p`'s tokens.
     pub(super) fn land_in_flight(&mut self, p: InFlight<B::Held>) {
         let next = self.round_after(&p.plan).map(|(plan, rows)| {
-            let queued = Instant::now();
             let logits = self.forward_plan(&plan, Some((&p.held, &rows)));
             let held = self.backend.argmax_rows_held(&logits);
-            (plan, held, queued)
+            (plan, held)
         });
         self.deliver_held(p);
-        if let Some((plan, held, queued)) = next {
+        if let Some((plan, held)) = next {
             // After `p`'s tokens are appended: the blocks this round fills are hashed by them.
             self.sched.commit(&plan);
             self.stats.overlapped_rounds.fetch_add(1, Ordering::Relaxed);
-            self.in_flight = Some(InFlight { plan, held, queued });
+            self.in_flight = Some(InFlight { plan, held, since: Instant::now() });
         }
     }
 
@@ -105,6 +105,6 @@ impl<B: Backend> Core<B> {
             }
         }
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        self.stats.round_micros.fetch_add(p.queued.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stats.round_micros.fetch_add(p.since.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 }
