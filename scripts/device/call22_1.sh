@@ -6,15 +6,7 @@
 # (greedy-sync) for the ratio, transformers, and a timeline of overlapped 128x1 rounds, each step
 # only while time is left.
 set -u
-OUT=${OUT:-/tmp/tf-out}
-W=/tmp/work
-mkdir -p "$OUT" $W
-export TF_CUDA_CACHE=/tmp/tf-cuda-cache TF_FIXTURES=$PWD/tests/fixtures XDG_CACHE_HOME=/tmp/xdg
-START=$(date +%s)
-LIMIT=${LIMIT:-570}
-stamp() { echo "[$(($(date +%s) - START)) s] $*"; }
-left() { (( $(date +%s) - START + $1 < LIMIT )) || { stamp "skipped: $2 (needs ~$1 s)"; false; }; }
-cat .carry/commit.txt | tee "$OUT/commit.txt"
+. scripts/device/call_env.sh
 T=.carry/tensorfold
 timeout 300 $T synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1
 stamp bench

@@ -75,6 +75,14 @@ impl Inputs {
         all
     }
 
+    /// With `held`, turns the first `rows` ids of the device copy (row indices into `held`)
+    /// into the ids held there.
+    fn gather_held(&self, b: &CudaBackend, held: Option<&CudaHeld>, rows: usize) {
+        if let Some(h) = held {
+            ops::gather_ids(b, ptr(&self.buf, &b.dev.stream), &h.ids, rows);
+        }
+    }
+
     fn offset(&self, which: Input) -> usize {
         match which {
             Input::Ids => 0,
@@ -220,9 +228,7 @@ pub(crate) fn forward_round(
     }
     let inputs =
         Arc::new(Inputs { buf: b.dev.upload(&host), ids: rec.ids.to_vec(), positions: rec.positions.to_vec(), meta });
-    if let Some(h) = r.held {
-        ops::gather_ids(b, ptr(&inputs.buf, &b.dev.stream), &h.ids, rows);
-    }
+    inputs.gather_held(b, r.held, rows);
     match capture(b, key.clone(), inputs, kv, f, rec, rows) {
         Some(out) => out,
         None => {
@@ -249,9 +255,7 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize, held: Option<&C
     // staged before it returns, and ordered before the launch on the stream.
     let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
     must(r, "copying a round's inputs");
-    if let Some(h) = held {
-        ops::gather_ids(b, ptr(&e.inputs.buf, &d.stream), &h.ids, rows);
-    }
+    e.inputs.gather_held(b, held, rows);
     must(e.graph.launch(), "launching a recorded round");
     let out = copy_out(b, &e.out, &e.rows, rows);
     entries.push(e);

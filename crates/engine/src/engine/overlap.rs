@@ -68,10 +68,8 @@ impl<B: Backend> Core<B> {
         }
         let (mut next, mut rows) = (Vec::new(), Vec::new());
         for (row, e) in plan.iter().enumerate() {
+            // (Plain greedy without logprobs by construction: only such rounds go in flight.)
             let Some(a) = self.active.get(&e.seq) else { continue };
-            if !a.req.params.is_plain_greedy() || a.req.top_logprobs.is_some() {
-                return None;
-            }
             if self.draft.kind != DraftKind::Off && a.draft_k > 0 {
                 return None;
             }
