@@ -81,11 +81,15 @@ __device__ __forceinline__ void gt_box_xr(float (&acc)[1][4], u32 wb, u32 xs, in
     for (int i = 0; i < NU; ++i) mma_bf16(acc[0], a[i][0], a[i][1], a[i][2], a[i][3], b[i][0], b[i][1]);
 }
 
-template <int NT, bool XR = false>
+// GLU (one packed gate/up weight): tile t holds gate columns 8 t .. 8 t + 7 in its rows 0-7 and
+// their up values in rows 8-15, so lane (g, c) stores bf16 act(gate) * up of column 8 t + g for
+// its x rows to yb (row stride kp), from the sums gemv_store would have written (glu_packed's
+// expression and rounding).
+template <int NT, bool XR = false, bool GLU = false>
 __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* w1, const TmaDesc* w2, float* y0,
                                               float* y1, float* y2, int n0, int n1, int n2, int nt0, int nt1,
                                               int ntot, const TmaDesc* xmap, int m, int kt, int add, int pre_in,
-                                              const u16* xg = nullptr) {
+                                              const u16* xg = nullptr, u16* yb = nullptr, int kp = 0, int act = 0) {
     typedef GtCfg<NT, XR> C;
     extern __shared__ __align__(1024) unsigned char gt_smem[];
     unsigned char* ring_p = (unsigned char*)(((size_t)gt_smem + 1023) & ~(size_t)1023);
@@ -213,7 +217,17 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-            gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
+            if constexpr (GLU) {
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int xr = tt * 8 + 2 * c + e;
+                        if (xr < m) yb[(size_t)xr * kp + tile * 8 + g] = f2bf(glu_one(tot[tt][e], tot[tt][e + 2], act));
+                    }
+            } else {
+                gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
+            }
         }
     }
 }
@@ -238,6 +252,28 @@ GEMV_TMA_KERNEL(1)
 GEMV_TMA_KERNEL(2)
 GEMV_TMA_KERNEL(4)
 
+// The same of a packed gate/up weight (w0 only) with the gated activation in the store: yb (bf16,
+// row stride kp) = glu_packed(x @ gu^T), the same bits, with no f32 product and no glu launch.
+#define GEMV_TMA_GLU_KERNEL(NT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_glu_n##NT(                                \
+        const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2, \
+        float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0,  \
+        int nt1, int ntot, const __grid_constant__ TmaDesc xmap, int m, u16* __restrict__ yb, int kp, int act,    \
+        int kt, int add, int pre) {                                                                                \
+        tf_pdl_launch();                                                                                           \
+        GEMV_TMA_GLU_BODY(NT)                                                                                      \
+    }
+#ifdef TF_WGMMA
+#define GEMV_TMA_GLU_BODY(NT)                                                                                     \
+    gemv_tma_body<NT, false, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, &xmap, m, kt, 0, pre, \
+                                   nullptr, yb, kp, act);
+#else
+#define GEMV_TMA_GLU_BODY(NT) tf_pdl_wait();
+#endif
+GEMV_TMA_GLU_KERNEL(1)
+GEMV_TMA_GLU_KERNEL(2)
+GEMV_TMA_GLU_KERNEL(4)
+
 // One x row (batch-1 decode): the ring holds W only, each warp's segment of the row (bf16, `xg`)
 // is one bulk copy into shared memory after the launch wait. The same bits as gemv_tma_n1 for that row.
 extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_xr(
@@ -247,6 +283,21 @@ extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_xr(
     tf_pdl_launch();
 #ifdef TF_WGMMA
     gemv_tma_body<1, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, nullptr, 1, kt, add, pre, xg);
+#else
+    tf_pdl_wait();
+#endif
+}
+
+// gemv_tma_xr of a packed gate/up weight with the gated activation in its store: yb (bf16) =
+// glu_packed(x @ gu^T) of one row, the same bits, with no f32 product written and no glu launch.
+extern "C" __global__ void __launch_bounds__(32 * GT_W, 1) gemv_tma_xr_glu(
+    const __grid_constant__ TmaDesc w0, const __grid_constant__ TmaDesc w1, const __grid_constant__ TmaDesc w2,
+    float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2, int n0, int n1, int n2, int nt0, int nt1,
+    int ntot, const u16* __restrict__ xg, u16* __restrict__ yb, int kp, int act, int kt, int add, int pre) {
+    tf_pdl_launch();
+#ifdef TF_WGMMA
+    gemv_tma_body<1, true, true>(&w0, &w1, &w2, y0, y1, y2, n0, n1, n2, nt0, nt1, ntot, nullptr, 1, kt, 0, pre, xg,
+                                 yb, kp, act);
 #else
     tf_pdl_wait();
 #endif

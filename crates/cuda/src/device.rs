@@ -109,6 +109,10 @@ kernels!(
     gemv_tma_n2,
     gemv_tma_n4,
     gemv_tma_xr,
+    gemv_tma_xr_glu,
+    gemv_tma_glu_n1,
+    gemv_tma_glu_n2,
+    gemv_tma_glu_n4,
     gemv_m1_s3,
     gemv_m1_s4,
     gemv_m1_norm1,
@@ -265,16 +269,25 @@ impl Device {
                 k.attention_wg_d128.set_attribute(big, ATTENTION_WG_SMEM as i32),
                 "raising wgmma attention's shared memory",
             )?;
-            for (f, nt) in [(&k.gemv_tma_n1, 1), (&k.gemv_tma_n2, 2), (&k.gemv_tma_n4, 4)] {
+            for (f, nt) in [
+                (&k.gemv_tma_n1, 1),
+                (&k.gemv_tma_n2, 2),
+                (&k.gemv_tma_n4, 4),
+                (&k.gemv_tma_glu_n1, 1),
+                (&k.gemv_tma_glu_n2, 2),
+                (&k.gemv_tma_glu_n4, 4),
+            ] {
                 drv(
                     f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
                     "raising the TMA GEMV's shared memory",
                 )?;
             }
-            drv(
-                k.gemv_tma_xr.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
-                "raising the one-row TMA GEMV's shared memory",
-            )?;
+            for f in [&k.gemv_tma_xr, &k.gemv_tma_xr_glu] {
+                drv(
+                    f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
+                    "raising the one-row TMA GEMV's shared memory",
+                )?;
+            }
         }
         for (f, nt) in [
             (&k.gemv_bf16_n1, 1),

@@ -126,8 +126,7 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     // qwen3-8b batch-1 decode in one call: 205.4 against 199.0 tok/s at prompt 128, 186.2 against
     // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way;
     // lab `cp` keeps the cp.async path.
-    let lab_cp = b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000));
-    if m <= 32 && !(m == 1 && lab_cp) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
+    if m <= 32 && !(m == 1 && one_row_cp(b, ws)) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
         return;
     }
     let (f, smem) = match b.lab.row {
@@ -331,6 +330,9 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
         d.launch(&d.k.gemm_wgmma_glu, (tiles.min(d.num_sms) as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         return CudaAct::bf16_only(yb, m, inter);
     }
+    if let Some(y) = gemv_tma_glu(b, x, gu, act) {
+        return y;
+    }
     let y = matmul(b, x, gu);
     if b.skip.skips(crate::profile::Skip::GLU, m) {
         return b.blank(m, n / 2);
@@ -436,6 +438,51 @@ fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt:
     }
     tma_launches(b, &b.dev.k.gemv_tma_xr, smem, maps, ys, &[Arg::P(xb)], kt, add);
     true
+}
+
+/// `glu_packed(x @ gu^T)` for up to 32 rows from the TMA GEMV with the activation in its store
+/// (kernels/gemv_tma.cu `gemv_tma_xr_glu` for one row, `gemv_tma_glu_n*` for more: the same bits,
+/// no f32 product written, no `glu_packed` launch); None (nothing launched) where those rows of
+/// `gu` do not take the TMA GEMV, or with lab `glu-apart`.
+fn gemv_tma_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<CudaAct> {
+    let d = &b.dev;
+    let m = x.rows;
+    let CudaMat::Bf16 { gmap: Some(g), ntiles, .. } = gu else { return None };
+    let one_row_other = m == 1 && (b.lab.on || one_row_cp(b, &[gu]));
+    if m == 0 || m > 32 || one_row_other || b.lab.glu_apart || b.skip.skips(crate::profile::Skip::GLU, m) {
+        return None;
+    }
+    let (n, k) = gu.shape();
+    let (kt, inter) = (k.div_ceil(16), n / 2);
+    let xb = ptr(bf16_of(b, x), &d.stream);
+    let xr = m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(*ntiles, kt);
+    let xr_smem = gemv_tma_xr_smem(kt * 16);
+    let nt = m.div_ceil(8).next_power_of_two();
+    let (f, smem, mut args) = if xr && xr_smem <= crate::gemv_m1::MAX_SMEM {
+        (&d.k.gemv_tma_xr_glu, xr_smem, vec![Arg::P(xb)])
+    } else {
+        let xmap = crate::tma::row_map(xb, m, kt * 16, 8 * nt)?;
+        let f = match nt {
+            1 => &d.k.gemv_tma_glu_n1,
+            2 => &d.k.gemv_tma_glu_n2,
+            _ => &d.k.gemv_tma_glu_n4,
+        };
+        (f, gemv_tma_smem(nt), vec![Arg::M(xmap), Arg::I(m as i32)])
+    };
+    let yb = crate::ops::bf16_out(b, m, inter);
+    args.extend([
+        Arg::P(ptr(&yb, &d.stream)),
+        Arg::I(padded(inter) as i32),
+        Arg::I(matches!(act, Activation::GeluTanh) as i32),
+    ]);
+    tma_launches(b, f, smem, &[(**g, n, *ntiles)], &[0], &args, kt, false);
+    Some(CudaAct::bf16_only(yb, m, inter))
+}
+
+/// Whether one-row calls of `ws` take the cp.async few-row GEMV (labs `cp`, `row:NAME`, and
+/// `cphead` for a vocabulary head) instead of the TMA GEMV.
+fn one_row_cp(b: &CudaBackend, ws: &[&CudaMat]) -> bool {
+    b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000))
 }
 
 /// Ring stages of the one-row TMA GEMV (kernels/gemv_tma.cu `GT_XR_ST`).

@@ -179,7 +179,8 @@ pub(crate) struct M1Lab {
     /// `gemm:L:O`: the wgmma GEMM's warpgroup lag (k blocks, 0-4) and tile order (1: token tiles
     /// fastest, 0: W blocks fastest) instead of the defaults.
     pub(crate) gemm: Option<(i32, i32)>,
-    /// `glu-apart`: packed gate/up matmuls never apply the activation in the GEMM's store.
+    /// `glu-apart`: packed gate/up matmuls never apply the activation in a matmul's store (the
+    /// TMA GEMV's or the wgmma GEMM's): the product, then `glu_packed`.
     pub(crate) glu_apart: bool,
     /// `tma-n1`: one-row calls take gemv_tma_n1 instead of gemv_tma_xr (Hopper).
     pub(crate) tma_n1: bool,

@@ -116,14 +116,16 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn packed_gate_up_equals_glu_of_two_matmuls() {
-    for lab in [None, Some("on")] {
+    // Default: the TMA GEMVs with the activation in their store up to 32 rows (gemv_tma_xr_glu at
+    // one row); `tma-n1`: gemv_tma_glu_n1 at one row; `glu-apart`: the product, then glu_packed.
+    for lab in [None, Some("on"), Some("tma-n1"), Some("glu-apart")] {
         let Some(b) = backend_with(lab) else { return };
         packed_gate_up_case(&b);
     }
 }
 
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
-    // Every path of matmul_glu: GEMVs (1-32 rows), split wgmma then glu_packed (33-64), the
+    // Every path of matmul_glu: TMA GEMVs (1-32 rows: 1-8, 9-16, 17-32), split wgmma then glu_packed (33-64), the
     // wgmma GEMM then glu_packed (65-256), the wgmma GEMM with the activation in its store (257+;
     // 200 and 1096 rows end mid W block), the tiled GEMM (K = 200 is not whole 64-wide blocks):
     // each result (bf16 only) must equal glu of the two plain matmuls rounded to bf16, and feed
@@ -138,7 +140,7 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
         let down = b.mat(&weight("d", DType::BF16, 48, inter, &rand(48 * inter, 24, 0.5))).unwrap();
         let nw = b.vec(&rand(k, 25, 1.0));
         for act in [Activation::Silu, Activation::GeluTanh] {
-            for m in [1, 3, 8, 20, 33, 64, 130, 300, 700] {
+            for m in [1, 3, 8, 12, 20, 32, 33, 64, 130, 300, 700] {
                 let x = b.upload(&rand(m * k, 23 + m as u64, 1.0), m, k);
                 let want = b.glu(&b.matmul(&x, &g), &b.matmul(&x, &u), act);
                 let normed = b.rms_norm(&x, &nw, 1e-6, false);
