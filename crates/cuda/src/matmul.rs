@@ -440,15 +440,18 @@ fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt:
     true
 }
 
-/// `glu_packed(x @ gu^T)` for up to 32 rows from the TMA GEMV with the activation in its store
-/// (kernels/gemv_tma.cu `gemv_tma_xr_glu` for one row, `gemv_tma_glu_n*` for more: the same bits,
-/// no f32 product written, no `glu_packed` launch); None (nothing launched) where those rows of
-/// `gu` do not take the TMA GEMV, or with lab `glu-apart`.
+/// `glu_packed(x @ gu^T)` for 2 to 32 rows from the TMA GEMV with the activation in its store
+/// (kernels/gemv_tma.cu `gemv_tma_glu_n*`; `gemv_tma_xr_glu` for one row with lab `glu-one`: the
+/// same bits, no f32 product written, no `glu_packed` launch); None (nothing launched) where those
+/// rows of `gu` do not take the TMA GEMV, or with lab `glu-apart`. H200, qwen3-8b (NOTES.md,
+/// session 23; one binary, interleaved, tok/s with the store against apart): batch 8 1846.5 /
+/// 1819.9 at prompt 128, 1253.3 / 1231.6 at 4096; batch 1 234.8 / 236.8 at prompt 128 but 215.5
+/// / 213.8 at 4096 (5 rounds, spread 0.2%), so one row stays apart by default.
 fn gemv_tma_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<CudaAct> {
     let d = &b.dev;
     let m = x.rows;
     let CudaMat::Bf16 { gmap: Some(g), ntiles, .. } = gu else { return None };
-    let one_row_other = m == 1 && (b.lab.on || one_row_cp(b, &[gu]));
+    let one_row_other = m == 1 && (!b.lab.glu_one || b.lab.on || one_row_cp(b, &[gu]));
     if m == 0 || m > 32 || one_row_other || b.lab.glu_apart || b.skip.skips(crate::profile::Skip::GLU, m) {
         return None;
     }

@@ -157,7 +157,8 @@ pub(crate) fn pdl_off_setting(env: Option<&str>) -> Vec<&'static str> {
 /// GEMV itself (the default before the TMA GEMV took them), `cphead` only the vocabulary head's.
 /// `attn-mma` gives prefill attention the mma.sync kernel (kernels/attention.cu) on Hopper too;
 /// `gemm:L:O` sets the wgmma GEMM's warpgroup lag and tile order (kernels/gemm_wgmma.cu);
-/// `glu-apart` keeps the gated activation out of the GEMM's store; `tma-n1` gives one-row calls
+/// `glu-apart` keeps the gated activation out of every matmul's store, `glu-one` puts it in the
+/// one-row TMA GEMV's store too (the default keeps one row apart); `tma-n1` gives one-row calls
 /// the TMA GEMV with an x box a stage (gemv_tma_n1) instead of the row held in shared memory
 /// (gemv_tma_xr, the default since session 20; `tma-xr` names the default).
 #[derive(Clone, Copy, Debug, Default)]
@@ -182,6 +183,8 @@ pub(crate) struct M1Lab {
     /// `glu-apart`: packed gate/up matmuls never apply the activation in a matmul's store (the
     /// TMA GEMV's or the wgmma GEMM's): the product, then `glu_packed`.
     pub(crate) glu_apart: bool,
+    /// `glu-one`: one-row packed gate/up matmuls apply the activation in the TMA GEMV's store too.
+    pub(crate) glu_one: bool,
     /// `tma-n1`: one-row calls take gemv_tma_n1 instead of gemv_tma_xr (Hopper).
     pub(crate) tma_n1: bool,
 }
@@ -209,6 +212,7 @@ impl M1Lab {
             "cphead" => return M1Lab { cp_head: true, ..M1Lab::default() },
             "attn-mma" => return M1Lab { attn_mma: true, ..M1Lab::default() },
             "glu-apart" => return M1Lab { glu_apart: true, ..M1Lab::default() },
+            "glu-one" => return M1Lab { glu_one: true, ..M1Lab::default() },
             "tma-n1" => return M1Lab { tma_n1: true, ..M1Lab::default() },
             "tma-xr" => return M1Lab::default(),
             _ => {}
@@ -279,6 +283,7 @@ mod tests {
         assert_eq!(M1Lab::parse("gemm:1").gemm, None);
         assert_eq!(M1Lab::parse("row:nope").row, None);
         assert!(M1Lab::parse("glu-apart").glu_apart && !M1Lab::parse("on").glu_apart);
+        assert!(M1Lab::parse("glu-one").glu_one && !M1Lab::parse("glu-apart").glu_one);
         assert!(M1Lab::parse("tma-n1").tma_n1 && !M1Lab::parse("cp").tma_n1 && !M1Lab::parse("tma-xr").tma_n1);
         for bad in ["", "off", "5x3", "2x9", "x", "2", "2x3x1"] {
             let l = M1Lab::parse(bad);

@@ -116,9 +116,9 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn packed_gate_up_equals_glu_of_two_matmuls() {
-    // Default: the TMA GEMVs with the activation in their store up to 32 rows (gemv_tma_xr_glu at
-    // one row); `tma-n1`: gemv_tma_glu_n1 at one row; `glu-apart`: the product, then glu_packed.
-    for lab in [None, Some("on"), Some("tma-n1"), Some("glu-apart")] {
+    // Default: the TMA GEMVs with the activation in their store from 2 to 32 rows, one row apart;
+    // `glu-one`: gemv_tma_xr_glu at one row; `glu-apart`: the product, then glu_packed.
+    for lab in [None, Some("on"), Some("glu-one"), Some("glu-apart")] {
         let Some(b) = backend_with(lab) else { return };
         packed_gate_up_case(&b);
     }
