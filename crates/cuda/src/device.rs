@@ -163,6 +163,11 @@ pub(crate) const WGMMA_THREADS: u32 = 384;
 pub struct Device {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
+    /// Copies off the compute stream's path, ordered against it by events: `to_host` takes
+    /// picked ids to the host (held.rs), `to_device` a recorded round's inputs to the device
+    /// (graph.rs), each while the compute stream goes on.
+    pub(crate) to_host: Arc<CudaStream>,
+    pub(crate) to_device: Arc<CudaStream>,
     pub(crate) k: Kernels,
     module: Arc<CudaModule>,
     pub(crate) ordinal: usize,
@@ -251,6 +256,8 @@ impl Device {
             return Err(CudaError::OldDevice { ordinal, major, minor });
         }
         let stream = drv(ctx.new_stream(), "creating a stream")?;
+        let to_host = drv(ctx.new_stream(), "creating a stream")?;
+        let to_device = drv(ctx.new_stream(), "creating a stream")?;
         keep_pool_memory(&ctx)?;
         // sm_90a: Hopper's warpgroup MMA (wgmma) only exists in the arch-specific target.
         let wgmma = (major, minor) == (9, 0);
@@ -343,6 +350,8 @@ impl Device {
             pad_smem,
             ctx,
             stream,
+            to_host,
+            to_device,
             k,
             module,
             ordinal,

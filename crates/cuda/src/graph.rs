@@ -15,8 +15,9 @@
 //! of their own on a side stream (device.rs `Capture`), so the graph holds no memory nodes (they
 //! would end its programmatic dependencies: a first try ran 10% slower than launches) and no
 //! buffer outside the pool is ever one of them. All work runs on the one compute stream, so two
-//! recordings sharing pool memory never overlap. Each replay's output is copied out of the pool
-//! before anything else runs. A round fed ids an earlier round picked on the device (held.rs)
+//! recordings sharing pool memory never overlap; only a replay's inputs go up on a copy stream,
+//! after the recording's last launch and before its next (events). Each replay's output is
+//! copied out of the pool before anything else runs. A round fed ids an earlier round picked on the device (held.rs)
 //! uploads their row indices as its ids and gathers the ids over them before the launch.
 
 use crate::CudaBackend;
@@ -27,7 +28,7 @@ use crate::graph_pad::{Padded, bucket};
 use crate::held::CudaHeld;
 use crate::ops;
 use crate::tensor::CudaAct;
-use cudarc::driver::{CudaGraph, CudaSlice, result, sys};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
 use tf_backend::Round;
 
@@ -100,6 +101,10 @@ struct Entry {
     /// (a kernel, so the norm after it still launches early, which a device-to-device copy would
     /// stop; pad rows are left behind).
     rows: CudaSlice<u32>,
+    /// Recorded on the compute stream after each launch: the next inputs' copy waits for it.
+    launched: CudaEvent,
+    /// Recorded on the copy stream after the inputs' copy: the launch waits for it.
+    uploaded: CudaEvent,
 }
 
 // SAFETY: the graph handles are used only under the `entries` lock (one thread at a time, as
@@ -251,12 +256,19 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize, held: Option<&C
     let i = entries.iter().position(|e| e.key == *key)?;
     let e = entries.remove(i);
     let d = &b.dev;
+    // The inputs go up on the copy stream once the recording's last launch (which reads them)
+    // is done, so the copy runs while the compute stream finishes the round before (its head
+    // and argmax) instead of between that round's argmax and this launch.
+    must(d.to_device.wait(&e.launched), "ordering a round's inputs after the last launch");
     // SAFETY: the buffer holds `host.len()` values (the key fixes the length); the copy is
-    // staged before it returns, and ordered before the launch on the stream.
-    let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.stream.cu_stream()) };
+    // staged before it returns, and ordered before the launch by `uploaded`.
+    let r = unsafe { result::memcpy_htod_async(ptr(&e.inputs.buf, &d.stream), host, d.to_device.cu_stream()) };
     must(r, "copying a round's inputs");
+    must(e.uploaded.record(&d.to_device), "recording an event");
+    must(d.stream.wait(&e.uploaded), "ordering a launch after its inputs");
     e.inputs.gather_held(b, held, rows);
     must(e.graph.launch(), "launching a recorded round");
+    must(e.launched.record(&d.stream), "recording an event");
     let out = copy_out(b, &e.out, &e.rows, rows);
     entries.push(e);
     lock(&b.graphs.counts).1 += 1;
@@ -298,12 +310,15 @@ fn capture(
     out.f32_ready()?;
     let all = d.upload(&(0..out.rows as u32).collect::<Vec<u32>>());
     must(graph.launch(), "launching a recorded round");
+    let event = || must(d.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)), "creating an event");
+    let (launched, uploaded) = (event(), event());
+    must(launched.record(&d.stream), "recording an event");
     let copy = copy_out(b, &out, &all, rows);
     let mut entries = lock(&b.graphs.entries);
     if entries.len() >= KEEP {
         entries.remove(0);
     }
-    entries.push(Entry { key, graph, inputs, out, rows: all });
+    entries.push(Entry { key, graph, inputs, out, rows: all, launched, uploaded });
     lock(&b.graphs.counts).0 += 1;
     Some(copy)
 }

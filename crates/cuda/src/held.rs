@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 /// Pinned buffers kept for reuse (allocating pinned memory costs more than a round's host work).
 const SPARE: usize = 8;
 
-/// A pinned host buffer and the event recorded after the copy into it (our own: the context's
-/// stream synchronization is off, device.rs, so cudarc records none for a pinned copy).
-type Landing = (PinnedHostSlice<u32>, CudaEvent);
+/// A pinned host buffer, the event recorded on the compute stream once the ids are picked, and
+/// the one recorded after their copy into the buffer (our own: the context's stream
+/// synchronization is off, device.rs, so cudarc records none for a pinned copy).
+type Landing = (PinnedHostSlice<u32>, CudaEvent, CudaEvent);
 
 /// Pinned host buffers (with their events) that held ids before, for the next rounds' copies.
 pub(crate) type Spare = Arc<Mutex<Vec<Landing>>>;
@@ -37,7 +38,7 @@ impl Drop for CudaHeld {
         if let Some(h) = self.host.take() {
             // A copy still landing must not have its buffer freed or reused (ids read already:
             // no wait).
-            let _ = h.1.synchronize();
+            let _ = h.2.synchronize();
             let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
             if spare.len() == SPARE {
                 spare.remove(0);
@@ -62,23 +63,26 @@ pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
         s.iter().position(|h| h.0.len() == n).map(|i| s.swap_remove(i))
     };
     let d = &b.dev;
-    let (mut host, done) = match reused {
+    let event = || must(d.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)), "creating an event");
+    let (mut host, picked, done) = match reused {
         Some(h) => h,
-        None => (
-            // SAFETY: the buffer is only read after the copy below fills it (its event).
-            must(unsafe { d.ctx.alloc_pinned::<u32>(n) }, "allocating pinned memory"),
-            must(d.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)), "creating an event"),
-        ),
+        // SAFETY: the buffer is only read after the copy below fills it (its event).
+        None => (must(unsafe { d.ctx.alloc_pinned::<u32>(n) }, "allocating pinned memory"), event(), event()),
     };
-    must(d.stream.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
-    must(done.record(&d.stream), "recording an event");
-    CudaHeld { ids, n, host: Some((host, done)), spare }
+    // The copy runs on its own stream once the ids are picked, so the compute stream goes on to
+    // the next round (queued on these ids) without a copy between; the ids stay allocated until
+    // it lands (`Drop` waits for it).
+    must(picked.record(&d.stream), "recording an event");
+    must(d.to_host.wait(&picked), "ordering the ids' copy after their pick");
+    must(d.to_host.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
+    must(done.record(&d.to_host), "recording an event");
+    CudaHeld { ids, n, host: Some((host, picked, done)), spare }
 }
 
 /// The ids of `h` on the host (waits for their copy).
 pub(crate) fn held_ids(b: &CudaBackend, h: &CudaHeld) -> Vec<u32> {
     let ids = match &h.host {
-        Some((host, done)) => {
+        Some((host, _, done)) => {
             must(done.synchronize(), "waiting for ids copied to the host");
             must(host.as_slice(), "reading ids copied to the host")[..h.n].to_vec()
         }
