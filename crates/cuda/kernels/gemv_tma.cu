@@ -197,6 +197,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
+        if (t == t0) tf_trace_mark();  // the trace build's first tile ends here (a no-op otherwise)
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
         float* pb = part + (t & 1) * GT_W * C::PART;
 #pragma unroll
