@@ -158,6 +158,9 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     if constexpr (XR) {
         if (nb > 0) mbar_wait(xbar, 0);
     }
+#ifdef TF_TRACE_MARK_X
+    tf_trace_mark();  // trace lab: the x row has landed
+#endif
     float acc[NT][4];
     int q = 0;
     float old[NT][4];  // warp 0: y's values of tile t before the add
@@ -176,6 +179,11 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             const int slot = q % C::ST;
             mbar_wait(&full[slot], (q / C::ST) & 1);
+#if defined(TF_TRACE_MARK_S0)
+            if (q == 0) tf_trace_mark();  // trace lab: the first W stage has landed
+#elif defined(TF_TRACE_MARK_SL)
+            if (q == nb - 1) tf_trace_mark();  // trace lab: the first tile's last W stage has landed
+#endif
             const u32 wb = ring + slot * C::SBYTES, xb = wb + 2048;
             // A whole box (the usual case) loads all its fragments before the first MMA, with no
             // branch between them; a segment's last box may hold fewer k tiles.
@@ -197,7 +205,9 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
+#if !defined(TF_TRACE_MARK_X) && !defined(TF_TRACE_MARK_S0) && !defined(TF_TRACE_MARK_SL)
         if (t == t0) tf_trace_mark();  // the trace build's first tile ends here (a no-op otherwise)
+#endif
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
         float* pb = part + (t & 1) * GT_W * C::PART;
 #pragma unroll

@@ -60,7 +60,14 @@ pub fn compile(
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoNvrtc);
     }
-    let src = if trace { format!("#define TF_TRACE\n{}", source()) } else { source() };
+    // Lab `TF_TRACE_MARK=NAME` (trace builds only): kernels that offer several places for their
+    // mark take the one named (gemv_tma.cu: `X`, `S0`, `SL`; the first tile's end otherwise).
+    let mark = std::env::var("TF_TRACE_MARK").ok().filter(|m| m.chars().all(|c| c.is_ascii_alphanumeric()));
+    let src = match (trace, mark) {
+        (true, Some(m)) => format!("#define TF_TRACE\n#define TF_TRACE_MARK_{m}\n{}", source()),
+        (true, None) => format!("#define TF_TRACE\n{}", source()),
+        _ => source(),
+    };
     let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
     if let Some(dir) = include {
         opts.push(format!("--include-path={}", dir.display()));
