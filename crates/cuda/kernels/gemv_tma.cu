@@ -140,6 +140,19 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     if (lane == 0) {
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
     }
+#ifdef TF_KLAB_XWARM
+    // Lab (TF_KERNEL_LAB=XWARM): touch this warp's segment of the x row before the launch wait
+    // (a relaxed load of what the kernel before is still writing, discarded), so the address is
+    // translated before the wait. NOTES.md session 23: after the wait, the row's bulk copy
+    // landed 4.8 us late on blocks in TPCs where attention or qk_norm_rope had just run (0.8 us
+    // elsewhere).
+    if constexpr (XR) {
+        if (lane == 0 && nb > 0) {
+            u32 v;
+            asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(xg + j0 * 16) : "memory");
+        }
+    }
+#endif
     tf_pdl_wait();
     if (lane == 0) {
         // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy, ahead of

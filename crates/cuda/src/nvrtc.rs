@@ -60,14 +60,7 @@ pub fn compile(
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoNvrtc);
     }
-    // Lab `TF_TRACE_MARK=NAME` (trace builds only): kernels that offer several places for their
-    // mark take the one named (gemv_tma.cu: `X`, `S0`, `SL`; the first tile's end otherwise).
-    let mark = std::env::var("TF_TRACE_MARK").ok().filter(|m| m.chars().all(|c| c.is_ascii_alphanumeric()));
-    let src = match (trace, mark) {
-        (true, Some(m)) => format!("#define TF_TRACE\n#define TF_TRACE_MARK_{m}\n{}", source()),
-        (true, None) => format!("#define TF_TRACE\n{}", source()),
-        _ => source(),
-    };
+    let src = format!("{}{}", lab_defines(trace), source());
     let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
     if let Some(dir) = include {
         opts.push(format!("--include-path={}", dir.display()));
@@ -92,6 +85,37 @@ pub fn compile(
         }
     }
     Ok(cubin)
+}
+
+/// The defines put before the kernel sources: `TF_TRACE` for a trace build, and two lab knobs
+/// read from the environment (names of ASCII letters and digits only; none by default, so the
+/// default build's source is the sources alone). `TF_TRACE_MARK=NAME` (trace builds only):
+/// kernels that offer several places for their mark take the one named (gemv_tma.cu: `X`, `S0`,
+/// `SL`; the first tile's end otherwise). `TF_KERNEL_LAB=NAME,...`: `TF_KLAB_NAME` for each
+/// (gemv_tma.cu: `XWARM`).
+fn lab_defines(trace: bool) -> String {
+    let names = |var: &str| -> Vec<String> {
+        std::env::var(var)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = String::new();
+    if trace {
+        out.push_str("#define TF_TRACE\n");
+        for m in names("TF_TRACE_MARK") {
+            out.push_str(&format!("#define TF_TRACE_MARK_{m}\n"));
+        }
+    }
+    for n in names("TF_KERNEL_LAB") {
+        out.push_str(&format!("#define TF_KLAB_{n}\n"));
+    }
+    out
 }
 
 fn check(r: sys::nvrtcResult, arch: &str, what: &str) -> Result<(), CudaError> {
