@@ -1,8 +1,8 @@
 //! Decode rounds replayed from CUDA graphs. The second round of a shape (model, rows, KV
-//! pools, metadata size and furthest 256-key chunk; the first runs op by op, filling
-//! what ops cache on first use) is captured into a graph while it runs its ops; later rounds of that shape upload only their inputs (token ids,
-//! positions, the attention metadata) into the recording's input buffer
-//! and launch the graph, and the recorded ops do not run on the host at all. The kernels and
+//! pools, metadata size and furthest 256-key chunk; the first runs op by op, filling what ops
+//! cache on first use) is captured into a graph while it runs its ops; later rounds of that
+//! shape upload only their inputs (token ids, positions, the attention metadata) into the
+//! recording's input buffer and launch the graph, and the recorded ops do not run on the host at all. The kernels and
 //! their arguments are those of the captured round, so the values are the same bits. What is
 //! recorded is what the model hands `forward_round`: for the decoder, the embedding and the
 //! layers (its final norm and head run after, op by op: they read only the residual stream).
@@ -17,8 +17,9 @@
 //! buffer outside the pool is ever one of them. All work runs on the one compute stream, so two
 //! recordings sharing pool memory never overlap; only a replay's inputs go up on a copy stream,
 //! after the recording's last launch and before its next (events). Each replay's output is
-//! copied out of the pool before anything else runs. A round fed ids an earlier round picked on the device (held.rs)
-//! uploads their row indices as its ids and gathers the ids over them before the launch.
+//! copied out of the pool before anything else runs. A round fed ids an earlier round picked on
+//! the device (held.rs) uploads their row indices as its ids and gathers the ids over them before
+//! the launch.
 
 use crate::CudaBackend;
 use crate::attention::{Packed, last_chunk, pack};

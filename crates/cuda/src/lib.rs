@@ -24,9 +24,9 @@
 //!
 //! The MLP's gate and up weights are one packed weight (tf_backend `gate_up`: rows interleaved in
 //! groups of 8, so each 16-row tile holds gate and up of the same 8 outputs); from 2 to 32 rows
-//! the TMA GEMV and from 257 rows the wgmma GEMM apply the gated activation in their store and write
-//! only its bf16 rounding (what the down projection reads), else `glu_packed` does so after the
-//! matmul: the same bits either way.
+//! the TMA GEMV and from 257 rows the wgmma GEMM apply the gated activation in their store and
+//! write only its bf16 rounding (what the down projection reads), else `glu_packed` does so after
+//! the matmul: the same bits either way.
 //! Such activations hold bf16 only; their f32 values are widened on first use (tensor.rs).
 //!
 //! On Hopper, 1 to 32 rows (decode batches) take the TMA GEMV: persistent blocks whose warps each
