@@ -9,10 +9,7 @@ set -u
 . scripts/device/call_env.sh
 T=.carry/tensorfold
 timeout 300 $T synth --like qwen3-8b --out /tmp/qwen3-8b > $W/synth.txt 2>&1
-for t in ops engine golden; do
-  left 50 "test $t" && stamp "test $t" && timeout 110 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a $W/tests.log \
-    | grep -E "FAILED|panicked|test result" | head -5 | tee -a $OUT/tests.txt
-done
+device_tests ops engine golden
 stamp abc
 left 100 abc && ARGS="--prompt-len 128,4096 --batch 1,8 --gen-len 128 --repeat 1" OUT=$W/ab timeout 150 bash scripts/device/abc.sh \
   "B=.carry/a/tensorfold U=$T" 4 2>&1 | tee $OUT/abc.txt

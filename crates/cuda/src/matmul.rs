@@ -126,7 +126,7 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     // qwen3-8b batch-1 decode in one call: 205.4 against 199.0 tok/s at prompt 128, 186.2 against
     // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way;
     // lab `cp` keeps the cp.async path.
-    if m <= 32 && !(m == 1 && one_row_cp(b, ws)) && gemv_tma(b, ws, xb, m, kt, &yp, add) {
+    if m <= 32 && !(m == 1 && one_row_cp(b, ws)) && gemv_tma(b, ws, xb, m, kt, TmaStore::Plain { ys: &yp, add }) {
         return;
     }
     let (f, smem) = match b.lab.row {
@@ -358,10 +358,24 @@ pub(crate) fn norm_matmul_glu(
     matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
-/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` into `ys` (or added into them); false (nothing
-/// launched) where a weight or x has no tensor map.
-fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: &[u64], add: bool) -> bool {
-    let d = &b.dev;
+/// Where a TMA GEMV's sums go: into f32 outputs `ys` (or added into them), or, for one packed
+/// gate/up weight, through the gated activation (`act`: 0 SiLU, 1 GELU tanh) into the bf16
+/// output at `yb` (row stride `kp`).
+#[derive(Clone, Copy)]
+enum TmaStore<'a> {
+    Plain { ys: &'a [u64], add: bool },
+    Glu { yb: u64, kp: usize, act: i32 },
+}
+
+/// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` storing as `store`; false (nothing launched)
+/// where a weight or x has no tensor map. One row takes `gemv_tma_xr` (W-only rings, the row held
+/// in shared memory, gemv_tma_n1's bits; the one-row default since session 20, lab `tma-n1` for
+/// the x-box kernel) where the row fits beside the ring. H200, qwen3-8b batch 1 (NOTES.md,
+/// sessions 18 and 20): alone it tied gemv_tma_n1 (its blocks beside early-launched small kernels
+/// ended late); with those kernels padded in shared memory (device.rs `small_smem`) 235.3 / 216.9
+/// against 231.5 / 215.2 tok/s at prompt 128 / 4096.
+fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, store: TmaStore) -> bool {
+    let k = &b.dev.k;
     let nt = m.div_ceil(8).next_power_of_two();
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
         .iter()
@@ -372,16 +386,29 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, ys: 
         .collect();
     let Some(maps) = maps else { return false };
     let tiles = maps.iter().map(|m| m.2).sum();
-    if m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(tiles, kt) && gemv_tma_xr(b, &maps, xb, kt, ys, add) {
+    let no_y = [0u64];
+    let (ys, add, glu) = match store {
+        TmaStore::Plain { ys, add } => (ys, add, None),
+        TmaStore::Glu { yb, kp, act } => (&no_y[..], false, Some([Arg::P(yb), Arg::I(kp as i32), Arg::I(act)])),
+    };
+    // The kernel's arguments between the tile counts and `kt`: x, then the GLU store's.
+    let x_args = |x: Vec<Arg>| x.into_iter().chain(glu.into_iter().flatten()).collect::<Vec<Arg>>();
+    let xr_smem = gemv_tma_xr_smem(kt * 16);
+    if m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(tiles, kt) && xr_smem <= crate::gemv_m1::MAX_SMEM {
+        let f = if glu.is_some() { &k.gemv_tma_xr_glu } else { &k.gemv_tma_xr };
+        tma_launches(b, f, xr_smem, &maps, ys, &x_args(vec![Arg::P(xb)]), kt, add);
         return true;
     }
     let Some(xmap) = crate::tma::row_map(xb, m, kt * 16, 8 * nt) else { return false };
-    let f = match nt {
-        1 => &d.k.gemv_tma_n1,
-        2 => &d.k.gemv_tma_n2,
-        _ => &d.k.gemv_tma_n4,
+    let f = match (nt, glu.is_some()) {
+        (1, false) => &k.gemv_tma_n1,
+        (2, false) => &k.gemv_tma_n2,
+        (_, false) => &k.gemv_tma_n4,
+        (1, true) => &k.gemv_tma_glu_n1,
+        (2, true) => &k.gemv_tma_glu_n2,
+        (_, true) => &k.gemv_tma_glu_n4,
     };
-    tma_launches(b, f, gemv_tma_smem(nt), &maps, ys, &[Arg::M(xmap), Arg::I(m as i32)], kt, add);
+    tma_launches(b, f, gemv_tma_smem(nt), &maps, ys, &x_args(vec![Arg::M(xmap), Arg::I(m as i32)]), kt, add);
     true
 }
 
@@ -425,21 +452,6 @@ fn tma_launches(
     }
 }
 
-/// The TMA GEMV for one row with the row held in shared memory (kernels/gemv_tma.cu
-/// `gemv_tma_xr`: W-only rings, gemv_tma_n1's bits; the one-row default since session 20, lab
-/// `tma-n1` for the x-box kernel); false (nothing launched) where the row does not fit beside the
-/// ring. H200, qwen3-8b batch 1 (NOTES.md, sessions 18 and 20): alone it tied gemv_tma_n1 (its
-/// blocks beside early-launched small kernels ended late); with those kernels padded in shared
-/// memory (device.rs `small_smem`) 235.3 / 216.9 against 231.5 / 215.2 tok/s at prompt 128 / 4096.
-fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt: usize, ys: &[u64], add: bool) -> bool {
-    let smem = gemv_tma_xr_smem(kt * 16);
-    if smem > crate::gemv_m1::MAX_SMEM {
-        return false;
-    }
-    tma_launches(b, &b.dev.k.gemv_tma_xr, smem, maps, ys, &[Arg::P(xb)], kt, add);
-    true
-}
-
 /// `glu_packed(x @ gu^T)` for 2 to 32 rows from the TMA GEMV with the activation in its store
 /// (kernels/gemv_tma.cu `gemv_tma_glu_n*`; `gemv_tma_xr_glu` for one row with lab `glu-one`: the
 /// same bits, no f32 product written, no `glu_packed` launch); None (nothing launched) where those
@@ -450,7 +462,7 @@ fn gemv_tma_xr(b: &CudaBackend, maps: &[([u64; 16], usize, usize)], xb: u64, kt:
 fn gemv_tma_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<CudaAct> {
     let d = &b.dev;
     let m = x.rows;
-    let CudaMat::Bf16 { gmap: Some(g), ntiles, .. } = gu else { return None };
+    let CudaMat::Bf16 { gmap: Some(_), .. } = gu else { return None };
     let one_row_other = m == 1 && (!b.lab.glu_one || b.lab.on || one_row_cp(b, &[gu]));
     if m == 0 || m > 32 || one_row_other || b.lab.glu_apart || b.skip.skips(crate::profile::Skip::GLU, m) {
         return None;
@@ -458,28 +470,10 @@ fn gemv_tma_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> 
     let (n, k) = gu.shape();
     let (kt, inter) = (k.div_ceil(16), n / 2);
     let xb = ptr(bf16_of(b, x), &d.stream);
-    let xr = m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(*ntiles, kt);
-    let xr_smem = gemv_tma_xr_smem(kt * 16);
-    let nt = m.div_ceil(8).next_power_of_two();
-    let (f, smem, mut args) = if xr && xr_smem <= crate::gemv_m1::MAX_SMEM {
-        (&d.k.gemv_tma_xr_glu, xr_smem, vec![Arg::P(xb)])
-    } else {
-        let xmap = crate::tma::row_map(xb, m, kt * 16, 8 * nt)?;
-        let f = match nt {
-            1 => &d.k.gemv_tma_glu_n1,
-            2 => &d.k.gemv_tma_glu_n2,
-            _ => &d.k.gemv_tma_glu_n4,
-        };
-        (f, gemv_tma_smem(nt), vec![Arg::M(xmap), Arg::I(m as i32)])
-    };
     let yb = crate::ops::bf16_out(b, m, inter);
-    args.extend([
-        Arg::P(ptr(&yb, &d.stream)),
-        Arg::I(padded(inter) as i32),
-        Arg::I(matches!(act, Activation::GeluTanh) as i32),
-    ]);
-    tma_launches(b, f, smem, &[(**g, n, *ntiles)], &[0], &args, kt, false);
-    Some(CudaAct::bf16_only(yb, m, inter))
+    let act = matches!(act, Activation::GeluTanh) as i32;
+    let store = TmaStore::Glu { yb: ptr(&yb, &d.stream), kp: padded(inter), act };
+    gemv_tma(b, &[gu], xb, m, kt, store).then(|| CudaAct::bf16_only(yb, m, inter))
 }
 
 /// Whether one-row calls of `ws` take the cp.async few-row GEMV (labs `cp`, `row:NAME`, and
