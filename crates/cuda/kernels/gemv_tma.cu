@@ -157,20 +157,41 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     if (lane == 0) {
         // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy, ahead of
         // the W stages still to issue.
+#ifndef TF_KLAB_XLD
         if constexpr (XR) {
             if (nb > 0) {
                 mbar_expect(xbar, (j1 - j0) * 32);
                 bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
             }
         }
+#endif
         for (int q = 0; q < C::ST - 1 && q < total; ++q) {
             if (q >= pre) issue_w(q);
             issue_x(q);
         }
     }
+#ifdef TF_KLAB_XLD
+    // Lab (TF_KERNEL_LAB=XLD): the warp's segment of the x row by ordinary 16-byte loads (every
+    // lane) into shared memory instead of one bulk copy: is the late row (NOTES.md session 23) the
+    // bulk copy's or the memory system's?
+    if constexpr (XR) {
+        if (nb > 0) {
+            const int bytes = (j1 - j0) * 32;
+            const char* src = (const char*)(xg + j0 * 16);
+            for (int o = lane * 16; o < bytes; o += 512) {
+                const uint4 v = *(const uint4*)(src + o);
+                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(xrow + j0 * 32 + o), "r"(v.x), "r"(v.y),
+                             "r"(v.z), "r"(v.w)
+                             : "memory");
+            }
+            __syncwarp();
+        }
+    }
+#else
     if constexpr (XR) {
         if (nb > 0) mbar_wait(xbar, 0);
     }
+#endif
 #ifdef TF_TRACE_MARK_X
     tf_trace_mark();  // trace lab: the x row has landed
 #endif
