@@ -153,6 +153,11 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         }
     }
 #endif
+#ifdef TF_KLAB_REG
+    // Lab (TF_KERNEL_LAB=REG): the x row's address in a register before the launch wait, so the
+    // path to its copy after the wait reads no kernel parameter.
+    asm volatile("" : "+l"(xg));
+#endif
     tf_pdl_wait();
     if (lane == 0) {
         // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy, ahead of
@@ -165,10 +170,16 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
         }
 #endif
+#ifdef TF_TRACE_MARK_I
+        tf_trace_mark();  // trace lab: lane 0 has issued the x row's copy
+#endif
         for (int q = 0; q < C::ST - 1 && q < total; ++q) {
             if (q >= pre) issue_w(q);
             issue_x(q);
         }
+#ifdef TF_TRACE_MARK_J
+        tf_trace_mark();  // trace lab: lane 0 has issued the ring's first stages
+#endif
     }
 #ifdef TF_KLAB_XLD
     // Lab (TF_KERNEL_LAB=XLD): the warp's segment of the x row by ordinary 16-byte loads (every
@@ -239,7 +250,8 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
-#if !defined(TF_TRACE_MARK_X) && !defined(TF_TRACE_MARK_S0) && !defined(TF_TRACE_MARK_SL)
+#if !defined(TF_TRACE_MARK_X) && !defined(TF_TRACE_MARK_S0) && !defined(TF_TRACE_MARK_SL) && !defined(TF_TRACE_MARK_I) && \
+    !defined(TF_TRACE_MARK_J)
         if (t == t0) tf_trace_mark();  // the trace build's first tile ends here (a no-op otherwise)
 #endif
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
