@@ -137,6 +137,27 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
     // stages right after it): loads issued while a small kernel before runs delay its own.
     const int pre = min(pre_in, C::ST - 1);
+#ifdef TF_KLAB_HOT
+    // Lab (TF_KERNEL_LAB=HOT): one-row kernels issue every first stage from one loop with the
+    // launch wait and the x row's copy inside it, so the stages after the wait run the
+    // instructions the ones before it ran (is the late x row an instruction fetch?).
+    constexpr bool hot = XR;
+#else
+    constexpr bool hot = false;
+#endif
+    if constexpr (hot) {
+#pragma unroll 1
+        for (int q = 0; q < C::ST; ++q) {
+            if (q == pre) {
+                tf_pdl_wait();
+                if (lane == 0 && nb > 0) {
+                    mbar_expect(xbar, (j1 - j0) * 32);
+                    bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
+                }
+            }
+            if (lane == 0 && q < C::ST - 1 && q < total) issue_w(q);
+        }
+    } else {
     if (lane == 0) {
         for (int q = 0; q < pre && q < total; ++q) issue_w(q);
     }
@@ -180,6 +201,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #ifdef TF_TRACE_MARK_J
         tf_trace_mark();  // trace lab: lane 0 has issued the ring's first stages
 #endif
+    }
     }
 #ifdef TF_KLAB_XLD
     // Lab (TF_KERNEL_LAB=XLD): the warp's segment of the x row by ordinary 16-byte loads (every
