@@ -205,16 +205,10 @@ __device__ __forceinline__ void attention_split_body(const float* __restrict__ q
             int d = (warp * DS + dt) * 8 + 2 * c;
             float v0 = attn_merge(0.f, sa, o[dt][2 * h], sp) * inv;
             float v1 = attn_merge(0.f, sa, o[dt][2 * h + 1], sp) * inv;
-#ifdef TF_KLAB_OB32
-            // Lab (TF_KERNEL_LAB=OB32): each pair as one store (float2, bf16x2), not two.
-            *(float2*)(out + rq[h] + d) = make_float2(v0, v1);
-            *(u32*)(outb + routb[h] + d) = pack_bf2(v0, v1);
-#else
             out[rq[h] + d] = v0;
             out[rq[h] + d + 1] = v1;
             outb[routb[h] + d] = f2bf(v0);
             outb[routb[h] + d + 1] = f2bf(v1);
-#endif
         }
     }
 

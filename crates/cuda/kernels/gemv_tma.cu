@@ -137,15 +137,19 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
     // stages right after it): loads issued while a small kernel before runs delay its own.
     const int pre = min(pre_in, C::ST - 1);
-#ifdef TF_KLAB_HOT
-    // Lab (TF_KERNEL_LAB=HOT): one-row kernels issue every first stage from one loop with the
-    // launch wait and the x row's copy inside it, so the stages after the wait run the
-    // instructions the ones before it ran (is the late x row an instruction fetch?).
-    constexpr bool hot = XR;
+#ifdef TF_KLAB_COLD
+    constexpr bool one_loop = false;  // lab (TF_KERNEL_LAB=COLD): session 23's two loops
 #else
-    constexpr bool hot = false;
+    constexpr bool one_loop = XR;
 #endif
-    if constexpr (hot) {
+    if constexpr (one_loop) {
+        // One loop issues every first stage, with the launch wait and then the x row's copy (one
+        // bulk copy a warp, 32 bytes a k tile) inside it at stage `pre`: the stages after the
+        // wait run the very instructions the ones before it ran. With a loop of their own after
+        // the wait, blocks on a TPC where decode attention or qk_norm_rope had just run (their
+        // code, 74 and 27 KB, evicts the TPC's instructions) fetched that loop's code for 4 us
+        // while the W stream waited (NOTES.md session 24: o's x row landed 4.9 us after the wait
+        // on those blocks, 0.8 elsewhere; 0.77 on all with the one loop).
 #pragma unroll 1
         for (int q = 0; q < C::ST; ++q) {
             if (q == pre) {
@@ -158,73 +162,28 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             if (lane == 0 && q < C::ST - 1 && q < total) issue_w(q);
         }
     } else {
-    if (lane == 0) {
-        for (int q = 0; q < pre && q < total; ++q) issue_w(q);
-    }
-#ifdef TF_KLAB_XWARM
-    // Lab (TF_KERNEL_LAB=XWARM): touch this warp's segment of the x row before the launch wait
-    // (a relaxed load of what the kernel before is still writing, discarded), so the address is
-    // translated before the wait. NOTES.md session 23: after the wait, the row's bulk copy
-    // landed 4.8 us late on blocks in TPCs where attention or qk_norm_rope had just run (0.8 us
-    // elsewhere).
-    if constexpr (XR) {
-        if (lane == 0 && nb > 0) {
-            u32 v;
-            asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(xg + j0 * 16) : "memory");
+        if (lane == 0) {
+            for (int q = 0; q < pre && q < total; ++q) issue_w(q);
         }
-    }
-#endif
-#ifdef TF_KLAB_REG
-    // Lab (TF_KERNEL_LAB=REG): the x row's address in a register before the launch wait, so the
-    // path to its copy after the wait reads no kernel parameter.
-    asm volatile("" : "+l"(xg));
-#endif
-    tf_pdl_wait();
-    if (lane == 0) {
-        // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy, ahead of
-        // the W stages still to issue.
-#ifndef TF_KLAB_XLD
-        if constexpr (XR) {
-            if (nb > 0) {
-                mbar_expect(xbar, (j1 - j0) * 32);
-                bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
+        tf_pdl_wait();
+        if (lane == 0) {
+            // XR: this warp's segment of the x row as one bulk copy, ahead of the W stages still
+            // to issue.
+            if constexpr (XR) {
+                if (nb > 0) {
+                    mbar_expect(xbar, (j1 - j0) * 32);
+                    bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
+                }
+            }
+            for (int q = 0; q < C::ST - 1 && q < total; ++q) {
+                if (q >= pre) issue_w(q);
+                issue_x(q);
             }
         }
-#endif
-#ifdef TF_TRACE_MARK_I
-        tf_trace_mark();  // trace lab: lane 0 has issued the x row's copy
-#endif
-        for (int q = 0; q < C::ST - 1 && q < total; ++q) {
-            if (q >= pre) issue_w(q);
-            issue_x(q);
-        }
-#ifdef TF_TRACE_MARK_J
-        tf_trace_mark();  // trace lab: lane 0 has issued the ring's first stages
-#endif
     }
-    }
-#ifdef TF_KLAB_XLD
-    // Lab (TF_KERNEL_LAB=XLD): the warp's segment of the x row by ordinary 16-byte loads (every
-    // lane) into shared memory instead of one bulk copy: is the late row (NOTES.md session 23) the
-    // bulk copy's or the memory system's?
-    if constexpr (XR) {
-        if (nb > 0) {
-            const int bytes = (j1 - j0) * 32;
-            const char* src = (const char*)(xg + j0 * 16);
-            for (int o = lane * 16; o < bytes; o += 512) {
-                const uint4 v = *(const uint4*)(src + o);
-                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(xrow + j0 * 32 + o), "r"(v.x), "r"(v.y),
-                             "r"(v.z), "r"(v.w)
-                             : "memory");
-            }
-            __syncwarp();
-        }
-    }
-#else
     if constexpr (XR) {
         if (nb > 0) mbar_wait(xbar, 0);
     }
-#endif
 #ifdef TF_TRACE_MARK_X
     tf_trace_mark();  // trace lab: the x row has landed
 #endif
@@ -272,8 +231,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
             __syncwarp();  // every lane is done with the slot before lane 0 refills it
         }
-#if !defined(TF_TRACE_MARK_X) && !defined(TF_TRACE_MARK_S0) && !defined(TF_TRACE_MARK_SL) && !defined(TF_TRACE_MARK_I) && \
-    !defined(TF_TRACE_MARK_J)
+#if !defined(TF_TRACE_MARK_X) && !defined(TF_TRACE_MARK_S0) && !defined(TF_TRACE_MARK_SL)
         if (t == t0) tf_trace_mark();  // the trace build's first tile ends here (a no-op otherwise)
 #endif
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
