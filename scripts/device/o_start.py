@@ -18,7 +18,8 @@ nl = (per - 1) // 4
 by = collections.defaultdict(list)
 for layer in range(rounds * nl):
     rd, ly = divmod(layer, nl); i = gemv[rd * per + ly * 4 + k]
-    prev1 = {r.sm for r in L[i-1]["recs"]}; prev2 = {r.sm for r in L[i-2]["recs"]}
+    prev1 = {r.sm for r in L[i-1]["recs"]}
+    prev2 = {r.sm for r in L[i-2]["recs"]} if not L[i-2]["name"].startswith("gemv") else set()
     blocks = {}
     for r in L[i]["recs"]:
         v = blocks.setdefault(r.block, [r.sm, 1 << 62, 0, 0, 0])
@@ -30,6 +31,8 @@ for layer in range(rounds * nl):
 print(f"{'tag':>7} {'n':>5} {'start-w0':>9} {'wait-start':>10} {'x lands':>8} {'end-w0':>7}  (medians, us; w0 = launch's first wait end)")
 for t in ["ATT", "PART", "PREV2", "PREV2P", "other"]:
     v = by[t]
+    if not v:
+        continue
     print(f"{t:>7} {len(v):5d} " + " ".join(f"{st.median([x[j] for x in v]):9.2f}" for j in range(4)))
 # how many blocks start after w0
 late = [x for t in by for x in by[t] if x[0] > 0]
