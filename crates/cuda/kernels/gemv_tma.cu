@@ -142,7 +142,35 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #else
     constexpr bool one_loop = XR;
 #endif
-    if constexpr (one_loop) {
+#ifdef TF_KLAB_HOTNT
+    constexpr bool one_loop_x = !XR;  // lab (TF_KERNEL_LAB=HOTNT): the x-box kernels' one loop
+#else
+    constexpr bool one_loop_x = false;
+#endif
+    if constexpr (one_loop_x) {
+        // The x-box kernels' first stages from one loop as well: items W 0 .. p - 1, the wait,
+        // then x 0 .. p - 1 and W, x of each later first stage, every item issued by the same
+        // copy instruction (its box, map and coordinates picked), so nothing after the wait is
+        // code the block has not run.
+        const int nq = min(C::ST - 1, total), p = min(pre, nq);
+#pragma unroll 1
+        for (int i = 0; i <= 2 * nq; ++i) {
+            if (i == p) {
+                tf_pdl_wait();
+                continue;
+            }
+            if (lane == 0) {
+                const int j = i < p ? i : i - 1, r = j - 2 * p;
+                const int q = j < p ? j : j < 2 * p ? j - p : p + r / 2;
+                const bool isx = j >= p && (j < 2 * p || (r & 1));
+                const int t = t0 + q / nb, slot = q % C::ST;
+                const TmaDesc* map = isx ? xmap : t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
+                const int row = isx ? 0 : (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
+                if (!isx) mbar_expect(&full[slot], C::SBYTES);
+                tma_load_2d(ring + slot * C::SBYTES + (isx ? 2048 : 0), map, (j0 + (q % nb) * 4) * 16, row, &full[slot]);
+            }
+        }
+    } else if constexpr (one_loop) {
         // One loop issues every first stage, with the launch wait and then the x row's copy (one
         // bulk copy a warp, 32 bytes a k tile) inside it at stage `pre`: the stages after the
         // wait run the very instructions the ones before it ran. With a loop of their own after
