@@ -134,6 +134,15 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             tma_load_2d(ring + slot * C::SBYTES + 2048, xmap, (j0 + (q % nb) * 4) * 16, 0, &full[slot]);
         }
     };
+    // XR: this warp's segment of the x row (32 bytes a k tile) as one bulk copy.
+    auto issue_row = [&]() {
+        if constexpr (XR) {
+            if (nb > 0) {
+                mbar_expect(xbar, (j1 - j0) * 32);
+                bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
+            }
+        }
+    };
     // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
     // stages right after it): loads issued while a small kernel before runs delay its own.
     const int pre = min(pre_in, C::ST - 1);
@@ -171,8 +180,8 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             }
         }
     } else if constexpr (one_loop) {
-        // One loop issues every first stage, with the launch wait and then the x row's copy (one
-        // bulk copy a warp, 32 bytes a k tile) inside it at stage `pre`: the stages after the
+        // One loop issues every first stage, with the launch wait and then the x row's copy
+        // inside it at stage `pre`: the stages after the
         // wait run the very instructions the ones before it ran. With a loop of their own after
         // the wait, blocks on a TPC where decode attention or qk_norm_rope had just run (their
         // code, 74 and 27 KB, evicts the TPC's instructions) fetched that loop's code for 4 us
@@ -182,10 +191,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         for (int q = 0; q < C::ST; ++q) {
             if (q == pre) {
                 tf_pdl_wait();
-                if (lane == 0 && nb > 0) {
-                    mbar_expect(xbar, (j1 - j0) * 32);
-                    bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
-                }
+                if (lane == 0) issue_row();
             }
             if (lane == 0 && q < C::ST - 1 && q < total) issue_w(q);
         }
@@ -195,14 +201,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         }
         tf_pdl_wait();
         if (lane == 0) {
-            // XR: this warp's segment of the x row as one bulk copy, ahead of the W stages still
-            // to issue.
-            if constexpr (XR) {
-                if (nb > 0) {
-                    mbar_expect(xbar, (j1 - j0) * 32);
-                    bulk_load(xrow + j0 * 32, xg + j0 * 16, (j1 - j0) * 32, xbar);
-                }
-            }
+            issue_row();  // ahead of the W stages still to issue
             for (int q = 0; q < C::ST - 1 && q < total; ++q) {
                 if (q >= pre) issue_w(q);
                 issue_x(q);
