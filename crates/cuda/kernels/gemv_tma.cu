@@ -263,10 +263,25 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #endif
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
         float* pb = part + (t & 1) * GT_W * C::PART;
+#ifdef TF_KLAB_FOLD
+        // Lab (TF_KERNEL_LAB=FOLD): the segment sums through shared-space stores and loads and a
+        // fold of fixed width (GT_W segments, the missing ones skipped): less code for a cold TPC
+        // to fetch at the first tile's end than the generic accesses and the 16/8/4-way unrolled
+        // runtime loop (NOTES.md session 24). The same additions in the same order.
+        const u32 pbs = smem_addr(pb);
+#pragma unroll
+        for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(pbs + (((warp * NT + tt) * 4 + e) * 32 + lane) * 4),
+                             "f"(acc[tt][e])
+                             : "memory");
+#else
 #pragma unroll
         for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) pb[((warp * NT + tt) * 4 + e) * 32 + lane] = acc[tt][e];
+#endif
         __syncthreads();
         if (warp == 0) {
             float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
@@ -275,12 +290,30 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             float tot[NT][4];
 #pragma unroll
             for (int tt = 0; tt < NT; ++tt) tot[tt][0] = tot[tt][1] = tot[tt][2] = tot[tt][3] = 0.f;
+#ifdef TF_KLAB_FOLD
+#pragma unroll
+            for (int sg = 0; sg < GT_W; ++sg) {
+                if (sg >= nseg) break;
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float v;
+                        asm volatile("ld.shared.f32 %0, [%1];\n"
+                                     : "=f"(v)
+                                     : "r"(pbs + (((sg * NT + tt) * 4 + e) * 32 + lane) * 4)
+                                     : "memory");
+                        tot[tt][e] = __fadd_rn(tot[tt][e], v);
+                    }
+            }
+#else
             for (int sg = 0; sg < nseg; ++sg)
 #pragma unroll
                 for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
+#endif
             if constexpr (GLU) {
 #pragma unroll
                 for (int tt = 0; tt < NT; ++tt)
