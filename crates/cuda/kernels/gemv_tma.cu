@@ -181,12 +181,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         }
     } else if constexpr (one_loop) {
         // One loop issues every first stage, with the launch wait and then the x row's copy
-        // inside it at stage `pre`: the stages after the
-        // wait run the very instructions the ones before it ran. With a loop of their own after
-        // the wait, blocks on a TPC where decode attention or qk_norm_rope had just run (their
-        // code, 74 and 27 KB, evicts the TPC's instructions) fetched that loop's code for 4 us
-        // while the W stream waited (NOTES.md session 24: o's x row landed 4.9 us after the wait
-        // on those blocks, 0.8 elsewhere; 0.77 on all with the one loop).
+        // inside it at stage `pre`: the stages after the wait run the very instructions the ones
+        // before it ran. With a loop of their own after the wait, blocks on a TPC where decode
+        // attention or qk_norm_rope had just run (their code, 74 and 27 KB, evicts the TPC's
+        // instructions) fetched that loop's code for 4 us while the W stream waited (NOTES.md
+        // session 24: o's x row landed 4.9 us after the wait on those blocks, 0.8 elsewhere;
+        // 0.77 on all with the one loop).
 #pragma unroll 1
         for (int q = 0; q < C::ST; ++q) {
             if (q == pre) {
