@@ -1,5 +1,5 @@
 """Reads a kernel timeline (crates/cuda/src/trace.rs TSV, maybe gzipped) into launches: the
-shared loader of late_sms.py, gemv_blocks.py and sm_speed.py."""
+shared loader of late_sms.py, gemv_blocks.py, sm_speed.py, o_tiles.py and o_start.py."""
 import collections
 import gzip
 
@@ -32,3 +32,39 @@ def launches(path):
         seen.add((r.block, r.warp))
         out[-1]["recs"].append(r)
     return out
+
+
+def gemv_blocks(launches, k):
+    """Each layer's K-th GEMV's blocks (0 qkv, 1 o, 2 gate_up, 3 down; four a layer and the head
+    a round), by where they ran: on SMs of the launch just before (ATT), on their TPC partners
+    (PART), on SMs of the launch two before when that is no GEMV (PREV2) or their partners
+    (PREV2P), the rest (other). Yields (tag, start, end, wait end, mark or 0, w0) in ns, w0 the
+    launch's first wait end: o_tiles.py and o_start.py read it."""
+    gemv = [i for i, l in enumerate(launches) if l["name"].startswith("gemv")]
+    rounds = max(1, sum(1 for l in launches if l["name"] == "embed"))
+    per = len(gemv) // rounds
+    per_round = (per - 1) // 4
+    for layer in range(rounds * per_round):
+        rd, ly = divmod(layer, per_round)
+        i = gemv[rd * per + ly * 4 + k]
+        prev1 = {r.sm for r in launches[i - 1]["recs"]}
+        prev2 = set() if launches[i - 2]["name"].startswith("gemv") else {r.sm for r in launches[i - 2]["recs"]}
+        blocks = {}
+        for r in launches[i]["recs"]:
+            v = blocks.setdefault(r.block, [r.sm, 1 << 62, 0, 0, 0])
+            v[1], v[2] = min(v[1], r.t0), max(v[2], r.t1)
+            v[3] = max(v[3], r.t0 + r.dwait)
+            if r.dmark:
+                v[4] = max(v[4], r.t0 + r.dmark)
+        w0 = min(v[3] for v in blocks.values())
+        for sm, start, end, wait, mark in blocks.values():
+            tag = ("ATT" if sm in prev1 else "PART" if sm ^ 1 in prev1 else "PREV2" if sm in prev2
+                   else "PREV2P" if sm ^ 1 in prev2 else "other")
+            yield tag, start, end, wait, mark, w0
+
+
+def gemv_layers(launches):
+    """How many layers gemv_blocks walks."""
+    rounds = max(1, sum(1 for l in launches if l["name"] == "embed"))
+    per = sum(1 for l in launches if l["name"].startswith("gemv")) // rounds
+    return rounds * ((per - 1) // 4)
