@@ -54,8 +54,9 @@ rounds = [r for r in rounds if r]
 
 
 def label(rnd):
-    """Names launches: GEMVs by their place in a layer (qkv, o, gate_up, down), the last one head."""
-    gemv = [i for i, l in enumerate(rnd) if l["name"].startswith("gemv")]
+    """Names launches: matmuls (GEMVs, and a prefill's GEMMs) by their place in a layer (qkv, o,
+    gate_up, down), the last one head."""
+    gemv = [i for i, l in enumerate(rnd) if l["name"].startswith(("gemv", "gemm"))]
     names = {}
     for j, i in enumerate(gemv):
         names[i] = "head" if j == len(gemv) - 1 else ["qkv", "o", "gate_up", "down"][j % 4]
