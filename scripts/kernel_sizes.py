@@ -4,7 +4,7 @@ crates/cuda/kernels, largest first: a block runs cold on a TPC whose instruction
 evicted (scripts/device/results/NOTES.md session 24), so code size is a speed figure here.
 
 usage: kernel_sizes.py [ARCH=sm_90a] [DEFINE ...] [--grep SUBSTR]
-  e.g. kernel_sizes.py sm_90a TF_KLAB_FOLD --grep gemv     (needs a libnvrtc, see nvrtc_check.py)"""
+  e.g. kernel_sizes.py sm_90a TF_KLAB_COLD --grep gemv     (needs a libnvrtc, see nvrtc_check.py)"""
 import struct
 import sys
 

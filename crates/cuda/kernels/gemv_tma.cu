@@ -151,35 +151,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #else
     constexpr bool one_loop = XR;
 #endif
-#ifdef TF_KLAB_HOTNT
-    constexpr bool one_loop_x = !XR;  // lab (TF_KERNEL_LAB=HOTNT): the x-box kernels' one loop
-#else
-    constexpr bool one_loop_x = false;
-#endif
-    if constexpr (one_loop_x) {
-        // The x-box kernels' first stages from one loop as well: items W 0 .. p - 1, the wait,
-        // then x 0 .. p - 1 and W, x of each later first stage, every item issued by the same
-        // copy instruction (its box, map and coordinates picked), so nothing after the wait is
-        // code the block has not run.
-        const int nq = min(C::ST - 1, total), p = min(pre, nq);
-#pragma unroll 1
-        for (int i = 0; i <= 2 * nq; ++i) {
-            if (i == p) {
-                tf_pdl_wait();
-                continue;
-            }
-            if (lane == 0) {
-                const int j = i < p ? i : i - 1, r = j - 2 * p;
-                const int q = j < p ? j : j < 2 * p ? j - p : p + r / 2;
-                const bool isx = j >= p && (j < 2 * p || (r & 1));
-                const int t = t0 + q / nb, slot = q % C::ST;
-                const TmaDesc* map = isx ? xmap : t < nt0 ? w0 : t < nt0 + nt1 ? w1 : w2;
-                const int row = isx ? 0 : (t < nt0 ? t : t < nt0 + nt1 ? t - nt0 : t - nt0 - nt1) * 16;
-                if (!isx) mbar_expect(&full[slot], C::SBYTES);
-                tma_load_2d(ring + slot * C::SBYTES + (isx ? 2048 : 0), map, (j0 + (q % nb) * 4) * 16, row, &full[slot]);
-            }
-        }
-    } else if constexpr (one_loop) {
+    if constexpr (one_loop) {
         // One loop issues every first stage, with the launch wait and then the x row's copy
         // inside it at stage `pre`: the stages after the wait run the very instructions the ones
         // before it ran. With a loop of their own after the wait, blocks on a TPC where decode
@@ -263,25 +235,10 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
 #endif
         // Tile done: segment sums to shared memory, then warp 0 folds them in segment order.
         float* pb = part + (t & 1) * GT_W * C::PART;
-#ifdef TF_KLAB_FOLD
-        // Lab (TF_KERNEL_LAB=FOLD): the segment sums through shared-space stores and loads and a
-        // fold of fixed width (GT_W segments, the missing ones skipped): less code for a cold TPC
-        // to fetch at the first tile's end than the generic accesses and the 16/8/4-way unrolled
-        // runtime loop (NOTES.md session 24). The same additions in the same order.
-        const u32 pbs = smem_addr(pb);
-#pragma unroll
-        for (int tt = 0; tt < NT; ++tt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(pbs + (((warp * NT + tt) * 4 + e) * 32 + lane) * 4),
-                             "f"(acc[tt][e])
-                             : "memory");
-#else
 #pragma unroll
         for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) pb[((warp * NT + tt) * 4 + e) * 32 + lane] = acc[tt][e];
-#endif
         __syncthreads();
         if (warp == 0) {
             float* y = t < nt0 ? y0 : t < nt0 + nt1 ? y1 : y2;
@@ -290,30 +247,12 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             float tot[NT][4];
 #pragma unroll
             for (int tt = 0; tt < NT; ++tt) tot[tt][0] = tot[tt][1] = tot[tt][2] = tot[tt][3] = 0.f;
-#ifdef TF_KLAB_FOLD
-#pragma unroll
-            for (int sg = 0; sg < GT_W; ++sg) {
-                if (sg >= nseg) break;
-#pragma unroll
-                for (int tt = 0; tt < NT; ++tt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float v;
-                        asm volatile("ld.shared.f32 %0, [%1];\n"
-                                     : "=f"(v)
-                                     : "r"(pbs + (((sg * NT + tt) * 4 + e) * 32 + lane) * 4)
-                                     : "memory");
-                        tot[tt][e] = __fadd_rn(tot[tt][e], v);
-                    }
-            }
-#else
             for (int sg = 0; sg < nseg; ++sg)
 #pragma unroll
                 for (int tt = 0; tt < NT; ++tt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         tot[tt][e] = __fadd_rn(tot[tt][e], pb[((sg * NT + tt) * 4 + e) * 32 + lane]);
-#endif
             if constexpr (GLU) {
 #pragma unroll
                 for (int tt = 0; tt < NT; ++tt)

@@ -92,31 +92,14 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
                 int i = threadIdx.x + q * R + j * V;
                 sc[q][j] = i < group ? (one_plus ? 1.0f + w[i] : w[i]) : 0.f;
             }
-#ifdef TF_KLAB_DRY
-        // Lab (TF_KERNEL_LAB=DRY): the `_j4` kernels run their post-wait code once before the
-        // launch wait on whatever x holds then, storing nothing, so the real pass after the wait
-        // runs instructions already fetched (a block lands on a cold SM; NOTES.md session 24).
-        constexpr int first_pass = JT > 0 ? 0 : 1;
-#pragma unroll 1
-        for (int pass = first_pass; pass < 2; ++pass) {
-        const bool real = pass == 1;
-        if (real) tf_pdl_wait();
-#else
-        constexpr bool real = true;
         tf_pdl_wait();
-#endif
 #pragma unroll
         for (int q = 0; q < Q; ++q)
 #pragma unroll
             for (int j = 0; j < J; ++j) {
                 if (j >= jn) break;
                 int i = threadIdx.x + q * R + j * V;
-#ifdef TF_KLAB_DRY
-                // L2 loads in both passes: the dry pass must leave no stale line in L1.
-                v[q][j] = i < group ? (ADD ? __ldcg(x + base + i) + __ldcg(a + base + i) : __ldcg(x + base + i)) : 0.f;
-#else
                 v[q][j] = i < group ? (ADD ? x[base + i] + a[base + i] : x[base + i]) : 0.f;
-#endif
             }
         if (ADD) {
 #pragma unroll
@@ -125,7 +108,7 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
                 for (int j = 0; j < J; ++j) {
                     if (j >= jn) break;
                     int i = threadIdx.x + q * R + j * V;
-                    if (i < group && real) x[base + i] = v[q][j];
+                    if (i < group) x[base + i] = v[q][j];
                 }
         }
 #pragma unroll
@@ -152,16 +135,12 @@ __device__ __forceinline__ void rms_norm_body(float* __restrict__ x, const float
             for (int j = 0; j < J; ++j) {
                 if (j >= jn) break;
                 int i = threadIdx.x + q * R + j * V;
-                if (i < group && real) {
+                if (i < group) {
                     float o = v[q][j] * inv * sc[q][j];
                     if (F32) y[base + i] = o;
                     yb[ybase + i] = f2bf(o);
                 }
             }
-#ifdef TF_KLAB_DRY
-        if (!real) __syncthreads();  // every thread has read the dry pass's warp sums
-        }
-#endif
         return;
     }
     // Longer groups (Q = 1 only): two passes over global memory, same per-thread order.
