@@ -1,12 +1,94 @@
 #!/usr/bin/env bash
-# The test command a newcomer runs (and CI runs through .ci/run): every test of the workspace.
+# The test command (the README's, and what .ci/run runs after fmt and clippy): sets up what the
+# tests need, then runs every test of the workspace. Needs only the Rust toolchain and python3.
+#   1. a virtual environment target/pyenv with tests/python/requirements.txt (pinned pytest,
+#      openai, NVRTC), made once and reinstalled only when that file changes;
+#   2. the Gemma 3 270M demo GGUF in the cache (scripts/fetch_gemma3_gguf.sh), unless
+#      TF_GEMMA3_GGUF already names it: its golden test and the chat tests run on it;
+#   3. the CUDA kernels compiled by NVRTC for sm_80, sm_89 and sm_90a (no GPU needed);
+#   4. cargo test --workspace (extra arguments are passed to it);
+#   5. scripts/fuzz.sh, when it exists (TF_SKIP_FUZZ=1 skips it);
+#   6. pytest tests/python from the environment, against the debug binary step 4 built.
+# Usage: scripts/test.sh [cargo test arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The Gemma 3 270M GGUF golden test runs when TF_GEMMA3_GGUF names the file (scripts/fetch_gemma3_gguf.sh
-# prints it); .ci/run fetches it first. Without it that one test prints that it skipped.
-if [ -z "${TF_GEMMA3_GGUF:-}" ] && [ -f "${XDG_CACHE_HOME:-$HOME/.cache}/tensorfold/models/gemma-3-270m-q4_k_m.gguf" ]; then
-    export TF_GEMMA3_GGUF="${XDG_CACHE_HOME:-$HOME/.cache}/tensorfold/models/gemma-3-270m-q4_k_m.gguf"
+
+VENV="target/pyenv"
+REQS="tests/python/requirements.txt"
+STAMP="$VENV/.tensorfold-requirements"
+SYSTEM_PYTHON="${PYTHON:-python3}"
+
+log() { echo "== $*" >&2; }
+
+# Makes $VENV with `python3 -m venv`; where the venv module is missing, with virtualenv.
+make_venv() {
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    if ! "$SYSTEM_PYTHON" -m venv "$VENV"; then
+        log "python3 -m venv failed; using virtualenv instead"
+        rm -rf "$VENV"
+        "$SYSTEM_PYTHON" -m pip install -q --user virtualenv
+        "$SYSTEM_PYTHON" -m virtualenv -q "$VENV"
+    fi
+}
+
+# The requirements' hash and the interpreter's version: the environment is up to date iff the
+# stamp written after the last successful install says the same.
+wanted_stamp() {
+    echo "$(sha256sum "$REQS" | cut -d' ' -f1) $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
+}
+
+log "python environment ($VENV)"
+if ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+    make_venv
 fi
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(wanted_stamp)" ]]; then
+    echo "up to date with $REQS" >&2
+else
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
+    wanted_stamp > "$STAMP"
+fi
+PY="$VENV/bin/python"
+
+log "the demo model (Gemma 3 270M Q4_K_M GGUF)"
+if [[ -z "${TF_GEMMA3_GGUF:-}" ]]; then
+    TF_GEMMA3_GGUF="$(PYTHON="$PY" scripts/fetch_gemma3_gguf.sh)"
+fi
+export TF_GEMMA3_GGUF
+echo "$TF_GEMMA3_GGUF" >&2
+
+log "CUDA kernels compile (NVRTC, no GPU): Ampere, Ada and Hopper targets"
+# A passed compile is remembered under target/nvrtc-check by the hash of what it read (kernels,
+# nvrtc.rs, the check scripts, the pinned NVRTC), so a second run with no kernel change skips it.
+kernels_hash="$(cat crates/cuda/kernels/* crates/cuda/src/nvrtc.rs scripts/nvrtc_check.py scripts/nvrtc_lib.py \
+    "$STAMP" | sha256sum | cut -d' ' -f1)"
+mkdir -p target/nvrtc-check
+for arch in sm_80 sm_89 sm_90a; do
+    passed="target/nvrtc-check/$arch-$kernels_hash"
+    if [[ -f "$passed" ]]; then
+        echo "$arch: compile ok (unchanged since the last check)"
+        continue
+    fi
+    if ! out="$("$PY" scripts/nvrtc_check.py "$arch" 2>&1)"; then
+        echo "$out" >&2
+        echo "nvrtc_check.py $arch failed" >&2
+        exit 1
+    fi
+    echo "$arch: $(tail -1 <<< "$out")"
+    rm -f "target/nvrtc-check/$arch-"*
+    touch "$passed"
+done
+
+log "cargo test --workspace"
 cargo test --workspace "$@"
-# The server through the official `openai` client, using the debug binary built above.
-python3 -m pytest -q tests/python
+
+if [[ -x scripts/fuzz.sh && "${TF_SKIP_FUZZ:-0}" != 1 ]]; then
+    log "fuzz targets (scripts/fuzz.sh; TF_SKIP_FUZZ=1 skips)"
+    scripts/fuzz.sh
+fi
+
+log "pytest tests/python (the server through the official openai client)"
+if [[ -z "${TENSORFOLD_BIN:-}" ]]; then
+    export TENSORFOLD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/tensorfold"
+fi
+"$PY" -m pytest -q tests/python
