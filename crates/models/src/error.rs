@@ -6,6 +6,14 @@ use thiserror::Error;
 /// A checkpoint could not be loaded or failed validation.
 #[derive(Debug, Error)]
 pub enum ModelError {
+    /// The model path is neither a GGUF file nor a Hugging Face checkpoint directory.
+    #[error("{}: {msg}", path.display())]
+    Path {
+        /// The path given.
+        path: PathBuf,
+        /// What was found there instead.
+        msg: String,
+    },
     /// A weights file is malformed.
     #[error(transparent)]
     Format(#[from] tf_formats::FormatError),

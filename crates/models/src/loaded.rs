@@ -32,12 +32,13 @@ pub struct Model<B: Backend> {
 }
 
 impl<B: Backend> Model<B> {
-    /// Loads and validates a checkpoint onto `backend`: a Hugging Face directory or a `.gguf` file.
+    /// Loads and validates a checkpoint onto `backend`: a GGUF file (told by its magic) or a
+    /// Hugging Face directory; anything else is refused saying what the path holds.
     pub fn open(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
-        if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-            return Model::open_gguf(path, backend);
+        match crate::locate::locate(path)? {
+            crate::locate::ModelPath::Gguf => Model::open_gguf(path, backend),
+            crate::locate::ModelPath::HfDir => Model::open_dir(path, backend),
         }
-        Model::open_dir(path, backend)
     }
 
     /// Loads a GGUF file: config, vocabulary and stop ids from its metadata, weights mapped
