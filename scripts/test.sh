@@ -39,6 +39,10 @@ wanted_stamp() {
 }
 
 log "python environment ($VENV)"
+if ! "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "scripts/test.sh needs python3 3.11 or newer; found $("$SYSTEM_PYTHON" --version 2>&1)" >&2
+    exit 1
+fi
 if ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
     make_venv
 fi
