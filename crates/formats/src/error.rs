@@ -40,8 +40,8 @@ impl FormatError {
         FormatError::Header { path: path.into(), msg: msg.into() }
     }
 
-    /// A tensor error for `path` / `name`.
+    /// A tensor error for `path` / `name` (the file-controlled name escaped and cut).
     pub fn tensor(path: impl Into<PathBuf>, name: &str, msg: impl Into<String>) -> FormatError {
-        FormatError::Tensor { path: path.into(), name: name.to_string(), msg: msg.into() }
+        FormatError::Tensor { path: path.into(), name: crate::printable::show(name), msg: msg.into() }
     }
 }

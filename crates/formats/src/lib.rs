@@ -7,10 +7,13 @@ pub mod bytes;
 pub mod checkpoint;
 pub mod error;
 pub mod gguf;
+pub mod printable;
 pub mod quant;
 pub mod safetensors_file;
+pub mod safetensors_header;
 
 pub use bytes::TensorBytes;
 pub use checkpoint::Checkpoint;
 pub use error::FormatError;
+pub use printable::{SHOW_MAX, printable, show};
 pub use safetensors_file::{SafetensorsFile, TensorView};
