@@ -87,7 +87,7 @@ __device__ __forceinline__ void gemv_stage(float (&acc)[NT][4], const unsigned c
         for (int t = 0; t < NT; ++t) mma_bf16(acc[t], a[i].x, a[i].y, a[i].z, a[i].w, b[i][t][0], b[i][t][1]);
 }
 
-// XR: x rows a stage holds (8 NT; the one-row lab variants hold one, for calls of one row only).
+// XR: x rows a stage holds (8 NT; the one-row variants hold one, for calls of one row only).
 // PACK (moe.cu): the block takes GEMV_W / nseg tiles from tile * (GEMV_W / nseg) on, nseg warps
 // each (a weight with few segments keeps every warp streaming); the same sums in the same order.
 template <int NT, int U, int ST, int XR = 8 * NT, bool PACK = false>
@@ -226,8 +226,9 @@ GEMV_KERNEL(2, 4, 4)
 GEMV_KERNEL(4, 4, 3)
 GEMV_KERNEL(8, 2, 3)
 
-// One-row lab variants (profile.rs `M1Lab`, `TF_LAB_M1=row:NAME`): one x row a stage, U k tiles a
-// stage, ST stages; the same arithmetic as gemv_bf16_n1.
+// One-row variants (not launched by the backend since the TMA GEMV took one-row calls; kept in
+// the module until a build without them is measured): one x row a stage, U k tiles a stage, ST
+// stages; the same arithmetic as gemv_bf16_n1.
 GEMV_KERNEL_AS(gemv_row_u4s4, 1, 4, 4, 1)
 GEMV_KERNEL_AS(gemv_row_u4s5, 1, 4, 5, 1)
 GEMV_KERNEL_AS(gemv_row_u4s3, 1, 4, 3, 1)

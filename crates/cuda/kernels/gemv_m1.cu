@@ -8,8 +8,9 @@
 // NQ > 0, made here as the RMSNorm of an f32 row in rms_norm_body's sum order (ops.cu: NQ virtual
 // threads a thread), which takes the norm kernel and its launch off the decode round's critical
 // path. With add the results are added into y (y += x W^T: the residual add fused; the same f32
-// addition as add_inplace). Opt-in (profile.rs `M1Lab`, `TF_LAB_M1`): on the H200 it ran slower
-// than gemm.cu's few-row GEMV plus a norm kernel (scripts/device/results/NOTES.md, Session 6).
+// addition as add_inplace). Not launched by the backend: on the H200 it ran slower than gemm.cu's
+// few-row GEMV plus a norm kernel (docs/perf.md); kept in the module until a build without it is
+// measured (its removal changes the module's PTX).
 
 #define M1_U 4                  // k tiles per stage
 #define M1_WS (M1_U * 32 + 16)  // bytes per W row per stage (16 of padding: conflict-free ldmatrix)

@@ -146,18 +146,14 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
     // Up to `pre` stages of W stream in before the launch wait (the rest of the ring's first
     // stages right after it): loads issued while a small kernel before runs delay its own.
     const int pre = min(pre_in, C::ST - 1);
-#ifdef TF_KLAB_COLD
-    constexpr bool one_loop = false;  // lab (TF_KERNEL_LAB=COLD): session 23's two loops
-#else
     constexpr bool one_loop = XR;
-#endif
     if constexpr (one_loop) {
         // One loop issues every first stage, with the launch wait and then the x row's copy
         // inside it at stage `pre`: the stages after the wait run the very instructions the ones
         // before it ran. With a loop of their own after the wait, blocks on a TPC where decode
         // attention or qk_norm_rope had just run (their code, 74 and 27 KB, evicts the TPC's
-        // instructions) fetched that loop's code for 4 us while the W stream waited (NOTES.md
-        // session 24: o's x row landed 4.9 us after the wait on those blocks, 0.8 elsewhere;
+        // instructions) fetched that loop's code for 4 us while the W stream waited (docs/perf.md,
+        // 2026-12-03: o's x row landed 4.9 us after the wait on those blocks, 0.8 elsewhere;
         // 0.77 on all with the one loop).
 #pragma unroll 1
         for (int q = 0; q < C::ST; ++q) {
@@ -184,7 +180,7 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
         if (nb > 0) mbar_wait(xbar, 0);
     }
 #ifdef TF_TRACE_MARK_X
-    tf_trace_mark();  // trace lab: the x row has landed
+    tf_trace_mark();  // trace build, mark X: the x row has landed
 #endif
     float acc[NT][4];
     int q = 0;
@@ -205,9 +201,9 @@ __device__ __forceinline__ void gemv_tma_body(const TmaDesc* w0, const TmaDesc* 
             const int slot = q % C::ST;
             mbar_wait(&full[slot], (q / C::ST) & 1);
 #if defined(TF_TRACE_MARK_S0)
-            if (q == 0) tf_trace_mark();  // trace lab: the first W stage has landed
+            if (q == 0) tf_trace_mark();  // trace build, mark S0: the first W stage has landed
 #elif defined(TF_TRACE_MARK_SL)
-            if (q == nb - 1) tf_trace_mark();  // trace lab: the first tile's last W stage has landed
+            if (q == nb - 1) tf_trace_mark();  // trace build, mark SL: the first tile's last W stage has landed
 #endif
             const u32 wb = ring + slot * C::SBYTES, xb = wb + 2048;
             // A whole box (the usual case) loads all its fragments before the first MMA, with no

@@ -2,30 +2,16 @@
 
 use crate::error::{CudaError, drv, must};
 use crate::nvrtc;
+use crate::options::CudaOptions;
+use crate::smem::{
+    ATTENTION_WG_SMEM, GEMM_SMEM, MAX_SMEM, WGMMA_SMEM, attention_smem, attention_split_smem, gemv_smem, gemv_tma_smem,
+};
 use cudarc::driver::sys::{CUfunction_attribute, CUmemPool_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use std::path::PathBuf;
 use std::sync::Arc;
-
-/// How to start the backend.
-#[derive(Clone, Debug, Default)]
-pub struct CudaOptions {
-    /// CUDA include directory handed to NVRTC (`$CUDA_HOME/include`); the kernels need no
-    /// headers, so a missing directory is only an error when one is named explicitly.
-    pub include_dir: Option<PathBuf>,
-    /// Where compiled kernels are cached (none: compile at every start).
-    pub cache_dir: Option<PathBuf>,
-    /// The one-row GEMV lab setting (profile.rs `M1Lab`; none: `TF_LAB_M1`, else off).
-    pub lab_m1: Option<String>,
-    /// Rounds to record a kernel timeline of (trace.rs; none: `TF_TRACE`, else off).
-    pub trace: Option<(usize, usize)>,
-    /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs; also
-    /// `TF_CUDA_GRAPHS=0`).
-    pub no_graphs: bool,
-}
 
 /// Dynamic shared memory small decode kernels launch with on Hopper (`Device::pad_smem`): with a
 /// TMA GEMV block's 198-206 KB it is more than an SM's 228 KB.
@@ -53,10 +39,6 @@ macro_rules! kernels {
         impl Kernels {
             fn load(m: &Arc<CudaModule>) -> Result<Kernels, CudaError> {
                 Ok(Kernels { $($name: drv(m.load_function(stringify!($name)), "loading a kernel")?,)* })
-            }
-            /// Every kernel.
-            fn all(&self) -> Vec<&CudaFunction> {
-                vec![$(&self.$name,)*]
             }
         }
     };
@@ -100,11 +82,6 @@ kernels!(
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
-    gemv_row_u4s4,
-    gemv_row_u4s5,
-    gemv_row_u4s3,
-    gemv_row_u2s4,
-    gemv_row_u2s6,
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
@@ -113,11 +90,6 @@ kernels!(
     gemv_tma_glu_n1,
     gemv_tma_glu_n2,
     gemv_tma_glu_n4,
-    gemv_m1_s3,
-    gemv_m1_s4,
-    gemv_m1_norm1,
-    gemv_m1_norm2,
-    gemv_m1_norm4,
     moe_route,
     moe_plan,
     moe_gemv_n1,
@@ -141,24 +113,6 @@ kernels!(
     attention_combine,
 );
 
-/// Shared memory of the tiled GEMM (kernels/gemm.cu `GM_SMEM`: 6 stages of 128 W rows and 128 x
-/// rows of 40 values).
-pub(crate) const GEMM_SMEM: u32 = 6 * (128 + 128) * 40 * 2;
-const _: () = assert!(GEMM_SMEM <= 227 * 1024, "the GEMM's shared memory exceeds Hopper's per-block limit");
-
-/// Shared memory of the wgmma GEMM (kernels/gemm_wgmma.cu `WG_SMEM`: 6 stages of 16 KB of x and
-/// 16 KB of W, plus 1 KB to align the ring) and its static 1 KB.
-pub(crate) const WGMMA_SMEM: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 1024;
-const _: () = assert!(WGMMA_SMEM + 1024 <= 227 * 1024, "the wgmma GEMM's shared memory exceeds the limit");
-
-/// Shared memory of the wgmma prefill attention (kernels/attention_wg.cu `AW_SMEM`: Q rows of two
-/// warpgroups, three stages of a 64-key block's K and V, the folded chunks, 1 KB to align them).
-pub(crate) const ATTENTION_WG_SMEM: u32 = 2 * 2 * 64 * 128 + 3 * 2 * 2 * 64 * 128 + 2 * 64 * 128 * 4 + 1024;
-const _: () = assert!(ATTENTION_WG_SMEM + 1024 <= 227 * 1024, "wgmma attention's shared memory exceeds the limit");
-
-/// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warpgroup.
-pub(crate) const WGMMA_THREADS: u32 = 384;
-
 /// A started device.
 pub struct Device {
     pub(crate) ctx: Arc<CudaContext>,
@@ -177,17 +131,12 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
-    /// Lab `TF_PDL_OFF=NAME,...` (qk_norm_rope, rms_norm_j4, glu_packed): those kernels launch
-    /// without programmatic dependent launch, so their blocks take no SM before the kernel they
-    /// follow ends. Scheduling only, the same bits.
-    pdl_off: Vec<usize>,
-    /// Small kernels (q/k norm + RoPE, the decode norm, the gated activation) launched with at
-    /// least these bytes of dynamic shared memory (unused) in one-row rounds (`small_smem`): an
-    /// early-launched block then cannot sit beside a one-row TMA GEMV block (about 200 KB) and
-    /// waits for one to leave, where sharing its SM made that GEMV block end late (H200, NOTES.md
-    /// session 20). Default 40 KB on Hopper (sm_90a); `TF_PAD_SMEM=BYTES:NAME,...` sets it (`0:`
-    /// none). Scheduling only, the same bits.
-    pad_smem: (u32, Vec<usize>),
+    /// Small kernels (q/k norm + RoPE, the decode norm, the gated activation) launched with
+    /// `SMALL_PAD` bytes of dynamic shared memory (unused) in one-row rounds on Hopper
+    /// (`small_smem`): an early-launched block then cannot sit beside a one-row TMA GEMV block
+    /// (about 200 KB) and waits for one to leave, where sharing its SM made that GEMV block end
+    /// late (H200, docs/perf.md). Empty elsewhere. Scheduling only, the same bits.
+    padded: Vec<usize>,
     /// While a round is captured into a graph (graph.rs): where its allocations go.
     staged: std::sync::Mutex<Option<Capture>>,
     /// The memory pool captured rounds allocate from (made at the first capture).
@@ -262,7 +211,7 @@ impl Device {
         // sm_90a: Hopper's warpgroup MMA (wgmma) only exists in the arch-specific target.
         let wgmma = (major, minor) == (9, 0);
         let arch = if wgmma { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
-        let trace = opts.trace.is_some();
+        let trace = opts.trace.map(|_| opts.trace_mark);
         let cubin = nvrtc::compile(&arch, opts.include_dir.as_deref(), opts.cache_dir.as_deref(), trace)?;
         let module = drv(ctx.load_module(Ptx::from_binary(cubin)), "loading the kernel module")?;
         let k = Kernels::load(&module)?;
@@ -284,16 +233,10 @@ impl Device {
                 (&k.gemv_tma_glu_n2, 2),
                 (&k.gemv_tma_glu_n4, 4),
             ] {
-                drv(
-                    f.set_attribute(big, crate::matmul::gemv_tma_smem(nt) as i32),
-                    "raising the TMA GEMV's shared memory",
-                )?;
+                drv(f.set_attribute(big, gemv_tma_smem(nt) as i32), "raising the TMA GEMV's shared memory")?;
             }
             for f in [&k.gemv_tma_xr, &k.gemv_tma_xr_glu] {
-                drv(
-                    f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32),
-                    "raising the one-row TMA GEMV's shared memory",
-                )?;
+                drv(f.set_attribute(big, MAX_SMEM as i32), "raising the one-row TMA GEMV's shared memory")?;
             }
         }
         for (f, nt) in [
@@ -306,18 +249,7 @@ impl Device {
             (&k.moe_gemv_n4, 4),
             (&k.moe_gemv_n8, 8),
         ] {
-            drv(f.set_attribute(big, crate::matmul::gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
-        }
-        // Three one-row GEMV blocks an SM need the largest shared-memory carveout.
-        let carveout = CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
-        for f in [&k.gemv_m1_s3, &k.gemv_m1_s4, &k.gemv_m1_norm1, &k.gemv_m1_norm2, &k.gemv_m1_norm4] {
-            drv(f.set_attribute(big, crate::gemv_m1::MAX_SMEM as i32), "raising the one-row GEMV's shared memory")?;
-            drv(f.set_attribute(carveout, 100), "preferring shared memory for the one-row GEMV")?;
-        }
-        let rows = [&k.gemv_row_u4s4, &k.gemv_row_u4s5, &k.gemv_row_u4s3, &k.gemv_row_u2s4, &k.gemv_row_u2s6];
-        for (f, (_, u, st)) in rows.into_iter().zip(crate::matmul::ROW_VARIANTS) {
-            let smem = crate::matmul::gemv_smem_of(1, u, st, 1) as i32;
-            drv(f.set_attribute(big, smem), "raising the one-row GEMV variant's shared memory")?;
+            drv(f.set_attribute(big, gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;
@@ -325,29 +257,15 @@ impl Device {
         for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
-        // Lab: every kernel's preferred carveout (`TF_CARVEOUT=PCT`, profile.rs `carveout_setting`).
-        if let Some(pct) = crate::profile::carveout_setting(std::env::var("TF_CARVEOUT").ok().as_deref()) {
-            for f in k.all() {
-                drv(f.set_attribute(carveout, pct), "setting a kernel's shared-memory carveout")?;
-            }
-        }
         let num_sms = drv(
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
             "reading the SM count",
         )? as usize;
         let name = drv(ctx.name(), "reading the device name")?;
         let small = [&k.qk_norm_rope, &k.rms_norm_j4, &k.glu_packed];
-        let handles = |names: Vec<&str>| -> Vec<usize> {
-            let named = crate::profile::SMALL_KERNELS.iter().zip(small);
-            named.filter(|(n, _)| names.contains(n)).map(|(_, f)| f.cu_function() as usize).collect()
-        };
-        let pdl_off = handles(crate::profile::pdl_off_setting(std::env::var("TF_PDL_OFF").ok().as_deref()));
-        let (pad_bytes, padded) =
-            crate::profile::pad_setting(std::env::var("TF_PAD_SMEM").ok().as_deref(), wgmma, SMALL_PAD);
-        let pad_smem = (pad_bytes, handles(padded));
+        let padded = if wgmma { small.iter().map(|f| f.cu_function() as usize).collect() } else { Vec::new() };
         Ok(Device {
-            pdl_off,
-            pad_smem,
+            padded,
             ctx,
             stream,
             to_host,
@@ -365,10 +283,9 @@ impl Device {
     }
 
     /// Dynamic shared memory for small kernel `f` (which needs none) over `rows` rows: the
-    /// padding in one-row rounds where `pad_smem` names it, else none.
+    /// padding in one-row rounds where `padded` names it, else none.
     pub(crate) fn small_smem(&self, f: &CudaFunction, rows: usize) -> u32 {
-        let pad = rows == 1 && self.pad_smem.1.contains(&(f.cu_function() as usize));
-        if pad { self.pad_smem.0 } else { 0 }
+        if rows == 1 && self.padded.contains(&(f.cu_function() as usize)) { SMALL_PAD } else { 0 }
     }
 
     /// Writes `bytes` to the start of the module's global `name` (in stream order).
@@ -496,7 +413,7 @@ impl Device {
             .collect();
         let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
         must(self.ctx.bind_to_thread(), "binding the context");
-        if !self.pdl || self.pdl_off.contains(&(f.cu_function() as usize)) {
+        if !self.pdl {
             // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
             // (little-endian 128-byte slots), the arguments match the kernel signatures in kernels/*.cu.
             let r = unsafe {
@@ -537,17 +454,6 @@ impl Device {
 pub(crate) fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     let (p, _sync) = s.device_ptr(stream);
     p
-}
-
-/// Dynamic shared memory of the attention kernel for head width `d` (two stages of K and V).
-pub(crate) fn attention_smem(d: usize) -> u32 {
-    (2 * 2 * 64 * (d + 8) * 2) as u32
-}
-
-/// Dynamic shared memory of the warp-split decode attention kernel (kernels/attention_split.cu):
-/// four stages of K and V, then each block's P fragments, maxima and row sums.
-pub(crate) fn attention_split_smem(d: usize) -> u32 {
-    (4 * 2 * 64 * (d + 8) * 2 + 4 * 32 * 16 * 4 + 2 * 4 * 16 * 4) as u32
 }
 
 /// Blocks for a grid-stride loop over `n` elements.

@@ -21,14 +21,15 @@
 //! the device (held.rs) uploads their row indices as its ids and gathers the ids over them before
 //! the launch.
 
-use crate::CudaBackend;
-use crate::attention::{Packed, last_chunk, pack};
+use crate::attn_meta::{Packed, last_chunk, pack};
+use crate::capture::Inputs;
+use crate::ctx::Ctx;
 use crate::device::ptr;
 use crate::error::must;
 use crate::graph_pad::{Padded, bucket};
 use crate::held::CudaHeld;
 use crate::ops;
-use crate::tensor::CudaAct;
+use crate::tensor::{CudaAct, CudaKv};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
 use tf_backend::Round;
@@ -51,45 +52,11 @@ pub(crate) struct Key {
     kv: Vec<u64>,
 }
 
-/// A round's inputs as the ops read them during a capture (host values and their device copy).
-pub(crate) struct Inputs {
-    buf: CudaSlice<u32>,
-    ids: Vec<u32>,
-    positions: Vec<u32>,
-    meta: Packed,
-}
-
-/// Which input an op looks up.
-#[derive(Clone, Copy)]
-pub(crate) enum Input {
-    Ids,
-    Positions,
-}
-
-impl Inputs {
-    /// `[ids | positions | metadata, zero padded to cap]`.
-    fn host<H>(r: &Round<'_, H>, meta: &Packed, cap: usize) -> Vec<u32> {
-        let mut all = Vec::with_capacity(2 * r.ids.len() + cap);
-        all.extend_from_slice(r.ids);
-        all.extend_from_slice(r.positions);
-        all.extend_from_slice(&meta.host);
-        all.resize(2 * r.ids.len() + cap, 0);
-        all
-    }
-
-    /// With `held`, turns the first `rows` ids of the device copy (row indices into `held`)
-    /// into the ids held there.
-    fn gather_held(&self, b: &CudaBackend, held: Option<&CudaHeld>, rows: usize) {
-        if let Some(h) = held {
-            ops::gather_ids(b, ptr(&self.buf, &b.dev.stream), &h.ids, rows);
-        }
-    }
-
-    fn offset(&self, which: Input) -> usize {
-        match which {
-            Input::Ids => 0,
-            Input::Positions => self.ids.len(),
-        }
+/// With `held`, turns the first `rows` ids of the inputs' device copy (row indices into `held`)
+/// into the ids held there.
+fn gather_held(b: &Ctx, inputs: &Inputs, held: Option<&CudaHeld>, rows: usize) {
+    if let Some(h) = held {
+        ops::gather_ids(b, ptr(&inputs.buf, &b.dev.stream), &h.ids, rows);
     }
 }
 
@@ -121,10 +88,9 @@ pub(crate) struct Graphs {
     /// Keys seen once and run op by op: a key is captured the second time it comes, so what
     /// its ops cache on first use (rope tables) is uploaded outside any capture.
     seen: Mutex<Vec<Key>>,
-    active: Mutex<Option<Arc<Inputs>>>,
     /// Rounds captured and rounds replayed so far.
     pub(crate) counts: Mutex<(usize, usize)>,
-    /// `TF_GRAPH_LOG=1`: each capture's outcome on stderr.
+    /// Each capture's outcome on stderr (`CudaOptions::graph_log`).
     log: bool,
 }
 
@@ -136,37 +102,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Graphs {
-    /// Recording on or off (`TF_CUDA_GRAPHS=0` turns it off).
-    pub(crate) fn new(on: bool) -> Graphs {
-        let on = on && std::env::var("TF_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0");
+    /// Recording on or off; `log`: each capture's outcome on stderr.
+    pub(crate) fn new(on: bool, log: bool) -> Graphs {
         Graphs {
             on,
             entries: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
             seen: Mutex::new(Vec::new()),
-            active: Mutex::new(None),
             counts: Mutex::new((0, 0)),
-            log: std::env::var("TF_GRAPH_LOG").is_ok_and(|v| v.trim() == "1"),
+            log,
         }
-    }
-
-    /// The device address of input `which` while a capture is open and the op's `data` is it.
-    pub(crate) fn input(&self, which: Input, data: &[u32]) -> Option<u64> {
-        let a = lock(&self.active);
-        let i = a.as_ref()?;
-        let host = match which {
-            Input::Ids => &i.ids,
-            Input::Positions => &i.positions,
-        };
-        (host.as_slice() == data).then(|| ptr(&i.buf, i.buf.stream()) + 4 * i.offset(which) as u64)
-    }
-
-    /// The device address of the metadata while a capture is open and `packed` is it.
-    pub(crate) fn meta(&self, packed: &Packed) -> Option<u64> {
-        let a = lock(&self.active);
-        let i = a.as_ref()?;
-        let off = i.ids.len() + i.positions.len();
-        (i.meta == *packed).then(|| ptr(&i.buf, i.buf.stream()) + 4 * off as u64)
     }
 
     /// Whether a recording may stand for round `r`: one new token a sequence, at most
@@ -178,7 +123,7 @@ impl Graphs {
     }
 
     /// The key of an eligible round `r` with packed metadata `meta`.
-    fn key<H>(b: &CudaBackend, r: &Round<'_, H>, kv: &[crate::CudaKv], meta: &Packed) -> Key {
+    fn key<H>(b: &Ctx, r: &Round<'_, H>, kv: &[CudaKv], meta: &Packed) -> Key {
         Key {
             model: r.model,
             rows: r.ids.len(),
@@ -192,12 +137,12 @@ impl Graphs {
 /// `forward_round` of the CUDA backend: a replay, a capture, or the ops as usual. A round is
 /// recorded and replayed padded to its bucket's rows (graph_pad.rs); run op by op, it is not.
 pub(crate) fn forward_round(
-    b: &CudaBackend,
+    b: &Ctx,
+    g: &Graphs,
     r: &Round<'_, CudaHeld>,
-    kv: &mut [crate::CudaKv],
-    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct, CudaHeld>,
+    kv: &mut [CudaKv],
+    f: &mut tf_backend::RoundFn<'_, CudaKv, CudaAct, CudaHeld>,
 ) -> CudaAct {
-    let g = &b.graphs;
     if !g.eligible(r) {
         return f(r, kv);
     }
@@ -215,7 +160,7 @@ pub(crate) fn forward_round(
     let meta = pack(rec.meta, rec.group.max(1));
     let key = Graphs::key(b, rec, kv, &meta);
     let host = Inputs::host(rec, &meta, key.meta_cap);
-    if let Some(out) = replay(b, &key, &host, rows, r.held) {
+    if let Some(out) = replay(b, g, &key, &host, rows, r.held) {
         return out;
     }
     if lock(&g.refused).iter().any(|(k, n)| *k == key && *n >= TRIES) {
@@ -234,8 +179,8 @@ pub(crate) fn forward_round(
     }
     let inputs =
         Arc::new(Inputs { buf: b.dev.upload(&host), ids: rec.ids.to_vec(), positions: rec.positions.to_vec(), meta });
-    inputs.gather_held(b, r.held, rows);
-    match capture(b, key.clone(), inputs, kv, f, rec, rows) {
+    gather_held(b, &inputs, r.held, rows);
+    match capture(b, g, key.clone(), inputs, kv, f, rec, rows) {
         Some(out) => out,
         None => {
             let mut refused = lock(&g.refused);
@@ -252,8 +197,8 @@ pub(crate) fn forward_round(
 
 /// Replays the recording of `key` with inputs `host` (whose first `rows` ids index `held` when
 /// given); its first `rows` output rows, copied out of the pool.
-fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize, held: Option<&CudaHeld>) -> Option<CudaAct> {
-    let mut entries = lock(&b.graphs.entries);
+fn replay(b: &Ctx, g: &Graphs, key: &Key, host: &[u32], rows: usize, held: Option<&CudaHeld>) -> Option<CudaAct> {
+    let mut entries = lock(&g.entries);
     let i = entries.iter().position(|e| e.key == *key)?;
     let e = entries.remove(i);
     let d = &b.dev;
@@ -267,36 +212,38 @@ fn replay(b: &CudaBackend, key: &Key, host: &[u32], rows: usize, held: Option<&C
     must(r, "copying a round's inputs");
     must(e.uploaded.record(&d.to_device), "recording an event");
     must(d.stream.wait(&e.uploaded), "ordering a launch after its inputs");
-    e.inputs.gather_held(b, held, rows);
+    gather_held(b, &e.inputs, held, rows);
     must(e.graph.launch(), "launching a recorded round");
     must(e.launched.record(&d.stream), "recording an event");
     let out = copy_out(b, &e.out, &e.rows, rows);
     entries.push(e);
-    lock(&b.graphs.counts).1 += 1;
+    lock(&g.counts).1 += 1;
     Some(out)
 }
 
 /// Captures `f` over round `r` as the recording of `key`, launches it, and returns its first
 /// `rows` output rows; `None` when the round did something a recording cannot stand for
 /// (nothing of it ran then).
+#[allow(clippy::too_many_arguments)]
 fn capture(
-    b: &CudaBackend,
+    b: &Ctx,
+    g: &Graphs,
     key: Key,
     inputs: Arc<Inputs>,
-    kv: &mut [crate::CudaKv],
-    f: &mut tf_backend::RoundFn<'_, crate::CudaKv, CudaAct, CudaHeld>,
+    kv: &mut [CudaKv],
+    f: &mut tf_backend::RoundFn<'_, CudaKv, CudaAct, CudaHeld>,
     r: &Round<'_, CudaHeld>,
     rows: usize,
 ) -> Option<CudaAct> {
     let d = &b.dev;
-    *lock(&b.graphs.active) = Some(inputs.clone());
+    b.capture.set(Some(inputs.clone()));
     let begun = d.begin_capture();
     let out = begun.then(|| f(r, kv));
-    *lock(&b.graphs.active) = None;
+    b.capture.set(None);
     let (clean, pinned) = d.end_capture_mode();
     let graph = if begun { d.stream.end_capture(sys::CUgraphInstantiate_flags(0)) } else { Ok(None) };
     drop(pinned);
-    if b.graphs.log {
+    if g.log {
         let got = match (&out, clean, &graph) {
             (Some(_), true, Ok(Some(_))) => "recorded".to_string(),
             (None, ..) => "not begun".to_string(),
@@ -315,17 +262,17 @@ fn capture(
     let (launched, uploaded) = (event(), event());
     must(launched.record(&d.stream), "recording an event");
     let copy = copy_out(b, &out, &all, rows);
-    let mut entries = lock(&b.graphs.entries);
+    let mut entries = lock(&g.entries);
     if entries.len() >= KEEP {
         entries.remove(0);
     }
     entries.push(Entry { key, graph, inputs, out, rows: all, launched, uploaded });
-    lock(&b.graphs.counts).0 += 1;
+    lock(&g.counts).0 += 1;
     Some(copy)
 }
 
 /// A copy of `x`'s first `n` rows in memory of the ordinary pool (`rows`: the indices `0..x.rows`).
-fn copy_out(b: &CudaBackend, x: &CudaAct, rows: &CudaSlice<u32>, n: usize) -> CudaAct {
+fn copy_out(b: &Ctx, x: &CudaAct, rows: &CudaSlice<u32>, n: usize) -> CudaAct {
     crate::ops::gather(b, x, ptr(rows, &b.dev.stream), n.min(x.rows))
 }
 
@@ -351,7 +298,7 @@ mod tests {
 
     #[test]
     fn only_decode_rounds_of_replayable_forwards_are_recorded() {
-        let g = Graphs::new(true);
+        let g = Graphs::new(true, false);
         let one = meta(&[(300, 1), (7, 1)]);
         assert!(g.eligible(&round(&one, &[3, 4], &[300, 7])));
         // A prefill run, a forward that reads the host elsewhere.
@@ -362,19 +309,7 @@ mod tests {
         let many = meta(&vec![(5, 1); MAX_ROWS + 1]);
         let ids = vec![1; MAX_ROWS + 1];
         assert!(!g.eligible(&round(&many, &ids, &ids)));
-        assert!(!Graphs::new(false).eligible(&round(&one, &[3, 4], &[300, 7])));
-    }
-
-    #[test]
-    fn inputs_are_ids_positions_then_padded_metadata() {
-        let m = meta(&[(300, 1), (7, 1)]);
-        let r = round(&m, &[3, 4], &[300, 7]);
-        let packed = pack(&m, 4);
-        let host = Inputs::host(&r, &packed, 1024);
-        assert_eq!(host.len(), 2 + 2 + 1024);
-        assert_eq!(host[..4], [3, 4, 300, 7]);
-        assert_eq!(host[4..4 + packed.host.len()], packed.host[..]);
-        assert!(host[4 + packed.host.len()..].iter().all(|&v| v == 0));
+        assert!(!Graphs::new(false, false).eligible(&round(&one, &[3, 4], &[300, 7])));
     }
 
     #[test]

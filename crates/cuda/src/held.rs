@@ -3,10 +3,10 @@
 //! reads them. The next round's inputs name rows of them and `gather_ids` turns those into ids
 //! where the embedding reads them (graph.rs for recorded rounds, [`embed_held`] otherwise).
 
-use crate::CudaBackend;
+use crate::capture::Input;
+use crate::ctx::Ctx;
 use crate::device::ptr;
 use crate::error::must;
-use crate::graph::Input;
 use crate::ops;
 use crate::tensor::{CudaAct, CudaMat};
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice, sys};
@@ -49,10 +49,10 @@ impl Drop for CudaHeld {
 }
 
 /// The argmax of every row of `x`, kept on the device, with its copy to the host queued.
-pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
+pub(crate) fn argmax_rows_held(b: &Ctx, spare: &Spare, x: &CudaAct) -> CudaHeld {
     let ids = ops::argmax_on_device(b, x);
     let n = x.rows;
-    let spare = b.held_spare.clone();
+    let spare = spare.clone();
     if n == 0 {
         return CudaHeld { ids, n, host: None, spare };
     }
@@ -80,25 +80,21 @@ pub(crate) fn argmax_rows_held(b: &CudaBackend, x: &CudaAct) -> CudaHeld {
 }
 
 /// The ids of `h` on the host (waits for their copy).
-pub(crate) fn held_ids(b: &CudaBackend, h: &CudaHeld) -> Vec<u32> {
-    let ids = match &h.host {
+pub(crate) fn held_ids(h: &CudaHeld) -> Vec<u32> {
+    match &h.host {
         Some((host, _, done)) => {
             must(done.synchronize(), "waiting for ids copied to the host");
             must(host.as_slice(), "reading ids copied to the host")[..h.n].to_vec()
         }
         None => Vec::new(),
-    };
-    if let Some(t) = &b.trace {
-        t.round_done(&b.dev);
     }
-    ids
 }
 
 /// The embedding of ids `held[rows[i]]`: inside a capture the round's inputs already hold them
 /// (graph.rs gathers them before it captures or replays); otherwise the row indices are uploaded
 /// and gathered into ids on the device.
-pub(crate) fn embed_held(b: &CudaBackend, table: &CudaMat, held: &CudaHeld, rows: &[u32], scale: f32) -> CudaAct {
-    if let Some(p) = b.graphs.input(Input::Ids, rows) {
+pub(crate) fn embed_held(b: &Ctx, table: &CudaMat, held: &CudaHeld, rows: &[u32], scale: f32) -> CudaAct {
+    if let Some(p) = b.capture.input(Input::Ids, rows) {
         return ops::embed_at(b, table, p, rows.len(), scale);
     }
     let buf = b.dev.upload(rows);

@@ -30,7 +30,7 @@ fn time_ms(
     reps: usize,
     mut f: impl FnMut() -> Result<(), CudaError>,
 ) -> Result<f64, CudaError> {
-    let d = &b.dev;
+    let d = &b.ctx.dev;
     f()?;
     let mut times = Vec::new();
     for _ in 0..rounds {
@@ -50,7 +50,7 @@ fn time_ms(
 }
 
 fn random_bf16(b: &CudaBackend, n: usize, seed: u32) -> CudaSlice<half::bf16> {
-    let d = &b.dev;
+    let d = &b.ctx.dev;
     let buf = d.alloc::<half::bf16>(n);
     d.launch(
         &d.k.fill_random_bf16,
@@ -64,7 +64,7 @@ fn random_bf16(b: &CudaBackend, n: usize, seed: u32) -> CudaSlice<half::bf16> {
 
 /// Measures copy bandwidth over `copy_bytes` and the GEMM rate at `gemm_n`.
 pub fn measure(b: &CudaBackend, copy_bytes: usize, gemm_n: usize) -> Result<DeviceLimits, CudaError> {
-    let d = &b.dev;
+    let d = &b.ctx.dev;
     let src = d.zeros::<u8>(copy_bytes);
     let mut dst = d.zeros::<u8>(copy_bytes);
     let copy_ms = time_ms(b, 5, 10, || drv(d.stream.memcpy_dtod(&src, &mut dst), "copying on the device"))?;

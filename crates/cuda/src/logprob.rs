@@ -1,7 +1,7 @@
 //! Log-probabilities on the device (tf_backend logprobs.rs, kernels/logprob.cu): per asked row
 //! its log-sum-exp, top columns and asked raw values cross over, not the row.
 
-use crate::CudaBackend;
+use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::ops::select_rows;
 use tf_backend::logprobs::{LSE_SLICE, row_logprobs};
@@ -16,7 +16,7 @@ const QUERY_WORDS: usize = 4;
 const MAX_GRID_Y: usize = 65535;
 
 /// The answer to each query over the rows of `x` (the same row may be asked twice).
-pub(crate) fn logprobs(b: &CudaBackend, x: &crate::tensor::CudaAct, queries: &[LogprobQuery]) -> Vec<RowLogprobs> {
+pub(crate) fn logprobs(b: &Ctx, x: &crate::tensor::CudaAct, queries: &[LogprobQuery]) -> Vec<RowLogprobs> {
     assert!(queries.iter().all(|q| q.row < x.rows), "logprobs: a row past the {} rows", x.rows);
     let cols = x.cols;
     let (device, host): (Vec<usize>, Vec<usize>) = (0..queries.len()).partition(|&i| queries[i].top_n <= TOP_MAX);
@@ -34,7 +34,7 @@ pub(crate) fn logprobs(b: &CudaBackend, x: &crate::tensor::CudaAct, queries: &[L
     if !host.is_empty() {
         let rows: Vec<usize> = host.iter().map(|&i| queries[i].row).collect();
         let picked = select_rows(b, x, &rows);
-        let data = b.dev.download(picked.data(b), picked.len());
+        let data = b.dev.download(picked.data(&b.dev), picked.len());
         for (k, &i) in host.iter().enumerate() {
             out[i] = row_logprobs(&data[k * cols..(k + 1) * cols], &queries[i]);
         }
@@ -43,7 +43,7 @@ pub(crate) fn logprobs(b: &CudaBackend, x: &crate::tensor::CudaAct, queries: &[L
 }
 
 /// The queries (each asking at most [`TOP_MAX`] columns) answered by the two kernels.
-fn on_device(b: &CudaBackend, x: &crate::tensor::CudaAct, queries: &[&LogprobQuery]) -> Vec<RowLogprobs> {
+fn on_device(b: &Ctx, x: &crate::tensor::CudaAct, queries: &[&LogprobQuery]) -> Vec<RowLogprobs> {
     let (n, cols) = (queries.len(), x.cols);
     let k = queries.iter().map(|q| q.top_n.min(cols)).max().unwrap_or(0);
     let parts = cols.div_ceil(LSE_SLICE);
@@ -55,7 +55,7 @@ fn on_device(b: &CudaBackend, x: &crate::tensor::CudaAct, queries: &[&LogprobQue
     let ids = qs + (4 * n * QUERY_WORDS) as u64;
     let (pm, ps) = (d.alloc::<f32>(n * parts), d.alloc::<f64>(n * parts));
     let ptop = d.alloc::<u64>((n * parts * k).max(1));
-    let xp = ptr(x.data(b), &d.stream);
+    let xp = ptr(x.data(&b.dev), &d.stream);
     let (pmp, psp, ptp) = (ptr(&pm, &d.stream), ptr(&ps, &d.stream), ptr(&ptop, &d.stream));
     let (ni, ci, ki) = (Arg::I(n as i32), Arg::I(cols as i32), Arg::I(k as i32));
     let grid = (parts as u32, n.min(MAX_GRID_Y) as u32, 1);

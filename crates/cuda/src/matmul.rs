@@ -1,31 +1,33 @@
 //! Launching the matmul kernels: the GEMVs for few rows (decode), the tiled GEMMs for many.
 
-use crate::CudaBackend;
-use crate::device::{Arg, GEMM_SMEM, WGMMA_SMEM, WGMMA_THREADS, grid_for, ptr};
-use crate::gemv_m1::{M1Input, gemv_m1, norm_fusable};
+use crate::ctx::Ctx;
+use crate::device::{Arg, Device, grid_for, ptr};
 use crate::ops::bf16_of;
-use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
+use crate::smem::{
+    GEMM_SMEM, GEMV_WARPS, MAX_SMEM, WGMMA_SMEM, WGMMA_THREADS, gemv_smem, gemv_tma_smem, gemv_tma_xr_smem,
+};
+use crate::tensor::{CudaAct, CudaMat, CudaVec, bf16_out, padded};
 use cudarc::driver::CudaSlice;
 use tf_backend::Activation;
 
 const BLOCK: u32 = 256;
 
 /// `x @ w^T`.
-pub(crate) fn matmul(b: &CudaBackend, x: &CudaAct, w: &CudaMat) -> CudaAct {
+pub(crate) fn matmul(b: &Ctx, x: &CudaAct, w: &CudaMat) -> CudaAct {
     matmul_many(b, x, &[w]).pop().expect("one weight, one output")
 }
 
 /// `x @ w^T` for each weight of `ws` (same input width): bf16 weights share one GEMV or wgmma
 /// GEMM launch (up to three per launch); each output equals its own `matmul` bit for bit.
-pub(crate) fn matmul_many(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+pub(crate) fn matmul_many(b: &Ctx, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     let outs = outputs(b, x, ws);
-    let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| o.data(b)).collect();
+    let ys: Vec<&CudaSlice<f32>> = outs.iter().map(|o| o.data(&b.dev)).collect();
     launch(b, x, ws, &ys, false);
     outs
 }
 
 /// `h += x @ w^T`: the residual add in the matmul's store (the same f32 addition as `add_assign`).
-pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut CudaAct) {
+pub(crate) fn matmul_add(b: &Ctx, x: &CudaAct, w: &CudaMat, h: &mut CudaAct) {
     let (n, k) = w.shape();
     assert_eq!(
         (x.cols, h.rows, h.cols),
@@ -36,42 +38,24 @@ pub(crate) fn matmul_add(b: &CudaBackend, x: &CudaAct, w: &CudaMat, h: &mut Cuda
         h.rows,
         h.cols
     );
-    launch(b, x, &[w], &[h.data(b)], true);
+    launch(b, x, &[w], &[h.data(&b.dev)], true);
     h.touched();
 }
 
-/// `matmul_many(rms_norm(x, nw), ws)`: for one row with the one-row GEMV turned on (profile.rs
-/// `M1Lab`) it makes the norm itself (no norm kernel, the same bits), else the norm kernel runs
-/// first.
+/// `matmul_many(rms_norm(x, nw), ws)`: the norm kernel, then the matmuls.
 pub(crate) fn norm_matmul_many(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     nw: &CudaVec,
     eps: f32,
     one_plus: bool,
     ws: &[&CudaMat],
 ) -> Vec<CudaAct> {
-    let d = &b.dev;
-    if x.rows == 1
-        && b.lab.on
-        && let Some((nq, virt)) = norm_fusable(x.cols, nw.len, crate::ops::norm_threads(nw.len))
-    {
-        let outs = outputs(b, x, ws);
-        let ys: Vec<u64> = outs.iter().map(|o| ptr(o.data(b), &d.stream)).collect();
-        let input =
-            M1Input::Norm { x: ptr(x.data(b), &d.stream), w: ptr(&nw.data, &d.stream), eps, one_plus, nq, virt };
-        if gemv_m1(b, &input, x.cols, ws, &ys, false) {
-            return outs;
-        }
-    }
     matmul_many(b, &norm_for(b, x, nw, eps, one_plus, ws), ws)
 }
 
 /// `rms_norm(x, nw)` as the input of matmuls by `ws`: held as bf16 only where they all read bf16.
-fn norm_for(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> CudaAct {
-    if b.skip.skips(crate::profile::Skip::ADD_NORM, x.rows) {
-        return b.blank(x.rows, x.cols);
-    }
+fn norm_for(b: &Ctx, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> CudaAct {
     if ws.iter().all(|w| matches!(w, CudaMat::Bf16 { .. })) {
         return crate::ops::rms_norm_for_matmul(b, x, nw, eps, one_plus);
     }
@@ -79,7 +63,7 @@ fn norm_for(b: &CudaBackend, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool
 }
 
 /// Fresh outputs `[x.rows, w.rows]` for each weight (checking the input width).
-fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
+fn outputs(b: &Ctx, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
     ws.iter()
         .map(|w| {
             let (n, k) = w.shape();
@@ -90,7 +74,7 @@ fn outputs(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat]) -> Vec<CudaAct> {
 }
 
 /// `ys[i] = x @ ws[i]^T` (or `+=` with `add`) through the kernel that suits the row count.
-fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
+fn launch(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
     let d = &b.dev;
     let m = x.rows;
     if m == 0 {
@@ -118,21 +102,13 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
     let xb = ptr(bf16_of(b, x), &d.stream);
     let kt = x.cols.div_ceil(16);
     let yp: Vec<u64> = ys.iter().map(|y| ptr(*y, &d.stream)).collect();
-    // Opt-in for one row: x staged once a block, three blocks an SM (kernels/gemv_m1.cu).
-    if m == 1 && gemv_m1(b, &M1Input::Copy(xb), x.cols, ws, &yp, add) {
-        return;
-    }
     // Up to 32 rows, the TMA GEMV (Hopper). At one row it beats the cp.async GEMV in place (H200,
     // qwen3-8b batch-1 decode in one call: 205.4 against 199.0 tok/s at prompt 128, 186.2 against
-    // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way;
-    // lab `cp` keeps the cp.async path.
-    if m <= 32 && !(m == 1 && one_row_cp(b, ws)) && gemv_tma(b, ws, xb, m, kt, TmaStore::Plain { ys: &yp, add }) {
+    // 179.1 at 4096), though back-to-back launches of one weight had ranked them the other way.
+    if m <= 32 && gemv_tma(b, ws, xb, m, kt, TmaStore::Plain { ys: &yp, add }) {
         return;
     }
-    let (f, smem) = match b.lab.row {
-        Some(i) if m == 1 => row_variant(d, i),
-        _ => gemv_config(d, m),
-    };
+    let (f, smem) = gemv_config(d, m);
     for (seg, yseg) in bf16.chunks(3).zip(yp.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or((0, 0, 0));
         let ((w0, n0, t0), (w1, n1, t1), (w2, n2, t2)) = (at(0), at(1), at(2));
@@ -161,7 +137,7 @@ fn launch(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>],
 
 /// One matmul of many rows into `y` (or added into it): the wgmma GEMM (Hopper), the tiled GEMM
 /// (bf16), or the plain SIMT kernel.
-fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bool) {
+fn matmul_one(b: &Ctx, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bool) {
     let d = &b.dev;
     let (n, k) = w_mat.shape();
     let m = x.rows;
@@ -187,7 +163,7 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>,
         }
         CudaMat::Plain { w, f16, .. } => {
             let args = [
-                Arg::P(ptr(x.data(b), &d.stream)),
+                Arg::P(ptr(x.data(&b.dev), &d.stream)),
                 Arg::P(ptr(w, &d.stream)),
                 Arg::I(*f16 as i32),
                 Arg::P(ptr(y, &d.stream)),
@@ -203,12 +179,15 @@ fn matmul_one(b: &CudaBackend, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>,
 
 /// k blocks the wgmma GEMM's second warpgroup trails the first by (kernels/gemm_wgmma.cu). None:
 /// on the H200 (4096-token prefill, ncu per layer) lags of 0, 2 and 4 gave 2389, 2389 and 2443 us
-/// over the four matmuls with token tiles first (`scripts/device/results/NOTES.md`, session 8).
+/// over the four matmuls with token tiles first (docs/perf.md).
 const WGMMA_LAG: i32 = 0;
+
+/// The wgmma GEMM's tile order: token tiles fastest (1; 0 would walk W blocks fastest).
+const WGMMA_ORDER: i32 = 1;
 
 /// The wgmma GEMM of `ws` (each with its tensor map) into `ys` (or added into them), up to three
 /// weights a launch; false (nothing launched) where a weight or x has no map.
-fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) -> bool {
+fn gemm_wgmma(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) -> bool {
     let d = &b.dev;
     let m = x.rows;
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
@@ -225,8 +204,8 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
     };
     let kt = x.cols.div_ceil(16);
     let mtiles = m.div_ceil(crate::tma::BOX_ROWS);
-    // Scheduling only (the same bits either way): warpgroup lag and tile order (lab `gemm:L:O`).
-    let (lag, order) = b.lab.gemm.unwrap_or((WGMMA_LAG, 1));
+    // Scheduling only (the same bits either way): warpgroup lag and tile order.
+    let (lag, order) = (WGMMA_LAG, WGMMA_ORDER);
     for (seg, yseg) in maps.chunks(3).zip(ys.chunks(3)) {
         let at = |i: usize| seg.get(i).copied().unwrap_or(([0; 16], 0, 0));
         let ((w0, n0, b0), (w1, n1, b1), (w2, n2, b2)) = (at(0), at(1), at(2));
@@ -284,14 +263,14 @@ fn gemm_wgmma(b: &CudaBackend, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f3
 /// (33-64 rows) leave most SMs idle (one CTA per W block), so K is split by segment and a fold
 /// adds the segment sums in order (the same additions, so the same bits). H200, qwen3-8b:
 /// batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%.
-fn k_splits(b: &CudaBackend, m: usize, ctas: usize, kt: usize) -> usize {
+fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
     if m <= 64 && ctas < 2 * b.dev.num_sms { crate::tma::segments(kt) } else { 1 }
 }
 
 /// Rows from which the wgmma GEMM applies the gated activation in its store (past `k_splits`'
 /// 64, so K is never split there). H200, qwen3-8b
 /// prefill against the product then `glu_packed` (one call, 2 rounds): 128 tokens 0.96, 256 1.00,
-/// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; see NOTES session 9).
+/// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; docs/perf.md).
 const GLU_STORE_MIN_ROWS: usize = 257;
 const _: () = assert!(GLU_STORE_MIN_ROWS > 64, "the GLU store has no split-K mode");
 
@@ -299,20 +278,19 @@ const _: () = assert!(GLU_STORE_MIN_ROWS > 64, "the GLU store has no split-K mod
 /// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so
 /// the `[rows, 2 inter]` product is never written; else the matmul, then the `glu_packed` kernel
 /// (the same bits either way).
-pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
+pub(crate) fn matmul_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {
     let d = &b.dev;
     let (m, (n, k)) = (x.rows, gu.shape());
     assert_eq!(x.cols, k, "matmul_glu: x has {} columns, W is {n}x{k}", x.cols);
     let kt = x.cols.div_ceil(16);
     if let CudaMat::Bf16 { map: Some(map), ntiles, .. } = gu
         && m >= GLU_STORE_MIN_ROWS
-        && !b.lab.glu_apart
         && let Some(xmap) = crate::tma::row_map(ptr(bf16_of(b, x), &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS)
     {
         let inter = n / 2;
-        let yb = crate::ops::bf16_out(b, m, inter);
+        let yb = bf16_out(&b.dev, m, inter);
         let nb = ntiles.div_ceil(8);
-        let (lag, order) = b.lab.gemm.unwrap_or((WGMMA_LAG, 1));
+        let (lag, order) = (WGMMA_LAG, WGMMA_ORDER);
         let args = [
             Arg::M(**map),
             Arg::M(xmap),
@@ -334,16 +312,12 @@ pub(crate) fn matmul_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activa
         return y;
     }
     let y = matmul(b, x, gu);
-    if b.skip.skips(crate::profile::Skip::GLU, m) {
-        return b.blank(m, n / 2);
-    }
     crate::ops::glu_packed(b, &y, act)
 }
 
-/// `matmul_glu(rms_norm(x, nw), gu)`: one row with the one-row GEMV on (profile.rs `M1Lab`) makes
-/// the norm inside the GEMV (`norm_matmul_many`), else the norm kernel runs first.
+/// `matmul_glu(rms_norm(x, nw), gu)`: the norm kernel, then the packed matmul.
 pub(crate) fn norm_matmul_glu(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     nw: &CudaVec,
     eps: f32,
@@ -351,10 +325,6 @@ pub(crate) fn norm_matmul_glu(
     gu: &CudaMat,
     act: Activation,
 ) -> CudaAct {
-    if x.rows == 1 && b.lab.on {
-        let y = norm_matmul_many(b, x, nw, eps, one_plus, &[gu]).pop().expect("one weight, one output");
-        return crate::ops::glu_packed(b, &y, act);
-    }
     matmul_glu(b, &norm_for(b, x, nw, eps, one_plus, &[gu]), gu, act)
 }
 
@@ -369,12 +339,11 @@ enum TmaStore<'a> {
 
 /// The TMA GEMV (Hopper, `m <= 32` rows) of `ws` storing as `store`; false (nothing launched)
 /// where a weight or x has no tensor map. One row takes `gemv_tma_xr` (W-only rings, the row held
-/// in shared memory, gemv_tma_n1's bits; the one-row default since session 20, lab `tma-n1` for
-/// the x-box kernel) where the row fits beside the ring. H200, qwen3-8b batch 1 (NOTES.md,
-/// sessions 18 and 20): alone it tied gemv_tma_n1 (its blocks beside early-launched small kernels
-/// ended late); with those kernels padded in shared memory (device.rs `small_smem`) 235.3 / 216.9
-/// against 231.5 / 215.2 tok/s at prompt 128 / 4096.
-fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, store: TmaStore) -> bool {
+/// in shared memory, gemv_tma_n1's bits) where the row fits beside the ring, else gemv_tma_n1 (an
+/// x box a stage). H200, qwen3-8b batch 1 (docs/perf.md): alone it tied gemv_tma_n1 (its blocks
+/// beside early-launched small kernels ended late); with those kernels padded in shared memory
+/// (device.rs `small_smem`) 235.3 / 216.9 against 231.5 / 215.2 tok/s at prompt 128 / 4096.
+fn gemv_tma(b: &Ctx, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, store: TmaStore) -> bool {
     let k = &b.dev.k;
     let nt = m.div_ceil(8).next_power_of_two();
     let maps: Option<Vec<([u64; 16], usize, usize)>> = ws
@@ -385,7 +354,6 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, stor
         })
         .collect();
     let Some(maps) = maps else { return false };
-    let tiles = maps.iter().map(|m| m.2).sum();
     let no_y = [0u64];
     let (ys, add, glu) = match store {
         TmaStore::Plain { ys, add } => (ys, add, None),
@@ -394,7 +362,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, stor
     // The kernel's arguments between the tile counts and `kt`: x, then the GLU store's.
     let x_args = |x: Vec<Arg>| x.into_iter().chain(glu.into_iter().flatten()).collect::<Vec<Arg>>();
     let xr_smem = gemv_tma_xr_smem(kt * 16);
-    if m == 1 && !b.lab.tma_n1 && !b.gemv_tune.x_box(tiles, kt) && xr_smem <= crate::gemv_m1::MAX_SMEM {
+    if m == 1 && xr_smem <= MAX_SMEM {
         let f = if glu.is_some() { &k.gemv_tma_xr_glu } else { &k.gemv_tma_xr };
         tma_launches(b, f, xr_smem, &maps, ys, &x_args(vec![Arg::P(xb)]), kt, add);
         return true;
@@ -416,7 +384,7 @@ fn gemv_tma(b: &CudaBackend, ws: &[&CudaMat], xb: u64, m: usize, kt: usize, stor
 /// tiles) into `ys`, x given by `x` (the kernel's arguments between the tile counts and `kt`).
 #[allow(clippy::too_many_arguments)]
 fn tma_launches(
-    b: &CudaBackend,
+    b: &Ctx,
     f: &cudarc::driver::CudaFunction,
     smem: u32,
     maps: &[([u64; 16], usize, usize)],
@@ -446,67 +414,38 @@ fn tma_launches(
             Arg::I(ntot as i32),
         ];
         args.extend_from_slice(x);
-        let (grid, pre) = b.gemv_tune.pick(ntot, kt, ntot.min(d.num_sms), b.gemv_pre);
+        let (grid, pre) = (ntot.min(d.num_sms), GEMV_PRE);
         args.extend([Arg::I(kt as i32), Arg::I(add as i32), Arg::I(pre as i32)]);
         d.launch(f, (grid as u32, 1, 1), 32 * GEMV_WARPS as u32, smem, &args);
     }
 }
 
 /// `glu_packed(x @ gu^T)` for 2 to 32 rows from the TMA GEMV with the activation in its store
-/// (kernels/gemv_tma.cu `gemv_tma_glu_n*`; `gemv_tma_xr_glu` for one row with lab `glu-one`: the
-/// same bits, no f32 product written, no `glu_packed` launch); None (nothing launched) where those
-/// rows of `gu` do not take the TMA GEMV, or with lab `glu-apart`. H200, qwen3-8b (NOTES.md,
-/// session 23; one binary, interleaved, tok/s with the store against apart): batch 8 1846.5 /
+/// (kernels/gemv_tma.cu `gemv_tma_glu_n*`: the same bits, no f32 product written, no `glu_packed`
+/// launch); None (nothing launched) where those rows of `gu` do not take the TMA GEMV, or for one
+/// row. H200, qwen3-8b (docs/perf.md; one binary, interleaved, tok/s with the store against
+/// apart): batch 8 1846.5 /
 /// 1819.9 at prompt 128, 1253.3 / 1231.6 at 4096; batch 1 234.8 / 236.8 at prompt 128 but 215.5
 /// / 213.8 at 4096 (5 rounds, spread 0.2%), so one row stays apart by default.
-fn gemv_tma_glu(b: &CudaBackend, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<CudaAct> {
+fn gemv_tma_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<CudaAct> {
     let d = &b.dev;
     let m = x.rows;
     let CudaMat::Bf16 { gmap: Some(_), .. } = gu else { return None };
-    let one_row_other = m == 1 && (!b.lab.glu_one || b.lab.on || one_row_cp(b, &[gu]));
-    if m == 0 || m > 32 || one_row_other || b.lab.glu_apart || b.skip.skips(crate::profile::Skip::GLU, m) {
+    if m <= 1 || m > 32 {
         return None;
     }
     let (n, k) = gu.shape();
     let (kt, inter) = (k.div_ceil(16), n / 2);
     let xb = ptr(bf16_of(b, x), &d.stream);
-    let yb = crate::ops::bf16_out(b, m, inter);
+    let yb = bf16_out(&b.dev, m, inter);
     let act = matches!(act, Activation::GeluTanh) as i32;
     let store = TmaStore::Glu { yb: ptr(&yb, &d.stream), kp: padded(inter), act };
     gemv_tma(b, &[gu], xb, m, kt, store).then(|| CudaAct::bf16_only(yb, m, inter))
 }
 
-/// Whether one-row calls of `ws` take the cp.async few-row GEMV (labs `cp`, `row:NAME`, and
-/// `cphead` for a vocabulary head) instead of the TMA GEMV.
-fn one_row_cp(b: &CudaBackend, ws: &[&CudaMat]) -> bool {
-    b.lab.cp || b.lab.row.is_some() || (b.lab.cp_head && ws.iter().any(|w| w.shape().0 >= 100_000))
-}
-
-/// Ring stages of the one-row TMA GEMV (kernels/gemv_tma.cu `GT_XR_ST`).
-const GEMV_XR_STAGES: usize = 11;
-
-/// Shared memory of the one-row TMA GEMV for an x row of `kp` values: 1 KB of alignment, the W
-/// rings, two sets of one row group's segment sums, the ring barriers and one a warp for its
-/// segment of the row, the row.
-pub(crate) fn gemv_tma_xr_smem(kp: usize) -> u32 {
-    let bars = GEMV_WARPS * (GEMV_XR_STAGES + 1) * 8;
-    (1024 + GEMV_WARPS * GEMV_XR_STAGES * 2048 + 2 * GEMV_WARPS * 4 * 32 * 4 + bars + 2 * kp) as u32
-}
-
-/// Stages of W a TMA GEMV warp loads before its launch wait (at most its ring's stages less one).
-pub(crate) const GEMV_PRE: usize = 7;
-
-/// Shared memory of the TMA GEMV for `nt` row groups (kernels/gemv_tma.cu `GtCfg<NT>::SMEM`):
-/// 1 KB of alignment, `GT_W` rings of `ST` stages of a 2 KB W box and an `nt` KB x box, two sets
-/// of segment sums, the barriers.
-pub(crate) fn gemv_tma_smem(nt: usize) -> u32 {
-    let st = match nt {
-        1 => 8,
-        2 => 6,
-        _ => 4,
-    };
-    (1024 + GEMV_WARPS * st * (2048 + 1024 * nt) + 2 * GEMV_WARPS * nt * 4 * 32 * 4 + GEMV_WARPS * st * 8) as u32
-}
+/// Stages of W a TMA GEMV warp loads before its launch wait (at most its ring's stages less one;
+/// the rest of its ring's first stages follow the wait). Scheduling only, the same bits.
+const GEMV_PRE: usize = 7;
 
 /// Row groups of 8 (`NT`) of the few-row GEMV variant for `m <= 64` rows: 1, 2, 4 or 8.
 pub(crate) fn gemv_row_groups(m: usize) -> usize {
@@ -514,7 +453,7 @@ pub(crate) fn gemv_row_groups(m: usize) -> usize {
 }
 
 /// The GEMV kernel for `m <= 64` rows and its shared memory.
-fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
+fn gemv_config(d: &Device, m: usize) -> (&cudarc::driver::CudaFunction, u32) {
     let nt = gemv_row_groups(m);
     let f = match nt {
         1 => &d.k.gemv_bf16_n1,
@@ -523,65 +462,4 @@ fn gemv_config(d: &crate::device::Device, m: usize) -> (&cudarc::driver::CudaFun
         _ => &d.k.gemv_bf16_n8,
     };
     (f, gemv_smem(nt))
-}
-
-/// Shared memory of the GEMV variant for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of
-/// 16 W rows and `8 * NT` x rows of `U * 32 + 16` bytes each, then the segment sums
-/// (kernels/gemm.cu `GEMV_KERNEL(NT, U, ST)`).
-pub(crate) fn gemv_smem(nt: usize) -> u32 {
-    let (u, st) = match nt {
-        1 | 2 => (4, 4),
-        4 => (4, 3),
-        _ => (2, 3),
-    };
-    gemv_smem_of(8 * nt, u, st, nt)
-}
-
-/// The few-row GEMV's one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`): name, k tiles a
-/// stage, stages; one x row a stage.
-pub(crate) const ROW_VARIANTS: [(&str, usize, usize); 5] =
-    [("u4s4", 4, 4), ("u4s5", 4, 5), ("u4s3", 4, 3), ("u2s4", 2, 4), ("u2s6", 2, 6)];
-
-/// Shared memory of a GEMV with `xr` x rows a stage, `u` k tiles a stage, `st` stages and `nt`
-/// row groups of sums.
-pub(crate) fn gemv_smem_of(xr: usize, u: usize, st: usize, nt: usize) -> u32 {
-    (GEMV_WARPS * st * (16 + xr) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
-}
-
-/// One-row lab variant `i` of [`ROW_VARIANTS`] and its shared memory.
-fn row_variant(d: &crate::device::Device, i: usize) -> (&cudarc::driver::CudaFunction, u32) {
-    let f = match i {
-        0 => &d.k.gemv_row_u4s4,
-        1 => &d.k.gemv_row_u4s5,
-        2 => &d.k.gemv_row_u4s3,
-        3 => &d.k.gemv_row_u2s4,
-        _ => &d.k.gemv_row_u2s6,
-    };
-    let (_, u, st) = ROW_VARIANTS[i.min(ROW_VARIANTS.len() - 1)];
-    (f, gemv_smem_of(1, u, st, 1))
-}
-
-/// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.
-const GEMV_WARPS: usize = 8;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Hopper's largest dynamic shared memory per block.
-    const MAX_SMEM: u32 = 227 * 1024;
-
-    #[test]
-    fn gemvs_fit_in_shared_memory() {
-        for nt in [1, 2, 4, 8] {
-            assert!(gemv_smem(nt) <= MAX_SMEM, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
-        }
-        for nt in [1, 2, 4] {
-            assert!(gemv_tma_smem(nt) <= MAX_SMEM, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));
-        }
-        // qwen3-8b's widest x row (down_proj, 12288) and qwen3-32b's (25600, the few-row kernel).
-        assert!(gemv_tma_xr_smem(12288) <= crate::gemv_m1::MAX_SMEM);
-        assert!(gemv_tma_xr_smem(25600) > crate::gemv_m1::MAX_SMEM);
-        assert_eq!(gemv_tma_xr_smem(20608), crate::gemv_m1::MAX_SMEM, "the widest row that fits");
-    }
 }

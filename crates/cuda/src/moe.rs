@@ -10,10 +10,11 @@
 //! and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
 
-use crate::CudaBackend;
+use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
-use crate::matmul::{gemv_row_groups, gemv_smem, matmul};
+use crate::matmul::{gemv_row_groups, matmul};
 use crate::ops::{bf16_of, gather, glu};
+use crate::smem::gemv_smem;
 use crate::tensor::{CudaAct, CudaMat, padded};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
@@ -29,20 +30,14 @@ const MAX_TOPK: usize = 32;
 /// Expert pointer tables kept (one per MoE layer of the loaded models).
 const KEEP_TABLES: usize = 4096;
 
-pub(crate) fn moe(
-    b: &CudaBackend,
-    x: &CudaAct,
-    router_logits: &CudaAct,
-    experts: &Experts<CudaMat>,
-    p: &MoeParams,
-) -> CudaAct {
+pub(crate) fn moe(b: &Ctx, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat>, p: &MoeParams) -> CudaAct {
     assert_eq!(experts.gate.len(), router_logits.cols, "moe: router width vs experts");
     moe_by(b, x, router_logits, |e| [&experts.gate[e], &experts.up[e], &experts.down[e]], p)
 }
 
 /// [`moe`] over experts held in any container: `experts(e)` gives expert `e`'s gate, up, down.
 pub(crate) fn moe_by<'a>(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     router_logits: &CudaAct,
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
@@ -57,7 +52,7 @@ pub(crate) fn moe_by<'a>(
     if k > MAX_TOPK || ne > MAX_EXPERTS {
         // Past the routing kernels' limits (no supported family is): the reference rule on the
         // host, for every round of the model, so its paths still agree.
-        let logits = d.download(router_logits.data(b), x.rows * ne);
+        let logits = d.download(router_logits.data(&b.dev), x.rows * ne);
         let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, p));
         let (ids, weights): (Vec<u32>, Vec<f32>) = routes.map(|(e, w)| (e as u32, w)).unzip();
         return by_expert(b, x, &ids, &weights, ne, experts, p);
@@ -73,12 +68,12 @@ pub(crate) fn moe_by<'a>(
 }
 
 /// Per row its `top_k` experts and weights, most probable first: `[rows, top_k]` each.
-fn route(b: &CudaBackend, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice<f32>) {
+fn route(b: &Ctx, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice<f32>) {
     let d = &b.dev;
     let (rows, ne, k) = (logits.rows, logits.cols, p.top_k);
     let (ids, w) = (d.alloc::<u32>(rows * k), d.alloc::<f32>(rows * k));
     let args = [
-        Arg::P(ptr(logits.data(b), &d.stream)),
+        Arg::P(ptr(logits.data(&b.dev), &d.stream)),
         Arg::P(ptr(&ids, &d.stream)),
         Arg::P(ptr(&w, &d.stream)),
         Arg::I(rows as i32),
@@ -93,7 +88,7 @@ fn route(b: &CudaBackend, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, C
 
 /// The experts' gate, up and down weight addresses on the device (`[gate | up | down]`, `ne`
 /// each), uploaded on first use; `None` unless every weight is bf16 of one shape per kind.
-fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<Arc<CudaSlice<u64>>> {
+fn table<'a>(b: &Ctx, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<Arc<CudaSlice<u64>>> {
     let d = &b.dev;
     let mut host = vec![0u64; 3 * ne];
     let first = experts(0).map(CudaMat::shape);
@@ -122,7 +117,7 @@ fn table<'a>(b: &CudaBackend, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMa
 
 /// The device path: plan, gather, grouped gate and up, glu, grouped down, combine.
 fn on_device(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     ids: &CudaSlice<u32>,
     w: &CudaSlice<f32>,
@@ -193,7 +188,7 @@ fn on_device(
     let y = grouped(&h, 2..3).remove(0);
     let out = d.alloc::<f32>(rows * x.cols);
     let args = [
-        Arg::P(ptr(y.data(b), s)),
+        Arg::P(ptr(y.data(&b.dev), s)),
         Arg::P(ptr(ids, s)),
         Arg::P(ptr(w, s)),
         Arg::P(ptr(&pos, s)),
@@ -208,7 +203,7 @@ fn on_device(
 /// The host-driven path: from the routing (`[rows, top_k]` ids and weights, on the host), each
 /// chosen expert runs on its rows.
 fn by_expert<'a>(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     ids: &[u32],
     weights: &[f32],
@@ -243,7 +238,7 @@ fn by_expert<'a>(
         let y = matmul(b, &h, down);
         let args = [
             Arg::P(ptr(&out, &d.stream)),
-            Arg::P(ptr(y.data(b), &d.stream)),
+            Arg::P(ptr(y.data(&b.dev), &d.stream)),
             Arg::P(ri),
             Arg::P(wi),
             Arg::I(x.cols as i32),

@@ -2,6 +2,7 @@
 //! on-disk cache of the resulting cubin keyed by a hash of the source, options and NVRTC version.
 
 use crate::error::CudaError;
+use crate::options::TraceMark;
 use cudarc::nvrtc::sys;
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
@@ -49,18 +50,19 @@ fn nvrtc_version() -> (i32, i32) {
 }
 
 /// The compiled cubin for `arch` (e.g. `sm_90`), from `cache_dir` when present there; `trace`
-/// builds the kernels with their timeline records (trace.rs).
+/// builds the kernels with their timeline records (trace.rs), with the TMA GEMV's mark where the
+/// inner option names it.
 pub fn compile(
     arch: &str,
     include: Option<&Path>,
     cache_dir: Option<&Path>,
-    trace: bool,
+    trace: Option<Option<TraceMark>>,
 ) -> Result<Vec<u8>, CudaError> {
     // SAFETY: only probes whether the shared library can be opened.
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoNvrtc);
     }
-    let src = format!("{}{}", lab_defines(trace), source());
+    let src = format!("{}{}", trace_defines(trace), source());
     let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
     if let Some(dir) = include {
         opts.push(format!("--include-path={}", dir.display()));
@@ -87,35 +89,14 @@ pub fn compile(
     Ok(cubin)
 }
 
-/// The defines put before the kernel sources: `TF_TRACE` for a trace build, and two lab knobs
-/// read from the environment (names of ASCII letters and digits only; none by default, so the
-/// default build's source is the sources alone). `TF_TRACE_MARK=NAME` (trace builds only):
-/// kernels that offer several places for their mark take the one named (gemv_tma.cu: `X`, `S0`,
-/// `SL`; the first tile's end otherwise). `TF_KERNEL_LAB=NAME,...`: `TF_KLAB_NAME` for each
-/// (gemv_tma.cu: `XWARM`).
-fn lab_defines(trace: bool) -> String {
-    let names = |var: &str| -> Vec<String> {
-        std::env::var(var)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()))
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut out = String::new();
-    if trace {
-        out.push_str("#define TF_TRACE\n");
-        for m in names("TF_TRACE_MARK") {
-            out.push_str(&format!("#define TF_TRACE_MARK_{m}\n"));
-        }
+/// The defines put before the kernel sources: none by default (the default build's source is the
+/// sources alone); `TF_TRACE` for a trace build, and `TF_TRACE_MARK_<NAME>` for its mark.
+fn trace_defines(trace: Option<Option<TraceMark>>) -> String {
+    match trace {
+        None => String::new(),
+        Some(None) => "#define TF_TRACE\n".to_string(),
+        Some(Some(m)) => format!("#define TF_TRACE\n#define TF_TRACE_MARK_{}\n", m.define()),
     }
-    for n in names("TF_KERNEL_LAB") {
-        out.push_str(&format!("#define TF_KLAB_{n}\n"));
-    }
-    out
 }
 
 fn check(r: sys::nvrtcResult, arch: &str, what: &str) -> Result<(), CudaError> {
@@ -188,12 +169,12 @@ mod tests {
             return;
         }
         for arch in ["sm_90", "sm_90a"] {
-            let cubin = compile(arch, None, None, false).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            let cubin = compile(arch, None, None, None).unwrap_or_else(|e| panic!("{arch}: {e}"));
             assert!(cubin.len() > 1000);
         }
         // The timeline build (trace.rs) compiles too, and differs.
-        let plain = compile("sm_90a", None, None, false).unwrap_or_else(|e| panic!("{e}"));
-        let traced = compile("sm_90a", None, None, true).unwrap_or_else(|e| panic!("traced: {e}"));
+        let plain = compile("sm_90a", None, None, None).unwrap_or_else(|e| panic!("{e}"));
+        let traced = compile("sm_90a", None, None, Some(None)).unwrap_or_else(|e| panic!("traced: {e}"));
         assert_ne!(plain, traced);
     }
 }

@@ -1,10 +1,10 @@
 //! Launching the element-wise, row-wise and matmul kernels.
 
-use crate::CudaBackend;
+use crate::capture::Input;
+use crate::ctx::Ctx;
 use crate::device::{Arg, grid_for, ptr};
 use crate::error::must;
-use crate::graph::Input;
-use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, padded};
+use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, bf16_out, padded};
 use cudarc::driver::CudaSlice;
 use tf_backend::{Activation, BackendError, KvShape, QkNorm, Rope};
 use tf_core::DType;
@@ -14,7 +14,7 @@ const BLOCK: u32 = 256;
 
 /// Takes a 2-D float weight: bf16 is zero-padded to 16 x 16 tiles on the device, f16 and f32 kept
 /// as stored.
-pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendError> {
+pub(crate) fn mat(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {
     let [rows, cols] = t.shape[..] else {
         return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
     };
@@ -43,7 +43,7 @@ pub(crate) fn mat(b: &CudaBackend, t: &TensorView) -> Result<CudaMat, BackendErr
 }
 
 /// A padded bf16 weight `[rows, cols]` with the tensor maps its matmuls read it through (Hopper).
-fn bf16_mat(b: &CudaBackend, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
+fn bf16_mat(b: &Ctx, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
     let d = &b.dev;
     let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
     let wp = ptr(&w, &d.stream);
@@ -62,11 +62,7 @@ fn bf16_mat(b: &CudaBackend, w: CudaSlice<u16>, rows: usize, cols: usize) -> Cud
 /// A bf16 gate and up weight (`[inter, cols]` each) packed into one `[2 inter, cols]` weight
 /// (tf_backend `gate_up` row order), so one matmul makes both and the wgmma GEMM can apply the
 /// activation in its store; `None` (kept apart) for other dtypes or `inter` not whole groups.
-pub(crate) fn mat_gate_up(
-    b: &CudaBackend,
-    gate: &TensorView,
-    up: &TensorView,
-) -> Result<Option<CudaMat>, BackendError> {
+pub(crate) fn mat_gate_up(b: &Ctx, gate: &TensorView, up: &TensorView) -> Result<Option<CudaMat>, BackendError> {
     let [inter, cols] = gate.shape[..] else {
         return Ok(None);
     };
@@ -95,7 +91,7 @@ pub(crate) fn mat_gate_up(
 
 /// One layer's zeroed bf16 KV pool: `shape.num_blocks` blocks and one more past them, the
 /// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it).
-pub(crate) fn kv(b: &CudaBackend, shape: KvShape) -> Result<CudaKv, BackendError> {
+pub(crate) fn kv(b: &Ctx, shape: KvShape) -> Result<CudaKv, BackendError> {
     let n = (shape.num_blocks + 1)
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
@@ -111,32 +107,15 @@ pub(crate) fn kv(b: &CudaBackend, shape: KvShape) -> Result<CudaKv, BackendError
     Ok(CudaKv { shape, k, v, maps })
 }
 
-/// A bf16 buffer `[rows, padded(cols)]` whose padding is zero.
-pub(crate) fn bf16_out(b: &CudaBackend, rows: usize, cols: usize) -> CudaSlice<u16> {
-    let kp = padded(cols);
-    let y = b.dev.alloc::<u16>(rows * kp);
-    if kp != cols {
-        let n = rows * kp;
-        b.dev.launch(
-            &b.dev.k.fill_zero_u16,
-            (grid_for(n, BLOCK), 1, 1),
-            BLOCK,
-            0,
-            &[Arg::P(ptr(&y, &b.dev.stream)), Arg::Z(n)],
-        );
-    }
-    y
-}
-
 /// The activation's bf16 copy, made now if no kernel left one.
-pub(crate) fn bf16_of<'a>(b: &CudaBackend, x: &'a CudaAct) -> &'a CudaSlice<u16> {
+pub(crate) fn bf16_of<'a>(b: &Ctx, x: &'a CudaAct) -> &'a CudaSlice<u16> {
     x.bf16.get_or_init(|| {
         let d = &b.dev;
         let kp = padded(x.cols);
         let y = d.alloc::<u16>(x.rows * kp);
         let n = x.rows * kp;
         let args = [
-            Arg::P(ptr(x.data(b), &d.stream)),
+            Arg::P(ptr(x.data(&b.dev), &d.stream)),
             Arg::P(ptr(&y, &d.stream)),
             Arg::I(x.rows as i32),
             Arg::I(x.cols as i32),
@@ -147,8 +126,8 @@ pub(crate) fn bf16_of<'a>(b: &CudaBackend, x: &'a CudaAct) -> &'a CudaSlice<u16>
     })
 }
 
-pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
-    match b.graphs.input(Input::Ids, ids) {
+pub(crate) fn embed(b: &Ctx, table: &CudaMat, ids: &[u32], scale: f32) -> CudaAct {
+    match b.capture.input(Input::Ids, ids) {
         Some(p) => embed_at(b, table, p, ids.len(), scale),
         None => {
             let idb = b.dev.upload(ids);
@@ -158,7 +137,7 @@ pub(crate) fn embed(b: &CudaBackend, table: &CudaMat, ids: &[u32], scale: f32) -
 }
 
 /// [`embed`] of the `n` ids at device address `idp`.
-pub(crate) fn embed_at(b: &CudaBackend, table: &CudaMat, idp: u64, n: usize, scale: f32) -> CudaAct {
+pub(crate) fn embed_at(b: &Ctx, table: &CudaMat, idp: u64, n: usize, scale: f32) -> CudaAct {
     let d = &b.dev;
     let (_, cols) = table.shape();
     let out = d.alloc::<f32>(n * cols);
@@ -181,25 +160,18 @@ pub(crate) fn embed_at(b: &CudaBackend, table: &CudaMat, idp: u64, n: usize, sca
     CudaAct::new(out, n, cols)
 }
 
-pub(crate) fn rms_norm(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+pub(crate) fn rms_norm(b: &Ctx, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     norm_launch(b, x, None, w, eps, one_plus, true)
 }
 
 /// [`rms_norm`] of rows that only bf16 matmuls read: many rows (prefill) write only the bf16 copy
 /// (the same bits as the copy `rms_norm` makes; the f32 values are widened on first use).
-pub(crate) fn rms_norm_for_matmul(b: &CudaBackend, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
+pub(crate) fn rms_norm_for_matmul(b: &Ctx, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     norm_launch(b, x, None, w, eps, one_plus, false)
 }
 
 /// `x += y`, then RMSNorm of the rows of `x`, in one kernel.
-pub(crate) fn add_rms_norm(
-    b: &CudaBackend,
-    x: &mut CudaAct,
-    y: &CudaAct,
-    w: &CudaVec,
-    eps: f32,
-    one_plus: bool,
-) -> CudaAct {
+pub(crate) fn add_rms_norm(b: &Ctx, x: &mut CudaAct, y: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {
     assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_rms_norm: shapes differ");
     assert_eq!(w.len, x.cols, "add_rms_norm: the norm spans whole rows");
     let out = norm_launch(b, x, Some(y), w, eps, one_plus, true);
@@ -210,7 +182,7 @@ pub(crate) fn add_rms_norm(
 /// RMSNorm over groups of `w.len` values of `x`, after adding `add` into `x` when given; without
 /// `f32`, rows in quarter-size blocks (prefill) get only their bf16 copy.
 fn norm_launch(
-    b: &CudaBackend,
+    b: &Ctx,
     x: &CudaAct,
     add: Option<&CudaAct>,
     w: &CudaVec,
@@ -228,12 +200,12 @@ fn norm_launch(
     let q4 = groups > 64 && virt.is_multiple_of(128) && group <= 4 * virt;
     let bf16_only = !f32 && q4 && add.is_none();
     let y = d.alloc::<f32>(if bf16_only { 1 } else { x.len() });
-    let yb = bf16_out(b, x.rows, x.cols);
+    let yb = bf16_out(&b.dev, x.rows, x.cols);
     if groups > 0 {
         let block = if q4 { virt / 4 } else { virt } as u32;
-        let mut args = vec![Arg::P(ptr(x.data(b), &d.stream))];
+        let mut args = vec![Arg::P(ptr(x.data(&b.dev), &d.stream))];
         if let Some(a) = add {
-            args.push(Arg::P(ptr(a.data(b), &d.stream)));
+            args.push(Arg::P(ptr(a.data(&b.dev), &d.stream)));
         }
         args.extend([
             Arg::P(ptr(&w.data, &d.stream)),
@@ -275,28 +247,24 @@ pub(crate) fn norm_threads(group: usize) -> usize {
     (group.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024)
 }
 
-pub(crate) fn add_assign(b: &CudaBackend, x: &mut CudaAct, y: &CudaAct) {
+pub(crate) fn add_assign(b: &Ctx, x: &mut CudaAct, y: &CudaAct) {
     assert_eq!((x.rows, x.cols), (y.rows, y.cols), "add_assign: shapes differ");
     let d = &b.dev;
     let n = x.len();
-    let args = [Arg::P(ptr(x.data(b), &d.stream)), Arg::P(ptr(y.data(b), &d.stream)), Arg::Z(n)];
+    let args = [Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::P(ptr(y.data(&b.dev), &d.stream)), Arg::Z(n)];
     d.launch(&d.k.add_inplace, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
     x.touched();
 }
 
 /// The device copy of `data` in `slot`, uploaded again only when it changed.
-fn cached_u32<'a>(
-    b: &CudaBackend,
-    slot: &'a mut Option<(Vec<u32>, CudaSlice<u32>)>,
-    data: &[u32],
-) -> &'a CudaSlice<u32> {
+fn cached_u32<'a>(b: &Ctx, slot: &'a mut Option<(Vec<u32>, CudaSlice<u32>)>, data: &[u32]) -> &'a CudaSlice<u32> {
     if slot.as_ref().is_none_or(|(h, _)| h.as_slice() != data) {
         *slot = Some((data.to_vec(), b.dev.upload(data)));
     }
     &slot.as_ref().expect("just filled").1
 }
 
-pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
+pub(crate) fn rope(b: &Ctx, x: &mut CudaAct, positions: &[u32], head_dim: usize, rope: &Rope) {
     assert_eq!(positions.len(), x.rows, "rope: one position per row");
     assert!(head_dim > 0 && x.cols.is_multiple_of(head_dim), "rope: {} columns in heads of {head_dim}", x.cols);
     let half = rope.inv_freq.len();
@@ -307,12 +275,12 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
     let d = &b.dev;
     let mut c = b.caches();
     let caches = &mut *c;
-    let pos = b.graphs.input(Input::Positions, positions);
+    let pos = b.capture.input(Input::Positions, positions);
     let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &d.stream));
     let table = rope_table(b, &mut caches.ropes, rope);
     let total = x.rows * (x.cols / head_dim) * half;
     let args = [
-        Arg::P(ptr(x.data(b), &d.stream)),
+        Arg::P(ptr(x.data(&b.dev), &d.stream)),
         Arg::P(pos),
         Arg::P(table),
         Arg::I(x.rows as i32),
@@ -328,7 +296,7 @@ pub(crate) fn rope(b: &CudaBackend, x: &mut CudaAct, positions: &[u32], head_dim
 
 /// Per-head norms (when given) and RoPE of `q` and `k` in place, one kernel for both.
 pub(crate) fn qk_norm_rope(
-    b: &CudaBackend,
+    b: &Ctx,
     q: &mut CudaAct,
     k: &mut CudaAct,
     norms: Option<QkNorm<'_, CudaVec>>,
@@ -354,7 +322,7 @@ pub(crate) fn qk_norm_rope(
     let d = &b.dev;
     let mut c = b.caches();
     let caches = &mut *c;
-    let pos = b.graphs.input(Input::Positions, positions);
+    let pos = b.capture.input(Input::Positions, positions);
     let pos = pos.unwrap_or_else(|| ptr(cached_u32(b, &mut caches.positions, positions), &d.stream));
     let table = rope_table(b, &mut caches.ropes, rope);
     let (nq, nk) = (q.cols / head_dim, k.cols / head_dim);
@@ -365,8 +333,8 @@ pub(crate) fn qk_norm_rope(
     let nthr = norm_threads(head_dim);
     let hpw = qk_heads_per_warp(q.rows, nq + nk, d.num_sms);
     let args = [
-        Arg::P(ptr(q.data(b), &d.stream)),
-        Arg::P(ptr(k.data(b), &d.stream)),
+        Arg::P(ptr(q.data(&b.dev), &d.stream)),
+        Arg::P(ptr(k.data(&b.dev), &d.stream)),
         Arg::P(qn),
         Arg::P(kn),
         Arg::P(pos),
@@ -398,7 +366,7 @@ fn qk_heads_per_warp(rows: usize, heads: usize, sms: usize) -> usize {
 }
 
 /// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
-fn rope_table(b: &CudaBackend, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
+fn rope_table(b: &Ctx, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
     let i = match ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
         Some(i) => i,
         None => {
@@ -409,15 +377,15 @@ fn rope_table(b: &CudaBackend, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope
     ptr(&ropes[i].1, &b.dev.stream)
 }
 
-pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
+pub(crate) fn glu(b: &Ctx, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
     assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "glu: shapes differ");
     let d = &b.dev;
     let n = gate.len();
     let y = d.alloc::<f32>(n);
-    let yb = bf16_out(b, gate.rows, gate.cols);
+    let yb = bf16_out(&b.dev, gate.rows, gate.cols);
     let args = [
-        Arg::P(ptr(gate.data(b), &d.stream)),
-        Arg::P(ptr(up.data(b), &d.stream)),
+        Arg::P(ptr(gate.data(&b.dev), &d.stream)),
+        Arg::P(ptr(up.data(&b.dev), &d.stream)),
         Arg::P(ptr(&y, &d.stream)),
         Arg::P(ptr(&yb, &d.stream)),
         Arg::I(gate.rows as i32),
@@ -433,13 +401,13 @@ pub(crate) fn glu(b: &CudaBackend, gate: &CudaAct, up: &CudaAct, act: Activation
 
 /// `act(gate) * up` of a packed gate/up matmul output `[rows, 2 inter]` (`inter` a multiple of 8),
 /// held as bf16 only: it feeds the down projection, which reads bf16.
-pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaAct {
+pub(crate) fn glu_packed(b: &Ctx, p: &CudaAct, act: Activation) -> CudaAct {
     let d = &b.dev;
     let (rows, inter) = (p.rows, p.cols / 2);
     assert!(p.cols == 2 * inter && tf_backend::gate_up::packable(inter), "glu_packed: {} columns", p.cols);
-    let yb = bf16_out(b, rows, inter);
+    let yb = bf16_out(&b.dev, rows, inter);
     let args = [
-        Arg::P(ptr(p.data(b), &d.stream)),
+        Arg::P(ptr(p.data(&b.dev), &d.stream)),
         Arg::P(ptr(&yb, &d.stream)),
         Arg::I(rows as i32),
         Arg::I(inter as i32),
@@ -451,28 +419,13 @@ pub(crate) fn glu_packed(b: &CudaBackend, p: &CudaAct, act: Activation) -> CudaA
     CudaAct::bf16_only(yb, rows, inter)
 }
 
-/// The f32 values of a bf16 activation `[rows, cols]` (row stride `padded(cols)`).
-pub(crate) fn widen_bf16(b: &CudaBackend, x: &CudaSlice<u16>, rows: usize, cols: usize) -> CudaSlice<f32> {
-    let d = &b.dev;
-    let y = d.alloc::<f32>(rows * cols);
-    let args = [
-        Arg::P(ptr(x, &d.stream)),
-        Arg::P(ptr(&y, &d.stream)),
-        Arg::I(rows as i32),
-        Arg::I(cols as i32),
-        Arg::I(padded(cols) as i32),
-    ];
-    d.launch(&d.k.widen_bf16, (grid_for(rows * cols, BLOCK), 1, 1), BLOCK, 0, &args);
-    y
-}
-
 /// Rows `idx` (a device list of `n` row numbers) of `x`.
-pub(crate) fn gather(b: &CudaBackend, x: &CudaAct, idx: u64, n: usize) -> CudaAct {
+pub(crate) fn gather(b: &Ctx, x: &CudaAct, idx: u64, n: usize) -> CudaAct {
     let d = &b.dev;
     let y = d.alloc::<f32>(n * x.cols);
     if n > 0 {
         let args = [
-            Arg::P(ptr(x.data(b), &d.stream)),
+            Arg::P(ptr(x.data(&b.dev), &d.stream)),
             Arg::P(idx),
             Arg::P(ptr(&y, &d.stream)),
             Arg::I(n as i32),
@@ -484,7 +437,7 @@ pub(crate) fn gather(b: &CudaBackend, x: &CudaAct, idx: u64, n: usize) -> CudaAc
     CudaAct::new(y, n, x.cols)
 }
 
-pub(crate) fn select_rows(b: &CudaBackend, x: &CudaAct, rows: &[usize]) -> CudaAct {
+pub(crate) fn select_rows(b: &Ctx, x: &CudaAct, rows: &[usize]) -> CudaAct {
     let idx: Vec<u32> = rows
         .iter()
         .map(|&r| {
@@ -496,7 +449,7 @@ pub(crate) fn select_rows(b: &CudaBackend, x: &CudaAct, rows: &[usize]) -> CudaA
     gather(b, x, ptr(&buf, &b.dev.stream), idx.len())
 }
 
-pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
+pub(crate) fn softcap(b: &Ctx, x: &mut CudaAct, cap: f32) {
     let d = &b.dev;
     let n = x.len();
     d.launch(
@@ -504,7 +457,7 @@ pub(crate) fn softcap(b: &CudaBackend, x: &mut CudaAct, cap: f32) {
         (grid_for(n, BLOCK), 1, 1),
         BLOCK,
         0,
-        &[Arg::P(ptr(x.data(b), &d.stream)), Arg::Z(n), Arg::F(cap)],
+        &[Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::Z(n), Arg::F(cap)],
     );
     x.touched();
 }
@@ -524,13 +477,13 @@ pub(crate) fn argmax_split(rows: usize, cols: usize) -> (usize, usize) {
 }
 
 /// Per row, the column of the first largest value; only the indices come back.
-pub(crate) fn argmax_rows(b: &CudaBackend, x: &CudaAct) -> Vec<u32> {
+pub(crate) fn argmax_rows(b: &Ctx, x: &CudaAct) -> Vec<u32> {
     b.dev.download(&argmax_on_device(b, x), x.rows)
 }
 
 /// Per row of `x`, the column of the first largest value, left on the device (`x.rows` values;
 /// zeros for rows without columns).
-pub(crate) fn argmax_on_device(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
+pub(crate) fn argmax_on_device(b: &Ctx, x: &CudaAct) -> CudaSlice<u32> {
     let d = &b.dev;
     if x.rows == 0 || x.cols == 0 {
         return d.zeros::<u32>(x.rows.max(1));
@@ -540,7 +493,7 @@ pub(crate) fn argmax_on_device(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
     let pi = d.alloc::<i32>(x.rows * parts);
     let out = d.alloc::<u32>(x.rows);
     let args = [
-        Arg::P(ptr(x.data(b), &d.stream)),
+        Arg::P(ptr(x.data(&b.dev), &d.stream)),
         Arg::P(ptr(&pv, &d.stream)),
         Arg::P(ptr(&pi, &d.stream)),
         Arg::I(x.rows as i32),
@@ -557,7 +510,7 @@ pub(crate) fn argmax_on_device(b: &CudaBackend, x: &CudaAct) -> CudaSlice<u32> {
 
 /// `ids[i] = held[ids[i]]` for the first `n` ids at device address `ids` (kernels/ops.cu
 /// `gather_ids`): row indices written where a round reads its token ids, made those ids.
-pub(crate) fn gather_ids(b: &CudaBackend, ids: u64, held: &CudaSlice<u32>, n: usize) {
+pub(crate) fn gather_ids(b: &Ctx, ids: u64, held: &CudaSlice<u32>, n: usize) {
     let d = &b.dev;
     if n == 0 {
         return;
@@ -572,7 +525,7 @@ fn kv_block_len(kv: &CudaKv) -> usize {
 }
 
 /// K then V of `blocks`, as little-endian bf16 bytes.
-pub(crate) fn read_kv_blocks(b: &CudaBackend, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
+pub(crate) fn read_kv_blocks(b: &Ctx, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
     let n = kv_block_len(kv);
     let mut out = Vec::with_capacity(4 * blocks.len() * n);
     let mut buf = vec![0u16; n];
@@ -587,7 +540,7 @@ pub(crate) fn read_kv_blocks(b: &CudaBackend, kv: &CudaKv, blocks: &[u32]) -> Ve
 }
 
 /// Writes bytes laid out as [`read_kv_blocks`] gives them.
-pub(crate) fn write_kv_blocks(b: &CudaBackend, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
+pub(crate) fn write_kv_blocks(b: &Ctx, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
     let n = kv_block_len(kv);
     assert_eq!(bytes.len(), 4 * blocks.len() * n, "write_kv_blocks: byte count");
     let mut words = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
@@ -602,28 +555,11 @@ pub(crate) fn write_kv_blocks(b: &CudaBackend, kv: &mut CudaKv, blocks: &[u32], 
 
 #[cfg(test)]
 mod tests {
-    /// Hopper's largest dynamic shared memory per block.
-    const MAX_SMEM: u32 = 227 * 1024;
-
-    #[test]
-    fn attention_fits_in_shared_memory() {
-        for d in [16, 32, 64, 128, 256] {
-            assert!(crate::device::attention_smem(d) + 512 <= MAX_SMEM, "attention d={d}");
-        }
-    }
-
     #[test]
     fn qk_norm_rope_shares_rotations_only_where_warps_are_plenty() {
         let h = super::qk_heads_per_warp;
         assert_eq!((h(1, 40, 132), h(128, 40, 132), h(1024, 40, 132), h(4096, 40, 132)), (1, 1, 4, 10));
         assert_eq!((h(3000, 7, 132), h(4096, 3, 132), h(0, 40, 132), h(5, 0, 0)), (2, 1, 1, 1));
-    }
-
-    #[test]
-    fn split_attention_fits_in_shared_memory() {
-        for d in [64, 128] {
-            assert!(crate::device::attention_split_smem(d) + 1024 <= MAX_SMEM, "split attention d={d}");
-        }
     }
 
     #[test]

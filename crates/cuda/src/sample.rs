@@ -1,6 +1,6 @@
 //! Sampling candidates on the device (tf_backend candidates.rs): rows edited in place, only candidates cross over.
 
-use crate::CudaBackend;
+use crate::ctx::Ctx;
 use crate::device::{Arg, grid_for, ptr};
 use crate::ops::{argmax_split, select_rows};
 use crate::tensor::CudaAct;
@@ -26,12 +26,7 @@ const FLAGGED: u32 = u32::MAX;
 /// place first (the rows must be distinct): two downloads (the counts, then the candidates), one
 /// of the window masses when a row is top-p's, and one of the rows that need the host (more than
 /// [`CAP`] candidates, no finite maximum, or a top-p cut the device's mass leaves open).
-pub(crate) fn sample_candidates(
-    b: &CudaBackend,
-    x: &mut CudaAct,
-    rows: &[usize],
-    queries: &[RowQuery],
-) -> Vec<Candidates> {
+pub(crate) fn sample_candidates(b: &Ctx, x: &mut CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
     assert_eq!(rows.len(), queries.len(), "sample_candidates: one query per row");
     let (n, cols) = (rows.len(), x.cols);
     let mut sorted = rows.to_vec();
@@ -46,7 +41,7 @@ pub(crate) fn sample_candidates(
     let (packed, num_edits) = pack(rows, queries);
     let buf = d.upload(&packed);
     let qs = ptr(&buf, &d.stream);
-    let xp = ptr(x.data(b), &d.stream);
+    let xp = ptr(x.data(&b.dev), &d.stream);
     if num_edits > 0 {
         let edits = qs + (4 * n * QUERY_WORDS) as u64;
         let args = [Arg::P(xp), Arg::P(qs), Arg::P(edits), Arg::I(num_edits as i32), Arg::I(cols as i32)];
@@ -132,7 +127,7 @@ pub(crate) fn sample_candidates(
     if !host.is_empty() {
         let picked: Vec<usize> = host.iter().map(|&i| rows[i]).collect();
         let edited = select_rows(b, x, &picked);
-        let data = d.download(edited.data(b), edited.len());
+        let data = d.download(edited.data(&b.dev), edited.len());
         // In parallel: a row that falls back may keep its whole width.
         let selected: Vec<Candidates> =
             host.par_iter().zip(data.par_chunks_exact(cols)).map(|(&i, row)| select(row, &queries[i])).collect();

@@ -1,6 +1,7 @@
 //! Device tensors: f32 activations (with a lazily made bf16 copy that matmuls read), weights in
 //! their storage type (bf16 padded to 16 x 16 tiles), norm vectors, bf16 KV pools.
 
+use crate::device::{Arg, Device, grid_for, ptr};
 use cudarc::driver::CudaSlice;
 use std::cell::OnceCell;
 use tf_backend::KvShape;
@@ -8,6 +9,34 @@ use tf_backend::KvShape;
 /// Columns of a bf16 activation row as matmuls read it: `cols` rounded up to 16, zero padded.
 pub(crate) fn padded(cols: usize) -> usize {
     cols.div_ceil(16) * 16
+}
+
+/// Threads a block of the buffer kernels.
+const BLOCK: u32 = 256;
+
+/// A bf16 buffer `[rows, padded(cols)]` whose padding is zero.
+pub(crate) fn bf16_out(d: &Device, rows: usize, cols: usize) -> CudaSlice<u16> {
+    let kp = padded(cols);
+    let y = d.alloc::<u16>(rows * kp);
+    if kp != cols {
+        let n = rows * kp;
+        d.launch(&d.k.fill_zero_u16, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &[Arg::P(ptr(&y, &d.stream)), Arg::Z(n)]);
+    }
+    y
+}
+
+/// The f32 values of a bf16 activation `[rows, cols]` (row stride `padded(cols)`).
+fn widen_bf16(d: &Device, x: &CudaSlice<u16>, rows: usize, cols: usize) -> CudaSlice<f32> {
+    let y = d.alloc::<f32>(rows * cols);
+    let args = [
+        Arg::P(ptr(x, &d.stream)),
+        Arg::P(ptr(&y, &d.stream)),
+        Arg::I(rows as i32),
+        Arg::I(cols as i32),
+        Arg::I(padded(cols) as i32),
+    ];
+    d.launch(&d.k.widen_bf16, (grid_for(rows * cols, BLOCK), 1, 1), BLOCK, 0, &args);
+    y
 }
 
 /// An activation `[rows, cols]`, f32 row-major on the device, or only its bf16 rounding (what a
@@ -38,10 +67,10 @@ impl CudaAct {
     }
 
     /// The f32 values, widened from the bf16 copy first where only that exists.
-    pub(crate) fn data(&self, b: &crate::CudaBackend) -> &CudaSlice<f32> {
+    pub(crate) fn data(&self, d: &Device) -> &CudaSlice<f32> {
         self.f32.get_or_init(|| {
             let bf = self.bf16.get().expect("an activation holds f32 or bf16 values");
-            crate::ops::widen_bf16(b, bf, self.rows, self.cols)
+            widen_bf16(d, bf, self.rows, self.cols)
         })
     }
 

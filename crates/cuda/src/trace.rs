@@ -1,13 +1,14 @@
-//! Kernel timeline in place, off unless `TF_TRACE=FROM:TO` is set: the kernels are then built
-//! with `TF_TRACE` (kernels/common.cuh), so lane 0 of every warp records the global timer at the
-//! kernel's start, when its launch wait returns, at an optional mark and at its end. Rounds are
-//! counted by `argmax_rows` calls (one a decode round); rounds FROM..=TO (1-based) are recorded
-//! and written as tab-separated lines to `TF_TRACE_OUT`
-//! (default `trace.tsv`) when round TO ends. scripts/device/trace_round.py reads the file. It
-//! shows what ncu cannot (kernels one at a time) and Nsight Systems does not here: how the kernels
-//! of a round overlap and where the GPU waits.
+//! Kernel timeline in place, off unless `CudaOptions::trace` names rounds FROM..=TO: the kernels
+//! are then built with `TF_TRACE` (kernels/common.cuh), so lane 0 of every warp records the global
+//! timer at the kernel's start, when its launch wait returns, at an optional mark and at its end.
+//! Rounds are counted by picked-token rounds (`argmax_rows`, `sample_candidates`, `held_ids`: one
+//! a decode round); rounds FROM..=TO (1-based) are recorded and written as tab-separated lines to
+//! `CudaOptions::trace_out` (default `trace.tsv`) when round TO ends.
+//! scripts/device/trace_round.py reads the file. It shows what ncu cannot (kernels one at a time)
+//! and Nsight Systems does not here: how the kernels of a round overlap and where the GPU waits.
 
-use crate::device::Device;
+use crate::device::{Device, ptr};
+use crate::options::TraceRounds;
 use cudarc::driver::CudaSlice;
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,33 +22,20 @@ const PER_SM: u32 = 40960;
 /// SM ids the counters cover.
 const SMS: usize = 256;
 
-/// Which rounds to record, parsed from `FROM:TO`.
-pub(crate) fn parse(v: &str) -> Option<(usize, usize)> {
-    let (a, b) = v.split_once(':')?;
-    let (a, b) = (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?);
-    (a >= 1 && b >= a).then_some((a, b))
-}
-
-/// The rounds asked for by the environment, if any.
-pub(crate) fn from_env() -> Option<(usize, usize)> {
-    std::env::var("TF_TRACE").ok().as_deref().and_then(parse)
-}
-
 /// The trace buffer and the rounds counted so far.
 pub(crate) struct Trace {
-    rounds: (usize, usize),
+    rounds: TraceRounds,
     done: AtomicUsize,
     buf: CudaSlice<u8>,
     out: PathBuf,
 }
 
 impl Trace {
-    /// Allocates the buffer and points the module's trace globals at it.
-    pub(crate) fn new(d: &Device, rounds: (usize, usize)) -> Trace {
+    /// Allocates the buffer and points the module's trace globals at it; the file goes to `out`.
+    pub(crate) fn new(d: &Device, rounds: TraceRounds, out: PathBuf) -> Trace {
         let buf = d.zeros::<u8>(SMS * PER_SM as usize * REC);
-        d.set_global("tf_trace_buf", &crate::device::ptr(&buf, &d.stream).to_le_bytes());
+        d.set_global("tf_trace_buf", &ptr(&buf, &d.stream).to_le_bytes());
         d.set_global("tf_trace_per_sm", &PER_SM.to_le_bytes());
-        let out = std::env::var_os("TF_TRACE_OUT").map(PathBuf::from).unwrap_or_else(|| "trace.tsv".into());
         let t = Trace { rounds, done: AtomicUsize::new(0), buf, out };
         t.reset(d);
         t
@@ -61,9 +49,9 @@ impl Trace {
     /// writes the file after the last.
     pub(crate) fn round_done(&self, d: &Device) {
         let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        if n + 1 == self.rounds.0 {
+        if n + 1 == self.rounds.from {
             self.reset(d);
-        } else if n == self.rounds.1
+        } else if n == self.rounds.to
             && let Err(e) = self.write(d)
         {
             eprintln!("trace: writing {}: {e}", self.out.display());
@@ -89,21 +77,7 @@ impl Trace {
             }
         }
         f.flush()?;
-        eprintln!("trace: rounds {}..={} written to {}", self.rounds.0, self.rounds.1, self.out.display());
+        eprintln!("trace: rounds {}..={} written to {}", self.rounds.from, self.rounds.to, self.out.display());
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn trace_rounds_parse_or_stay_off() {
-        assert_eq!(parse("3:4"), Some((3, 4)));
-        assert_eq!(parse("5:5"), Some((5, 5)));
-        for bad in ["", "3", "0:2", "4:3", "a:b", "1:2:3"] {
-            assert_eq!(parse(bad), None, "{bad:?}");
-        }
     }
 }

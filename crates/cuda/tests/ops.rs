@@ -31,46 +31,8 @@ fn bf16_matmul_ref(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f
 
 #[test]
 fn bf16_matmul_matches_reference_and_rows_are_invariant() {
-    // Also with the opt-in one-row GEMV (kernels/gemv_m1.cu).
-    for lab in [None, Some("on")] {
-        let Some(b) = backend_with(lab) else { return };
-        bf16_matmul_case(&b);
-    }
-}
-
-#[test]
-fn one_row_gemv_variants_equal_the_default() {
-    // The cp.async few-row GEMV and its one-row lab variants (kernels/gemm.cu `GEMV_ONE_ROW`),
-    // and the TMA GEMV with an x box a stage, against the default (on Hopper the TMA GEMV with
-    // the row in shared memory, where it fits), one row at a time.
     let Some(b) = backend() else { return };
-    let shapes = [
-        (80, 200),
-        (48, 1000),
-        (1024, 4096),
-        (32, 5000),
-        (64, 12288),
-        (2100, 20480),
-        (24, 20608),
-        (9000, 4096),
-        (4224, 12288),
-    ];
-    let data: Vec<(Vec<f32>, Vec<f32>)> =
-        shapes.iter().map(|&(n, k)| (rand(n * k, 21 + n as u64, 0.5), rand(3 * k, 22 + k as u64, 1.0))).collect();
-    let rows = |be: &tf_cuda::CudaBackend, (n, k): (usize, usize), (w, x): &(Vec<f32>, Vec<f32>)| {
-        let wm = be.mat(&weight("w", DType::BF16, n, k, w)).unwrap();
-        (0..3).map(|r| be.download(&be.matmul(&be.upload(&x[r * k..(r + 1) * k], 1, k), &wm))).collect::<Vec<_>>()
-    };
-    let want: Vec<_> = shapes.iter().zip(&data).map(|(&sh, dt)| rows(&b, sh, dt)).collect();
-    for name in ["tma-n1", "cp", "cphead", "row:u4s4", "row:u4s5", "row:u4s3", "row:u2s4", "row:u2s6"] {
-        let Some(v) = backend_with(Some(name)) else { return };
-        for ((&sh, dt), want) in shapes.iter().zip(&data).zip(&want) {
-            let got = rows(&v, sh, dt);
-            for r in 0..3 {
-                assert!(same_bits(&got[r], &want[r]), "{sh:?} row {r}: variant {name} differs");
-            }
-        }
-    }
+    bf16_matmul_case(&b);
 }
 
 fn bf16_matmul_case(b: &tf_cuda::CudaBackend) {
@@ -116,12 +78,9 @@ fn matmul_many_equals_one_matmul_per_weight() {
 
 #[test]
 fn packed_gate_up_equals_glu_of_two_matmuls() {
-    // Default: the TMA GEMVs with the activation in their store from 2 to 32 rows, one row apart;
-    // `glu-one`: gemv_tma_xr_glu at one row; `glu-apart`: the product, then glu_packed.
-    for lab in [None, Some("on"), Some("glu-one"), Some("glu-apart")] {
-        let Some(b) = backend_with(lab) else { return };
-        packed_gate_up_case(&b);
-    }
+    // The TMA GEMVs with the activation in their store from 2 to 32 rows, one row apart.
+    let Some(b) = backend() else { return };
+    packed_gate_up_case(&b);
 }
 
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
@@ -166,15 +125,14 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn matmul_add_equals_matmul_then_add() {
-    for lab in [None, Some("on"), Some("2x4"), Some("row:u2s6"), Some("tma-n1")] {
-        let Some(b) = backend_with(lab) else { return };
-        matmul_add_case(&b);
-    }
+    let Some(b) = backend() else { return };
+    matmul_add_case(&b);
 }
 
 fn matmul_add_case(b: &tf_cuda::CudaBackend) {
-    // Each matmul kernel's store adds into h: one-row GEMVs, TMA GEMV, split and whole wgmma GEMM,
-    // tiled GEMM (K past a 64-wide block), plain f32 weights.
+    // Each matmul kernel's store adds into h: the one-row TMA GEMV (the row in shared memory), the
+    // few-row TMA GEMV, split and whole wgmma GEMM, tiled GEMM (K past a 64-wide block), plain f32
+    // weights.
     for (n, k, dt) in [
         (1024, 4096, DType::BF16),
         (4224, 12288, DType::BF16),
@@ -196,19 +154,10 @@ fn matmul_add_case(b: &tf_cuda::CudaBackend) {
 
 #[test]
 fn norm_in_the_matmul_equals_norm_then_matmul() {
-    // By default the norm kernel runs first (1-9 rows); the one-row GEMV (opt-in,
-    // kernels/gemv_m1.cu) makes the norm itself.
-    for lab in [None, Some("on")] {
-        let Some(b) = backend_with(lab) else { return };
-        norm_in_the_matmul_case(&b, lab);
-    }
-}
-
-fn norm_in_the_matmul_case(b: &tf_cuda::CudaBackend, lab: Option<&str>) {
-    // 4096, 2048, 640 and 64 columns fuse into the one-row GEMV (1024, 512, 160 and 32 virtual
-    // threads); 8192 and 1536 fall back to the norm kernel. Rows must equal the same rows normed
-    // among 80 (the quarter-size prefill blocks) and multiplied among them.
-    let counts: &[usize] = if lab == Some("on") { &[1] } else { &[1, 3, 8, 9] };
+    // The norm kernel runs first (1-9 rows). Rows must equal the same rows normed among 80 (the
+    // quarter-size prefill blocks) and multiplied among them.
+    let Some(b) = backend() else { return };
+    let counts: &[usize] = &[1, 3, 8, 9];
     for cols in [4096, 2048, 640, 64, 8192, 1536] {
         let ws: Vec<_> = [(96, 1u64), (48, 2), (160, 3)]
             .iter()
@@ -228,7 +177,7 @@ fn norm_in_the_matmul_case(b: &tf_cuda::CudaBackend, lab: Option<&str>) {
                     let want = &b.download(m)[r * n..(r + c) * n];
                     assert!(
                         same_bits(&b.download(f), want),
-                        "{lab:?} cols={cols} one_plus={one_plus} rows {r}..{}: {n} outputs differ",
+                        "cols={cols} one_plus={one_plus} rows {r}..{}: {n} outputs differ",
                         r + c
                     );
                 }
@@ -644,11 +593,11 @@ fn attention_matches_reference() {
 
 #[test]
 fn wgmma_attention_equals_the_mma_sync_kernel() {
-    // Prefill rounds of head width 128 take kernels/attention_wg.cu on Hopper; `attn-mma` keeps
-    // them on attention.cu. Both must give the same bits: Qwen3-like groups, a window that cuts
+    // Prefill rounds of head width 128 take kernels/attention_wg.cu on Hopper;
+    // `CudaOptions::mma_sync_attention` keeps them on attention.cu. Both must give the same bits: Qwen3-like groups, a window that cuts
     // blocks, soft-capping, runs that start mid-block after a history, keys past the sequence in
     // its last pool block, and pool blocks of 8, 16 and 128 slots.
-    let (Some(b), Some(m)) = (backend(), backend_with(Some("attn-mma"))) else { return };
+    let (Some(b), Some(m)) = (backend(), backend_mma_sync_attention()) else { return };
     let p = |h, kvh, window, softcap| AttnParams {
         num_heads: h,
         num_kv_heads: kvh,

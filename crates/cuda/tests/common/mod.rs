@@ -9,21 +9,22 @@ use tf_formats::{TensorBytes, TensorView};
 
 /// GPU 0, or `None` (with a message) on a machine without a CUDA driver or device.
 pub fn backend() -> Option<CudaBackend> {
-    backend_with(None)
+    backend_opts(CudaOptions::default())
 }
 
-/// GPU 0 with the one-row GEMV lab setting `lab_m1` (`CudaOptions::lab_m1`), or `None` as above.
-pub fn backend_with(lab_m1: Option<&str>) -> Option<CudaBackend> {
-    backend_opts(lab_m1, false)
+/// GPU 0 whose prefill attention stays on the mma.sync kernel on Hopper, or `None` as above.
+pub fn backend_mma_sync_attention() -> Option<CudaBackend> {
+    backend_opts(CudaOptions { mma_sync_attention: true, ..CudaOptions::default() })
 }
 
 /// GPU 0 whose decode rounds always run op by op (no CUDA graph recordings), or `None` as above.
 pub fn backend_no_graphs() -> Option<CudaBackend> {
-    backend_opts(None, true)
+    backend_opts(CudaOptions { no_graphs: true, ..CudaOptions::default() })
 }
 
-fn backend_opts(lab_m1: Option<&str>, no_graphs: bool) -> Option<CudaBackend> {
-    let lab_m1 = lab_m1.map(str::to_string);
+/// GPU 0 started with `opts` (a kernel cache under the temporary directory unless
+/// `TF_CUDA_CACHE` names one), or `None` as above.
+fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
         return None;
@@ -31,7 +32,7 @@ fn backend_opts(lab_m1: Option<&str>, no_graphs: bool) -> Option<CudaBackend> {
     let cache_dir = std::env::var_os("TF_CUDA_CACHE")
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
-    match CudaBackend::with_options(0, &CudaOptions { include_dir: None, cache_dir, lab_m1, trace: None, no_graphs }) {
+    match CudaBackend::with_options(0, &CudaOptions { cache_dir, ..opts }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");

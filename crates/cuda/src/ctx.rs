@@ -1,0 +1,53 @@
+//! What every kernel launcher works on: the device, the host data uploaded once and reused, the
+//! inputs of a graph capture in progress, and the kernel choices fixed at start. The launchers
+//! (ops.rs, matmul.rs, attention.rs, ...) take a `Ctx`, never the backend, so they sit below it.
+
+use crate::attn_meta::MetaUpload;
+use crate::capture::Active;
+use crate::device::Device;
+use cudarc::driver::CudaSlice;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Host data uploaded once and reused while it is unchanged (positions and attention metadata
+/// are the same for every layer of a round).
+#[derive(Default)]
+pub(crate) struct Caches {
+    pub(crate) positions: Option<(Vec<u32>, CudaSlice<u32>)>,
+    pub(crate) ropes: Vec<(Vec<f32>, CudaSlice<f32>)>,
+    pub(crate) attn: Option<MetaUpload>,
+    /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
+    pub(crate) experts: HashMap<Vec<u64>, Arc<CudaSlice<u64>>>,
+}
+
+/// The kernel launchers' context.
+pub(crate) struct Ctx {
+    pub(crate) dev: Device,
+    caches: Mutex<Caches>,
+    /// The inputs of a round being captured into a graph (graph.rs), which ops read instead of
+    /// uploading their own.
+    pub(crate) capture: Active,
+    /// Prefill attention stays on the mma.sync kernel on Hopper (`CudaOptions`).
+    pub(crate) mma_sync_attention: bool,
+}
+
+impl Ctx {
+    /// A context on `dev`.
+    pub(crate) fn new(dev: Device, mma_sync_attention: bool) -> Ctx {
+        Ctx { dev, caches: Mutex::default(), capture: Active::default(), mma_sync_attention }
+    }
+
+    /// The upload caches.
+    pub(crate) fn caches(&self) -> MutexGuard<'_, Caches> {
+        self.caches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the uploaded positions, metadata and rope tables (after a dropped capture, whose
+    /// uploads may have gone to the graph pool).
+    pub(crate) fn clear_caches(&self) {
+        let mut c = self.caches();
+        (c.positions, c.attn) = (None, None);
+        c.ropes.clear();
+        c.experts.clear();
+    }
+}

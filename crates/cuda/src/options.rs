@@ -1,0 +1,109 @@
+//! How the backend starts: the typed options a caller (the CLI) fills. The library reads no
+//! environment; every developer switch is a field here.
+
+use std::path::PathBuf;
+
+/// How to start the backend.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// CUDA include directory handed to NVRTC (`$CUDA_HOME/include`); the kernels need no
+    /// headers, so a missing directory is only an error when one is named explicitly.
+    pub include_dir: Option<PathBuf>,
+    /// Where compiled kernels are cached (none: compile at every start).
+    pub cache_dir: Option<PathBuf>,
+    /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs).
+    pub no_graphs: bool,
+    /// Each CUDA graph capture's outcome written to stderr (graph.rs).
+    pub graph_log: bool,
+    /// A kernel timeline of rounds FROM..=TO (1-based, counted by picked-token rounds) written to
+    /// `trace_out`; the kernels are then built with their timeline records (trace.rs).
+    pub trace: Option<TraceRounds>,
+    /// Where the timeline goes (none: `trace.tsv` in the working directory).
+    pub trace_out: Option<PathBuf>,
+    /// In a trace build, the place of the TMA GEMV's mark (kernels/gemv_tma.cu: `X` the x row
+    /// landed, `S0` the first W stage landed, `SL` the first tile's last stage; none: the first
+    /// tile's end).
+    pub trace_mark: Option<TraceMark>,
+    /// Prefill attention of head width 128 on Hopper runs the mma.sync kernel (attention.cu)
+    /// instead of the wgmma one (attention_wg.cu): the same bits, for checking one against the
+    /// other.
+    pub mma_sync_attention: bool,
+}
+
+/// The rounds a kernel timeline records, `from..=to` (1-based).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRounds {
+    /// The first round recorded.
+    pub from: usize,
+    /// The last round recorded (the file is written when it ends).
+    pub to: usize,
+}
+
+impl std::str::FromStr for TraceRounds {
+    type Err = String;
+
+    /// `FROM:TO`, with `1 <= FROM <= TO`.
+    fn from_str(v: &str) -> Result<TraceRounds, String> {
+        let bad = || format!("{v:?}: expected FROM:TO rounds with 1 <= FROM <= TO");
+        let (a, b) = v.split_once(':').ok_or_else(bad)?;
+        let (from, to) = (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?);
+        if from >= 1 && to >= from { Ok(TraceRounds { from, to }) } else { Err(bad()) }
+    }
+}
+
+/// Where a trace build's TMA GEMV records its mark (kernels/gemv_tma.cu `TF_TRACE_MARK_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceMark {
+    /// When the x row has landed.
+    X,
+    /// When the first W stage has landed.
+    S0,
+    /// When the first tile's last W stage has landed.
+    SL,
+}
+
+impl TraceMark {
+    /// The kernel source's name for the mark.
+    pub(crate) fn define(self) -> &'static str {
+        match self {
+            TraceMark::X => "X",
+            TraceMark::S0 => "S0",
+            TraceMark::SL => "SL",
+        }
+    }
+}
+
+impl std::str::FromStr for TraceMark {
+    type Err = String;
+
+    /// `X`, `S0` or `SL`.
+    fn from_str(v: &str) -> Result<TraceMark, String> {
+        match v.trim() {
+            "X" => Ok(TraceMark::X),
+            "S0" => Ok(TraceMark::S0),
+            "SL" => Ok(TraceMark::SL),
+            other => Err(format!("{other:?}: expected X, S0 or SL")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_rounds_parse_or_are_refused() {
+        assert_eq!("3:4".parse(), Ok(TraceRounds { from: 3, to: 4 }));
+        assert_eq!(" 5 : 5".parse(), Ok(TraceRounds { from: 5, to: 5 }));
+        for bad in ["", "3", "0:2", "4:3", "a:b", "1:2:3"] {
+            assert!(bad.parse::<TraceRounds>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn trace_marks_parse_or_are_refused() {
+        assert_eq!("S0".parse(), Ok(TraceMark::S0));
+        assert_eq!(TraceMark::SL.define(), "SL");
+        assert!("x".parse::<TraceMark>().is_err());
+    }
+}
