@@ -316,7 +316,7 @@ fn tensor_names_are_in_errors() {
 // ---- the fuzz seed corpus ---------------------------------------------------------------
 
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/gguf")
 }
 
 /// Small files for the fuzz seed corpus: one valid file and a few corrupted ones.
@@ -350,7 +350,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     seeds
 }
 
-/// Rewrites tests/corpus (run with `cargo test -p tf-formats --test gguf_reader -- --ignored`).
+/// Rewrites tests/corpus/gguf (run with `cargo test -p tf-formats --test gguf_reader -- --ignored`).
 #[test]
 #[ignore = "rewrites the committed fuzz seed corpus"]
 fn write_seed_corpus() {
