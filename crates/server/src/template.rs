@@ -1,6 +1,13 @@
 //! Chat templates as Hugging Face renders them: Jinja (minijinja, `trim_blocks` and
 //! `lstrip_blocks` on, loop controls, Python string methods), HF's `tojson` (no HTML escaping,
-//! Python's separators), `raise_exception` and `strftime_now`.
+//! Python's separators), `raise_exception` and `strftime_now`; the built-in templates and the
+//! choice of one for a model live in `template/`.
+
+pub mod builtin;
+pub mod choice;
+
+pub use builtin::{BUILTINS, Builtin, builtin, builtin_names, family_builtin};
+pub use choice::{Choice, Origin, choose};
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, syntax::SyntaxConfig};
