@@ -1,5 +1,6 @@
-//! `tensorfold session inspect FILE [--model M]`: checks a saved session file on its own (and
-//! against a model when given) and prints its header; a refused file exits 2 with one line.
+//! `tensorfold session inspect FILE [--model M]`: checks a saved session file with the check a
+//! restore makes (header, exact size, payload SHA-256, finite K/V; against a model when given)
+//! and prints its header; a refused file exits 2 with one line.
 
 use crate::args::{InspectArgs, SessionArgs, SessionCommand};
 use crate::device::{OnBackend, dispatch};
@@ -36,6 +37,8 @@ pub fn run(a: &SessionArgs) -> Result<(), Failure> {
     println!("tokens: {}", h.num_tokens);
     println!("block size: {}", h.block_size);
     println!("layers: {}, kv heads: {}, head dim: {}", h.num_layers, h.num_kv_heads, h.head_dim);
+    let hex: String = h.digest.iter().map(|b| format!("{b:02x}")).collect();
+    println!("sha-256: {hex} (verified)");
     if let Some(dir) = &a.model {
         println!("matches: {}", dir.display());
     }

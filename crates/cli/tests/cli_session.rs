@@ -84,7 +84,7 @@ fn bad_sessions_exit_2_with_one_line() {
     let inspect = tf(&["session", "inspect", good.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
-    for line in ["tokens: 48", "block size: 16", "kv dtype: f32", "fingerprint: "] {
+    for line in ["tokens: 48", "block size: 16", "kv dtype: f32", "fingerprint: ", "sha-256: ", "(verified)"] {
         assert!(text.contains(line), "{line} in {text}");
     }
     let qwen3 = fixture("qwen3");
@@ -105,7 +105,8 @@ fn bad_sessions_exit_2_with_one_line() {
     assert_refused(&run("corrupt"), "not a TensorFold session file");
     assert_refused(&tf(&["session", "inspect", corrupt.to_str().unwrap()]), "not a TensorFold session file");
     let mut past_rows = bytes.clone();
-    past_rows[45..49].copy_from_slice(&100_000u32.to_le_bytes());
+    past_rows[tf_engine::session::HEADER..tf_engine::session::HEADER + 4].copy_from_slice(&100_000u32.to_le_bytes());
+    tf_engine::session::reseal(&mut past_rows);
     std::fs::write(&corrupt, &past_rows).unwrap();
     assert_refused(&run("corrupt"), "outside the vocabulary");
 
@@ -116,4 +117,46 @@ fn bad_sessions_exit_2_with_one_line() {
     assert_refused(&tf(&["session", "inspect", foreign.to_str().unwrap(), "--model", m]), "another model");
     assert_refused(&run("../good"), "must be 1-64 characters");
     assert_eq!(std::fs::read(&good).unwrap(), bytes, "refusals leave the good session alone");
+}
+
+#[test]
+fn session_inspect_refuses_a_corrupted_payload_with_exit_2() {
+    use tf_engine::session::reseal;
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 11 % 470) as i64).collect();
+    generate("qwen3", &prompt, &["--session", "good", "--session-dir", dir]);
+    let bytes = std::fs::read(sessions.path().join("good.tfsession")).unwrap();
+    let len = bytes.len();
+    let mut flipped = bytes.clone();
+    flipped[len / 2 - 32..len / 2 + 32].iter_mut().for_each(|b| *b ^= 0xa5);
+    let mut nan = bytes.clone();
+    nan[len - 64..len - 60].copy_from_slice(&f32::NAN.to_le_bytes());
+    let mut nan_resealed = nan.clone();
+    reseal(&mut nan_resealed);
+    let mut appended = bytes.clone();
+    appended.push(0);
+    let cases = [
+        ("flipped", flipped, "digest mismatch"),
+        ("nan", nan, "digest mismatch"),
+        ("nan-resealed", nan_resealed, "non-finite"),
+        ("truncated", bytes[..len - 1].to_vec(), "truncated or padded"),
+        ("appended", appended, "truncated or padded"),
+    ];
+    let qwen3 = fixture("qwen3");
+    let ids = join(&prompt);
+    for (name, data, needle) in cases {
+        let file = sessions.path().join(format!("{name}.tfsession"));
+        std::fs::write(&file, &data).unwrap();
+        assert_refused(&tf(&["session", "inspect", file.to_str().unwrap()]), needle);
+        let m = qwen3.to_str().unwrap();
+        assert_refused(&tf(&["session", "inspect", file.to_str().unwrap(), "--model", m]), needle);
+        // `generate --session` refuses it before running anything, and leaves the file as it was.
+        let run = tf(&["generate", "--model", m, "--ids", &ids, "--json", "--session", name, "--session-dir", dir]);
+        assert_refused(&run, needle);
+        assert_eq!(std::fs::read(&file).unwrap(), data, "{name}");
+    }
+    let fifo = sessions.path().join("fifo.tfsession");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert_refused(&tf(&["session", "inspect", fifo.to_str().unwrap()]), "not a regular file");
 }

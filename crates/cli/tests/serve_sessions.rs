@@ -6,6 +6,7 @@ mod serve_util;
 
 use serde_json::{Value, json};
 use serve_util::{Server, model_dir};
+use std::io::Write;
 
 fn completion(s: &Server, prompt: &[i64]) -> Value {
     let body = json!({"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0.7, "seed": 11,
@@ -50,4 +51,117 @@ fn session_survives_a_restart_and_equals_a_fresh_server() {
     // Without --session-dir the routes are off.
     assert_eq!(cold.post("/v1/sessions/x", &json!({"prompt": prompt})).status, 404);
     let _ = model_dir;
+}
+
+/// Saves `prompt` as `name` under `dir` on a server of its own and returns the file's bytes.
+fn save_on_a_server(dir: &std::path::Path, name: &str, prompt: &[i64]) -> Vec<u8> {
+    let server = Server::start(&["--session-dir", dir.to_str().unwrap()]);
+    let r = server.post(&format!("/v1/sessions/{name}"), &json!({"prompt": prompt}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    std::fs::read(dir.join(format!("{name}.tfsession"))).unwrap()
+}
+
+/// The restore's error message, asserting a 422 in OpenAI's error shape.
+fn refused_restore(s: &Server, name: &str) -> String {
+    let r = s.post(&format!("/v1/sessions/{name}/restore"), &json!({}));
+    r.assert_error(422, None);
+    r.json()["error"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_corrupted_payload_is_refused_with_422_and_the_cache_is_untouched() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir_arg = sessions.path().to_str().unwrap().to_string();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 13 % 470) as i64).collect();
+    let mut longer = prompt.clone();
+    longer.extend([5, 6, 7]);
+    let bytes = save_on_a_server(sessions.path(), "c", &prompt);
+    let cold = Server::start(&["--prefix-cache", "false"]);
+    let want = completion(&cold, &longer);
+
+    let len = bytes.len();
+    let mut flipped = bytes.clone();
+    flipped[len / 2 - 32..len / 2 + 32].iter_mut().for_each(|b| *b ^= 0xa5);
+    let mut nan = bytes.clone();
+    nan[len - 64..len - 60].copy_from_slice(&f32::NAN.to_le_bytes());
+    let mut resealed = nan.clone();
+    tf_engine::session::reseal(&mut resealed);
+    let mut appended = bytes.clone();
+    appended.push(0);
+    let cases = [
+        ("64 bytes flipped", flipped, "digest mismatch"),
+        ("NaN written", nan, "digest mismatch"),
+        ("NaN written, digest resealed", resealed, "non-finite K/V value"),
+        ("truncated", bytes[..len - 1].to_vec(), "truncated or padded"),
+        ("a byte appended", appended, "truncated or padded"),
+    ];
+    let file = sessions.path().join("c.tfsession");
+    for (kind, data, needle) in cases {
+        std::fs::write(&file, &data).unwrap();
+        // A fresh server each time: nothing cached but what a restore puts there.
+        let s = Server::start(&["--session-dir", &dir_arg]);
+        let msg = refused_restore(&s, "c");
+        assert!(msg.contains(needle), "{kind}: {msg}");
+        assert_eq!(completion(&s, &longer), want, "{kind}: the cache was touched");
+        assert_eq!(s.metric("tensorfold_prefix_cache_hit_tokens_total"), 0.0, "{kind}");
+    }
+    // The intact file still restores and serves as a fresh server does.
+    std::fs::write(&file, &bytes).unwrap();
+    let s = Server::start(&["--session-dir", &dir_arg]);
+    assert_eq!(s.post("/v1/sessions/c/restore", &json!({})).status, 200);
+    assert_eq!(completion(&s, &longer), want);
+}
+
+#[test]
+fn fifos_links_and_planted_temporaries_are_refused_without_blocking_or_escaping() {
+    use std::os::unix::fs::symlink;
+    let root = tempfile::tempdir().unwrap();
+    let sess = root.path().join("sess");
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&sess).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 7 % 470) as i64).collect();
+    let good = save_on_a_server(&outside, "good", &prompt);
+    let victim = outside.join("victim.txt");
+    std::fs::write(&victim, b"keep me").unwrap();
+
+    let made = std::process::Command::new("mkfifo").arg(sess.join("fifo.tfsession")).status().unwrap();
+    assert!(made.success());
+    symlink(outside.join("good.tfsession"), sess.join("link.tfsession")).unwrap();
+    symlink(&victim, sess.join("planted.tfsession.tmp")).unwrap();
+    let s = Server::start(&["--session-dir", sess.to_str().unwrap()]);
+
+    // A FIFO: answered at once, and the server keeps serving.
+    let addr = s.addr.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let headers = [("Content-Type", "application/json")];
+        let _ = c.write_all(&serve_util::head(&addr, "POST", "/v1/sessions/fifo/restore", &headers, 2));
+        let _ = c.write_all(b"{}");
+        let _ = tx.send(serve_util::read_response(&mut c));
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("restoring a FIFO blocked");
+    r.assert_error(422, None);
+    assert!(r.text().contains("not a regular file"), "{}", r.text());
+    assert_eq!(s.normal().len(), 6);
+
+    // A symlinked session file.
+    assert!(refused_restore(&s, "link").contains("symbolic link"));
+    // A planted temporary: saving `planted` leaves the outside file alone.
+    let r = s.post("/v1/sessions/planted", &json!({"prompt": prompt}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(std::fs::symlink_metadata(sess.join("planted.tfsession")).unwrap().file_type().is_file());
+    assert_eq!(std::fs::read(sess.join("planted.tfsession")).unwrap(), good);
+    assert_eq!(s.post("/v1/sessions/planted/restore", &json!({})).status, 200);
+    drop(s);
+
+    // A symlinked session folder: refused for restore and save, nothing written outside.
+    let linked = root.path().join("linked");
+    symlink(&outside, &linked).unwrap();
+    let s = Server::start(&["--session-dir", linked.to_str().unwrap()]);
+    assert!(refused_restore(&s, "good").contains("symbolic link"));
+    assert_ne!(s.post("/v1/sessions/new", &json!({"prompt": prompt})).status, 200);
+    assert!(!outside.join("new.tfsession").exists());
 }

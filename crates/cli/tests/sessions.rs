@@ -37,9 +37,20 @@ fn bad_session_files_are_refused_and_the_engine_keeps_serving() {
     };
     refuse("truncated", &bytes[..bytes.len() - 100], "truncated");
     refuse("short", &bytes[..20], "shorter than the header");
+    // An id past the rows, digest resealed: the vocabulary check still refuses it.
     let mut past_rows = bytes.clone();
-    past_rows[45..49].copy_from_slice(&512u32.to_le_bytes());
+    past_rows[session::HEADER..session::HEADER + 4].copy_from_slice(&512u32.to_le_bytes());
+    session::reseal(&mut past_rows);
     refuse("ids", &past_rows, "outside the vocabulary");
+    let mut flipped = bytes.clone();
+    let mid = bytes.len() / 2;
+    flipped[mid - 32..mid + 32].iter_mut().for_each(|b| *b ^= 0xff);
+    refuse("flipped", &flipped, "digest mismatch");
+    let mut nan = bytes.clone();
+    let at = bytes.len() - 64;
+    nan[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    session::reseal(&mut nan);
+    refuse("nan", &nan, "non-finite");
     let mut too_long = bytes.clone();
     too_long[37..45].copy_from_slice(&(1u64 << 40).to_le_bytes());
     refuse("long", &too_long, "at most");

@@ -1,22 +1,30 @@
 //! Saved sessions: a sequence's token ids and the K/V of its full blocks in a file, restored
 //! later into the prefix cache so that a prompt extending it is served exactly as a fresh one.
-//! A session file is outside input: every field is checked against the running model (magic,
-//! version, fingerprint, KV layout, length within capacity, ids below the embedding rows, exact
-//! file size) before any of it reaches the engine; names are confined to one directory.
+//! A session file is outside input: it is opened without following links and read only when it
+//! is a regular file, and every byte is checked ([`verify`]: header, exact size, SHA-256 of the
+//! payload, finite K/V, ids below the embedding rows) before any of it reaches the engine; names
+//! are confined to one directory and files are replaced through an exclusive temporary.
 
-use std::io::{Read, Write};
+mod verify;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use tf_backend::Backend;
+use tf_core::safe_file::{self, SafeFileError};
 use tf_core::{DType, TokenIds, Vocab};
 use tf_models::Model;
 use thiserror::Error;
+pub use verify::verify;
+use verify::{digest_of, dtype_code};
 
 /// First bytes of every session file.
 pub const MAGIC: &[u8; 8] = b"TFSESS\0\x01";
-/// Format version written and accepted.
-pub const VERSION: u32 = 1;
-/// Bytes before the ids: magic, version, fingerprint, dtype, 4 dims, token count.
-const HEADER: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8;
+/// Format version written and accepted (2: the header carries the payload's SHA-256).
+pub const VERSION: u32 = 2;
+/// Where the SHA-256 starts: after magic, version, fingerprint, dtype, 4 dims, token count.
+const DIGEST_AT: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8;
+/// Bytes before the ids: the fields above and the 32-byte digest.
+pub const HEADER: usize = DIGEST_AT + 32;
 
 /// A session file was refused.
 #[derive(Debug, Error)]
@@ -24,8 +32,8 @@ pub enum SessionError {
     /// The name could escape the session directory or is not a plain name.
     #[error("session name '{0}' must be 1-64 characters of [A-Za-z0-9_-]")]
     BadName(String),
-    /// The path is a symbolic link.
-    #[error("session '{0}' is a symbolic link")]
+    /// The file, or the folder holding it, is a symbolic link.
+    #[error("session '{0}' is a symbolic link (refused)")]
     Symlink(String),
     /// Reading or writing failed.
     #[error("session '{path}': {source}")]
@@ -92,6 +100,8 @@ pub struct SessionHeader {
     pub block_size: usize,
     /// Tokens saved (a whole number of blocks).
     pub num_tokens: usize,
+    /// SHA-256 of every other byte of the file (checked).
+    pub digest: [u8; 32],
 }
 
 impl SessionLayout {
@@ -115,25 +125,6 @@ impl SessionLayout {
     pub fn half_block_bytes(&self) -> usize {
         self.block_size * self.num_kv_heads * self.head_dim * self.kv_dtype.size()
     }
-
-    fn dtype_code(&self) -> u8 {
-        match self.kv_dtype {
-            DType::F32 => 1,
-            DType::F16 => 2,
-            DType::BF16 => 3,
-            _ => 0,
-        }
-    }
-}
-
-/// The KV dtype a header byte names.
-fn dtype_of(code: u8) -> Option<DType> {
-    match code {
-        1 => Some(DType::F32),
-        2 => Some(DType::F16),
-        3 => Some(DType::BF16),
-        _ => None,
-    }
 }
 
 /// `dir/name.tfsession` when `name` is a plain name (no `..`, separators or absolute paths).
@@ -147,135 +138,78 @@ pub fn confined_path(dir: &Path, name: &str) -> Result<PathBuf, SessionError> {
     Ok(dir.join(format!("{name}.tfsession")))
 }
 
-/// Writes a session file atomically (temp file, then rename).
-pub fn write(path: &Path, layout: &SessionLayout, session: &CheckedSession) -> Result<(), SessionError> {
-    let io = |source| SessionError::Io { path: path.display().to_string(), source };
-    let mut buf = Vec::with_capacity(HEADER + session.ids.len() * 4);
-    buf.extend_from_slice(MAGIC);
-    buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&layout.fingerprint.to_le_bytes());
-    buf.push(layout.dtype_code());
+/// The header fields before the digest.
+fn header_fields(layout: &SessionLayout, num_tokens: usize) -> Vec<u8> {
+    let mut head = Vec::with_capacity(HEADER);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&VERSION.to_le_bytes());
+    head.extend_from_slice(&layout.fingerprint.to_le_bytes());
+    head.push(dtype_code(layout.kv_dtype));
     for d in [layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size] {
-        buf.extend_from_slice(&(d as u32).to_le_bytes());
+        head.extend_from_slice(&(d as u32).to_le_bytes());
     }
-    buf.extend_from_slice(&(session.ids.len() as u64).to_le_bytes());
-    buf.extend(session.ids.as_slice().iter().flat_map(|id| id.to_le_bytes()));
-    let tmp = path.with_extension("tfsession.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(&buf).map_err(io)?;
-    for layer in &session.layers {
-        f.write_all(layer).map_err(io)?;
-    }
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    head.extend_from_slice(&(num_tokens as u64).to_le_bytes());
+    head
 }
 
-/// A header's fields as stored (magic and version already checked).
-struct RawHeader {
-    fingerprint: u64,
-    dtype_code: u8,
-    /// Layers, KV heads, head width, block size.
-    dims: [u64; 4],
-    num_tokens: u64,
-}
-
-/// Opens a session file (refusing symlinks) and reads its header, checking magic and version;
-/// returns the file positioned after the header and its length.
-fn open_header(path: &Path) -> Result<(std::fs::File, u64, RawHeader), SessionError> {
-    let name = path.display().to_string();
-    let io = |source| SessionError::Io { path: name.clone(), source };
-    let bad = |msg: String| SessionError::Invalid { path: name.clone(), msg };
-    if std::fs::symlink_metadata(path).map_err(io)?.file_type().is_symlink() {
-        return Err(SessionError::Symlink(name.clone()));
-    }
-    let mut f = std::fs::File::open(path).map_err(io)?;
-    let len = f.metadata().map_err(io)?.len();
-    let mut head = [0u8; HEADER];
-    f.read_exact(&mut head).map_err(|_| bad(format!("{len} bytes is shorter than the header")))?;
-    let u32_at = |i: usize| u64::from(u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]));
-    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap_or([0; 8]));
-    if &head[..8] != MAGIC {
-        return Err(bad("not a TensorFold session file (bad magic)".into()));
-    }
-    if u32_at(8) != u64::from(VERSION) {
-        return Err(bad(format!("format version {} (this build reads {VERSION})", u32_at(8))));
-    }
-    let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
-    Ok((f, len, RawHeader { fingerprint: u64_at(12), dtype_code: head[20], dims, num_tokens: u64_at(37) }))
-}
-
-/// Reads a session file's header and checks the file against itself: magic, version, a known
-/// dtype, non-zero dimensions, a whole number of blocks and the exact size those imply.
-pub fn inspect(path: &Path) -> Result<SessionHeader, SessionError> {
-    let bad = |msg: String| SessionError::Invalid { path: path.display().to_string(), msg };
-    let (_, len, h) = open_header(path)?;
-    let kv_dtype = dtype_of(h.dtype_code).ok_or_else(|| bad(format!("unknown KV dtype code {}", h.dtype_code)))?;
-    let [num_layers, num_kv_heads, head_dim, block_size] = h.dims;
-    if h.dims.contains(&0) {
-        return Err(bad(format!("KV layout {:?} has a zero dimension", h.dims)));
-    }
-    let n = h.num_tokens;
-    if n == 0 || !n.is_multiple_of(block_size) {
-        return Err(bad(format!("{n} tokens: must be a positive multiple of the block size {block_size}")));
-    }
-    let factors = [2, n / block_size, block_size, num_kv_heads, head_dim, kv_dtype.size() as u64, num_layers];
-    let expected = factors
-        .iter()
-        .try_fold(1u64, |acc, &x| acc.checked_mul(x))
-        .and_then(|kv| kv.checked_add(n.checked_mul(4)?)?.checked_add(HEADER as u64))
-        .ok_or_else(|| bad(format!("{n} tokens of this layout overflow any file size")))?;
-    if len != expected {
-        return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
-    }
-    let size = |x: u64| usize::try_from(x).map_err(|_| bad(format!("{x} does not fit this machine")));
-    Ok(SessionHeader {
-        fingerprint: h.fingerprint,
-        kv_dtype,
-        num_layers: size(num_layers)?,
-        num_kv_heads: size(num_kv_heads)?,
-        head_dim: size(head_dim)?,
-        block_size: size(block_size)?,
-        num_tokens: size(n)?,
+/// Writes a session file: through an exclusive temporary beside it, synced, renamed over it
+/// (never following a link at the target, the temporary or the folder).
+pub fn write(path: &Path, layout: &SessionLayout, session: &CheckedSession) -> Result<(), SessionError> {
+    let ids: Vec<u8> = session.ids.as_slice().iter().flat_map(|id| id.to_le_bytes()).collect();
+    let mut head = header_fields(layout, session.ids.len());
+    let parts: Vec<&[u8]> = std::iter::once(ids.as_slice()).chain(session.layers.iter().map(Vec::as_slice)).collect();
+    head.extend_from_slice(&digest_of(&head, &parts));
+    let shown = path.display().to_string();
+    safe_file::write_atomic(path, |f| {
+        f.write_all(&head)?;
+        parts.iter().try_for_each(|p| f.write_all(p))
     })
+    .map_err(|e| named(e, &shown))
+}
+
+/// Recomputes the digest of session file bytes in place (for tools and tests that build or edit
+/// files by hand); bytes shorter than a header are left alone.
+pub fn reseal(bytes: &mut [u8]) {
+    if bytes.len() >= HEADER {
+        let (head, payload) = bytes.split_at_mut(HEADER);
+        let digest = digest_of(head, &[payload]);
+        head[DIGEST_AT..].copy_from_slice(&digest);
+    }
+}
+
+/// A safe-file error as a session error (a file that is not regular is invalid, naming `shown`).
+fn named(e: SafeFileError, shown: &str) -> SessionError {
+    match e {
+        SafeFileError::Symlink(path) => SessionError::Symlink(path),
+        SafeFileError::Io { path, source } => SessionError::Io { path, source },
+        other @ (SafeFileError::NotRegular { .. } | SafeFileError::BadPath(_)) => {
+            SessionError::Invalid { path: shown.to_string(), msg: other.to_string() }
+        }
+    }
+}
+
+/// Opens `path` safely and runs [`verify`] over it.
+fn open_and_verify(
+    path: &Path,
+    against: Option<&SessionLayout>,
+) -> Result<(SessionHeader, Option<CheckedSession>), SessionError> {
+    let shown = path.display().to_string();
+    let f = safe_file::open_read(path).map_err(|e| named(e, &shown))?;
+    let len = f.metadata().map_err(|source| SessionError::Io { path: shown.clone(), source })?.len();
+    verify(std::io::BufReader::with_capacity(1 << 20, f), len, &shown, against)
+}
+
+/// Checks a session file on its own (everything [`verify`] checks but the model) and returns
+/// its header.
+pub fn inspect(path: &Path) -> Result<SessionHeader, SessionError> {
+    open_and_verify(path, None).map(|(h, _)| h)
 }
 
 /// Reads and checks a session file against `layout`.
 pub fn read(path: &Path, layout: &SessionLayout) -> Result<CheckedSession, SessionError> {
-    let name = path.display().to_string();
-    let io = |source| SessionError::Io { path: name.clone(), source };
-    let bad = |msg: String| SessionError::Invalid { path: name.clone(), msg };
-    let (mut f, len, h) = open_header(path)?;
-    if h.fingerprint != layout.fingerprint {
-        return Err(bad("saved from another model (fingerprint differs)".into()));
-    }
-    let want = [layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size].map(|d| d as u64);
-    if h.dtype_code != layout.dtype_code() || h.dims != want {
-        return Err(bad(format!("KV layout {:?} dtype {} differs from the running {want:?}", h.dims, h.dtype_code)));
-    }
-    let n = h.num_tokens;
-    if n == 0 || n > layout.max_tokens as u64 || !n.is_multiple_of(layout.block_size as u64) {
-        return Err(bad(format!(
-            "{n} tokens: must be a positive multiple of {} and at most {}",
-            layout.block_size, layout.max_tokens
-        )));
-    }
-    let n = n as usize;
-    let per_layer = 2 * (n / layout.block_size) * layout.half_block_bytes();
-    let expected = (HEADER + 4 * n + layout.num_layers * per_layer) as u64;
-    if len != expected {
-        return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
-    }
-    let mut raw = vec![0u8; 4 * n];
-    f.read_exact(&mut raw).map_err(io)?;
-    let ids: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    let ids = layout.vocab.check_u32(&ids).map_err(|e| bad(e.to_string()))?;
-    let mut layers = Vec::with_capacity(layout.num_layers);
-    for _ in 0..layout.num_layers {
-        let mut data = vec![0u8; per_layer];
-        f.read_exact(&mut data).map_err(io)?;
-        layers.push(data);
-    }
-    Ok(CheckedSession { ids, layers })
+    let shown = path.display().to_string();
+    let (_, s) = open_and_verify(path, Some(layout))?;
+    s.ok_or_else(|| SessionError::Invalid { path: shown, msg: "no contents were checked".into() })
 }
 
 #[cfg(test)]
@@ -341,9 +275,11 @@ mod tests {
             head_dim: 2,
             block_size: 2,
             num_tokens: 4,
+            digest: h.digest,
         };
         assert_eq!(h, want);
         let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(h.digest[..], bytes[DIGEST_AT..HEADER]);
         let refuse = |data: &[u8], needle: &str| {
             std::fs::write(&p, data).unwrap();
             let err = inspect(&p).unwrap_err().to_string();
@@ -376,5 +312,136 @@ mod tests {
         let link = confined_path(dir.path(), "link").unwrap();
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert!(matches!(read(&link, &l), Err(SessionError::Symlink(_))));
+    }
+
+    /// What `read` and `inspect` say of `data` written to `p`: both must refuse it alike.
+    fn refusals(p: &Path, data: &[u8], l: &SessionLayout) -> (String, String) {
+        std::fs::write(p, data).unwrap();
+        (read(p, l).unwrap_err().to_string(), inspect(p).unwrap_err().to_string())
+    }
+
+    #[test]
+    fn a_corrupted_payload_is_refused_by_read_and_inspect() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = SessionLayout { num_kv_heads: 2, head_dim: 16, ..layout() };
+        let p = confined_path(dir.path(), "c").unwrap();
+        let per_layer = 2 * 2 * l.half_block_bytes();
+        let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 7 + i) % 61) as u8).collect()).collect();
+        let s = CheckedSession { ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(), layers };
+        write(&p, &l, &s).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(read(&p, &l).unwrap(), s);
+        let (len, kv) = (bytes.len(), HEADER + 16);
+        let mut flipped = bytes.clone();
+        flipped[len / 2 - 32..len / 2 + 32].iter_mut().for_each(|b| *b ^= 0xa5);
+        let mut nan = bytes.clone();
+        nan[kv + 8..kv + 12].copy_from_slice(&f32::NAN.to_le_bytes());
+        let mut inf = bytes.clone();
+        inf[len - 4..].copy_from_slice(&f32::NEG_INFINITY.to_le_bytes());
+        let mut id = bytes.clone();
+        id[HEADER] ^= 1;
+        let mut appended = bytes.clone();
+        appended.push(0);
+        let cases: [(&str, Vec<u8>, &str); 6] = [
+            ("flipped", flipped, "digest mismatch"),
+            ("NaN", nan.clone(), "digest mismatch"),
+            ("an id", id, "digest mismatch"),
+            ("truncated", bytes[..len - 1].to_vec(), "truncated or padded"),
+            ("appended", appended, "truncated or padded"),
+            ("the digest itself", [&bytes[..DIGEST_AT], &[0; 32], &bytes[HEADER..]].concat(), "digest mismatch"),
+        ];
+        for (kind, data, needle) in cases {
+            let (r, i) = refusals(&p, &data, &l);
+            assert!(r.contains(needle) && i.contains(needle), "{kind}: {r} / {i}");
+        }
+        // Resealed, a NaN or an infinity is still refused, naming the layer.
+        for (data, layer) in [(nan, 0), (inf, 1)] {
+            let mut data = data;
+            reseal(&mut data);
+            let (r, i) = refusals(&p, &data, &l);
+            let needle = format!("non-finite K/V value (NaN or infinity) in layer {layer}");
+            assert!(r.contains(&needle) && i.contains(&needle), "{r} / {i}");
+        }
+        // A resealed file is accepted again: the digest was the only thing wrong.
+        let mut fixed = [&bytes[..DIGEST_AT], &[0; 32], &bytes[HEADER..]].concat();
+        reseal(&mut fixed);
+        assert_eq!(fixed, bytes);
+    }
+
+    #[test]
+    fn half_precision_infinities_are_refused() {
+        for (dtype, inf) in [(DType::F16, 0x7c00u16), (DType::BF16, 0xff80u16)] {
+            let dir = tempfile::tempdir().unwrap();
+            let l = SessionLayout { kv_dtype: dtype, ..layout() };
+            let p = confined_path(dir.path(), "h").unwrap();
+            write(&p, &l, &session(&l)).unwrap();
+            assert!(read(&p, &l).is_ok(), "{dtype}");
+            let mut bytes = std::fs::read(&p).unwrap();
+            let at = HEADER + 16 + 2;
+            bytes[at..at + 2].copy_from_slice(&inf.to_le_bytes());
+            reseal(&mut bytes);
+            let (r, i) = refusals(&p, &bytes, &l);
+            assert!(r.contains("non-finite") && i.contains("non-finite"), "{dtype}: {r} / {i}");
+        }
+    }
+
+    #[test]
+    fn an_old_format_version_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout();
+        let p = confined_path(dir.path(), "old").unwrap();
+        write(&p, &l, &session(&l)).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let (r, i) = refusals(&p, &bytes, &l);
+        assert!(r.contains("format version 1 has no payload digest") && r == i, "{r} / {i}");
+        let (r, _) = refusals(&p, &bytes[..20], &l);
+        assert!(r.contains("format version 1"), "{r}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_and_a_planted_temporary_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout();
+        let fifo = confined_path(dir.path(), "fifo").unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, lc) = (fifo.clone(), l);
+        std::thread::spawn(move || tx.send((read(&f, &lc).map(|_| ()), inspect(&f).map(|_| ()))));
+        let (r, i) = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("reading a FIFO blocked");
+        for e in [r.unwrap_err().to_string(), i.unwrap_err().to_string()] {
+            assert!(e.contains("not a regular file (it is a FIFO)"), "{e}");
+        }
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("planted.tfsession.tmp")).unwrap();
+        let p = confined_path(dir.path(), "planted").unwrap();
+        write(&p, &l, &session(&l)).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(read(&p, &l).unwrap(), session(&l));
+        // A link at the target itself is refused rather than replaced or followed.
+        let link = confined_path(dir.path(), "link").unwrap();
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(matches!(write(&link, &l, &session(&l)), Err(SessionError::Symlink(_))));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn a_symlinked_session_folder_is_refused() {
+        let real = tempfile::tempdir().unwrap();
+        let l = layout();
+        let p = confined_path(real.path(), "s").unwrap();
+        write(&p, &l, &session(&l)).unwrap();
+        let holder = tempfile::tempdir().unwrap();
+        let linked = holder.path().join("sess");
+        std::os::unix::fs::symlink(real.path(), &linked).unwrap();
+        let via = confined_path(&linked, "s").unwrap();
+        assert!(matches!(read(&via, &l), Err(SessionError::Symlink(_))));
+        assert!(matches!(inspect(&via), Err(SessionError::Symlink(_))));
+        let fresh = confined_path(&linked, "fresh").unwrap();
+        assert!(matches!(write(&fresh, &l, &session(&l)), Err(SessionError::Symlink(_))));
+        assert!(!real.path().join("fresh.tfsession").exists());
     }
 }

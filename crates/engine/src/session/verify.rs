@@ -1,0 +1,185 @@
+//! The one check every session file goes through before any of it is used, by `restore`,
+//! `generate --session` and `session inspect` alike: magic and version, a self-consistent header
+//! (and, given a model, one that matches it), the exact size the header implies, the SHA-256 of
+//! every other byte, K/V values all finite, and (given a model) ids below its embedding rows.
+
+use super::{CheckedSession, DIGEST_AT, HEADER, MAGIC, SessionError, SessionHeader, SessionLayout, VERSION};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use tf_core::DType;
+
+/// The KV dtype a header byte names.
+pub(super) fn dtype_of(code: u8) -> Option<DType> {
+    match code {
+        1 => Some(DType::F32),
+        2 => Some(DType::F16),
+        3 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+/// The header byte naming `dtype` (0: not a KV dtype).
+pub(super) fn dtype_code(dtype: DType) -> u8 {
+    match dtype {
+        DType::F32 => 1,
+        DType::F16 => 2,
+        DType::BF16 => 3,
+        _ => 0,
+    }
+}
+
+/// The SHA-256 a file of these bytes must carry: every byte but the digest's own.
+pub(super) fn digest_of(head: &[u8], payload: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(&head[..DIGEST_AT]);
+    for part in payload {
+        h.update(part);
+    }
+    h.finalize().into()
+}
+
+/// The byte offset of the first NaN or infinity in `bytes` of `dtype`, if any.
+fn first_non_finite(dtype: DType, bytes: &[u8]) -> Option<usize> {
+    let size = dtype.size();
+    let bad = |c: &[u8]| match dtype {
+        DType::F32 => !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite(),
+        DType::F16 => u16::from_le_bytes([c[0], c[1]]) & 0x7c00 == 0x7c00,
+        DType::BF16 => u16::from_le_bytes([c[0], c[1]]) & 0x7f80 == 0x7f80,
+        _ => false,
+    };
+    bytes.chunks_exact(size).position(bad).map(|i| i * size)
+}
+
+/// Checks the session read from `src` (`len` bytes in all, shown as `shown` in errors) and, with
+/// `against`, that it fits that running model; returns its header and, with `against`, its
+/// contents. No byte is returned before the whole file has been read and its digest matched.
+pub fn verify<R: Read>(
+    mut src: R,
+    len: u64,
+    shown: &str,
+    against: Option<&SessionLayout>,
+) -> Result<(SessionHeader, Option<CheckedSession>), SessionError> {
+    let bad = |msg: String| SessionError::Invalid { path: shown.to_string(), msg };
+    let io = |source| SessionError::Io { path: shown.to_string(), source };
+    let mut head = [0u8; HEADER];
+    let got = read_up_to(&mut src, &mut head).map_err(io)?;
+    let short = || bad(format!("{len} bytes is shorter than the header"));
+    let u32_at = |i: usize| u64::from(u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]));
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&head[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    if got >= MAGIC.len() && &head[..MAGIC.len()] != MAGIC {
+        return Err(bad("not a TensorFold session file (bad magic)".into()));
+    }
+    if got < 12 {
+        return Err(short());
+    }
+    match u32_at(8) {
+        v if v == u64::from(VERSION) => {}
+        1 => {
+            return Err(bad(
+                "format version 1 has no payload digest and is no longer read: save the session again".into()
+            ));
+        }
+        v => return Err(bad(format!("format version {v} (this build reads {VERSION})"))),
+    }
+    if got < HEADER {
+        return Err(short());
+    }
+    let code = head[20];
+    let kv_dtype = dtype_of(code).ok_or_else(|| bad(format!("unknown KV dtype code {code}")))?;
+    let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
+    let [num_layers, num_kv_heads, head_dim, block_size] = dims;
+    let (fingerprint, n) = (u64_at(12), u64_at(37));
+    if dims.contains(&0) {
+        return Err(bad(format!("KV layout {dims:?} has a zero dimension")));
+    }
+    if n == 0 || !n.is_multiple_of(block_size) {
+        return Err(bad(format!("{n} tokens: must be a positive multiple of the block size {block_size}")));
+    }
+    if let Some(l) = against {
+        if fingerprint != l.fingerprint {
+            return Err(bad("saved from another model (fingerprint differs)".into()));
+        }
+        let want = [l.num_layers, l.num_kv_heads, l.head_dim, l.block_size].map(|d| d as u64);
+        if code != dtype_code(l.kv_dtype) || dims != want {
+            return Err(bad(format!("KV layout {dims:?} dtype {code} differs from the running {want:?}")));
+        }
+        if n > l.max_tokens as u64 {
+            return Err(bad(format!(
+                "{n} tokens: must be a positive multiple of {block_size} and at most {}",
+                l.max_tokens
+            )));
+        }
+    }
+    let per_layer =
+        [2, n, num_kv_heads, head_dim, kv_dtype.size() as u64].iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+    let expected = per_layer
+        .and_then(|p| p.checked_mul(num_layers))
+        .and_then(|kv| kv.checked_add(n.checked_mul(4)?)?.checked_add(HEADER as u64))
+        .ok_or_else(|| bad(format!("{n} tokens of this layout overflow any file size")))?;
+    if len != expected {
+        return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
+    }
+    let size = |x: u64| usize::try_from(x).map_err(|_| bad(format!("{x} does not fit this machine")));
+    let header = SessionHeader {
+        fingerprint,
+        kv_dtype,
+        num_layers: size(num_layers)?,
+        num_kv_heads: size(num_kv_heads)?,
+        head_dim: size(head_dim)?,
+        block_size: size(block_size)?,
+        num_tokens: size(n)?,
+        digest: head[DIGEST_AT..HEADER].try_into().unwrap_or([0; 32]),
+    };
+    let per_layer = size(per_layer.unwrap_or(0))?;
+    let mut hasher = Sha256::new();
+    hasher.update(&head[..DIGEST_AT]);
+    let mut raw_ids = vec![0u8; 4 * header.num_tokens];
+    src.read_exact(&mut raw_ids).map_err(io)?;
+    hasher.update(&raw_ids);
+    // With a model the layers are kept; without, one buffer is reused.
+    let mut layers = Vec::new();
+    let mut scratch = Vec::new();
+    let mut non_finite = None;
+    for layer in 0..header.num_layers {
+        let buf = if against.is_some() {
+            layers.push(vec![0u8; per_layer]);
+            layers.last_mut().map_or(&mut scratch, |b| b)
+        } else {
+            scratch.resize(per_layer, 0);
+            &mut scratch
+        };
+        src.read_exact(buf).map_err(io)?;
+        hasher.update(&*buf);
+        if non_finite.is_none() {
+            non_finite = first_non_finite(kv_dtype, buf).map(|at| (layer, at));
+        }
+    }
+    if <[u8; 32]>::from(hasher.finalize()) != header.digest {
+        return Err(bad("payload digest mismatch: the file was altered or damaged after it was saved".into()));
+    }
+    if let Some((layer, at)) = non_finite {
+        return Err(bad(format!("non-finite K/V value (NaN or infinity) in layer {layer} at byte {at} of its K/V")));
+    }
+    let Some(l) = against else { return Ok((header, None)) };
+    let ids: Vec<u32> = raw_ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let ids = l.vocab.check_u32(&ids).map_err(|e| bad(e.to_string()))?;
+    Ok((header, Some(CheckedSession { ids, layers })))
+}
+
+/// Reads into `buf` until it is full or the source ends; returns the bytes read.
+fn read_up_to<R: Read>(src: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match src.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
