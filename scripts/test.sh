@@ -6,7 +6,8 @@
 #   2. the Gemma 3 270M demo GGUF in the cache (scripts/fetch_gemma3_gguf.sh), unless
 #      TF_GEMMA3_GGUF already names it: its golden test and the chat tests run on it;
 #   3. the CUDA kernels compiled by NVRTC for sm_80, sm_89 and sm_90a (no GPU needed);
-#   4. cargo test --workspace (extra arguments are passed to it);
+#   4. cargo test --workspace, the ignored real-model tests included (extra arguments are
+#      passed to it);
 #   5. scripts/fuzz.sh, when it exists (TF_SKIP_FUZZ=1 skips it);
 #   6. pytest tests/python from the environment, against the debug binary step 4 built.
 # Usage: scripts/test.sh [cargo test arguments...]
@@ -84,7 +85,14 @@ for arch in sm_80 sm_89 sm_90a; do
 done
 
 log "cargo test --workspace"
-cargo test --workspace "$@"
+# The tests marked #[ignore] run too (those on the real GGUF need the file fetched above), except
+# write_seed_corpus, which rewrites the committed fuzz corpora. Arguments with their own `--` are
+# passed as they are.
+cargo_args=("$@")
+if [[ " $* " != *" -- "* ]]; then
+    cargo_args+=(-- --include-ignored --skip write_seed_corpus)
+fi
+cargo test --workspace "${cargo_args[@]}"
 
 if [[ -x scripts/fuzz.sh && "${TF_SKIP_FUZZ:-0}" != 1 ]]; then
     log "fuzz targets (scripts/fuzz.sh; TF_SKIP_FUZZ=1 skips)"
