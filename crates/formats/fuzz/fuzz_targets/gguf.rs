@@ -1,7 +1,6 @@
 //! Fuzzes the GGUF reader: any bytes must give a `GgufFile` or a `FormatError`, never a panic,
 //! and every accessor on an accepted file must stay inside it.
-//! Seeds: crates/formats/tests/corpus. Run from crates/formats:
-//! `RUSTC_BOOTSTRAP=1 cargo fuzz run gguf -s none fuzz/corpus/gguf tests/corpus -- -max_total_time=60`.
+//! Seeds: crates/formats/tests/corpus/gguf (`scripts/fuzz.sh` runs it as CI does).
 
 #![no_main]
 
