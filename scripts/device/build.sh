@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds, here, what scripts/device/run_all.sh runs on the GPU machine: the release binary with
-# the cuda feature and the tf-cuda test binaries, copied into .carry/ (ignored; carry it).
+# Usage (here, repo root): scripts/device/build.sh
+# Builds what the GPU-machine scripts run: the release binary with the cuda feature and the
+# tf-cuda test binaries, copied into .carry/ (ignored; carry it to the GPU machine).
 set -euo pipefail
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target-cuda}
 cargo build --release -p tensorfold --features cuda
-# A baseline build in .carry/a (receipt.sh, abc.sh) is kept.
+# A baseline build in .carry/a (receipt.sh) is kept.
 [[ -d .carry/a ]] && mv .carry/a /tmp/tf-carry-a-$$
 rm -rf .carry && mkdir -p .carry/tests
 [[ -d /tmp/tf-carry-a-$$ ]] && mv /tmp/tf-carry-a-$$ .carry/a

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device debugging call: op tests, the op-by-op CPU/GPU comparison, the golden tests, and a
+# Usage: scripts/device/diagnose.sh
+# Device debugging: op tests, the op-by-op CPU/GPU comparison, the golden tests, and a
 # memcheck run of a one-layer qwen3-8b-shaped model (finds the kernel behind an illegal address).
 set -u
 OUT=${OUT:-/tmp/tf-out}

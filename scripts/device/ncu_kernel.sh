@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device call: ncu's detailed sections (speed of light, occupancy, warp stalls, memory) for decode
+# Usage: KERNELS="attention_d128|add_rms_norm" PROMPT=128 SKIP=8 COUNT=4 scripts/device/ncu_kernel.sh
+# ncu's detailed sections (speed of light, occupancy, warp stalls, memory) for decode
 # instances of the kernels matching KERNELS (a regex), on a 2-layer qwen3-8b-shaped model.
-#   KERNELS="attention_d128|add_rms_norm" PROMPT=128 SKIP=8 COUNT=4
 #   WHOLE=1: the bench's one-piece PROMPT-token prefill instead (SKIP=0 COUNT=1: its first instance)
 set -u
 OUT=${OUT:-/tmp/tf-out}

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Sums an `ncu --metrics gpu__time_duration.sum --csv` log per kernel for one forward: the last
+"""Usage: ncu_sum.py NCU.csv [--first]
+
+Sums an `ncu --metrics gpu__time_duration.sum --csv` log per kernel for one forward: the last
 one (from the last `embed`, a decode round) or with --first the first one (a prefill)."""
 import collections
 import csv

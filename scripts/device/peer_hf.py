@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Peer run for `tensorfold bench`: transformers + PyTorch on the same checkpoint, bf16, static
+"""Usage: peer_hf.py --model DIR --runs 128x1,128x64 --gen-len 128 --repeat 1 --json OUT.json
+
+Peer run for `tensorfold bench`: transformers + PyTorch on the same checkpoint, bf16, static
 KV cache, greedy, fixed-length generation. Prints one line per (prompt, batch) and writes JSON.
 
 Decode time per round = (time of generate(N) - time of generate(1)) / (N - 1), each the median of

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device call: where a decode round's time goes. ncu kernel durations for a few decode rounds of a
+# Usage: LAYERS=2 PROMPT=128 GEN=8 CACHE=all scripts/device/profile.sh
+# Where a decode round's time goes. ncu kernel durations for a few decode rounds of a
 # 2-layer qwen3-8b-shaped model (one layer's kernels, their share), then the full bench at batch 1.
-#   LAYERS=2 PROMPT=128 GEN=8 CACHE=all (ncu flushes caches between kernels; none keeps them warm)
+# CACHE=all: ncu flushes caches between kernels; none keeps them warm.
 set -u
 OUT=${OUT:-/tmp/tf-out}
 mkdir -p "$OUT"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device call: where a prefill's time goes. ncu kernel durations of one PROMPT-token prefill of a
+# Usage: PROMPT=4096 WHOLE=1 scripts/device/profile_prefill.sh
+# Where a prefill's time goes. ncu kernel durations of one PROMPT-token prefill of a
 # 2-layer qwen3-8b-shaped model, summed per kernel.   PROMPT=4096  WHOLE=1 (the bench's one-piece
 # prefill; else `generate`, which the engine prefills in 512-token chunks: the first is summed)
 set -u

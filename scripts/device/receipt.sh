@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
+# Usage: scripts/device/receipt.sh .carry/a/tensorfold .carry/b/tensorfold [rounds]   (ARGS: bench flags)
 # Speed receipt for a change: benches two builds interleaved (A B A B ...) in one call on the same
 # checkpoint and GPU, then prints each figure's median for both and the ratio B/A.
-#   scripts/device/receipt.sh .carry/a/tensorfold .carry/b/tensorfold [rounds]
 # Build each here with scripts/device/build.sh (copy .carry/tensorfold to .carry/a, .carry/b).
 set -u
 A=$1 B=$2 ROUNDS=${3:-3}

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Prints the closing table of a device run: our bench JSON beside the peer's, with ratios."""
+"""Usage: table.py OURS.json [PEER.json]
+
+Prints the closing table of a device run: our bench JSON beside the peer's, with ratios."""
 import json
 import sys
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Reads a kernel timeline written by `TF_TRACE=FROM:TO` (crates/cuda/src/trace.rs) and prints
-where the GPU's time goes in place: each launch's span and its cost on the critical path (its
-last warp's end minus the previous launch's), summed by kind, and the gaps between rounds.
+"""Usage: trace_round.py TRACE.tsv[.gz] [--layer N]   (N: print one layer's launches in detail)
 
-usage: trace_round.py TRACE.tsv[.gz] [--layer N]   (N: print one layer's launches in detail)"""
+Reads a kernel timeline written by `tensorfold ... --trace FROM:TO` (crates/cuda/src/trace.rs) and prints
+where the GPU's time goes in place: each launch's span and its cost on the critical path (its
+last warp's end minus the previous launch's), summed by kind, and the gaps between rounds."""
 import gzip
 import sys
 from collections import defaultdict

@@ -48,6 +48,9 @@ pub struct DeviceArgs {
     /// logits move slightly) or `f32` (exactly dequantized weights in f32).
     #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
     pub quant_acts: String,
+    /// CUDA developer switches.
+    #[command(flatten)]
+    pub cuda: crate::device::CudaArgs,
 }
 
 /// `check`.

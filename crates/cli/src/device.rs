@@ -5,6 +5,31 @@ use crate::exit::{Failure, refused};
 use tf_backend::{Backend, RefBackend};
 use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 
+/// Developer switches of the CUDA backend (ignored on other devices).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CudaArgs {
+    /// CUDA graphs for decode rounds: `on` (recorded and replayed), `off` (op by op), `log`
+    /// (on, each capture's outcome on stderr).
+    #[arg(long, default_value = "on", value_parser = ["on", "off", "log"])]
+    pub cuda_graphs: String,
+    /// Records a per-warp kernel timeline of rounds FROM:TO (1-based; a trace build of the kernels).
+    #[arg(long, value_name = "FROM:TO")]
+    pub trace: Option<String>,
+    /// Where the kernel timeline goes (default `trace.tsv`).
+    #[arg(long, value_name = "FILE", requires = "trace")]
+    pub trace_out: Option<std::path::PathBuf>,
+    /// The TMA GEMV's mark in a trace build: `X`, `S0` or `SL` (default: the first tile's end).
+    #[arg(long, value_name = "MARK", requires = "trace")]
+    pub trace_mark: Option<String>,
+}
+
+impl Default for CudaArgs {
+    /// CUDA graphs on, no trace.
+    fn default() -> CudaArgs {
+        CudaArgs { cuda_graphs: "on".into(), trace: None, trace_out: None, trace_mark: None }
+    }
+}
+
 /// A command body that runs on any backend.
 pub trait OnBackend {
     /// What the command produces.
@@ -42,7 +67,7 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
         "auto" => {
             #[cfg(feature = "cuda")]
             if tf_cuda::driver_present()
-                && let Ok(b) = cuda::backend(0)
+                && let Ok(b) = cuda::backend(0, &dev.cuda)
             {
                 return job.run(&b);
             }
@@ -52,7 +77,7 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
         "ref" => job.run(&RefBackend),
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]
-            Some(ordinal) => job.run(&cuda::backend(ordinal?)?),
+            Some(ordinal) => job.run(&cuda::backend(ordinal?, &dev.cuda)?),
             #[cfg(not(feature = "cuda"))]
             Some(_) => {
                 Err(refused(format!("--device {other}: this build has no CUDA backend (build with --features cuda)")))
@@ -76,8 +101,8 @@ pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -
     match dev.device.as_str() {
         "auto" => {
             #[cfg(feature = "cuda")]
-            if tf_cuda::driver_present() && cuda::backend(0).is_ok() {
-                return job.run(&|| cuda::backend(0));
+            if tf_cuda::driver_present() && cuda::backend(0, &dev.cuda).is_ok() {
+                return job.run(&|| cuda::backend(0, &dev.cuda));
             }
             job.run(&|| cpu(dev))
         }
@@ -87,7 +112,7 @@ pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -
             #[cfg(feature = "cuda")]
             Some(ordinal) => {
                 let ordinal = ordinal?;
-                job.run(&move || cuda::backend(ordinal))
+                job.run(&move || cuda::backend(ordinal, &dev.cuda))
             }
             #[cfg(not(feature = "cuda"))]
             Some(_) => Err(refused(format!("--device {other}: {what} needs a build with --features cuda"))),
@@ -110,7 +135,7 @@ pub fn limits(dev: &DeviceArgs) -> Result<Option<Limits>, Failure> {
     let Some(ordinal) = cuda_ordinal(&dev.device) else { return Ok(None) };
     #[cfg(feature = "cuda")]
     {
-        let b = cuda::backend(ordinal?)?;
+        let b = cuda::backend(ordinal?, &dev.cuda)?;
         let l = tf_cuda::limits::measure(&b, 2 << 30, 8192).map_err(crate::exit::failed)?;
         Ok(Some(Limits { copy_gb_s: l.copy_gb_s, gemm_tflops: l.gemm_tflops }))
     }
@@ -123,19 +148,59 @@ pub fn limits(dev: &DeviceArgs) -> Result<Option<Limits>, Failure> {
 
 #[cfg(feature = "cuda")]
 mod cuda {
+    use super::CudaArgs;
     use crate::exit::{Failure, refused};
     use std::path::PathBuf;
     use tf_cuda::{CudaBackend, CudaOptions};
 
-    /// GPU `ordinal`; kernels cached under `$XDG_CACHE_HOME/tensorfold` (or `~/.cache`); an
-    /// explicit `CUDA_HOME` must hold `include/`.
-    pub fn backend(ordinal: usize) -> Result<CudaBackend, Failure> {
+    /// The backend options `args` ask for; kernels cached under `$XDG_CACHE_HOME/tensorfold` (or
+    /// `~/.cache`); an explicit `CUDA_HOME` must hold `include/`.
+    pub fn options(args: &CudaArgs) -> Result<CudaOptions, Failure> {
         let include_dir = std::env::var_os("CUDA_HOME").map(|h| PathBuf::from(h).join("include"));
         let cache_dir = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .map(|d| d.join("tensorfold"));
-        CudaBackend::with_options(ordinal, &CudaOptions { include_dir, cache_dir, ..CudaOptions::default() })
-            .map_err(refused)
+        let trace = args.trace.as_deref().map(str::parse).transpose().map_err(|e| refused(format!("--trace {e}")))?;
+        let trace_mark =
+            args.trace_mark.as_deref().map(str::parse).transpose().map_err(|e| refused(format!("--trace-mark {e}")))?;
+        Ok(CudaOptions {
+            include_dir,
+            cache_dir,
+            no_graphs: args.cuda_graphs == "off",
+            graph_log: args.cuda_graphs == "log",
+            trace,
+            trace_out: args.trace_out.clone(),
+            trace_mark,
+            ..CudaOptions::default()
+        })
+    }
+
+    /// GPU `ordinal` started with the options `args` ask for.
+    pub fn backend(ordinal: usize, args: &CudaArgs) -> Result<CudaBackend, Failure> {
+        CudaBackend::with_options(ordinal, &options(args)?).map_err(refused)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn developer_switches_become_typed_options() {
+            let args = CudaArgs {
+                cuda_graphs: "log".into(),
+                trace: Some("3:4".into()),
+                trace_out: Some("t.tsv".into()),
+                trace_mark: Some("S0".into()),
+            };
+            let Ok(o) = options(&args) else { panic!("valid switches refused") };
+            assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
+            assert_eq!((o.no_graphs, o.graph_log, o.trace_mark), (false, true, Some(tf_cuda::TraceMark::S0)));
+            assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
+            let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
+            assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
+            assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());
+            assert!(options(&CudaArgs { trace_mark: Some("Q".into()), ..CudaArgs::default() }).is_err());
+        }
     }
 }
