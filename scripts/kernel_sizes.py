@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Each CUDA kernel's code size (its cubin `.text` section, bytes) from a local NVRTC build of
 crates/cuda/kernels, largest first: a block runs cold on a TPC whose instructions another kernel
-evicted (scripts/device/results/NOTES.md session 24), so code size is a speed figure here.
+evicted (docs/perf.md, decode GEMV, 2026-12-03), so code size is a speed figure here.
 
 usage: kernel_sizes.py [ARCH=sm_90a] [DEFINE ...] [--grep SUBSTR]
-  e.g. kernel_sizes.py sm_90a TF_KLAB_COLD --grep gemv     (needs a libnvrtc, see nvrtc_check.py)"""
+  e.g. kernel_sizes.py sm_90a TF_TRACE --grep gemv     (needs a libnvrtc, see nvrtc_check.py)"""
 import struct
 import sys
 
