@@ -1,7 +1,9 @@
 //! Saved sessions over HTTP: `POST /v1/sessions/{name}` with `{"prompt": text or ids}` saves
 //! the K/V of the prompt's whole blocks under `--session-dir`; `POST /v1/sessions/{name}/restore`
-//! checks the file against the running model and puts its blocks into the prefix cache, so a
-//! later request starting with that prompt is served from it, exactly as a fresh prefill.
+//! checks the whole file (`session::read`: header against the running model, exact size, payload
+//! digest, finite K/V, ids) and only then puts its blocks into the prefix cache, so a later
+//! request starting with that prompt is served from it, exactly as a fresh prefill; a refused
+//! file is 422 naming what failed, with the cache untouched.
 
 use crate::api::blocking;
 use crate::body::json_body;
