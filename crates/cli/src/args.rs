@@ -42,7 +42,7 @@ pub struct DeviceArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads (default: all cores).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = at_least_one)]
     pub threads: Option<usize>,
     /// Activations of quantized (GGUF) CPU matmuls: `int8` (8-bit blocks as llama.cpp: faster,
     /// logits move slightly) or `f32` (exactly dequantized weights in f32).
@@ -56,7 +56,7 @@ pub struct DeviceArgs {
 /// `check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Checkpoint directory.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Device options.
@@ -67,7 +67,7 @@ pub struct CheckArgs {
 /// `logits`.
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
-    /// Checkpoint directory.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Comma-separated token ids.
@@ -77,7 +77,7 @@ pub struct LogitsArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Prefill chunk size in tokens (results do not depend on it).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = at_least_one)]
     pub chunk: usize,
     /// Device options.
     #[command(flatten)]
@@ -87,7 +87,7 @@ pub struct LogitsArgs {
 /// `generate`.
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Checkpoint directory.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Prompt text (tokenized with the model's rules, BOS as its tokenizer says).
@@ -96,32 +96,32 @@ pub struct GenerateArgs {
     /// Prompt as comma-separated token ids, used exactly as given.
     #[arg(long, allow_hyphen_values = true)]
     pub ids: Option<String>,
-    /// Tokens to generate at most.
-    #[arg(long, default_value_t = 64)]
+    /// Tokens to generate at most (at least 1).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = at_least_one)]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature, 0 to 100; 0 is greedy.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling mass, above 0 and at most 1.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Keep the k most likely tokens (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = at_least_zero::<u32>)]
     pub top_k: u32,
-    /// Drop tokens below this fraction of the top probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop tokens below this fraction of the top probability, 0 to 1.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_p: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    /// Repetition penalty, above 0 (1: off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repetition_penalty: f32,
-    /// Presence penalty.
-    #[arg(long, default_value_t = 0.0)]
+    /// Presence penalty, -2 to 2.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
-    /// Frequency penalty.
-    #[arg(long, default_value_t = 0.0)]
+    /// Frequency penalty, -2 to 2.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Random seed (sampling is a pure function of seed and position).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = at_least_zero::<u64>)]
     pub seed: u64,
     /// Stop strings (repeatable).
     #[arg(long)]
@@ -136,7 +136,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub json: bool,
     /// Prefill chunk size in tokens (results do not depend on it).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = at_least_one)]
     pub chunk: usize,
     /// Saved session `NAME`: restored into the prefix cache first when its file exists, then the
     /// prompt and generated tokens are saved to it (output is the same with or without it).
@@ -170,7 +170,8 @@ pub enum SessionCommand {
 pub struct InspectArgs {
     /// The session file.
     pub file: PathBuf,
-    /// Also check it against this model (fingerprint, KV layout, ids below the rows).
+    /// Also check it against this model, a GGUF file or a Hugging Face checkpoint directory
+    /// (fingerprint, KV layout, ids below the rows).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Device options (the KV dtype comes from the backend).
@@ -191,30 +192,30 @@ pub struct SynthArgs {
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Seed of the weights.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = at_least_zero::<u64>)]
     pub seed: u64,
     /// Override the number of layers (smaller checkpoints for quick runs).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = at_least_one)]
     pub layers: Option<usize>,
 }
 
 /// `bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Checkpoint directory.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Prompt lengths to prefill, comma-separated.
     #[arg(long, default_value = "128")]
     pub prompt_len: String,
     /// Tokens to decode after the prompt.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = at_least_one)]
     pub gen_len: usize,
     /// Sequences decoded together per round, comma-separated (each a separate measurement).
     #[arg(long, default_value = "1")]
     pub batch: String,
     /// Repetitions (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = at_least_one)]
     pub repeat: usize,
     /// How decode picks tokens, comma-separated (each a separate measurement): greedy (argmax
     /// on the device, the next round queued on it before it reaches the host, as the engine
@@ -225,13 +226,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "greedy")]
     pub sample: String,
     /// Temperature of the sampled modes.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Top-p of the sampled modes.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Top-k of the sampled modes (0: off).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = at_least_zero::<u32>)]
     pub top_k: u32,
     /// Write results as JSON here.
     #[arg(long)]
@@ -244,17 +245,17 @@ pub struct BenchArgs {
 /// `bench-draft`.
 #[derive(Args, Debug)]
 pub struct BenchDraftArgs {
-    /// Checkpoint directory or GGUF file.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Drafter: ngram, early-exit:N or model:DIR.
     #[arg(long, default_value = "ngram")]
     pub draft: String,
     /// Most draft tokens per round.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true, value_parser = at_least_one)]
     pub num_draft_tokens: usize,
     /// Tokens to generate per task.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = at_least_one)]
     pub gen_len: usize,
     /// Write results as JSON here.
     #[arg(long)]
@@ -267,23 +268,23 @@ pub struct BenchDraftArgs {
 /// `bench-prefix`.
 #[derive(Args, Debug)]
 pub struct BenchPrefixArgs {
-    /// Checkpoint directory or GGUF file.
+    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Tokens of the system prompt every turn shares.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, allow_negative_numbers = true, value_parser = at_least_zero::<usize>)]
     pub system_len: usize,
     /// Turns of the conversation.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = at_least_one)]
     pub turns: usize,
     /// Tokens of each new user message.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = at_least_one)]
     pub turn_len: usize,
     /// Tokens generated per turn (greedy; each answer joins the conversation).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = at_least_one)]
     pub gen_len: usize,
     /// Prefill chunk, and the tokens of one engine round.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = at_least_one)]
     pub chunk: usize,
     /// Write results as JSON here.
     #[arg(long)]
@@ -300,4 +301,24 @@ pub fn parse_ids(s: &str) -> Result<Vec<i64>, String> {
         .filter(|t| !t.is_empty())
         .map(|t| t.parse::<i64>().map_err(|_| format!("'{t}' is not an integer token id")))
         .collect()
+}
+
+/// A count flag's value of at least 1 (`--max-tokens 0` and `-1` are refused, as vLLM does).
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match integer(s)? {
+        n if n < 1 => Err("must be at least 1".to_string()),
+        n => usize::try_from(n).map_err(|_| format!("'{s}' is too large")),
+    }
+}
+
+/// A non-negative integer flag's value (negative numbers reach here and are refused by name).
+pub fn at_least_zero<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
+    match integer(s)? {
+        n if n < 0 => Err("must be 0 or more".to_string()),
+        n => T::try_from(n).map_err(|_| format!("'{s}' is too large")),
+    }
+}
+
+fn integer(s: &str) -> Result<i128, String> {
+    s.trim().parse::<i128>().map_err(|_| format!("'{s}' is not an integer"))
 }

@@ -29,7 +29,10 @@ impl Generate<'_> {
             logit_bias: Vec::new(),
             seed: a.seed,
         };
-        p.validate().map_err(refused)?;
+        let flag = |e: tf_engine::sampler::ParamError| {
+            format!("--{} {} is out of range: expected {}", e.field.replace('_', "-"), e.value, e.expected)
+        };
+        p.validate().map_err(|e| refused(flag(e)))?;
         Ok(p)
     }
 

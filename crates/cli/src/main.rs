@@ -6,6 +6,7 @@ mod bench_cost;
 mod bench_draft;
 mod bench_pick;
 mod bench_prefix;
+mod chat_template;
 mod check;
 mod device;
 mod exit;

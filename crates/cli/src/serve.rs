@@ -12,7 +12,7 @@ use tf_backend::Backend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
-use tf_server::{ChatTemplate, Limits, Listen, ModelInfo, ServeArgs};
+use tf_server::{Limits, Listen, ModelInfo, ServeArgs};
 
 /// Runs `serve` until a shutdown signal.
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -22,7 +22,6 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         device: a.device.clone(),
         threads: a.threads.map(|t| t as usize),
         quant_acts: a.quant_acts.clone(),
-        cuda: Default::default(),
     };
     dispatch_owned(&dev, "serve", Serve(&a))
 }
@@ -40,7 +39,7 @@ impl OnOwnedBackend for Serve<'_> {
 fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failure> {
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
-    let model = Model::open(dir, &backend).map_err(refused)?;
+    let mut model = Model::open(dir, &backend).map_err(refused)?;
     let block_size = a.block_size as usize;
     let block_bytes = (model.decoder.kv_bytes_per_token(backend.kv_dtype()) * block_size) as u64;
     let num_blocks = usize::try_from(a.kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
@@ -52,12 +51,12 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
         num_blocks * block_size,
         (num_blocks as u64 * block_bytes) as f64 / (1u64 << 20) as f64
     );
-    let info = model_info(&model, a, dir);
-    let template = info.chat_template.as_deref().and_then(|src| {
-        ChatTemplate::new(src, info.bos_token.as_deref(), info.eos_token.as_deref())
-            .map_err(|e| eprintln!("warning: the chat template does not compile ({e}); chat requests will be refused"))
-            .ok()
-    });
+    let mut info = model_info(&model, a, dir);
+    let chat = crate::chat_template::serve_template(a.chat_template.as_deref(), &mut model, &mut info)?;
+    for warning in &chat.warnings {
+        eprintln!("warning: {warning}");
+    }
+    eprintln!("{}", chat.note);
     let sched = SchedulerConfig {
         max_num_seqs: a.max_num_seqs as usize,
         max_round_tokens: a.max_round_tokens as usize,
@@ -80,7 +79,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens);
     let listen = Listen { host: a.host.clone(), port: a.port };
-    let result = tf_server::run(engine.clone(), info, template, limits, &listen, |addr| {
+    let result = tf_server::run(engine.clone(), info, chat.template, limits, &listen, |addr| {
         println!("listening on http://{addr}");
     });
     engine.shutdown();

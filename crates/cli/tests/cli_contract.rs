@@ -165,3 +165,91 @@ fn synth_makes_a_checkpoint_that_loads_and_runs() {
     let unknown = tf(&["synth", "--like", "nope", "--out", again.to_str().unwrap()]);
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+/// Runs `args`, expects exit 2, returns stderr.
+fn refused_with(args: &[&str]) -> String {
+    let out = tf(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty(), "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn model_paths_that_are_neither_gguf_nor_a_checkpoint_say_what_was_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope/model.gguf");
+    let missing = missing.to_str().unwrap();
+    for cmd in ["check", "generate", "serve"] {
+        let mut args = vec![cmd, "--model", missing, "--device", "cpu"];
+        if cmd == "generate" {
+            args.extend(["--prompt", "hi"]);
+        }
+        let msg = refused_with(&args);
+        assert_eq!(msg.trim(), format!("error: {missing}: no such file or directory"), "{cmd}");
+    }
+    let not_gguf = dir.path().join("model.gguf");
+    std::fs::write(&not_gguf, b"PK\x03\x04 a zip file").unwrap();
+    let msg = refused_with(&["check", "--model", not_gguf.to_str().unwrap()]);
+    assert!(
+        msg.contains("not a GGUF file (magic 50 4b 03 04 \"PK\\x03\\x04\"), and not a directory holding config.json"),
+        "{msg}"
+    );
+    let msg = refused_with(&["check", "--model", dir.path().to_str().unwrap()]);
+    assert!(msg.contains("a directory without config.json"), "{msg}");
+    // The file's name does not matter: GGUF is told by its magic.
+    let renamed = dir.path().join("weights.bin");
+    std::fs::write(&renamed, b"GGUF\x03\x00\x00\x00").unwrap();
+    let msg = refused_with(&["check", "--model", renamed.to_str().unwrap()]);
+    assert!(!msg.contains("not a GGUF file") && !msg.contains("config.json"), "{msg}");
+}
+
+#[test]
+fn help_says_model_takes_a_gguf_file_or_a_checkpoint_directory() {
+    for cmd in ["check", "logits", "generate", "bench", "bench-draft", "bench-prefix", "serve"] {
+        let out = tf(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        let line =
+            help.lines().skip_while(|l| !l.trim_start().starts_with("--model")).take(3).collect::<Vec<_>>().join(" ");
+        assert!(line.contains("GGUF file") && line.contains("Hugging Face"), "{cmd}: {line}");
+        assert!(!help.contains("Checkpoint directory"), "{cmd}");
+    }
+    let help = String::from_utf8_lossy(&tf(&["serve", "--help"]).stdout).into_owned();
+    assert!(help.contains("--chat-template") && help.contains("chatml, gemma, llama2, llama3, qwen3"), "{help}");
+}
+
+#[test]
+fn negative_flag_values_reach_the_range_checks() {
+    let dir = fixture("qwen3");
+    let model = dir.to_str().unwrap();
+    let base = ["generate", "--model", model, "--prompt", "hi", "--device", "cpu"];
+    let with = |extra: &[&str]| refused_with(&[&base[..], extra].concat());
+    assert_eq!(
+        with(&["--temperature", "-1"]).trim(),
+        "error: --temperature -1 is out of range: expected 0 <= x <= 100"
+    );
+    assert!(with(&["--top-p", "-0.5"]).contains("--top-p -0.5 is out of range"));
+    assert!(
+        with(&["--presence-penalty", "-3"]).contains("--presence-penalty -3 is out of range: expected -2 <= x <= 2")
+    );
+    assert!(with(&["--top-k", "-1"]).contains("invalid value '-1' for '--top-k <TOP_K>': must be 0 or more"));
+    assert!(with(&["--seed", "-7"]).contains("must be 0 or more"));
+    assert!(with(&["--chunk", "0"]).contains("'--chunk <CHUNK>': must be at least 1"));
+    // A negative penalty inside its range is a value like any other.
+    let out = tf(&[&base[..], &["--presence-penalty", "-1.5", "--max-tokens", "2", "--json"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn max_tokens_below_one_is_refused_before_loading() {
+    // vLLM refuses max_tokens < 1 the same way; nothing is generated and no speed is printed.
+    for n in ["0", "-1"] {
+        let msg = refused_with(&["generate", "--model", "/no/such/model", "--prompt", "hi", "--max-tokens", n]);
+        assert!(
+            msg.contains(&format!("invalid value '{n}' for '--max-tokens <MAX_TOKENS>': must be at least 1")),
+            "{msg}"
+        );
+        assert!(!msg.contains("tok/s") && !msg.contains("/no/such/model"), "{msg}");
+    }
+    let msg = refused_with(&["bench", "--model", "/no/such/model", "--gen-len", "0"]);
+    assert!(msg.contains("'--gen-len <GEN_LEN>': must be at least 1"), "{msg}");
+}

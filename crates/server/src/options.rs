@@ -8,11 +8,19 @@ use std::path::PathBuf;
 /// `tensorfold serve`: every switch, with its default and accepted values.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct ServeArgs {
-    /// Checkpoint directory to serve.
+    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory.
     ///
-    /// Accepts: a Hugging Face checkpoint directory. Default: none (required here or in the profile).
+    /// Accepts: a `.gguf` file (told by its magic) or a directory holding config.json. Default: none
+    /// (required here or in the profile).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Chat template for `/v1/chat/completions` (and `/tokenize` with messages); wins over the
+    /// checkpoint's own. Without either, the family's usual built-in is used, with a warning.
+    ///
+    /// Accepts: a built-in name (chatml, gemma, llama2, llama3, qwen3) or a Jinja file path.
+    /// Default: the checkpoint's own template.
+    #[arg(long)]
+    pub chat_template: Option<String>,
     /// TOML file of switches (keys are the long flag names); the command line wins over it.
     ///
     /// Accepts: a file path. Default: none.
