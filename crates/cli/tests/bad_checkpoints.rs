@@ -253,3 +253,47 @@ fn nonsense_config() {
     edit_json(d.path(), "config.json", |c| c["architectures"] = serde_json::json!(["NoSuchForCausalLM"]));
     refused(d.path(), &["NoSuchForCausalLM"]);
 }
+
+#[test]
+fn header_one_byte_short() {
+    // The reference pads its header with spaces; with one of them dropped from the length every
+    // tensor would read one byte off.
+    let d = copy("qwen3");
+    let p = d.path().join("model.safetensors");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert_eq!(bytes[8 + n as usize - 1], b' ');
+    bytes[..8].copy_from_slice(&(n - 1).to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    refused(d.path(), &["model.safetensors", "1 bytes past its last tensor"]);
+}
+
+#[test]
+fn tensors_the_config_does_not_use() {
+    // A layer past num_hidden_layers (a checkpoint with more layers than its config says).
+    let d = copy("llama");
+    rewrite(d.path(), |t| {
+        let extra = t["model.layers.1.mlp.down_proj.weight"].clone();
+        t.insert("model.layers.7.mlp.down_proj.weight".into(), extra.clone());
+        t.insert("model.layers.7.mlp.up_proj.weight".into(), extra);
+    });
+    refused(d.path(), &["2 tensor(s) the config does not use", "'model.layers.7.mlp.down_proj.weight'"]);
+}
+
+#[test]
+fn harmless_unused_tensors_pass() {
+    // Rotary inv_freq buffers, and a tied head's copy of the embedding.
+    let d = copy("llama");
+    rewrite(d.path(), |t| {
+        t.insert("model.layers.0.self_attn.rotary_emb.inv_freq".into(), (Dtype::F32, vec![4], vec![0; 16]));
+    });
+    let d2 = copy("gemma3");
+    rewrite(d2.path(), |t| {
+        let embed = t["model.embed_tokens.weight"].clone();
+        t.insert("lm_head.weight".into(), embed);
+    });
+    for dir in [d.path(), d2.path()] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -168,23 +168,23 @@ fn bit_size(name: &str) -> Option<usize> {
 }
 
 /// Sorted by (begin, end) as the reference sorts them, the ranges must follow each other from
-/// byte 0 and end exactly at the end of the file.
+/// byte 0 and end exactly at the end of the file. An overlap is named before a gap it leaves.
 fn check_tiling(path: &Path, tensors: &BTreeMap<String, TensorInfo>, data_len: usize) -> Result<(), FormatError> {
     let mut spans: Vec<(usize, usize, &str)> = tensors.iter().map(|(n, t)| (t.begin, t.end, n.as_str())).collect();
     spans.sort_unstable();
-    let mut covered = 0usize;
-    let mut last = None;
-    for &(begin, end, name) in &spans {
-        if begin < covered {
-            let prev = show(last.unwrap_or_default());
-            return Err(FormatError::tensor(path, name, format!("data overlaps tensor '{prev}'")));
+    for pair in spans.windows(2) {
+        let ((_, prev_end, prev), (begin, _, name)) = (pair[0], pair[1]);
+        if begin < prev_end {
+            return Err(FormatError::tensor(path, name, format!("data overlaps tensor '{}'", show(prev))));
         }
+    }
+    let mut covered = 0usize;
+    for &(begin, end, name) in &spans {
         if begin > covered {
             let msg = format!("data starts at {begin}, leaving bytes {covered}..{begin} of the data section unused");
             return Err(FormatError::tensor(path, name, msg));
         }
         covered = end;
-        last = Some(name);
     }
     if covered != data_len {
         return Err(FormatError::header(

@@ -68,6 +68,7 @@ impl<B: Backend> Decoder<B> {
         };
         let norm = ld.vec("model.norm.weight", hidden)?;
         let layers: Vec<Layer<B>> = (0..spec.num_layers).map(|i| load_layer(&spec, ld, i)).collect::<Result<_, _>>()?;
+        ld.refuse_unused(spec.tie_word_embeddings)?;
         let replayable = layers.iter().all(|l| !l.sliding);
         Ok(Decoder { spec, embed, lm_head, norm, layers, id: ld.fresh_id(), replayable })
     }

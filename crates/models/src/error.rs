@@ -36,6 +36,14 @@ pub enum ModelError {
         /// The tensor name.
         tensor: String,
     },
+    /// The checkpoint holds tensors the config never reads (another architecture or layer count?).
+    #[error("{}: {} tensor(s) the config does not use: {}", dir.display(), tensors.len(), unused_list(tensors))]
+    Unused {
+        /// The checkpoint.
+        dir: PathBuf,
+        /// Their names, sorted.
+        tensors: Vec<String>,
+    },
     /// A tensor has the wrong shape.
     #[error("{}: tensor '{tensor}' has shape {found:?}, expected {expected:?}", file.display())]
     Shape {
@@ -71,4 +79,14 @@ pub enum ModelError {
     /// The backend refused a tensor or an allocation.
     #[error("{0}")]
     Backend(#[from] tf_backend::BackendError),
+}
+
+/// The first few names, escaped, and how many more.
+fn unused_list(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut list: Vec<String> = names.iter().take(SHOWN).map(|n| format!("'{}'", tf_formats::show(n))).collect();
+    if names.len() > SHOWN {
+        list.push(format!("and {} more", names.len() - SHOWN));
+    }
+    list.join(", ")
 }

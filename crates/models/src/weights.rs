@@ -1,8 +1,10 @@
 //! Taking tensors from a checkpoint onto a backend, refusing any whose presence, shape or dtype
-//! disagrees with what the config implies.
+//! disagrees with what the config implies, and a checkpoint holding tensors the config never reads.
 
 use crate::error::ModelError;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use tf_backend::Backend;
 use tf_formats::{Checkpoint, TensorView};
 
@@ -13,6 +15,10 @@ pub trait TensorSource {
     fn get(&self, name: &str) -> Result<Option<TensorView>, ModelError>;
     /// Whether the source has `name`.
     fn contains(&self, name: &str) -> bool;
+    /// Every tensor it holds by Hugging Face name, `None` when it cannot list them so.
+    fn names(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 impl TensorSource for Checkpoint {
@@ -22,6 +28,10 @@ impl TensorSource for Checkpoint {
 
     fn contains(&self, name: &str) -> bool {
         Checkpoint::contains(self, name)
+    }
+
+    fn names(&self) -> Option<Vec<String>> {
+        Some(Checkpoint::names(self).map(str::to_string).collect())
     }
 }
 
@@ -48,6 +58,8 @@ pub struct Loader<'a, B: Backend> {
     ckpt: &'a dyn TensorSource,
     dir: PathBuf,
     backend: &'a B,
+    /// Names taken so far.
+    taken: Mutex<BTreeSet<String>>,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
@@ -58,7 +70,7 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
-        Loader { ckpt, dir: dir.to_path_buf(), backend }
+        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default() }
     }
 
     /// Whether the checkpoint has `name`.
@@ -68,6 +80,7 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// The float tensor `name`, which must have exactly `shape`.
     pub fn view(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+        self.taken.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
         let t = self
             .ckpt
             .get(name)?
@@ -99,6 +112,20 @@ impl<'a, B: Backend> Loader<'a, B> {
             Some(gu) => GateUp::Packed(gu),
             None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
         })
+    }
+
+    /// Refuses a checkpoint holding tensors nothing took, apart from those HF checkpoints carry
+    /// harmlessly: rotary `inv_freq` buffers, and `lm_head.weight` when the head is `tied`.
+    pub fn refuse_unused(&self, tied: bool) -> Result<(), ModelError> {
+        let Some(names) = self.ckpt.names() else { return Ok(()) };
+        let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let harmless = |n: &str| n.ends_with(".rotary_emb.inv_freq") || (tied && n == "lm_head.weight");
+        let mut unused: Vec<String> = names.into_iter().filter(|n| !taken.contains(n) && !harmless(n)).collect();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        unused.sort();
+        Err(ModelError::Unused { dir: self.dir.clone(), tensors: unused })
     }
 
     /// A weight vector of `len` values.
