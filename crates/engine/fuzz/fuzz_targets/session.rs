@@ -1,0 +1,44 @@
+//! Fuzzes the session file check: any bytes must give a verified session or a `SessionError`,
+//! never a panic or an allocation past the input; a file accepted alone is accepted against a
+//! model of its own layout with exactly the contents its header implies. Each input is tried as
+//! given and resealed (its digest recomputed), so the checks after the digest are reached too.
+//! Seeds: crates/engine/tests/corpus/session (`scripts/fuzz.sh` runs it as CI does).
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tf_core::Vocab;
+use tf_engine::session::{SessionLayout, reseal, verify};
+
+fn check(data: &[u8]) {
+    let Ok((h, None)) = verify(data, data.len() as u64, "fuzz", None) else { return };
+    let Some(vocab) = Vocab::new(1 << 20) else { return };
+    let layout = SessionLayout {
+        fingerprint: h.fingerprint,
+        kv_dtype: h.kv_dtype,
+        num_layers: h.num_layers,
+        num_kv_heads: h.num_kv_heads,
+        head_dim: h.head_dim,
+        block_size: h.block_size,
+        max_tokens: h.num_tokens,
+        vocab,
+    };
+    match verify(data, data.len() as u64, "fuzz", Some(&layout)) {
+        Ok((again, Some(s))) => {
+            assert_eq!(again, h);
+            assert_eq!(s.ids.len(), h.num_tokens);
+            assert_eq!(s.layers.len(), h.num_layers);
+            let per_layer = 2 * h.num_tokens * h.num_kv_heads * h.head_dim * h.kv_dtype.size();
+            assert!(s.layers.iter().all(|l| l.len() == per_layer));
+        }
+        Ok((_, None)) => panic!("checked against a model but no contents returned"),
+        Err(e) => assert!(e.to_string().contains("outside the vocabulary"), "{e}"),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    check(data);
+    let mut sealed = data.to_vec();
+    reseal(&mut sealed);
+    check(&sealed);
+});

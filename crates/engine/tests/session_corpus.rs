@@ -1,0 +1,92 @@
+//! The session fuzz target's seed corpus (tests/corpus/session): valid files of each KV dtype and
+//! one file per refusal rule, written by an ignored test and checked current and judged by name
+//! (`valid_*` verifies, `bad_*` is refused).
+
+use std::path::{Path, PathBuf};
+use tf_core::{DType, Vocab};
+use tf_engine::session::{self, CheckedSession, HEADER, SessionLayout};
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/session")
+}
+
+/// The bytes `session::write` gives for a 4-token session of `dtype`.
+fn saved(dtype: DType) -> Vec<u8> {
+    let vocab = Vocab::new(100).unwrap();
+    let l = SessionLayout {
+        fingerprint: 0x5eed,
+        kv_dtype: dtype,
+        num_layers: 2,
+        num_kv_heads: 1,
+        head_dim: 4,
+        block_size: 2,
+        max_tokens: 8,
+        vocab,
+    };
+    let per_layer = 2 * 2 * l.half_block_bytes();
+    // Small positive values in every dtype: the top byte of each element stays below 0x3f.
+    let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 5 + i) % 0x3f) as u8).collect()).collect();
+    let s = CheckedSession { ids: vocab.check(&[1, 2, 3, 4]).unwrap(), layers };
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.tfsession");
+    session::write(&p, &l, &s).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// Valid files and one corrupted file per rule.
+fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let good = saved(DType::F32);
+    let len = good.len();
+    let edit = |f: &dyn Fn(&mut Vec<u8>), resealed: bool| {
+        let mut b = good.clone();
+        f(&mut b);
+        if resealed {
+            session::reseal(&mut b);
+        }
+        b
+    };
+    let kv = HEADER + 16;
+    vec![
+        ("valid_f32.tfsession", good.clone()),
+        ("valid_f16.tfsession", saved(DType::F16)),
+        ("valid_bf16.tfsession", saved(DType::BF16)),
+        (
+            "bad_payload_flipped.tfsession",
+            edit(&|b| b[len / 2 - 8..len / 2 + 8].iter_mut().for_each(|x| *x ^= 0xa5), false),
+        ),
+        ("bad_nan_resealed.tfsession", edit(&|b| b[kv..kv + 4].copy_from_slice(&f32::NAN.to_le_bytes()), true)),
+        ("bad_truncated.tfsession", good[..len - 1].to_vec()),
+        ("bad_appended.tfsession", edit(&|b| b.push(0), false)),
+        ("bad_digest_zeroed.tfsession", edit(&|b| b[HEADER - 32..HEADER].fill(0), false)),
+        ("bad_version_1.tfsession", edit(&|b| b[8..12].copy_from_slice(&1u32.to_le_bytes()), false)),
+        ("bad_magic.tfsession", edit(&|b| b[0] = b'X', false)),
+        ("bad_zero_dim_resealed.tfsession", edit(&|b| b[25..29].fill(0), true)),
+        ("bad_odd_tokens_resealed.tfsession", edit(&|b| b[37..45].copy_from_slice(&3u64.to_le_bytes()), true)),
+        ("bad_short_header.tfsession", good[..20].to_vec()),
+    ]
+}
+
+/// Rewrites tests/corpus/session (run with
+/// `cargo test -p tf-engine --test session_corpus -- --ignored`).
+#[test]
+#[ignore = "rewrites the committed fuzz seed corpus"]
+fn write_seed_corpus() {
+    std::fs::create_dir_all(corpus_dir()).unwrap();
+    for (name, bytes) in seeds() {
+        std::fs::write(corpus_dir().join(name), bytes).unwrap();
+    }
+}
+
+#[test]
+fn seed_corpus_is_current_and_judged_by_name() {
+    let names: Vec<_> = seeds().iter().map(|(n, _)| *n).collect();
+    for (name, bytes) in seeds() {
+        let path = corpus_dir().join(name);
+        let on_disk = std::fs::read(&path).unwrap_or_default();
+        assert_eq!(on_disk, bytes, "{name} is stale: run the ignored write_seed_corpus test");
+        let verdict = session::inspect(&path);
+        assert_eq!(verdict.is_ok(), name.starts_with("valid_"), "{name}: {verdict:?}");
+    }
+    let on_disk = std::fs::read_dir(corpus_dir()).unwrap().count();
+    assert_eq!(on_disk, names.len(), "files in the corpus that no seed writes");
+}
