@@ -1,9 +1,12 @@
 //! Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, each naming the
 //! request field at fault where there is one.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+/// Seconds a client told 429 should wait before it retries (`Retry-After`).
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 /// A refused or failed request, rendered as an OpenAI error body.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,9 +100,14 @@ impl ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The JSON body; every 429 carries `Retry-After`.
     fn into_response(self) -> Response {
         let body = self.body().to_string();
-        (self.status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+        let mut r = (self.status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        r
     }
 }
 
@@ -122,5 +130,9 @@ mod tests {
         let e = ApiError::queue_full(3);
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.body()["error"]["type"], "rate_limit_error");
+        let r = e.into_response();
+        assert_eq!(r.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+        let r = ApiError::unavailable().into_response();
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
     }
 }

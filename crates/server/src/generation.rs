@@ -1,19 +1,25 @@
 //! One request's sequences in the engine. Submits them, turns engine events into text deltas on
 //! the HTTP side (incremental detokenization, stop strings: a hit cancels the sequence and reports
-//! "stop"), and cancels every sequence when dropped, e.g. when the client goes away.
+//! "stop"), and cancels every sequence when dropped, e.g. when the client goes away. A sequence
+//! whose tokens pile up unread (a client that stopped reading) is cancelled at a bound.
 
 use crate::error::ApiError;
-use crate::request::Options;
+use crate::request::{Options, check_fan_out};
 use crate::state::{Admission, AppState};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 use tf_core::TokenIds;
 use tf_engine::engine::{Event, FinishReason, GenRequest, TokenEvent};
 use tf_engine::sampler::SamplingParams;
 use tf_tokenize::{IncrementalDecoder, StopMatcher};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// Tokens of one sequence the engine may hand over before the HTTP side has taken them; one
+/// more cancels the sequence (it ends as "abort" and frees its KV blocks), so a client that
+/// stops reading cannot make the server hold its output.
+pub const MAX_UNREAD_TOKENS: usize = 512;
 
 /// One sequence to run.
 #[derive(Debug, Clone)]
@@ -58,6 +64,8 @@ struct SeqState {
     decoder: IncrementalDecoder,
     stops: StopMatcher,
     cancel: Arc<AtomicBool>,
+    /// Tokens sent by the engine and not yet received here.
+    unread: Arc<AtomicUsize>,
     /// A finish was reported (stop string, or the engine's end).
     finished: bool,
     /// The engine sent its last event.
@@ -79,24 +87,28 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Admits (429 when the queue is full) and submits every sequence.
+    /// Admits (400 when the engine could never run them all, 429 when the queue is full) and
+    /// submits every sequence.
     pub fn start(
         state: &Arc<AppState>,
         specs: Vec<SeqSpec>,
         opts: &Options,
         started: Instant,
     ) -> Result<Self, ApiError> {
+        check_fan_out(state, specs.len(), opts.n)?;
         let admission = state.admit(specs.len())?;
         let (tx, rx) = unbounded_channel();
         let mut seqs = Vec::with_capacity(specs.len());
         let mut gen_requests = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
             let cancel = Arc::new(AtomicBool::new(false));
+            let unread = Arc::new(AtomicUsize::new(0));
             let tx = tx.clone();
             seqs.push(SeqState {
                 decoder: IncrementalDecoder::new(spec.prompt.as_slice(), true),
                 stops: StopMatcher::new(&opts.stop),
                 cancel: cancel.clone(),
+                unread: unread.clone(),
                 finished: false,
                 done: false,
                 completion_tokens: 0,
@@ -108,7 +120,14 @@ impl Generation {
                 stop_ids: opts.stop_ids.clone(),
                 ignore_eos: opts.ignore_eos,
                 top_logprobs: opts.logprobs,
-                sink: Box::new(move |e| tx.send((i, e)).is_ok()),
+                sink: Box::new(move |e| {
+                    // Past the bound the token is not sent and the engine cancels the sequence;
+                    // its end (Done) is always sent.
+                    if matches!(e, Event::Token(_)) && unread.fetch_add(1, Ordering::AcqRel) >= MAX_UNREAD_TOKENS {
+                        return false;
+                    }
+                    tx.send((i, e)).is_ok()
+                }),
                 cancel,
                 draft: opts.draft,
             });
@@ -159,6 +178,9 @@ impl Generation {
 
     fn on_event(&mut self, i: usize, event: Event) {
         let Some(s) = self.seqs.get_mut(i) else { return };
+        if matches!(event, Event::Token(_)) {
+            s.unread.fetch_sub(1, Ordering::AcqRel);
+        }
         if s.done {
             return;
         }

@@ -289,6 +289,21 @@ pub fn check_prompt_len(st: &AppState, key: &str, len: usize) -> Result<(), ApiE
     Ok(())
 }
 
+/// Refuses `num_seqs` sequences (`n` times the prompts) when the engine could never run them
+/// all at once: 400 naming `n`, since retrying (429) would never help. Each sequence's own fit
+/// in the KV cache is checked with its prompt and `max_tokens`.
+pub fn check_fan_out(st: &AppState, num_seqs: usize, n: usize) -> Result<(), ApiError> {
+    let cap = st.limits.max_num_seqs;
+    if num_seqs <= cap {
+        return Ok(());
+    }
+    let prompts = num_seqs / n.max(1);
+    let msg = format!(
+        "{n} x {prompts} prompt(s) = {num_seqs} sequences, but the engine runs at most {cap} at once (--max-num-seqs)"
+    );
+    Err(ApiError::invalid("n", msg))
+}
+
 /// Tokens to generate for a prompt: the request's `max_tokens` (refused if it does not fit)
 /// or `default` (clipped to what is left of the context).
 pub fn max_tokens_for(
