@@ -1,4 +1,5 @@
-//! `tensorfold check`: load and validate a checkpoint, print what it is.
+//! `tensorfold check`: load and validate a checkpoint, print what it is. What the file controls
+//! reaches the terminal escaped (`tf_formats::printable`), never as raw bytes.
 
 use crate::args::CheckArgs;
 use crate::device::{OnBackend, dispatch};
@@ -11,11 +12,11 @@ struct Check<'a>(&'a CheckArgs);
 impl OnBackend for Check<'_> {
     type Out = ();
     fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
-        let m = Model::open(&self.0.model, b).map_err(refused)?;
+        let m = Model::open(&self.0.model, b).map_err(|e| refused(tf_formats::inert(&e.to_string())))?;
         let s = &m.decoder.spec;
         println!(
             "ok: {} layers={} hidden={} heads={}/{} head_dim={} vocab={} tokenizer={} eos={:?}",
-            s.architecture,
+            tf_formats::show(&s.architecture),
             s.num_layers,
             s.hidden_size,
             s.num_heads,

@@ -297,3 +297,19 @@ fn harmless_unused_tensors_pass() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[test]
+fn file_controlled_strings_reach_the_terminal_escaped() {
+    // A GGUF whose architecture holds a terminal escape (set the window title), a NUL and a
+    // right-to-left override.
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("evil.gguf");
+    let mut w = tf_formats::gguf::writer::GgufWriter::new();
+    w.kv("general.architecture", tf_formats::gguf::writer::WriteValue::str("ev\u{1b}]0;pwned\u{7}il\0\u{202e}"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(r"ev\x1b]0;pwned\x07il\x00\u{202e}"), "{err}");
+    assert!(!err.trim_end().chars().any(|c| c.is_control() || c == '\u{202e}'), "{err:?}");
+}

@@ -2,6 +2,7 @@
 //! `model.safetensors.index.json`, confined to the checkpoint directory.
 
 use crate::error::FormatError;
+use crate::printable::show;
 use crate::safetensors_file::{SafetensorsFile, TensorView};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -55,7 +56,7 @@ impl Checkpoint {
             for (name, file_name) in &shard_names {
                 let idx = file_of.get(file_name).copied();
                 if idx.is_none() || index.get(name) != idx.as_ref() {
-                    return Err(FormatError::tensor(&index_path, name, format!("not found in {file_name}")));
+                    return Err(FormatError::tensor(&index_path, name, format!("not found in {}", show(file_name))));
                 }
             }
         }
@@ -103,13 +104,16 @@ fn read_index(path: &Path) -> Result<BTreeMap<String, String>, FormatError> {
 fn confined(dir: &Path, name: &str, index: &Path) -> Result<PathBuf, FormatError> {
     let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != ".." && name != ".";
     if !plain {
-        return Err(FormatError::header(index, format!("shard name '{name}' is not a plain file name")));
+        return Err(FormatError::header(index, format!("shard name '{}' is not a plain file name", show(name))));
     }
     let path = dir.join(name);
     let real = path.canonicalize().map_err(|source| FormatError::Io { path: path.clone(), source })?;
     let root = dir.canonicalize().map_err(|source| FormatError::Io { path: dir.to_path_buf(), source })?;
     if !real.starts_with(&root) {
-        return Err(FormatError::header(index, format!("shard '{name}' leads outside the checkpoint directory")));
+        return Err(FormatError::header(
+            index,
+            format!("shard '{}' leads outside the checkpoint directory", show(name)),
+        ));
     }
     Ok(path)
 }

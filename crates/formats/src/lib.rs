@@ -15,5 +15,5 @@ pub mod safetensors_header;
 pub use bytes::TensorBytes;
 pub use checkpoint::Checkpoint;
 pub use error::FormatError;
-pub use printable::{SHOW_MAX, printable, show};
+pub use printable::{SHOW_MAX, inert, printable, show};
 pub use safetensors_file::{SafetensorsFile, TensorView};

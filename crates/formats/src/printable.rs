@@ -30,6 +30,12 @@ pub fn show(s: &str) -> String {
     printable(s.as_bytes(), SHOW_MAX)
 }
 
+/// `s` with control and invisible characters escaped as [`printable`] does, nothing cut and
+/// backslashes kept: a whole message whose file-controlled parts were already [`show`]n.
+pub fn inert(s: &str) -> String {
+    s.chars().map(|c| if c == '\\' { c.to_string() } else { escape_char(c) }).collect()
+}
+
 fn escape_char(c: char) -> String {
     match c {
         '\\' => "\\\\".to_string(),
@@ -74,6 +80,13 @@ mod tests {
     #[test]
     fn direction_overrides_are_escaped() {
         assert_eq!(show("a\u{202e}b\u{200b}c\u{feff}"), "a\\u{202e}b\\u{200b}c\\u{feff}");
+    }
+
+    #[test]
+    fn inert_escapes_controls_but_keeps_backslashes_and_length() {
+        let long = "y".repeat(500);
+        let msg = format!("C:\\m ok\u{1b}[2J\n\u{202e}{long}");
+        assert_eq!(inert(&msg), format!(r"C:\m ok\x1b[2J\x0a\u{{202e}}{long}"));
     }
 
     #[test]

@@ -369,3 +369,14 @@ fn seed_corpus_is_current_and_judged_by_name() {
         assert_eq!(ok, name.starts_with("valid_"), "{name}");
     }
 }
+
+#[test]
+fn file_controlled_keys_are_escaped_and_cut_in_errors() {
+    let key = format!("a\u{1b}[2J\0{}", "k".repeat(1000));
+    let mut w = GgufWriter::new();
+    w.kv(&key, WriteValue::U32(1)).kv(&key, WriteValue::U32(2));
+    let err = GgufFile::from_bytes(Path::new("dup.gguf"), w.to_bytes()).err().expect("refused").to_string();
+    assert!(err.contains(r"metadata key 'a\x1b[2J\x00kkk") && err.contains("...' appears twice"), "{err}");
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.len() < 300, "not cut: {} bytes", err.len());
+}

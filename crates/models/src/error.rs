@@ -67,7 +67,7 @@ pub enum ModelError {
         msg: String,
     },
     /// The architecture is not one TensorFold implements.
-    #[error("{}: unsupported architecture '{arch}' (supported: {supported})", file.display())]
+    #[error("{}: unsupported architecture '{}' (supported: {supported})", file.display(), tf_formats::show(arch))]
     Architecture {
         /// The config file.
         file: PathBuf,

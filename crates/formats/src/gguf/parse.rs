@@ -3,6 +3,7 @@
 
 use super::{GgmlType, MetaArray, MetaValue, TensorEntry, ValueType};
 use crate::error::FormatError;
+use crate::printable::show;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -141,9 +142,9 @@ pub(crate) fn parse_header(path: &Path, buf: &[u8]) -> Result<Header, FormatErro
     let mut meta_index = HashMap::with_capacity(n_kvs);
     for i in 0..n_kvs {
         let key = c.string("metadata key", MAX_KEY_BYTES).map_err(|e| bad(format!("metadata entry {i}: {e}")))?;
-        let value = read_kv_value(&mut c).map_err(|e| bad(format!("metadata '{key}': {e}")))?;
+        let value = read_kv_value(&mut c).map_err(|e| bad(format!("metadata '{}': {e}", show(key))))?;
         if meta_index.insert(key.to_string(), metadata.len()).is_some() {
-            return Err(bad(format!("metadata key '{key}' appears twice")));
+            return Err(bad(format!("metadata key '{}' appears twice", show(key))));
         }
         metadata.push((key.to_string(), value));
     }
@@ -224,7 +225,9 @@ fn alignment(metadata: &[(String, MetaValue)], index: &HashMap<String, usize>) -
     let Some((_, value)) = index.get("general.alignment").and_then(|&i| metadata.get(i)) else {
         return Ok(DEFAULT_ALIGNMENT);
     };
-    let a = value.as_u64().ok_or_else(|| format!("general.alignment must be an unsigned integer, found {value:?}"))?;
+    let a = value.as_u64().ok_or_else(|| {
+        format!("general.alignment must be an unsigned integer, found {}", show(&format!("{value:?}")))
+    })?;
     if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
         return Err(format!("general.alignment {a} must be a power of two up to {MAX_ALIGNMENT}"));
     }
@@ -306,7 +309,7 @@ fn check_overlaps(path: &Path, tensors: &[TensorEntry]) -> Result<(), FormatErro
         if let [a, b] = pair
             && b.0 < a.1
         {
-            return Err(FormatError::tensor(path, b.2, format!("data overlaps tensor '{}'", a.2)));
+            return Err(FormatError::tensor(path, b.2, format!("data overlaps tensor '{}'", show(a.2))));
         }
     }
     Ok(())
