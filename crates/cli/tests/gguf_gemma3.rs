@@ -2,8 +2,8 @@
 //! file (`scripts/gguf_reference.py`, which dequantizes to f32). Tokenization must equal HF's;
 //! the top-10 next-token logits at each prompt's end must agree; greedy continuations must
 //! equal HF's up to the first step where HF's own top-2 margin is below what our numerics can
-//! resolve. Needs the file: `TF_GEMMA3_GGUF` (set by .ci/run from scripts/fetch_gemma3_gguf.sh);
-//! skipped with a message when absent.
+//! resolve. Needs the file: `TF_GEMMA3_GGUF` (scripts/test.sh sets it, fetching the file with
+//! scripts/fetch_gemma3_gguf.sh when missing); skipped with a message when absent.
 
 use std::path::{Path, PathBuf};
 use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
