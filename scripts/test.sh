@@ -5,7 +5,8 @@
 #      openai, NVRTC), made once and reinstalled only when that file changes;
 #   2. the Gemma 3 270M demo GGUF in the cache (scripts/fetch_gemma3_gguf.sh), unless
 #      TF_GEMMA3_GGUF already names it: its golden test and the chat tests run on it;
-#   3. the CUDA kernels compiled by NVRTC for sm_80, sm_89 and sm_90a (no GPU needed);
+#   3. the CUDA kernels compiled by NVRTC for sm_80, sm_89 and sm_90a (no GPU needed), and the
+#      cuda crate's import layers checked (scripts/cuda_layers.py);
 #   4. cargo test --workspace, the ignored real-model tests included (extra arguments are
 #      passed to it);
 #   5. scripts/fuzz.sh, when it exists (TF_SKIP_FUZZ=1 skips it);
@@ -83,6 +84,13 @@ for arch in sm_80 sm_89 sm_90a; do
     rm -f "target/nvrtc-check/$arch-"*
     touch "$passed"
 done
+
+log "the cuda crate's files import one way (scripts/cuda_layers.py)"
+if ! out="$("$PY" scripts/cuda_layers.py 2>&1)"; then
+    echo "$out" >&2
+    exit 1
+fi
+tail -1 <<< "$out"
 
 log "cargo test --workspace"
 # The tests marked #[ignore] run too (those on the real GGUF need the file fetched above), except
