@@ -8,6 +8,7 @@ mod bench_pick;
 mod bench_prefix;
 mod chat_template;
 mod check;
+mod conn_limits;
 mod device;
 mod exit;
 mod gen_text;

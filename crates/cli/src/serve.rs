@@ -101,6 +101,7 @@ fn limits(a: &ServeArgs, max_len: usize) -> Limits {
         max_logprobs: size(a.max_logprobs),
         max_logit_bias: size(a.max_logit_bias),
         session_dir: a.session_dir.clone(),
+        conn: crate::conn_limits::conn_limits(a),
     }
 }
 

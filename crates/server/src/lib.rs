@@ -5,6 +5,8 @@
 mod api;
 mod body;
 mod chat_ids;
+mod conn;
+mod conn_watch;
 pub mod error;
 mod fields;
 mod generation;
@@ -17,6 +19,7 @@ mod sessions;
 pub mod state;
 pub mod template;
 
+pub use conn::{ConnLimits, parse_duration};
 pub use error::ApiError;
 pub use options::{ServeArgs, options_table};
 pub use state::{AppState, Limits, ModelInfo};
@@ -27,7 +30,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tf_engine::engine::EngineHandle;
-use tokio::sync::Notify;
 
 /// How long in-flight responses get to end after a shutdown signal before the server exits.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -61,19 +63,18 @@ pub fn run(
 async fn serve(state: Arc<AppState>, listen: &Listen, on_ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind((listen.host.as_str(), listen.port)).await?;
     on_ready(listener.local_addr()?);
-    let stopping = Arc::new(Notify::new());
-    let (st, notify) = (state.clone(), stopping.clone());
-    let signal = async move {
-        shutdown_signal().await;
-        st.shutting_down.store(true, Ordering::Relaxed);
-        st.engine.shutdown();
-        notify.notify_one();
-    };
-    let server = axum::serve(listener, routes::router(state)).with_graceful_shutdown(signal);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut connections =
+        std::pin::pin!(conn::serve_connections(listener, routes::router(state.clone()), state.limits.conn, stopped));
     tokio::select! {
-        r = server.into_future() => r,
-        _ = async { stopping.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
+        _ = connections.as_mut() => return Ok(()),
+        _ = shutdown_signal() => {}
     }
+    state.shutting_down.store(true, Ordering::Relaxed);
+    state.engine.shutdown();
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connections).await;
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -4,6 +4,7 @@
 use clap::{Args, CommandFactory, Parser};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `tensorfold serve`: every switch, with its default and accepted values.
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -36,6 +37,25 @@ pub struct ServeArgs {
     /// Accepts: 0-65535 (0 picks a free port).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
+    /// Longest a client may take to send a request head (from connecting, or from the head's
+    /// first byte on a kept-alive connection); past it the connection is closed.
+    ///
+    /// Accepts: seconds (`10`, `0.5`), or a number with `s` or `ms` (`500ms`).
+    #[arg(long, default_value = "10s", value_parser = crate::conn::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Longest a kept-alive connection waits for its next request, and longest a response waits
+    /// for its client to read on; past it the connection is closed.
+    ///
+    /// Accepts: seconds (`60`, `0.5`), or a number with `s` or `ms` (`500ms`).
+    #[arg(long, default_value = "60s", value_parser = crate::conn::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Most connections open at once; past it the connection that has waited longest for a
+    /// request is closed to make room (when every one is busy, the new one is).
+    ///
+    /// Accepts: an integer >= 1, at most three quarters of the open-file limit. Default: three
+    /// quarters of the process's open-file limit (`ulimit -n`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
     /// Model name clients use in requests and see in `/v1/models`.
     ///
     /// Accepts: any string. Default: the model directory's name.

@@ -53,6 +53,8 @@ pub struct Limits {
     pub max_logit_bias: usize,
     /// Where saved sessions live (`None`: the session routes are off).
     pub session_dir: Option<std::path::PathBuf>,
+    /// Connection timeouts and cap.
+    pub conn: crate::conn::ConnLimits,
 }
 
 /// Shared by all handlers.

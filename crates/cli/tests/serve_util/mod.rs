@@ -48,16 +48,29 @@ impl Server {
 
     /// Starts the server on `dir` (kept alive as long as the server).
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        Server::start_wrapped(dir, &[], extra, Stdio::inherit())
+    }
+
+    /// Starts the server on `dir` through `wrapper` (a command that runs the binary, e.g.
+    /// `prlimit --nofile=256`; none when empty), its stderr going to `stderr`.
+    pub fn start_wrapped(dir: tempfile::TempDir, wrapper: &[&str], extra: &[&str], stderr: Stdio) -> Server {
         let model: PathBuf = dir.path().to_path_buf();
         let mut args = vec!["serve", "--model", model.to_str().unwrap(), "--port", "0", "--threads", "1"];
-        args.extend_from_slice(&["--kv-memory", "4MiB", "--served-model-name", "tiny"]);
+        if !extra.contains(&"--kv-memory") {
+            args.extend_from_slice(&["--kv-memory", "4MiB"]);
+        }
+        args.extend_from_slice(&["--served-model-name", "tiny"]);
         args.extend_from_slice(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let bin = env!("CARGO_BIN_EXE_tensorfold");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd.args(&args).stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
