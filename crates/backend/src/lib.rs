@@ -271,6 +271,11 @@ pub trait Backend: Send + Sync {
     fn candidate_capacity(&self) -> Option<usize> {
         None
     }
+    /// Device memory `(free, total)` in bytes, where the backend has memory of its own (`None`
+    /// on the host): what sizes the KV cache by default.
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// A number no earlier call on this backend returned (0 where recordings are not kept): a
     /// loaded model's identity in [`Round::model`].
     fn fresh_id(&self) -> u64 {

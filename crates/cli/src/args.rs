@@ -38,8 +38,9 @@ pub enum Command {
 /// Where and how to run.
 #[derive(Args, Debug, Clone)]
 pub struct DeviceArgs {
-    /// Backend: `cpu` (fast), `ref` (scalar reference), `cuda[:N]` (with the cuda feature), `auto`.
-    #[arg(long, default_value = "cpu")]
+    /// Backend: `cpu` (fast), `ref` (scalar reference), `cuda[:N]` (with the cuda feature), `auto`
+    /// (the first GPU when one starts, else the CPU).
+    #[arg(long, default_value = "auto")]
     pub device: String,
     /// CPU threads (default: all cores).
     #[arg(long, allow_negative_numbers = true, value_parser = at_least_one)]

@@ -1,73 +1,126 @@
-//! `tensorfold serve`: applies the profile, loads the model, sizes the KV cache from
-//! `--kv-memory` (reported on stderr), starts the engine thread and the HTTP server, prints the
-//! bound address on stdout, and exits 0 after SIGINT or SIGTERM.
+//! `tensorfold serve`: binds the port first (a busy one exits 2 at once), applies the profile,
+//! loads the model, sizes the KV cache (`--kv-memory`, or on a GPU `--gpu-memory-utilization` of
+//! the memory left after the weights), logs a startup banner on stderr, starts the engine thread
+//! and the HTTP server, prints the bound address on stdout, and exits 0 after SIGINT or SIGTERM.
 
 use crate::args::DeviceArgs;
 use crate::device::{OnOwnedBackend, dispatch_owned};
 use crate::exit::{Failure, failed, refused};
 use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend::Backend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
-use tf_server::{Limits, Listen, ModelInfo, ServeArgs};
+use tf_server::auth::ApiKey;
+use tf_server::{Limits, ModelInfo, ServeArgs};
+
+/// The KV cache's size on a device without memory of its own, unless `--kv-memory` says.
+const CPU_KV_MEMORY: u64 = 1 << 30;
+
+/// The environment variable that supplies `--api-key` when the switch is not given.
+const API_KEY_ENV: &str = "TENSORFOLD_API_KEY";
 
 /// Runs `serve` until a shutdown signal.
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    init_logging();
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let a = tf_server::options::with_profile(args, &argv).map_err(refused)?;
+    let mut a = tf_server::options::with_profile(args, &argv).map_err(refused)?;
+    if a.api_key.is_none() {
+        a.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+    }
+    let listener = bind(&a.host, a.port)?;
     let dev = DeviceArgs {
         device: a.device.clone(),
         threads: a.threads.map(|t| t as usize),
         quant_acts: a.quant_acts.clone(),
         cuda: Default::default(),
     };
-    dispatch_owned(&dev, "serve", Serve(&a))
+    dispatch_owned(&dev, "serve", Serve(&a, listener))
+}
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = std::env::var("RUST_LOG").ok().and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok());
+    let filter = filter.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Binds the listening socket before anything slow happens; a busy port is refused.
+fn bind(host: &str, port: u16) -> Result<TcpListener, Failure> {
+    TcpListener::bind((host, port)).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => refused(format!("serve: {host}:{port} is in use")),
+        _ => refused(format!("serve: cannot listen on {host}:{port}: {e}")),
+    })
 }
 
 /// `serve`'s body over whichever backend `--device` names.
-struct Serve<'a>(&'a ServeArgs);
+struct Serve<'a>(&'a ServeArgs, TcpListener);
 
 impl OnOwnedBackend for Serve<'_> {
     type Out = ();
     fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
-        serve_on(new_backend()?, self.0)
+        serve_on(new_backend()?, self.0, self.1)
     }
 }
 
-fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failure> {
+fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListener) -> Result<(), Failure> {
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
+    let free_before = backend.memory_info().map(|(free, _)| free);
     let mut model = Model::open(dir, &backend).map_err(refused)?;
+    let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
+    let draft_model = match draft_dir {
+        Some(d) => Some(Model::open(d, &backend).map_err(refused)?),
+        None => None,
+    };
+    let free_after = backend.memory_info().map(|(free, _)| free);
+    let weight_bytes = match (free_before, free_after) {
+        (Some(before), Some(after)) => before.saturating_sub(after),
+        _ => checkpoint_bytes(dir) + draft_dir.map_or(0, checkpoint_bytes),
+    };
     let block_size = a.block_size as usize;
-    let block_bytes = (model.decoder.kv_bytes_per_token(backend.kv_dtype()) * block_size) as u64;
-    let num_blocks = usize::try_from(a.kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
+    let per_token = model.decoder.kv_bytes_per_token(backend.kv_dtype())
+        + draft_model.as_ref().map_or(0, |d| d.decoder.kv_bytes_per_token(backend.kv_dtype()));
+    let block_bytes = (per_token * block_size) as u64;
+    let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
+    let num_blocks = usize::try_from(kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
     if num_blocks == 0 {
-        return Err(refused(format!("--kv-memory {} holds no KV block of {block_bytes} bytes", a.kv_memory)));
+        return Err(refused(format!("{kv_source}: {kv_memory} bytes hold no KV block of {block_bytes} bytes")));
     }
-    eprintln!(
-        "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {:.1} MiB)",
-        num_blocks * block_size,
-        (num_blocks as u64 * block_bytes) as f64 / (1u64 << 20) as f64
-    );
     let mut info = model_info(&model, a, dir);
     let chat = crate::chat_template::serve_template(a.chat_template.as_deref(), &mut model, &mut info)?;
     for warning in &chat.warnings {
-        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
     }
-    eprintln!("{}", chat.note);
+    let banner = [
+        format!(
+            "model {} ({}, {} layers) from {}",
+            info.name,
+            model.decoder.spec.architecture,
+            model.decoder.spec.num_layers,
+            dir.display()
+        ),
+        format!("device {}, weights {}", backend.name(), mib(weight_bytes)),
+        format!(
+            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source})",
+            num_blocks * block_size,
+            mib(num_blocks as u64 * block_bytes)
+        ),
+        chat.note,
+    ];
     let sched = SchedulerConfig {
         max_num_seqs: a.max_num_seqs as usize,
         max_round_tokens: a.max_round_tokens as usize,
         prefill_chunk: a.prefill_chunk as usize,
         prefix_cache: a.prefix_cache_on(),
-    };
-    let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
-    let draft_model = match draft_dir {
-        Some(d) => Some(Model::open(d, &backend).map_err(refused)?),
-        None => None,
     };
     let kind = match a.draft.strip_prefix("early-exit:").and_then(|n| n.parse().ok()) {
         Some(n) => DraftKind::EarlyExit(n),
@@ -79,13 +132,52 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs) -> Result<(), Failu
     let cfg = EngineConfig { num_blocks, block_size, sched, draft, overlap: a.overlap };
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens);
-    let listen = Listen { host: a.host.clone(), port: a.port };
-    let result = tf_server::run(engine.clone(), info, chat.template, limits, &listen, |addr| {
+    let result = tf_server::run(engine.clone(), info, chat.template, limits, listener, |addr| {
+        for line in &banner {
+            tracing::info!("{line}");
+        }
+        tracing::info!("listening on http://{addr}{}", if a.api_key.is_some() { " (API key required)" } else { "" });
         println!("listening on http://{addr}");
     });
     engine.shutdown();
     let _ = thread.join();
     result.map_err(|e| failed(format!("serve on {}:{}: {e}", a.host, a.port)))
+}
+
+/// Bytes for the KV cache, and what set them: `--kv-memory`, else `share` of the device memory
+/// free after the weights, else the CPU default.
+fn kv_budget(explicit: Option<u64>, device_free: Option<u64>, share: f64) -> (u64, String) {
+    match (explicit, device_free) {
+        (Some(bytes), _) => (bytes, "--kv-memory".into()),
+        (None, Some(free)) => {
+            let bytes = (free as f64 * share) as u64;
+            (bytes, format!("--gpu-memory-utilization {share} of {} free after the weights", mib(free)))
+        }
+        (None, None) => (CPU_KV_MEMORY, "the CPU default; set --kv-memory".into()),
+    }
+}
+
+/// `n` bytes as MiB (GiB from 10 GiB up), one decimal.
+fn mib(n: u64) -> String {
+    let mib = n as f64 / (1u64 << 20) as f64;
+    match mib >= 10240.0 {
+        true => format!("{:.1} GiB", mib / 1024.0),
+        false => format!("{mib:.1} MiB"),
+    }
+}
+
+/// The size of a checkpoint's weight files: the GGUF file, or a directory's `.safetensors`.
+fn checkpoint_bytes(path: &Path) -> u64 {
+    if path.is_file() {
+        return path.metadata().map_or(0, |m| m.len());
+    }
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 fn limits(a: &ServeArgs, max_len: usize) -> Limits {
@@ -102,6 +194,7 @@ fn limits(a: &ServeArgs, max_len: usize) -> Limits {
         max_logit_bias: size(a.max_logit_bias),
         session_dir: a.session_dir.clone(),
         conn: crate::conn_limits::conn_limits(a),
+        api_key: a.api_key.as_deref().and_then(ApiKey::new),
     }
 }
 
@@ -121,5 +214,29 @@ fn model_info<B: Backend>(model: &Model<B>, a: &ServeArgs, dir: &Path) -> ModelI
         bos_token: text_of(model.bos_id),
         eos_token: text_of(tok.and_then(|t| t.eos_id()).or(model.eos_ids.first().copied())),
         chat_template: tok.and_then(|t| t.chat_template()).map(str::to_string),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_memory_given_wins_else_a_share_of_free_device_memory_else_the_cpu_default() {
+        assert_eq!(kv_budget(Some(4 << 20), Some(100 << 30), 0.9).0, 4 << 20);
+        let (bytes, source) = kv_budget(None, Some(100 << 30), 0.9);
+        assert_eq!(bytes, (100u64 << 30) * 9 / 10);
+        assert!(source.contains("0.9 of 100.0 GiB free"), "{source}");
+        assert_eq!(kv_budget(None, Some(1 << 30), 0.5).0, 1 << 29);
+        assert_eq!(kv_budget(None, None, 0.9).0, CPU_KV_MEMORY);
+    }
+
+    #[test]
+    fn a_busy_port_is_refused_with_exit_2() {
+        let held = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = held.local_addr().unwrap().port();
+        let f = bind("127.0.0.1", port).unwrap_err();
+        assert_eq!(f.code, 2);
+        assert_eq!(f.message, format!("serve: 127.0.0.1:{port} is in use"));
     }
 }

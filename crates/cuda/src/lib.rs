@@ -161,6 +161,10 @@ impl Backend for CudaBackend {
         format!("cuda:{}", self.ctx.dev.ordinal)
     }
 
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        self.ctx.dev.ctx.mem_get_info().ok().map(|(free, total)| (free as u64, total as u64))
+    }
+
     fn mat(&self, t: &TensorView) -> Result<CudaMat, BackendError> {
         ops::mat(&self.ctx, t)
     }

@@ -1,6 +1,7 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions`: parse and check on a blocking thread
 //! (JSON, templates and tokenization stay off the async workers), then run and respond.
 
+use crate::access_log::Tally;
 use crate::body::json_body;
 use crate::chat_ids;
 use crate::error::ApiError;
@@ -13,8 +14,8 @@ use crate::respond::Reply;
 use crate::state::AppState;
 use crate::template::TemplateInput;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use minijinja::Value as JValue;
@@ -31,23 +32,26 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
 /// Handles `POST /v1/completions`.
 pub async fn completions(
     State(st): State<Arc<AppState>>,
+    tally: Option<Extension<Tally>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run(st, headers, body, Api::Completions).await
+    run(st, tally.map(|t| t.0), headers, body, Api::Completions).await
 }
 
 /// Handles `POST /v1/chat/completions`.
 pub async fn chat(
     State(st): State<Arc<AppState>>,
+    tally: Option<Extension<Tally>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run(st, headers, body, Api::Chat).await
+    run(st, tally.map(|t| t.0), headers, body, Api::Chat).await
 }
 
 async fn run(
     st: Arc<AppState>,
+    tally: Option<Tally>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
     api: Api,
@@ -60,7 +64,11 @@ async fn run(
         Api::Chat => prepare_chat(&prep, &body.obj, &body.raw),
     })
     .await?;
-    let generation = Generation::start(&st, specs, &reply.opts, started)?;
+    let mut generation = Generation::start(&st, specs, &reply.opts, started)?;
+    if let Some(t) = tally {
+        t.set_prompt(reply.prompt_tokens);
+        generation.report_to(t);
+    }
     if reply.opts.stream {
         return Ok(reply.stream(generation));
     }

@@ -3,6 +3,7 @@
 //! "stop"), and cancels every sequence when dropped, e.g. when the client goes away. A sequence
 //! whose tokens pile up unread (a client that stopped reading) is cancelled at a bound.
 
+use crate::access_log::Tally;
 use crate::error::ApiError;
 use crate::request::{Options, check_fan_out};
 use crate::state::{Admission, AppState};
@@ -84,6 +85,7 @@ pub struct Generation {
     started: Instant,
     open: usize,
     _admission: Admission,
+    tally: Option<Tally>,
 }
 
 impl Generation {
@@ -146,6 +148,7 @@ impl Generation {
             started,
             open,
             _admission: admission,
+            tally: None,
         };
         for r in gen_requests {
             if !state.engine.submit(r) {
@@ -169,6 +172,11 @@ impl Generation {
                 None => self.engine_gone(),
             }
         }
+    }
+
+    /// Reports the tokens generated to `tally` when dropped.
+    pub fn report_to(&mut self, tally: Tally) {
+        self.tally = Some(tally);
     }
 
     /// Tokens generated so far, over all sequences (up to a stop string where one hit).
@@ -268,6 +276,9 @@ impl Generation {
 
 impl Drop for Generation {
     fn drop(&mut self) {
+        if let Some(t) = &self.tally {
+            t.set_completion(self.completion_tokens());
+        }
         for s in &self.seqs {
             s.cancel.store(true, Ordering::Relaxed);
         }

@@ -2,7 +2,9 @@
 //! boundary, chat templates, metrics. It owns JSON, templates and tokenization; the engine
 //! thread only sees checked native requests (DESIGN.md, "Layers").
 
+mod access_log;
 mod api;
+pub mod auth;
 mod body;
 mod chat_ids;
 mod conn;
@@ -34,34 +36,50 @@ use tf_engine::engine::EngineHandle;
 /// How long in-flight responses get to end after a shutdown signal before the server exits.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Where to listen.
-#[derive(Debug, Clone)]
-pub struct Listen {
-    /// Host name or address.
-    pub host: String,
-    /// Port; 0 picks a free one.
-    pub port: u16,
-}
-
-/// Serves until SIGINT or SIGTERM, then stops accepting, cancels in-flight work through the
-/// engine and returns. `on_ready` gets the bound address once the socket listens.
+/// Serves on `listener` (bound before the model loaded) until SIGINT or SIGTERM, then stops
+/// accepting, cancels in-flight work through the engine and returns. `on_ready` gets the bound
+/// address once requests are answered.
 pub fn run(
     engine: EngineHandle,
     model: ModelInfo,
     template: Option<ChatTemplate>,
     limits: Limits,
-    listen: &Listen,
+    listener: std::net::TcpListener,
     on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tensorfold-http").build()?;
+    listener.set_nonblocking(true)?;
     let state = Arc::new(AppState::new(engine, model, template, limits));
-    let result = rt.block_on(serve(state, listen, on_ready));
+    let (listener, report) = {
+        let _entered = rt.enter();
+        (tokio::net::TcpListener::from_std(listener)?, shutdown_report(state.clone())?)
+    };
+    rt.spawn(report);
+    let result = rt.block_on(serve(state, listener, on_ready));
     rt.shutdown_timeout(Duration::from_secs(1));
+    tracing::info!("stopped");
     result
 }
 
-async fn serve(state: Arc<AppState>, listen: &Listen, on_ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind((listen.host.as_str(), listen.port)).await?;
+/// Logs, on SIGINT or SIGTERM, how many requests the shutdown cancels. The handlers are
+/// installed here, before the server starts, so no signal comes unseen.
+fn shutdown_report(state: Arc<AppState>) -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down: {} requests in flight cancelled", state.requests_in_flight());
+    })
+}
+
+async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    on_ready: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
     on_ready(listener.local_addr()?);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections =

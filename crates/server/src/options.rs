@@ -62,10 +62,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Backend to run on (`cuda` needs a build with `--features cuda`; `auto` picks the GPU when
-    /// one starts).
+    /// one starts, else the CPU).
     ///
     /// Accepts: cpu, ref, cuda, cuda:N, auto.
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = "auto")]
     pub device: String,
     /// CPU threads of the backend.
     ///
@@ -79,11 +79,21 @@ pub struct ServeArgs {
     /// Accepts: int8, f32.
     #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
     pub quant_acts: String,
-    /// Memory for the KV cache; the block count it gives is reported at start.
+    /// Memory for the KV cache (the draft model's included); the block count it gives is reported
+    /// at start. Given, it wins over `--gpu-memory-utilization`.
     ///
     /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
-    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
-    pub kv_memory: u64,
+    /// Default: on a GPU, `--gpu-memory-utilization` of the device memory free after the weights
+    /// load; on the CPU, 1GiB.
+    #[arg(long, value_parser = parse_bytes)]
+    pub kv_memory: Option<u64>,
+    /// Share of the GPU memory left free after the weights load that the KV cache takes when
+    /// `--kv-memory` is not given (vLLM's switch of that name; the rest is headroom for
+    /// activations and workspaces). Ignored on the CPU.
+    ///
+    /// Accepts: a number greater than 0, at most 1.
+    #[arg(long, default_value_t = 0.9, value_parser = parse_share)]
+    pub gpu_memory_utilization: f64,
     /// Tokens per KV block.
     ///
     /// Accepts: 1-1024.
@@ -179,6 +189,12 @@ pub struct ServeArgs {
     /// Accepts: a directory path. Default: sessions are off.
     #[arg(long)]
     pub session_dir: Option<PathBuf>,
+    /// Key every route but `/health` needs, as `Authorization: Bearer KEY`; others get 401.
+    ///
+    /// Accepts: a non-empty string. Default: the environment variable `TENSORFOLD_API_KEY`, else
+    /// no key is asked for.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub api_key: Option<String>,
 }
 
 impl ServeArgs {
@@ -213,6 +229,14 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         _ => return Err(format!("'{s}': unknown unit (use K, M, G, KiB, MiB or GiB)")),
     };
     n.checked_mul(scale).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Parses a share of memory: a number in (0, 1].
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1.0 => Ok(x),
+        _ => Err(format!("'{s}': expected a number greater than 0 and at most 1")),
+    }
 }
 
 /// Applies `args.profile` (if any): its keys become switches placed before the command line's,
@@ -331,8 +355,33 @@ mod tests {
         assert_eq!(args.model, Some(PathBuf::from("/m")));
         assert_eq!(args.port, 0, "command line wins");
         assert_eq!(args.max_num_seqs, 3);
-        assert_eq!(args.kv_memory, 2 << 20);
+        assert_eq!(args.kv_memory, Some(2 << 20));
         assert!(!args.prefix_cache);
+    }
+
+    #[test]
+    fn gpu_memory_utilization_is_a_share_and_the_kv_memory_default_is_left_to_the_device() {
+        let a = parse(&["serve"]);
+        assert_eq!((a.kv_memory, a.gpu_memory_utilization, a.device.as_str()), (None, 0.9, "auto"));
+        assert_eq!(parse(&["serve", "--gpu-memory-utilization", "0.5"]).gpu_memory_utilization, 0.5);
+        assert_eq!(parse(&["serve", "--gpu-memory-utilization", "1"]).gpu_memory_utilization, 1.0);
+        for bad in ["0", "1.01", "-0.5", "nan", "x"] {
+            let r = ServeOnly::try_parse_from(["serve", "--gpu-memory-utilization", bad]);
+            assert!(r.is_err(), "--gpu-memory-utilization {bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn api_key_comes_from_the_profile_and_is_never_empty() {
+        assert!(ServeOnly::try_parse_from(["serve", "--api-key", ""]).is_err());
+        assert_eq!(profile_switches("api-key = \"k1\""), Ok(vec![OsString::from("--api-key=k1")]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, "api_key = \"secret\"\n").unwrap();
+        let p = path.to_str().unwrap();
+        let argv: Vec<OsString> = ["tensorfold", "serve", "--profile", p].iter().map(OsString::from).collect();
+        let args = with_profile(parse(&["serve", "--profile", p]), &argv).unwrap();
+        assert_eq!(args.api_key.as_deref(), Some("secret"));
     }
 
     #[test]

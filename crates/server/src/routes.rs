@@ -1,5 +1,6 @@
 //! The router: OpenAI routes, vLLM's `/tokenize` and `/detokenize`, `/health`, `/metrics`, and
-//! OpenAI-shaped errors for unknown routes and methods.
+//! OpenAI-shaped errors for unknown routes and methods; the API key check and the request log
+//! wrap them all.
 
 use crate::api::{blocking, chat, chat_prompt, completions};
 use crate::body::json_body;
@@ -10,7 +11,7 @@ use crate::state::AppState;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,13 +20,15 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// All routes over `state`, with the body size cap and response counting.
+/// All routes over `state`, with the body size cap, the API key check, response counting and the
+/// request log (outermost, so refused requests are logged too).
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.limits.max_body_bytes;
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get_route(models))
+        .route("/v1/models/{*id}", get_route(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/health", get_route(health))
@@ -36,7 +39,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), length_cap))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_key))
         .layer(axum::middleware::map_response_with_state(state.clone(), count_response))
+        .layer(axum::middleware::from_fn(crate::access_log::log_requests))
         .with_state(state)
 }
 
@@ -69,10 +74,22 @@ fn json_response(v: Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
+/// The served model's object, as `/v1/models` lists it.
+fn model_object(st: &AppState) -> Value {
+    json!({"id": st.model.name, "object": "model", "created": 0, "owned_by": "tensorfold",
+           "root": st.model.name, "max_model_len": st.max_model_len()})
+}
+
 async fn models(State(st): State<Arc<AppState>>) -> Response {
-    json_response(json!({"object": "list", "data": [{
-        "id": st.model.name, "object": "model", "created": 0, "owned_by": "tensorfold",
-        "root": st.model.name, "max_model_len": st.max_model_len()}]}))
+    json_response(json!({"object": "list", "data": [model_object(&st)]}))
+}
+
+/// `GET /v1/models/{id}`: the served model's object, 404 for any other id.
+async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match id == st.model.name {
+        true => Ok(json_response(model_object(&st))),
+        false => Err(ApiError::unknown_model(&id)),
+    }
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {

@@ -1,6 +1,7 @@
 //! What every handler shares: the engine handle, what the HTTP side needs of the model (vocab,
 //! tokenizer, chat template, stop ids), the deployment's limits, counters and the admission count.
 
+use crate::auth::ApiKey;
 use crate::error::ApiError;
 use crate::metrics::ServerMetrics;
 use crate::template::ChatTemplate;
@@ -53,6 +54,8 @@ pub struct Limits {
     pub max_logit_bias: usize,
     /// Where saved sessions live (`None`: the session routes are off).
     pub session_dir: Option<std::path::PathBuf>,
+    /// The key every route but `/health` needs (`None`: no key is asked for).
+    pub api_key: Option<ApiKey>,
     /// Connection timeouts and cap.
     pub conn: crate::conn::ConnLimits,
 }
@@ -73,6 +76,8 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Sequences admitted and not yet released.
     in_flight: AtomicUsize,
+    /// Requests holding an admission.
+    requests: AtomicUsize,
     ids: RandomState,
     next_id: AtomicU64,
 }
@@ -88,6 +93,7 @@ impl AppState {
             metrics: ServerMetrics::default(),
             shutting_down: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
             ids: RandomState::new(),
             next_id: AtomicU64::new(0),
         }
@@ -117,12 +123,18 @@ impl AppState {
             self.metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
             return Err(ApiError::queue_full(cap));
         }
+        self.requests.fetch_add(1, Ordering::AcqRel);
         Ok(Admission { state: self.clone(), n })
     }
 
     /// Sequences admitted and not yet released.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests admitted whose sequences have not all been released.
+    pub fn requests_in_flight(&self) -> usize {
+        self.requests.load(Ordering::Relaxed)
     }
 }
 
@@ -135,5 +147,6 @@ pub struct Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.state.in_flight.fetch_sub(self.n, Ordering::AcqRel);
+        self.state.requests.fetch_sub(1, Ordering::AcqRel);
     }
 }
