@@ -50,20 +50,19 @@ pub fn run(
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tensorfold-http").build()?;
     listener.set_nonblocking(true)?;
     let state = Arc::new(AppState::new(engine, model, template, limits));
-    let (listener, report) = {
+    let (listener, signals) = {
         let _entered = rt.enter();
-        (tokio::net::TcpListener::from_std(listener)?, shutdown_report(state.clone())?)
+        (tokio::net::TcpListener::from_std(listener)?, shutdown_signals()?)
     };
-    rt.spawn(report);
-    let result = rt.block_on(serve(state, listener, on_ready));
+    let result = rt.block_on(serve(state, listener, signals, on_ready));
     rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("stopped");
     result
 }
 
-/// Logs, on SIGINT or SIGTERM, how many requests the shutdown cancels. The handlers are
-/// installed here, before the server starts, so no signal comes unseen.
-fn shutdown_report(state: Arc<AppState>) -> std::io::Result<impl Future<Output = ()>> {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed here, before the server starts, so
+/// no signal comes unseen.
+fn shutdown_signals() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
     Ok(async move {
@@ -71,13 +70,13 @@ fn shutdown_report(state: Arc<AppState>) -> std::io::Result<impl Future<Output =
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        tracing::info!("shutting down: {} requests in flight cancelled", state.requests_in_flight());
     })
 }
 
 async fn serve(
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
+    signals: impl Future<Output = ()>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     on_ready(listener.local_addr()?);
@@ -86,27 +85,13 @@ async fn serve(
         std::pin::pin!(conn::serve_connections(listener, routes::router(state.clone()), state.limits.conn, stopped));
     tokio::select! {
         _ = connections.as_mut() => return Ok(()),
-        _ = shutdown_signal() => {}
+        _ = signals => {}
     }
+    // Logged before the engine cancels them, and before the runtime can stop.
+    tracing::info!("shutting down: {} requests in flight cancelled", state.requests_in_flight());
     state.shutting_down.store(true, Ordering::Relaxed);
     state.engine.shutdown();
     let _ = stop.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, connections).await;
     Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
