@@ -1,4 +1,4 @@
-//! The trust boundary for token ids (DESIGN.md principle 1).
+//! The trust boundary for token ids (docs/architecture.md, "the trust boundary").
 //!
 //! Ids from outside are raw `i64`s; the only way to turn them into [`TokenIds`] is
 //! [`Vocab::check`], which compares each against the embedding table's row count. Ids the

@@ -1,6 +1,6 @@
 //! The fast CPU backend: AVX2+FMA kernels chosen at run time (portable fallback), rayon over a
 //! pool the backend owns, and one reduction order per output element, so every op is batch
-//! invariant bit for bit (DESIGN.md principle 3). Host types are the reference backend's.
+//! invariant bit for bit (docs/architecture.md, the four promises). Host types are the reference backend's.
 
 mod attention;
 mod matmul;

@@ -1,6 +1,6 @@
 //! Logits to a token: logit bias, penalties, then greedy argmax or Gumbel-max over Philox noise
 //! keyed by (seed, position), so a sampled token is a pure function of (logits, params, history,
-//! seed, position): the same whether batched, drafted or not (DESIGN.md principle 3).
+//! seed, position): the same whether batched, drafted or not (docs/architecture.md, the four promises).
 //!
 //! The token is chosen from the row's candidates (tf_backend::candidates: the ids within a
 //! window of the most likely one, [`query`]'s window being wide enough that no other id could

@@ -1,5 +1,5 @@
 //! Opening a Hugging Face checkpoint directory: config, generation config, tokenizer, weights,
-//! all validated against each other before anything runs (DESIGN.md principle 2).
+//! all validated against each other before anything runs (docs/architecture.md, loading).
 
 use crate::config::RawConfig;
 use crate::decoder::Decoder;

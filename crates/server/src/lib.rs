@@ -1,6 +1,6 @@
 //! The OpenAI-compatible HTTP server (axum + tokio): routes, SSE, request checks at the trust
 //! boundary, chat templates, metrics. It owns JSON, templates and tokenization; the engine
-//! thread only sees checked native requests (DESIGN.md, "Layers").
+//! thread only sees checked native requests (docs/architecture.md).
 
 mod access_log;
 mod api;

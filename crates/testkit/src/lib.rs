@@ -1,5 +1,5 @@
 //! Shared engine test kit: fixtures, engines over any backend, requests, and the exactness checks
-//! of DESIGN.md (concurrent == solo, resumed == fresh, drafted == undrafted) written once, so the
+//! of docs/architecture.md (concurrent == solo, resumed == fresh, drafted == undrafted) written once, so the
 //! CPU tests in CI and the CUDA tests on the GPU machine make the same assertions.
 
 mod concurrent;

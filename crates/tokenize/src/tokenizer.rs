@@ -1,4 +1,4 @@
-//! A Hugging Face tokenizer checked against the embedding table at load (DESIGN.md principle 2):
+//! A Hugging Face tokenizer checked against the embedding table at load (docs/architecture.md, loading):
 //! every id it can produce, added and special ones included, is below the row count.
 
 use std::path::{Path, PathBuf};
