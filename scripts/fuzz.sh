@@ -9,6 +9,7 @@
 # target/fuzz-artifacts/T/ (or $FUZZ_ARTIFACTS). libFuzzer runs with -seed=1. cargo-fuzz is
 # installed when missing; it runs on stable through RUSTC_BOOTSTRAP=1 with `-s none` (no
 # sanitizer: the fuzzed parsers are safe Rust, and ASan would double build and run times).
+# Built from a clean checkout, installing cargo-fuzz included, it takes about 9 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,9 @@ seconds=${1:-${FUZZ_SECONDS:-60}}
 only=("$@")
 artifacts=${FUZZ_ARTIFACTS:-$PWD/target/fuzz-artifacts}
 export RUSTC_BOOTSTRAP=1
+# One target directory for every fuzz workspace (their shared dependencies, libFuzzer's C++
+# among them, build once) and 16 codegen units: a third of the one-unit build time on 2 cores.
+build=(-s none --codegen-units 16 --target-dir "$PWD/target/fuzz")
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
@@ -29,15 +33,19 @@ failed=()
 ran=0
 for manifest in crates/*/fuzz/Cargo.toml; do
     crate=${manifest%/fuzz/Cargo.toml}
+    targets=()
+    for target in $(cd "$crate" && cargo fuzz list); do
+        if [[ ${#only[@]} -eq 0 || " ${only[*]} " == *" $target "* ]]; then
+            targets+=("$target")
+        fi
+    done
+    [[ ${#targets[@]} -eq 0 ]] && continue
     echo "== building the fuzz targets of $crate"
-    if ! (cd "$crate" && cargo fuzz build -s none); then
+    if ! (cd "$crate" && cargo fuzz build "${build[@]}"); then
         failed+=("$crate (build)")
         continue
     fi
-    for target in $(cd "$crate" && cargo fuzz list); do
-        if [[ ${#only[@]} -gt 0 && ! " ${only[*]} " == *" $target "* ]]; then
-            continue
-        fi
+    for target in "${targets[@]}"; do
         corpus="$work/${crate##*/}-$target"
         mkdir -p "$corpus" "$artifacts/$target"
         seeds=""
@@ -52,7 +60,7 @@ for manifest in crates/*/fuzz/Cargo.toml; do
         echo "== fuzzing $target ($crate) for ${seconds}s from ${seeds:-nothing} ($(ls "$corpus" | wc -l) seeds)"
         ran=$((ran + 1))
         # The per-input progress lines are dropped; the status is the fuzzer's (pipefail).
-        if ! (cd "$crate" && cargo fuzz run -s none "$target" "$corpus" -- \
+        if ! (cd "$crate" && cargo fuzz run "${build[@]}" "$target" "$corpus" -- \
             -seed=1 -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$artifacts/$target/" \
             2>&1 | { grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' || true; }); then
             failed+=("$target")
@@ -69,4 +77,4 @@ if [[ ${#failed[@]} -gt 0 ]]; then
     echo "fuzz: FAILED: ${failed[*]}"
     exit 1
 fi
-echo "fuzz: $ran target(s) ran ${seconds}s each without a crash"
+echo "fuzz: $ran target(s) ran ${seconds}s each without a crash (${SECONDS}s in all)"
