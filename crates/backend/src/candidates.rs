@@ -14,6 +14,7 @@
 //! race draws noise only where it can matter, which is cheaper than scoring every id.
 
 use crate::logprobs::rank_value;
+use crate::mask::TokenMask;
 use crate::rng::{gumbel, uniform_block};
 use crate::top_p::band_prefix;
 
@@ -55,6 +56,9 @@ pub struct RowQuery {
     /// Top-p's mass (1: off). Without top-k, a backend may send only the top of the window that
     /// settles the cut, with the window's mass (Candidates::window_mass).
     pub top_p: f32,
+    /// Structured output's allowed ids: every id outside it is -inf before everything else
+    /// (before the edits, the window and the race); `None` allows every id.
+    pub mask: Option<TokenMask>,
 }
 
 /// A scaled value's place in the filters' total order (NaN lowest, -0 below +0) as an
@@ -139,8 +143,11 @@ pub struct Candidates {
     pub window_mass: Option<f64>,
 }
 
-/// Applies `q`'s edits to `row` in place (ids past the row are left alone).
+/// Applies `q`'s mask, then its edits, to `row` in place (ids past the row are left alone).
 pub fn apply_edits(row: &mut [f32], q: &RowQuery) {
+    if let Some(m) = &q.mask {
+        m.apply(row);
+    }
     for e in &q.edits {
         if let Some(x) = row.get_mut(e.id as usize) {
             *x = q.edited(e, *x);
@@ -260,6 +267,7 @@ mod tests {
             race: None,
             top_k: 0,
             top_p: 1.0,
+            mask: None,
         }
     }
 
@@ -297,6 +305,17 @@ mod tests {
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1, 2]);
         let mut row = vec![0.0, f32::INFINITY];
         assert_eq!(candidates(&mut row, &query(20.0, None)).ids, [0, 1]);
+    }
+
+    #[test]
+    fn a_mask_applies_before_the_edits_so_a_bias_cannot_lift_a_masked_id() {
+        let mut q = query(0.0, None);
+        q.edits = vec![LogitEdit { id: 0, bias: Some(100.0), seen: false, count: 0 }];
+        q.mask = Some(TokenMask::from_ids(3, [1, 2]));
+        let mut row = vec![5.0, 1.0, 2.0];
+        let c = candidates(&mut row, &q);
+        assert_eq!(row, [f32::NEG_INFINITY, 1.0, 2.0]);
+        assert_eq!(c.ids, [2]);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod candidates;
 pub mod gate_up;
 pub mod host;
 pub mod logprobs;
+pub mod mask;
 pub mod reference;
 pub mod rng;
 pub mod rope;
@@ -15,6 +16,7 @@ pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
 pub use host::{HostKv, HostMat, HostTensor};
 pub use logprobs::{LogprobQuery, RowLogprobs};
+pub use mask::TokenMask;
 pub use reference::RefBackend;
 pub use rope::Rope;
 

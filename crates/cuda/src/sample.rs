@@ -5,7 +5,7 @@ use crate::device::{Arg, grid_for, ptr};
 use crate::ops::{argmax_split, select_rows};
 use crate::tensor::CudaAct;
 use rayon::prelude::*;
-use tf_backend::candidates::{select, settle_top_p};
+use tf_backend::candidates::{candidates, select, settle_top_p};
 use tf_backend::{Candidates, RowQuery};
 
 /// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
@@ -35,6 +35,9 @@ pub(crate) fn sample_candidates(b: &Ctx, x: &mut CudaAct, rows: &[usize], querie
     assert!(sorted.last().is_none_or(|&r| r < x.rows), "sample_candidates: row past the {} rows", x.rows);
     if n == 0 || cols == 0 {
         return vec![Candidates::default(); n];
+    }
+    if queries.iter().any(|q| q.mask.is_some()) {
+        return on_host(b, x, rows, queries);
     }
     assert!(cols <= i32::MAX as usize && n <= i32::MAX as usize / CAP, "sample_candidates: {n} rows of {cols}");
     let d = &b.dev;
@@ -138,6 +141,14 @@ pub(crate) fn sample_candidates(b: &Ctx, x: &mut CudaAct, rows: &[usize], querie
     found.into_iter().map(Option::unwrap_or_default).collect()
 }
 
+/// The candidates of rows `rows` selected on the host (their mask and edits applied there):
+/// the kernels do not read masks yet.
+fn on_host(b: &Ctx, x: &CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
+    let picked = select_rows(b, x, rows);
+    let data = b.dev.download(picked.data(&b.dev), picked.len());
+    data.par_chunks_exact(x.cols).zip(queries).map(|(row, q)| candidates(&mut row.to_vec(), q)).collect()
+}
+
 /// Whether `q`'s candidates may be cut to the top of its window by top-p (no top-k, no race).
 fn narrows_top_p(q: &RowQuery) -> bool {
     q.top_p < 1.0 && q.top_k == 0 && q.race.is_none()
@@ -221,6 +232,7 @@ mod tests {
             race,
             top_k: if race.is_some() { 0 } else { 40 },
             top_p: 1.0,
+            mask: None,
         };
         let key = RaceKey { seed: 0x1_0000_0002, position: 0x3_0000_0004 };
         let qs = [

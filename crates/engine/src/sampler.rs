@@ -103,6 +103,7 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         // A greedy row's ties need no filter.
         top_k: if greedy { 0 } else { params.top_k },
         top_p: if greedy { 1.0 } else { params.top_p },
+        mask: None,
     }
 }
 
