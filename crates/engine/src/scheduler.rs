@@ -1,8 +1,9 @@
 //! Lane rounds (vLLM v1's design): each round maps every scheduled sequence to the number of
-//! tokens it advances (a prefill chunk or one decode token) under a token budget. Running
-//! sequences go first, in admission order; waiting ones are admitted while blocks and budget
-//! last; when blocks run out the latest-admitted sequence is preempted and later recomputed.
-//! At admission a sequence takes whatever full blocks of its tokens the prefix cache holds.
+//! tokens it advances (a prefill chunk or one decode token) under a token budget. Decoding
+//! sequences go first, then running sequences' prefill chunks, in admission order; waiting ones
+//! are admitted while blocks and budget last; when blocks run out the latest-admitted sequence
+//! is preempted and later recomputed (never one already in the round). At admission a
+//! sequence takes whatever full blocks of its tokens the prefix cache holds.
 //! Pure bookkeeping: no device, no sampling.
 
 use crate::block_pool::{BlockId, BlockPool};
@@ -152,14 +153,16 @@ impl Scheduler {
         self.waiting.push_back(id);
     }
 
-    /// Plans the next round.
+    /// Plans the next round: decoding sequences first (one token each, with their drafts), then
+    /// prefill chunks of running sequences in admission order, then admissions, while the token
+    /// budget lasts; a prefill chunk never takes a decoding sequence's place.
     pub fn schedule(&mut self) -> Vec<RoundEntry> {
         let mut budget = self.config.max_round_tokens;
         let mut plan = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
-            let n = self.want(id, budget);
+            let n = if self.is_decoding(id) { self.want(id, budget) } else { 0 };
             if n == 0 {
                 i += 1;
                 continue;
@@ -170,6 +173,21 @@ impl Scheduler {
             plan.push(self.entry(id, n));
             budget -= n;
             i += 1;
+        }
+        let prefilling: Vec<SeqId> = self.running.iter().copied().filter(|&id| !self.is_decoding(id)).collect();
+        for id in prefilling {
+            if budget == 0 {
+                break;
+            }
+            if !self.running.contains(&id) {
+                continue; // preempted to make room for an earlier chunk
+            }
+            let n = self.want(id, budget);
+            if n == 0 || !self.reserve_unplanned(id, n, &plan) {
+                continue;
+            }
+            plan.push(self.entry(id, n));
+            budget -= n;
         }
         while budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
@@ -337,6 +355,25 @@ impl Scheduler {
         true
     }
 
+    /// Makes room for `n` more tokens of running sequence `id`, preempting from the back the
+    /// sequences `plan` does not hold; false when `id` itself had to be preempted.
+    fn reserve_unplanned(&mut self, id: SeqId, n: usize, plan: &[RoundEntry]) -> bool {
+        while !self.grow(id, n) {
+            let victim = self.running.iter().rev().copied().find(|&r| plan.iter().all(|e| e.seq != r));
+            let Some(victim) = victim else { return false };
+            self.preempt(victim);
+            if victim == id {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether `id` has exactly its last token to compute (a decode row).
+    fn is_decoding(&self, id: SeqId) -> bool {
+        self.seqs.get(&id).is_some_and(|s| s.tokens.len() == s.num_computed + 1)
+    }
+
     /// Extends `id`'s block table to hold `n` more tokens; false when the pool is short.
     fn grow(&mut self, id: SeqId, n: usize) -> bool {
         let s = &self.seqs[&id];
@@ -419,6 +456,27 @@ mod tests {
             assert!(plan.iter().map(|e| e.num_tokens).sum::<usize>() <= 8);
         }
         assert!(s.is_idle());
+    }
+
+    #[test]
+    fn decode_rows_go_first_and_prefill_chunks_fill_the_rest_of_the_budget() {
+        let mut s = sched(64, 6, 4);
+        s.add(0, vec![1]);
+        s.add(1, vec![1; 20]);
+        s.add(2, vec![1]);
+        let first = s.schedule();
+        let sizes: Vec<(SeqId, usize)> = first.iter().map(|e| (e.seq, e.num_tokens)).collect();
+        assert_eq!(sizes, vec![(0, 1), (1, 4), (2, 1)]);
+        s.commit(&first);
+        s.append(0, 7);
+        s.append(2, 7);
+        // Sequence 0 verifies three draft tokens: 4 of the 6 tokens; 2 decodes one; 1's chunk
+        // (admitted before 2) gets what is left instead of taking 2's place.
+        s.set_draft(0, vec![5, 5, 5]);
+        let plan = s.schedule();
+        let sizes: Vec<(SeqId, usize)> = plan.iter().map(|e| (e.seq, e.num_tokens)).collect();
+        assert_eq!(sizes, vec![(0, 4), (2, 1), (1, 1)]);
+        assert!(plan[1].wants_logits && !plan[2].wants_logits);
     }
 
     #[test]
