@@ -35,6 +35,9 @@ pub struct AttnMeta {
     pub slot_mapping: Vec<usize>,
     /// Tokens per block.
     pub block_size: usize,
+    /// The state slot (state.rs) of each sequence, in `seqs` order; empty where the model keeps
+    /// no per-sequence state.
+    pub state_slots: Vec<u32>,
 }
 
 /// One layer's attention shape and options.
@@ -55,12 +58,14 @@ pub struct AttnParams {
 }
 
 impl AttnMeta {
-    /// Metadata for one sequence advancing `q_len` tokens from `start_pos` through `block_table`.
+    /// Metadata for one sequence advancing `q_len` tokens from `start_pos` through `block_table`
+    /// (state slot 0).
     pub fn single(start_pos: usize, q_len: usize, block_table: Vec<u32>, block_size: usize) -> AttnMeta {
         let slot_mapping = (start_pos..start_pos + q_len)
             .map(|p| block_table[p / block_size] as usize * block_size + p % block_size)
             .collect();
-        AttnMeta { seqs: vec![SeqAttn { q_start: 0, q_len, start_pos, block_table }], slot_mapping, block_size }
+        let seqs = vec![SeqAttn { q_start: 0, q_len, start_pos, block_table }];
+        AttnMeta { seqs, slot_mapping, block_size, state_slots: vec![0] }
     }
 
     /// Absolute positions of every row, in row order.

@@ -10,6 +10,7 @@ pub mod mask;
 pub mod reference;
 pub mod rng;
 pub mod rope;
+pub mod state;
 pub mod top_p;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
@@ -19,6 +20,7 @@ pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use mask::TokenMask;
 pub use reference::RefBackend;
 pub use rope::Rope;
+pub use state::{HostState, StateShape};
 
 use tf_formats::TensorView;
 use thiserror::Error;
@@ -96,6 +98,8 @@ pub trait Backend: Send + Sync {
     type Vec: Send + Sync;
     /// One layer's paged KV cache.
     type Kv: Send;
+    /// One layer's pool of fixed-size per-sequence state slots (state.rs).
+    type State: Send;
     /// Token ids a round picked, kept where it picked them ([`Backend::argmax_rows_held`]), so
     /// a later round can embed them before they reach the host.
     type Held: Send;
@@ -108,6 +112,17 @@ pub trait Backend: Send + Sync {
     fn vec(&self, v: &[f32]) -> Self::Vec;
     /// Allocates one layer's KV pool.
     fn kv(&self, shape: KvShape) -> Result<Self::Kv, BackendError>;
+    /// Allocates one layer's zeroed state pool.
+    fn state(&self, shape: StateShape) -> Result<Self::State, BackendError>;
+    /// `slots`' values one after another, as little-endian f32 bytes ([`HostState::read_slots`]).
+    fn read_state(&self, st: &Self::State, slots: &[u32]) -> Vec<u8>;
+    /// Writes bytes laid out as [`Backend::read_state`] gives them into `slots`.
+    fn write_state(&self, st: &mut Self::State, slots: &[u32], bytes: &[u8]);
+    /// Copies slot `from` over slot `to` (a snapshot, or its restore).
+    fn copy_state(&self, st: &mut Self::State, from: u32, to: u32) {
+        let bytes = self.read_state(st, &[from]);
+        self.write_state(st, &[to], &bytes);
+    }
     /// Host data `[rows, cols]` into an activation.
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Act;
     /// An activation back to the host, row-major.

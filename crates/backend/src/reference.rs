@@ -4,6 +4,7 @@
 use crate::attn::{AttnMeta, AttnParams, KvShape};
 use crate::host::{HostKv, HostMat, HostTensor};
 use crate::rope::Rope;
+use crate::state::{HostState, StateShape};
 use crate::{Activation, Backend, BackendError, Experts, MoeParams};
 use tf_formats::TensorView;
 
@@ -65,6 +66,7 @@ impl Backend for RefBackend {
     type Mat = HostMat;
     type Vec = Vec<f32>;
     type Kv = HostKv;
+    type State = HostState;
     type Held = Vec<u32>;
 
     fn argmax_rows_held(&self, x: &HostTensor) -> Vec<u32> {
@@ -89,6 +91,22 @@ impl Backend for RefBackend {
 
     fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
         HostKv::new(shape)
+    }
+
+    fn state(&self, shape: StateShape) -> Result<HostState, BackendError> {
+        HostState::new(shape)
+    }
+
+    fn read_state(&self, st: &HostState, slots: &[u32]) -> Vec<u8> {
+        st.read_slots(slots)
+    }
+
+    fn write_state(&self, st: &mut HostState, slots: &[u32], bytes: &[u8]) {
+        st.write_slots(slots, bytes)
+    }
+
+    fn copy_state(&self, st: &mut HostState, from: u32, to: u32) {
+        st.copy_slot(from, to)
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> HostTensor {

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_engine::sampler::SamplingParams;
-use tf_models::{Batch, Model};
+use tf_models::{Batch, Cache, Model};
 
 /// Tokens per KV block.
 const BLOCK: usize = 16;
@@ -55,19 +55,23 @@ impl Layout {
 fn forward<B: Backend>(
     m: &Model<B>,
     b: &B,
-    kv: &mut [B::Kv],
+    cache: &mut Cache<B>,
     seqs: &[(&[u32], usize, &Vec<u32>)],
     held: Option<&B::Held>,
 ) -> B::Act {
-    let (mut ids, mut meta) = (Vec::new(), AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: BLOCK });
-    for &(tokens, start_pos, table) in seqs {
+    let (mut ids, mut meta) = (
+        Vec::new(),
+        AttnMeta { state_slots: Vec::new(), seqs: Vec::new(), slot_mapping: Vec::new(), block_size: BLOCK },
+    );
+    for (slot, &(tokens, start_pos, table)) in seqs.iter().enumerate() {
+        meta.state_slots.push(slot as u32);
         meta.seqs.push(SeqAttn { q_start: ids.len(), q_len: tokens.len(), start_pos, block_table: table.clone() });
         meta.slot_mapping
             .extend((start_pos..start_pos + tokens.len()).map(|p| table[p / BLOCK] as usize * BLOCK + p % BLOCK));
         ids.extend_from_slice(tokens);
     }
     let rows: Vec<usize> = meta.seqs.iter().map(|s| s.q_start + s.q_len - 1).collect();
-    m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows, held }, kv)
+    m.decoder.forward(b, &Batch { ids: &ids, meta: &meta, logits_rows: &rows, held }, cache)
 }
 
 /// The argmax of the first logits row (waits for the device; on a GPU only the ids cross, every
@@ -92,7 +96,7 @@ fn measure<B: Backend>(
 ) -> Result<Measured, Failure> {
     let len = prompt.len();
     let lay = Layout::new(len, len + gen_len);
-    let mut kv = m.decoder.alloc_kv(b, lay.num_blocks(batch), BLOCK).map_err(refused)?;
+    let mut kv = m.decoder.alloc_cache(b, lay.num_blocks(batch), BLOCK, batch).map_err(refused)?;
     let tables: Vec<Vec<u32>> = (0..batch).map(|i| lay.table(i)).collect();
     let shared = lay.shared * BLOCK;
     let mut prefill = Vec::new();

@@ -16,8 +16,8 @@ pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostTensor, KvShape, MoeParams,
-    Rope,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostState, HostTensor, KvShape,
+    MoeParams, Rope, StateShape,
 };
 use tf_formats::TensorView;
 
@@ -94,6 +94,7 @@ impl Backend for CpuBackend {
     type Mat = HostMat;
     type Vec = Vec<f32>;
     type Kv = HostKv;
+    type State = HostState;
     type Held = Vec<u32>;
 
     fn argmax_rows_held(&self, x: &HostTensor) -> Vec<u32> {
@@ -118,6 +119,22 @@ impl Backend for CpuBackend {
 
     fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
         HostKv::new(shape)
+    }
+
+    fn state(&self, shape: StateShape) -> Result<HostState, BackendError> {
+        HostState::new(shape)
+    }
+
+    fn read_state(&self, st: &HostState, slots: &[u32]) -> Vec<u8> {
+        st.read_slots(slots)
+    }
+
+    fn write_state(&self, st: &mut HostState, slots: &[u32], bytes: &[u8]) {
+        st.write_slots(slots, bytes)
+    }
+
+    fn copy_state(&self, st: &mut HostState, from: u32, to: u32) {
+        st.copy_slot(from, to)
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> HostTensor {

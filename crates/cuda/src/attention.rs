@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn split_mode_only_for_few_rows_over_long_contexts() {
         let seq = |start_pos, q_len| SeqAttn { q_start: 0, q_len, start_pos, block_table: vec![] };
-        let meta = |seqs| AttnMeta { seqs, slot_mapping: vec![], block_size: 16 };
+        let meta = |seqs| AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: vec![], block_size: 16 };
         // One decode token at position 300: keys 0..=300 span chunks 0 and 1.
         assert_eq!(split_chunks(&meta(vec![seq(300, 1)]), 8, 1, 0), 2);
         // Short contexts fit one chunk: nothing to split.

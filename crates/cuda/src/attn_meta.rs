@@ -94,6 +94,7 @@ mod tests {
     #[test]
     fn items_cover_every_token_once_in_whole_tokens() {
         let meta = AttnMeta {
+            state_slots: Vec::new(),
             seqs: vec![
                 SeqAttn { q_start: 0, q_len: 1, start_pos: 40, block_table: vec![3, 4, 5] },
                 SeqAttn { q_start: 1, q_len: 37, start_pos: 0, block_table: vec![0, 1, 2] },

@@ -86,6 +86,7 @@ mod tests {
     #[test]
     fn inputs_are_ids_positions_then_padded_metadata() {
         let m = AttnMeta {
+            state_slots: Vec::new(),
             seqs: vec![
                 SeqAttn { q_start: 0, q_len: 1, start_pos: 300, block_table: (0..40).collect() },
                 SeqAttn { q_start: 1, q_len: 1, start_pos: 7, block_table: (0..40).collect() },

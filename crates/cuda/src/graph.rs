@@ -282,7 +282,7 @@ mod tests {
     use tf_backend::{AttnMeta, SeqAttn};
 
     fn meta(seqs: &[(usize, usize)]) -> AttnMeta {
-        let mut m = AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: 16 };
+        let mut m = AttnMeta { state_slots: Vec::new(), seqs: Vec::new(), slot_mapping: Vec::new(), block_size: 16 };
         let mut q_start = 0;
         for &(start_pos, q_len) in seqs {
             m.seqs.push(SeqAttn { q_start, q_len, start_pos, block_table: (0..40).collect() });

@@ -65,6 +65,7 @@ mod tests {
         let seq =
             |q_start, start_pos, table: &[u32]| SeqAttn { q_start, q_len: 1, start_pos, block_table: table.to_vec() };
         let meta = AttnMeta {
+            state_slots: Vec::new(),
             seqs: vec![seq(0, 40, &[3, 5, 2]), seq(1, 7, &[1])],
             slot_mapping: vec![72, 23],
             block_size: 16,

@@ -25,7 +25,8 @@
 //! 3  tensor, trace, capture                            device buffers, the kernel timeline, a
 //!                                                      graph capture's inputs
 //! 4  ctx                                               what every kernel launcher works on
-//! 5  ops                                               norms, RoPE, embedding, elementwise, argmax
+//! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
+//!                                                      per-sequence state pools
 //! 6  matmul, attention, sample, logprob, held          GEMV/GEMM, paged attention, sampling,
 //!                                                      log-probabilities, ids held on the device
 //! 7  moe                                               mixture of experts (over matmul)
@@ -55,6 +56,7 @@ mod ops;
 mod options;
 mod sample;
 mod smem;
+mod state;
 mod tensor;
 mod tma;
 mod trace;
@@ -62,13 +64,14 @@ mod trace;
 pub use error::CudaError;
 pub use held::CudaHeld;
 pub use options::{CudaOptions, TraceMark, TraceRounds};
+pub use state::CudaState;
 pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 
 use ctx::Ctx;
 use device::Device;
 use tf_backend::{
     Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, KvShape, LogprobQuery, MoeParams,
-    QkNorm, Rope, RowLogprobs, RowQuery,
+    QkNorm, Rope, RowLogprobs, RowQuery, StateShape,
 };
 use tf_formats::TensorView;
 
@@ -155,6 +158,7 @@ impl Backend for CudaBackend {
     type Mat = CudaMat;
     type Vec = CudaVec;
     type Kv = CudaKv;
+    type State = CudaState;
     type Held = CudaHeld;
 
     fn name(&self) -> String {
@@ -175,6 +179,22 @@ impl Backend for CudaBackend {
 
     fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
         ops::kv(&self.ctx, shape)
+    }
+
+    fn state(&self, shape: StateShape) -> Result<CudaState, BackendError> {
+        state::alloc(&self.ctx, shape)
+    }
+
+    fn read_state(&self, st: &CudaState, slots: &[u32]) -> Vec<u8> {
+        state::read(&self.ctx, st, slots)
+    }
+
+    fn write_state(&self, st: &mut CudaState, slots: &[u32], bytes: &[u8]) {
+        state::write(&self.ctx, st, slots, bytes)
+    }
+
+    fn copy_state(&self, st: &mut CudaState, from: u32, to: u32) {
+        state::copy(&self.ctx, st, from, to)
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CudaAct {

@@ -9,11 +9,11 @@ use common::backend;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostTensor, KvShape, MoeParams,
-    Rope,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostState, HostTensor, KvShape,
+    MoeParams, Rope, StateShape,
 };
 use tf_cpu::CpuBackend;
-use tf_cuda::{CudaAct, CudaBackend, CudaKv, CudaMat, CudaVec};
+use tf_cuda::{CudaAct, CudaBackend, CudaKv, CudaMat, CudaState, CudaVec};
 use tf_engine::Runner;
 use tf_formats::TensorView;
 use tf_models::Model;
@@ -42,6 +42,7 @@ impl Backend for Dual {
     type Mat = (HostMat, CudaMat);
     type Vec = (Vec<f32>, CudaVec);
     type Kv = (HostKv, CudaKv);
+    type State = (HostState, CudaState);
     type Held = Vec<u32>;
     fn argmax_rows_held(&self, x: &Self::Act) -> Vec<u32> {
         self.g.argmax_rows(&x.1)
@@ -60,6 +61,16 @@ impl Backend for Dual {
     }
     fn kv(&self, shape: KvShape) -> Result<Self::Kv, BackendError> {
         Ok((self.c.kv(shape)?, self.g.kv(shape)?))
+    }
+    fn state(&self, shape: StateShape) -> Result<Self::State, BackendError> {
+        Ok((self.c.state(shape)?, self.g.state(shape)?))
+    }
+    fn read_state(&self, st: &Self::State, slots: &[u32]) -> Vec<u8> {
+        self.g.read_state(&st.1, slots)
+    }
+    fn write_state(&self, st: &mut Self::State, slots: &[u32], bytes: &[u8]) {
+        self.c.write_state(&mut st.0, slots, bytes);
+        self.g.write_state(&mut st.1, slots, bytes)
     }
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Act {
         (self.c.upload(data, rows, cols), self.g.upload(data, rows, cols))

@@ -364,7 +364,7 @@ fn row_ops_match_reference() {
 
 /// A paged round: `(start_pos, q_len)` per sequence, each with its own scattered block table.
 fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> AttnMeta {
-    let mut meta = AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size };
+    let mut meta = AttnMeta { state_slots: Vec::new(), seqs: Vec::new(), slot_mapping: Vec::new(), block_size };
     let mut q_start = 0;
     for (i, &(start_pos, q_len)) in seqs.iter().enumerate() {
         // Interleave sequences' blocks in the pool so tables are not contiguous.
@@ -483,7 +483,7 @@ fn rounds_of_nearby_sizes_share_one_padded_recording() {
     let (bs, per) = (16, 8);
     // Sequence i owns blocks i * per .. (i + 1) * per whatever else runs.
     let meta_of = |seqs: &[(usize, usize, usize)]| {
-        let mut m = AttnMeta { seqs: Vec::new(), slot_mapping: Vec::new(), block_size: bs };
+        let mut m = AttnMeta { state_slots: Vec::new(), seqs: Vec::new(), slot_mapping: Vec::new(), block_size: bs };
         for &(i, start_pos, q_len) in seqs {
             let block_table: Vec<u32> = (0..per).map(|j| (i * per + j) as u32).collect();
             let slots = (start_pos..start_pos + q_len).map(|p| block_table[p / bs] as usize * bs + p % bs);
@@ -664,6 +664,7 @@ fn run_solo<B: Backend>(b: &B, solo: &AttnCase, full: &AttnCase, i: usize) -> Ve
     for j in 0..q_len {
         let r = s.q_start + j;
         let one = AttnMeta {
+            state_slots: Vec::new(),
             seqs: vec![SeqAttn { q_start: 0, q_len: 1, start_pos: start + j, block_table: s.block_table.clone() }],
             slot_mapping: vec![meta.slot_mapping[r]],
             block_size,

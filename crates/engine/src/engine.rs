@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_core::TokenIds;
-use tf_models::{Batch, Model};
+use tf_models::{Batch, Cache, Model};
 
 mod draft_model;
 mod overlap;
@@ -258,7 +258,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     backend: B,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
-    let kv = model.decoder.alloc_kv(&backend, cfg.num_blocks, cfg.block_size)?;
+    let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, 0)?;
     let draft_model = match (cfg.draft.kind, draft_model) {
         (DraftKind::Model, Some(d)) => Some(DraftModel::new(&model, d, &backend, cfg.num_blocks, cfg.block_size)?),
         (DraftKind::Model, None) => {
@@ -282,7 +282,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         draft_model,
         model,
         backend,
-        kv,
+        cache,
         sched,
         active: HashMap::new(),
         saves: HashMap::new(),
@@ -305,7 +305,7 @@ struct Core<B: Backend> {
     draft_model: Option<DraftModel<B>>,
     model: Model<B>,
     backend: B,
-    kv: Vec<B::Kv>,
+    cache: Cache<B>,
     sched: Scheduler,
     active: HashMap<SeqId, Active>,
     saves: HashMap<SeqId, PendingSave>,
@@ -439,12 +439,12 @@ impl<B: Backend> Core<B> {
                 self.stats.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
-        let meta = AttnMeta { seqs, slot_mapping: slots, block_size };
+        let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size };
         let (ids, held) = match fed {
             Some((held, picks)) => (picks, Some(held)),
             None => (&ids[..], None),
         };
-        self.model.decoder.forward(&self.backend, &Batch { ids, meta: &meta, logits_rows: &rows, held }, &mut self.kv)
+        self.model.decoder.forward(&self.backend, &Batch { ids, meta: &meta, logits_rows: &rows, held }, &mut self.cache)
     }
 
     fn round(&mut self, plan: &[RoundEntry]) {

@@ -4,7 +4,7 @@
 
 use tf_backend::{AttnMeta, Backend};
 use tf_core::TokenIds;
-use tf_models::{Batch, Model, ModelError};
+use tf_models::{Batch, Cache, Model, ModelError};
 
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 16;
@@ -13,7 +13,7 @@ pub const BLOCK_SIZE: usize = 16;
 pub struct Runner<'a, B: Backend> {
     model: &'a Model<B>,
     backend: &'a B,
-    kv: Vec<B::Kv>,
+    cache: Cache<B>,
     block_table: Vec<u32>,
     len: usize,
     capacity: usize,
@@ -24,8 +24,8 @@ impl<'a, B: Backend> Runner<'a, B> {
     pub fn new(model: &'a Model<B>, backend: &'a B, capacity: usize) -> Result<Runner<'a, B>, ModelError> {
         let capacity = capacity.min(model.decoder.spec.max_position_embeddings).max(1);
         let num_blocks = capacity.div_ceil(BLOCK_SIZE);
-        let kv = model.decoder.alloc_kv(backend, num_blocks, BLOCK_SIZE)?;
-        Ok(Runner { model, backend, kv, block_table: (0..num_blocks as u32).collect(), len: 0, capacity })
+        let cache = model.decoder.alloc_cache(backend, num_blocks, BLOCK_SIZE, 1)?;
+        Ok(Runner { model, backend, cache, block_table: (0..num_blocks as u32).collect(), len: 0, capacity })
     }
 
     /// Tokens in the cache.
@@ -50,7 +50,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let meta = AttnMeta::single(self.len, ids.len(), self.block_table.clone(), BLOCK_SIZE);
         let rows: Vec<usize> = if all_rows { (0..ids.len()).collect() } else { vec![ids.len() - 1] };
         let batch = Batch { ids, meta: &meta, logits_rows: &rows, held: None };
-        let logits = self.model.decoder.forward(self.backend, &batch, &mut self.kv);
+        let logits = self.model.decoder.forward(self.backend, &batch, &mut self.cache);
         self.len += ids.len();
         self.backend.download(&logits)
     }

@@ -1,5 +1,7 @@
 //! Model families over the `Backend` ops: config parsing, validated loading, the shared decoder.
 
+pub(crate) mod blocks;
+pub mod cache;
 pub mod config;
 pub mod decoder;
 pub mod error;
@@ -12,6 +14,7 @@ pub mod registry;
 pub mod spec;
 pub mod weights;
 
+pub use cache::{Cache, CacheKind};
 pub use decoder::{Batch, Decoder};
 pub use error::ModelError;
 pub use loaded::Model;

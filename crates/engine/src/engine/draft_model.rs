@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
-use tf_models::{Batch, Model, ModelError};
+use tf_models::{Batch, Cache, Model, ModelError};
 
 /// One sequence's state in the draft model's cache.
 #[derive(Default)]
@@ -23,7 +23,7 @@ struct DraftSeq {
 /// The draft model, its KV pool and its sequences.
 pub(super) struct DraftModel<B: Backend> {
     model: Model<B>,
-    kv: Vec<B::Kv>,
+    cache: Cache<B>,
     pool: BlockPool,
     seqs: HashMap<u64, DraftSeq>,
 }
@@ -50,8 +50,8 @@ impl<B: Backend> DraftModel<B> {
             );
             return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
         }
-        let kv = draft.decoder.alloc_kv(backend, num_blocks, block_size)?;
-        Ok(DraftModel { model: draft, kv, pool: BlockPool::new(num_blocks, block_size), seqs: HashMap::new() })
+        let cache = draft.decoder.alloc_cache(backend, num_blocks, block_size, 0)?;
+        Ok(DraftModel { model: draft, cache, pool: BlockPool::new(num_blocks, block_size), seqs: HashMap::new() })
     }
 
     /// Drops a finished sequence's draft cache.
@@ -117,9 +117,9 @@ impl<B: Backend> Core<B> {
                 seqs.push(SeqAttn { q_start, q_len: chunk.len(), start_pos: pos, block_table });
                 rows.push(ids.len() - 1);
             }
-            let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
+            let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
-            let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.kv);
+            let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.cache);
             let logits = self.backend.download(&logits);
             let width = vocab.rows();
             for (row, &i) in live.iter().enumerate() {

@@ -39,7 +39,7 @@ impl<B: Backend> Core<B> {
         let Some(save) = self.saves.remove(&id) else { return };
         let result = match self.sched.seq(id) {
             Some(seq) => {
-                let layers = self.kv.iter().map(|kv| self.backend.read_kv_blocks(kv, &seq.block_table)).collect();
+                let layers = self.cache.kv.iter().map(|kv| self.backend.read_kv_blocks(kv, &seq.block_table)).collect();
                 let checked = self.model.vocab.check_u32(&seq.tokens).map_err(|e| e.to_string());
                 checked.and_then(|ids| {
                     let s = CheckedSession { ids, layers };
@@ -70,7 +70,7 @@ impl<B: Backend> Core<B> {
             let Some(block) = self.sched.pool_mut().allocate(1) else {
                 return Err(format!("the KV pool has no free block for block {i} of {num_blocks}"));
             };
-            for (kv, layer) in self.kv.iter_mut().zip(&s.layers) {
+            for (kv, layer) in self.cache.kv.iter_mut().zip(&s.layers) {
                 let k = &layer[i * half..(i + 1) * half];
                 let v = &layer[(num_blocks + i) * half..(num_blocks + i + 1) * half];
                 self.backend.write_kv_blocks(kv, &block, &[k, v].concat());

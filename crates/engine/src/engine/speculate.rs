@@ -159,9 +159,9 @@ impl<B: Backend> Core<B> {
                 seqs.push(SeqAttn { q_start: row, q_len: 1, start_pos: pos, block_table });
             }
             let rows: Vec<usize> = (0..ids.len()).collect();
-            let meta = AttnMeta { seqs, slot_mapping: slots, block_size: bs };
+            let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
-            let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.kv, layers);
+            let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.cache, layers);
             let logits = self.backend.download(&logits);
             let vocab = self.model.vocab.rows();
             for (row, &i) in live.iter().enumerate() {

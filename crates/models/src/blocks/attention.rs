@@ -1,0 +1,79 @@
+//! The attention token mixer (MHA / GQA, full or sliding, optional QK norm and soft-capped
+//! scores): q, k and v from the block's normed input, rotary embedding, paged attention.
+
+use crate::error::ModelError;
+use crate::spec::{LayerKind, ModelSpec};
+use crate::weights::Loader;
+use tf_backend::{AttnMeta, AttnParams, Backend, QkNorm};
+
+/// One layer's attention: its input projections, norms and shape; its KV pool is `kv`.
+pub(crate) struct Attention<B: Backend> {
+    pub(crate) q: B::Mat,
+    pub(crate) k: B::Mat,
+    pub(crate) v: B::Mat,
+    q_norm: Option<B::Vec>,
+    k_norm: Option<B::Vec>,
+    attn: AttnParams,
+    pub(crate) sliding: bool,
+    /// Index of this layer's pool in `Cache::kv`.
+    pub(crate) kv: usize,
+}
+
+impl<B: Backend> Attention<B> {
+    /// Loads layer `i`'s attention (`{p}self_attn.*`) and its output projection `o_proj`.
+    pub(crate) fn load(
+        s: &ModelSpec,
+        ld: &Loader<'_, B>,
+        p: &str,
+        i: usize,
+        kv: usize,
+    ) -> Result<(Self, B::Mat), ModelError> {
+        let (hidden, d) = (s.hidden_size, s.head_dim);
+        let head_norm =
+            |name: &str| if s.qk_norm { ld.vec(&format!("{p}self_attn.{name}.weight"), d).map(Some) } else { Ok(None) };
+        let proj = |name: &str, rows, cols| ld.mat(&format!("{p}self_attn.{name}.weight"), rows, cols);
+        let sliding = s.layer_kinds[i] == LayerKind::Sliding;
+        let attn = AttnParams {
+            num_heads: s.num_heads,
+            num_kv_heads: s.num_kv_heads,
+            head_dim: d,
+            scale: s.attn_scale,
+            window: if sliding { s.sliding_window } else { None },
+            softcap: s.attn_softcap,
+        };
+        let me = Attention {
+            q: proj("q_proj", s.num_heads * d, hidden)?,
+            k: proj("k_proj", s.num_kv_heads * d, hidden)?,
+            v: proj("v_proj", s.num_kv_heads * d, hidden)?,
+            q_norm: head_norm("q_norm")?,
+            k_norm: head_norm("k_norm")?,
+            attn,
+            sliding,
+            kv,
+        };
+        Ok((me, proj("o_proj", hidden, s.num_heads * d)?))
+    }
+
+    /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &self,
+        b: &B,
+        s: &ModelSpec,
+        mut q: B::Act,
+        mut k: B::Act,
+        v: B::Act,
+        pos: &[u32],
+        meta: &AttnMeta,
+        kv: &mut B::Kv,
+    ) -> B::Act {
+        // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
+        let norms = match (&self.q_norm, &self.k_norm) {
+            (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
+            _ => None,
+        };
+        let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
+        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+        b.attention(&q, &k, &v, kv, meta, &self.attn)
+    }
+}

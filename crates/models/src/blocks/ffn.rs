@@ -1,0 +1,107 @@
+//! Channel mixers: the dense gated MLP and the mixture of experts (softmax top-k router).
+
+use crate::error::ModelError;
+use crate::spec::ModelSpec;
+use crate::weights::{GateUp, Loader};
+use tf_backend::{Backend, Experts, MoeParams};
+
+/// One layer's channel mixer.
+pub(crate) enum Ffn<B: Backend> {
+    /// `down(act(gate(x)) * up(x))`.
+    Dense { gate_up: GateUp<B::Mat>, down: B::Mat },
+    /// Routed experts.
+    Moe { router: B::Mat, experts: Experts<B::Mat>, params: MoeParams },
+}
+
+/// What the channel mixer runs on: rows already normed, or the residual stream and the norm to
+/// apply (which a backend may fuse into the first matmul).
+pub(crate) enum FfnIn<'a, B: Backend> {
+    Normed(B::Act),
+    Residual(&'a B::Vec),
+}
+
+impl<B: Backend> Ffn<B> {
+    /// Loads layer `i`'s MLP (`{p}mlp.*`): experts where the spec makes the layer sparse.
+    pub(crate) fn load(s: &ModelSpec, ld: &Loader<'_, B>, p: &str, i: usize) -> Result<Ffn<B>, ModelError> {
+        let hidden = s.hidden_size;
+        let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
+        Ok(match (&s.moe, sparse) {
+            (Some(m), true) => Ffn::Moe {
+                router: ld.mat(&format!("{p}mlp.gate.weight"), m.num_experts, hidden)?,
+                experts: load_experts(ld, p, m.num_experts, m.moe_intermediate_size, hidden)?,
+                params: MoeParams { top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, act: s.act },
+            },
+            _ => Ffn::Dense {
+                gate_up: ld.gate_up(
+                    &format!("{p}mlp.gate_proj.weight"),
+                    &format!("{p}mlp.up_proj.weight"),
+                    s.intermediate_size,
+                    hidden,
+                )?,
+                down: ld.mat(&format!("{p}mlp.down_proj.weight"), hidden, s.intermediate_size)?,
+            },
+        })
+    }
+
+    /// The mixer on `input`; a dense MLP without `post` norm adds its output into `h` in the down
+    /// projection's store and returns `None`, the others return their output.
+    pub(crate) fn run(
+        &self,
+        b: &B,
+        s: &ModelSpec,
+        h: &mut B::Act,
+        input: FfnIn<'_, B>,
+        post: Option<&B::Vec>,
+    ) -> Option<B::Act> {
+        let (eps, one_plus) = (s.rms_norm_eps, s.norm_one_plus);
+        let normed = |h: &B::Act, ws: &[&B::Mat]| match &input {
+            FfnIn::Normed(x) => b.matmul_many(x, ws),
+            FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
+        };
+        match self {
+            Ffn::Dense { gate_up, down } => {
+                let act = s.act;
+                let a = match (gate_up, &input) {
+                    (GateUp::Apart(gate, up), _) => {
+                        let [g, u]: [B::Act; 2] =
+                            normed(h, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                        b.glu(&g, &u, act)
+                    }
+                    (GateUp::Packed(gu), FfnIn::Normed(x)) => b.matmul_glu(x, gu, act),
+                    (GateUp::Packed(gu), FfnIn::Residual(nw)) => b.norm_matmul_glu(h, nw, eps, one_plus, gu, act),
+                };
+                match post {
+                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    None => {
+                        b.matmul_add(&a, down, h);
+                        None
+                    }
+                }
+            }
+            Ffn::Moe { router, experts, params } => {
+                let x = match input {
+                    FfnIn::Normed(x) => x,
+                    FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
+                };
+                Some(b.moe(&x, &b.matmul(&x, router), experts, params))
+            }
+        }
+    }
+}
+
+fn load_experts<B: Backend>(
+    ld: &Loader<'_, B>,
+    p: &str,
+    n: usize,
+    inter: usize,
+    hidden: usize,
+) -> Result<Experts<B::Mat>, ModelError> {
+    let mut ex = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
+    for e in 0..n {
+        let name = |w: &str| format!("{p}mlp.experts.{e}.{w}.weight");
+        ex.gate.push(ld.mat(&name("gate_proj"), inter, hidden)?);
+        ex.up.push(ld.mat(&name("up_proj"), inter, hidden)?);
+        ex.down.push(ld.mat(&name("down_proj"), hidden, inter)?);
+    }
+    Ok(ex)
+}
