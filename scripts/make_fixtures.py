@@ -300,6 +300,25 @@ WEIGHT_STD = {
     "gemma3": (0.1, None, 0.3, 0.2, 0.1),
     "qwen3_moe": (0.5, 0.5, 0.5, 0.08, 0.08),
 }
+# Further families live in scripts/fixture_families/<group>.py, each module defining FAMILIES
+# and WEIGHT_STD as above (merged here) and optionally PERTURB: {family: fn(model, family,
+# seed)} to replace perturb() for its families; they may import this module's helpers.
+EXTRA_PERTURB = {}
+
+
+def load_family_modules() -> None:
+    import importlib.util
+
+    here = Path(__file__).resolve().parent / "fixture_families"
+    for path in sorted(here.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"fixture_families.{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        FAMILIES.update(mod.FAMILIES)
+        WEIGHT_STD.update(mod.WEIGHT_STD)
+        EXTRA_PERTURB.update(getattr(mod, "PERTURB", {}))
+
+
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
 GEMMA_FINAL_NORM = 4.0  # (1 + w) ~ 5
 
@@ -460,7 +479,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         wseed = seed + attempt
         torch.manual_seed(wseed)
         model = cls(cfg).eval()
-        perturb(model, family, wseed)
+        EXTRA_PERTURB.get(family, perturb)(model, family, wseed)
         model = model.to(save_dtype)
         model.generation_config = GenerationConfig(
             bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False
@@ -535,9 +554,10 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
 
 
 def main():
+    load_family_modules()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
-    ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--families", nargs="*", default=None, help="default: every family")
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -546,7 +566,7 @@ def main():
     base_tok = train_tokenizer()
     print("versions:", versions())
     print("tokenizer vocab:", base_tok.get_vocab_size(with_added_tokens=True))
-    for fam in args.families:
+    for fam in args.families or list(FAMILIES):
         build_family(fam, base_tok, out_root)
 
 

@@ -4,7 +4,7 @@
 
 use tf_backend::RefBackend;
 use tf_cpu::CpuBackend;
-use tf_testkit::{FAMILIES, check_chunked_equals_whole, check_golden};
+use tf_testkit::{all_families, check_chunked_equals_whole, check_golden};
 
 /// Largest |ours - transformers| allowed on a logit. The fixtures' logits are O(1); a wrong
 /// norm, rope base, scale or window moves them by 0.2 or more; f32 rounding by up to ~2e-5.
@@ -12,7 +12,7 @@ const TOL: f32 = 1e-4;
 
 #[test]
 fn golden_reference_backend() {
-    for family in FAMILIES {
+    for family in all_families() {
         check_golden(&RefBackend, family, &|_| TOL);
     }
 }
@@ -20,7 +20,7 @@ fn golden_reference_backend() {
 #[test]
 fn golden_cpu_backend() {
     let b = CpuBackend::new(2).unwrap();
-    for family in FAMILIES {
+    for family in all_families() {
         check_golden(&b, family, &|_| TOL);
     }
 }

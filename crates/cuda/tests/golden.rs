@@ -5,7 +5,7 @@
 mod common;
 
 use common::backend;
-use tf_testkit::{FAMILIES, check_chunked_equals_whole, check_golden};
+use tf_testkit::{all_families, check_chunked_equals_whole, check_golden};
 
 /// Largest |ours - transformers| allowed, as a fraction of the prompt's largest |logit|. The GPU
 /// rounds activations entering bf16 matmuls, attention's Q/K/V and probabilities to bf16 (as a
@@ -16,7 +16,7 @@ const REL_TOL: f32 = 0.025;
 #[test]
 fn golden_cuda_backend() {
     let Some(b) = backend() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         check_golden(&b, family, &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
     }
 }

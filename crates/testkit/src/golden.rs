@@ -74,7 +74,7 @@ pub fn check_golden<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) 
 /// Each family's longest golden prompt prefilled in chunks of 1, 3, 5 and 16 gives the whole
 /// prefill's logits bit for bit.
 pub fn check_chunked_equals_whole<B: Backend>(b: &B) {
-    for family in crate::FAMILIES {
+    for family in crate::all_families() {
         let dir = crate::fixture(family);
         let m = Model::open(&dir, b).unwrap();
         let g = golden(&dir);

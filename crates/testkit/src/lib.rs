@@ -29,6 +29,16 @@ use tf_models::Model;
 /// The fixture families the checks run over.
 pub const FAMILIES: [&str; 4] = ["llama", "qwen3", "gemma3", "qwen3_moe"];
 
+/// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
+/// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
+/// they run them.
+pub const HYBRIDS: &[&str] = &[];
+
+/// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
+pub fn all_families() -> impl Iterator<Item = &'static str> {
+    FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
+}
+
 /// Early-exit drafting cases: (family, layers that draft).
 pub const EARLY_EXIT: [(&str, usize); 4] = [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1)];
 
