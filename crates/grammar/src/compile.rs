@@ -1,0 +1,118 @@
+//! Compiling a [`Spec`] against a vocabulary: caps checked first, the compile itself on a worker
+//! thread given at most [`Limits::timeout`] (a compile past it is refused; its thread finishes
+//! on its own, bounded by llguidance's fuel limits), results cached by content in an LRU.
+
+use crate::cache::Lru;
+use crate::matcher::SeqMatcher;
+use crate::{GrammarError, Spec};
+use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+use llguidance::{Matcher, ParserFactory};
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Caps on what a request may ask to compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of a schema (as JSON), regex, grammar or choice list.
+    pub max_bytes: usize,
+    /// Nesting depth of a schema's objects and lists.
+    pub max_depth: usize,
+    /// Time a compile may take.
+    pub timeout: Duration,
+    /// Compiled grammars kept.
+    pub cache_entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_bytes: 64 * 1024, max_depth: 32, timeout: Duration::from_secs(5), cache_entries: 256 }
+    }
+}
+
+/// A compiled constraint, ready to start sequences from (cheap to clone).
+#[derive(Clone)]
+pub struct Compiled {
+    fresh: Arc<Mutex<Matcher>>,
+}
+
+/// The compiler of one model's vocabulary, with its cache.
+pub struct Grammars {
+    factory: Arc<ParserFactory>,
+    cache: Mutex<Lru<Compiled>>,
+    limits: Limits,
+    width: usize,
+}
+
+impl Grammars {
+    /// A compiler for a vocabulary of `token_bytes.len()` ids (`vocab::token_bytes`), `eos` being
+    /// the id that ends a finished grammar's output.
+    pub fn new(token_bytes: &[Vec<u8>], eos: u32, limits: Limits) -> Result<Grammars, GrammarError> {
+        let width = token_bytes.len();
+        if eos as usize >= width {
+            return Err(GrammarError::Invalid(format!("end-of-sequence id {eos} is not below {width}")));
+        }
+        let trie = TokTrie::from(&TokRxInfo::new(width as u32, eos), token_bytes);
+        let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| GrammarError::Invalid(e.to_string()))?;
+        factory.quiet();
+        let cache = Mutex::new(Lru::new(limits.cache_entries));
+        Ok(Grammars { factory: Arc::new(factory), cache, limits, width })
+    }
+
+    /// The caps in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Compiles `spec` (or takes it from the cache).
+    pub fn compile(&self, spec: &Spec) -> Result<Compiled, GrammarError> {
+        let (size, depth, lim) = (spec.size(), spec.depth(), self.limits);
+        if size > lim.max_bytes {
+            return Err(GrammarError::TooLarge(format!("{size} bytes; at most {} are allowed", lim.max_bytes)));
+        }
+        if depth > lim.max_depth {
+            return Err(GrammarError::TooLarge(format!("nested {depth} deep; at most {} is allowed", lim.max_depth)));
+        }
+        let key = spec.key();
+        if let Some(c) = self.cache.lock().ok().and_then(|mut c| c.get(&key)) {
+            return Ok(c);
+        }
+        let grammar = spec.grammar()?;
+        let (tx, rx) = channel();
+        let factory = self.factory.clone();
+        let worker = std::thread::Builder::new().name("tensorfold-grammar".into()).spawn(move || {
+            let m = factory.create_parser(grammar).map(|p| Matcher::new(Ok(p)));
+            let _ = tx.send(m.map_err(|e| e.to_string()));
+        });
+        worker.map_err(|e| GrammarError::Invalid(format!("could not start the compiler: {e}")))?;
+        let m = match rx.recv_timeout(lim.timeout) {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(GrammarError::Invalid(e)),
+            Err(RecvTimeoutError::Timeout) => return Err(GrammarError::Timeout(lim.timeout.as_millis() as u64)),
+            Err(RecvTimeoutError::Disconnected) => return Err(GrammarError::Invalid("the compiler failed".into())),
+        };
+        if let Some(e) = m.get_error() {
+            return Err(GrammarError::Invalid(e));
+        }
+        let c = Compiled { fresh: Arc::new(Mutex::new(m)) };
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.put(key, c.clone());
+        }
+        Ok(c)
+    }
+
+    /// A matcher at the start of `c`'s output.
+    pub fn start(&self, c: &Compiled) -> SeqMatcher {
+        let m = match c.fresh.lock() {
+            Ok(m) => m.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        SeqMatcher::new(m, self.width)
+    }
+
+    /// Compiled grammars in the cache.
+    pub fn cached(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
+    }
+}
