@@ -212,8 +212,29 @@ fn s7_sampling_values_out_of_range() {
     all.push((completion(json!({"stream_options": {"include_usage": 1}})), "stream_options.include_usage"));
     refuse_all(&s, "/v1/completions", &all, &base);
     let edges = json!({"temperature": 0, "top_p": 1, "min_p": 1, "presence_penalty": -2, "frequency_penalty": 2,
-                       "repetition_penalty": 1.5, "seed": -3, "draft": false, "unknown_field": {"x": 1}});
+                       "repetition_penalty": 1.5, "seed": -3, "draft": false, "user": "u1"});
     assert_eq!(s.post("/v1/completions", &completion(edges)).status, 200);
+}
+
+#[test]
+fn unsupported_fields_are_refused_naming_them() {
+    let s = Server::start(&[]);
+    let base = s.normal();
+    let cases = vec![
+        (completion(json!({"unknown_field": {"x": 1}})), "unknown_field"),
+        (completion(json!({"suffix": "x"})), "suffix"),
+        (completion(json!({"messages": [{"role": "user", "content": "hi"}]})), "messages"),
+        (completion(json!({"best_of": 2})), "best_of"),
+    ];
+    refuse_all(&s, "/v1/completions", &cases, &base);
+    let cases = vec![
+        (chat(json!({"modalities": ["text"]})), "modalities"),
+        (chat(json!({"echo": true})), "echo"),
+        (chat(json!({"prompt": "x"})), "prompt"),
+    ];
+    refuse_all(&s, "/v1/chat/completions", &cases, &base);
+    refuse_all(&s, "/tokenize", &[(json!({"prompt": "hi", "max_tokens": 3}), "max_tokens")], &base);
+    refuse_all(&s, "/detokenize", &[(json!({"tokens": [1], "skip_special": true}), "skip_special")], &base);
 }
 
 #[test]

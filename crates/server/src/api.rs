@@ -109,6 +109,7 @@ fn specs_for(st: &AppState, opts: &Options, prompt: &TokenIds, max_tokens: usize
 }
 
 fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    crate::fields::check_keys(o, crate::fields::COMPLETIONS)?;
     check_model(o, st)?;
     let opts = parse_options(o, st, Api::Completions)?;
     let prompts = parse_prompts(o, st)?;
@@ -135,6 +136,7 @@ fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), 
 }
 
 fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    crate::fields::check_keys(o, crate::fields::CHAT)?;
     check_model(o, st)?;
     let opts = parse_options(o, st, Api::Chat)?;
     let prompt = chat_prompt(st, o, raw, false)?;

@@ -1,5 +1,6 @@
 //! Typed reads of request fields from a JSON object: absent or `null` is `None`, a value of the
-//! wrong type or out of range is a 400 naming the field. Unknown fields are never looked at.
+//! wrong type or out of range is a 400 naming the field. A top-level key a route does not read is
+//! refused by [`check_keys`] before any other parsing.
 
 use crate::error::ApiError;
 use serde_json::{Map, Value};
@@ -10,6 +11,55 @@ pub type Obj = Map<String, Value>;
 /// The field's value unless absent or null.
 pub fn get<'a>(o: &'a Obj, key: &str) -> Option<&'a Value> {
     o.get(key).filter(|v| !v.is_null())
+}
+
+/// Keys read by both generation routes, plus `user` (accepted as metadata).
+const COMMON: &[&str] = &[
+    "model",
+    "seed",
+    "n",
+    "max_tokens",
+    "stop",
+    "stop_token_ids",
+    "logprobs",
+    "stream",
+    "stream_options",
+    "draft",
+    "ignore_eos",
+    "return_tokens_as_token_ids",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+];
+/// `/v1/completions` only.
+pub const COMPLETIONS: &[&str] = &["prompt", "prompt_token_ids", "echo"];
+/// `/v1/chat/completions` only.
+pub const CHAT: &[&str] =
+    &["messages", "tools", "chat_template_kwargs", "add_generation_prompt", "max_completion_tokens", "top_logprobs"];
+/// `/tokenize` (its own list: it generates nothing).
+pub const TOKENIZE: &[&str] =
+    &["model", "prompt", "messages", "add_special_tokens", "tools", "chat_template_kwargs", "add_generation_prompt"];
+/// `/detokenize`.
+pub const DETOKENIZE: &[&str] = &["model", "tokens"];
+
+/// Refuses the first top-level key of a generation request that is neither common nor in
+/// `route`: 400 naming it.
+pub fn check_keys(o: &Obj, route: &[&str]) -> Result<(), ApiError> {
+    check_only(o, &[COMMON, route])
+}
+
+/// Refuses the first top-level key in none of `lists`: 400 naming it.
+pub fn check_only(o: &Obj, lists: &[&[&str]]) -> Result<(), ApiError> {
+    match o.keys().find(|k| !lists.iter().any(|l| l.contains(&k.as_str()))) {
+        Some(k) => Err(ApiError::invalid(k.as_str(), format!("unsupported field {}", show(&Value::from(k.as_str()))))),
+        None => Ok(()),
+    }
 }
 
 /// A short rendering of a received value for error messages.

@@ -114,6 +114,7 @@ async fn tokenize(
     let prep = st.clone();
     let ids = blocking(move || {
         let o = &body.obj;
+        crate::fields::check_only(o, &[crate::fields::TOKENIZE])?;
         check_model(o, &prep)?;
         if get(o, "messages").is_some() {
             let special = opt_bool(o, "add_special_tokens")?.unwrap_or(false);
@@ -134,6 +135,7 @@ async fn detokenize(
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, st.limits.max_body_bytes)?;
     let o = &body.obj;
+    crate::fields::check_only(o, &[crate::fields::DETOKENIZE])?;
     check_model(o, &st)?;
     let raw = int_list(get(o, "tokens").ok_or_else(|| ApiError::invalid("tokens", "is required"))?, "tokens")?;
     let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("tokens[{}]", e.index), bad_id(&e)))?;
