@@ -5,13 +5,18 @@
 //! value is a candidate. The rule is written with single IEEE operations (one add, divide,
 //! multiply or subtract at a time) so a device computes the same set with the same values.
 //!
-//! A row drawn by a plain Gumbel race (no top-k, top-p or min-p) may carry its race's key: then
-//! a backend may keep only the ids whose race score (scaled value plus the id's Gumbel noise)
-//! lies within [`race_margin`] of the row's best score ([`select_race`]). Only the winner
-//! matters, and the margin is wide enough that noise computed with any logarithm within a few
-//! ulps (a device's) keeps the winner the host's exact noise picks: a row of any width then
-//! sends a handful of ids. The host's own rule ([`select`]) keeps the window for such rows: its
+//! A sampled row carries its race key (the Gumbel noise's seed and position). When it is drawn by
+//! a plain race (no top-k, top-p or min-p: [`RowQuery::plain_race`]) a backend may keep only the
+//! ids whose race score (scaled value plus the id's Gumbel noise) lies within [`race_margin`] of
+//! the row's best score ([`select_race`]). Only the winner matters, and the margin is wide enough
+//! that noise computed with any logarithm within a few ulps (a device's) keeps the winner the
+//! host's exact noise picks: a row of any width then sends a handful of ids. The host's own rule ([`select`]) keeps the window for such rows: its
 //! race draws noise only where it can matter, which is cheaper than scoring every id.
+//!
+//! A backend may also draw a keyed row where the logits are: apply top-k, top-p and min-p there
+//! (the survivors the host's filters keep, bit for bit, or the row goes to the host), run the
+//! race with its own noise, and send only the survivors within the margin of its best score,
+//! marked [`Candidates::settled`]: the host races those few with its exact noise.
 
 use crate::logprobs::rank_value;
 use crate::mask::TokenMask;
@@ -47,8 +52,8 @@ pub struct RowQuery {
     pub temperature: Option<f32>,
     /// Candidates lie within this much of the largest scaled value (0: its ties only).
     pub window: f32,
-    /// When the row is drawn by a plain Gumbel race, its key: a backend may then choose
-    /// candidates by race score (module docs) instead of the window.
+    /// A sampled row's race key (`None` for greedy rows): with [`RowQuery::plain_race`] a
+    /// backend may choose candidates by race score (module docs) instead of the window.
     pub race: Option<RaceKey>,
     /// When above 0, only the row's `top_k` largest scaled values (ties to the lower id) can be
     /// kept, so the window's ids ranking below the k-th of them are left out (0: off).
@@ -56,6 +61,10 @@ pub struct RowQuery {
     /// Top-p's mass (1: off). Without top-k, a backend may send only the top of the window that
     /// settles the cut, with the window's mass (Candidates::window_mass).
     pub top_p: f32,
+    /// Min-p (0: off): an id survives when its scaled value minus the largest is at least
+    /// `min_p.ln()` (f32), after top-k and top-p. It narrows nothing here (the window already
+    /// covers its survivors); a backend that draws the row applies it.
+    pub min_p: f32,
     /// Structured output's allowed ids: every id outside it is -inf before everything else
     /// (before the edits, the window and the race); `None` allows every id.
     pub mask: Option<TokenMask>,
@@ -98,6 +107,11 @@ pub fn race_score(key: &RaceKey, s: f32, id: u32) -> f32 {
 }
 
 impl RowQuery {
+    /// Whether the row is drawn by a plain race over its window: keyed, no top-k, top-p or min-p.
+    pub fn plain_race(&self) -> bool {
+        self.race.is_some() && self.top_k == 0 && self.top_p >= 1.0 && self.min_p <= 0.0
+    }
+
     /// The same query without edits (for a row whose edits were applied already).
     pub fn without_edits(&self) -> RowQuery {
         RowQuery { edits: Vec::new(), ..self.clone() }
@@ -141,6 +155,9 @@ pub struct Candidates {
     /// Set when a top-p row's candidates are exactly the prefix its cut keeps, settled by the
     /// backend's sum of the window's weights (top_p.rs `band_prefix`): that sum.
     pub window_mass: Option<f64>,
+    /// Set when a backend drew the row (module docs): these are survivors of every filter and
+    /// hold the race's winner, so the host races them as they are.
+    pub settled: bool,
 }
 
 /// Applies `q`'s mask, then its edits, to `row` in place (ids past the row are left alone).
@@ -233,7 +250,7 @@ pub fn select_race(row: &[f32], q: &RowQuery, key: &RaceKey) -> Candidates {
     let scores: Vec<f32> = row.iter().zip(0..).map(|(&x, i)| race_score(key, q.scaled(x), i)).collect();
     let best = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     if !best.is_finite() {
-        return Candidates { ids: (0..row.len() as u32).collect(), values: row.to_vec(), window_mass: None };
+        return Candidates { ids: (0..row.len() as u32).collect(), values: row.to_vec(), ..Candidates::default() };
     }
     let t = best - race_margin(best);
     let mut c = Candidates::default();
@@ -267,6 +284,7 @@ mod tests {
             race: None,
             top_k: 0,
             top_p: 1.0,
+            min_p: 0.0,
             mask: None,
         }
     }

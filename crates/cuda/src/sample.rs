@@ -149,9 +149,9 @@ fn on_host(b: &Ctx, x: &CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Ca
     data.par_chunks_exact(x.cols).zip(queries).map(|(row, q)| candidates(&mut row.to_vec(), q)).collect()
 }
 
-/// Whether `q`'s candidates may be cut to the top of its window by top-p (no top-k, no race).
+/// Whether `q`'s candidates may be cut to the top of its window by top-p (no top-k).
 fn narrows_top_p(q: &RowQuery) -> bool {
-    q.top_p < 1.0 && q.top_k == 0 && q.race.is_none()
+    q.top_p < 1.0 && q.top_k == 0
 }
 
 /// The queries and their edits as kernels/sample.cu reads them (`[queries | edits]`, floats as
@@ -162,7 +162,7 @@ fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
     for (&row, q) in rows.iter().zip(queries) {
         let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
         let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
-        let (race, seed, pos) = q.race.map_or((0, 0, 0), |k| (2, k.seed, k.position));
+        let (race, seed, pos) = q.race.filter(|_| q.plain_race()).map_or((0, 0, 0), |k| (2, k.seed, k.position));
         let top_p = if narrows_top_p(q) { 4 } else { 0 };
         words.extend([row as u32, flag | race | top_p, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
         words.extend([seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]);
@@ -195,7 +195,7 @@ fn assemble(counts: &[u32], triples: &[u32]) -> Vec<Option<Candidates>> {
             let mut row = row?;
             row.sort_unstable_by_key(|&(id, _)| id);
             let (ids, values) = row.iter().copied().unzip();
-            Some(Candidates { ids, values, window_mass: None })
+            Some(Candidates { ids, values, ..Candidates::default() })
         })
         .collect()
 }
@@ -210,8 +210,11 @@ mod tests {
         let v = |x: f32| x.to_bits();
         let triples = [1, 9, v(2.0), 0, 7, v(-1.0), 1, 3, v(f32::NAN), 0, 2, v(5.0)];
         let got = assemble(&[2, 2, FLAGGED, CAP as u32 + 1, CAP as u32, 0], &triples);
-        let c =
-            |ids: &[u32], values: &[f32]| Candidates { ids: ids.to_vec(), values: values.to_vec(), window_mass: None };
+        let c = |ids: &[u32], values: &[f32]| Candidates {
+            ids: ids.to_vec(),
+            values: values.to_vec(),
+            ..Candidates::default()
+        };
         assert_eq!(got[0], Some(c(&[2, 7], &[5.0, -1.0])));
         let one = got[1].as_ref().map(|r| (r.ids.clone(), r.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
         assert_eq!(one, Some((vec![3, 9], vec![v(f32::NAN), v(2.0)])));
@@ -232,6 +235,7 @@ mod tests {
             race,
             top_k: if race.is_some() { 0 } else { 40 },
             top_p: 1.0,
+            min_p: 0.0,
             mask: None,
         };
         let key = RaceKey { seed: 0x1_0000_0002, position: 0x3_0000_0004 };

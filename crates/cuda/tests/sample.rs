@@ -95,6 +95,7 @@ fn base(row: &[f32], edited: bool) -> RowQuery {
         race: None,
         top_k: 0,
         top_p: 1.0,
+        min_p: 0.0,
         mask: None,
     }
 }

@@ -62,12 +62,11 @@ pub fn query(params: &SamplingParams, history: &History, position: u64) -> Optio
     Some(RowQuery { edits: edits.into_values().collect(), race, ..base_query(params) })
 }
 
-/// The race key of the token at `position` when `params` draw it by a plain Gumbel race over
-/// every id (sampled, no top-k, top-p or min-p): a backend may then keep only the ids that can
-/// win (tf_backend::candidates).
+/// The race key of the token at `position` when `params` sample it (not greedy): a backend may
+/// then draw the row where the logits are, or for a plain race keep only the ids that can win
+/// (tf_backend::candidates).
 pub fn race_key(params: &SamplingParams, position: u64) -> Option<RaceKey> {
-    let plain = !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p <= 0.0;
-    plain.then_some(RaceKey { seed: params.seed, position })
+    (!params.is_greedy()).then_some(RaceKey { seed: params.seed, position })
 }
 
 /// The window that min-p's survivors need without top-p (whose mass needs the wider one): an
@@ -103,11 +102,13 @@ fn base_query(params: &SamplingParams) -> RowQuery {
         // A greedy row's ties need no filter.
         top_k: if greedy { 0 } else { params.top_k },
         top_p: if greedy { 1.0 } else { params.top_p },
+        min_p: if greedy { 0.0 } else { params.min_p },
         mask: None,
     }
 }
 
-/// The token drawn from a row's candidates (selected by [`query`] from a row `width` wide).
+/// The token drawn from a row's candidates (selected by [`query`] from a row `width` wide, or
+/// drawn by the backend: [`Candidates::settled`]).
 pub fn sample_from(c: &Candidates, width: usize, params: &SamplingParams, position: u64) -> u32 {
     if params.is_greedy() {
         return c.ids.get(argmax(&c.values) as usize).copied().unwrap_or(0);
@@ -120,7 +121,9 @@ pub fn sample_from(c: &Candidates, width: usize, params: &SamplingParams, positi
             &scaled
         }
     };
-    let kept = kept(x, width, params.top_k, params.top_p, params.min_p, c.window_mass);
+    // A backend's draw left only survivors that hold the winner: race them all.
+    let kept =
+        if c.settled { Kept::All } else { kept(x, width, params.top_k, params.top_p, params.min_p, c.window_mass) };
     gumbel_argmax(&c.ids, x, &kept, params.seed, position)
 }
 

@@ -58,9 +58,12 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
             _ => top_p_prefix(pool.unwrap_or_else(all), top_p, max),
         });
     }
-    // p_i >= min_p * p_max  <=>  exp(x_i - max) >= min_p; the renormalisation by earlier
-    // filters cancels in the ratio, and the most likely token always passes.
-    let passes_min_p = |v: f32| !min_p_on || (v - max).exp() >= min_p;
+    // p_i >= min_p * p_max  <=>  x_i - max >= ln(min_p); the renormalisation by earlier
+    // filters cancels in the ratio, and the most likely token always passes. Compared in the
+    // log domain (one f32 subtraction against one logarithm a row) so a device that draws the
+    // row keeps the same ids bit for bit.
+    let floor = min_p.ln();
+    let passes_min_p = |v: f32| !min_p_on || v - max >= floor;
     let mut ids: Vec<u32> = match pool {
         Some(pool) => pool.into_iter().filter(|p| passes_min_p(p.0)).map(|p| p.1).collect(),
         None => (0..x.len() as u32).filter(|&i| passes_min_p(rank_value(x[i as usize]))).collect(),
@@ -123,7 +126,7 @@ mod tests {
             let n = n.count();
             order.truncate(n.max(1));
         }
-        order.retain(|&i| min_p == 0.0 || (rank_value(x[i as usize]) - max).exp() >= min_p);
+        order.retain(|&i| min_p == 0.0 || (f64::from(rank_value(x[i as usize]) - max)).exp() >= f64::from(min_p));
         order.sort();
         order
     }
@@ -155,6 +158,26 @@ mod tests {
                 assert!(!got.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn min_p_compares_in_the_log_domain() {
+        // Values one f32 step around ln(min_p), where exp(d) >= min_p and d >= ln(min_p) part.
+        let mut parted = 0;
+        for k in 1..400u32 {
+            let min_p = k as f32 / 400.0;
+            let floor = min_p.ln();
+            for step in -8i32..8 {
+                let d = f32::from_bits(floor.to_bits().wrapping_add_signed(-step));
+                if (d.exp() >= min_p) == (d >= floor) {
+                    continue;
+                }
+                parted += 1;
+                let want = if d >= floor { vec![0, 1] } else { vec![0] };
+                assert_eq!(kept(&[0.0, d], 2, 0, 1.0, min_p, None), Kept::Only(want), "min_p {min_p} d {d}");
+            }
+        }
+        assert!(parted > 0, "no value parts the two rules");
     }
 
     #[test]

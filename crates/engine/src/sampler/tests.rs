@@ -297,8 +297,9 @@ fn candidates_give_the_token_the_whole_row_gives() {
                 // A plain race's candidates by race score (a device's rule, with the host's
                 // noise) keep its winner and near ties only, at any spread.
                 let plain = !params.is_greedy() && params.top_k == 0 && params.top_p >= 1.0 && params.min_p == 0.0;
-                assert_eq!(q.race.is_some(), plain);
-                if let Some(key) = &q.race {
+                assert_eq!(q.race.is_some(), !params.is_greedy());
+                assert_eq!(q.plain_race(), plain);
+                if let Some(key) = q.race.as_ref().filter(|_| plain) {
                     let mut edited = row.clone();
                     tf_backend::candidates::apply_edits(&mut edited, &q);
                     let r = tf_backend::candidates::select_race(&edited, &q, key);
@@ -326,4 +327,23 @@ fn a_bias_named_twice_has_no_query() {
     let params = SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..seeded(1.0, 0) };
     assert_eq!(query(&params, &no_history(), 0), None);
     assert!(query(&seeded(1.0, 0), &no_history(), 0).is_some());
+}
+
+#[test]
+fn settled_candidates_are_raced_as_they_are() {
+    // Two tied survivors under top-k 1: unsettled, top-k keeps the lower id; settled (a backend
+    // drew the row and these are its finalists) the race decides between them.
+    let params = SamplingParams { top_k: 1, ..seeded(1.0, 3) };
+    let unsettled = Candidates { ids: vec![4, 9], values: vec![2.0, 2.0], ..Candidates::default() };
+    let settled = Candidates { settled: true, ..unsettled.clone() };
+    let (mut lower, mut higher) = (0, 0);
+    for position in 0..64 {
+        assert_eq!(sample_from(&unsettled, 100, &params, position), 4);
+        let g = |id| gumbel(uniform(3, position, id));
+        let want = if g(9) > g(4) { 9 } else { 4 };
+        let got = sample_from(&settled, 100, &params, position);
+        assert_eq!(got, want, "position {position}");
+        if got == 4 { lower += 1 } else { higher += 1 }
+    }
+    assert!(lower > 0 && higher > 0, "{lower} {higher}");
 }
