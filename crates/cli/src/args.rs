@@ -29,6 +29,8 @@ pub enum Command {
     BenchDraft(BenchDraftArgs),
     /// Measure the prefix cache on a multi-turn chat: time to first token with and without it.
     BenchPrefix(BenchPrefixArgs),
+    /// Measure a server under load: streamed requests at a concurrency or rate; tok/s, TTFT, TPOT, ITL.
+    BenchServe(crate::bench_serve_args::BenchServeArgs),
     /// Inspect saved session files.
     Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.

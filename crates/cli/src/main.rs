@@ -6,6 +6,13 @@ mod bench_cost;
 mod bench_draft;
 mod bench_pick;
 mod bench_prefix;
+mod bench_serve;
+mod bench_serve_args;
+mod bench_serve_http;
+mod bench_serve_request;
+mod bench_serve_spawn;
+mod bench_serve_stats;
+mod bench_serve_workload;
 mod chat_template;
 mod check;
 mod conn_limits;
@@ -32,6 +39,7 @@ fn main() {
         args::Command::Bench(a) => bench::run(&a),
         args::Command::BenchDraft(a) => bench_draft::run(&a),
         args::Command::BenchPrefix(a) => bench_prefix::run(&a),
+        args::Command::BenchServe(a) => bench_serve::run(&a),
         args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
     };
