@@ -302,8 +302,11 @@ WEIGHT_STD = {
 }
 # Further families live in scripts/fixture_families/<group>.py, each module defining FAMILIES
 # and WEIGHT_STD as above (merged here) and optionally PERTURB: {family: fn(model, family,
-# seed)} to replace perturb() for its families; they may import this module's helpers.
+# seed)} to replace perturb() for its families, and LOADED_NAME: {family: fn(saved_name) ->
+# the name transformers loads it as} where its checkpoints save other names (Nemotron-H's
+# backbone.*); they may import this module's helpers.
 EXTRA_PERTURB = {}
+LOADED_NAME = {}
 
 
 def load_family_modules() -> None:
@@ -317,6 +320,7 @@ def load_family_modules() -> None:
         FAMILIES.update(mod.FAMILIES)
         WEIGHT_STD.update(mod.WEIGHT_STD)
         EXTRA_PERTURB.update(getattr(mod, "PERTURB", {}))
+        LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
 
 
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
@@ -493,7 +497,8 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
             out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
         ).eval()
         ref_w = {k: v.float() for k, v in ref.state_dict().items()}
-        saved = load_file(out / "model.safetensors")
+        rename = LOADED_NAME.get(family, lambda k: k)
+        saved = {rename(k): v for k, v in load_file(out / "model.safetensors").items()}
         ok = True
         tensors, min_margin, greedys = {}, float("inf"), []
         with torch.no_grad():

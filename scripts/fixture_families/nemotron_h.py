@@ -1,0 +1,108 @@
+"""Nemotron-H fixture builders (Mamba2 / attention / MLP / MoE layers), merged by make_fixtures.py.
+
+nemotron_h: layers "M*M-M" (Mamba2, attention without rope, Mamba2, relu^2 MLP, Mamba2),
+n_groups 2, ssm_state_size 16, conv kernel 4 with bias, 8 Mamba heads of width 8, chunk size 8
+(so transformers' chunked scan crosses chunk boundaries in the longer prompts), and dt_bias
+values low enough on some heads that softplus falls under time_step_min (the clamp is exercised).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import NemotronHConfig, NemotronHForCausalLM
+
+VOCAB_SIZE = 512
+PAD, BOS, EOS = 0, 1, 2
+
+
+def nemotron_kwargs():
+    return dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        layer_norm_epsilon=1e-5,
+        max_position_embeddings=256,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        attention_bias=False,
+        mlp_bias=False,
+        use_bias=False,
+        mlp_hidden_act="relu2",
+        tie_word_embeddings=False,
+        ssm_state_size=16,
+        mamba_num_heads=8,
+        mamba_head_dim=8,
+        n_groups=2,
+        conv_kernel=4,
+        use_conv_bias=True,
+        chunk_size=8,
+        time_step_min=0.001,
+        residual_in_fp32=False,
+    )
+
+
+def make_nemotron_h():
+    cfg = NemotronHConfig(**nemotron_kwargs(), layers_block_type=[
+        "linear_attention", "full_attention", "linear_attention", "mlp", "linear_attention"
+    ])
+    return NemotronHForCausalLM, cfg, torch.bfloat16
+
+
+FAMILIES = {
+    "nemotron_h": (make_nemotron_h, 5000, True),
+}
+
+WEIGHT_STD = {
+    #            embed, lm_head, router, in-proj, out-proj
+    "nemotron_h": (0.5, 0.5, 0.3, 0.12, 0.12),
+}
+
+
+def perturb_nemotron(model: torch.nn.Module, family: str, seed: int) -> None:
+    """Seeded random values for every parameter (sorted by name), with Mamba2's A_log, dt_bias,
+    D and conv weights drawn in the ranges real checkpoints have."""
+    e_std, h_std, r_std, in_std, out_std = WEIGHT_STD[family]
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if name.endswith("A_log"):
+                v = torch.log(torch.linspace(1.0, 8.0, p.shape[0])) + 0.1 * r
+            elif name.endswith("dt_bias"):
+                # inverse softplus of dt in [1e-3, 0.1]; two heads far lower, under time_step_min
+                u = torch.rand(p.shape, generator=g)
+                dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+                v = dt + torch.log(-torch.expm1(-dt))
+                v[1] = -9.0
+                v[5] = -10.0
+            elif name.endswith(".D"):
+                v = 1.0 + 0.3 * r
+            elif "conv1d.weight" in name:
+                v = 0.4 * r
+            elif "conv1d.bias" in name:
+                v = 0.1 * r
+            elif "norm" in name:
+                v = 1.0 + 0.1 * r
+            elif "embeddings" in name:
+                v = e_std * r
+            elif "lm_head" in name:
+                v = h_std * r
+            elif name.endswith("gate.weight"):
+                v = r_std * r
+            elif "o_proj" in name or "down_proj" in name or "out_proj" in name:
+                v = out_std * r
+            else:
+                v = in_std * r
+            p.copy_(v.to(p.dtype))
+
+
+PERTURB = {"nemotron_h": perturb_nemotron}
+
+# Nemotron-H checkpoints (and transformers' save_pretrained) name the model `backbone.*`.
+LOADED_NAME = {"nemotron_h": lambda k: "model." + k[len("backbone."):] if k.startswith("backbone.") else k}
