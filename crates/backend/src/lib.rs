@@ -3,23 +3,30 @@
 
 pub mod attn;
 pub mod candidates;
+pub mod conv;
 pub mod gate_up;
+pub mod gdn;
 pub mod host;
 pub mod logprobs;
 pub mod mask;
+pub mod on_host;
 pub mod reference;
 pub mod rng;
 pub mod rope;
+pub mod short_conv;
 pub mod state;
 pub mod top_p;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
+pub use conv::Conv1d;
+pub use gdn::Gdn;
 pub use host::{HostKv, HostMat, HostTensor};
 pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use mask::TokenMask;
 pub use reference::RefBackend;
 pub use rope::Rope;
+pub use short_conv::ShortConv;
 pub use state::{HostState, StateShape};
 
 use tf_formats::TensorView;
@@ -239,10 +246,76 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> Self::Act;
+    /// LFM2's double-gated short conv (short_conv.rs) of in-projection rows `bcx` `[rows, 3 * ch]`
+    /// into `[rows, ch]`, each sequence's conv window in its slot of `st` (`meta.state_slots`):
+    /// the reference's values. This default runs the reference on the host.
+    fn short_conv(
+        &self,
+        bcx: &Self::Act,
+        conv: &ShortConv<'_, Self::Vec>,
+        st: &mut Self::State,
+        meta: &AttnMeta,
+    ) -> Self::Act {
+        let (rows, cols) = self.shape(bcx);
+        let (ch, width) = (cols / 3, conv.kernel.saturating_sub(1));
+        let slots = &meta.state_slots[..meta.state_slots.len().min(meta.seqs.len())];
+        let (mut host, local) = short_conv::host_slots(&self.read_state(st, slots), meta, ch, width);
+        let x = self.download(bcx);
+        let y = short_conv::short_conv(&x, ch, conv.host_weight, conv.host_bias, conv.kernel, &mut host, &local);
+        self.write_state(st, slots, &host.data.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+        self.upload(&y, rows, ch)
+    }
     /// The listed rows of `x`, in order.
     fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
     /// `cap * tanh(x / cap)` in place.
     fn softcap(&self, x: &mut Self::Act, cap: f32);
+    /// The values of a weight vector on the host (what the state ops' host-run defaults read).
+    fn vec_values(&self, v: &Self::Vec) -> Vec<f32>;
+    /// Depthwise causal conv1d of `x` `[rows, channels]` over each sequence's rows, its window in
+    /// the first values of the sequence's slot of `st` (conv.rs; this default runs it on the host).
+    fn causal_conv1d(&self, x: &Self::Act, p: &Conv1d<'_, Self::Vec>, st: &mut Self::State, meta: &AttnMeta) -> Self::Act {
+        let (rows, ch) = self.shape(x);
+        let (w, bias) = (self.vec_values(p.weight), p.bias.map(|b| self.vec_values(b)));
+        let xs = self.download(x);
+        let y = on_host::with_slots(self, st, meta, |hs, m| {
+            conv::causal_conv1d(&xs, ch, &w, bias.as_deref(), p.kernel, p.silu, hs, m)
+        });
+        self.upload(&y, rows, ch)
+    }
+    /// The gated delta rule over each sequence's rows of `qkv` `[rows, 2 Hk Dk + Hv Dv]` with `a`,
+    /// `b` `[rows, Hv]`, its state in the sequence's slot of `st`: `[rows, Hv Dv]` (gdn.rs; this
+    /// default runs it on the host).
+    fn gated_delta_rule(
+        &self,
+        qkv: &Self::Act,
+        a: &Self::Act,
+        b: &Self::Act,
+        p: &Gdn<'_, Self::Vec>,
+        st: &mut Self::State,
+        meta: &AttnMeta,
+    ) -> Self::Act {
+        let sh = gdn::GdnShape::of(p);
+        let (rows, _) = self.shape(qkv);
+        let (a_log, dt) = (self.vec_values(p.a_log), self.vec_values(p.dt_bias));
+        let (q, av, bv) = (self.download(qkv), self.download(a), self.download(b));
+        let y = on_host::with_slots(self, st, meta, |hs, m| {
+            gdn::gated_delta_rule(sh, &q, &av, &bv, &a_log, &dt, p.state_offset, hs, m)
+        });
+        self.upload(&y, rows, sh.hv * sh.dv)
+    }
+    /// Gated RMSNorm over each group of `w.len()` values: `norm(x) * w * silu(z)` (gdn.rs).
+    fn rms_norm_gated(&self, x: &Self::Act, z: &Self::Act, w: &Self::Vec, eps: f32) -> Self::Act {
+        let (rows, cols) = self.shape(x);
+        let y = gdn::rms_norm_gated(&self.download(x), &self.download(z), &self.vec_values(w), eps);
+        self.upload(&y, rows, cols)
+    }
+    /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
+    fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {
+        let (rows, cols) = self.shape(x);
+        let mut v = self.download(x);
+        gdn::mul_sigmoid(&mut v, &self.download(gate));
+        *x = self.upload(&v, rows, cols);
+    }
     /// Mixture of experts: route each row by `router_logits` `[rows, experts]`, run its experts.
     fn moe(&self, x: &Self::Act, router_logits: &Self::Act, experts: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act;
 

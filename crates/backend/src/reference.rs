@@ -89,6 +89,10 @@ impl Backend for RefBackend {
         v.to_vec()
     }
 
+    fn vec_values(&self, v: &Vec<f32>) -> Vec<f32> {
+        v.clone()
+    }
+
     fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
         HostKv::new(shape)
     }

@@ -117,6 +117,10 @@ impl Backend for CpuBackend {
         v.to_vec()
     }
 
+    fn vec_values(&self, v: &Vec<f32>) -> Vec<f32> {
+        v.clone()
+    }
+
     fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
         HostKv::new(shape)
     }

@@ -177,6 +177,10 @@ impl Backend for CudaBackend {
         CudaVec { data: self.ctx.dev.upload(v), len: v.len() }
     }
 
+    fn vec_values(&self, v: &CudaVec) -> Vec<f32> {
+        self.ctx.dev.download(&v.data, v.len)
+    }
+
     fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
         ops::kv(&self.ctx, shape)
     }

@@ -59,6 +59,9 @@ impl Backend for Dual {
     fn vec(&self, v: &[f32]) -> Self::Vec {
         (self.c.vec(v), self.g.vec(v))
     }
+    fn vec_values(&self, v: &Self::Vec) -> Vec<f32> {
+        v.0.clone()
+    }
     fn kv(&self, shape: KvShape) -> Result<Self::Kv, BackendError> {
         Ok((self.c.kv(shape)?, self.g.kv(shape)?))
     }

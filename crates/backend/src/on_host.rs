@@ -1,0 +1,26 @@
+//! The host-run defaults of the state ops (conv.rs, gdn.rs): a round's slots read from a
+//! backend's pool into a small host pool, the reference run over it, and the slots written back.
+
+use crate::Backend;
+use crate::attn::AttnMeta;
+use crate::state::{HostState, StateShape};
+
+/// Runs `f` over a host copy of the slots of `meta`'s sequences (slot `i` for sequence `i` in
+/// the metadata `f` is handed), then writes those slots back into `st`.
+pub fn with_slots<B: Backend + ?Sized, R>(
+    b: &B,
+    st: &mut B::State,
+    meta: &AttnMeta,
+    f: impl FnOnce(&mut HostState, &AttnMeta) -> R,
+) -> R {
+    let slots = &meta.state_slots[..meta.seqs.len()];
+    let bytes = b.read_state(st, slots);
+    let slot_len = bytes.len() / 4 / slots.len().max(1);
+    let shape = StateShape { num_slots: slots.len(), conv_channels: 0, conv_width: 0, rec_len: slot_len };
+    let mut host = HostState { shape, data: bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let mut local = meta.clone();
+    local.state_slots = (0..slots.len() as u32).collect();
+    let out = f(&mut host, &local);
+    b.write_state(st, slots, &host.read_slots(&local.state_slots));
+    out
+}
