@@ -13,6 +13,7 @@ pub mod on_host;
 pub mod reference;
 pub mod rng;
 pub mod rope;
+pub mod ssd;
 pub mod short_conv;
 pub mod state;
 pub mod top_p;

@@ -229,6 +229,12 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+
+    /// The tokenizer in Hugging Face's `tokenizer.json` form (what structured output reads each
+    /// token's bytes from), or `None` when it cannot be written.
+    pub fn to_json(&self) -> Option<String> {
+        self.inner.to_string(false).ok()
+    }
 }
 
 /// Reads a file, `None` when it does not exist.
