@@ -49,7 +49,7 @@ impl<B: Backend> Decoder<B> {
             true => None,
             false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
         };
-        let norm = ld.vec("model.norm.weight", hidden)?;
+        let norm = ld.vec(spec.names.final_norm, hidden)?;
         let mut n = CacheCounts::default();
         let layers: Vec<Block<B>> =
             (0..spec.num_layers).map(|i| Block::load(&spec, ld, i, &mut n)).collect::<Result<_, _>>()?;

@@ -10,6 +10,7 @@ pub mod fingerprint;
 pub mod gguf;
 pub mod loaded;
 pub mod locate;
+pub mod names;
 pub mod registry;
 pub mod spec;
 pub mod weights;

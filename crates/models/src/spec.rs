@@ -3,6 +3,7 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
+use crate::names::Names;
 use tf_backend::rope::RopeScaling;
 use tf_backend::{Activation, Rope};
 
@@ -13,6 +14,8 @@ pub enum LayerKind {
     Full,
     /// Attends to the last `sliding_window` positions.
     Sliding,
+    /// LFM2's double-gated short convolution (`blocks/short_conv.rs`), a conv window in a state slot.
+    Conv,
 }
 
 /// Mixture-of-experts settings.
@@ -87,6 +90,19 @@ pub struct ModelSpec {
     pub eos_token_id: Vec<i64>,
     /// PAD ids named by the config.
     pub pad_token_id: Vec<i64>,
+    /// The checkpoint's tensor names for the shared blocks' parts.
+    pub names: Names,
+    /// Short conv layers' settings, for families that have them.
+    pub conv: Option<ConvSpec>,
+}
+
+/// Short convolution settings (LFM2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvSpec {
+    /// Taps of the depthwise causal conv (`conv_L_cache`); the window keeps one fewer inputs.
+    pub kernel: usize,
+    /// The conv and its in / out projections carry biases (`conv_bias`).
+    pub bias: bool,
 }
 
 /// Fields every family reads the same way.
@@ -206,6 +222,8 @@ impl Common {
             bos_token_id: c.ids("bos_token_id")?,
             eos_token_id: c.ids("eos_token_id")?,
             pad_token_id: c.ids("pad_token_id")?,
+            names: Names::default(),
+            conv: None,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

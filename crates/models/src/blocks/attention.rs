@@ -20,7 +20,7 @@ pub(crate) struct Attention<B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
-    /// Loads layer `i`'s attention (`{p}self_attn.*`) and its output projection `o_proj`.
+    /// Loads layer `i`'s attention (`{p}self_attn.*`, as `names` calls them) and its output projection.
     pub(crate) fn load(
         s: &ModelSpec,
         ld: &Loader<'_, B>,
@@ -29,9 +29,10 @@ impl<B: Backend> Attention<B> {
         kv: usize,
     ) -> Result<(Self, B::Mat), ModelError> {
         let (hidden, d) = (s.hidden_size, s.head_dim);
+        let m = s.names.attn;
         let head_norm =
-            |name: &str| if s.qk_norm { ld.vec(&format!("{p}self_attn.{name}.weight"), d).map(Some) } else { Ok(None) };
-        let proj = |name: &str, rows, cols| ld.mat(&format!("{p}self_attn.{name}.weight"), rows, cols);
+            |name: &str| if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), d).map(Some) } else { Ok(None) };
+        let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{m}.{name}.weight"), rows, cols);
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
             num_heads: s.num_heads,
@@ -45,13 +46,13 @@ impl<B: Backend> Attention<B> {
             q: proj("q_proj", s.num_heads * d, hidden)?,
             k: proj("k_proj", s.num_kv_heads * d, hidden)?,
             v: proj("v_proj", s.num_kv_heads * d, hidden)?,
-            q_norm: head_norm("q_norm")?,
-            k_norm: head_norm("k_norm")?,
+            q_norm: head_norm(s.names.qk_norm[0])?,
+            k_norm: head_norm(s.names.qk_norm[1])?,
             attn,
             sliding,
             kv,
         };
-        Ok((me, proj("o_proj", hidden, s.num_heads * d)?))
+        Ok((me, proj(s.names.attn_out, hidden, s.num_heads * d)?))
     }
 
     /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.

@@ -31,15 +31,18 @@ impl<B: Backend> Ffn<B> {
                 experts: load_experts(ld, p, m.num_experts, m.moe_intermediate_size, hidden)?,
                 params: MoeParams { top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, act: s.act },
             },
-            _ => Ffn::Dense {
-                gate_up: ld.gate_up(
-                    &format!("{p}mlp.gate_proj.weight"),
-                    &format!("{p}mlp.up_proj.weight"),
-                    s.intermediate_size,
-                    hidden,
-                )?,
-                down: ld.mat(&format!("{p}mlp.down_proj.weight"), hidden, s.intermediate_size)?,
-            },
+            _ => {
+                let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
+                Ffn::Dense {
+                    gate_up: ld.gate_up(
+                        &format!("{p}{m}.{g}.weight"),
+                        &format!("{p}{m}.{u}.weight"),
+                        s.intermediate_size,
+                        hidden,
+                    )?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                }
+            }
         })
     }
 

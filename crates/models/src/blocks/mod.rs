@@ -113,12 +113,18 @@ impl<B: Backend> Block<B> {
                 n.kv += 1;
                 (TokenMixer::Attention(a), o)
             }
+            LayerKind::Conv => {
+                return Err(ModelError::Config {
+                    file: Default::default(),
+                    msg: "short conv layers are not loaded yet".into(),
+                });
+            }
         };
         Ok(Block {
-            input_norm: norm("input_layernorm")?,
-            post_mixer_norm: norm("post_attention_layernorm")?,
-            pre_ffn_norm: if s.sandwich_norms { Some(norm("pre_feedforward_layernorm")?) } else { None },
-            post_ffn_norm: if s.sandwich_norms { Some(norm("post_feedforward_layernorm")?) } else { None },
+            input_norm: norm(s.names.input_norm)?,
+            post_mixer_norm: norm(s.names.post_mixer_norm)?,
+            pre_ffn_norm: if s.sandwich_norms { Some(norm(s.names.pre_ffn_norm)?) } else { None },
+            post_ffn_norm: if s.sandwich_norms { Some(norm(s.names.post_ffn_norm)?) } else { None },
             mixer,
             out,
             ffn: Ffn::load(s, ld, &p, i)?,
