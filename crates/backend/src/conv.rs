@@ -37,7 +37,6 @@ pub fn silu(x: f32) -> f32 {
 
 /// One output value: channel `c` of row `t` (index within the sequence) from the sequence's
 /// rows `xs` (`[q_len, ch]`) and the window `win` (`[K - 1, ch]`, oldest first).
-#[allow(clippy::too_many_arguments)]
 pub fn conv_value(xs: &[f32], win: &[f32], ch: usize, t: usize, c: usize, w: &[f32], k: usize) -> f32 {
     let mut acc = 0.0f32;
     for j in 0..k {
@@ -57,7 +56,8 @@ pub fn next_window(win: &[f32], xs: &[f32], ch: usize, k: usize) -> Vec<f32> {
     for r in 0..width {
         // Row r of the new window is row (rows + r) of win ++ xs, counted from win's start.
         let src = rows + r;
-        let from = if src < width { &win[src * ch..(src + 1) * ch] } else { &xs[(src - width) * ch..(src - width + 1) * ch] };
+        let from =
+            if src < width { &win[src * ch..(src + 1) * ch] } else { &xs[(src - width) * ch..(src - width + 1) * ch] };
         out[r * ch..(r + 1) * ch].copy_from_slice(from);
     }
     out
@@ -65,6 +65,7 @@ pub fn next_window(win: &[f32], xs: &[f32], ch: usize, k: usize) -> Vec<f32> {
 
 /// The reference conv over `x` (`[rows, ch]` row-major) for the round `meta`, reading and
 /// leaving each sequence's window in the first `ch * (K - 1)` values of its slot.
+#[allow(clippy::too_many_arguments)]
 pub fn causal_conv1d(
     x: &[f32],
     ch: usize,
@@ -79,8 +80,7 @@ pub fn causal_conv1d(
     let mut out = vec![0.0f32; x.len()];
     for (i, s) in meta.seqs.iter().enumerate() {
         let slot = meta.state_slots[i];
-        let win: Vec<f32> =
-            if s.start_pos > 0 { st.slot(slot)[..width * ch].to_vec() } else { vec![0.0; width * ch] };
+        let win: Vec<f32> = if s.start_pos > 0 { st.slot(slot)[..width * ch].to_vec() } else { vec![0.0; width * ch] };
         let xs = &x[s.q_start * ch..(s.q_start + s.q_len) * ch];
         for t in 0..s.q_len {
             for c in 0..ch {

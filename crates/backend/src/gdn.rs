@@ -297,9 +297,23 @@ mod tests {
         for cut in 1..rows {
             let mut st2 = HostState::new(shape).expect("small");
             let first = meta(&[(0, cut, 0)], &[1]);
-            let x = gated_delta_rule(SH, &qkv[..cut * cols], &a[..cut * 2], &b[..cut * 2], &a_log, &dt, 0, &mut st2, &first);
+            let x = gated_delta_rule(
+                SH,
+                &qkv[..cut * cols],
+                &a[..cut * 2],
+                &b[..cut * 2],
+                &a_log,
+                &dt,
+                0,
+                &mut st2,
+                &first,
+            );
             // The rest batched behind another sequence's one row.
-            let (q2, a2, b2) = ([&qkv[..cols], &qkv[cut * cols..]].concat(), [&a[..2], &a[cut * 2..]].concat(), [&b[..2], &b[cut * 2..]].concat());
+            let (q2, a2, b2) = (
+                [&qkv[..cols], &qkv[cut * cols..]].concat(),
+                [&a[..2], &a[cut * 2..]].concat(),
+                [&b[..2], &b[cut * 2..]].concat(),
+            );
             let m = meta(&[(0, 1, 0), (1, rows - cut, cut)], &[0, 1]);
             let y = gated_delta_rule(SH, &q2, &a2, &b2, &a_log, &dt, 0, &mut st2, &m);
             assert_eq!([&x[..], &y[6..]].concat(), whole, "split at {cut}");

@@ -28,6 +28,7 @@ pub use mask::TokenMask;
 pub use reference::RefBackend;
 pub use rope::Rope;
 pub use short_conv::ShortConv;
+pub use ssd::Ssd;
 pub use state::{HostState, StateShape};
 
 use tf_formats::TensorView;
@@ -308,6 +309,38 @@ pub trait Backend: Send + Sync {
     fn rms_norm_gated(&self, x: &Self::Act, z: &Self::Act, w: &Self::Vec, eps: f32) -> Self::Act {
         let (rows, cols) = self.shape(x);
         let y = gdn::rms_norm_gated(&self.download(x), &self.download(z), &self.vec_values(w), eps);
+        self.upload(&y, rows, cols)
+    }
+    /// Mamba2's SSD scan over each sequence's rows of `xbc` `[rows, H P + 2 G N]` (the conv's
+    /// output after SiLU) with `dt` `[rows, H]`, its state in the sequence's slot of `st`:
+    /// `[rows, H P]` before the gated norm (ssd.rs; this default runs it on the host).
+    fn ssd_scan(
+        &self,
+        xbc: &Self::Act,
+        dt: &Self::Act,
+        p: &Ssd<'_, Self::Vec>,
+        st: &mut Self::State,
+        meta: &AttnMeta,
+    ) -> Self::Act {
+        let sh = ssd::SsdShape::of(p);
+        let (rows, _) = self.shape(xbc);
+        let heads = [self.vec_values(p.a), self.vec_values(p.d), self.vec_values(p.dt_bias)].concat();
+        let (x, d) = (self.download(xbc), self.download(dt));
+        let y = on_host::with_slots(self, st, meta, |hs, m| ssd::ssd_scan(sh, &x, &d, &heads, p.state_offset, hs, m));
+        self.upload(&y, rows, sh.h * sh.p)
+    }
+    /// Mamba2's gated RMSNorm: `x * silu(z)` normed over each group of `group` values, times
+    /// `w` (`[cols]`) (ssd.rs).
+    fn rms_norm_gated_grouped(
+        &self,
+        x: &Self::Act,
+        z: &Self::Act,
+        w: &Self::Vec,
+        group: usize,
+        eps: f32,
+    ) -> Self::Act {
+        let (rows, cols) = self.shape(x);
+        let y = ssd::rms_norm_gated_grouped(&self.download(x), &self.download(z), &self.vec_values(w), group, eps);
         self.upload(&y, rows, cols)
     }
     /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).

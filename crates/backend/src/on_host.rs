@@ -17,7 +17,10 @@ pub fn with_slots<B: Backend + ?Sized, R>(
     let bytes = b.read_state(st, slots);
     let slot_len = bytes.len() / 4 / slots.len().max(1);
     let shape = StateShape { num_slots: slots.len(), conv_channels: 0, conv_width: 0, rec_len: slot_len };
-    let mut host = HostState { shape, data: bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let mut host = HostState {
+        shape,
+        data: bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+    };
     let mut local = meta.clone();
     local.state_slots = (0..slots.len() as u32).collect();
     let out = f(&mut host, &local);
