@@ -13,6 +13,8 @@
 //! and a batch of sequences give the same bits as one sequence run whole.
 
 use crate::attn::AttnMeta;
+use crate::conv::silu;
+use crate::gdn::softplus;
 use crate::state::HostState;
 
 /// One Mamba2 layer's SSD shape and per-head parameters (`[H]` each).
@@ -23,8 +25,6 @@ pub struct Ssd<'a, V> {
     pub d: &'a V,
     /// `dt_bias`.
     pub dt_bias: &'a V,
-    /// The same three on the host, `[A, D, dt_bias]` each `[H]` (for ops that run there).
-    pub host: &'a [f32],
     /// Mamba heads `H`.
     pub num_heads: usize,
     /// Width of a head `P`.
@@ -81,16 +81,6 @@ impl SsdShape {
     pub fn state_len(&self) -> usize {
         self.h * self.p * self.n
     }
-}
-
-/// `log(1 + exp(x))`, linear above 20 as torch's `softplus`.
-pub fn softplus(x: f32) -> f32 {
-    if x > 20.0 { x } else { x.exp().ln_1p() }
-}
-
-/// `x / (1 + exp(-x))`.
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 /// The discretised step of head `h` for a raw `dt`: `(dt, exp(dt * A))`.
