@@ -132,4 +132,11 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn vec(&self, name: &str, len: usize) -> Result<B::Vec, ModelError> {
         Ok(self.backend.vec(&self.view(name, &[len])?.to_f32()))
     }
+
+    /// A float tensor of exactly `shape` as one weight vector (row-major), with its values on
+    /// the host (conv kernels `[channels, 1, kernel]`, which the host-run defaults read).
+    pub fn vec_shaped(&self, name: &str, shape: &[usize]) -> Result<(B::Vec, Vec<f32>), ModelError> {
+        let host = self.view(name, shape)?.to_f32();
+        Ok((self.backend.vec(&host), host))
+    }
 }
