@@ -76,6 +76,7 @@ kernels!(
     sample_select,
     sample_topk,
     sample_mass,
+    sample_draw,
     logprob_partial,
     logprob_combine,
     gemv_bf16_n1,

@@ -29,7 +29,8 @@
 //!                                                      per-sequence state pools
 //! 6  matmul, attention, sample, logprob, held          GEMV/GEMM, paged attention, sampling,
 //!                                                      log-probabilities, ids held on the device
-//! 7  moe                                               mixture of experts (over matmul)
+//! 7  moe, draw                                         mixture of experts (over matmul); sampled
+//!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
 //! 9  lib                                               CudaBackend: the Backend impl, on a Ctx
 //! 10 limits                                            copy and GEMM ceilings, on a backend
@@ -43,6 +44,7 @@ mod attn_meta;
 mod capture;
 mod ctx;
 mod device;
+mod draw;
 mod error;
 mod graph;
 mod graph_pad;
@@ -360,7 +362,9 @@ impl Backend for CudaBackend {
     }
 
     fn candidate_capacity(&self) -> Option<usize> {
-        Some(sample::CAP)
+        // The engine's rows are drawn (draw.rs): a row the device leaves to the host costs that
+        // row's download only.
+        None
     }
 
     fn logprobs(&self, x: &CudaAct, queries: &[LogprobQuery]) -> Vec<RowLogprobs> {
@@ -368,7 +372,11 @@ impl Backend for CudaBackend {
     }
 
     fn sample_candidates(&self, x: &mut CudaAct, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
-        let c = sample::sample_candidates(&self.ctx, x, rows, queries);
+        let c = if queries.iter().all(draw::drawable) {
+            draw::draw(&self.ctx, x, rows, queries)
+        } else {
+            sample::sample_candidates(&self.ctx, x, rows, queries)
+        };
         self.round_done();
         c
     }

@@ -11,14 +11,21 @@ use tf_backend::{Candidates, RowQuery};
 /// Candidates a row keeps on the device; a row with more is downloaded and selected on the host.
 pub(crate) const CAP: usize = 4096;
 /// Words of one packed query (kernels/sample.cu `SQ_WORDS`).
-const QUERY_WORDS: usize = 16;
+pub(crate) const QUERY_WORDS: usize = 16;
 /// Doubles of a top-p row's window masses (kernels/sample.cu `SM_WORDS`): the steps' masses,
 /// then the whole window's at [`MASS_STEPS`].
 const MASS_WORDS: usize = 8;
 /// Steps of reach whose masses and counts a top-p row gets (kernels/sample.cu `SM_STEPS`).
 const MASS_STEPS: usize = 6;
 /// Words of one packed edit (kernels/sample.cu `SE_WORDS`).
-const EDIT_WORDS: usize = 5;
+pub(crate) const EDIT_WORDS: usize = 5;
+/// Query flag: the row is sampled, its race key in words 8-11 (kernels/draw.cu `SD_KEYED`).
+const KEYED: u32 = 8;
+/// Query flag: min-p is on, ln(min_p) in word 13 (kernels/draw.cu `SD_MIN_P`).
+const MIN_P: u32 = 16;
+/// Query flag: a mask, its offset in the mask region and length in words 14 and 15
+/// (kernels/draw.cu `SD_MASK`).
+const MASKED: u32 = 32;
 /// A row's count when its scaled maximum is not finite (kernels/sample.cu `SQ_FLAGGED`).
 const FLAGGED: u32 = u32::MAX;
 
@@ -154,19 +161,43 @@ fn narrows_top_p(q: &RowQuery) -> bool {
     q.top_p < 1.0 && q.top_k == 0
 }
 
-/// The queries and their edits as kernels/sample.cu reads them (`[queries | edits]`, floats as
-/// their bits), and the number of edits.
-fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
+/// The queries, their edits and their masks as kernels/sample.cu and draw.cu read them
+/// (`[queries | edits | mask words]`, floats as their bits; each distinct mask once), and the
+/// number of edits.
+pub(crate) fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
     let num_edits: usize = queries.iter().map(|q| q.edits.len()).sum();
     let mut words = Vec::with_capacity(rows.len() * QUERY_WORDS + num_edits * EDIT_WORDS);
+    // Each distinct mask's words (by address) and their offset in the mask region.
+    let mut masks: Vec<(*const u32, u32)> = Vec::new();
+    let mut mask_words: Vec<u32> = Vec::new();
     for (&row, q) in rows.iter().zip(queries) {
         let (flag, t) = q.temperature.map_or((0, 0), |t| (1, t.to_bits()));
         let (w, r, f, p) = (q.window, q.repetition_penalty, q.frequency_penalty, q.presence_penalty);
-        let (race, seed, pos) = q.race.filter(|_| q.plain_race()).map_or((0, 0, 0), |k| (2, k.seed, k.position));
+        let (seed, pos) = q.race.map_or((0, 0), |k| (k.seed, k.position));
+        let race = if q.plain_race() { 2 } else { 0 };
         let top_p = if narrows_top_p(q) { 4 } else { 0 };
-        words.extend([row as u32, flag | race | top_p, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
+        let keyed = if q.race.is_some() { KEYED } else { 0 };
+        let (min_p, floor) = if q.min_p > 0.0 { (MIN_P, q.min_p.ln().to_bits()) } else { (0, 0) };
+        let (masked, at, len) = match &q.mask {
+            Some(m) => {
+                let m = m.words();
+                let at = match masks.iter().find(|e| e.0 == m.as_ptr()) {
+                    Some(e) => e.1,
+                    None => {
+                        let at = mask_words.len() as u32;
+                        masks.push((m.as_ptr(), at));
+                        mask_words.extend_from_slice(m);
+                        at
+                    }
+                };
+                (MASKED, at, m.len() as u32)
+            }
+            None => (0, 0, 0),
+        };
+        let flags = flag | race | top_p | keyed | min_p | masked;
+        words.extend([row as u32, flags, t, w.to_bits(), r.to_bits(), f.to_bits(), p.to_bits(), q.top_k]);
         words.extend([seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]);
-        words.extend([q.top_p.to_bits(), 0, 0, 0]);
+        words.extend([q.top_p.to_bits(), floor, at, len]);
     }
     for (i, q) in queries.iter().enumerate() {
         debug_assert!(q.edits.windows(2).all(|w| w[0].id < w[1].id), "edits in increasing id order");
@@ -175,6 +206,7 @@ fn pack(rows: &[usize], queries: &[RowQuery]) -> (Vec<u32>, usize) {
             words.extend([i as u32, e.id, e.bias.unwrap_or(0.0).to_bits(), e.count, flags]);
         }
     }
+    words.extend_from_slice(&mask_words);
     (words, num_edits)
 }
 
@@ -248,7 +280,7 @@ mod tests {
         assert_eq!(words.len(), 2 * QUERY_WORDS + 3 * EDIT_WORDS);
         let f = |x: f32| x.to_bits();
         assert_eq!(words[..16], [5, 0, 0, f(20.0), f(1.3), f(0.5), f(-0.25), 40, 0, 0, 0, 0, f(1.0), 0, 0, 0]);
-        assert_eq!(words[16..19], [2, 3, f(0.7)]);
+        assert_eq!(words[16..19], [2, 3 | KEYED, f(0.7)]);
         assert_eq!(words[24..29], [2, 1, 4, 3, f(1.0)]);
         assert_eq!(words[32..], [0, 4, f(-0.0), 2, 1, 1, 1, 0, 0, 2, 1, 9, 0, 0, 0]);
         // Top-p alone may narrow the window (flag bit 2); with top-k it does not.
