@@ -324,7 +324,7 @@ pub trait Backend: Send + Sync {
     ) -> Self::Act {
         let sh = ssd::SsdShape::of(p);
         let (rows, _) = self.shape(xbc);
-        let heads = [self.vec_values(p.a), self.vec_values(p.d), self.vec_values(p.dt_bias)].concat();
+        let heads = [self.vec_values(p.a_log), self.vec_values(p.d), self.vec_values(p.dt_bias)].concat();
         let (x, d) = (self.download(xbc), self.download(dt));
         let y = on_host::with_slots(self, st, meta, |hs, m| ssd::ssd_scan(sh, &x, &d, &heads, p.state_offset, hs, m));
         self.upload(&y, rows, sh.h * sh.p)

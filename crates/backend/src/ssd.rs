@@ -4,8 +4,7 @@
 //!
 //! Input rows are the conv's output after SiLU, `[x (H * P), B (G * N), C (G * N)]`, with `dt`
 //! `[H]` per row (before its bias). Head `h` reads group `h / (H / G)`. Per token, in f32:
-//! `dt = clamp(softplus(dt + dt_bias), dt_min, dt_max)`, `dA = exp(dt * A)` (`A = -exp(A_log)`,
-//! taken on the host at load), then for each `p < P` and `n < N` with `n` rising:
+//! `dt = clamp(softplus(dt + dt_bias), dt_min, dt_max)`, `dA = exp(dt * A)` (`A = -exp(A_log)`), then for each `p < P` and `n < N` with `n` rising:
 //! `s[h, p, n] = s[h, p, n] * dA + (dt * B[n]) * x[p]`, `y[p] = sum_n s[h, p, n] * C[n]` (the sum
 //! taken as the state is updated), and `y[p] += D[h] * x[p]`. The state is `[H, P, N]` f32 in the
 //! slot after its first `state_offset` values (the conv window), read only for a sequence past
@@ -19,8 +18,8 @@ use crate::state::HostState;
 
 /// One Mamba2 layer's SSD shape and per-head parameters (`[H]` each).
 pub struct Ssd<'a, V> {
-    /// `A = -exp(A_log)`.
-    pub a: &'a V,
+    /// `A_log` (`A = -exp(A_log)`).
+    pub a_log: &'a V,
     /// The skip `D`.
     pub d: &'a V,
     /// `dt_bias`.
@@ -83,10 +82,10 @@ impl SsdShape {
     }
 }
 
-/// The discretised step of head `h` for a raw `dt`: `(dt, exp(dt * A))`.
-pub fn head_step(sh: SsdShape, dt_raw: f32, a: f32, dt_bias: f32) -> (f32, f32) {
+/// The discretised step of a head for a raw `dt`: `(dt, exp(dt * A))` with `A = -exp(a_log)`.
+pub fn head_step(sh: SsdShape, dt_raw: f32, a_log: f32, dt_bias: f32) -> (f32, f32) {
     let dt = softplus(dt_raw + dt_bias).max(sh.dt_min).min(sh.dt_max);
-    (dt, (dt * a).exp())
+    (dt, (dt * -a_log.exp()).exp())
 }
 
 /// One token of head `h`: `row` is the token's `[x, B, C]` input, `(dt, da)` from
@@ -110,7 +109,7 @@ pub fn head_token(sh: SsdShape, h: usize, row: &[f32], dt: f32, da: f32, d: f32,
 }
 
 /// The reference scan over the round `meta`: `xbc` `[rows, xbc_cols]`, `dt` `[rows, H]`, the
-/// per-head `[A, D, dt_bias]` in `heads`; returns `y` `[rows, H * P]` before the gated norm.
+/// per-head `[A_log, D, dt_bias]` in `heads`; returns `y` `[rows, H * P]` before the gated norm.
 #[allow(clippy::too_many_arguments)]
 pub fn ssd_scan(
     sh: SsdShape,
@@ -180,9 +179,9 @@ mod tests {
         (0..n).map(|i| (((i * 7 + seed * 13) % 17) as f32 - 8.0) * 0.125).collect()
     }
 
-    /// Heads' A, D and dt_bias; head 3's bias so low its dt is clamped.
+    /// Heads' A_log, D and dt_bias; head 3's bias so low its dt is clamped.
     fn heads() -> Vec<f32> {
-        vec![-1.0, -0.5, -2.0, -0.25, 1.0, 0.5, -0.75, 2.0, 0.5, -1.0, 0.0, -30.0]
+        vec![0.0, -0.7, 0.7, -1.4, 1.0, 0.5, -0.75, 2.0, 0.5, -1.0, 0.0, -30.0]
     }
 
     fn shape(slots: usize, offset: usize) -> StateShape {
@@ -205,7 +204,7 @@ mod tests {
                 let g = h / 2;
                 let raw = (dt[t * SH.h + h] + hs[8 + h]) as f64;
                 let dtv = (raw.exp().ln_1p()).max(0.01);
-                let da = (dtv * hs[h] as f64).exp();
+                let da = (dtv * -(hs[h] as f64).exp()).exp();
                 for p in 0..SH.p {
                     let x = row[h * SH.p + p] as f64;
                     let mut acc = 0.0;
@@ -227,10 +226,10 @@ mod tests {
         for (a, b) in st.slot(0)[3..].iter().zip(&s) {
             assert!((*a as f64 - b).abs() < 1e-5);
         }
-        // Head 3's dt is the clamp's: its decay is exp(0.01 * -0.25).
-        let (dt3, da3) = head_step(SH, 0.0, -0.25, -30.0);
+        // Head 3's dt is the clamp's: its decay is exp(0.01 * -exp(-1.4)).
+        let (dt3, da3) = head_step(SH, 0.0, -1.4, -30.0);
         assert_eq!(dt3, 0.01);
-        assert_eq!(da3, (-0.0025f32).exp());
+        assert!((da3 as f64 - (-0.01 * (-1.4f64).exp()).exp()).abs() < 1e-7);
     }
 
     #[test]
