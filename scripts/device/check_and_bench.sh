@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Usage (on the GPU machine, repo root, after scripts/device/build.sh here):
 #   scripts/device/check_and_bench.sh
-#   STEPS="tests bench peer draft prefix ptrace" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
+#   STEPS="tests bench peer draft prefix ptrace serve" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
+#   STEPS=serve CLIENTS=256 SERVE_PROMPTS=1024 SERVE_RUNS="128/512 512/256 128/512/sampled" SERVE_SECS=120
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
 # batch, with the card's copy and GEMM ceilings measured in the same run), transformers on the same
-# checkpoint, drafting and prefix-cache benches, and a warm 4096-token prefill's kernel timeline.
+# checkpoint, drafting and prefix-cache benches, a warm 4096-token prefill's kernel timeline, and
+# bench-serve runs against one `serve` at CLIENTS streams.
 # Everything under $OUT; a short table printed last. LIMIT (seconds, default 570) skips the steps
 # that no longer fit.
 set -u
@@ -28,7 +30,8 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 cat .carry/commit.txt 2>/dev/null | tee "$OUT/commit.txt"
 if has tests; then
-  for t in ops golden engine sample logprob moe diagnose; do
+  # TESTS: the device test binaries to run (default: every one build.sh carried).
+  for t in ${TESTS:-$(ls .carry/tests)}; do
     [[ -x .carry/tests/$t ]] || continue
     left 50 "test $t" && stamp "test $t" && timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a "$W/tests.log" \
       | grep -E "FAILED|panicked|test result" | head -5 | sed "s/^/$t: /" | tee -a "$OUT/tests.txt"
@@ -59,8 +62,42 @@ if has ptrace; then
     --trace-out "$W/ptrace.tsv" --prompt-len 4096 --batch 1 --gen-len 1 --repeat 2 > "$W/ptrace.txt" 2>&1 \
     && python3 scripts/device/trace_round.py "$W/ptrace.tsv" > "$OUT/ptrace_summary.txt" 2>&1 && gzip -f "$W/ptrace.tsv"
 fi
+if has serve; then
+  # bench-serve against one `serve` on the checkpoint (scheduling defaults of a GPU): each run
+  # IN/OUT[/sampled] is CLIENTS streams, at most SERVE_SECS seconds (then cut; figures cover the
+  # requests that completed). sampled: temperature 0.8, top-p 0.95.
+  CLIENTS=${CLIENTS:-256}
+  SERVE_PROMPTS=${SERVE_PROMPTS:-1024}
+  SERVE_SECS=${SERVE_SECS:-120}
+  if left $((SERVE_SECS + 90)) serve; then
+    stamp "serve start"
+    "$BIN" serve --model "$CKPT" --device cuda --port 0 > "$W/serve.out" 2> "$W/serve.log" &
+    SPID=$!
+    for _ in $(seq 240); do grep -q "^listening on " "$W/serve.out" && break; kill -0 $SPID 2>/dev/null || break; sleep 1; done
+    URL=$(sed -n 's/^listening on //p' "$W/serve.out" | head -1)
+    grep -E "kv cache|scheduling" "$W/serve.log" | sed 's/^.*INFO[^:]*: //' | tee "$OUT/serve_banner.txt"
+    for run in ${SERVE_RUNS:-128/512 512/256 128/512/sampled}; do
+      IFS=/ read -r IN OUTLEN MODE <<< "$run"
+      samp=(); [[ $MODE == sampled ]] && samp=(--temperature 0.8 --top-p 0.95)
+      name=serve_${IN}_${OUTLEN}${MODE:+_$MODE}
+      [[ -n $URL ]] && left $((SERVE_SECS + 20)) "bench-serve $run" && stamp "bench-serve $run" \
+        && timeout $((SERVE_SECS + 15)) "$BIN" bench-serve --url "$URL" --max-concurrency "$CLIENTS" \
+          --num-prompts "$SERVE_PROMPTS" --random-input-len "$IN" --random-output-len "$OUTLEN" "${samp[@]}" \
+          --time-limit "$SERVE_SECS" --result-json "$OUT/$name.json" > "$W/$name.txt" 2>&1
+      python3 - "$OUT/$name.json" "$run" <<'PY' 2>/dev/null | tee -a "$OUT/serve.txt"
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = lambda k: "-" if r.get(k) is None else f"{r[k]:.1f}"
+print(f"bench-serve {sys.argv[2]} x{r['max_concurrency']}: {r['completed']} done, {r['failed']} failed, "
+      f"{f('output_throughput')} tok/s, TTFT p50/p99 {f('median_ttft_ms')}/{f('p99_ttft_ms')} ms, "
+      f"ITL p50/p99 {f('median_itl_ms')}/{f('p99_itl_ms')} ms, TPOT p50 {f('median_tpot_ms')} ms, {f('duration')} s")
+PY
+    done
+    kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+  fi
+fi
 stamp done
 [[ -f $OUT/ptrace_summary.txt ]] && head -16 "$OUT/ptrace_summary.txt"
 grep -E "^(measured|limits)" "$OUT/bench.txt" 2>/dev/null
-cat "$OUT/tests.txt" 2>/dev/null
+cat "$OUT/tests.txt" "$OUT/serve.txt" 2>/dev/null
 python3 scripts/device/table.py "$OUT/ours.json" "$OUT/peer.json"

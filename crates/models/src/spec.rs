@@ -16,6 +16,9 @@ pub enum LayerKind {
     Sliding,
     /// LFM2's double-gated short convolution (`blocks/short_conv.rs`), a conv window in a state slot.
     Conv,
+    /// Qwen3-Next / Qwen3.5's Gated DeltaNet (`blocks/gdn.rs`): a conv window and a delta-rule
+    /// state in a state slot.
+    GatedDeltaNet,
 }
 
 /// Mixture-of-experts settings.
@@ -94,6 +97,11 @@ pub struct ModelSpec {
     pub names: Names,
     /// Short conv layers' settings, for families that have them.
     pub conv: Option<ConvSpec>,
+    /// Gated DeltaNet layers' shape, for families that have them.
+    pub gdn: Option<GdnSpec>,
+    /// Attention's output times `sigmoid` of a gate projection as wide as the queries, which the
+    /// checkpoint's `q_proj` interleaves per head (Qwen3-Next, Qwen3.5).
+    pub attn_output_gate: bool,
 }
 
 /// Short convolution settings (LFM2).
@@ -103,6 +111,31 @@ pub struct ConvSpec {
     pub kernel: usize,
     /// The conv and its in / out projections carry biases (`conv_bias`).
     pub bias: bool,
+}
+
+/// Gated DeltaNet settings (Qwen3-Next, Qwen3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnSpec {
+    /// Key (and query) heads (`linear_num_key_heads`).
+    pub num_k_heads: usize,
+    /// Value heads (`linear_num_value_heads`), a multiple of the key heads.
+    pub num_v_heads: usize,
+    /// Width of a key head (`linear_key_head_dim`).
+    pub head_k_dim: usize,
+    /// Width of a value head (`linear_value_head_dim`).
+    pub head_v_dim: usize,
+    /// Taps of the depthwise causal conv over q, k and v (`linear_conv_kernel_dim`).
+    pub conv_kernel: usize,
+    /// The checkpoint fuses the input projections per key head (Qwen3-Next's `in_proj_qkvz`
+    /// and `in_proj_ba`) instead of keeping them apart (Qwen3.5).
+    pub fused_inputs: bool,
+}
+
+impl GdnSpec {
+    /// Channels of the conv (q, k and v).
+    pub fn conv_channels(&self) -> usize {
+        2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+    }
 }
 
 /// Fields every family reads the same way.
@@ -183,6 +216,7 @@ impl Common {
             .map(|t| match t.as_str() {
                 Some("full_attention") => Ok(LayerKind::Full),
                 Some("sliding_attention") => Ok(LayerKind::Sliding),
+                Some("conv") => Ok(LayerKind::Conv),
                 _ => Err(c.error(format!("unknown layer type {t}"))),
             })
             .collect()
@@ -224,6 +258,8 @@ impl Common {
             pad_token_id: c.ids("pad_token_id")?,
             names: Names::default(),
             conv: None,
+            gdn: None,
+            attn_output_gate: false,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

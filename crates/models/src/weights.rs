@@ -139,4 +139,27 @@ impl<'a, B: Backend> Loader<'a, B> {
         let host = self.view(name, shape)?.to_f32();
         Ok((self.backend.vec(&host), host))
     }
+
+    /// Rows `rows` (in that order) of the float weight `name` of exactly `[n, cols]`, as one
+    /// matrix (a fused projection reordered at load: Qwen3-Next's per-key-head `in_proj_qkvz`).
+    pub fn mat_rows(&self, name: &str, n: usize, cols: usize, rows: &[usize]) -> Result<B::Mat, ModelError> {
+        let t = self.view(name, &[n, cols])?;
+        if !t.dtype.is_float() {
+            let msg = format!("dtype {} cannot be reordered by rows (a float type is needed)", t.dtype);
+            return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
+        }
+        let (row, src) = (cols * t.dtype.size(), t.data.as_bytes());
+        let mut bytes = Vec::with_capacity(rows.len() * row);
+        for &r in rows {
+            let part = src.get(r * row..(r + 1) * row).ok_or_else(|| ModelError::Dtype {
+                file: t.file.clone(),
+                tensor: name.to_string(),
+                msg: format!("row {r} is outside its {n} rows"),
+            })?;
+            bytes.extend_from_slice(part);
+        }
+        let data = tf_formats::TensorBytes::from_vec(&bytes);
+        let view = TensorView { name: t.name.clone(), dtype: t.dtype, shape: vec![rows.len(), cols], data, file: t.file.clone() };
+        Ok(self.backend.mat(&view)?)
+    }
 }

@@ -1,5 +1,6 @@
 //! The attention token mixer (MHA / GQA, full or sliding, optional QK norm and soft-capped
-//! scores): q, k and v from the block's normed input, rotary embedding, paged attention.
+//! scores, optional output gate): q, k and v from the block's normed input, rotary embedding,
+//! paged attention, then `sigmoid(gate)` times the output where the layer has a gate.
 
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
@@ -11,6 +12,8 @@ pub(crate) struct Attention<B: Backend> {
     pub(crate) q: B::Mat,
     pub(crate) k: B::Mat,
     pub(crate) v: B::Mat,
+    /// The output gate's projection (`q_proj`'s second half per head), where the spec gates.
+    pub(crate) gate: Option<B::Mat>,
     q_norm: Option<B::Vec>,
     k_norm: Option<B::Vec>,
     attn: AttnParams,
@@ -42,8 +45,18 @@ impl<B: Backend> Attention<B> {
             window: if sliding { s.sliding_window } else { None },
             softcap: s.attn_softcap,
         };
+        let (q, gate) = if s.attn_output_gate {
+            // q_proj interleaves per head: the head's query rows, then its gate rows.
+            let name = format!("{p}{m}.q_proj.weight");
+            let rows = |off: usize| -> Vec<usize> { (0..s.num_heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect() };
+            let n = 2 * s.num_heads * d;
+            (ld.mat_rows(&name, n, hidden, &rows(0))?, Some(ld.mat_rows(&name, n, hidden, &rows(d))?))
+        } else {
+            (proj("q_proj", s.num_heads * d, hidden)?, None)
+        };
         let me = Attention {
-            q: proj("q_proj", s.num_heads * d, hidden)?,
+            q,
+            gate,
             k: proj("k_proj", s.num_kv_heads * d, hidden)?,
             v: proj("v_proj", s.num_kv_heads * d, hidden)?,
             q_norm: head_norm(s.names.qk_norm[0])?,
@@ -55,7 +68,8 @@ impl<B: Backend> Attention<B> {
         Ok((me, proj(s.names.attn_out, hidden, s.num_heads * d)?))
     }
 
-    /// Norms and rotary embedding of `q` and `k`, attention over the cache, before `o_proj`.
+    /// Norms and rotary embedding of `q` and `k`, attention over the cache, times `sigmoid` of
+    /// the gate projection `gate` where the layer has one, before `o_proj`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
@@ -64,6 +78,7 @@ impl<B: Backend> Attention<B> {
         mut q: B::Act,
         mut k: B::Act,
         v: B::Act,
+        gate: Option<B::Act>,
         pos: &[u32],
         meta: &AttnMeta,
         kv: &mut B::Kv,
@@ -75,6 +90,10 @@ impl<B: Backend> Attention<B> {
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
         b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
-        b.attention(&q, &k, &v, kv, meta, &self.attn)
+        let mut out = b.attention(&q, &k, &v, kv, meta, &self.attn);
+        if let Some(g) = gate {
+            b.mul_sigmoid(&mut out, &g);
+        }
+        out
     }
 }

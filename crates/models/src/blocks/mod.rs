@@ -5,6 +5,7 @@
 
 pub(crate) mod attention;
 pub(crate) mod ffn;
+pub(crate) mod gdn;
 
 use crate::cache::CacheKind;
 use crate::error::ModelError;
@@ -12,12 +13,15 @@ use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::Loader;
 use attention::Attention;
 use ffn::{Ffn, FfnIn};
+use gdn::GatedDeltaNet;
 use tf_backend::{AttnMeta, Backend, StateShape};
 
 /// A layer's token mixer.
 pub(crate) enum TokenMixer<B: Backend> {
     /// Attention over the paged KV cache.
     Attention(Attention<B>),
+    /// Gated DeltaNet over a conv window and a delta-rule state.
+    Gdn(GatedDeltaNet<B>),
 }
 
 impl<B: Backend> TokenMixer<B> {
@@ -25,7 +29,8 @@ impl<B: Backend> TokenMixer<B> {
     /// their outputs.
     fn inputs(&self) -> Vec<&B::Mat> {
         match self {
-            TokenMixer::Attention(a) => vec![&a.q, &a.k, &a.v],
+            TokenMixer::Attention(a) => [&a.q, &a.k, &a.v].into_iter().chain(a.gate.as_ref()).collect(),
+            TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
         }
     }
 
@@ -33,6 +38,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn cache(&self) -> CacheKind {
         match self {
             TokenMixer::Attention(a) => CacheKind::Kv(a.kv),
+            TokenMixer::Gdn(g) => CacheKind::State(g.state),
         }
     }
 
@@ -41,6 +47,7 @@ impl<B: Backend> TokenMixer<B> {
         let _ = num_slots;
         match self {
             TokenMixer::Attention(_) => None,
+            TokenMixer::Gdn(g) => Some(g.state_shape(num_slots)),
         }
     }
 
@@ -48,6 +55,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn replayable(&self) -> bool {
         match self {
             TokenMixer::Attention(a) => !a.sliding,
+            TokenMixer::Gdn(_) => false,
         }
     }
 
@@ -63,8 +71,13 @@ impl<B: Backend> TokenMixer<B> {
     ) -> B::Act {
         match self {
             TokenMixer::Attention(a) => {
-                let [q, k, v]: [B::Act; 3] = x.try_into().unwrap_or_else(|_| unreachable!("three outputs"));
-                a.run(b, s, q, k, v, pos, meta, &mut cache.kv[a.kv])
+                let mut x = x.into_iter();
+                let (Some(q), Some(k), Some(v)) = (x.next(), x.next(), x.next()) else { unreachable!("q, k, v") };
+                a.run(b, s, q, k, v, x.next(), pos, meta, &mut cache.kv[a.kv])
+            }
+            TokenMixer::Gdn(g) => {
+                let x: [B::Act; 4] = x.try_into().unwrap_or_else(|_| unreachable!("four outputs"));
+                g.run(b, s, x, meta, &mut cache.state[g.state])
             }
         }
     }
@@ -112,6 +125,15 @@ impl<B: Backend> Block<B> {
                 let (a, o) = Attention::load(s, ld, &p, i, n.kv)?;
                 n.kv += 1;
                 (TokenMixer::Attention(a), o)
+            }
+            LayerKind::GatedDeltaNet => {
+                let g = s.gdn.ok_or_else(|| ModelError::Config {
+                    file: Default::default(),
+                    msg: format!("layer {i} is a Gated DeltaNet layer but the spec has no Gated DeltaNet settings"),
+                })?;
+                let (g, o) = GatedDeltaNet::load(s, ld, &p, g, n.state)?;
+                n.state += 1;
+                (TokenMixer::Gdn(g), o)
             }
             LayerKind::Conv => {
                 return Err(ModelError::Config {

@@ -3,4 +3,5 @@
 pub mod gemma3;
 pub mod llama;
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;
