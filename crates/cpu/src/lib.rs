@@ -3,6 +3,7 @@
 //! invariant bit for bit (docs/architecture.md, the four promises). Host types are the reference backend's.
 
 mod attention;
+mod gdn;
 mod matmul;
 mod moe;
 mod ops;
@@ -119,6 +120,37 @@ impl Backend for CpuBackend {
 
     fn vec_values(&self, v: &Vec<f32>) -> Vec<f32> {
         v.clone()
+    }
+
+    fn causal_conv1d(
+        &self,
+        x: &HostTensor,
+        p: &tf_backend::Conv1d<'_, Vec<f32>>,
+        st: &mut HostState,
+        meta: &AttnMeta,
+    ) -> HostTensor {
+        gdn::causal_conv1d(&self.pool, x, p.weight, p.bias.map(|b| &b[..]), p.kernel, p.silu, st, meta)
+    }
+
+    fn gated_delta_rule(
+        &self,
+        qkv: &HostTensor,
+        a: &HostTensor,
+        b: &HostTensor,
+        p: &tf_backend::Gdn<'_, Vec<f32>>,
+        st: &mut HostState,
+        meta: &AttnMeta,
+    ) -> HostTensor {
+        let sh = tf_backend::gdn::GdnShape::of(p);
+        gdn::gated_delta_rule(&self.pool, sh, qkv, a, b, p.a_log, p.dt_bias, p.state_offset, st, meta)
+    }
+
+    fn rms_norm_gated(&self, x: &HostTensor, z: &HostTensor, w: &Vec<f32>, eps: f32) -> HostTensor {
+        gdn::rms_norm_gated(&self.pool, x, z, w, eps)
+    }
+
+    fn mul_sigmoid(&self, x: &mut HostTensor, gate: &HostTensor) {
+        tf_backend::gdn::mul_sigmoid(&mut x.data, &gate.data);
     }
 
     fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {

@@ -1,0 +1,93 @@
+//! Qwen3.5 text (`Qwen3_5ForCausalLM`, `qwen3_5_text`): Gated DeltaNet layers and gated
+//! attention layers (QK norm, a sigmoid output gate from `q_proj`, partial rotary) in the pattern
+//! of `layer_types` (or every `full_attention_interval`-th layer full), zero-centred `(1 + w)`
+//! norms, dense MLP. Qwen3-Next (qwen3_next.rs) shares this reading with fused projections.
+
+use crate::config::RawConfig;
+use crate::error::ModelError;
+use crate::spec::{Common, GdnSpec, LayerKind, ModelSpec, activation};
+use serde_json::Value;
+use tf_backend::{Activation, Rope};
+
+/// The spec of a Qwen3.5 text checkpoint.
+pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
+    if c.opt_dim("num_experts")?.unwrap_or(0) > 0 {
+        return Err(c.error("qwen3_5 with num_experts is the MoE family (Qwen3_5MoeForCausalLM)"));
+    }
+    hybrid_spec(c, arch, false)
+}
+
+/// The spec shared by Qwen3.5 and Qwen3-Next: `fused` says the Gated DeltaNet projections are
+/// fused per key head (Qwen3-Next).
+pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, ModelError> {
+    let common = Common::read(c)?;
+    let rope = partial_rope(c, common.head_dim)?;
+    let kinds = layer_kinds(c, common.num_layers)?;
+    if activation(c, Activation::Silu)? != Activation::Silu {
+        return Err(c.error("hidden_act must be silu (the Gated DeltaNet conv's activation)"));
+    }
+    let mut spec = common.spec(c, arch, rope, Activation::Silu)?;
+    spec.layer_kinds = kinds;
+    spec.qk_norm = true;
+    spec.norm_one_plus = true;
+    spec.attn_output_gate = true;
+    let gdn = GdnSpec {
+        num_k_heads: c.opt_dim("linear_num_key_heads")?.unwrap_or(16),
+        num_v_heads: c.opt_dim("linear_num_value_heads")?.unwrap_or(32),
+        head_k_dim: c.opt_dim("linear_key_head_dim")?.unwrap_or(128),
+        head_v_dim: c.opt_dim("linear_value_head_dim")?.unwrap_or(128),
+        conv_kernel: c.opt_dim("linear_conv_kernel_dim")?.unwrap_or(4),
+        fused_inputs: fused,
+    };
+    if !gdn.num_v_heads.is_multiple_of(gdn.num_k_heads) {
+        return Err(c.error(format!(
+            "linear_num_key_heads {} does not divide linear_num_value_heads {}",
+            gdn.num_k_heads, gdn.num_v_heads
+        )));
+    }
+    if gdn.conv_kernel < 2 {
+        return Err(c.error(format!("linear_conv_kernel_dim must be at least 2, found {}", gdn.conv_kernel)));
+    }
+    spec.gdn = Some(gdn);
+    Ok(spec)
+}
+
+/// Layer kinds from `layer_types` (`linear_attention`, `full_attention`), else every
+/// `full_attention_interval`-th layer (default 4) full and the rest Gated DeltaNet.
+fn layer_kinds(c: &RawConfig, n: usize) -> Result<Vec<LayerKind>, ModelError> {
+    let Some(types) = c.get("layer_types").and_then(Value::as_array) else {
+        let interval = c.opt_dim("full_attention_interval")?.unwrap_or(4);
+        return Ok((0..n)
+            .map(|i| if (i + 1).is_multiple_of(interval) { LayerKind::Full } else { LayerKind::GatedDeltaNet })
+            .collect());
+    };
+    if types.len() != n {
+        return Err(c.error(format!("layer_types has {} entries for {n} layers", types.len())));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok(LayerKind::Full),
+            Some("linear_attention") => Ok(LayerKind::GatedDeltaNet),
+            _ => Err(c.error(format!("unknown layer type {t}"))),
+        })
+        .collect()
+}
+
+/// The rope of the attention layers over `partial_rotary_factor` of the head (in
+/// `rope_parameters` or at the top level; transformers' default 0.25). Qwen3.5's multimodal
+/// rope sections (`mrope_section`) rotate text positions exactly as a plain rope does, since a
+/// text token has the same position in every section.
+fn partial_rope(c: &RawConfig, head_dim: usize) -> Result<Rope, ModelError> {
+    let (theta, scaling) = c.rope("full_attention", 10000.0)?;
+    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64);
+    let partial = match nested {
+        Some(f) => f as f32,
+        None => c.opt_f32("partial_rotary_factor")?.unwrap_or(0.25),
+    };
+    let dim = ((head_dim as f32 * partial) as usize) & !1;
+    if dim == 0 || dim > head_dim || theta <= 0.0 {
+        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
+    }
+    Ok(Rope::new(dim, theta, &scaling))
+}
