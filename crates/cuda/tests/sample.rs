@@ -1,6 +1,7 @@
 //! The CUDA backend's sampling candidates against tf_backend's host rule (candidates.rs) on the
 //! same raw rows, bit for bit: ties, NaN, infinities, rows past the device's capacity, edits,
-//! top-k; and a plain race's candidates, which must hold the host's winner.
+//! top-k; a plain race's candidates, which must hold the host's winner; and rounds drawn on the
+//! device (draw.rs), whose tokens must be the host sampler's on the whole row.
 
 mod common;
 
@@ -8,7 +9,8 @@ use common::*;
 use std::collections::BTreeMap;
 use tf_backend::candidates::{apply_edits, candidates, race_score};
 use tf_backend::rng::{gumbel, uniform};
-use tf_backend::{Backend, LogitEdit, RaceKey, RowQuery};
+use tf_backend::{Backend, LogitEdit, RaceKey, RowQuery, TokenMask};
+use tf_engine::sampler::{History, SamplingParams, query, sample, sample_from};
 
 /// Candidates a row keeps on the device before it falls back to the host (src/sample.rs `CAP`).
 const CAP: usize = 4096;
@@ -256,5 +258,115 @@ fn top_p_candidates_equal_the_host_rule() {
                 }
             }
         }
+    }
+}
+
+/// The sampling settings a drawn round mixes, row by row: the temperature 0.8 + top-p
+/// 0.95 and top-k 50, both together, min-p, a plain race, penalties with a bias, greedy rows,
+/// top-k 1 and a small top-p with min-p.
+fn draw_params() -> Vec<SamplingParams> {
+    let t = |temperature: f32| SamplingParams { temperature, ..SamplingParams::default() };
+    vec![
+        SamplingParams { top_p: 0.95, ..t(0.8) },
+        SamplingParams { top_k: 50, ..t(0.8) },
+        SamplingParams { top_k: 50, top_p: 0.9, ..t(0.8) },
+        SamplingParams { min_p: 0.05, ..t(1.0) },
+        t(1.0),
+        SamplingParams {
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.5,
+            presence_penalty: -0.25,
+            logit_bias: vec![(7, 3.0), (100, -2.0)],
+            top_p: 0.95,
+            ..t(0.8)
+        },
+        t(0.0),
+        SamplingParams { top_k: 1, ..t(0.8) },
+        SamplingParams { top_p: 0.5, min_p: 0.1, ..t(1.3) },
+        SamplingParams { logit_bias: vec![(3, 1.5)], ..t(0.0) },
+    ]
+}
+
+/// Rows a drawn round is tested on: flat (a random-weight model's: every id a top-p candidate),
+/// flat with the top planted with ties (at top-k's k-th key and inside top-p's cut), peaked, and
+/// the capacity test's rows (NaN, infinities, all -inf).
+fn draw_rows(cols: usize) -> Vec<Vec<f32>> {
+    let flat = |seed| rand(cols, seed, 3.0);
+    let mut ties = flat(31);
+    for i in (0..cols).step_by(cols / 120 + 1) {
+        ties[i] = 3.5;
+    }
+    let mut wide_ties = flat(32);
+    for i in (0..cols).step_by(7) {
+        wide_ties[i] = 2.0;
+    }
+    let mut out = vec![flat(30), ties, flat(33), wide_ties, spread(cols, 34)];
+    out.extend(rows(cols));
+    out
+}
+
+/// Each row of a round of `batch` rows drawn by the device gives the token the host's sampler
+/// gives on the whole row (`sample`, with the row's mask applied first), whatever the batch;
+/// returns how many of the flat, tied and peaked rows sampled the device settled, and how many
+/// such rows it sampled.
+fn check_drawn_round(b: &tf_cuda::CudaBackend, cols: usize, batch: usize, salt: u64) -> (usize, usize) {
+    let base = draw_rows(cols);
+    let params = draw_params();
+    let mut history = History::default();
+    for id in [7u32, 9, 9, 100, 2] {
+        history.push(id);
+    }
+    let kinds: Vec<usize> = (0..batch).map(|r| (r + salt as usize) % base.len()).collect();
+    let rows: Vec<&Vec<f32>> = kinds.iter().map(|&k| &base[k]).collect();
+    let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    let mut x = b.upload(&flat, batch, cols);
+    let listed: Vec<usize> = (0..batch).rev().collect();
+    let jobs: Vec<(SamplingParams, u64, Option<TokenMask>)> = listed
+        .iter()
+        .map(|&r| {
+            let p = SamplingParams { seed: salt * 1000 + r as u64, ..params[(r / 3 + r) % params.len()].clone() };
+            // Every fifth row allows two ids in three (structured output's mask).
+            let mask = (r % 5 == 4).then(|| TokenMask::from_ids(cols, (0..cols as u32).filter(|i| i % 3 != 1)));
+            (p, 17 + r as u64, mask)
+        })
+        .collect();
+    let queries: Vec<RowQuery> = jobs
+        .iter()
+        .map(|(p, pos, mask)| RowQuery {
+            mask: mask.clone(),
+            ..query(p, &history, *pos).unwrap_or_else(|| panic!("{p:?}"))
+        })
+        .collect();
+    let got = b.sample_candidates(&mut x, &listed, &queries);
+    let (mut settled, mut sampled) = (0, 0);
+    for (i, (&r, (p, pos, mask))) in listed.iter().zip(&jobs).enumerate() {
+        let mut row = rows[r].clone();
+        if let Some(m) = mask {
+            m.apply(&mut row);
+        }
+        let want = sample(&mut row, p, &history, *pos);
+        let token = sample_from(&got[i], cols, p, *pos);
+        assert_eq!(token, want, "{cols} columns, batch {batch}, row {r} ({p:?}): {} candidates", got[i].ids.len());
+        if !p.is_greedy() && kinds[r] < 5 {
+            sampled += 1;
+            settled += got[i].settled as usize;
+        }
+    }
+    (settled, sampled)
+}
+
+#[test]
+fn drawn_rounds_give_the_host_samplers_tokens_at_every_batch() {
+    let Some(b) = backend() else { return };
+    for cols in [151936usize, 1000] {
+        let (mut settled, mut sampled) = (0, 0);
+        for (batch, salt) in [(1usize, 0u64), (1, 1), (1, 2), (64, 3), (256, 4)] {
+            let (s, n) = check_drawn_round(&b, cols, batch, salt);
+            settled += s;
+            sampled += n;
+        }
+        // A flat, tied or peaked row goes to the host only when its top-p cut lies within the
+        // sums' rounding band (rare), or a mask leaves a huge tie (none here).
+        assert!(settled * 20 >= sampled * 19, "{cols} columns: {settled} of {sampled} sampled rows settled");
     }
 }
