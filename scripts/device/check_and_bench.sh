@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Usage (on the GPU machine, repo root, after scripts/device/build.sh here):
 #   scripts/device/check_and_bench.sh
-#   STEPS="tests bench peer draft prefix ptrace serve" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
+#   STEPS="tests bench peer draft prefix ptrace serve sampled" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
 #   STEPS=serve CLIENTS=256 SERVE_PROMPTS=1024 SERVE_RUNS="128/512 512/256 128/512/sampled" SERVE_SECS=120
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
 # batch, with the card's copy and GEMM ceilings measured in the same run), transformers on the same
 # checkpoint, drafting and prefix-cache benches, a warm 4096-token prefill's kernel timeline, and
-# bench-serve runs against one `serve` at CLIENTS streams.
+# bench-serve runs against one `serve` at CLIENTS streams, and sampled decode (temperature 0.8 +
+# top-p 0.95, top-k 50, a mixed round) against greedy in the same call at SAMPLED_BATCHES
+# (default 1,8,64,128,256).
 # Everything under $OUT; a short table printed last. LIMIT (seconds, default 570) skips the steps
 # that no longer fit.
 set -u
@@ -95,6 +97,18 @@ PY
     done
     kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
   fi
+fi
+if has sampled; then
+  SB=${SAMPLED_BATCHES:-1,8,64,128,256}
+  left 150 sampled && stamp sampled && timeout 140 "$BIN" bench --model "$CKPT" --device cuda --prompt-len 128 \
+    --batch "$SB" --gen-len 64 --repeat 1 --sample greedy,candidates,mixed --temperature 0.8 --top-p 0.95 \
+    --json "$OUT/sampled_top_p.json" > "$W/sampled_top_p.txt" 2>&1
+  left 120 "sampled top-k" && stamp "sampled top-k" && timeout 110 "$BIN" bench --model "$CKPT" --device cuda \
+    --prompt-len 128 --batch "$SB" --gen-len 64 --repeat 1 --sample greedy,candidates --temperature 0.8 --top-k 50 \
+    --json "$OUT/sampled_top_k.json" > "$W/sampled_top_k.txt" 2>&1
+  grep -h "of greedy" "$W"/sampled_top_p.txt "$W"/sampled_top_k.txt 2>/dev/null | sed 's/| prefill.*| decode/| decode/' \
+    | tee "$OUT/sampled.txt"
+  grep -h -iE "panicked|error" "$W"/sampled_top_p.txt "$W"/sampled_top_k.txt 2>/dev/null | head -3
 fi
 stamp done
 [[ -f $OUT/ptrace_summary.txt ]] && head -16 "$OUT/ptrace_summary.txt"

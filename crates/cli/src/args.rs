@@ -225,7 +225,8 @@ pub struct BenchArgs {
     /// does), greedy-sync (the same, each round waited for before the next is queued), host
     /// (every row downloaded and sampled), candidates (every row sampled
     /// from the candidates the backend selects), host-logprobs and logprobs (those two with every
-    /// row's top-5 logprobs, from the downloaded rows or from the backend).
+    /// row's top-5 logprobs, from the downloaded rows or from the backend), mixed (of every four
+    /// rows two greedy, one temperature 0.8 + top-k 50, one 0.8 + top-p 0.95, from candidates).
     #[arg(long, default_value = "greedy")]
     pub sample: String,
     /// Temperature of the sampled modes.

@@ -7,7 +7,9 @@
 //! next token of all rows is row 0's, picked as `--sample` says (bench_pick.rs): by default the
 //! argmax, taken on the device where the backend can. Greedy rounds overlap as the engine's do
 //! (engine/overlap.rs): round N + 1 is queued on round N's ids where the backend holds them,
-//! before they reach the host (`--sample greedy-sync` waits for each round's ids instead).
+//! before they reach the host (`--sample greedy-sync` waits for each round's ids instead). A
+//! mode measured after `greedy` at the same prompt and batch also gets its decode speed over
+//! greedy's in that run (`ratio_to_greedy`).
 
 use crate::args::BenchArgs;
 use crate::bench_cost::Cost;
@@ -173,6 +175,8 @@ impl OnBackend for Bench<'_> {
             println!("measured: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", l.copy_gb_s, l.gemm_tflops);
         }
         let mut results: Vec<Value> = Vec::new();
+        // Greedy's decode speed at (prompt, batch), for the later modes' ratios.
+        let mut greedy_tok_s: Vec<((usize, usize), f64)> = Vec::new();
         for len in crate::args::parse_ids(&a.prompt_len).map_err(refused)? {
             let len = usize::try_from(len).map_err(|_| refused("--prompt-len must be positive"))?.max(1);
             let raw: Vec<i64> = (0..len as i64).map(|i| (i * 7919 + 13) % rows as i64).collect();
@@ -215,6 +219,14 @@ impl OnBackend for Bench<'_> {
                         row["decode_roofline_ratio"] = json!(q);
                     }
                 }
+                let tok_s = batch as f64 / round;
+                let mut versus = String::new();
+                if mode == PickMode::Greedy {
+                    greedy_tok_s.push(((len, batch), tok_s));
+                } else if let Some(&(_, g)) = greedy_tok_s.iter().find(|e| e.0 == (len, batch)) {
+                    row["ratio_to_greedy"] = json!(tok_s / g);
+                    versus = format!(" | {:.3} of greedy", tok_s / g);
+                }
                 results.push(row);
                 let pick = match picker.rows {
                     0 => mode.name().to_string(),
@@ -226,7 +238,7 @@ impl OnBackend for Bench<'_> {
                     ),
                 };
                 println!(
-                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}",
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}{versus}",
                     len as f64 / r.prefill_s,
                     r.prefill_s * 1e3,
                     batch as f64 / round,

@@ -4,8 +4,10 @@
 //! candidates the backend selects (`candidates`, what an engine round does). The `-logprobs`
 //! modes also give every row its top [`LOGPROBS_TOP`] logprobs: `host-logprobs` from the
 //! downloaded rows (what an engine round with logprobs did before they moved to the backend),
-//! `logprobs` from the backend where the logits are (what it does now). Every row is sampled;
-//! row 0's token feeds the next round.
+//! `logprobs` from the backend where the logits are (what it does now). `mixed` samples a round
+//! of mixed settings from the backend's candidates: of every four rows two greedy, one
+//! temperature 0.8 + top-k 50 and one temperature 0.8 + top-p 0.95 (a server's traffic). Every
+//! row is sampled; row 0's token feeds the next round.
 
 use crate::exit::{Failure, refused};
 use rayon::prelude::*;
@@ -28,6 +30,8 @@ pub enum PickMode {
     HostLogprobs,
     /// [`PickMode::Candidates`] with every row's logprobs from the backend.
     Logprobs,
+    /// [`PickMode::Candidates`] over rows of mixed settings ([`mixed_params`]).
+    Mixed,
 }
 
 /// Alternatives the `-logprobs` modes ask for a row.
@@ -44,8 +48,9 @@ impl PickMode {
                 "candidates" => Ok(PickMode::Candidates),
                 "host-logprobs" => Ok(PickMode::HostLogprobs),
                 "logprobs" => Ok(PickMode::Logprobs),
+                "mixed" => Ok(PickMode::Mixed),
                 other => Err(refused(format!(
-                    "--sample: unknown mode {other:?} (greedy, greedy-sync, host, candidates, host-logprobs, logprobs)"
+                    "--sample: unknown mode {other:?} (greedy, greedy-sync, host, candidates, host-logprobs, logprobs, mixed)"
                 ))),
             })
             .collect()
@@ -60,6 +65,7 @@ impl PickMode {
             PickMode::Candidates => "candidates",
             PickMode::HostLogprobs => "host-logprobs",
             PickMode::Logprobs => "logprobs",
+            PickMode::Mixed => "mixed",
         }
     }
 }
@@ -112,7 +118,7 @@ impl Picker {
                     .collect();
                 ids.first().map_or(0, |t| t.0 as usize)
             }
-            PickMode::Candidates | PickMode::Logprobs => {
+            PickMode::Candidates | PickMode::Logprobs | PickMode::Mixed => {
                 if self.mode == PickMode::Logprobs {
                     let qs: Vec<LogprobQuery> =
                         (0..batch).map(|row| LogprobQuery { row, top_n: LOGPROBS_TOP, ids: Vec::new() }).collect();
@@ -120,11 +126,18 @@ impl Picker {
                     self.lse_sum += got.iter().map(|r| r.lse).sum::<f64>();
                 }
                 let (_, cols) = b.shape(logits);
+                let mixed = self.mode == PickMode::Mixed;
+                let params = |r: usize| if mixed { mixed_params(r) } else { params(r) };
                 let Some(q) = query(&self.params, &self.history, position) else { return 0 };
                 let rows: Vec<usize> = (0..batch).collect();
-                // Each row's own seed, so a plain race's key too.
-                let qs: Vec<_> =
-                    (0..batch).map(|r| RowQuery { race: race_key(&params(r), position), ..q.clone() }).collect();
+                // Each row's own seed, so its race key too.
+                let qs: Option<Vec<_>> = (0..batch)
+                    .map(|r| match mixed {
+                        true => query(&params(r), &self.history, position),
+                        false => Some(RowQuery { race: race_key(&params(r), position), ..q.clone() }),
+                    })
+                    .collect();
+                let Some(qs) = qs else { return 0 };
                 let all = b.sample_candidates(logits, &rows, &qs);
                 self.rows += all.len() as u64;
                 self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
@@ -135,5 +148,32 @@ impl Picker {
                 ids.first().copied().unwrap_or(0) as usize
             }
         }
+    }
+}
+
+/// Row `r`'s settings in a [`PickMode::Mixed`] round: of every four rows two greedy, one
+/// temperature 0.8 + top-k 50, one temperature 0.8 + top-p 0.95 (seeded by row).
+pub fn mixed_params(r: usize) -> SamplingParams {
+    let sampled = SamplingParams { temperature: 0.8, seed: r as u64, ..SamplingParams::default() };
+    match r % 4 {
+        2 => SamplingParams { top_k: 50, ..sampled },
+        3 => SamplingParams { top_p: 0.95, ..sampled },
+        _ => SamplingParams { temperature: 0.0, ..sampled },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixed_rounds_hold_greedy_top_k_and_top_p_rows() {
+        assert_eq!(PickMode::parse_list("greedy, mixed").ok(), Some(vec![PickMode::Greedy, PickMode::Mixed]));
+        assert_eq!(PickMode::Mixed.name(), "mixed");
+        let kinds: Vec<(bool, u32, f32)> =
+            (0..8).map(mixed_params).map(|p| (p.is_greedy(), p.top_k, p.top_p)).collect();
+        assert_eq!(&kinds[..4], &[(true, 0, 1.0), (true, 0, 1.0), (false, 50, 1.0), (false, 0, 0.95)]);
+        assert_eq!(kinds[..4], kinds[4..]);
+        assert!((0..8).all(|r| mixed_params(r).validate().is_ok()));
     }
 }
