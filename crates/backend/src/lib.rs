@@ -13,8 +13,9 @@ pub mod on_host;
 pub mod reference;
 pub mod rng;
 pub mod rope;
-pub mod ssd;
+pub mod router;
 pub mod short_conv;
+pub mod ssd;
 pub mod state;
 pub mod top_p;
 
@@ -29,6 +30,7 @@ pub use reference::RefBackend;
 pub use rope::Rope;
 pub use short_conv::ShortConv;
 pub use ssd::Ssd;
+pub use router::{MoeParams, MoeScoring};
 pub use state::{HostState, StateShape};
 
 use tf_formats::TensorView;
@@ -45,24 +47,15 @@ pub enum BackendError {
     Device(String),
 }
 
-/// Gated activation used by an MLP (`act(gate) * up`).
+/// Activation of an MLP: gated (`act(gate) * up`), or on its own where experts have no gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// SiLU (Llama, Qwen).
     Silu,
     /// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`).
     GeluTanh,
-}
-
-/// Mixture-of-experts routing parameters (Qwen3-MoE style: softmax, then top-k).
-#[derive(Clone, Copy, Debug)]
-pub struct MoeParams {
-    /// Experts chosen per token.
-    pub top_k: usize,
-    /// Renormalise the chosen experts' weights to sum to one.
-    pub norm_topk_prob: bool,
-    /// The experts' gated activation.
-    pub act: Activation,
+    /// `relu(x)^2` (Nemotron-H's `relu2`).
+    Relu2,
 }
 
 /// Per-head norms of queries and keys (Qwen3, Gemma 3).
@@ -85,14 +78,19 @@ impl<V> Clone for QkNorm<'_, V> {
 
 impl<V> Copy for QkNorm<'_, V> {}
 
-/// One layer's experts: gate, up and down projections per expert.
-pub struct Experts<M> {
-    /// `[moe_intermediate, hidden]` per expert.
+/// One layer's routed experts: gate, up and down projections per expert, and the router's
+/// per-expert choice bias (router.rs).
+pub struct Experts<M, V> {
+    /// `[moe_intermediate, hidden]` per expert; empty where experts have no gate (an expert is
+    /// then `down(act(up(x)))`, Nemotron-H).
     pub gate: Vec<M>,
     /// `[moe_intermediate, hidden]` per expert.
     pub up: Vec<M>,
     /// `[hidden, moe_intermediate]` per expert.
     pub down: Vec<M>,
+    /// Added to the scores for choosing experts only (`e_score_correction_bias`, LFM2's
+    /// `expert_bias`), one value per expert.
+    pub choice_bias: Option<V>,
 }
 
 /// The operations a model family may use. Activations are `[rows, cols]` row-major f32 (or the
@@ -203,6 +201,12 @@ pub trait Backend: Send + Sync {
         }
         self.rope(q, positions, head_dim, rope);
         self.rope(k, positions, head_dim, rope);
+    }
+    /// `act(x)`, elementwise (an MLP or expert without a gate); the default runs on the host.
+    fn activate(&self, x: &Self::Act, act: Activation) -> Self::Act {
+        let (rows, cols) = self.shape(x);
+        let y: Vec<f32> = self.download(x).into_iter().map(|v| reference::activate(v, act)).collect();
+        self.upload(&y, rows, cols)
     }
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
@@ -350,8 +354,29 @@ pub trait Backend: Send + Sync {
         gdn::mul_sigmoid(&mut v, &self.download(gate));
         *x = self.upload(&v, rows, cols);
     }
-    /// Mixture of experts: route each row by `router_logits` `[rows, experts]`, run its experts.
-    fn moe(&self, x: &Self::Act, router_logits: &Self::Act, experts: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act;
+    /// Mixture of experts: route each row by `router_logits` `[rows, experts]` (router.rs
+    /// `route`), run its experts, and sum their outputs times their weights in an order fixed
+    /// by the row's own routing (batch invariance).
+    fn moe(
+        &self,
+        x: &Self::Act,
+        router_logits: &Self::Act,
+        experts: &Experts<Self::Mat, Self::Vec>,
+        p: &MoeParams,
+    ) -> Self::Act;
+    /// `x += sigmoid(g) * y`, where `g` is `[rows, 1]` (a gated shared expert's sum,
+    /// Qwen3-Next): `sigmoid(g) = 1 / (1 + exp(-g))`, one multiply and one add per element.
+    fn add_sigmoid_scaled(&self, x: &mut Self::Act, y: &Self::Act, g: &Self::Act) {
+        let (rows, cols) = self.shape(x);
+        let (mut xs, ys, gs) = (self.download(x), self.download(y), self.download(g));
+        for (r, gv) in gs.iter().enumerate().take(rows) {
+            let s = 1.0 / (1.0 + (-gv).exp());
+            for c in 0..cols {
+                xs[r * cols + c] += s * ys[r * cols + c];
+            }
+        }
+        *x = self.upload(&xs, rows, cols);
+    }
 
     /// Element type of the KV pool (what a saved session stores).
     fn kv_dtype(&self) -> tf_core::DType;

@@ -20,25 +20,29 @@ pub fn activate(g: f32, act: Activation) -> f32 {
             let c = (2.0f32 / std::f32::consts::PI).sqrt();
             0.5 * g * (1.0 + (c * (g + 0.044715 * g * g * g)).tanh())
         }
+        Activation::Relu2 => {
+            let r = g.max(0.0);
+            r * r
+        }
     }
 }
 
-/// Softmax routing then top-k: `(expert, weight)` pairs, highest first, ties to the lower index.
-pub fn route(logits: &[f32], p: &MoeParams) -> Vec<(usize, f32)> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-    let sum: f32 = exps.iter().sum();
-    let probs: Vec<f32> = exps.iter().map(|e| e / sum).collect();
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
-    let mut chosen: Vec<(usize, f32)> = order.into_iter().take(p.top_k).map(|e| (e, probs[e])).collect();
-    if p.norm_topk_prob {
-        let total: f32 = chosen.iter().map(|c| c.1).sum();
-        for c in &mut chosen {
-            c.1 /= total;
-        }
+pub use crate::router::route;
+
+/// Expert `e`'s activations before its down projection: `act(gate(x)) * up(x)`, or `act(up(x))`
+/// where the experts have no gate.
+pub fn expert_hidden<B: Backend>(
+    b: &B,
+    x: &B::Act,
+    experts: &Experts<B::Mat, B::Vec>,
+    e: usize,
+    act: Activation,
+) -> B::Act {
+    let u = b.matmul(x, &experts.up[e]);
+    match experts.gate.get(e) {
+        Some(g) => b.glu(&b.matmul(x, g), &u, act),
+        None => b.activate(&u, act),
     }
-    chosen
 }
 
 /// Writes the round's K/V rows into their slots.
@@ -230,15 +234,19 @@ impl Backend for RefBackend {
         x.data.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
     }
 
-    fn moe(&self, x: &HostTensor, router_logits: &HostTensor, experts: &Experts<HostMat>, p: &MoeParams) -> HostTensor {
+    fn moe(
+        &self,
+        x: &HostTensor,
+        router_logits: &HostTensor,
+        experts: &Experts<HostMat, Vec<f32>>,
+        p: &MoeParams,
+    ) -> HostTensor {
         let hidden = x.cols;
         let mut out = HostTensor::zeros(x.rows, hidden);
         for r in 0..x.rows {
             let xr = self.upload(x.row(r), 1, hidden);
-            for (e, weight) in route(router_logits.row(r), p) {
-                let g = self.matmul(&xr, &experts.gate[e]);
-                let u = self.matmul(&xr, &experts.up[e]);
-                let y = self.matmul(&self.glu(&g, &u, p.act), &experts.down[e]);
+            for (e, weight) in route(router_logits.row(r), experts.choice_bias.as_deref(), p) {
+                let y = self.matmul(&expert_hidden(self, &xr, experts, e, p.act), &experts.down[e]);
                 for (o, v) in out.data[r * hidden..(r + 1) * hidden].iter_mut().zip(&y.data) {
                     *o += weight * v;
                 }

@@ -233,7 +233,13 @@ impl Backend for CpuBackend {
         ops::softcap(self, x, cap)
     }
 
-    fn moe(&self, x: &HostTensor, router_logits: &HostTensor, experts: &Experts<HostMat>, p: &MoeParams) -> HostTensor {
+    fn moe(
+        &self,
+        x: &HostTensor,
+        router_logits: &HostTensor,
+        experts: &Experts<HostMat, Vec<f32>>,
+        p: &MoeParams,
+    ) -> HostTensor {
         moe::moe(self, x, router_logits, experts, p)
     }
 

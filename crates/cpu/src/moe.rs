@@ -2,7 +2,7 @@
 //! batch-invariant matmul, then each row's outputs combined in its own top-k rank order.
 
 use crate::CpuBackend;
-use tf_backend::reference::route;
+use tf_backend::reference::{expert_hidden, route};
 use tf_backend::{Backend, Experts, HostMat, HostTensor, MoeParams};
 
 /// Routes every row, runs each chosen expert over its rows, and sums per row by rank.
@@ -10,14 +10,18 @@ pub(crate) fn moe(
     cpu: &CpuBackend,
     x: &HostTensor,
     logits: &HostTensor,
-    experts: &Experts<HostMat>,
+    experts: &Experts<HostMat, Vec<f32>>,
     p: &MoeParams,
 ) -> HostTensor {
-    let num_experts = experts.gate.len();
+    let num_experts = experts.up.len();
     assert_eq!(logits.rows, x.rows, "moe: {} router rows for {} rows", logits.rows, x.rows);
     assert_eq!(logits.cols, num_experts, "moe: {} router logits for {num_experts} experts", logits.cols);
-    assert!(experts.up.len() == num_experts && experts.down.len() == num_experts, "moe: expert lists differ in length");
-    let routes: Vec<Vec<(usize, f32)>> = (0..x.rows).map(|r| route(logits.row(r), p)).collect();
+    assert!(
+        (experts.gate.is_empty() || experts.gate.len() == num_experts) && experts.down.len() == num_experts,
+        "moe: expert lists differ in length"
+    );
+    let bias = experts.choice_bias.as_deref();
+    let routes: Vec<Vec<(usize, f32)>> = (0..x.rows).map(|r| route(logits.row(r), bias, p)).collect();
     // Rows of each expert, ascending.
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); num_experts];
     for (r, chosen) in routes.iter().enumerate() {
@@ -32,8 +36,7 @@ pub(crate) fn moe(
         .map(|(e, rows)| {
             (!rows.is_empty()).then(|| {
                 let xe = cpu.select_rows(x, rows);
-                let h = cpu.glu(&cpu.matmul(&xe, &experts.gate[e]), &cpu.matmul(&xe, &experts.up[e]), p.act);
-                cpu.matmul(&h, &experts.down[e])
+                cpu.matmul(&expert_hidden(cpu, &xe, experts, e, p.act), &experts.down[e])
             })
         })
         .collect();
@@ -43,7 +46,8 @@ pub(crate) fn moe(
     for (r, chosen) in routes.iter().enumerate() {
         let o = &mut out.data[r * hidden..(r + 1) * hidden];
         for &(e, weight) in chosen {
-            let y = outputs[e].as_ref().expect("a chosen expert ran").row(next[e]);
+            let Some(y) = outputs[e].as_ref() else { unreachable!("a chosen expert ran") };
+            let y = y.row(next[e]);
             assert_eq!(y.len(), hidden, "moe: expert {e} returns {} values for hidden {hidden}", y.len());
             next[e] += 1;
             for (oi, v) in o.iter_mut().zip(y) {
@@ -57,15 +61,49 @@ pub(crate) fn moe(
 #[cfg(test)]
 mod tests {
     use crate::testutil::{DTYPES, Rng, bits, cpu, rand_mat, rel_err, simds, sub};
-    use tf_backend::{Activation, Backend, Experts, HostMat, RefBackend};
+    use tf_backend::{Activation, Backend, Experts, HostMat, MoeParams, MoeScoring, RefBackend};
     use tf_core::DType;
 
-    fn experts(rng: &mut Rng, dtype: DType, n: usize, hidden: usize, inter: usize) -> Experts<HostMat> {
+    fn experts(rng: &mut Rng, dtype: DType, n: usize, hidden: usize, inter: usize) -> Experts<HostMat, Vec<f32>> {
         Experts {
             gate: (0..n).map(|_| rand_mat(rng, dtype, inter, hidden)).collect(),
             up: (0..n).map(|_| rand_mat(rng, dtype, inter, hidden)).collect(),
             down: (0..n).map(|_| rand_mat(rng, dtype, hidden, inter)).collect(),
+            choice_bias: None,
         }
+    }
+
+    /// Every router variant: softmax; sigmoid with a bias, groups and scaling (GLM / DeepSeek);
+    /// sigmoid with LFM2's eps; ungated relu2 experts (Nemotron-H).
+    fn variants(
+        rng: &mut Rng,
+        dtype: DType,
+        n: usize,
+        hidden: usize,
+        inter: usize,
+    ) -> Vec<(MoeParams, Experts<HostMat, Vec<f32>>)> {
+        let sig = |top_k, n_group, topk_group, norm_eps, act| MoeParams {
+            top_k,
+            scoring: MoeScoring::Sigmoid,
+            n_group,
+            topk_group,
+            norm_topk_prob: true,
+            norm_eps,
+            scale: 2.5,
+            act,
+        };
+        let mut out = Vec::new();
+        for norm in [true, false] {
+            out.push((MoeParams::softmax(2, norm, Activation::Silu), experts(rng, dtype, n, hidden, inter)));
+        }
+        let mut biased = experts(rng, dtype, n, hidden, inter);
+        biased.choice_bias = Some(rng.vec(n).iter().map(|v| 0.3 * v).collect());
+        out.push((sig(2, 3, 2, 1e-20, Activation::Silu), biased));
+        out.push((sig(2, 1, 1, 1e-6, Activation::Silu), experts(rng, dtype, n, hidden, inter)));
+        let mut ungated = experts(rng, dtype, n, hidden, inter);
+        ungated.gate.clear();
+        out.push((sig(3, 1, 1, 1e-20, Activation::Relu2), ungated));
+        out
     }
 
     #[test]
@@ -73,17 +111,17 @@ mod tests {
         let mut rng = Rng::new(40);
         for simd in simds() {
             let b = cpu(2, simd);
-            for (dtype, norm) in DTYPES.into_iter().zip([true, false, true]) {
-                let ex = experts(&mut rng, dtype, 6, 67, 45);
-                let p = tf_backend::MoeParams { top_k: 2, norm_topk_prob: norm, act: Activation::Silu };
-                let x = rng.tensor(11, 67);
-                let logits = rng.tensor(11, 6);
-                let got = b.moe(&x, &logits, &ex, &p);
-                let e = rel_err(&got.data, &RefBackend.moe(&x, &logits, &ex, &p).data);
-                assert!(e < 1e-5, "{simd:?} {dtype}: {e}");
-                for r in 0..11 {
-                    let alone = b.moe(&sub(&x, r, 1), &sub(&logits, r, 1), &ex, &p);
-                    assert_eq!(bits(&sub(&got, r, 1)), bits(&alone), "{simd:?} {dtype} row {r}");
+            for dtype in DTYPES {
+                for (i, (p, ex)) in variants(&mut rng, dtype, 6, 67, 45).into_iter().enumerate() {
+                    let x = rng.tensor(11, 67);
+                    let logits = rng.tensor(11, 6);
+                    let got = b.moe(&x, &logits, &ex, &p);
+                    let e = rel_err(&got.data, &RefBackend.moe(&x, &logits, &ex, &p).data);
+                    assert!(e < 1e-5, "{simd:?} {dtype} variant {i}: {e}");
+                    for r in 0..11 {
+                        let alone = b.moe(&sub(&x, r, 1), &sub(&logits, r, 1), &ex, &p);
+                        assert_eq!(bits(&sub(&got, r, 1)), bits(&alone), "{simd:?} {dtype} variant {i} row {r}");
+                    }
                 }
             }
         }

@@ -21,41 +21,90 @@ __device__ __forceinline__ u32 moe_total_key(float v) {
 // Rows a routing block takes (a warp each).
 #define MOE_ROUTE_ROWS 4
 
+// Most expert groups a group-limited router may have (a lane each).
+#define MOE_MAX_GROUPS 32
+
 // Warp r of the block takes row blockIdx.x * MOE_ROUTE_ROWS + r (the steps of tf_backend's
-// reference `route`): softmax over the row's `ne` router logits (the max; expf of each
+// router.rs `route`): scores of the row's `ne` router logits, softmax (the max; expf of each
 // difference; their sum, each lane over experts lane, lane + 32, ... in order, then the lanes in
-// a fixed shuffle tree; each divided by the sum), its `k` most probable experts by total order
-// (ties: the lower index), most probable first, their probabilities renormalised by their sum
-// (in that order) when `norm`. ids/w: [rows, k].
+// a fixed shuffle tree; each divided by the sum) or sigmoid (`sig`: 1 / (1 + expf(-l))); choice
+// values = scores + bias (when bias is not null); with `ng` > 1 groups, lane g ranks group g by
+// its best plus second best choice value and the `tg` best groups (ties: the lower group) stay
+// choosable; the `k` largest choosable choice values by total order (ties: the lower index),
+// largest first; weights = their scores, divided by (their sum in that order + eps) when `norm`,
+// then times `scale`. ids/w: [rows, k].
 extern "C" __global__ void __launch_bounds__(32 * MOE_ROUTE_ROWS)
     moe_route(const float* __restrict__ logits, u32* __restrict__ ids, float* __restrict__ w, int rows, int ne, int k,
-              int norm) {
+              int norm, const float* __restrict__ bias, int sig, int ng, int tg, float eps, float scale) {
     tf_pdl_enter();
     __shared__ float s_p[MOE_ROUTE_ROWS][MOE_MAX_EXPERTS];
+    __shared__ float s_c[MOE_ROUTE_ROWS][MOE_MAX_EXPERTS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = blockIdx.x * MOE_ROUTE_ROWS + warp;
     if (r >= rows) return;
     const float* l = logits + (size_t)r * ne;
     float* p = s_p[warp];
-    float mx = NEG_INF;
-    for (int e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
+    float* c = s_c[warp];
+    if (sig) {
+        for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-l[e])));
+    } else {
+        float mx = NEG_INF;
+        for (int e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.f;
-    for (int e = lane; e < ne; e += 32) {
-        p[e] = expf(__fsub_rn(l[e], mx));
-        sum = __fadd_rn(sum, p[e]);
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        for (int e = lane; e < ne; e += 32) {
+            p[e] = expf(__fsub_rn(l[e], mx));
+            sum = __fadd_rn(sum, p[e]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(p[e], sum);
     }
+    for (int e = lane; e < ne; e += 32) c[e] = bias ? __fadd_rn(p[e], bias[e]) : p[e];
+    __syncwarp();
+    if (ng > 1) {
+        // Lane g: its group's score (best two, in id order); then the tg best groups' lanes.
+        const int size = ne / ng;
+        u64 gkey = 0;
+        if (lane < ng) {
+            float first = NEG_INF, second = NEG_INF;
+            for (int e = lane * size; e < (lane + 1) * size; ++e) {
+                const float v = c[e];
+                if (moe_total_key(v) > moe_total_key(first)) {
+                    second = first;
+                    first = v;
+                } else if (moe_total_key(v) > moe_total_key(second)) {
+                    second = v;
+                }
+            }
+            gkey = ((u64)moe_total_key(__fadd_rn(first, second)) << 32) | (u64)(~(u32)lane);
+        }
+        bool keep = false;
+        u64 last = ~0ull;
+        for (int j = 0; j < tg; ++j) {
+            u64 best = lane < ng && gkey < last ? gkey : 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-    for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(p[e], sum);
+            for (int o = 16; o > 0; o >>= 1) {
+                const u64 other = __shfl_xor_sync(0xffffffffu, best, o);
+                if (other > best) best = other;
+            }
+            last = best;
+            keep |= lane < ng && gkey == best;
+        }
+        const u32 kept = __ballot_sync(0xffffffffu, keep);
+        __syncwarp();
+        for (int e = lane; e < ne; e += 32)
+            if (!((kept >> (e / size)) & 1u)) c[e] = NEG_INF;
+        __syncwarp();
+    }
     u64 last = ~0ull;
     float total = 0.f, my_p = 0.f;
     u32 my_e = 0;
     for (int j = 0; j < k; ++j) {
         u64 best = 0;
         for (int e = lane; e < ne; e += 32) {
-            const u64 key = ((u64)moe_total_key(p[e]) << 32) | (u64)(~(u32)e);
+            const u64 key = ((u64)moe_total_key(c[e]) << 32) | (u64)(~(u32)e);
             if (key < last && key > best) best = key;
         }
 #pragma unroll
@@ -72,7 +121,8 @@ extern "C" __global__ void __launch_bounds__(32 * MOE_ROUTE_ROWS)
     }
     if (lane < k) {
         ids[(size_t)r * k + lane] = my_e;
-        w[(size_t)r * k + lane] = norm ? __fdiv_rn(my_p, total) : my_p;
+        const float wt = norm ? __fdiv_rn(my_p, __fadd_rn(total, eps)) : my_p;
+        w[(size_t)r * k + lane] = __fmul_rn(wt, scale);
     }
 }
 

@@ -337,21 +337,26 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     }
 }
 
-// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh). SiLU divides with __fdividef (within 2
-// ulp; no slow-path branch, so a store loop's values overlap: gemm_wgmma.cu's GLU store).
+// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh), 2 relu(g)^2. SiLU divides with
+// __fdividef (within 2 ulp; no slow-path branch, so a store loop's values overlap:
+// gemm_wgmma.cu's GLU store).
 __device__ __forceinline__ float glu_one(float v, float u, int act) {
     float a;
     if (act == 0) {
         a = __fdividef(v, 1.0f + expf(-v));
-    } else {
+    } else if (act == 1) {
         const float c = 0.7978845608028654f;
         a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    } else {
+        const float r = fmaxf(v, 0.f);
+        a = __fmul_rn(r, r);
     }
     return a * u;
 }
 
-// y = act(gate) * up; also writes the bf16 copy (row stride kp). With cols a multiple of 4 each
-// thread takes 4 consecutive values of a row (16-byte loads and stores), else one.
+// y = act(gate) * up, or act(gate) alone where u is null (an MLP without a gate: Backend
+// activate); also writes the bf16 copy (row stride kp). With cols a multiple of 4 each thread
+// takes 4 consecutive values of a row (16-byte loads and stores), else one.
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
                                u16* __restrict__ yb, int rows, int cols, int kp, int act) {
     tf_pdl_enter();
@@ -359,7 +364,7 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
     size_t stride = (size_t)gridDim.x * blockDim.x;
     if (cols % 4 == 0) {
         for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n / 4; q += stride) {
-            float4 gv = ((const float4*)g)[q], uv = ((const float4*)u)[q];
+            float4 gv = ((const float4*)g)[q], uv = u ? ((const float4*)u)[q] : make_float4(1.f, 1.f, 1.f, 1.f);
             float4 o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
                                    glu_one(gv.w, uv.w, act));
             ((float4*)y)[q] = o;
@@ -370,7 +375,7 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
         return;
     }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float o = glu_one(g[i], u[i], act);
+        float o = glu_one(g[i], u ? u[i] : 1.f, act);
         y[i] = o;
         yb[(i / cols) * kp + i % cols] = f2bf(o);
     }

@@ -112,6 +112,13 @@ kernels!(
     attention_split_d128,
     attention_wg_d128,
     attention_combine,
+    conv1d_state,
+    gdn_rule_d16,
+    gdn_rule_d32,
+    gdn_rule_d64,
+    gdn_rule_d128,
+    rms_norm_gated,
+    mul_sigmoid,
 );
 
 /// A started device.

@@ -27,8 +27,9 @@
 //! 4  ctx                                               what every kernel launcher works on
 //! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
 //!                                                      per-sequence state pools
-//! 6  matmul, attention, sample, logprob, held          GEMV/GEMM, paged attention, sampling,
-//!                                                      log-probabilities, ids held on the device
+//! 6  matmul, attention, sample, logprob, held, gdn     GEMV/GEMM, paged attention, sampling,
+//!                                                      log-probabilities, ids held on the device,
+//!                                                      recurrent state ops (conv, delta rule)
 //! 7  moe, draw                                         mixture of experts (over matmul); sampled
 //!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
@@ -46,6 +47,7 @@ mod ctx;
 mod device;
 mod draw;
 mod error;
+mod gdn;
 mod graph;
 mod graph_pad;
 mod held;
@@ -126,15 +128,18 @@ impl CudaBackend {
         self.ctx.dev.num_sms
     }
 
-    /// Mixture of experts over experts held in any container (`experts(e)`: gate, up, down).
+    /// Mixture of experts over experts held in any container (`experts(e)`: gate, up, down;
+    /// the gate is not read unless `gated`), with the router's choice `bias`.
     pub fn moe_by<'a>(
         &self,
         x: &CudaAct,
         router_logits: &CudaAct,
+        bias: Option<&CudaVec>,
+        gated: bool,
         experts: impl Fn(usize) -> [&'a CudaMat; 3],
         p: &MoeParams,
     ) -> CudaAct {
-        moe::moe_by(&self.ctx, x, router_logits, experts, p)
+        moe::moe_by(&self.ctx, x, router_logits, bias, gated, experts, p)
     }
 
     /// Decode rounds captured into CUDA graphs and rounds replayed from them so far (graph.rs).
@@ -316,8 +321,60 @@ impl Backend for CudaBackend {
         ops::softcap(&self.ctx, x, cap)
     }
 
-    fn moe(&self, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat>, p: &MoeParams) -> CudaAct {
+    fn causal_conv1d(
+        &self,
+        x: &CudaAct,
+        p: &tf_backend::Conv1d<'_, CudaVec>,
+        st: &mut CudaState,
+        meta: &AttnMeta,
+    ) -> CudaAct {
+        if gdn::conv_fits(p.kernel) {
+            return gdn::causal_conv1d(&self.ctx, x, p, st, meta);
+        }
+        let (rows, ch) = (x.rows, x.cols);
+        let (w, bias) = (self.vec_values(p.weight), p.bias.map(|v| self.vec_values(v)));
+        let xs = self.download(x);
+        let y = tf_backend::on_host::with_slots(self, st, meta, |hs, m| {
+            tf_backend::conv::causal_conv1d(&xs, ch, &w, bias.as_deref(), p.kernel, p.silu, hs, m)
+        });
+        self.upload(&y, rows, ch)
+    }
+
+    fn gated_delta_rule(
+        &self,
+        qkv: &CudaAct,
+        a: &CudaAct,
+        b: &CudaAct,
+        p: &tf_backend::Gdn<'_, CudaVec>,
+        st: &mut CudaState,
+        meta: &AttnMeta,
+    ) -> CudaAct {
+        if gdn::rule_fits(p) {
+            return gdn::gated_delta_rule(&self.ctx, qkv, a, b, p, st, meta);
+        }
+        let sh = tf_backend::gdn::GdnShape::of(p);
+        let (a_log, dt) = (self.vec_values(p.a_log), self.vec_values(p.dt_bias));
+        let (q, av, bv) = (self.download(qkv), self.download(a), self.download(b));
+        let y = tf_backend::on_host::with_slots(self, st, meta, |hs, m| {
+            tf_backend::gdn::gated_delta_rule(sh, &q, &av, &bv, &a_log, &dt, p.state_offset, hs, m)
+        });
+        self.upload(&y, qkv.rows, sh.hv * sh.dv)
+    }
+
+    fn rms_norm_gated(&self, x: &CudaAct, z: &CudaAct, w: &CudaVec, eps: f32) -> CudaAct {
+        gdn::rms_norm_gated(&self.ctx, x, z, w, eps)
+    }
+
+    fn mul_sigmoid(&self, x: &mut CudaAct, gate: &CudaAct) {
+        gdn::mul_sigmoid(&self.ctx, x, gate)
+    }
+
+    fn moe(&self, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat, CudaVec>, p: &MoeParams) -> CudaAct {
         moe::moe(&self.ctx, x, router_logits, experts, p)
+    }
+
+    fn activate(&self, x: &CudaAct, act: Activation) -> CudaAct {
+        ops::activate(&self.ctx, x, act)
     }
 
     fn kv_dtype(&self) -> tf_core::DType {

@@ -300,7 +300,7 @@ pub(crate) fn matmul_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) ->
             Arg::I(m as i32),
             Arg::I(kt as i32),
             Arg::I(padded(inter) as i32),
-            Arg::I(matches!(act, Activation::GeluTanh) as i32),
+            Arg::I(crate::ops::act_code(act)),
             Arg::I(lag),
             Arg::I(order),
         ];
@@ -438,7 +438,7 @@ fn gemv_tma_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) -> Option<C
     let (kt, inter) = (k.div_ceil(16), n / 2);
     let xb = ptr(bf16_of(b, x), &d.stream);
     let yb = bf16_out(&b.dev, m, inter);
-    let act = matches!(act, Activation::GeluTanh) as i32;
+    let act = crate::ops::act_code(act);
     let store = TmaStore::Glu { yb: ptr(&yb, &d.stream), kp: padded(inter), act };
     gemv_tma(b, &[gu], xb, m, kt, store).then(|| CudaAct::bf16_only(yb, m, inter))
 }

@@ -1,5 +1,6 @@
-//! Mixture of experts (kernels/moe.cu). Every round routes on the device (softmax, top-k,
-//! renormalisation: the reference `route`'s steps), so a token's experts and weights do not
+//! Mixture of experts (kernels/moe.cu). Every round routes on the device (softmax or sigmoid
+//! scores, choice bias, expert groups, top-k, renormalisation, scaling: router.rs `route`'s
+//! steps), so a token's experts and weights do not
 //! depend on the path below (a model past the routing kernels' limits, more than 1024 experts or
 //! 32 chosen, routes every round on the host instead). Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
 //! device: the routed (row, expert) pairs are sorted by expert, gathered, run through grouped
@@ -13,12 +14,12 @@
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::matmul::{gemv_row_groups, matmul};
-use crate::ops::{bf16_of, gather, glu};
+use crate::ops::{activate, bf16_of, gather, glu};
 use crate::smem::gemv_smem;
-use crate::tensor::{CudaAct, CudaMat, padded};
+use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
-use tf_backend::{Experts, MoeParams};
+use tf_backend::{Experts, MoeParams, MoeScoring};
 
 /// Most rows a round may have for the device path: the grouped GEMV takes at most 64 rows an
 /// expert, and a row chooses an expert at most once.
@@ -27,19 +28,34 @@ pub(crate) const DEVICE_ROWS: usize = 64;
 const MAX_EXPERTS: usize = 1024;
 /// Most experts a token may choose (kernels/moe.cu `MOE_MAX_TOPK`).
 const MAX_TOPK: usize = 32;
+/// Most expert groups the routing kernel ranks (kernels/moe.cu `MOE_MAX_GROUPS`).
+const MAX_GROUPS: usize = 32;
 /// Expert pointer tables kept (one per MoE layer of the loaded models).
 const KEEP_TABLES: usize = 4096;
 
-pub(crate) fn moe(b: &Ctx, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat>, p: &MoeParams) -> CudaAct {
-    assert_eq!(experts.gate.len(), router_logits.cols, "moe: router width vs experts");
-    moe_by(b, x, router_logits, |e| [&experts.gate[e], &experts.up[e], &experts.down[e]], p)
+pub(crate) fn moe(
+    b: &Ctx,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    experts: &Experts<CudaMat, CudaVec>,
+    p: &MoeParams,
+) -> CudaAct {
+    assert_eq!(experts.up.len(), router_logits.cols, "moe: router width vs experts");
+    let gated = !experts.gate.is_empty();
+    let bias = experts.choice_bias.as_ref();
+    let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };
+    moe_by(b, x, router_logits, bias, gated, |e| [gate(e), &experts.up[e], &experts.down[e]], p)
 }
 
-/// [`moe`] over experts held in any container: `experts(e)` gives expert `e`'s gate, up, down.
+/// [`moe`] over experts held in any container: `experts(e)` gives expert `e`'s gate, up, down
+/// (the gate is not read unless `gated`); `bias` is the router's choice bias.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_by<'a>(
     b: &Ctx,
     x: &CudaAct,
     router_logits: &CudaAct,
+    bias: Option<&CudaVec>,
+    gated: bool,
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
@@ -49,26 +65,27 @@ pub(crate) fn moe_by<'a>(
     if x.rows == 0 {
         return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
     }
-    if k > MAX_TOPK || ne > MAX_EXPERTS {
+    if k > MAX_TOPK || ne > MAX_EXPERTS || p.n_group > MAX_GROUPS {
         // Past the routing kernels' limits (no supported family is): the reference rule on the
         // host, for every round of the model, so its paths still agree.
         let logits = d.download(router_logits.data(&b.dev), x.rows * ne);
-        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, p));
+        let bias = bias.map(|v| d.download(&v.data, v.len));
+        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, bias.as_deref(), p));
         let (ids, weights): (Vec<u32>, Vec<f32>) = routes.map(|(e, w)| (e as u32, w)).unzip();
-        return by_expert(b, x, &ids, &weights, ne, experts, p);
+        return by_expert(b, x, &ids, &weights, ne, gated, experts, p);
     }
-    let (ids, w) = route(b, router_logits, p);
+    let (ids, w) = route(b, router_logits, bias, p);
     if x.rows <= DEVICE_ROWS
         && let Some(table) = table(b, ne, &experts)
     {
-        return on_device(b, x, &ids, &w, &table, &experts(0), p);
+        return on_device(b, x, &ids, &w, &table, &experts(0), gated, p);
     }
     let (ids, weights) = (d.download(&ids, x.rows * k), d.download(&w, x.rows * k));
-    by_expert(b, x, &ids, &weights, ne, experts, p)
+    by_expert(b, x, &ids, &weights, ne, gated, experts, p)
 }
 
-/// Per row its `top_k` experts and weights, most probable first: `[rows, top_k]` each.
-fn route(b: &Ctx, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice<f32>) {
+/// Per row its `top_k` experts and weights, largest choice value first: `[rows, top_k]` each.
+fn route(b: &Ctx, logits: &CudaAct, bias: Option<&CudaVec>, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice<f32>) {
     let d = &b.dev;
     let (rows, ne, k) = (logits.rows, logits.cols, p.top_k);
     let (ids, w) = (d.alloc::<u32>(rows * k), d.alloc::<f32>(rows * k));
@@ -80,6 +97,12 @@ fn route(b: &Ctx, logits: &CudaAct, p: &MoeParams) -> (CudaSlice<u32>, CudaSlice
         Arg::I(ne as i32),
         Arg::I(k as i32),
         Arg::I(p.norm_topk_prob as i32),
+        Arg::P(bias.map_or(0, |v| ptr(&v.data, &d.stream))),
+        Arg::I(matches!(p.scoring, MoeScoring::Sigmoid) as i32),
+        Arg::I(p.n_group as i32),
+        Arg::I(p.topk_group as i32),
+        Arg::F(p.norm_eps),
+        Arg::F(p.scale),
     ];
     // A warp a row, four rows a block (kernels/moe.cu `MOE_ROUTE_ROWS`).
     d.launch(&d.k.moe_route, (rows.div_ceil(4) as u32, 1, 1), 128, 0, &args);
@@ -116,6 +139,7 @@ fn table<'a>(b: &Ctx, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -
 }
 
 /// The device path: plan, gather, grouped gate and up, glu, grouped down, combine.
+#[allow(clippy::too_many_arguments)]
 fn on_device(
     b: &Ctx,
     x: &CudaAct,
@@ -123,6 +147,7 @@ fn on_device(
     w: &CudaSlice<f32>,
     table: &CudaSlice<u64>,
     shapes: &[&CudaMat; 3],
+    gated: bool,
     p: &MoeParams,
 ) -> CudaAct {
     let d = &b.dev;
@@ -183,8 +208,12 @@ fn on_device(
         d.launch(f, ((nblk * kinds.len()) as u32, slots, 1), 256, gemv_smem(nt), &args);
         ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect::<Vec<_>>()
     };
-    let gu = grouped(&xe, 0..2);
-    let h = glu(b, &gu[0], &gu[1], p.act);
+    let h = if gated {
+        let gu = grouped(&xe, 0..2);
+        glu(b, &gu[0], &gu[1], p.act)
+    } else {
+        activate(b, &grouped(&xe, 1..2)[0], p.act)
+    };
     let y = grouped(&h, 2..3).remove(0);
     let out = d.alloc::<f32>(rows * x.cols);
     let args = [
@@ -202,12 +231,14 @@ fn on_device(
 
 /// The host-driven path: from the routing (`[rows, top_k]` ids and weights, on the host), each
 /// chosen expert runs on its rows.
+#[allow(clippy::too_many_arguments)]
 fn by_expert<'a>(
     b: &Ctx,
     x: &CudaAct,
     ids: &[u32],
     weights: &[f32],
     ne: usize,
+    gated: bool,
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
@@ -234,7 +265,8 @@ fn by_expert<'a>(
         let (ri, wi) = (rbase + 4 * start as u64, wbase + 4 * start as u64);
         let [gate, up, down] = experts(e);
         let xe = gather(b, x, ri, n);
-        let h = glu(b, &matmul(b, &xe, gate), &matmul(b, &xe, up), p.act);
+        let u = matmul(b, &xe, up);
+        let h = if gated { glu(b, &matmul(b, &xe, gate), &u, p.act) } else { activate(b, &u, p.act) };
         let y = matmul(b, &h, down);
         let args = [
             Arg::P(ptr(&out, &d.stream)),

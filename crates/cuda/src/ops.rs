@@ -379,19 +379,37 @@ fn rope_table(b: &Ctx, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope)
 
 pub(crate) fn glu(b: &Ctx, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
     assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "glu: shapes differ");
+    act_or_glu(b, gate, Some(up), act)
+}
+
+/// `act(x)` elementwise (an MLP without a gate): the glu kernel without its up operand.
+pub(crate) fn activate(b: &Ctx, x: &CudaAct, act: Activation) -> CudaAct {
+    act_or_glu(b, x, None, act)
+}
+
+/// The kernels' code of an activation (ops.cu `glu_one`).
+pub(crate) fn act_code(act: Activation) -> i32 {
+    match act {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+        Activation::Relu2 => 2,
+    }
+}
+
+fn act_or_glu(b: &Ctx, gate: &CudaAct, up: Option<&CudaAct>, act: Activation) -> CudaAct {
     let d = &b.dev;
     let n = gate.len();
     let y = d.alloc::<f32>(n);
     let yb = bf16_out(&b.dev, gate.rows, gate.cols);
     let args = [
         Arg::P(ptr(gate.data(&b.dev), &d.stream)),
-        Arg::P(ptr(up.data(&b.dev), &d.stream)),
+        Arg::P(up.map_or(0, |u| ptr(u.data(&b.dev), &d.stream))),
         Arg::P(ptr(&y, &d.stream)),
         Arg::P(ptr(&yb, &d.stream)),
         Arg::I(gate.rows as i32),
         Arg::I(gate.cols as i32),
         Arg::I(padded(gate.cols) as i32),
-        Arg::I(matches!(act, Activation::GeluTanh) as i32),
+        Arg::I(act_code(act)),
     ];
     // Four values a thread when rows are whole groups of four (kernels/ops.cu `glu`).
     let threads = if gate.cols.is_multiple_of(4) { n / 4 } else { n };
@@ -412,7 +430,7 @@ pub(crate) fn glu_packed(b: &Ctx, p: &CudaAct, act: Activation) -> CudaAct {
         Arg::I(rows as i32),
         Arg::I(inter as i32),
         Arg::I(padded(inter) as i32),
-        Arg::I(matches!(act, Activation::GeluTanh) as i32),
+        Arg::I(act_code(act)),
     ];
     let smem = d.small_smem(&d.k.glu_packed, rows);
     d.launch(&d.k.glu_packed, (grid_for(rows * inter / 4, BLOCK), 1, 1), BLOCK, smem, &args);

@@ -137,14 +137,18 @@ impl Backend for Dual {
         self.c.softcap(&mut x.0, cap);
         self.g.softcap(&mut x.1, cap);
     }
-    fn moe(&self, x: &Self::Act, r: &Self::Act, e: &Experts<Self::Mat>, p: &MoeParams) -> Self::Act {
+    fn moe(&self, x: &Self::Act, r: &Self::Act, e: &Experts<Self::Mat, Self::Vec>, p: &MoeParams) -> Self::Act {
         let ce = Experts {
             gate: e.gate.iter().map(|m| m.0.clone()).collect(),
             up: e.up.iter().map(|m| m.0.clone()).collect(),
             down: e.down.iter().map(|m| m.0.clone()).collect(),
+            choice_bias: e.choice_bias.as_ref().map(|v| v.0.clone()),
         };
         let out = self.c.moe(&x.0, &r.0, &ce, p);
-        let gout = self.g.moe_by(&x.1, &r.1, |i| [&e.gate[i].1, &e.up[i].1, &e.down[i].1], p);
+        let gated = !e.gate.is_empty();
+        let gate = |i: usize| if gated { &e.gate[i].1 } else { &e.up[i].1 };
+        let bias = e.choice_bias.as_ref().map(|v| &v.1);
+        let gout = self.g.moe_by(&x.1, &r.1, bias, gated, |i| [gate(i), &e.up[i].1, &e.down[i].1], p);
         self.check("moe", &out, &gout);
         (out, gout)
     }

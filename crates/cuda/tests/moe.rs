@@ -2,12 +2,13 @@
 //! path: routing, grouped GEMVs and combine with no host round trip), in batches of up to 64
 //! rows (the same path, other experts sharing the GEMVs), and in a batch of more rows (routing
 //! downloaded, each expert through the ordinary matmuls); and it is the reference backend's MoE
-//! within bf16 tolerance.
+//! within bf16 tolerance; for every router variant (softmax top-k; sigmoid with a choice bias,
+//! expert groups and scaling; LFM2's eps; ungated relu2 experts).
 
 mod common;
 
 use common::*;
-use tf_backend::{Activation, Backend, Experts, MoeParams, RefBackend};
+use tf_backend::{Activation, Backend, Experts, MoeParams, MoeScoring, RefBackend};
 use tf_core::DType;
 
 /// Experts.
@@ -20,7 +21,7 @@ const I: usize = 1040;
 const ROWS: usize = 70;
 
 /// Gate, up and down views of `E` experts, seeded by `salt`.
-fn experts(salt: u64) -> Experts<tf_formats::TensorView> {
+fn experts(salt: u64) -> Experts<tf_formats::TensorView, Vec<f32>> {
     let mk = |kind: u64, e: usize, rows: usize, cols: usize| {
         let vals = rand(rows * cols, salt * 1000 + kind * 100 + e as u64, 0.2);
         weight("w", DType::BF16, rows, cols, &vals)
@@ -29,7 +30,31 @@ fn experts(salt: u64) -> Experts<tf_formats::TensorView> {
         gate: (0..E).map(|e| mk(1, e, I, H)).collect(),
         up: (0..E).map(|e| mk(2, e, I, H)).collect(),
         down: (0..E).map(|e| mk(3, e, H, I)).collect(),
+        choice_bias: None,
     }
+}
+
+/// The router variants: `(name, params, choice bias, gated)`.
+fn variants() -> Vec<(&'static str, MoeParams, Option<Vec<f32>>, bool)> {
+    let sig = |top_k, n_group, topk_group, norm_eps, act| MoeParams {
+        top_k,
+        scoring: MoeScoring::Sigmoid,
+        n_group,
+        topk_group,
+        norm_topk_prob: true,
+        norm_eps,
+        scale: 2.5,
+        act,
+    };
+    let bias: Vec<f32> = rand(E, 91, 0.3);
+    vec![
+        ("softmax top-4 norm", MoeParams::softmax(4, true, Activation::Silu), None, true),
+        ("softmax top-2", MoeParams::softmax(2, false, Activation::Silu), None, true),
+        ("softmax top-1 norm", MoeParams::softmax(1, true, Activation::Silu), None, true),
+        ("sigmoid bias 4 groups top-2 groups top-4", sig(4, 4, 2, 1e-20, Activation::Silu), Some(bias.clone()), true),
+        ("sigmoid lfm2 eps top-2", sig(2, 1, 1, 1e-6, Activation::Silu), Some(bias), true),
+        ("sigmoid ungated relu2 top-3", sig(3, 1, 1, 1e-20, Activation::Relu2), None, false),
+    ]
 }
 
 /// Router logits with exact ties in some rows (equal logits across experts).
@@ -48,14 +73,16 @@ fn moe_rows_equal_alone_in_batches_and_past_the_device_path() {
     let Some(b) = backend() else { return };
     let views = experts(1);
     let load = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| b.mat(t).expect("bf16 weight")).collect::<Vec<_>>();
-    let ex = Experts { gate: load(&views.gate), up: load(&views.up), down: load(&views.down) };
     let r = RefBackend;
     let rload = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| r.mat(t).expect("ref weight")).collect::<Vec<_>>();
-    let rex = Experts { gate: rload(&views.gate), up: rload(&views.up), down: rload(&views.down) };
     let x = rand(ROWS * H, 5, 1.0);
     let logits = router(ROWS);
-    for (top_k, norm) in [(4, true), (2, false), (1, true)] {
-        let p = MoeParams { top_k, norm_topk_prob: norm, act: Activation::Silu };
+    for (name, p, bias, gated) in variants() {
+        let gate = if gated { load(&views.gate) } else { Vec::new() };
+        let choice_bias = bias.as_ref().map(|v| b.vec(v));
+        let ex = Experts { gate, up: load(&views.up), down: load(&views.down), choice_bias };
+        let gate = if gated { rload(&views.gate) } else { Vec::new() };
+        let rex = Experts { gate, up: rload(&views.up), down: rload(&views.down), choice_bias: bias.clone() };
         let run = |lo: usize, hi: usize| {
             let xs = b.upload(&x[lo * H..hi * H], hi - lo, H);
             let ls = b.upload(&logits[lo * E..hi * E], hi - lo, E);
@@ -66,13 +93,13 @@ fn moe_rows_equal_alone_in_batches_and_past_the_device_path() {
         for (lo, hi) in [(0, 1), (3, 4), (0, 3), (5, 13), (0, 17), (6, 70), (0, 64)] {
             let part = run(lo, hi);
             for r in lo..hi {
-                let what = format!("top-{top_k} norm {norm}: row {r} of rows {lo}..{hi} against all {ROWS}");
+                let what = format!("{name}: row {r} of rows {lo}..{hi} against all {ROWS}");
                 assert!(same_bits(&at(&part, r - lo), &at(&all, r)), "{what}");
             }
         }
         let want = r.download(&r.moe(&r.upload(&x, ROWS, H), &r.upload(&logits, ROWS, E), &rex, &p));
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         let err = max_err(&all, &want);
-        assert!(scale > 0.0 && err <= 0.03 * scale, "top-{top_k}: {err} against the reference (scale {scale})");
+        assert!(scale > 0.0 && err <= 0.03 * scale, "{name}: {err} against the reference (scale {scale})");
     }
 }

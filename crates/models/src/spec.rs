@@ -5,7 +5,7 @@ use crate::config::RawConfig;
 use crate::error::ModelError;
 use crate::names::Names;
 use tf_backend::rope::RopeScaling;
-use tf_backend::{Activation, Rope};
+use tf_backend::{Activation, MoeParams, MoeScoring, Rope};
 
 /// Attention kind of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +21,9 @@ pub enum LayerKind {
     GatedDeltaNet,
 }
 
-/// Mixture-of-experts settings.
+/// Mixture-of-experts settings: the router variant (tf_backend router.rs), the experts' tensor
+/// names and the optional shared experts and latent projections. [`MoeSpec::softmax`] is
+/// Qwen3-MoE's; families change the fields that differ.
 #[derive(Clone, Debug)]
 pub struct MoeSpec {
     /// Experts per MoE layer.
@@ -34,6 +36,89 @@ pub struct MoeSpec {
     pub norm_topk_prob: bool,
     /// Whether layer i uses experts (else the dense MLP).
     pub sparse_layers: Vec<bool>,
+    /// Router scores: softmax or sigmoid.
+    pub scoring: MoeScoring,
+    /// Expert groups (`n_group`; 1: none).
+    pub n_group: usize,
+    /// Groups a token may choose from (`topk_group`).
+    pub topk_group: usize,
+    /// Added to the chosen weights' sum before renormalising (DeepSeek / GLM 1e-20, LFM2 1e-6).
+    pub norm_eps: f32,
+    /// `routed_scaling_factor` (1: none).
+    pub routed_scaling_factor: f32,
+    /// The MoE module in a layer (`mlp`, LFM2 `feed_forward`, Nemotron-H `mixer`).
+    pub module: &'static str,
+    /// The router weight `[experts, hidden]` inside the module (`gate`).
+    pub router: &'static str,
+    /// The choice bias `[experts]` inside the module, where the router has one
+    /// (`gate.e_score_correction_bias`, LFM2 `expert_bias`).
+    pub choice_bias: Option<&'static str>,
+    /// An expert's gate, up and down projections inside `experts.{e}` (`gate_proj`, ...).
+    pub expert_names: [&'static str; 3],
+    /// Experts (and the shared expert) have a gate; else `down(act(up(x)))` (Nemotron-H).
+    pub gated: bool,
+    /// Shared experts added to the routed output.
+    pub shared: Option<SharedExperts>,
+    /// Nemotron-H's `moe_latent_size`: routed experts run on `fc1_latent_proj(x)` and their sum
+    /// goes through `fc2_latent_proj` (the router and shared experts read `x`).
+    pub latent_size: Option<usize>,
+}
+
+/// Shared experts: one MLP of `intermediate_size` over every token, added to the routed output.
+#[derive(Clone, Debug)]
+pub struct SharedExperts {
+    /// The MLP inside the MoE module (GLM / DeepSeek `shared_experts`, Qwen3-Next `shared_expert`).
+    pub module: &'static str,
+    /// Its width (`n_shared_experts * moe_intermediate_size`, `shared_expert_intermediate_size`).
+    pub intermediate_size: usize,
+    /// A `[1, hidden]` weight inside the MoE module whose sigmoid scales the output per token
+    /// (Qwen3-Next `shared_expert_gate`).
+    pub gate: Option<&'static str>,
+}
+
+impl MoeSpec {
+    /// Qwen3-MoE's experts: softmax top-k, `mlp.gate`, `mlp.experts.{e}.{gate,up,down}_proj`.
+    pub fn softmax(
+        num_experts: usize,
+        top_k: usize,
+        moe_intermediate_size: usize,
+        norm_topk_prob: bool,
+        sparse_layers: Vec<bool>,
+    ) -> MoeSpec {
+        MoeSpec {
+            num_experts,
+            top_k,
+            moe_intermediate_size,
+            norm_topk_prob,
+            sparse_layers,
+            scoring: MoeScoring::Softmax,
+            n_group: 1,
+            topk_group: 1,
+            norm_eps: 0.0,
+            routed_scaling_factor: 1.0,
+            module: "mlp",
+            router: "gate",
+            choice_bias: None,
+            expert_names: ["gate_proj", "up_proj", "down_proj"],
+            gated: true,
+            shared: None,
+            latent_size: None,
+        }
+    }
+
+    /// The backend's routing parameters with the experts' activation `act`.
+    pub fn params(&self, act: Activation) -> MoeParams {
+        MoeParams {
+            top_k: self.top_k,
+            scoring: self.scoring,
+            n_group: self.n_group,
+            topk_group: self.topk_group,
+            norm_topk_prob: self.norm_topk_prob,
+            norm_eps: self.norm_eps,
+            scale: self.routed_scaling_factor,
+            act,
+        }
+    }
 }
 
 /// Everything the shared decoder needs to load and run a family.

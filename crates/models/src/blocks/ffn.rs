@@ -1,16 +1,17 @@
-//! Channel mixers: the dense gated MLP and the mixture of experts (softmax top-k router).
+//! Channel mixers: the dense gated MLP and the mixture of experts (moe.rs).
 
+use super::moe::Moe;
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
 use crate::weights::{GateUp, Loader};
-use tf_backend::{Backend, Experts, MoeParams};
+use tf_backend::Backend;
 
 /// One layer's channel mixer.
 pub(crate) enum Ffn<B: Backend> {
     /// `down(act(gate(x)) * up(x))`.
     Dense { gate_up: GateUp<B::Mat>, down: B::Mat },
-    /// Routed experts.
-    Moe { router: B::Mat, experts: Experts<B::Mat>, params: MoeParams },
+    /// Routed experts, and shared experts where the family has them.
+    Moe(Box<Moe<B>>),
 }
 
 /// What the channel mixer runs on: rows already normed, or the residual stream and the norm to
@@ -26,11 +27,7 @@ impl<B: Backend> Ffn<B> {
         let hidden = s.hidden_size;
         let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
         Ok(match (&s.moe, sparse) {
-            (Some(m), true) => Ffn::Moe {
-                router: ld.mat(&format!("{p}mlp.gate.weight"), m.num_experts, hidden)?,
-                experts: load_experts(ld, p, m.num_experts, m.moe_intermediate_size, hidden)?,
-                params: MoeParams { top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, act: s.act },
-            },
+            (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p)?)),
             _ => {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Dense {
@@ -81,30 +78,17 @@ impl<B: Backend> Ffn<B> {
                     }
                 }
             }
-            Ffn::Moe { router, experts, params } => {
+            Ffn::Moe(moe) => {
                 let x = match input {
                     FfnIn::Normed(x) => x,
                     FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
                 };
-                Some(b.moe(&x, &b.matmul(&x, router), experts, params))
+                let y = moe.run(b, &x);
+                Some(match post {
+                    Some(post) => b.rms_norm(&y, post, eps, one_plus),
+                    None => y,
+                })
             }
         }
     }
-}
-
-fn load_experts<B: Backend>(
-    ld: &Loader<'_, B>,
-    p: &str,
-    n: usize,
-    inter: usize,
-    hidden: usize,
-) -> Result<Experts<B::Mat>, ModelError> {
-    let mut ex = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
-    for e in 0..n {
-        let name = |w: &str| format!("{p}mlp.experts.{e}.{w}.weight");
-        ex.gate.push(ld.mat(&name("gate_proj"), inter, hidden)?);
-        ex.up.push(ld.mat(&name("up_proj"), inter, hidden)?);
-        ex.down.push(ld.mat(&name("down_proj"), hidden, inter)?);
-    }
-    Ok(ex)
 }

@@ -6,6 +6,7 @@
 pub(crate) mod attention;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
+pub(crate) mod moe;
 
 use crate::cache::CacheKind;
 use crate::error::ModelError;

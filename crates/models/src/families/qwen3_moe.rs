@@ -24,12 +24,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         .map(|a| a.iter().filter_map(|v| v.as_u64()).map(|v| v as usize).collect())
         .unwrap_or_default();
     let sparse_layers = (0..spec.num_layers).map(|i| !dense.contains(&i) && (i + 1).is_multiple_of(step)).collect();
-    spec.moe = Some(MoeSpec {
-        num_experts,
-        top_k,
-        moe_intermediate_size: c.dim("moe_intermediate_size")?,
-        norm_topk_prob: c.flag("norm_topk_prob", false)?,
-        sparse_layers,
-    });
+    let (inter, norm) = (c.dim("moe_intermediate_size")?, c.flag("norm_topk_prob", false)?);
+    spec.moe = Some(MoeSpec::softmax(num_experts, top_k, inter, norm, sparse_layers));
     Ok(spec)
 }
