@@ -193,10 +193,13 @@ fn skip_table() -> [f32; SKIP_LEN] {
     })
 }
 
+/// The skip table, made once (every race reads it: a round's rows need not remake it).
+static SKIP_TABLE: std::sync::LazyLock<[f32; SKIP_LEN]> = std::sync::LazyLock::new(skip_table);
+
 /// A running Gumbel-max race: the best `(x_i + g_i, i)` so far.
 struct Race {
     best: (f32, u32),
-    table: [f32; SKIP_LEN],
+    table: &'static [f32; SKIP_LEN],
 }
 
 impl Race {
@@ -238,7 +241,7 @@ fn gumbel_argmax(ids: &[u32], x: &[f32], kept: &Kept, seed: u64, position: u64) 
     };
     let id_of = |j: u32| ids[j as usize];
     let top_noise = gumbel(uniform(seed, position, id_of(top)));
-    let mut race = Race { best: (x[top as usize] + top_noise, id_of(top)), table: skip_table() };
+    let mut race = Race { best: (x[top as usize] + top_noise, id_of(top)), table: &SKIP_TABLE };
     // Consecutive candidates often share a Philox block of four ids: draw each block once.
     let mut block = (u32::MAX, [0.0f32; 4]);
     let mut enter = |j: u32| {
