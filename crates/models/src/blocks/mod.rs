@@ -7,6 +7,7 @@ pub(crate) mod attention;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
 pub(crate) mod moe;
+pub(crate) mod short_conv;
 
 use crate::cache::CacheKind;
 use crate::error::ModelError;
@@ -15,6 +16,7 @@ use crate::weights::Loader;
 use attention::Attention;
 use ffn::{Ffn, FfnIn};
 use gdn::GatedDeltaNet;
+use short_conv::ShortConvMixer;
 use tf_backend::{AttnMeta, Backend, StateShape};
 
 /// A layer's token mixer.
@@ -23,6 +25,8 @@ pub(crate) enum TokenMixer<B: Backend> {
     Attention(Attention<B>),
     /// Gated DeltaNet over a conv window and a delta-rule state.
     Gdn(GatedDeltaNet<B>),
+    /// LFM2's double-gated short convolution over a conv window.
+    ShortConv(ShortConvMixer<B>),
 }
 
 impl<B: Backend> TokenMixer<B> {
@@ -32,6 +36,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => [&a.q, &a.k, &a.v].into_iter().chain(a.gate.as_ref()).collect(),
             TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
+            TokenMixer::ShortConv(c) => vec![&c.in_proj],
         }
     }
 
@@ -40,6 +45,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => CacheKind::Kv(a.kv),
             TokenMixer::Gdn(g) => CacheKind::State(g.state),
+            TokenMixer::ShortConv(c) => CacheKind::State(c.state),
         }
     }
 
@@ -49,6 +55,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(_) => None,
             TokenMixer::Gdn(g) => Some(g.state_shape(num_slots)),
+            TokenMixer::ShortConv(c) => Some(c.state_shape(num_slots)),
         }
     }
 
@@ -57,6 +64,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => !a.sliding,
             TokenMixer::Gdn(_) => false,
+            TokenMixer::ShortConv(_) => false,
         }
     }
 
@@ -79,6 +87,10 @@ impl<B: Backend> TokenMixer<B> {
             TokenMixer::Gdn(g) => {
                 let x: [B::Act; 4] = x.try_into().unwrap_or_else(|_| unreachable!("four outputs"));
                 g.run(b, s, x, meta, &mut cache.state[g.state])
+            }
+            TokenMixer::ShortConv(c) => {
+                let [bcx]: [B::Act; 1] = x.try_into().unwrap_or_else(|_| unreachable!("one output"));
+                c.run(b, &bcx, meta, &mut cache.state[c.state])
             }
         }
     }
@@ -137,10 +149,13 @@ impl<B: Backend> Block<B> {
                 (TokenMixer::Gdn(g), o)
             }
             LayerKind::Conv => {
-                return Err(ModelError::Config {
+                let conv = s.conv.ok_or_else(|| ModelError::Config {
                     file: Default::default(),
-                    msg: "short conv layers are not loaded yet".into(),
-                });
+                    msg: format!("layer {i} is a conv layer but the spec has no conv settings"),
+                })?;
+                let (c, o) = ShortConvMixer::load(s, ld, &p, conv, n.state)?;
+                n.state += 1;
+                (TokenMixer::ShortConv(c), o)
             }
         };
         Ok(Block {

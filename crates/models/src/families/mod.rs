@@ -1,6 +1,7 @@
 //! One file per model family: how its config maps onto the shared decoder's [`ModelSpec`].
 
 pub mod gemma3;
+pub mod lfm2;
 pub mod llama;
 pub mod qwen3;
 pub mod qwen3_5;
