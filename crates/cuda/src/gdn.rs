@@ -33,7 +33,13 @@ pub(crate) fn conv_fits(kernel: usize) -> bool {
 }
 
 /// The depthwise causal conv1d (tf-backend conv.rs) of `x` `[rows, channels]`.
-pub(crate) fn causal_conv1d(b: &Ctx, x: &CudaAct, p: &Conv1d<'_, CudaVec>, st: &mut CudaState, meta: &AttnMeta) -> CudaAct {
+pub(crate) fn causal_conv1d(
+    b: &Ctx,
+    x: &CudaAct,
+    p: &Conv1d<'_, CudaVec>,
+    st: &mut CudaState,
+    meta: &AttnMeta,
+) -> CudaAct {
     let d = &b.dev;
     let (rows, ch) = (x.rows, x.cols);
     let y = d.zeros::<f32>(rows * ch);
