@@ -302,6 +302,7 @@ impl Common {
                 Some("full_attention") => Ok(LayerKind::Full),
                 Some("sliding_attention") => Ok(LayerKind::Sliding),
                 Some("conv") => Ok(LayerKind::Conv),
+                Some("linear_attention") => Ok(LayerKind::GatedDeltaNet),
                 _ => Err(c.error(format!("unknown layer type {t}"))),
             })
             .collect()
