@@ -100,6 +100,7 @@ impl Job<'_> {
             sink: Box::new(move |e| tx.send(e).is_ok()),
             cancel: cancel.clone(),
             draft: false,
+            constraint: None,
         };
         let t0 = Instant::now();
         let (mut prefill_s, mut t1) = (0.0, t0);

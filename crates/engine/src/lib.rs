@@ -1,6 +1,7 @@
 //! The engine: sequences over a model, sampling, the KV block pool and the lane-round scheduler.
 
 pub mod block_pool;
+pub mod constraint;
 pub mod draft;
 pub mod engine;
 pub mod runner;
