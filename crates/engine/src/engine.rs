@@ -464,7 +464,11 @@ impl<B: Backend> Core<B> {
             Some((held, picks)) => (picks, Some(held)),
             None => (&ids[..], None),
         };
-        self.model.decoder.forward(&self.backend, &Batch { ids, meta: &meta, logits_rows: &rows, held }, &mut self.cache)
+        self.model.decoder.forward(
+            &self.backend,
+            &Batch { ids, meta: &meta, logits_rows: &rows, held },
+            &mut self.cache,
+        )
     }
 
     fn round(&mut self, plan: &[RoundEntry]) {
