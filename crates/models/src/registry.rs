@@ -17,6 +17,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("gemma3_text", families::gemma3::spec),
     ("Qwen3MoeForCausalLM", families::qwen3_moe::spec),
     ("qwen3_moe", families::qwen3_moe::spec),
+    ("NemotronHForCausalLM", families::nemotron_h::spec),
+    ("nemotron_h", families::nemotron_h::spec),
     ("Lfm2ForCausalLM", families::lfm2::spec),
     ("lfm2", families::lfm2::spec),
     ("Qwen3_5ForCausalLM", families::qwen3_5::spec),
