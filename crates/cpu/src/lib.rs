@@ -8,6 +8,7 @@ mod matmul;
 mod moe;
 mod ops;
 mod quant;
+mod short_conv;
 mod simd;
 mod ssd;
 #[cfg(test)]
@@ -171,6 +172,16 @@ impl Backend for CpuBackend {
         eps: f32,
     ) -> HostTensor {
         ssd::rms_norm_gated_grouped(&self.pool, x, z, w, group, eps)
+    }
+
+    fn short_conv(
+        &self,
+        bcx: &HostTensor,
+        p: &tf_backend::ShortConv<'_, Vec<f32>>,
+        st: &mut HostState,
+        meta: &AttnMeta,
+    ) -> HostTensor {
+        short_conv::short_conv(&self.pool, bcx, p.weight, p.bias.map(|b| &b[..]), p.kernel, st, meta)
     }
 
     fn mul_sigmoid(&self, x: &mut HostTensor, gate: &HostTensor) {
