@@ -34,7 +34,7 @@ pub const FAMILIES: [&str; 4] = ["llama", "qwen3", "gemma3", "qwen3_moe"];
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
 /// they run them.
-pub const HYBRIDS: &[&str] = &["lfm2", "qwen3_5"];
+pub const HYBRIDS: &[&str] = &["lfm2", "nemotron_h", "qwen3_5"];
 
 /// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
 pub fn all_families() -> impl Iterator<Item = &'static str> {
