@@ -304,8 +304,10 @@ WEIGHT_STD = {
 # and WEIGHT_STD as above (merged here) and optionally PERTURB: {family: fn(model, family,
 # seed)} to replace perturb() for its families, and LOADED_NAME: {family: fn(saved_name) ->
 # the name transformers loads it as} where its checkpoints save other names (Nemotron-H's
-# backbone.*); they may import this module's helpers.
+# backbone.*), and ACCEPT: {family: fn(model, prompts, greedys) -> bool} to reject a seed's
+# weights by a family's own rule (a router's margins); they may import this module's helpers.
 EXTRA_PERTURB = {}
+EXTRA_ACCEPT = {}
 LOADED_NAME = {}
 
 
@@ -320,6 +322,7 @@ def load_family_modules() -> None:
         FAMILIES.update(mod.FAMILIES)
         WEIGHT_STD.update(mod.WEIGHT_STD)
         EXTRA_PERTURB.update(getattr(mod, "PERTURB", {}))
+        EXTRA_ACCEPT.update(getattr(mod, "ACCEPT", {}))
         LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
 
 
@@ -518,6 +521,8 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
             ok = False
         router_margin = min_router_margin(ref, prompts, greedys) if family == "qwen3_moe" else None
         if router_margin is not None and router_margin < MIN_ROUTER_MARGIN:
+            ok = False
+        if ok and family in EXTRA_ACCEPT and not EXTRA_ACCEPT[family](ref, prompts, greedys):
             ok = False
         if ok:
             break

@@ -347,6 +347,16 @@ pub trait Backend: Send + Sync {
         let y = ssd::rms_norm_gated_grouped(&self.download(x), &self.download(z), &self.vec_values(w), group, eps);
         self.upload(&y, rows, cols)
     }
+    /// `x[r][c] += bias[c]` for every row (a projection's bias: GLM-4.5's q/k/v); the default
+    /// runs on the host.
+    fn add_bias(&self, x: &mut Self::Act, bias: &Self::Vec) {
+        let (rows, cols) = self.shape(x);
+        let (mut v, b) = (self.download(x), self.vec_values(bias));
+        for row in v.chunks_exact_mut(cols.max(1)) {
+            row.iter_mut().zip(&b).for_each(|(x, b)| *x += b);
+        }
+        *x = self.upload(&v, rows, cols);
+    }
     /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
     fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {
         let (rows, cols) = self.shape(x);

@@ -426,6 +426,13 @@ extern "C" __global__ void select_rows(const float* __restrict__ x, const u32* _
         if (c0 + 256 * j < cols) y[(size_t)r * cols + c0 + 256 * j] = v[j];
 }
 
+// x[r][c] += bias[c] over x [n / cols, cols] (a projection's bias).
+extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ bias, size_t n, int cols) {
+    tf_pdl_enter();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(x[i], bias[i % cols]);
+}
+
 extern "C" __global__ void softcap(float* __restrict__ x, size_t n, float cap) {
     tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

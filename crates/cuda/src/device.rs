@@ -63,6 +63,7 @@ kernels!(
     widen_bf16,
     select_rows,
     softcap,
+    add_bias,
     to_bf16,
     fill_zero_u16,
     scatter_add,
@@ -119,11 +120,6 @@ kernels!(
     gdn_rule_d128,
     rms_norm_gated,
     mul_sigmoid,
-    ssd_scan_n16,
-    ssd_scan_n32,
-    ssd_scan_n64,
-    ssd_scan_n128,
-    rms_norm_gated_grouped,
 );
 
 /// A started device.

@@ -467,6 +467,18 @@ pub(crate) fn select_rows(b: &Ctx, x: &CudaAct, rows: &[usize]) -> CudaAct {
     gather(b, x, ptr(&buf, &b.dev.stream), idx.len())
 }
 
+/// `x[r][c] += bias[c]` (kernels/ops.cu `add_bias`).
+pub(crate) fn add_bias(b: &Ctx, x: &mut CudaAct, bias: &CudaVec) {
+    let (d, n) = (&b.dev, x.len());
+    assert_eq!(bias.len, x.cols, "add_bias: {} values for {} columns", bias.len, x.cols);
+    if n == 0 {
+        return;
+    }
+    let args = [Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::P(ptr(&bias.data, &d.stream)), Arg::Z(n), Arg::I(x.cols as i32)];
+    d.launch(&d.k.add_bias, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    x.touched();
+}
+
 pub(crate) fn softcap(b: &Ctx, x: &mut CudaAct, cap: f32) {
     let d = &b.dev;
     let n = x.len();

@@ -19,12 +19,6 @@ pub enum LayerKind {
     /// Qwen3-Next / Qwen3.5's Gated DeltaNet (`blocks/gdn.rs`): a conv window and a delta-rule
     /// state in a state slot.
     GatedDeltaNet,
-    /// Mamba2's selective state-space scan (`blocks/mamba2.rs`, Nemotron-H): a conv window and
-    /// an `[H, P, N]` scan state in a state slot.
-    Mamba2,
-    /// No token mixer: the layer is only its channel mixer (Nemotron-H's MLP and MoE layers,
-    /// with `one_part_layers`).
-    ChannelOnly,
 }
 
 /// Mixture-of-experts settings: the router variant (tf_backend router.rs), the experts' tensor
@@ -193,49 +187,8 @@ pub struct ModelSpec {
     /// Attention's output times `sigmoid` of a gate projection as wide as the queries, which the
     /// checkpoint's `q_proj` interleaves per head (Qwen3-Next, Qwen3.5).
     pub attn_output_gate: bool,
-    /// Mamba2 layers' settings, for families that have them.
-    pub mamba: Option<MambaSpec>,
-    /// Attention applies the rotary embedding (Nemotron-H's attention has none).
-    pub attn_rope: bool,
-    /// Each layer is one part behind one norm (`names.input_norm`) and a residual add: a token
-    /// mixer without a channel mixer, or a channel mixer alone (`LayerKind::ChannelOnly`)
-    /// (Nemotron-H); else each layer is a token mixer then a channel mixer.
-    pub one_part_layers: bool,
-    /// The dense MLP is gated (`down(act(gate(x)) * up(x))`); else `down(act(up(x)))`.
-    pub mlp_gated: bool,
-}
-
-/// Mamba2 settings (Nemotron-H).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MambaSpec {
-    /// Heads `H` (`mamba_num_heads`).
-    pub num_heads: usize,
-    /// Width of a head `P` (`mamba_head_dim`).
-    pub head_dim: usize,
-    /// Groups of B and C (`n_groups`), dividing the heads.
-    pub n_groups: usize,
-    /// State size `N` (`ssm_state_size`).
-    pub state_size: usize,
-    /// Taps of the depthwise causal conv over x, B and C (`conv_kernel`).
-    pub conv_kernel: usize,
-    /// The conv has a bias (`use_conv_bias`).
-    pub conv_bias: bool,
-    /// `dt` is clamped into `[dt_min, dt_max]` after its softplus.
-    pub dt_min: f32,
-    /// See `dt_min`.
-    pub dt_max: f32,
-}
-
-impl MambaSpec {
-    /// Width of the scan's output and of the gate `z` (`H * P`).
-    pub fn inner(&self) -> usize {
-        self.num_heads * self.head_dim
-    }
-
-    /// Channels of the conv (x, B and C).
-    pub fn conv_dim(&self) -> usize {
-        self.inner() + 2 * self.n_groups * self.state_size
-    }
+    /// q, k and v projections carry biases (`attention_bias`; GLM-4.5), added before QK norm.
+    pub attention_bias: bool,
 }
 
 /// Short convolution settings (LFM2).
@@ -295,9 +248,17 @@ pub struct Common {
 }
 
 impl Common {
-    /// Reads and checks the shared size fields.
+    /// Reads and checks the shared size fields, refusing `attention_bias`.
     pub fn read(c: &RawConfig) -> Result<Common, ModelError> {
-        if c.flag("attention_bias", false)? || c.flag("mlp_bias", false)? {
+        if c.flag("attention_bias", false)? {
+            return Err(c.error("attention_bias / mlp_bias are not supported"));
+        }
+        Common::read_with_attention_bias(c)
+    }
+
+    /// [`Common::read`] for a family that loads q/k/v biases where `attention_bias` says so.
+    pub fn read_with_attention_bias(c: &RawConfig) -> Result<Common, ModelError> {
+        if c.flag("mlp_bias", false)? {
             return Err(c.error("attention_bias / mlp_bias are not supported"));
         }
         let hidden_size = c.dim("hidden_size")?;
@@ -395,10 +356,7 @@ impl Common {
             conv: None,
             gdn: None,
             attn_output_gate: false,
-            mamba: None,
-            attn_rope: true,
-            one_part_layers: false,
-            mlp_gated: true,
+            attention_bias: false,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

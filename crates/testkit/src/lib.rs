@@ -3,7 +3,6 @@
 //! CPU tests in CI and the CUDA tests on the GPU machine make the same assertions.
 
 mod concurrent;
-mod constrained;
 mod drafted;
 mod golden;
 mod logprobs;
@@ -11,7 +10,6 @@ mod overlapped;
 mod resumed;
 
 pub use concurrent::check_concurrent_equals_solo;
-pub use constrained::{ModThree, check_constrained_exact, run_constrained};
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
 pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, golden};
 pub use logprobs::check_logprobs_are_the_raw_rows;
@@ -29,12 +27,12 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 4] = ["llama", "qwen3", "gemma3", "qwen3_moe"];
+pub const FAMILIES: [&str; 5] = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe"];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
 /// they run them.
-pub const HYBRIDS: &[&str] = &["lfm2", "nemotron_h", "qwen3_5"];
+pub const HYBRIDS: &[&str] = &["lfm2"];
 
 /// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
 pub fn all_families() -> impl Iterator<Item = &'static str> {
@@ -42,7 +40,8 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 4] = [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1)];
+pub const EARLY_EXIT: [(&str, usize); 5] =
+    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2)];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.
 pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwen3")];
@@ -132,7 +131,6 @@ pub fn run_events_stopping(h: &EngineHandle, reqs: &[Req], stops: &[Vec<i64>]) -
                 sink: Box::new(move |e| tx.send(e).is_ok()),
                 cancel: Arc::new(AtomicBool::new(false)),
                 draft: r.draft,
-                constraint: None,
             };
             assert!(h.submit(req), "the engine has stopped");
             rx

@@ -1,5 +1,6 @@
 //! The attention token mixer (MHA / GQA, full or sliding, optional QK norm and soft-capped
-//! scores, optional output gate): q, k and v from the block's normed input, rotary embedding,
+//! scores, optional output gate, optional q/k/v biases): q, k and v from the block's normed
+//! input (plus their biases), rotary embedding,
 //! paged attention, then `sigmoid(gate)` times the output where the layer has a gate.
 
 use crate::error::ModelError;
@@ -16,6 +17,8 @@ pub(crate) struct Attention<B: Backend> {
     pub(crate) gate: Option<B::Mat>,
     q_norm: Option<B::Vec>,
     k_norm: Option<B::Vec>,
+    /// q, k and v biases (`attention_bias`).
+    bias: Option<[B::Vec; 3]>,
     attn: AttnParams,
     pub(crate) sliding: bool,
     /// Index of this layer's pool in `Cache::kv`.
@@ -59,6 +62,13 @@ impl<B: Backend> Attention<B> {
             gate,
             k: proj("k_proj", s.num_kv_heads * d, hidden)?,
             v: proj("v_proj", s.num_kv_heads * d, hidden)?,
+            bias: if s.attention_bias {
+                let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
+                let kvw = s.num_kv_heads * d;
+                Some([b("q_proj", s.num_heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
+            } else {
+                None
+            },
             q_norm: head_norm(s.names.qk_norm[0])?,
             k_norm: head_norm(s.names.qk_norm[1])?,
             attn,
@@ -77,24 +87,24 @@ impl<B: Backend> Attention<B> {
         s: &ModelSpec,
         mut q: B::Act,
         mut k: B::Act,
-        v: B::Act,
+        mut v: B::Act,
         gate: Option<B::Act>,
         pos: &[u32],
         meta: &AttnMeta,
         kv: &mut B::Kv,
     ) -> B::Act {
         // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
+        if let Some([bq, bk, bv]) = &self.bias {
+            b.add_bias(&mut q, bq);
+            b.add_bias(&mut k, bk);
+            b.add_bias(&mut v, bv);
+        }
         let norms = match (&self.q_norm, &self.k_norm) {
             (Some(q), Some(k)) => Some(QkNorm { q, k, eps: s.rms_norm_eps, one_plus: s.norm_one_plus }),
             _ => None,
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
-        if s.attn_rope {
-            b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
-        } else if let Some(n) = norms {
-            q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
-            k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
-        }
+        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
         let mut out = b.attention(&q, &k, &v, kv, meta, &self.attn);
         if let Some(g) = gate {
             b.mul_sigmoid(&mut out, &g);

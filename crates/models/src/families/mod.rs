@@ -1,9 +1,9 @@
 //! One file per model family: how its config maps onto the shared decoder's [`ModelSpec`].
 
 pub mod gemma3;
+pub mod glm4_moe;
 pub mod lfm2;
 pub mod llama;
-pub mod nemotron_h;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
