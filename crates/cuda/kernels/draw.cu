@@ -12,8 +12,9 @@
 // Values are the host's single IEEE operations (the _rn intrinsics); top-k's k-th key is found
 // by radix selection over rank keys, its ties kept by lowest id; top-p's cut by a histogram of
 // weights over the distance below the maximum, then the boundary region sorted by (key, id) and
-// summed in that order; min-p compares x - max with ln(min_p) (one f32 subtraction, the
-// logarithm made by the host).
+// summed in that order (the histogram spans the window, or the row's spread below its maximum
+// when narrower); min-p compares x - max with ln(min_p) (one f32 subtraction, the logarithm made
+// by the host).
 
 // Threads of a draw block (one row each).
 #define SD_THREADS 1024
@@ -171,15 +172,21 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
         const u32* mask = (flags & SD_MASK) ? masks + q[14] : nullptr;
         const u32 mwords = q[15];
         u32* o = out + (size_t)y * SD_OUT;
-        // The first largest value (NaN never taken).
-        float bv = NEG_INF;
+        // The first largest value (NaN never taken), and the smallest value above -inf (as the
+        // largest negated), which bounds top-p's histogram.
+        float bv = NEG_INF, neg_min = NEG_INF;
         int bi = 0x7fffffff;
         sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) argmax_take(bv, bi, v[j], c + j);
+            for (int j = 0; j < 4; ++j) {
+                argmax_take(bv, bi, v[j], c + j);
+                if (v[j] != NEG_INF && -v[j] > neg_min) neg_min = -v[j];
+            }
         });
+        __syncthreads();  // the previous row's last reads of s_f are done
+        neg_min = sample_block_max(neg_min, s_f);
         warp_argmax(bv, bi);
-        __syncthreads();  // the previous row's last reads of s_f / s_i are done
+        __syncthreads();  // sample_block_max's reads of s_f are done
         if (lane == 0) s_f[warp] = bv, s_i[warp] = bi;
         __syncthreads();
         bv = s_f[0], bi = s_i[0];
@@ -277,7 +284,12 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
             // histogram of weights (f32, only to find the boundary) over the distance below max.
             float* hm = (float*)s_buf;
             u32* hc = (u32*)s_buf + SD_BUCKETS;
-            const float scale = __fdiv_rn((float)SD_BUCKETS, __uint_as_float(q[3]));
+            // The buckets span the window, or the row's whole spread below its maximum when that
+            // is narrower (a flat row's ids would crowd a few buckets of the window).
+            const float window = __uint_as_float(q[3]);
+            const float spread = __fsub_rn(smax, sample_scaled(q, -neg_min));
+            const float span = spread > 0.0f && spread < window ? spread : window;
+            const float scale = __fdiv_rn((float)SD_BUCKETS, span);
             __syncthreads();  // earlier reads of s_buf are done
             for (int i = tid; i < SD_BUCKETS; i += blockDim.x) hm[i] = 0.0f, hc[i] = 0u;
             __syncthreads();
