@@ -456,6 +456,11 @@ def check_saved_matches_loaded(saved: dict, loaded: dict) -> None:
                 g, u = saved[f"{pre}{e}.gate_proj.weight"], saved[f"{pre}{e}.up_proj.weight"]
                 assert torch.equal(w[e], torch.cat([g, u], 0).float()), (k, e)
                 used |= {f"{pre}{e}.gate_proj.weight", f"{pre}{e}.up_proj.weight"}
+        elif k.endswith("experts.up_proj"):  # experts without a gate (Nemotron-H)
+            pre = k[: -len("up_proj")]
+            for e in range(w.shape[0]):
+                assert torch.equal(w[e], saved[f"{pre}{e}.up_proj.weight"].float()), (k, e)
+                used.add(f"{pre}{e}.up_proj.weight")
         elif k.endswith("experts.down_proj"):
             pre = k[: -len("down_proj")]
             for e in range(w.shape[0]):

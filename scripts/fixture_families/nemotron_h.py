@@ -106,3 +106,36 @@ PERTURB = {"nemotron_h": perturb_nemotron}
 
 # Nemotron-H checkpoints (and transformers' save_pretrained) name the model `backbone.*`.
 LOADED_NAME = {"nemotron_h": lambda k: "model." + k[len("backbone."):] if k.startswith("backbone.") else k}
+
+
+def make_nemotron_h_moe():
+    cfg = NemotronHConfig(
+        **nemotron_kwargs(),
+        layers_block_type=["linear_attention", "moe", "full_attention", "moe"],
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        moe_shared_expert_intermediate_size=48,
+        moe_latent_size=32,
+        n_group=2,
+        topk_group=1,
+        routed_scaling_factor=2.5,
+        norm_topk_prob=True,
+    )
+    return NemotronHForCausalLM, cfg, torch.bfloat16
+
+
+def perturb_nemotron_moe(model: torch.nn.Module, family: str, seed: int) -> None:
+    """perturb_nemotron, and a random router choice bias (a buffer, not a parameter)."""
+    perturb_nemotron(model, family, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, b in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((0.2 * torch.randn(b.shape, generator=g)).to(b.dtype))
+
+
+FAMILIES["nemotron_h_moe"] = (make_nemotron_h_moe, 6000, True)
+WEIGHT_STD["nemotron_h_moe"] = (0.5, 0.5, 0.5, 0.12, 0.12)
+PERTURB["nemotron_h_moe"] = perturb_nemotron_moe
+LOADED_NAME["nemotron_h_moe"] = LOADED_NAME["nemotron_h"]

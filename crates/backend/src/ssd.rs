@@ -91,6 +91,7 @@ pub fn head_step(sh: SsdShape, dt_raw: f32, a_log: f32, dt_bias: f32) -> (f32, f
 /// One token of head `h`: `row` is the token's `[x, B, C]` input, `(dt, da)` from
 /// [`head_step`], `s` the head's state `[P, N]` (updated), its output `[P]` into `out`. Every
 /// backend that keeps the reference's bits runs exactly this.
+#[allow(clippy::too_many_arguments)]
 pub fn head_token(sh: SsdShape, h: usize, row: &[f32], dt: f32, da: f32, d: f32, s: &mut [f32], out: &mut [f32]) {
     let (p, n) = (sh.p, sh.n);
     let grp = h / (sh.h / sh.g);

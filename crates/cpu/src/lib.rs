@@ -9,6 +9,7 @@ mod moe;
 mod ops;
 mod quant;
 mod simd;
+mod ssd;
 #[cfg(test)]
 mod testutil;
 
@@ -147,6 +148,29 @@ impl Backend for CpuBackend {
 
     fn rms_norm_gated(&self, x: &HostTensor, z: &HostTensor, w: &Vec<f32>, eps: f32) -> HostTensor {
         gdn::rms_norm_gated(&self.pool, x, z, w, eps)
+    }
+
+    fn ssd_scan(
+        &self,
+        xbc: &HostTensor,
+        dt: &HostTensor,
+        p: &tf_backend::Ssd<'_, Vec<f32>>,
+        st: &mut HostState,
+        meta: &AttnMeta,
+    ) -> HostTensor {
+        let sh = tf_backend::ssd::SsdShape::of(p);
+        ssd::ssd_scan(&self.pool, sh, xbc, dt, p.a_log, p.d, p.dt_bias, p.state_offset, st, meta)
+    }
+
+    fn rms_norm_gated_grouped(
+        &self,
+        x: &HostTensor,
+        z: &HostTensor,
+        w: &Vec<f32>,
+        group: usize,
+        eps: f32,
+    ) -> HostTensor {
+        ssd::rms_norm_gated_grouped(&self.pool, x, z, w, group, eps)
     }
 
     fn mul_sigmoid(&self, x: &mut HostTensor, gate: &HostTensor) {

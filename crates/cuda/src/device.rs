@@ -120,6 +120,11 @@ kernels!(
     gdn_rule_d128,
     rms_norm_gated,
     mul_sigmoid,
+    ssd_scan_n16,
+    ssd_scan_n32,
+    ssd_scan_n64,
+    ssd_scan_n128,
+    rms_norm_gated_grouped,
 );
 
 /// A started device.

@@ -27,9 +27,10 @@
 //! 4  ctx                                               what every kernel launcher works on
 //! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
 //!                                                      per-sequence state pools
-//! 6  matmul, attention, sample, logprob, held, gdn     GEMV/GEMM, paged attention, sampling,
+//! 6  matmul, attention, sample, logprob, held, gdn, ssd  GEMV/GEMM, paged attention, sampling,
 //!                                                      log-probabilities, ids held on the device,
-//!                                                      recurrent state ops (conv, delta rule)
+//!                                                      recurrent state ops (conv, delta rule,
+//!                                                      Mamba2's SSD scan and gated norm)
 //! 7  moe, draw                                         mixture of experts (over matmul); sampled
 //!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
@@ -60,6 +61,7 @@ mod ops;
 mod options;
 mod sample;
 mod smem;
+mod ssd;
 mod state;
 mod tensor;
 mod tma;
@@ -371,6 +373,30 @@ impl Backend for CudaBackend {
 
     fn mul_sigmoid(&self, x: &mut CudaAct, gate: &CudaAct) {
         gdn::mul_sigmoid(&self.ctx, x, gate)
+    }
+
+    fn ssd_scan(
+        &self,
+        xbc: &CudaAct,
+        dt: &CudaAct,
+        p: &tf_backend::Ssd<'_, CudaVec>,
+        st: &mut CudaState,
+        meta: &AttnMeta,
+    ) -> CudaAct {
+        if ssd::scan_fits(p) {
+            return ssd::ssd_scan(&self.ctx, xbc, dt, p, st, meta);
+        }
+        let sh = tf_backend::ssd::SsdShape::of(p);
+        let heads = [self.vec_values(p.a_log), self.vec_values(p.d), self.vec_values(p.dt_bias)].concat();
+        let (x, d) = (self.download(xbc), self.download(dt));
+        let y = tf_backend::on_host::with_slots(self, st, meta, |hs, m| {
+            tf_backend::ssd::ssd_scan(sh, &x, &d, &heads, p.state_offset, hs, m)
+        });
+        self.upload(&y, xbc.rows, sh.h * sh.p)
+    }
+
+    fn rms_norm_gated_grouped(&self, x: &CudaAct, z: &CudaAct, w: &CudaVec, group: usize, eps: f32) -> CudaAct {
+        ssd::rms_norm_gated_grouped(&self.ctx, x, z, w, group, eps)
     }
 
     fn moe(&self, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat, CudaVec>, p: &MoeParams) -> CudaAct {

@@ -11,6 +11,8 @@ pub enum CacheKind {
     Kv(usize),
     /// One fixed-size slot per sequence: index into [`Cache::state`].
     State(usize),
+    /// Nothing kept between rounds (a layer with no token mixer).
+    Stateless,
 }
 
 /// Every layer's cache pools for one decoder.

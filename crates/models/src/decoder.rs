@@ -44,7 +44,7 @@ impl<B: Backend> Decoder<B> {
     /// Loads and validates every tensor the spec needs.
     pub fn load(spec: ModelSpec, ld: &Loader<'_, B>) -> Result<Decoder<B>, ModelError> {
         let (vocab, hidden) = (spec.vocab_size, spec.hidden_size);
-        let embed = ld.mat("model.embed_tokens.weight", vocab, hidden)?;
+        let embed = ld.mat(spec.names.embed, vocab, hidden)?;
         let lm_head = match spec.tie_word_embeddings {
             true => None,
             false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
@@ -54,7 +54,7 @@ impl<B: Backend> Decoder<B> {
         let layers: Vec<Block<B>> =
             (0..spec.num_layers).map(|i| Block::load(&spec, ld, i, &mut n)).collect::<Result<_, _>>()?;
         ld.refuse_unused(spec.tie_word_embeddings)?;
-        let replayable = layers.iter().all(|l| l.mixer.replayable());
+        let replayable = layers.iter().all(|l| l.replayable());
         Ok(Decoder { spec, embed, lm_head, norm, layers, counts: [n.kv, n.state], id: ld.fresh_id(), replayable })
     }
 
@@ -77,12 +77,12 @@ impl<B: Backend> Decoder<B> {
 
     /// The shape of each recurrent layer's state pool with `num_slots` slots, in layer order.
     pub fn state_shapes(&self, num_slots: usize) -> Vec<StateShape> {
-        self.layers.iter().filter_map(|l| l.mixer.state_shape(num_slots)).collect()
+        self.layers.iter().filter_map(|l| l.state_shape(num_slots)).collect()
     }
 
     /// The cache each layer owns, in layer order.
     pub fn cache_kinds(&self) -> Vec<CacheKind> {
-        self.layers.iter().map(|l| l.mixer.cache()).collect()
+        self.layers.iter().map(|l| l.cache()).collect()
     }
 
     /// Bytes of KV cache per token in pools of `kv_dtype` (the backend's `kv_dtype()`).

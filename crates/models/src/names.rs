@@ -5,6 +5,10 @@
 /// Tensor names, relative to the model (`model.`) or to a layer (`model.layers.{i}.`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Names {
+    /// The embedding table, whole name.
+    pub embed: &'static str,
+    /// The prefix of layer `i`'s tensors, before `{i}.`.
+    pub layers: &'static str,
     /// The final norm's weight, whole name.
     pub final_norm: &'static str,
     /// A layer's token mixer's input norm.
@@ -30,6 +34,8 @@ pub struct Names {
 impl Default for Names {
     fn default() -> Names {
         Names {
+            embed: "model.embed_tokens.weight",
+            layers: "model.layers.",
             final_norm: "model.norm.weight",
             input_norm: "input_layernorm",
             post_mixer_norm: "post_attention_layernorm",

@@ -17,6 +17,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("gemma3_text", families::gemma3::spec),
     ("Qwen3MoeForCausalLM", families::qwen3_moe::spec),
     ("qwen3_moe", families::qwen3_moe::spec),
+    ("NemotronHForCausalLM", families::nemotron_h::spec),
+    ("nemotron_h", families::nemotron_h::spec),
     ("Glm4MoeForCausalLM", families::glm4_moe::spec),
     ("glm4_moe", families::glm4_moe::spec),
     ("Lfm2ForCausalLM", families::lfm2::spec),

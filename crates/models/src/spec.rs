@@ -19,6 +19,12 @@ pub enum LayerKind {
     /// Qwen3-Next / Qwen3.5's Gated DeltaNet (`blocks/gdn.rs`): a conv window and a delta-rule
     /// state in a state slot.
     GatedDeltaNet,
+    /// Mamba2's selective state-space scan (`blocks/mamba2.rs`, Nemotron-H): a conv window and
+    /// an `[H, P, N]` scan state in a state slot.
+    Mamba2,
+    /// No token mixer: the layer is only its channel mixer (Nemotron-H's MLP and MoE layers,
+    /// with `one_part_layers`).
+    ChannelOnly,
 }
 
 /// Mixture-of-experts settings: the router variant (tf_backend router.rs), the experts' tensor
@@ -189,6 +195,49 @@ pub struct ModelSpec {
     pub attn_output_gate: bool,
     /// q, k and v projections carry biases (`attention_bias`; GLM-4.5), added before QK norm.
     pub attention_bias: bool,
+    /// Mamba2 layers' settings, for families that have them.
+    pub mamba: Option<MambaSpec>,
+    /// Attention applies the rotary embedding (Nemotron-H's attention has none).
+    pub attn_rope: bool,
+    /// Each layer is one part behind one norm (`names.input_norm`) and a residual add: a token
+    /// mixer without a channel mixer, or a channel mixer alone (`LayerKind::ChannelOnly`)
+    /// (Nemotron-H); else each layer is a token mixer then a channel mixer.
+    pub one_part_layers: bool,
+    /// The dense MLP is gated (`down(act(gate(x)) * up(x))`); else `down(act(up(x)))`.
+    pub mlp_gated: bool,
+}
+
+/// Mamba2 settings (Nemotron-H).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MambaSpec {
+    /// Heads `H` (`mamba_num_heads`).
+    pub num_heads: usize,
+    /// Width of a head `P` (`mamba_head_dim`).
+    pub head_dim: usize,
+    /// Groups of B and C (`n_groups`), dividing the heads.
+    pub n_groups: usize,
+    /// State size `N` (`ssm_state_size`).
+    pub state_size: usize,
+    /// Taps of the depthwise causal conv over x, B and C (`conv_kernel`).
+    pub conv_kernel: usize,
+    /// The conv has a bias (`use_conv_bias`).
+    pub conv_bias: bool,
+    /// `dt` is clamped into `[dt_min, dt_max]` after its softplus.
+    pub dt_min: f32,
+    /// See `dt_min`.
+    pub dt_max: f32,
+}
+
+impl MambaSpec {
+    /// Width of the scan's output and of the gate `z` (`H * P`).
+    pub fn inner(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    /// Channels of the conv (x, B and C).
+    pub fn conv_dim(&self) -> usize {
+        self.inner() + 2 * self.n_groups * self.state_size
+    }
 }
 
 /// Short convolution settings (LFM2).
@@ -356,6 +405,10 @@ impl Common {
             conv: None,
             gdn: None,
             attn_output_gate: false,
+            mamba: None,
+            attn_rope: true,
+            one_part_layers: false,
+            mlp_gated: true,
             attention_bias: false,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,

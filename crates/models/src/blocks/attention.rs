@@ -104,7 +104,12 @@ impl<B: Backend> Attention<B> {
             _ => None,
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
-        b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+        if s.attn_rope {
+            b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+        } else if let Some(n) = norms {
+            q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
+            k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
+        }
         let mut out = b.attention(&q, &k, &v, kv, meta, &self.attn);
         if let Some(g) = gate {
             b.mul_sigmoid(&mut out, &g);

@@ -10,6 +10,8 @@ use tf_backend::Backend;
 pub(crate) enum Ffn<B: Backend> {
     /// `down(act(gate(x)) * up(x))`.
     Dense { gate_up: GateUp<B::Mat>, down: B::Mat },
+    /// `down(act(up(x)))`, without a gate (Nemotron-H's relu² MLP).
+    Plain { up: B::Mat, down: B::Mat },
     /// Routed experts, and shared experts where the family has them.
     Moe(Box<Moe<B>>),
 }
@@ -28,6 +30,13 @@ impl<B: Backend> Ffn<B> {
         let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
         Ok(match (&s.moe, sparse) {
             (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p)?)),
+            _ if !s.mlp_gated => {
+                let (m, [_, u, d]) = (s.names.mlp, s.names.gate_up_down);
+                Ffn::Plain {
+                    up: ld.mat(&format!("{p}{m}.{u}.weight"), s.intermediate_size, hidden)?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                }
+            }
             _ => {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Dense {
@@ -59,6 +68,17 @@ impl<B: Backend> Ffn<B> {
             FfnIn::Residual(nw) => b.norm_matmul_many(h, nw, eps, one_plus, ws),
         };
         match self {
+            Ffn::Plain { up, down } => {
+                let u = normed(h, &[up]).pop().unwrap_or_else(|| unreachable!("one output"));
+                let a = b.activate(&u, s.act);
+                match post {
+                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    None => {
+                        b.matmul_add(&a, down, h);
+                        None
+                    }
+                }
+            }
             Ffn::Dense { gate_up, down } => {
                 let act = s.act;
                 let a = match (gate_up, &input) {

@@ -6,6 +6,7 @@
 pub(crate) mod attention;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
+pub(crate) mod mamba2;
 pub(crate) mod moe;
 pub(crate) mod short_conv;
 
@@ -16,6 +17,7 @@ use crate::weights::Loader;
 use attention::Attention;
 use ffn::{Ffn, FfnIn};
 use gdn::GatedDeltaNet;
+use mamba2::Mamba2;
 use short_conv::ShortConvMixer;
 use tf_backend::{AttnMeta, Backend, StateShape};
 
@@ -25,6 +27,8 @@ pub(crate) enum TokenMixer<B: Backend> {
     Attention(Attention<B>),
     /// Gated DeltaNet over a conv window and a delta-rule state.
     Gdn(GatedDeltaNet<B>),
+    /// Mamba2's SSD scan over a conv window and an `[H, P, N]` state.
+    Mamba2(Mamba2<B>),
     /// LFM2's double-gated short convolution over a conv window.
     ShortConv(ShortConvMixer<B>),
 }
@@ -36,6 +40,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => [&a.q, &a.k, &a.v].into_iter().chain(a.gate.as_ref()).collect(),
             TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
+            TokenMixer::Mamba2(m) => vec![&m.z, &m.xbc, &m.dt],
             TokenMixer::ShortConv(c) => vec![&c.in_proj],
         }
     }
@@ -45,6 +50,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => CacheKind::Kv(a.kv),
             TokenMixer::Gdn(g) => CacheKind::State(g.state),
+            TokenMixer::Mamba2(m) => CacheKind::State(m.state),
             TokenMixer::ShortConv(c) => CacheKind::State(c.state),
         }
     }
@@ -55,6 +61,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(_) => None,
             TokenMixer::Gdn(g) => Some(g.state_shape(num_slots)),
+            TokenMixer::Mamba2(m) => Some(m.state_shape(num_slots)),
             TokenMixer::ShortConv(c) => Some(c.state_shape(num_slots)),
         }
     }
@@ -64,6 +71,7 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => !a.sliding,
             TokenMixer::Gdn(_) => false,
+            TokenMixer::Mamba2(_) => false,
             TokenMixer::ShortConv(_) => false,
         }
     }
@@ -88,6 +96,10 @@ impl<B: Backend> TokenMixer<B> {
                 let x: [B::Act; 4] = x.try_into().unwrap_or_else(|_| unreachable!("four outputs"));
                 g.run(b, s, x, meta, &mut cache.state[g.state])
             }
+            TokenMixer::Mamba2(m) => {
+                let [z, xbc, dt]: [B::Act; 3] = x.try_into().unwrap_or_else(|_| unreachable!("three outputs"));
+                m.run(b, &z, &xbc, &dt, meta, &mut cache.state[m.state])
+            }
             TokenMixer::ShortConv(c) => {
                 let [bcx]: [B::Act; 1] = x.try_into().unwrap_or_else(|_| unreachable!("one output"));
                 c.run(b, &bcx, meta, &mut cache.state[c.state])
@@ -103,17 +115,30 @@ pub(crate) struct Caches<'a, B: Backend> {
     pub(crate) state: &'a mut [B::State],
 }
 
-/// One decoder layer.
+/// One decoder layer: its first norm and its parts.
 pub(crate) struct Block<B: Backend> {
+    /// The token mixer's input norm (in a channel-only layer, the channel mixer's).
     input_norm: B::Vec,
-    /// The FFN's input norm, or with sandwich norms the norm of the mixer's output.
-    post_mixer_norm: B::Vec,
-    pre_ffn_norm: Option<B::Vec>,
-    post_ffn_norm: Option<B::Vec>,
-    pub(crate) mixer: TokenMixer<B>,
-    /// The mixer's output projection back to the residual width.
-    out: B::Mat,
-    ffn: Ffn<B>,
+    parts: Parts<B>,
+}
+
+/// What a layer runs after its first norm.
+enum Parts<B: Backend> {
+    /// A token mixer, then a channel mixer behind its own norm.
+    Pair {
+        mixer: TokenMixer<B>,
+        /// The mixer's output projection back to the residual width.
+        out: B::Mat,
+        /// The FFN's input norm, or with sandwich norms the norm of the mixer's output.
+        post_mixer_norm: B::Vec,
+        pre_ffn_norm: Option<B::Vec>,
+        post_ffn_norm: Option<B::Vec>,
+        ffn: Ffn<B>,
+    },
+    /// A token mixer alone, its projected output added into the residual (one-part layers).
+    Mixer { mixer: TokenMixer<B>, out: B::Mat },
+    /// A channel mixer alone (`LayerKind::ChannelOnly`).
+    Channel(Ffn<B>),
 }
 
 /// Indices the next loaded layer's caches take.
@@ -124,14 +149,14 @@ pub(crate) struct CacheCounts {
 }
 
 impl<B: Backend> Block<B> {
-    /// Loads layer `i` (`model.layers.{i}.*`) of the kind the spec gives it.
+    /// Loads layer `i` (`model.layers.{i}.*`, as `names.layers` says) of the kind the spec gives it.
     pub(crate) fn load(
         s: &ModelSpec,
         ld: &Loader<'_, B>,
         i: usize,
         n: &mut CacheCounts,
     ) -> Result<Block<B>, ModelError> {
-        let p = format!("model.layers.{i}.");
+        let p = format!("{}{i}.", s.names.layers);
         let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), s.hidden_size);
         let (mixer, out) = match s.layer_kinds[i] {
             LayerKind::Full | LayerKind::Sliding => {
@@ -148,6 +173,27 @@ impl<B: Backend> Block<B> {
                 n.state += 1;
                 (TokenMixer::Gdn(g), o)
             }
+            LayerKind::Mamba2 => {
+                let m = s.mamba.ok_or_else(|| ModelError::Config {
+                    file: Default::default(),
+                    msg: format!("layer {i} is a Mamba2 layer but the spec has no Mamba2 settings"),
+                })?;
+                let (m, o) = Mamba2::load(s, ld, &format!("{p}mixer."), m, n.state)?;
+                n.state += 1;
+                (TokenMixer::Mamba2(m), o)
+            }
+            LayerKind::ChannelOnly if s.one_part_layers => {
+                return Ok(Block {
+                    input_norm: norm(s.names.input_norm)?,
+                    parts: Parts::Channel(Ffn::load(s, ld, &p, i)?),
+                });
+            }
+            LayerKind::ChannelOnly => {
+                return Err(ModelError::Config {
+                    file: Default::default(),
+                    msg: format!("layer {i} has no token mixer, which only one-part layers may"),
+                });
+            }
             LayerKind::Conv => {
                 let conv = s.conv.ok_or_else(|| ModelError::Config {
                     file: Default::default(),
@@ -158,15 +204,43 @@ impl<B: Backend> Block<B> {
                 (TokenMixer::ShortConv(c), o)
             }
         };
+        if s.one_part_layers {
+            return Ok(Block { input_norm: norm(s.names.input_norm)?, parts: Parts::Mixer { mixer, out } });
+        }
         Ok(Block {
             input_norm: norm(s.names.input_norm)?,
-            post_mixer_norm: norm(s.names.post_mixer_norm)?,
-            pre_ffn_norm: if s.sandwich_norms { Some(norm(s.names.pre_ffn_norm)?) } else { None },
-            post_ffn_norm: if s.sandwich_norms { Some(norm(s.names.post_ffn_norm)?) } else { None },
-            mixer,
-            out,
-            ffn: Ffn::load(s, ld, &p, i)?,
+            parts: Parts::Pair {
+                mixer,
+                out,
+                post_mixer_norm: norm(s.names.post_mixer_norm)?,
+                pre_ffn_norm: if s.sandwich_norms { Some(norm(s.names.pre_ffn_norm)?) } else { None },
+                post_ffn_norm: if s.sandwich_norms { Some(norm(s.names.post_ffn_norm)?) } else { None },
+                ffn: Ffn::load(s, ld, &p, i)?,
+            },
         })
+    }
+
+    /// Its token mixer, where it has one.
+    fn mixer(&self) -> Option<&TokenMixer<B>> {
+        match &self.parts {
+            Parts::Pair { mixer, .. } | Parts::Mixer { mixer, .. } => Some(mixer),
+            Parts::Channel(_) => None,
+        }
+    }
+
+    /// The cache this layer owns.
+    pub(crate) fn cache(&self) -> CacheKind {
+        self.mixer().map_or(CacheKind::Stateless, |m| m.cache())
+    }
+
+    /// The shape of its state pool with `num_slots` slots, for a layer that keeps state.
+    pub(crate) fn state_shape(&self, num_slots: usize) -> Option<StateShape> {
+        self.mixer().and_then(|m| m.state_shape(num_slots))
+    }
+
+    /// Whether its ops read the host only through the round.
+    pub(crate) fn replayable(&self) -> bool {
+        self.mixer().is_none_or(|m| m.replayable())
     }
 
     /// The block over the residual stream `h`, into which the previous block's output `prev`
@@ -184,23 +258,43 @@ impl<B: Backend> Block<B> {
         cache: &mut Caches<'_, B>,
     ) -> Option<B::Act> {
         let (eps, one_plus) = (s.rms_norm_eps, s.norm_one_plus);
-        let ins = self.mixer.inputs();
+        let mixer = match &self.parts {
+            Parts::Pair { mixer, .. } | Parts::Mixer { mixer, .. } => mixer,
+            Parts::Channel(ffn) => {
+                let input = match prev {
+                    Some(f) => FfnIn::Normed(b.add_rms_norm(h, &f, &self.input_norm, eps, one_plus)),
+                    None => FfnIn::Residual(&self.input_norm),
+                };
+                return ffn.run(b, s, h, input, None);
+            }
+        };
+        let ins = mixer.inputs();
         let x = match prev {
             Some(f) => b.matmul_many(&b.add_rms_norm(h, &f, &self.input_norm, eps, one_plus), &ins),
             None => b.norm_matmul_many(h, &self.input_norm, eps, one_plus, &ins),
         };
-        let mixed = self.mixer.run(b, s, x, pos, meta, cache);
+        let mixed = mixer.run(b, s, x, pos, meta, cache);
+        let (out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn) = match &self.parts {
+            Parts::Pair { out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn, .. } => {
+                (out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn)
+            }
+            Parts::Mixer { out, .. } => {
+                b.matmul_add(&mixed, out, h);
+                return None;
+            }
+            Parts::Channel(_) => unreachable!("returned above"),
+        };
         // The FFN's input: norms of h after the mixer's output is added.
-        let ffn_in = match &self.pre_ffn_norm {
+        let ffn_in = match pre_ffn_norm {
             Some(pre) => {
-                let a = b.rms_norm(&b.matmul(&mixed, &self.out), &self.post_mixer_norm, eps, one_plus);
+                let a = b.rms_norm(&b.matmul(&mixed, out), post_mixer_norm, eps, one_plus);
                 FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
             }
             None => {
-                b.matmul_add(&mixed, &self.out, h);
-                FfnIn::Residual(&self.post_mixer_norm)
+                b.matmul_add(&mixed, out, h);
+                FfnIn::Residual(post_mixer_norm)
             }
         };
-        self.ffn.run(b, s, h, ffn_in, self.post_ffn_norm.as_ref())
+        ffn.run(b, s, h, ffn_in, post_ffn_norm.as_ref())
     }
 }

@@ -4,6 +4,7 @@ pub mod gemma3;
 pub mod glm4_moe;
 pub mod lfm2;
 pub mod llama;
+pub mod nemotron_h;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
