@@ -94,6 +94,9 @@ fn answer(words: &[u32], sampled: bool) -> Option<Candidates> {
 }
 
 #[cfg(test)]
+mod emulated;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use tf_backend::RaceKey;
