@@ -58,7 +58,7 @@ FAMILIES = {
 
 WEIGHT_STD = {
     #            embed, lm_head, router, in-proj, out-proj
-    "qwen3_5": (0.5, 0.5, 0.3, 0.15, 0.15),
+    "qwen3_5": (0.5, 0.25, 0.3, 0.15, 0.15),
 }
 
 # Norms that scale by (1 + w) (stored zero-centred); the gated norm inside Gated DeltaNet

@@ -87,7 +87,7 @@ pub fn short_conv(
 /// default ops run the reference on before writing the slots back.
 pub fn host_slots(bytes: &[u8], meta: &AttnMeta, conv_channels: usize, conv_width: usize) -> (HostState, AttnMeta) {
     let n = meta.state_slots.len().min(meta.seqs.len());
-    let slot_len = if n == 0 { 0 } else { bytes.len() / 4 / n };
+    let slot_len = (bytes.len() / 4).checked_div(n).unwrap_or(0);
     let rec_len = slot_len.saturating_sub(conv_channels * conv_width);
     let shape = StateShape { num_slots: n, conv_channels, conv_width, rec_len };
     let mut st = HostState { shape, data: vec![0.0; n * slot_len] };

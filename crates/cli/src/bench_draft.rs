@@ -44,6 +44,7 @@ fn timed(h: &EngineHandle, prompt: &TokenIds, max_tokens: usize, draft: bool) ->
         sink: Box::new(move |e| tx.send(e).is_ok()),
         cancel: Arc::new(AtomicBool::new(false)),
         draft,
+        constraint: None,
     };
     let t = Instant::now();
     if !h.submit(req) {

@@ -75,6 +75,7 @@ fn ask(h: &EngineHandle, prompt: TokenIds, gen_len: usize) -> Result<(Vec<u32>, 
         sink: Box::new(move |e| tx.send(e).is_ok()),
         cancel: Arc::new(AtomicBool::new(false)),
         draft: false,
+        constraint: None,
     };
     let t = Instant::now();
     if !h.submit(req) {

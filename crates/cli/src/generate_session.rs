@@ -47,7 +47,7 @@ impl OnOwnedBackend for SessionGenerate<'_> {
         let saved = existing(&path)?;
         // Room for this run and for the whole saved session (refused later if past the context).
         let ctx = m.decoder.spec.max_position_embeddings;
-        let tokens = (prompt.len() + max_tokens).max(saved.map_or(0, |h| h.num_tokens.min(ctx)));
+        let tokens = (prompt.len() + max_tokens).max(saved.as_ref().map_or(0, |h| h.num_tokens.min(ctx)));
         let chunk = a.chunk.max(1);
         let sched =
             SchedulerConfig { max_num_seqs: 1, max_round_tokens: chunk, prefill_chunk: chunk, prefix_cache: true };
@@ -100,6 +100,7 @@ impl Job<'_> {
             sink: Box::new(move |e| tx.send(e).is_ok()),
             cancel: cancel.clone(),
             draft: false,
+            constraint: None,
         };
         let t0 = Instant::now();
         let (mut prefill_s, mut t1) = (0.0, t0);

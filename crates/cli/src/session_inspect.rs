@@ -29,7 +29,7 @@ pub fn run(a: &SessionArgs) -> Result<(), Failure> {
     let SessionCommand::Inspect(a) = &a.command;
     let h = session::inspect(&a.file).map_err(refused)?;
     if a.model.is_some() {
-        dispatch(&a.dev, AgainstModel(a, h))?;
+        dispatch(&a.dev, AgainstModel(a, h.clone()))?;
     }
     println!("file: {}", a.file.display());
     println!("fingerprint: {:016x}", h.fingerprint);
@@ -37,6 +37,7 @@ pub fn run(a: &SessionArgs) -> Result<(), Failure> {
     println!("tokens: {}", h.num_tokens);
     println!("block size: {}", h.block_size);
     println!("layers: {}, kv heads: {}, head dim: {}", h.num_layers, h.num_kv_heads, h.head_dim);
+    println!("state layers: {} ({} bytes)", h.state.len(), h.state.iter().map(|s| s.slot_bytes()).sum::<usize>());
     let hex: String = h.digest.iter().map(|b| format!("{b:02x}")).collect();
     println!("sha-256: {hex} (verified)");
     if let Some(dir) = &a.model {

@@ -27,7 +27,7 @@ fn bad_session_files_are_refused_and_the_engine_keeps_serving() {
     let vocab = h.session_layout.vocab;
     let good = confined_path(dir.path(), "good").unwrap();
     assert_eq!(h.save_session(vocab.check(&ramp(40, 2)).unwrap(), good.clone()), Ok(32));
-    let layout = h.session_layout;
+    let layout = h.session_layout.clone();
     let bytes = std::fs::read(&good).unwrap();
     let refuse = |name: &str, data: &[u8], needle: &str| {
         let p = dir.path().join(name);

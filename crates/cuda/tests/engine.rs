@@ -1,14 +1,16 @@
 //! The engine's exactness checks on the CUDA backend, the same tf-testkit checks the CPU tests
 //! run in CI: concurrent == solo, overlapped greedy rounds == waited ones, prefix-cache resumed
 //! == fresh, restored session == cold, and drafted == undrafted for the n-gram, early-exit and
-//! draft-model drafters. Without a GPU each test prints "skipped" and passes.
+//! draft-model drafters; the families with recurrent layers (`HYBRIDS`) run every check too
+//! (early exit after their first layer, and drafting for themselves). Without a GPU each test
+//! prints "skipped" and passes.
 
 mod common;
 
 use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
-    DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
+    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, all_families, check_concurrent_equals_solo, check_drafted_equals_undrafted,
     check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
     check_self_drafting_accepts_all, check_session_restore_equals_fresh,
 };
@@ -22,7 +24,7 @@ fn gpu() -> Option<impl Fn() -> CudaBackend> {
 #[test]
 fn concurrent_equals_solo() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
@@ -32,7 +34,7 @@ fn concurrent_equals_solo() {
 #[test]
 fn overlapped_rounds_equal_waited_rounds() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         check_overlapped_equals_waited(&gpu, family);
     }
 }
@@ -40,7 +42,7 @@ fn overlapped_rounds_equal_waited_rounds() {
 #[test]
 fn logprobs_are_the_raw_rows() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         check_logprobs_are_the_raw_rows(&gpu, family);
     }
 }
@@ -48,7 +50,7 @@ fn logprobs_are_the_raw_rows() {
 #[test]
 fn prefix_cache_hits_equal_fresh_prefill() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         for seeded in [false, true] {
             check_prefix_resumed_equals_fresh(&gpu, family, seeded);
         }
@@ -58,7 +60,7 @@ fn prefix_cache_hits_equal_fresh_prefill() {
 #[test]
 fn restored_session_equals_fresh_after_restart() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in all_families() {
         for seed in [None, Some(5)] {
             check_session_restore_equals_fresh(&gpu, family, seed);
         }
@@ -69,7 +71,7 @@ fn restored_session_equals_fresh_after_restart() {
 fn ngram_drafted_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
     let mut accepted = 0;
-    for family in FAMILIES {
+    for family in all_families() {
         for seeded in [false, true] {
             accepted += check_drafted_equals_undrafted(&gpu, family, DraftKind::Ngram, None, seeded).accepted;
         }
@@ -80,7 +82,7 @@ fn ngram_drafted_equals_undrafted() {
 #[test]
 fn early_exit_drafting_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
-    for (family, layers) in EARLY_EXIT {
+    for (family, layers) in EARLY_EXIT.into_iter().chain(HYBRIDS.iter().map(|&f| (f, 1))) {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::EarlyExit(layers), None, seeded);
         }
@@ -95,5 +97,7 @@ fn draft_model_equals_undrafted() {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
         }
     }
-    check_self_drafting_accepts_all(&gpu, "qwen3");
+    for family in std::iter::once("qwen3").chain(HYBRIDS.iter().copied()) {
+        check_self_drafting_accepts_all(&gpu, family);
+    }
 }

@@ -23,6 +23,8 @@ pub struct BlockPool {
     cached: HashMap<u64, BlockId>,
     /// Keyed per pool so nobody outside can aim a hash collision at another request's blocks.
     hasher: RandomState,
+    /// Hashes whose blocks were evicted since the last [`BlockPool::take_evicted`], when tracked.
+    evicted: Option<Vec<u64>>,
 }
 
 impl BlockPool {
@@ -38,7 +40,18 @@ impl BlockPool {
             hash_of: vec![None; num_blocks],
             cached: HashMap::new(),
             hasher: RandomState::new(),
+            evicted: None,
         }
+    }
+
+    /// Records the hashes of evicted blocks from now on (for state snapshots keyed by them).
+    pub fn track_evictions(&mut self) {
+        self.evicted.get_or_insert_with(Vec::new);
+    }
+
+    /// The hashes evicted since the last call (none when not tracked).
+    pub fn take_evicted(&mut self) -> Vec<u64> {
+        self.evicted.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Tokens per block.
@@ -92,6 +105,9 @@ impl BlockPool {
             self.free_stamp[b as usize] = None;
             if let Some(h) = self.hash_of[b as usize].take() {
                 self.cached.remove(&h);
+                if let Some(e) = self.evicted.as_mut() {
+                    e.push(h);
+                }
             }
             self.ref_counts[b as usize] = 1;
             blocks.push(b);
@@ -134,6 +150,9 @@ impl BlockPool {
 
     /// Forgets every cached hash (the blocks stay allocated or free as they are).
     pub fn clear_cache(&mut self) {
+        if let Some(e) = self.evicted.as_mut() {
+            e.extend(self.cached.keys());
+        }
         self.cached.clear();
         self.hash_of.iter_mut().for_each(|h| *h = None);
     }
@@ -172,6 +191,21 @@ mod tests {
         assert!(!b.contains(&a[0]));
         assert_eq!(p.acquire_cached(h1), None, "evicted");
         assert_eq!(p.num_cached(), 1);
+        assert!(p.take_evicted().is_empty(), "evictions are recorded only when tracked");
+    }
+
+    #[test]
+    fn tracked_evictions_name_the_evicted_hashes_once() {
+        let mut p = BlockPool::new(2, 2);
+        p.track_evictions();
+        let a = p.allocate(2).unwrap();
+        let h = p.chain_hash(0, &[1, 2]);
+        p.register(a[0], h);
+        p.release(&a);
+        assert!(p.take_evicted().is_empty());
+        let _ = p.allocate(2).unwrap();
+        assert_eq!(p.take_evicted(), vec![h]);
+        assert!(p.take_evicted().is_empty());
     }
 
     #[test]

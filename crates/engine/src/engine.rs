@@ -10,7 +10,7 @@ use crate::session::{CheckedSession, SessionLayout};
 use rayon::prelude::*;
 use session_ops::PendingSave;
 pub use speculate::{DraftConfig, DraftKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,12 +21,15 @@ use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_core::TokenIds;
 use tf_models::{Batch, Cache, Model};
 
+mod constrain;
 mod draft_model;
 mod overlap;
 mod pick;
 mod session_ops;
 mod speculate;
+mod state;
 use draft_model::DraftModel;
+pub use state::{state_bytes, state_layout};
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,9 @@ pub struct GenRequest {
     pub cancel: Arc<AtomicBool>,
     /// Allow speculative decoding (output is identical either way).
     pub draft: bool,
+    /// Structured output: only the ids it allows are sampled (engine/constrain.rs), and the
+    /// sequence ends when it is finished.
+    pub constraint: Option<Box<dyn crate::constraint::Constraint>>,
 }
 
 /// Engine sizing.
@@ -209,6 +215,8 @@ struct SampleJob<'a> {
     position: u64,
     /// The row's logprob statistics when its request asks for logprobs.
     stats: Option<&'a RowLogprobs>,
+    /// The constraint's mask of this row.
+    mask: Option<&'a tf_backend::TokenMask>,
     row: &'a [f32],
 }
 
@@ -216,12 +224,15 @@ impl<'a> SampleJob<'a> {
     /// Sequence `a`'s next token from logits `row` (with `stats` when it asks for logprobs).
     fn of(a: &'a Active, row: &'a [f32], stats: Option<&'a RowLogprobs>) -> SampleJob<'a> {
         let position = (a.req.prompt.len() + a.generated) as u64;
-        SampleJob { params: &a.req.params, history: &a.history, position, stats, row }
+        SampleJob { params: &a.req.params, history: &a.history, position, stats, mask: a.masks.front(), row }
     }
 
     /// The token and, when asked for, its logprobs.
     fn choose(&self, vocab: &tf_core::Vocab) -> (u32, Option<Logprobs>) {
         let mut logits = self.row.to_vec();
+        if let Some(m) = self.mask {
+            m.apply(&mut logits);
+        }
         let token = vocab.sampled(sample(&mut logits, self.params, self.history, self.position) as usize);
         let raw = self.row.get(token as usize).copied().unwrap_or(f32::NEG_INFINITY);
         (token, self.stats.map(|r| Logprobs::of(r, raw)))
@@ -240,6 +251,8 @@ struct Active {
     /// Until `generated` reaches this, rounds holding this sequence download whole rows: its
     /// last row sampled from candidates had more than the backend keeps (pick.rs).
     whole_until: usize,
+    /// The constraint's masks of this round's rows, first row first (constrain.rs).
+    masks: VecDeque<tf_backend::TokenMask>,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -258,9 +271,11 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     backend: B,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
-    let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, 0)?;
+    let layout = state_layout(&model, &cfg);
+    let num_slots = layout.map_or(0, |l| l.num_slots());
+    let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, num_slots)?;
     let draft_model = match (cfg.draft.kind, draft_model) {
-        (DraftKind::Model, Some(d)) => Some(DraftModel::new(&model, d, &backend, cfg.num_blocks, cfg.block_size)?),
+        (DraftKind::Model, Some(d)) => Some(DraftModel::new(&model, d, &backend, &cfg)?),
         (DraftKind::Model, None) => {
             return Err(tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(
                 "--draft model needs a draft checkpoint".into(),
@@ -274,7 +289,10 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
     let session_layout = SessionLayout::of(&model, backend.kv_dtype(), cfg.block_size, max_seq_tokens);
     let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens, session_layout };
-    let sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
+    let mut sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
+    if let Some(l) = layout {
+        sched = sched.with_state(l);
+    }
     let drafter = cfg.draft.drafter();
     let mut core = Core {
         draft: cfg.draft,
@@ -378,7 +396,7 @@ impl<B: Backend> Core<B> {
         self.sched.add(id, req.prompt.as_slice().to_vec());
         let history = History::new(&req.prompt);
         let draft_k = if req.draft { self.draft.num_tokens } else { 0 };
-        self.active.insert(id, Active { req, history, generated: 0, draft_k, whole_until: 0 });
+        self.active.insert(id, Active { req, history, generated: 0, draft_k, whole_until: 0, masks: VecDeque::new() });
     }
 
     fn reap_cancelled(&mut self) {
@@ -413,6 +431,8 @@ impl<B: Backend> Core<B> {
     /// Runs the forward of `plan`'s rows; with `fed`, its ids are rows of ids the backend holds
     /// (one index per entry, in order: entries of one new token each). Logits of the rows wanting them.
     fn forward_plan(&mut self, plan: &[RoundEntry], fed: Option<(&B::Held, &[u32])>) -> B::Act {
+        self.apply_state_copies();
+        let state_slots = self.state_slots(plan);
         let block_size = self.sched.pool().block_size();
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut q_start = 0;
@@ -439,17 +459,23 @@ impl<B: Backend> Core<B> {
                 self.stats.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
-        let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size };
+        let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size };
         let (ids, held) = match fed {
             Some((held, picks)) => (picks, Some(held)),
             None => (&ids[..], None),
         };
-        self.model.decoder.forward(&self.backend, &Batch { ids, meta: &meta, logits_rows: &rows, held }, &mut self.cache)
+        self.model.decoder.forward(
+            &self.backend,
+            &Batch { ids, meta: &meta, logits_rows: &rows, held },
+            &mut self.cache,
+        )
     }
 
     fn round(&mut self, plan: &[RoundEntry]) {
         let t = Instant::now();
         let mut logits = self.forward_plan(plan, None);
+        // While a device runs the forward.
+        self.compute_masks(plan);
         self.sched.commit(plan);
         let vocab = self.model.vocab.rows();
         // Each wanting entry's first logits row; plain decode rows are sampled together first
@@ -515,10 +541,9 @@ impl<B: Backend> Core<B> {
             && wanting.all(|e| {
                 e.draft.is_empty()
                     && !self.saves.contains_key(&e.seq)
-                    && self
-                        .active
-                        .get(&e.seq)
-                        .is_some_and(|a| a.req.params.is_plain_greedy() && a.req.top_logprobs.is_none())
+                    && self.active.get(&e.seq).is_some_and(|a| {
+                        a.req.params.is_plain_greedy() && a.req.top_logprobs.is_none() && a.req.constraint.is_none()
+                    })
             })
     }
 
@@ -558,14 +583,17 @@ impl<B: Backend> Core<B> {
         let a = self.active.get_mut(&id)?;
         a.history.push(token);
         a.generated += 1;
+        a.masks.pop_front();
+        let complete = a.req.constraint.as_mut().is_some_and(|c| !c.accept(token) || c.is_finished());
         self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let (logprob, top) = match lp {
             Some(l) => (Some(l.chosen), l.top),
             None => (None, Vec::new()),
         };
         let alive = (a.req.sink)(Event::Token(TokenEvent { id: token, logprob, top }));
-        let stop =
-            (!a.req.ignore_eos && self.model.eos_ids.contains(&token)) || a.req.stop_ids.as_slice().contains(&token);
+        let stop = (!a.req.ignore_eos && self.model.eos_ids.contains(&token))
+            || a.req.stop_ids.as_slice().contains(&token)
+            || complete;
         let length = a.generated >= a.req.max_tokens;
         let end = match (alive, stop, length) {
             (false, _, _) => FinishReason::Cancelled,

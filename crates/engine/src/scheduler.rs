@@ -4,9 +4,17 @@
 //! are admitted while blocks and budget last; when blocks run out the latest-admitted sequence
 //! is preempted and later recomputed (never one already in the round). At admission a
 //! sequence takes whatever full blocks of its tokens the prefix cache holds.
-//! Pure bookkeeping: no device, no sampling.
+//!
+//! With per-sequence state (state_pool.rs) a sequence is admitted only when a live slot is free
+//! too, and preemption frees both; a prefix hit goes only as deep as the deepest cached block
+//! with a state snapshot, which is copied into the sequence's slot; a prefill chunk ends at the
+//! last full-block boundary of the tokens to prefill, where the state is snapshotted; a verify
+//! round's state is saved in the scratch slot first and put back on a partial acceptance, the
+//! accepted tokens then fed again. The slot copies are queued for the engine
+//! ([`Scheduler::take_state_copies`]). Pure bookkeeping: no device, no sampling.
 
 use crate::block_pool::{BlockId, BlockPool};
+use crate::state_pool::{StateLayout, StatePool};
 use std::collections::{HashMap, VecDeque};
 
 /// Identifies a sequence for its whole life.
@@ -31,6 +39,10 @@ pub struct Sequence {
     pub cached_tokens: usize,
     /// Proposed continuation to verify in the next round (speculative decoding).
     pub draft: Vec<u32>,
+    /// Its live state slot while it runs (models with state).
+    pub state_slot: Option<u32>,
+    /// Tokens computed at which its state is snapshotted (a full-block boundary; 0: none due).
+    pub snapshot_at: usize,
 }
 
 /// Limits of a round.
@@ -72,6 +84,10 @@ pub struct Scheduler {
     num_preemptions: u64,
     hit_tokens: u64,
     query_tokens: u64,
+    /// Slots of the model's state pools, when it has state.
+    state: Option<StatePool>,
+    /// State slot copies `(from, to)` to run before the next forward, in order.
+    copies: Vec<(u32, u32)>,
 }
 
 impl Scheduler {
@@ -86,7 +102,40 @@ impl Scheduler {
             num_preemptions: 0,
             hit_tokens: 0,
             query_tokens: 0,
+            state: None,
+            copies: Vec::new(),
         }
+    }
+
+    /// The scheduler for a model with per-sequence state in slots laid out as `layout`.
+    pub fn with_state(mut self, layout: StateLayout) -> Scheduler {
+        self.pool.track_evictions();
+        self.state = Some(StatePool::new(layout));
+        self
+    }
+
+    /// The state slots, when the model has state.
+    pub fn state_pool(&self) -> Option<&StatePool> {
+        self.state.as_ref()
+    }
+
+    /// The state slot copies `(from, to)` queued since the last call, to run in order before
+    /// the next forward.
+    pub fn take_state_copies(&mut self) -> Vec<(u32, u32)> {
+        std::mem::take(&mut self.copies)
+    }
+
+    /// Queues a state slot copy (after those queued already).
+    pub fn queue_state_copy(&mut self, from: u32, to: u32) {
+        self.copies.push((from, to));
+    }
+
+    /// The snapshot slot for the state at the end of the cached block hashed `hash` (held or
+    /// newly taken), to restore a saved session's state into.
+    pub fn snapshot_slot_for(&mut self, hash: u64) -> Option<u32> {
+        self.sync_evictions();
+        let st = self.state.as_mut()?;
+        st.new_snapshot(hash).or_else(|| st.snapshot(hash))
     }
 
     /// The block pool.
@@ -148,8 +197,11 @@ impl Scheduler {
                 block_hashes: Vec::new(),
                 cached_tokens: 0,
                 draft: Vec::new(),
+                state_slot: None,
+                snapshot_at: 0,
             },
         );
+        self.set_snapshot_at(id);
         self.waiting.push_back(id);
     }
 
@@ -157,6 +209,7 @@ impl Scheduler {
     /// prefill chunks of running sequences in admission order, then admissions, while the token
     /// budget lasts; a prefill chunk never takes a decoding sequence's place.
     pub fn schedule(&mut self) -> Vec<RoundEntry> {
+        self.sync_evictions();
         let mut budget = self.config.max_round_tokens;
         let mut plan = Vec::new();
         let mut i = 0;
@@ -170,7 +223,11 @@ impl Scheduler {
             if !self.reserve(id, n, i) {
                 continue; // `id` itself was preempted; the same index now holds the next one
             }
-            plan.push(self.entry(id, n));
+            let e = self.entry(id, n);
+            if !e.draft.is_empty() {
+                self.save_state_before_verify(id);
+            }
+            plan.push(e);
             budget -= n;
             i += 1;
         }
@@ -191,12 +248,16 @@ impl Scheduler {
         }
         while budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
-            self.take_cached_prefix(id);
+            if self.state.as_ref().is_some_and(|st| st.num_free_live() == 0) {
+                break;
+            }
+            let restore = self.take_cached_prefix(id);
             let n = self.want(id, budget);
             if !self.grow(id, n) {
                 self.drop_cached_prefix(id);
                 break;
             }
+            self.take_state_slot(id, restore);
             self.count_admission(id);
             self.waiting.pop_front();
             self.running.push(id);
@@ -214,6 +275,7 @@ impl Scheduler {
                 s.num_computed = e.start + e.num_tokens - e.draft.len();
             }
             self.register_full_blocks(e.seq);
+            self.snapshot_if_due(e);
         }
     }
 
@@ -240,8 +302,11 @@ impl Scheduler {
         }
     }
 
-    /// Ends a verify round: drops the draft and the blocks that only rejected positions used.
-    pub fn end_draft(&mut self, id: SeqId) {
+    /// Ends verify round `e`: drops the draft and the blocks that only rejected positions used.
+    /// With state, when a draft token was rejected the state (after every fed token) is put
+    /// back to the one before the round and the round's accepted tokens are fed again.
+    pub fn end_draft(&mut self, e: &RoundEntry) {
+        let id = e.seq;
         let keep = self.seqs.get(&id).map(|s| self.pool.blocks_for(s.num_computed));
         if let (Some(s), Some(keep)) = (self.seqs.get_mut(&id), keep) {
             s.draft.clear();
@@ -249,8 +314,85 @@ impl Scheduler {
                 self.pool.release(&s.block_table[keep..]);
                 s.block_table.truncate(keep);
             }
+            if let (Some(st), Some(live)) = (&self.state, s.state_slot)
+                && s.num_computed < e.start + e.num_tokens
+            {
+                // Without a scratch slot (not drafting: never), the state is recomputed whole.
+                match st.layout().scratch_of(live) {
+                    Some(scratch) => {
+                        self.copies.push((scratch, live));
+                        s.num_computed = e.start;
+                    }
+                    None => s.num_computed = 0,
+                }
+            }
         }
         self.register_full_blocks(id);
+    }
+
+    /// Queues the copy of `id`'s live state slot into its scratch slot (before a verify round
+    /// or an early-exit draft advances it).
+    pub fn save_state_before_verify(&mut self, id: SeqId) {
+        let Some(live) = self.seqs.get(&id).and_then(|s| s.state_slot) else { return };
+        if let Some(scratch) = self.state.as_ref().and_then(|st| st.layout().scratch_of(live)) {
+            self.copies.push((live, scratch));
+        }
+    }
+
+    /// Queues the copy of `id`'s scratch slot back over its live slot (after an early-exit
+    /// draft advanced it).
+    pub fn restore_state_after_draft(&mut self, id: SeqId) {
+        let Some(live) = self.seqs.get(&id).and_then(|s| s.state_slot) else { return };
+        if let Some(scratch) = self.state.as_ref().and_then(|st| st.layout().scratch_of(live)) {
+            self.copies.push((scratch, live));
+        }
+    }
+
+    /// Forgets the snapshots of blocks the pool evicted.
+    fn sync_evictions(&mut self) {
+        let Some(st) = self.state.as_mut() else { return };
+        for h in self.pool.take_evicted() {
+            st.drop_snapshot(h);
+        }
+    }
+
+    /// Sets where a sequence about to be prefilled snapshots its state: the last full-block
+    /// boundary of its tokens (with state and the prefix cache only).
+    fn set_snapshot_at(&mut self, id: SeqId) {
+        let bs = self.pool.block_size();
+        let on = self.config.prefix_cache && self.state.is_some();
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.snapshot_at = if on { s.tokens.len() / bs * bs } else { 0 };
+        }
+    }
+
+    /// Gives an admitted sequence a live slot, restoring the snapshot slot `restore` into it.
+    fn take_state_slot(&mut self, id: SeqId, restore: Option<u32>) {
+        let Some(st) = self.state.as_mut() else { return };
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        s.state_slot = st.take_live();
+        if let (Some(from), Some(to)) = (restore, s.state_slot) {
+            self.copies.push((from, to));
+        }
+    }
+
+    /// Snapshots the state after a plain entry that ended at its sequence's snapshot boundary
+    /// (a verify round's state is past it, so it only clears a passed boundary).
+    fn snapshot_if_due(&mut self, e: &RoundEntry) {
+        let bs = self.pool.block_size();
+        let (Some(st), Some(s)) = (self.state.as_mut(), self.seqs.get_mut(&e.seq)) else { return };
+        if s.snapshot_at == 0 || s.num_computed < s.snapshot_at {
+            return;
+        }
+        let at = std::mem::take(&mut s.snapshot_at);
+        let hash = s.block_hashes.get(at / bs - 1).copied();
+        if e.draft.is_empty()
+            && s.num_computed == at
+            && let (Some(hash), Some(live)) = (hash, s.state_slot)
+            && let Some(snap) = st.new_snapshot(hash)
+        {
+            self.copies.push((live, snap));
+        }
     }
 
     fn register_full_blocks(&mut self, id: SeqId) {
@@ -275,22 +417,26 @@ impl Scheduler {
         }
     }
 
-    /// Removes a sequence (finished or cancelled) and frees its blocks.
+    /// Removes a sequence (finished or cancelled) and frees its blocks and state slot.
     pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         let s = self.seqs.remove(&id)?;
         self.pool.release(&s.block_table);
+        if let (Some(st), Some(slot)) = (self.state.as_mut(), s.state_slot) {
+            st.give_live(slot);
+        }
         self.running.retain(|&r| r != id);
         self.waiting.retain(|&w| w != id);
         Some(s)
     }
 
     /// Points a waiting sequence with nothing computed at the cached blocks of its longest
-    /// cached prefix of full blocks, keeping at least its last token to compute.
-    fn take_cached_prefix(&mut self, id: SeqId) {
+    /// cached prefix of full blocks, keeping at least its last token to compute; with state,
+    /// only as far as the deepest of them with a snapshot, whose slot it returns.
+    fn take_cached_prefix(&mut self, id: SeqId) -> Option<u32> {
         let bs = self.pool.block_size();
-        let Some(s) = self.seqs.get_mut(&id) else { return };
+        let s = self.seqs.get_mut(&id)?;
         if !self.config.prefix_cache || s.num_computed > 0 || !s.block_table.is_empty() {
-            return;
+            return None;
         }
         let mut parent = 0;
         s.block_hashes.clear();
@@ -301,8 +447,17 @@ impl Scheduler {
             s.block_hashes.push(hash);
             parent = hash;
         }
+        let mut restore = None;
+        if let Some(st) = self.state.as_mut() {
+            let keep = s.block_hashes.iter().rposition(|&h| st.has_snapshot(h)).map_or(0, |i| i + 1);
+            self.pool.release(&s.block_table[keep..]);
+            s.block_table.truncate(keep);
+            s.block_hashes.truncate(keep);
+            restore = s.block_hashes.last().and_then(|&h| st.snapshot(h));
+        }
         s.num_computed = s.block_table.len() * bs;
         s.cached_tokens = s.num_computed;
+        restore
     }
 
     /// Gives back the cached blocks a sequence took but could not be admitted with.
@@ -328,7 +483,11 @@ impl Scheduler {
         if left == 1 {
             return budget.min(1 + s.draft.len());
         }
-        left.min(budget).min(self.config.prefill_chunk.max(1))
+        let n = left.min(budget).min(self.config.prefill_chunk.max(1));
+        match s.snapshot_at.checked_sub(s.num_computed) {
+            Some(to_snapshot) if to_snapshot > 0 => n.min(to_snapshot),
+            _ => n,
+        }
     }
 
     fn entry(&self, id: SeqId, n: usize) -> RoundEntry {
@@ -397,7 +556,11 @@ impl Scheduler {
             s.block_hashes.clear();
             s.draft.clear();
             s.num_computed = 0;
+            if let (Some(st), Some(slot)) = (self.state.as_mut(), s.state_slot.take()) {
+                st.give_live(slot);
+            }
         }
+        self.set_snapshot_at(id);
         self.waiting.push_front(id);
         self.num_preemptions += 1;
     }
@@ -510,6 +673,116 @@ mod tests {
         t.add(2, (0..8).collect());
         assert_eq!(t.schedule()[0].start, 4);
         assert_eq!(t.prefix_stats(), (4, 16));
+    }
+
+    fn stateful(blocks: usize, budget: usize, chunk: usize, live: usize) -> Scheduler {
+        sched(blocks, budget, chunk).with_state(StateLayout::new(live, true, true))
+    }
+
+    #[test]
+    fn with_state_a_sequence_is_admitted_only_with_a_live_slot() {
+        let mut s = stateful(64, 64, 64, 2);
+        for id in 0..3 {
+            s.add(id, vec![1; 3]);
+        }
+        let plan = s.schedule();
+        assert_eq!(plan.len(), 2, "two live slots: the third waits");
+        let slots: Vec<_> = (0..2).map(|id| s.seq(id).unwrap().state_slot).collect();
+        assert_eq!(slots, vec![Some(0), Some(1)]);
+        s.commit(&plan);
+        s.remove(0);
+        let plan = s.schedule();
+        assert!(plan.iter().any(|e| e.seq == 2), "the freed slot admits the third");
+        assert_eq!(s.seq(2).unwrap().state_slot, Some(0));
+    }
+
+    #[test]
+    fn with_state_preemption_frees_the_slot_and_everyone_finishes() {
+        let mut s = stateful(6, 64, 64, 3);
+        for id in 0..3 {
+            s.add(id, vec![1; 5]);
+        }
+        drive(&mut s, 12);
+        assert!(s.is_idle() && s.num_preemptions() > 0);
+        assert_eq!(s.state_pool().unwrap().num_free_live(), 3, "every slot came back");
+    }
+
+    #[test]
+    fn with_state_a_prefill_chunk_ends_at_the_last_block_boundary_and_snapshots_there() {
+        let mut s = stateful(32, 64, 64, 2);
+        s.add(1, (0..10).collect());
+        let plan = s.schedule();
+        assert_eq!(plan[0].num_tokens, 8, "10 tokens in blocks of 4: the chunk stops at 8");
+        s.commit(&plan);
+        assert_eq!(s.take_state_copies(), vec![(0, 4)], "live slot 0 into the first snapshot slot");
+        let plan = s.schedule();
+        assert_eq!((plan[0].start, plan[0].num_tokens), (8, 2));
+        s.commit(&plan);
+        assert!(s.take_state_copies().is_empty());
+        s.append(1, 7);
+        s.remove(1);
+        // A prompt sharing the first 9 tokens: blocks [0..4) and [4..8) are cached, and the
+        // snapshot at 8 is restored into the new sequence's slot.
+        s.add(2, (0..9).chain([50, 51, 52]).collect());
+        let plan = s.schedule();
+        assert_eq!(plan[0].start, 8);
+        assert_eq!(s.take_state_copies(), vec![(4, 0)]);
+        // A cached block without a snapshot at its end is not used: the hit stops at the
+        // deepest one with a snapshot.
+        let mut t = stateful(32, 64, 64, 2);
+        t.add(1, (0..6).collect());
+        drive(&mut t, 7);
+        assert_eq!(t.take_state_copies(), vec![(0, 4)]);
+        t.add(2, (0..12).collect());
+        let plan = t.schedule();
+        assert_eq!(plan[0].start, 4, "the snapshot at 4 (6 tokens' last boundary) serves the first block");
+        t.commit(&plan);
+        assert_eq!(t.take_state_copies(), vec![(4, 0), (0, 5)], "restored, then snapshotted at 12");
+        t.add(3, (0..8).chain([60; 4]).collect());
+        let plan = t.schedule();
+        assert_eq!(plan.iter().find(|e| e.seq == 3).map(|e| e.start), Some(4), "block [4, 8) has no snapshot");
+        assert_eq!(t.take_state_copies(), vec![(4, 1)]);
+    }
+
+    #[test]
+    fn with_state_a_partly_rejected_draft_puts_the_state_back_and_feeds_again() {
+        let mut s = stateful(32, 64, 64, 2);
+        s.add(1, vec![1; 5]);
+        drive_once(&mut s);
+        drive_once(&mut s);
+        s.take_state_copies();
+        let start = s.seq(1).unwrap().num_computed;
+        s.set_draft(1, vec![3, 4, 5]);
+        let plan = s.schedule();
+        assert_eq!(s.take_state_copies(), vec![(0, 2)], "live into scratch before the verify round");
+        s.commit(&plan);
+        s.accept(1, 3);
+        s.append(1, 9);
+        s.end_draft(&plan[0]);
+        assert_eq!(s.take_state_copies(), vec![(2, 0)], "scratch back into live");
+        assert_eq!(s.seq(1).unwrap().num_computed, start, "the fed tokens are fed again");
+        let plan = s.schedule();
+        assert_eq!((plan[0].start, plan[0].num_tokens, plan[0].wants_logits), (start, 3, true));
+        // Every draft token accepted: the state after the round is the right one.
+        s.commit(&plan);
+        s.append(1, 7);
+        s.set_draft(1, vec![3]);
+        let plan = s.schedule();
+        s.commit(&plan);
+        s.accept(1, 3);
+        s.append(1, 8);
+        s.take_state_copies();
+        s.end_draft(&plan[0]);
+        assert!(s.take_state_copies().is_empty());
+    }
+
+    /// Runs one round, appending token 7 where logits are wanted.
+    fn drive_once(s: &mut Scheduler) {
+        let plan = s.schedule();
+        s.commit(&plan);
+        for e in plan.iter().filter(|e| e.wants_logits) {
+            s.append(e.seq, 7);
+        }
     }
 
     #[test]

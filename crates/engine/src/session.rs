@@ -1,28 +1,38 @@
-//! Saved sessions: a sequence's token ids and the K/V of its full blocks in a file, restored
-//! later into the prefix cache so that a prompt extending it is served exactly as a fresh one.
+//! Saved sessions: a sequence's token ids, the K/V of its full blocks and (models with
+//! recurrent layers) every state layer's slot after its last token in a file, restored later
+//! into the prefix cache (the state as the snapshot of its last block) so that a prompt
+//! extending it is served exactly as a fresh one.
 //! A session file is outside input: it is opened without following links and read only when it
 //! is a regular file, and every byte is checked ([`verify`]: header, exact size, SHA-256 of the
-//! payload, finite K/V, ids below the embedding rows) before any of it reaches the engine; names
+//! payload, finite K/V and state, ids below the embedding rows, state shapes equal to the
+//! model's) before any of it reaches the engine; names
 //! are confined to one directory and files are replaced through an exclusive temporary.
 
 mod verify;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use tf_backend::Backend;
+use tf_backend::{Backend, StateShape};
 use tf_core::safe_file::{self, SafeFileError};
 use tf_core::{DType, TokenIds, Vocab};
-use tf_models::Model;
+use tf_models::{CacheKind, Model};
 use thiserror::Error;
 pub use verify::verify;
 use verify::{digest_of, dtype_code};
 
 /// First bytes of every session file.
 pub const MAGIC: &[u8; 8] = b"TFSESS\0\x01";
-/// Format version written and accepted (2: the header carries the payload's SHA-256).
-pub const VERSION: u32 = 2;
-/// Where the SHA-256 starts: after magic, version, fingerprint, dtype, 4 dims, token count.
-const DIGEST_AT: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8;
+/// Format version written and accepted (2: the header carries the payload's SHA-256; 3: and
+/// the state layers' shapes and slots).
+pub const VERSION: u32 = 3;
+/// Where the SHA-256 starts: after magic, version, fingerprint, dtype, 4 dims, token count,
+/// state layer count.
+const DIGEST_AT: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8 + 4;
+/// Bytes of one state layer's shape in the table after the ids (conv channels, conv width,
+/// recurrent values: u32 each).
+pub const STATE_SHAPE_BYTES: usize = 12;
+/// Most state layers a session file may name.
+pub const MAX_STATE_LAYERS: usize = 4096;
 /// Bytes before the ids: the fields above and the 32-byte digest.
 pub const HEADER: usize = DIGEST_AT + 32;
 
@@ -53,14 +63,14 @@ pub enum SessionError {
     },
 }
 
-/// What a session must match: the model and its KV pool's layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a session must match: the model and its KV and state pools' layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLayout {
     /// The model's fingerprint.
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
-    /// Layers.
+    /// Attention layers (with a KV pool).
     pub num_layers: usize,
     /// KV heads.
     pub num_kv_heads: usize,
@@ -72,25 +82,30 @@ pub struct SessionLayout {
     pub max_tokens: usize,
     /// The embedding rows.
     pub vocab: Vocab,
+    /// Each state layer's slot shape (`num_slots` 1), in layer order.
+    pub state: Vec<StateShape>,
 }
 
-/// A validated session: ids and, per layer, the K then V bytes of its blocks.
+/// A validated session: ids, per attention layer the K then V bytes of its blocks, and per
+/// state layer its slot after the last token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedSession {
     /// Token ids (a whole number of blocks).
     pub ids: TokenIds,
-    /// Per layer: K of every block, then V of every block.
+    /// Per attention layer: K of every block, then V of every block.
     pub layers: Vec<Vec<u8>>,
+    /// Per state layer: one slot's f32 values as little-endian bytes.
+    pub state: Vec<Vec<u8>>,
 }
 
 /// What a session file's header says, checked for consistency but not against a model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionHeader {
     /// The fingerprint of the model that saved it.
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
-    /// Layers.
+    /// Attention layers.
     pub num_layers: usize,
     /// KV heads.
     pub num_kv_heads: usize,
@@ -102,6 +117,8 @@ pub struct SessionHeader {
     pub num_tokens: usize,
     /// SHA-256 of every other byte of the file (checked).
     pub digest: [u8; 32],
+    /// Each state layer's slot shape (from the table after the ids), in layer order.
+    pub state: Vec<StateShape>,
 }
 
 impl SessionLayout {
@@ -109,15 +126,17 @@ impl SessionLayout {
     /// most `max_tokens`.
     pub fn of<B: Backend>(model: &Model<B>, kv_dtype: DType, block_size: usize, max_tokens: usize) -> SessionLayout {
         let spec = &model.decoder.spec;
+        let kv_layers = model.decoder.cache_kinds().iter().filter(|k| matches!(k, CacheKind::Kv(_))).count();
         SessionLayout {
             fingerprint: model.fingerprint,
             kv_dtype,
-            num_layers: spec.num_layers,
+            num_layers: kv_layers,
             num_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,
             block_size,
             max_tokens,
             vocab: model.vocab,
+            state: model.decoder.state_shapes(1),
         }
     }
 
@@ -149,7 +168,17 @@ fn header_fields(layout: &SessionLayout, num_tokens: usize) -> Vec<u8> {
         head.extend_from_slice(&(d as u32).to_le_bytes());
     }
     head.extend_from_slice(&(num_tokens as u64).to_le_bytes());
+    head.extend_from_slice(&(layout.state.len() as u32).to_le_bytes());
     head
+}
+
+/// The state shape table: each state layer's conv channels, conv width and recurrent values.
+fn state_table(state: &[StateShape]) -> Vec<u8> {
+    state
+        .iter()
+        .flat_map(|s| [s.conv_channels, s.conv_width, s.rec_len])
+        .flat_map(|d| (d as u32).to_le_bytes())
+        .collect()
 }
 
 /// Writes a session file: through an exclusive temporary beside it, synced, renamed over it
@@ -157,7 +186,12 @@ fn header_fields(layout: &SessionLayout, num_tokens: usize) -> Vec<u8> {
 pub fn write(path: &Path, layout: &SessionLayout, session: &CheckedSession) -> Result<(), SessionError> {
     let ids: Vec<u8> = session.ids.as_slice().iter().flat_map(|id| id.to_le_bytes()).collect();
     let mut head = header_fields(layout, session.ids.len());
-    let parts: Vec<&[u8]> = std::iter::once(ids.as_slice()).chain(session.layers.iter().map(Vec::as_slice)).collect();
+    let table = state_table(&layout.state);
+    let parts: Vec<&[u8]> = [ids.as_slice(), table.as_slice()]
+        .into_iter()
+        .chain(session.layers.iter().map(Vec::as_slice))
+        .chain(session.state.iter().map(Vec::as_slice))
+        .collect();
     head.extend_from_slice(&digest_of(&head, &parts));
     let shown = path.display().to_string();
     safe_file::write_atomic(path, |f| {
@@ -226,6 +260,7 @@ mod tests {
             block_size: 2,
             max_tokens: 8,
             vocab: Vocab::new(10).unwrap(),
+            state: Vec::new(),
         }
     }
 
@@ -234,7 +269,50 @@ mod tests {
         CheckedSession {
             ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(),
             layers: (0..2).map(|i| (0..per_layer).map(|b| (b + i) as u8).collect()).collect(),
+            state: l
+                .state
+                .iter()
+                .map(|s| (0..s.slot_len()).flat_map(|v| (v as f32 * 0.25).to_le_bytes()).collect())
+                .collect(),
         }
+    }
+
+    /// Two state layers: a conv window with recurrent values, and recurrent values only.
+    fn with_state() -> SessionLayout {
+        let conv = StateShape { num_slots: 1, conv_channels: 3, conv_width: 2, rec_len: 4 };
+        let rec = StateShape { num_slots: 1, conv_channels: 0, conv_width: 0, rec_len: 5 };
+        SessionLayout { state: vec![conv, rec], ..layout() }
+    }
+
+    #[test]
+    fn state_layers_round_trip_and_a_session_that_does_not_fit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = with_state();
+        let p = confined_path(dir.path(), "hybrid").unwrap();
+        write(&p, &l, &session(&l)).unwrap();
+        assert_eq!(read(&p, &l).unwrap(), session(&l));
+        assert_eq!(inspect(&p).unwrap().state, l.state);
+        let mut wider = l.clone();
+        wider.state[1].rec_len = 6;
+        assert!(read(&p, &wider).unwrap_err().to_string().contains("state layer shapes"));
+        let fewer = SessionLayout { state: l.state[..1].to_vec(), ..l.clone() };
+        assert!(read(&p, &fewer).unwrap_err().to_string().contains("2 state layers, the running model has 1"));
+        assert!(read(&p, &layout()).is_err(), "a model without state refuses it");
+        let bytes = std::fs::read(&p).unwrap();
+        let mut nan = bytes.clone();
+        let at = nan.len() - 8;
+        nan[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        reseal(&mut nan);
+        let (r, i) = refusals(&p, &nan, &l);
+        assert!(r.contains("non-finite state value") && r.contains("state layer 1"), "{r}");
+        assert_eq!(r, i);
+        let mut huge = bytes.clone();
+        huge[45..49].copy_from_slice(&u32::MAX.to_le_bytes());
+        reseal(&mut huge);
+        assert!(refusals(&p, &huge, &l).1.contains("state layers: at most"));
+        let mut short = bytes.clone();
+        short.truncate(short.len() - 4);
+        assert!(refusals(&p, &short, &l).1.contains("truncated or padded"));
     }
 
     #[test]
@@ -244,11 +322,11 @@ mod tests {
         let p = confined_path(dir.path(), "chat_1").unwrap();
         write(&p, &l, &session(&l)).unwrap();
         assert_eq!(read(&p, &l).unwrap(), session(&l));
-        let other = SessionLayout { fingerprint: 7, ..l };
+        let other = SessionLayout { fingerprint: 7, ..l.clone() };
         assert!(read(&p, &other).unwrap_err().to_string().contains("another model"));
-        let small = SessionLayout { max_tokens: 2, ..l };
+        let small = SessionLayout { max_tokens: 2, ..l.clone() };
         assert!(read(&p, &small).unwrap_err().to_string().contains("at most 2"));
-        let narrow = SessionLayout { vocab: Vocab::new(4).unwrap(), ..l };
+        let narrow = SessionLayout { vocab: Vocab::new(4).unwrap(), ..l.clone() };
         assert!(read(&p, &narrow).unwrap_err().to_string().contains("outside the vocabulary"));
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
@@ -276,6 +354,7 @@ mod tests {
             block_size: 2,
             num_tokens: 4,
             digest: h.digest,
+            state: Vec::new(),
         };
         assert_eq!(h, want);
         let bytes = std::fs::read(&p).unwrap();
@@ -327,7 +406,7 @@ mod tests {
         let p = confined_path(dir.path(), "c").unwrap();
         let per_layer = 2 * 2 * l.half_block_bytes();
         let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 7 + i) % 61) as u8).collect()).collect();
-        let s = CheckedSession { ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(), layers };
+        let s = CheckedSession { ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(), layers, state: Vec::new() };
         write(&p, &l, &s).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(read(&p, &l).unwrap(), s);
@@ -397,6 +476,9 @@ mod tests {
         assert!(r.contains("format version 1 has no payload digest") && r == i, "{r} / {i}");
         let (r, _) = refusals(&p, &bytes[..20], &l);
         assert!(r.contains("format version 1"), "{r}");
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let (r, i) = refusals(&p, &bytes, &l);
+        assert!(r.contains("format version 2 has no state layer table") && r == i, "{r} / {i}");
     }
 
     #[test]
@@ -407,7 +489,7 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         let (tx, rx) = std::sync::mpsc::channel();
-        let (f, lc) = (fifo.clone(), l);
+        let (f, lc) = (fifo.clone(), l.clone());
         std::thread::spawn(move || tx.send((read(&f, &lc).map(|_| ()), inspect(&f).map(|_| ()))));
         let (r, i) = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("reading a FIFO blocked");
         for e in [r.unwrap_err().to_string(), i.unwrap_err().to_string()] {

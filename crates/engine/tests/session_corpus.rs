@@ -1,8 +1,9 @@
-//! The session fuzz target's seed corpus (tests/corpus/session): valid files of each KV dtype and
-//! one file per refusal rule, written by an ignored test and checked current and judged by name
+//! The session fuzz target's seed corpus (tests/corpus/session): valid files of each KV dtype,
+//! one with state layers, and one file per refusal rule, written by an ignored test and checked current and judged by name
 //! (`valid_*` verifies, `bad_*` is refused).
 
 use std::path::{Path, PathBuf};
+use tf_backend::StateShape;
 use tf_core::{DType, Vocab};
 use tf_engine::session::{self, CheckedSession, HEADER, SessionLayout};
 
@@ -10,8 +11,8 @@ fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/session")
 }
 
-/// The bytes `session::write` gives for a 4-token session of `dtype`.
-fn saved(dtype: DType) -> Vec<u8> {
+/// The bytes `session::write` gives for a 4-token session of `dtype` with `state` layers.
+fn saved(dtype: DType, state: &[StateShape]) -> Vec<u8> {
     let vocab = Vocab::new(100).unwrap();
     let l = SessionLayout {
         fingerprint: 0x5eed,
@@ -22,11 +23,14 @@ fn saved(dtype: DType) -> Vec<u8> {
         block_size: 2,
         max_tokens: 8,
         vocab,
+        state: state.to_vec(),
     };
     let per_layer = 2 * 2 * l.half_block_bytes();
     // Small positive values in every dtype: the top byte of each element stays below 0x3f.
     let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 5 + i) % 0x3f) as u8).collect()).collect();
-    let s = CheckedSession { ids: vocab.check(&[1, 2, 3, 4]).unwrap(), layers };
+    let state =
+        state.iter().map(|s| (0..s.slot_len()).flat_map(|v| (v as f32 - 2.5).to_le_bytes()).collect()).collect();
+    let s = CheckedSession { ids: vocab.check(&[1, 2, 3, 4]).unwrap(), layers, state };
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("s.tfsession");
     session::write(&p, &l, &s).unwrap();
@@ -35,7 +39,19 @@ fn saved(dtype: DType) -> Vec<u8> {
 
 /// Valid files and one corrupted file per rule.
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let good = saved(DType::F32);
+    let good = saved(DType::F32, &[]);
+    let shapes = [
+        StateShape { num_slots: 1, conv_channels: 2, conv_width: 3, rec_len: 4 },
+        StateShape { num_slots: 1, conv_channels: 0, conv_width: 0, rec_len: 3 },
+    ];
+    let hybrid = saved(DType::F32, &shapes);
+    let edit_hybrid = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = hybrid.clone();
+        f(&mut b);
+        session::reseal(&mut b);
+        b
+    };
+    let table = HEADER + 16;
     let len = good.len();
     let edit = |f: &dyn Fn(&mut Vec<u8>), resealed: bool| {
         let mut b = good.clone();
@@ -48,8 +64,22 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let kv = HEADER + 16;
     vec![
         ("valid_f32.tfsession", good.clone()),
-        ("valid_f16.tfsession", saved(DType::F16)),
-        ("valid_bf16.tfsession", saved(DType::BF16)),
+        ("valid_f16.tfsession", saved(DType::F16, &[])),
+        ("valid_bf16.tfsession", saved(DType::BF16, &[])),
+        ("valid_state.tfsession", hybrid.clone()),
+        (
+            "bad_state_nan_resealed.tfsession",
+            edit_hybrid(&|b| {
+                let at = b.len() - 4;
+                b[at..].copy_from_slice(&f32::INFINITY.to_le_bytes())
+            }),
+        ),
+        (
+            "bad_state_table_resealed.tfsession",
+            edit_hybrid(&|b| b[table..table + 4].copy_from_slice(&9u32.to_le_bytes())),
+        ),
+        ("bad_state_count_resealed.tfsession", edit_hybrid(&|b| b[45..49].copy_from_slice(&u32::MAX.to_le_bytes()))),
+        ("bad_version_2.tfsession", edit(&|b| b[8..12].copy_from_slice(&2u32.to_le_bytes()), false)),
         (
             "bad_payload_flipped.tfsession",
             edit(&|b| b[len / 2 - 8..len / 2 + 8].iter_mut().for_each(|x| *x ^= 0xa5), false),

@@ -52,14 +52,25 @@ impl Spec {
     /// The grammar llguidance compiles.
     pub(crate) fn grammar(&self) -> Result<TopLevelGrammar, GrammarError> {
         Ok(match self {
-            Spec::JsonObject => TopLevelGrammar::from_json_schema(json!({"type": "object"})),
-            Spec::JsonSchema(v) => TopLevelGrammar::from_json_schema(v.clone()),
+            Spec::JsonObject => TopLevelGrammar::from_json_schema(compact(json!({"type": "object"}))),
+            Spec::JsonSchema(v) => TopLevelGrammar::from_json_schema(compact(v.clone())),
             Spec::Regex(r) => TopLevelGrammar::from_regex(r),
             Spec::Choice(c) if c.is_empty() => return Err(GrammarError::Invalid("needs at least one choice".into())),
             Spec::Choice(c) => TopLevelGrammar::from_regex(&c.iter().map(|s| escape(s)).collect::<Vec<_>>().join("|")),
             Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         })
     }
+}
+
+/// `schema` producing compact JSON (no whitespace between tokens, OpenAI's form), unless it
+/// sets llguidance's own options (`x-guidance`).
+fn compact(mut schema: Value) -> Value {
+    if let Value::Object(o) = &mut schema
+        && !o.contains_key("x-guidance")
+    {
+        o.insert("x-guidance".into(), json!({"whitespace_flexible": false}));
+    }
+    schema
 }
 
 /// Nesting depth of a JSON value (a scalar is 0).

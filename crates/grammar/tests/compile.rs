@@ -103,3 +103,13 @@ fn a_compile_past_the_time_cap_is_refused() {
     let schema = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "[a-z]{3,40}x"}}});
     assert!(matches!(g.compile(&Spec::JsonSchema(schema)), Err(GrammarError::Timeout(_))));
 }
+
+#[test]
+fn schema_output_is_compact_json() {
+    // The lowest allowed id is always taken: whitespace (ids 9, 10, 13, 32) would win if allowed.
+    let g = grammars(Limits::default());
+    let schema = json!({"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "boolean"}},
+        "required": ["a", "b"], "additionalProperties": false});
+    let text = walk(&g, &Spec::JsonSchema(schema), |ids| ids[0]);
+    assert_eq!(text, r#"{"a":1,"b":false}"#);
+}

@@ -4,6 +4,7 @@
 use crate::access_log::Tally;
 use crate::body::json_body;
 use crate::chat_ids;
+use crate::constraint::Prepared;
 use crate::error::ApiError;
 use crate::fields::{Obj, get, opt_bool, show};
 use crate::generation::{Generation, SeqSpec};
@@ -98,12 +99,18 @@ fn reply(st: &AppState, api: Api, opts: Options, prompt_tokens: usize, echo: Vec
 }
 
 /// `n` sequences of one prompt, the first with the request's seed.
-fn specs_for(st: &AppState, opts: &Options, prompt: &TokenIds, max_tokens: usize) -> Vec<SeqSpec> {
+fn specs_for(
+    st: &AppState,
+    opts: &Options,
+    prompt: &TokenIds,
+    max_tokens: usize,
+    constraint: &Option<Prepared>,
+) -> Vec<SeqSpec> {
     (0..opts.n)
         .map(|j| {
             let mut params = opts.params.clone();
             params.seed = seed_for(st, opts.seed, j);
-            SeqSpec { prompt: prompt.clone(), params, max_tokens }
+            SeqSpec { prompt: prompt.clone(), params, max_tokens, constraint: constraint.clone() }
         })
         .collect()
 }
@@ -113,6 +120,7 @@ fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), 
     check_model(o, st)?;
     let opts = parse_options(o, st, Api::Completions)?;
     let prompts = parse_prompts(o, st)?;
+    let constraint = constraint_of(st, o)?;
     if prompts.len() * opts.n > st.limits.max_n {
         let msg =
             format!("{} prompts x n = {} sequences; at most {} are allowed", prompts.len(), opts.n, st.limits.max_n);
@@ -122,7 +130,7 @@ fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), 
     let mut echo = Vec::new();
     for p in &prompts {
         let max_tokens = max_tokens_for(st, &opts, p.ids.len(), COMPLETIONS_DEFAULT_MAX_TOKENS, Api::Completions)?;
-        specs.extend(specs_for(st, &opts, &p.ids, max_tokens));
+        specs.extend(specs_for(st, &opts, &p.ids, max_tokens, &constraint));
         let text = match (opts.echo, &p.text, &st.model.tokenizer) {
             (false, _, _) => None,
             (true, Some(t), _) => Some(t.clone()),
@@ -142,10 +150,19 @@ fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpe
     let prompt = chat_prompt(st, o, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
-    let specs = specs_for(st, &opts, &prompt, max_tokens);
+    let constraint = constraint_of(st, o)?;
+    let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
     Ok((reply(st, Api::Chat, opts, prompt_tokens, echo), specs))
+}
+
+/// The request's structured-output constraint, compiled (here, never on the engine thread).
+fn constraint_of(st: &AppState, o: &Obj) -> Result<Option<Prepared>, ApiError> {
+    match crate::structured::parse(o)? {
+        Some((spec, field)) => Ok(Some(crate::constraint::prepare(st, &spec, &field)?)),
+        None => Ok(None),
+    }
 }
 
 /// The order-preserving parts of a chat body (tool schemas keep their key order, as in HF).

@@ -51,7 +51,7 @@ pub const DETOKENIZE: &[&str] = &["model", "tokens"];
 /// Refuses the first top-level key of a generation request that is neither common nor in
 /// `route`: 400 naming it.
 pub fn check_keys(o: &Obj, route: &[&str]) -> Result<(), ApiError> {
-    check_only(o, &[COMMON, route])
+    check_only(o, &[COMMON, route, crate::structured::FIELDS])
 }
 
 /// Refuses the first top-level key in none of `lists`: 400 naming it.

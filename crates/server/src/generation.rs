@@ -31,6 +31,8 @@ pub struct SeqSpec {
     pub params: SamplingParams,
     /// Tokens to generate at most.
     pub max_tokens: usize,
+    /// Structured output's compiled constraint.
+    pub constraint: Option<crate::constraint::Prepared>,
 }
 
 /// What happened to one sequence since the last update.
@@ -132,6 +134,7 @@ impl Generation {
                 }),
                 cancel,
                 draft: opts.draft,
+                constraint: spec.constraint.as_ref().map(crate::constraint::Prepared::start),
             });
         }
         let mut final_ids = opts.stop_ids.as_slice().to_vec();

@@ -9,6 +9,7 @@ mod body;
 mod chat_ids;
 mod conn;
 mod conn_watch;
+mod constraint;
 pub mod error;
 mod fields;
 mod generation;
@@ -19,6 +20,7 @@ mod respond;
 mod routes;
 mod sessions;
 pub mod state;
+mod structured;
 pub mod template;
 
 pub use conn::{ConnLimits, parse_duration};

@@ -71,7 +71,7 @@ pub async fn restore(State(st): State<Arc<AppState>>, Path(name): Path<String>) 
     let prep = st.clone();
     let shown = name.clone();
     let tokens = blocking(move || {
-        let layout = prep.engine.session_layout;
+        let layout = prep.engine.session_layout.clone();
         let checked = session::read(&path, &layout).map_err(|e| match e {
             SessionError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 ApiError::not_found(format!("no session named '{shown}'"))

@@ -6,8 +6,8 @@ use crate::error::ApiError;
 use crate::metrics::ServerMetrics;
 use crate::template::ChatTemplate;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use tf_core::Vocab;
 use tf_engine::engine::EngineHandle;
 use tf_tokenize::Tokenizer;
@@ -80,6 +80,8 @@ pub struct AppState {
     requests: AtomicUsize,
     ids: RandomState,
     next_id: AtomicU64,
+    /// Structured output's compiler, built on first use (constraint.rs).
+    grammars: OnceLock<Result<(Arc<tf_grammar::Grammars>, u32), String>>,
 }
 
 impl AppState {
@@ -96,7 +98,13 @@ impl AppState {
             requests: AtomicUsize::new(0),
             ids: RandomState::new(),
             next_id: AtomicU64::new(0),
+            grammars: OnceLock::new(),
         }
+    }
+
+    /// Structured output's compiler and the id that ends a constrained output, or why there is none.
+    pub fn grammars(&self) -> Result<(Arc<tf_grammar::Grammars>, u32), String> {
+        self.grammars.get_or_init(|| crate::constraint::build(self)).clone()
     }
 
     /// The longest sequence (prompt + generated) the engine holds.

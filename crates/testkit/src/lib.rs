@@ -3,6 +3,7 @@
 //! CPU tests in CI and the CUDA tests on the GPU machine make the same assertions.
 
 mod concurrent;
+mod constrained;
 mod drafted;
 mod golden;
 mod logprobs;
@@ -10,6 +11,7 @@ mod overlapped;
 mod resumed;
 
 pub use concurrent::check_concurrent_equals_solo;
+pub use constrained::{ModThree, check_constrained_exact, run_constrained};
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
 pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, golden};
 pub use logprobs::check_logprobs_are_the_raw_rows;
@@ -131,6 +133,7 @@ pub fn run_events_stopping(h: &EngineHandle, reqs: &[Req], stops: &[Vec<i64>]) -
                 sink: Box::new(move |e| tx.send(e).is_ok()),
                 cancel: Arc::new(AtomicBool::new(false)),
                 draft: r.draft,
+                constraint: None,
             };
             assert!(h.submit(req), "the engine has stopped");
             rx

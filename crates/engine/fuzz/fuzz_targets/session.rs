@@ -12,6 +12,7 @@ use tf_engine::session::{SessionLayout, reseal, verify};
 
 fn check(data: &[u8]) {
     let Ok((h, None)) = verify(data, data.len() as u64, "fuzz", None) else { return };
+    let state = h.state.clone();
     let Some(vocab) = Vocab::new(1 << 20) else { return };
     let layout = SessionLayout {
         fingerprint: h.fingerprint,
@@ -22,6 +23,7 @@ fn check(data: &[u8]) {
         block_size: h.block_size,
         max_tokens: h.num_tokens,
         vocab,
+        state,
     };
     match verify(data, data.len() as u64, "fuzz", Some(&layout)) {
         Ok((again, Some(s))) => {
@@ -30,6 +32,8 @@ fn check(data: &[u8]) {
             assert_eq!(s.layers.len(), h.num_layers);
             let per_layer = 2 * h.num_tokens * h.num_kv_heads * h.head_dim * h.kv_dtype.size();
             assert!(s.layers.iter().all(|l| l.len() == per_layer));
+            assert_eq!(s.state.len(), h.state.len());
+            assert!(s.state.iter().zip(&h.state).all(|(b, shape)| b.len() == shape.slot_bytes()));
         }
         Ok((_, None)) => panic!("checked against a model but no contents returned"),
         Err(e) => assert!(e.to_string().contains("outside the vocabulary"), "{e}"),

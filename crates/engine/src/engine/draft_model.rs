@@ -1,11 +1,14 @@
 //! Drafting with a smaller model of the same vocabulary: it keeps its own KV pool and, per
 //! sequence, a block table valid for the committed tokens it has seen. Each round it catches up
 //! on the newly committed tokens in one chunk, then drafts greedily one token per step for all
-//! drafting sequences together. Its proposals only affect speed: verification is exact.
+//! drafting sequences together. Its proposals only affect speed: verification is exact. A
+//! draft model with per-sequence state gives each sequence a live and a scratch slot: the state
+//! after the catch-up is saved before the draft tokens advance it and put back after.
 
-use super::Core;
+use super::{Core, EngineConfig};
 use crate::block_pool::{BlockId, BlockPool};
 use crate::sampler::argmax;
+use crate::state_pool::{StateLayout, StatePool};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -18,6 +21,8 @@ struct DraftSeq {
     block_table: Vec<BlockId>,
     /// Tokens of the committed sequence whose K/V the draft cache holds.
     num_valid: usize,
+    /// Its live state slot (a draft model with state).
+    slot: Option<u32>,
 }
 
 /// The draft model, its KV pool and its sequences.
@@ -26,6 +31,8 @@ pub(super) struct DraftModel<B: Backend> {
     cache: Cache<B>,
     pool: BlockPool,
     seqs: HashMap<u64, DraftSeq>,
+    /// The draft model's state slots, when it has state.
+    state: Option<StatePool>,
 }
 
 impl<B: Backend> DraftModel<B> {
@@ -34,9 +41,9 @@ impl<B: Backend> DraftModel<B> {
         target: &Model<B>,
         draft: Model<B>,
         backend: &B,
-        num_blocks: usize,
-        block_size: usize,
+        cfg: &EngineConfig,
     ) -> Result<DraftModel<B>, ModelError> {
+        let (num_blocks, block_size) = (cfg.num_blocks, cfg.block_size);
         let same_tokenizer = match (&target.tokenizer, &draft.tokenizer) {
             (Some(a), Some(b)) => a.len() == b.len(),
             _ => true,
@@ -50,14 +57,28 @@ impl<B: Backend> DraftModel<B> {
             );
             return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
         }
-        let cache = draft.decoder.alloc_cache(backend, num_blocks, block_size, 0)?;
-        Ok(DraftModel { model: draft, cache, pool: BlockPool::new(num_blocks, block_size), seqs: HashMap::new() })
+        let layout =
+            (draft.decoder.state_bytes_per_seq() > 0).then(|| StateLayout::new(cfg.sched.max_num_seqs, true, false));
+        let num_slots = layout.map_or(0, |l| l.num_slots());
+        let cache = draft.decoder.alloc_cache(backend, num_blocks, block_size, num_slots)?;
+        let pool = BlockPool::new(num_blocks, block_size);
+        Ok(DraftModel { model: draft, cache, pool, seqs: HashMap::new(), state: layout.map(StatePool::new) })
+    }
+
+    /// Copies state slot `from` over `to` in every state layer of the draft model.
+    fn copy_state(&mut self, backend: &B, from: u32, to: u32) {
+        for st in &mut self.cache.state {
+            backend.copy_state(st, from, to);
+        }
     }
 
     /// Drops a finished sequence's draft cache.
     pub(super) fn forget(&mut self, id: u64) {
         if let Some(s) = self.seqs.remove(&id) {
             self.pool.release(&s.block_table);
+            if let (Some(st), Some(slot)) = (self.state.as_mut(), s.slot) {
+                st.give_live(slot);
+            }
         }
     }
 
@@ -66,7 +87,17 @@ impl<B: Backend> DraftModel<B> {
         let need = self.pool.blocks_for(tokens).saturating_sub(self.seqs.get(&id).map_or(0, |s| s.block_table.len()));
         match self.pool.allocate(need) {
             Some(blocks) => {
-                self.seqs.entry(id).or_default().block_table.extend(blocks);
+                let s = self.seqs.entry(id).or_default();
+                s.block_table.extend(blocks);
+                if let Some(st) = self.state.as_mut()
+                    && s.slot.is_none()
+                {
+                    s.slot = st.take_live();
+                    if s.slot.is_none() {
+                        self.forget(id);
+                        return false;
+                    }
+                }
                 true
             }
             None => {
@@ -87,7 +118,9 @@ impl<B: Backend> Core<B> {
         let mut jobs: Vec<(u64, Vec<u32>, usize, usize)> = Vec::new();
         for &(id, start, k, _) in &want {
             let Some(seq) = self.sched.seq(id) else { continue };
-            let valid = dm.seqs.get(&id).map_or(0, |s| s.num_valid).min(start);
+            let known = dm.seqs.get(&id).map_or(0, |s| s.num_valid);
+            // A state holds exactly `known` tokens: it cannot go back, only start again.
+            let valid = if dm.state.is_some() && known > start { 0 } else { known.min(start) };
             if !dm.reserve(id, start + k) {
                 continue;
             }
@@ -102,10 +135,24 @@ impl<B: Backend> Core<B> {
             if live.is_empty() {
                 break;
             }
+            if step == 1 {
+                // The state after the catch-up, kept for after the draft tokens.
+                for &i in &live {
+                    let slot = dm.seqs.get(&jobs[i].0).and_then(|s| s.slot);
+                    let scratch = slot.zip(dm.state.as_ref()).and_then(|(s, st)| st.layout().scratch_of(s));
+                    if let (Some(s), Some(scratch)) = (slot, scratch) {
+                        dm.copy_state(&self.backend, s, scratch);
+                    }
+                }
+            }
             let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut state_slots = Vec::new();
             for &i in &live {
                 let (id, ref feed, first, _) = jobs[i];
                 let Some(ds) = dm.seqs.get(&id) else { continue };
+                if let Some(slot) = ds.slot {
+                    state_slots.push(slot);
+                }
                 let (chunk, pos): (Vec<u32>, usize) = match step {
                     0 => (feed.clone(), first),
                     _ => (vec![drafts[i][step - 1]], first + feed.len() + step - 1),
@@ -117,7 +164,7 @@ impl<B: Backend> Core<B> {
                 seqs.push(SeqAttn { q_start, q_len: chunk.len(), start_pos: pos, block_table });
                 rows.push(ids.len() - 1);
             }
-            let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size: bs };
+            let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.cache);
             let logits = self.backend.download(&logits);
@@ -126,7 +173,12 @@ impl<B: Backend> Core<B> {
                 drafts[i].push(vocab.sampled(argmax(&logits[row * width..(row + 1) * width]) as usize));
             }
         }
-        for ((id, feed, first, _), draft) in jobs.into_iter().zip(drafts) {
+        for ((id, feed, first, k), draft) in jobs.into_iter().zip(drafts) {
+            let slot = dm.seqs.get(&id).and_then(|s| s.slot);
+            let scratch = slot.zip(dm.state.as_ref()).and_then(|(s, st)| st.layout().scratch_of(s));
+            if let (Some(s), Some(scratch), true) = (slot, scratch, k > 1) {
+                dm.copy_state(&self.backend, scratch, s);
+            }
             if let Some(ds) = dm.seqs.get_mut(&id) {
                 ds.num_valid = first + feed.len();
             }

@@ -57,7 +57,8 @@ impl<B: Backend> Core<B> {
                     return None;
                 }
                 let position = (a.req.prompt.len() + a.generated) as u64;
-                for (i, q) in row_queries(&a.req.params, &a.history, &e.draft, position)?.into_iter().enumerate() {
+                for (i, mut q) in row_queries(&a.req.params, &a.history, &e.draft, position)?.into_iter().enumerate() {
+                    q.mask = a.masks.get(i).cloned();
                     lp_of.push(a.req.top_logprobs.map(|top_n| {
                         let ids = q.edits.iter().map(|e| e.id).collect();
                         lp_queries.push(LogprobQuery { row: row + i, top_n, ids });

@@ -1,6 +1,7 @@
 //! The engine thread's side of saved sessions: a save runs the ids as a prefill-only sequence
-//! (reusing cached blocks) and writes its blocks when the last one is computed; a restore puts
-//! an already-checked session's blocks into the prefix cache, block by block.
+//! (reusing cached blocks) and writes its blocks (and its state slots, after the last token) when
+//! the last one is computed; a restore puts an already-checked session's blocks into the prefix
+//! cache, block by block, and its state into the snapshot slot of its last block.
 
 use super::Core;
 use crate::session::{self, CheckedSession};
@@ -40,9 +41,11 @@ impl<B: Backend> Core<B> {
         let result = match self.sched.seq(id) {
             Some(seq) => {
                 let layers = self.cache.kv.iter().map(|kv| self.backend.read_kv_blocks(kv, &seq.block_table)).collect();
+                let slot = seq.state_slot.unwrap_or(0);
+                let state = self.cache.state.iter().map(|st| self.backend.read_state(st, &[slot])).collect();
                 let checked = self.model.vocab.check_u32(&seq.tokens).map_err(|e| e.to_string());
                 checked.and_then(|ids| {
-                    let s = CheckedSession { ids, layers };
+                    let s = CheckedSession { ids, layers, state };
                     let layout = self.session_layout();
                     session::write(&save.path, &layout, &s).map(|_| s.ids.len()).map_err(|e| e.to_string())
                 })
@@ -59,6 +62,15 @@ impl<B: Backend> Core<B> {
         let bs = layout.block_size;
         let half = layout.half_block_bytes();
         let num_blocks = s.ids.len() / bs;
+        if s.state.len() != self.cache.state.len() {
+            return Err(format!(
+                "the session has {} state layers, the model {}",
+                s.state.len(),
+                self.cache.state.len()
+            ));
+        }
+        // Queued copies may write the snapshot slot this restore takes: they run first.
+        self.apply_state_copies();
         let mut parent = 0;
         for (i, tokens) in s.ids.as_slice().chunks_exact(bs).enumerate() {
             let hash = self.sched.pool().chain_hash(parent, tokens);
@@ -77,6 +89,14 @@ impl<B: Backend> Core<B> {
             }
             self.sched.pool_mut().register(block[0], hash);
             self.sched.pool_mut().release(&block);
+        }
+        if !s.state.is_empty() {
+            let Some(slot) = self.sched.snapshot_slot_for(parent) else {
+                return Err("the prefix cache is off: a session with state has nowhere to go".into());
+            };
+            for (st, bytes) in self.cache.state.iter_mut().zip(&s.state) {
+                self.backend.write_state(st, &[slot], bytes);
+            }
         }
         self.publish();
         Ok(s.ids.len())

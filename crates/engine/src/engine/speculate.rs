@@ -2,7 +2,10 @@
 //! it get a draft; the round feeds last token + draft as one chunk; then each position's token
 //! is sampled exactly as plain decoding would (same logits by batch and chunk invariance, same
 //! keyed sampler) and drafts are kept while they match. Rejected positions are rolled back by
-//! truncating the block table; no K/V is copied.
+//! truncating the block table; no K/V is copied. With per-sequence state the round leaves the
+//! state after every fed token, so the scheduler saves it in a scratch slot first and, when a
+//! draft token is rejected, puts it back and feeds the accepted tokens again (scheduler.rs);
+//! early-exit drafting advances the first layers' state, so it is saved and put back around it.
 
 use super::Core;
 use crate::draft::{Drafter, NgramDrafter};
@@ -111,7 +114,7 @@ impl<B: Backend> Core<B> {
                 break;
             }
         }
-        self.sched.end_draft(e.seq);
+        self.sched.end_draft(e);
         if let Some(a) = self.active.get_mut(&e.seq) {
             a.draft_k = (accepted + 1).clamp(1, self.draft.num_tokens);
         }
@@ -141,6 +144,10 @@ impl<B: Backend> Core<B> {
         let t = Instant::now();
         let mut want = self.draft_candidates();
         want.retain(|&(id, start, k, _)| self.sched.ensure_blocks(id, start + k));
+        for &(id, ..) in &want {
+            self.sched.save_state_before_verify(id);
+        }
+        let has_state = self.cache.has_state();
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); want.len()];
         let bs = self.sched.pool().block_size();
         for step in 0.. {
@@ -148,10 +155,14 @@ impl<B: Backend> Core<B> {
             if live.is_empty() {
                 break;
             }
-            let (mut ids, mut seqs, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+            self.apply_state_copies();
+            let (mut ids, mut seqs, mut slots, mut state_slots) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (row, &i) in live.iter().enumerate() {
                 let (id, start, _, last) = want[i];
                 let Some(seq) = self.sched.seq(id) else { continue };
+                if has_state {
+                    state_slots.push(seq.state_slot.unwrap_or(0));
+                }
                 let pos = start + step;
                 ids.push(drafts[i].last().copied().unwrap_or(last));
                 slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
@@ -159,7 +170,7 @@ impl<B: Backend> Core<B> {
                 seqs.push(SeqAttn { q_start: row, q_len: 1, start_pos: pos, block_table });
             }
             let rows: Vec<usize> = (0..ids.len()).collect();
-            let meta = AttnMeta { state_slots: Vec::new(), seqs, slot_mapping: slots, block_size: bs };
+            let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.cache, layers);
             let logits = self.backend.download(&logits);
@@ -170,6 +181,7 @@ impl<B: Backend> Core<B> {
             }
         }
         for ((id, ..), draft) in want.into_iter().zip(drafts) {
+            self.sched.restore_state_after_draft(id);
             self.sched.set_draft(id, draft);
         }
         self.stats.draft_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);

@@ -1,11 +1,16 @@
 //! The one check every session file goes through before any of it is used, by `restore`,
 //! `generate --session` and `session inspect` alike: magic and version, a self-consistent header
-//! (and, given a model, one that matches it), the exact size the header implies, the SHA-256 of
-//! every other byte, K/V values all finite, and (given a model) ids below its embedding rows.
+//! (and, given a model, one that matches it), the exact size the header and the state shape
+//! table imply, the SHA-256 of every other byte, K/V and state values all finite, and (given a
+//! model) state shapes equal to its own and ids below its embedding rows.
 
-use super::{CheckedSession, DIGEST_AT, HEADER, MAGIC, SessionError, SessionHeader, SessionLayout, VERSION};
+use super::{
+    CheckedSession, DIGEST_AT, HEADER, MAGIC, MAX_STATE_LAYERS, STATE_SHAPE_BYTES, SessionError, SessionHeader,
+    SessionLayout, VERSION,
+};
 use sha2::{Digest, Sha256};
 use std::io::Read;
+use tf_backend::StateShape;
 use tf_core::DType;
 
 /// The KV dtype a header byte names.
@@ -83,6 +88,11 @@ pub fn verify<R: Read>(
                 "format version 1 has no payload digest and is no longer read: save the session again".into()
             ));
         }
+        2 => {
+            return Err(bad(
+                "format version 2 has no state layer table and is no longer read: save the session again".into()
+            ));
+        }
         v => return Err(bad(format!("format version {v} (this build reads {VERSION})"))),
     }
     if got < HEADER {
@@ -92,9 +102,12 @@ pub fn verify<R: Read>(
     let kv_dtype = dtype_of(code).ok_or_else(|| bad(format!("unknown KV dtype code {code}")))?;
     let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
     let [num_layers, num_kv_heads, head_dim, block_size] = dims;
-    let (fingerprint, n) = (u64_at(12), u64_at(37));
+    let (fingerprint, n, num_state) = (u64_at(12), u64_at(37), u32_at(45));
     if dims.contains(&0) {
         return Err(bad(format!("KV layout {dims:?} has a zero dimension")));
+    }
+    if num_state > MAX_STATE_LAYERS as u64 {
+        return Err(bad(format!("{num_state} state layers: at most {MAX_STATE_LAYERS}")));
     }
     if n == 0 || !n.is_multiple_of(block_size) {
         return Err(bad(format!("{n} tokens: must be a positive multiple of the block size {block_size}")));
@@ -107,6 +120,9 @@ pub fn verify<R: Read>(
         if code != dtype_code(l.kv_dtype) || dims != want {
             return Err(bad(format!("KV layout {dims:?} dtype {code} differs from the running {want:?}")));
         }
+        if num_state != l.state.len() as u64 {
+            return Err(bad(format!("{num_state} state layers, the running model has {}", l.state.len())));
+        }
         if n > l.max_tokens as u64 {
             return Err(bad(format!(
                 "{n} tokens: must be a positive multiple of {block_size} and at most {}",
@@ -116,14 +132,39 @@ pub fn verify<R: Read>(
     }
     let per_layer =
         [2, n, num_kv_heads, head_dim, kv_dtype.size() as u64].iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+    let table_len = num_state * STATE_SHAPE_BYTES as u64;
+    let before_table = n.checked_mul(4).and_then(|ids| ids.checked_add(HEADER as u64 + table_len));
+    let at_least = before_table.ok_or_else(|| bad(format!("{n} tokens overflow any file size")))?;
+    if len < at_least {
+        return Err(bad(format!("file is {len} bytes, expected at least {at_least} (truncated or padded)")));
+    }
+    let size = |x: u64| usize::try_from(x).map_err(|_| bad(format!("{x} does not fit this machine")));
+    let mut hasher = Sha256::new();
+    hasher.update(&head[..DIGEST_AT]);
+    let mut raw_ids = vec![0u8; 4 * size(n)?];
+    src.read_exact(&mut raw_ids).map_err(io)?;
+    hasher.update(&raw_ids);
+    let mut table = vec![0u8; size(table_len)?];
+    src.read_exact(&mut table).map_err(io)?;
+    hasher.update(&table);
+    let state = state_shapes(&table);
+    if let Some(l) = against
+        && state != l.state
+    {
+        return Err(bad(format!("state layer shapes {state:?} differ from the running {:?}", l.state)));
+    }
+    let slot_bytes = |s: &StateShape| {
+        let conv = (s.conv_channels as u64).checked_mul(s.conv_width as u64)?;
+        conv.checked_add(s.rec_len as u64)?.checked_mul(4)
+    };
+    let state_bytes = state.iter().try_fold(0u64, |a, s| a.checked_add(slot_bytes(s)?));
     let expected = per_layer
         .and_then(|p| p.checked_mul(num_layers))
-        .and_then(|kv| kv.checked_add(n.checked_mul(4)?)?.checked_add(HEADER as u64))
+        .and_then(|kv| kv.checked_add(at_least)?.checked_add(state_bytes?))
         .ok_or_else(|| bad(format!("{n} tokens of this layout overflow any file size")))?;
     if len != expected {
         return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
     }
-    let size = |x: u64| usize::try_from(x).map_err(|_| bad(format!("{x} does not fit this machine")));
     let header = SessionHeader {
         fingerprint,
         kv_dtype,
@@ -133,13 +174,9 @@ pub fn verify<R: Read>(
         block_size: size(block_size)?,
         num_tokens: size(n)?,
         digest: head[DIGEST_AT..HEADER].try_into().unwrap_or([0; 32]),
+        state,
     };
     let per_layer = size(per_layer.unwrap_or(0))?;
-    let mut hasher = Sha256::new();
-    hasher.update(&head[..DIGEST_AT]);
-    let mut raw_ids = vec![0u8; 4 * header.num_tokens];
-    src.read_exact(&mut raw_ids).map_err(io)?;
-    hasher.update(&raw_ids);
     // With a model the layers are kept; without, one buffer is reused.
     let mut layers = Vec::new();
     let mut scratch = Vec::new();
@@ -158,16 +195,46 @@ pub fn verify<R: Read>(
             non_finite = first_non_finite(kv_dtype, buf).map(|at| (layer, at));
         }
     }
+    let mut state = Vec::new();
+    let mut state_non_finite = None;
+    for (layer, shape) in header.state.iter().enumerate() {
+        let mut buf = vec![0u8; shape.slot_bytes()];
+        src.read_exact(&mut buf).map_err(io)?;
+        hasher.update(&buf);
+        if state_non_finite.is_none() {
+            state_non_finite = first_non_finite(DType::F32, &buf).map(|at| (layer, at));
+        }
+        if against.is_some() {
+            state.push(buf);
+        }
+    }
     if <[u8; 32]>::from(hasher.finalize()) != header.digest {
         return Err(bad("payload digest mismatch: the file was altered or damaged after it was saved".into()));
     }
     if let Some((layer, at)) = non_finite {
         return Err(bad(format!("non-finite K/V value (NaN or infinity) in layer {layer} at byte {at} of its K/V")));
     }
+    if let Some((layer, at)) = state_non_finite {
+        return Err(bad(format!("non-finite state value (NaN or infinity) in state layer {layer} at byte {at}")));
+    }
     let Some(l) = against else { return Ok((header, None)) };
     let ids: Vec<u32> = raw_ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     let ids = l.vocab.check_u32(&ids).map_err(|e| bad(e.to_string()))?;
-    Ok((header, Some(CheckedSession { ids, layers })))
+    Ok((header, Some(CheckedSession { ids, layers, state })))
+}
+
+/// The state shapes a table of [`STATE_SHAPE_BYTES`]-byte rows names (one slot each).
+fn state_shapes(table: &[u8]) -> Vec<StateShape> {
+    let u = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize;
+    table
+        .chunks_exact(STATE_SHAPE_BYTES)
+        .map(|r| StateShape {
+            num_slots: 1,
+            conv_channels: u(&r[0..4]),
+            conv_width: u(&r[4..8]),
+            rec_len: u(&r[8..12]),
+        })
+        .collect()
 }
 
 /// Reads into `buf` until it is full or the source ends; returns the bytes read.

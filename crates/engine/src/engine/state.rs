@@ -1,0 +1,41 @@
+//! The engine's side of per-sequence state (models with recurrent layers): how many slots each
+//! state pool gets, the slot copies the scheduler queues (snapshots, their restores, the scratch
+//! save and put-back around drafts) run in order before each forward, and each round's slots.
+
+use super::{Core, DraftKind, EngineConfig};
+use crate::scheduler::RoundEntry;
+use crate::state_pool::StateLayout;
+use tf_backend::Backend;
+use tf_models::Model;
+
+/// The state slot layout an engine of `cfg` gives `model`; `None` when it keeps no state.
+pub fn state_layout<B: Backend>(model: &Model<B>, cfg: &EngineConfig) -> Option<StateLayout> {
+    let drafting = cfg.draft.kind != DraftKind::Off;
+    (model.decoder.state_bytes_per_seq() > 0)
+        .then(|| StateLayout::new(cfg.sched.max_num_seqs, drafting, cfg.sched.prefix_cache))
+}
+
+/// Bytes of state pools an engine of `cfg` allocates for `model` (0 without state).
+pub fn state_bytes<B: Backend>(model: &Model<B>, cfg: &EngineConfig) -> u64 {
+    state_layout(model, cfg).map_or(0, |l| l.num_slots() as u64 * model.decoder.state_bytes_per_seq() as u64)
+}
+
+impl<B: Backend> Core<B> {
+    /// Runs the state slot copies the scheduler queued, in order, on every state layer's pool.
+    pub(super) fn apply_state_copies(&mut self) {
+        for (from, to) in self.sched.take_state_copies() {
+            for st in &mut self.cache.state {
+                self.backend.copy_state(st, from, to);
+            }
+        }
+    }
+
+    /// The live state slot of each of `plan`'s sequences the scheduler holds, in order; empty
+    /// when the model keeps no state.
+    pub(super) fn state_slots(&self, plan: &[RoundEntry]) -> Vec<u32> {
+        if !self.cache.has_state() {
+            return Vec::new();
+        }
+        plan.iter().filter_map(|e| self.sched.seq(e.seq)).map(|s| s.state_slot.unwrap_or(0)).collect()
+    }
+}
