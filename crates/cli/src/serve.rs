@@ -12,7 +12,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend::Backend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter, state_bytes};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 use tf_server::auth::ApiKey;
@@ -91,6 +91,15 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
         + draft_model.as_ref().map_or(0, |d| d.decoder.kv_bytes_per_token(backend.kv_dtype()));
     let block_bytes = (per_token * block_size) as u64;
     let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
+    // Recurrent layers' state slots come out of the same budget, before the blocks.
+    let state = state_memory(
+        &model,
+        draft_model.as_ref(),
+        a,
+        usize::try_from(a.sched_limits(free_after.is_some()).max_num_seqs).unwrap_or(usize::MAX),
+    );
+    let state_note = if state > 0 { format!(", state slots {} first", mib(state)) } else { String::new() };
+    let kv_memory = kv_memory.saturating_sub(state);
     let num_blocks = usize::try_from(kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
     if num_blocks == 0 {
         return Err(refused(format!("{kv_source}: {kv_memory} bytes hold no KV block of {block_bytes} bytes")));
@@ -118,7 +127,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
         ),
         format!("device {}, weights {}", backend.name(), mib(weight_bytes)),
         format!(
-            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source})",
+            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source}{state_note})",
             num_blocks * block_size,
             mib(num_blocks as u64 * block_bytes)
         ),
@@ -164,6 +173,17 @@ fn kv_budget(explicit: Option<u64>, device_free: Option<u64>, share: f64) -> (u6
 }
 
 /// `n` bytes as MiB (GiB from 10 GiB up), one decimal.
+/// Bytes of the state pools the engine will allocate for `model` (and its draft model) with
+/// `max_num_seqs` sequences, drafting and the prefix cache as `a` asks (engine/state.rs).
+fn state_memory<B: Backend>(model: &Model<B>, draft: Option<&Model<B>>, a: &ServeArgs, max_num_seqs: usize) -> u64 {
+    let sched =
+        SchedulerConfig { max_num_seqs, max_round_tokens: 1, prefill_chunk: 1, prefix_cache: a.prefix_cache_on() };
+    let kind = if a.draft == "off" { DraftKind::Off } else { DraftKind::Ngram };
+    let draft_cfg = DraftConfig { kind, num_tokens: 1 };
+    let probe = EngineConfig { num_blocks: 0, block_size: 1, sched, draft: draft_cfg, overlap: false };
+    state_bytes(model, draft, &probe)
+}
+
 fn mib(n: u64) -> String {
     let mib = n as f64 / (1u64 << 20) as f64;
     match mib >= 10240.0 {
