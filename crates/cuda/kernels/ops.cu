@@ -433,6 +433,16 @@ extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restri
         x[i] = __fadd_rn(x[i], bias[i % cols]);
 }
 
+// x[r][c] += sigmoid(g[r]) * y[r][c] (a gated shared expert's sum; g is [rows, 1]).
+extern "C" __global__ void add_sigmoid_scaled(float* __restrict__ x, const float* __restrict__ y,
+                                              const float* __restrict__ g, size_t n, int cols) {
+    tf_pdl_enter();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float s = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-g[i / cols])));
+        x[i] = __fadd_rn(x[i], __fmul_rn(s, y[i]));
+    }
+}
+
 extern "C" __global__ void softcap(float* __restrict__ x, size_t n, float cap) {
     tf_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

@@ -64,6 +64,7 @@ kernels!(
     select_rows,
     softcap,
     add_bias,
+    add_sigmoid_scaled,
     to_bf16,
     fill_zero_u16,
     scatter_add,

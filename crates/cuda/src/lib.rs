@@ -327,6 +327,10 @@ impl Backend for CudaBackend {
         ops::add_bias(&self.ctx, x, bias)
     }
 
+    fn add_sigmoid_scaled(&self, x: &mut CudaAct, y: &CudaAct, g: &CudaAct) {
+        ops::add_sigmoid_scaled(&self.ctx, x, y, g)
+    }
+
     fn causal_conv1d(
         &self,
         x: &CudaAct,

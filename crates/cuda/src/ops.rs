@@ -479,6 +479,24 @@ pub(crate) fn add_bias(b: &Ctx, x: &mut CudaAct, bias: &CudaVec) {
     x.touched();
 }
 
+/// `x += sigmoid(g) * y` with `g` `[rows, 1]` (kernels/ops.cu `add_sigmoid_scaled`).
+pub(crate) fn add_sigmoid_scaled(b: &Ctx, x: &mut CudaAct, y: &CudaAct, g: &CudaAct) {
+    let (d, n) = (&b.dev, x.len());
+    assert_eq!((y.rows, y.cols, g.rows, g.cols), (x.rows, x.cols, x.rows, 1), "add_sigmoid_scaled: shapes");
+    if n == 0 {
+        return;
+    }
+    let args = [
+        Arg::P(ptr(x.data(&b.dev), &d.stream)),
+        Arg::P(ptr(y.data(&b.dev), &d.stream)),
+        Arg::P(ptr(g.data(&b.dev), &d.stream)),
+        Arg::Z(n),
+        Arg::I(x.cols as i32),
+    ];
+    d.launch(&d.k.add_sigmoid_scaled, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    x.touched();
+}
+
 pub(crate) fn softcap(b: &Ctx, x: &mut CudaAct, cap: f32) {
     let d = &b.dev;
     let n = x.len();

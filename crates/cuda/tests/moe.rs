@@ -103,3 +103,47 @@ fn moe_rows_equal_alone_in_batches_and_past_the_device_path() {
         assert!(scale > 0.0 && err <= 0.03 * scale, "{name}: {err} against the reference (scale {scale})");
     }
 }
+
+/// The ops the MoE mixer adds around `moe`: `activate` (every activation, the expert without a
+/// gate), `add_bias` (GLM's q/k/v biases) and `add_sigmoid_scaled` (Qwen3-Next's gated shared
+/// expert) against the reference, and each row the same alone as in a batch.
+#[test]
+fn activate_add_bias_and_add_sigmoid_scaled_match_the_reference() {
+    let Some(b) = backend() else { return };
+    let r = RefBackend;
+    let (rows, cols) = (37, 260);
+    let x = rand(rows * cols, 11, 3.0);
+    let y = rand(rows * cols, 12, 1.0);
+    let g = rand(rows, 13, 4.0);
+    let bias = rand(cols, 14, 0.5);
+    let close = |got: &[f32], want: &[f32], what: &str| {
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = max_err(got, want);
+        assert!(err <= 1e-5 * scale.max(1.0), "{what}: {err} (scale {scale})");
+    };
+    for act in [Activation::Silu, Activation::GeluTanh, Activation::Relu2] {
+        let got = b.download(&b.activate(&b.upload(&x, rows, cols), act));
+        let want = r.download(&r.activate(&r.upload(&x, rows, cols), act));
+        close(&got, &want, &format!("activate {act:?}"));
+    }
+    let mut gx = b.upload(&x, rows, cols);
+    b.add_bias(&mut gx, &b.vec(&bias));
+    let mut rx = r.upload(&x, rows, cols);
+    r.add_bias(&mut rx, &r.vec(&bias));
+    close(&b.download(&gx), &r.download(&rx), "add_bias");
+    let mut gx = b.upload(&x, rows, cols);
+    b.add_sigmoid_scaled(&mut gx, &b.upload(&y, rows, cols), &b.upload(&g, rows, 1));
+    let mut rx = r.upload(&x, rows, cols);
+    r.add_sigmoid_scaled(&mut rx, &r.upload(&y, rows, cols), &r.upload(&g, rows, 1));
+    let all = b.download(&gx);
+    close(&all, &r.download(&rx), "add_sigmoid_scaled");
+    for row in [0, 5, rows - 1] {
+        let mut one = b.upload(&x[row * cols..(row + 1) * cols], 1, cols);
+        b.add_sigmoid_scaled(
+            &mut one,
+            &b.upload(&y[row * cols..(row + 1) * cols], 1, cols),
+            &b.upload(&g[row..row + 1], 1, 1),
+        );
+        assert!(same_bits(&b.download(&one), &all[row * cols..(row + 1) * cols]), "add_sigmoid_scaled row {row} alone");
+    }
+}

@@ -38,7 +38,12 @@ impl<B: Backend> Moe<B> {
         let module = format!("{p}{}.", m.module);
         let width = m.latent_size.unwrap_or(hidden);
         let [g, u, d] = m.expert_names;
+        // The router first: a config whose expert count disagrees is refused naming it.
+        let router = ld.mat(&format!("{module}{}.weight", m.router), ne, hidden)?;
         let mut experts = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None };
+        if let Some(bias) = m.choice_bias {
+            experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
+        }
         for e in 0..ne {
             let name = |w: &str| format!("{module}experts.{e}.{w}.weight");
             if m.gated {
@@ -46,9 +51,6 @@ impl<B: Backend> Moe<B> {
             }
             experts.up.push(ld.mat(&name(u), inter, width)?);
             experts.down.push(ld.mat(&name(d), width, inter)?);
-        }
-        if let Some(bias) = m.choice_bias {
-            experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
         }
         let latent = match m.latent_size {
             Some(l) => Some((
@@ -74,13 +76,7 @@ impl<B: Backend> Moe<B> {
             }
             None => None,
         };
-        Ok(Moe {
-            router: ld.mat(&format!("{module}{}.weight", m.router), ne, hidden)?,
-            experts,
-            params: m.params(s.act),
-            latent,
-            shared,
-        })
+        Ok(Moe { router, experts, params: m.params(s.act), latent, shared })
     }
 
     /// The mixer's output for normed rows `x`: routed experts, then shared experts added.
