@@ -126,6 +126,8 @@ kernels!(
     ssd_scan_n64,
     ssd_scan_n128,
     rms_norm_gated_grouped,
+    short_conv_out,
+    short_conv_window,
 );
 
 /// A started device.

@@ -27,10 +27,11 @@
 //! 4  ctx                                               what every kernel launcher works on
 //! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
 //!                                                      per-sequence state pools
-//! 6  matmul, attention, sample, logprob, held, gdn, ssd  GEMV/GEMM, paged attention, sampling,
-//!                                                      log-probabilities, ids held on the device,
-//!                                                      recurrent state ops (conv, delta rule,
-//!                                                      Mamba2's SSD scan and gated norm)
+//! 6  matmul, attention, sample, logprob, held, gdn, ssd, short_conv  GEMV/GEMM, paged attention,
+//!                                                      sampling, log-probabilities, ids held on
+//!                                                      the device, recurrent state ops (conv,
+//!                                                      delta rule, Mamba2's SSD scan and gated
+//!                                                      norm, LFM2's short conv)
 //! 7  moe, draw                                         mixture of experts (over matmul); sampled
 //!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
@@ -60,6 +61,7 @@ mod nvrtc;
 mod ops;
 mod options;
 mod sample;
+mod short_conv;
 mod smem;
 mod ssd;
 mod state;
@@ -401,6 +403,16 @@ impl Backend for CudaBackend {
 
     fn rms_norm_gated_grouped(&self, x: &CudaAct, z: &CudaAct, w: &CudaVec, group: usize, eps: f32) -> CudaAct {
         ssd::rms_norm_gated_grouped(&self.ctx, x, z, w, group, eps)
+    }
+
+    fn short_conv(
+        &self,
+        bcx: &CudaAct,
+        p: &tf_backend::ShortConv<'_, CudaVec>,
+        st: &mut CudaState,
+        meta: &AttnMeta,
+    ) -> CudaAct {
+        short_conv::short_conv(&self.ctx, bcx, p, st, meta)
     }
 
     fn moe(&self, x: &CudaAct, router_logits: &CudaAct, experts: &Experts<CudaMat, CudaVec>, p: &MoeParams) -> CudaAct {

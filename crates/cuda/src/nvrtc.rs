@@ -8,11 +8,12 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 15] = [
+const SOURCES: [&str; 16] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gdn.cu"),
     include_str!("../kernels/ssd.cu"),
+    include_str!("../kernels/short_conv.cu"),
     include_str!("../kernels/sample.cu"),
     include_str!("../kernels/draw.cu"),
     include_str!("../kernels/logprob.cu"),
