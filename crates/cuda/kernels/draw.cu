@@ -55,17 +55,18 @@ __device__ __forceinline__ void sd_load4(const float* __restrict__ row, const u3
 }
 
 // Calls f(c, v) for every group of four ids c .. c + 3 of the row this thread takes (groups
-// blockDim.x apart), four groups' loads in flight before any is used.
-template <class F>
+// blockDim.x apart), U groups' loads in flight before any is used (the race's passes take two:
+// their registers go to the noise).
+template <int U = 4, class F>
 __device__ __forceinline__ void sd_each(const float* __restrict__ row, const u32* __restrict__ mask, u32 mwords,
                                         int cols, F f) {
     const int stride = 4 * (int)blockDim.x;
-    for (int base = 4 * (int)threadIdx.x; base < cols; base += 4 * stride) {
-        float v[4][4];
+    for (int base = 4 * (int)threadIdx.x; base < cols; base += U * stride) {
+        float v[U][4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) sd_load4(row, mask, mwords, base + u * stride, cols, v[u]);
+        for (int u = 0; u < U; ++u) sd_load4(row, mask, mwords, base + u * stride, cols, v[u]);
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < U; ++u)
             if (base + u * stride < cols) f(base + u * stride, v[u]);
     }
 }
@@ -438,10 +439,13 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
             if (tid == 0) o[0] = SD_HOST;
             continue;
         }
-        // The race over the survivors: the best score, then every survivor within the margin.
+        // The race over the survivors: each thread keeps its three best scores (the ids and
+        // values of two), the block its best; a thread's two within the margin of it are the
+        // finalists, unless some thread's third is too: then a second pass gathers them all.
         const u32 k0 = q[8], k1 = q[9], p0 = q[10], p1 = q[11];
-        float best = NEG_INF;
-        sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
+        float b1 = NEG_INF, b2 = NEG_INF, b3 = NEG_INF, v1 = 0.0f, v2 = 0.0f;
+        u32 i1 = 0u, i2 = 0u;
+        sd_each<2>(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
             float s[4];
             bool in[4], any = false;
 #pragma unroll
@@ -454,35 +458,56 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
             const uint4 w = sample_philox(make_uint4((u32)c >> 2, 0u, p0, p1), k0, k1);
             const u32 bits[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (in[j]) {
-                    const float r = sd_score(s[j], bits[j]);
-                    if (r > best) best = r;
+            for (int j = 0; j < 4; ++j) {
+                if (!in[j]) continue;
+                const float r = sd_score(s[j], bits[j]);
+                if (!(r > b3)) continue;
+                if (r > b2) {
+                    b3 = b2;
+                    if (r > b1) {
+                        b2 = b1, i2 = i1, v2 = v1;
+                        b1 = r, i1 = (u32)(c + j), v1 = v[j];
+                    } else {
+                        b2 = r, i2 = (u32)(c + j), v2 = v[j];
+                    }
+                } else {
+                    b3 = r;
                 }
+            }
         });
         __syncthreads();  // s_k's last readers are done
-        if (tid == 0) s_k[0] = 0u;
-        best = sample_block_max(best, s_f);
+        if (tid == 0) s_k[0] = 0u, s_k[1] = 0u;
+        const float best = sample_block_max(b1, s_f);
         const float floor = __fsub_rn(best, sample_race_margin(best));
-        sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
-            float s[4];
-            bool in[4], any = false;
+        auto keep = [&](u32 id, float v) {
+            const u32 at = atomicAdd(&s_k[0], 1u);
+            if (at < SD_NEAR) o[1 + 2 * at] = id, o[2 + 2 * at] = __float_as_uint(v);
+        };
+        if (b1 >= floor) keep(i1, v1);
+        if (b2 >= floor) keep(i2, v2);
+        if (b3 >= floor) s_k[1] = 1u;
+        __syncthreads();
+        if (s_k[1] != 0u) {
+            __syncthreads();  // every thread has read the flag
+            if (tid == 0) s_k[0] = 0u;
+            __syncthreads();
+            sd_each<2>(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
+                float s[4];
+                bool in[4], any = false;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                s[j] = sample_scaled(q, v[j]);
-                in[j] = __fadd_rn(s[j], SQ_GUMBEL_BOUND) >= floor && sd_survives(k, s[j], (u32)(c + j));
-                any |= in[j];
-            }
-            if (!any) return;
-            const uint4 w = sample_philox(make_uint4((u32)c >> 2, 0u, p0, p1), k0, k1);
-            const u32 bits[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (in[j] && sd_score(s[j], bits[j]) >= floor) {
-                    const u32 at = atomicAdd(&s_k[0], 1u);
-                    if (at < SD_NEAR) o[1 + 2 * at] = (u32)(c + j), o[2 + 2 * at] = __float_as_uint(v[j]);
+                for (int j = 0; j < 4; ++j) {
+                    s[j] = sample_scaled(q, v[j]);
+                    in[j] = __fadd_rn(s[j], SQ_GUMBEL_BOUND) >= floor && sd_survives(k, s[j], (u32)(c + j));
+                    any |= in[j];
                 }
-        });
+                if (!any) return;
+                const uint4 w = sample_philox(make_uint4((u32)c >> 2, 0u, p0, p1), k0, k1);
+                const u32 bits[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    if (in[j] && sd_score(s[j], bits[j]) >= floor) keep((u32)(c + j), v[j]);
+            });
+        }
         __syncthreads();
         if (tid == 0) o[0] = s_k[0] <= SD_NEAR && s_k[0] > 0u ? s_k[0] : SD_HOST;
     }
