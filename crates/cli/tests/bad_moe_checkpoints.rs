@@ -76,3 +76,30 @@ fn groups_the_router_cannot_form() {
     let d = with_config("topk_group", 3.into());
     refused(d.path(), &["config.json", "topk_group 3 of 2 groups"]);
 }
+
+/// A copy of the fixture with an MTP layer's tensor (`model.layers.3.eh_proj.weight`) added to
+/// its checkpoint and `num_nextn_predict_layers` set to `mtp`.
+fn with_mtp_tensor(mtp: u64) -> tempfile::TempDir {
+    let d = with_config("num_nextn_predict_layers", mtp.into());
+    let path = d.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let extra = vec![0u8; 64 * 128 * 2];
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+    let mtp_view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![64, 128], &extra).unwrap();
+    views.push(("model.layers.3.eh_proj.weight".into(), mtp_view));
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    let out = safetensors::serialize(views, Some(meta)).unwrap();
+    std::fs::write(&path, out).unwrap();
+    d
+}
+
+#[test]
+fn mtp_layers_the_config_names_are_left_unread_and_others_refused() {
+    let d = with_mtp_tensor(1);
+    let (code, err) = check(d.path());
+    assert_eq!(code, Some(0), "{err}");
+    let d = with_mtp_tensor(0);
+    refused(d.path(), &["does not use", "model.layers.3.eh_proj.weight"]);
+}

@@ -53,7 +53,7 @@ impl<B: Backend> Decoder<B> {
         let mut n = CacheCounts::default();
         let layers: Vec<Block<B>> =
             (0..spec.num_layers).map(|i| Block::load(&spec, ld, i, &mut n)).collect::<Result<_, _>>()?;
-        ld.refuse_unused(spec.tie_word_embeddings)?;
+        ld.refuse_unused(spec.tie_word_embeddings, &spec.unread_prefixes)?;
         let replayable = layers.iter().all(|l| l.replayable());
         Ok(Decoder { spec, embed, lm_head, norm, layers, counts: [n.kv, n.state], id: ld.fresh_id(), replayable })
     }

@@ -195,6 +195,9 @@ pub struct ModelSpec {
     pub attn_output_gate: bool,
     /// q, k and v projections carry biases (`attention_bias`; GLM-4.5), added before QK norm.
     pub attention_bias: bool,
+    /// Name prefixes of checkpoint tensors this model knowingly leaves unread (GLM-4.5's MTP
+    /// layers `model.layers.{num_hidden_layers + j}.`); the unused-tensor check lets them pass.
+    pub unread_prefixes: Vec<String>,
     /// Mamba2 layers' settings, for families that have them.
     pub mamba: Option<MambaSpec>,
     /// Attention applies the rotary embedding (Nemotron-H's attention has none).
@@ -410,6 +413,7 @@ impl Common {
             one_part_layers: false,
             mlp_gated: true,
             attention_bias: false,
+            unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

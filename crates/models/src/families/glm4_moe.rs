@@ -4,7 +4,8 @@
 //! `first_k_dense_replace` layers, then experts routed by sigmoid scores with the
 //! `e_score_correction_bias` for choosing, group-limited (`n_group`, `topk_group`),
 //! renormalised (`norm_topk_prob`, +1e-20), scaled (`routed_scaling_factor`), plus
-//! `n_shared_experts` shared experts as one MLP.
+//! `n_shared_experts` shared experts as one MLP. The `num_nextn_predict_layers` MTP layers a
+//! checkpoint holds after the decoder's layers are left unread (not a drafter yet).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -47,6 +48,10 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         return Err(c.error(format!("router: {why}")));
     }
     spec.moe = Some(moe);
+    // MTP layers (drafting heads) follow the decoder's layers; they are not read.
+    let key = "num_nextn_predict_layers";
+    let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
+    spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
     Ok(spec)
 }
 
