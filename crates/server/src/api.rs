@@ -85,6 +85,17 @@ pub async fn blocking<T: Send + 'static>(
 }
 
 fn reply(st: &AppState, api: Api, opts: Options, prompt_tokens: usize, echo: Vec<Option<String>>) -> Reply {
+    reply_with_tools(st, api, opts, prompt_tokens, echo, None)
+}
+
+fn reply_with_tools(
+    st: &AppState,
+    api: Api,
+    opts: Options,
+    prompt_tokens: usize,
+    echo: Vec<Option<String>>,
+    tools: Option<crate::tools::ToolMode>,
+) -> Reply {
     let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
     Reply {
         api,
@@ -95,6 +106,7 @@ fn reply(st: &AppState, api: Api, opts: Options, prompt_tokens: usize, echo: Vec
         prompt_tokens,
         echo,
         tokenizer: st.model.tokenizer.clone(),
+        tools,
     }
 }
 
@@ -150,11 +162,18 @@ fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpe
     let prompt = chat_prompt(st, o, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
-    let constraint = constraint_of(st, o)?;
+    let (tools, tool_spec) = crate::tools::parse(o)?;
+    let constraint = match (tool_spec, constraint_of(st, o)?) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("tool_choice", "a required or named tool choice takes no other constraint"));
+        }
+        (Some(spec), None) => Some(crate::constraint::prepare(st, &spec, "tool_choice")?),
+        (None, c) => c,
+    };
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
-    Ok((reply(st, Api::Chat, opts, prompt_tokens, echo), specs))
+    Ok((reply_with_tools(st, Api::Chat, opts, prompt_tokens, echo, tools), specs))
 }
 
 /// The request's structured-output constraint, compiled (here, never on the engine thread).

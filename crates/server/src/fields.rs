@@ -40,8 +40,16 @@ const COMMON: &[&str] = &[
 /// `/v1/completions` only.
 pub const COMPLETIONS: &[&str] = &["prompt", "prompt_token_ids", "echo"];
 /// `/v1/chat/completions` only.
-pub const CHAT: &[&str] =
-    &["messages", "tools", "chat_template_kwargs", "add_generation_prompt", "max_completion_tokens", "top_logprobs"];
+pub const CHAT: &[&str] = &[
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "max_completion_tokens",
+    "top_logprobs",
+];
 /// `/tokenize` (its own list: it generates nothing).
 pub const TOKENIZE: &[&str] =
     &["model", "prompt", "messages", "add_special_tokens", "tools", "chat_template_kwargs", "add_generation_prompt"];

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use tf_engine::engine::TokenEvent;
 use tf_tokenize::Tokenizer;
 
+use crate::tools::{ToolMode, parse_calls};
+
 /// What every chunk or body of one response shares.
 pub struct Reply {
     /// Which route.
@@ -31,6 +33,8 @@ pub struct Reply {
     pub echo: Vec<Option<String>>,
     /// For token texts in logprobs.
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// Chat with tools: the output is parsed for tool calls (tools.rs).
+    pub tools: Option<ToolMode>,
 }
 
 impl Reply {
@@ -113,13 +117,60 @@ impl Reply {
                     Api::Completions => {
                         json!({"index": i, "text": texts[i], "logprobs": lp, "finish_reason": finish[i]})
                     }
-                    Api::Chat => json!({"index": i, "message": {"role": "assistant", "content": texts[i]},
-                                        "logprobs": lp, "finish_reason": finish[i]}),
+                    Api::Chat => {
+                        let (message, finish) = self.message(&texts[i], finish[i]);
+                        json!({"index": i, "message": message, "logprobs": lp, "finish_reason": finish})
+                    }
                 }
             })
             .collect();
         Ok(json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
                   "choices": choices, "usage": self.usage(generation.completion_tokens())}))
+    }
+
+    /// A chat choice's message and finish reason: with tools, the calls parsed from `text`.
+    fn message<'a>(&self, text: &str, finish: &'a str) -> (Value, &'a str) {
+        let calls = match &self.tools {
+            Some(_) => parse_calls(text),
+            None => return (json!({"role": "assistant", "content": text}), finish),
+        };
+        match calls {
+            (_, c) if c.is_empty() => (json!({"role": "assistant", "content": text}), finish),
+            (content, c) => {
+                let calls: Vec<Value> = c.iter().enumerate().map(|(j, c)| self.tool_call(c, j, false)).collect();
+                (json!({"role": "assistant", "content": content, "tool_calls": calls}), "tool_calls")
+            }
+        }
+    }
+
+    /// One call in OpenAI's shape (with its `index` in a stream's delta).
+    fn tool_call(&self, c: &crate::tools::Call, index: usize, streamed: bool) -> Value {
+        let mut v = json!({"id": format!("call_{:016x}", fnv(&self.id, &c.arguments, index)), "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}});
+        if streamed {
+            v["index"] = json!(index);
+        }
+        v
+    }
+
+    /// A streamed tool-mode choice's end: its content, its calls (each whole, so the
+    /// concatenated `arguments` are valid JSON), then the finish chunk.
+    fn tool_finish(&self, index: usize, text: &str, reason: &str) -> Bytes {
+        let (content, calls) = parse_calls(text);
+        let mut out = Vec::new();
+        let content = if calls.is_empty() { Some(text.to_string()) } else { content };
+        if let Some(c) = content.filter(|c| !c.is_empty()) {
+            out.extend_from_slice(&self.chunk(self.delta_choice(index, c, None, None)));
+        }
+        if !calls.is_empty() {
+            let deltas: Vec<Value> = calls.iter().enumerate().map(|(j, c)| self.tool_call(c, j, true)).collect();
+            let choice =
+                json!({"index": index, "delta": {"tool_calls": deltas}, "logprobs": null, "finish_reason": null});
+            out.extend_from_slice(&self.chunk(choice));
+        }
+        let reason = if calls.is_empty() { reason } else { "tool_calls" };
+        out.extend_from_slice(&self.chunk(self.delta_choice(index, String::new(), None, Some(reason))));
+        Bytes::from(out)
     }
 
     /// One streamed chunk holding `choice`.
@@ -157,8 +208,14 @@ impl Reply {
     }
 
     /// The chunk for one update, if it has anything to say.
-    fn update_chunk(&self, u: Update, offsets: &mut [usize]) -> Option<Bytes> {
+    fn update_chunk(&self, u: Update, offsets: &mut [usize], held: &mut [String]) -> Option<Bytes> {
+        let tool_mode = self.tools.is_some() && self.api == Api::Chat;
         match u {
+            Update::Delta { index, text, .. } if tool_mode => {
+                held[index].push_str(&text);
+                None
+            }
+            Update::Finish { index, reason } if tool_mode => Some(self.tool_finish(index, &held[index], reason)),
             Update::Delta { index, text, tokens } => {
                 if text.is_empty() && (tokens.is_empty() || self.opts.logprobs.is_none()) {
                     return None;
@@ -179,7 +236,8 @@ impl Reply {
         let mut offsets = vec![0; self.echo.len()];
         let mut prelude = self.prelude(&mut offsets);
         prelude.reverse(); // popped from the back
-        let state = StreamState { reply: self, generation, offsets, prelude, phase: Phase::Prelude };
+        let held = vec![String::new(); self.echo.len()];
+        let state = StreamState { reply: self, generation, offsets, held, prelude, phase: Phase::Prelude };
         let body = futures_util::stream::unfold(state, |mut s| async move {
             let b = s.next_bytes().await?;
             Some((Ok::<Bytes, Infallible>(b), s))
@@ -187,6 +245,15 @@ impl Reply {
         let headers = [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")];
         (headers, Body::from_stream(body)).into_response()
     }
+}
+
+/// A stable 64-bit mix of a response id, a call's arguments and its index (call ids).
+fn fnv(id: &str, args: &str, index: usize) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes().chain(args.bytes()).chain(index.to_le_bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
 }
 
 /// A value as one server-sent event.
@@ -206,6 +273,8 @@ struct StreamState {
     reply: Reply,
     generation: Generation,
     offsets: Vec<usize>,
+    /// Tool mode: each choice's text so far, parsed at its end.
+    held: Vec<String>,
     prelude: Vec<Bytes>,
     phase: Phase,
 }
@@ -220,7 +289,7 @@ impl StreamState {
                 },
                 Phase::Tokens => match self.generation.next().await {
                     Some(u) => {
-                        if let Some(b) = self.reply.update_chunk(u, &mut self.offsets) {
+                        if let Some(b) = self.reply.update_chunk(u, &mut self.offsets, &mut self.held) {
                             return Some(b);
                         }
                     }

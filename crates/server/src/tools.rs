@@ -1,0 +1,220 @@
+//! Tool calling on `/v1/chat/completions`: `tools`, `tool_choice` (`none`, `auto`, `required`, a
+//! named function) and `parallel_tool_calls`. `required` and a named choice are enforced by a
+//! grammar: the output must be a JSON list of `{"name", "arguments"}` calls whose arguments
+//! match the tool's `parameters` schema. Output is parsed back into `tool_calls` from Hermes /
+//! Qwen3 `<tool_call>{...}</tool_call>` blocks, or a whole output that is one call or a list of
+//! calls as JSON (Llama 3's `{"name", "parameters"}`, optionally after `<|python_tag|>`, and
+//! the grammar's form).
+
+use crate::error::ApiError;
+use crate::fields::{Obj, get, opt_bool, show};
+use serde_json::{Value, json};
+use tf_grammar::Spec;
+
+/// How a request's output is read for tool calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolMode {
+    /// The tools' names.
+    pub names: Vec<String>,
+}
+
+/// One parsed call: the function's name and its arguments as JSON text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    /// The function.
+    pub name: String,
+    /// Its arguments, compact JSON.
+    pub arguments: String,
+}
+
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls`: whether to parse calls from the
+/// output, and the constraint `required` or a named choice needs.
+pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
+    let tools = match get(o, "tools") {
+        None => Vec::new(),
+        Some(Value::Array(l)) => l.iter().enumerate().map(|(i, t)| tool(t, i)).collect::<Result<_, _>>()?,
+        Some(v) => return Err(ApiError::invalid("tools", format!("expected a list, got {}", show(v)))),
+    };
+    let parallel = opt_bool(o, "parallel_tool_calls")?.unwrap_or(true);
+    let choice = get(o, "tool_choice");
+    let chosen: Vec<&(String, Value)> = match choice {
+        None | Some(Value::String(_)) if tools.is_empty() && choice.is_some_and(|c| c.as_str() != Some("none")) => {
+            return Err(ApiError::invalid("tool_choice", "needs tools"));
+        }
+        None => return Ok(((!tools.is_empty()).then(|| mode(&tools)), None)),
+        Some(Value::String(s)) if s == "none" => return Ok((None, None)),
+        Some(Value::String(s)) if s == "auto" => return Ok((Some(mode(&tools)), None)),
+        Some(Value::String(s)) if s == "required" => tools.iter().collect(),
+        Some(Value::Object(c)) => {
+            let name = c.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            let name = name.ok_or_else(|| ApiError::invalid("tool_choice.function.name", "is required"))?;
+            let found: Vec<_> = tools.iter().filter(|(n, _)| n == name).collect();
+            if found.is_empty() {
+                let msg = format!("{} is not one of the tools", show(&Value::from(name)));
+                return Err(ApiError::invalid("tool_choice.function.name", msg));
+            }
+            found
+        }
+        Some(v) => {
+            let msg = format!("expected none, auto, required or a function, got {}", show(v));
+            return Err(ApiError::invalid("tool_choice", msg));
+        }
+    };
+    let items: Vec<Value> = chosen
+        .iter()
+        .map(|(name, params)| {
+            json!({"type": "object", "properties": {"name": {"const": name}, "arguments": params},
+                   "required": ["name", "arguments"], "additionalProperties": false})
+        })
+        .collect();
+    let one = parallel && chosen.len() == tools.len() && choice.is_some_and(|c| c.as_str() == Some("required"));
+    let mut schema = json!({"type": "array", "items": {"anyOf": items}, "minItems": 1});
+    if !one {
+        schema["maxItems"] = json!(1);
+    }
+    Ok((Some(mode(&tools)), Some(Spec::JsonSchema(schema))))
+}
+
+fn mode(tools: &[(String, Value)]) -> ToolMode {
+    ToolMode { names: tools.iter().map(|(n, _)| n.clone()).collect() }
+}
+
+/// `tools[i]`: `{"type": "function", "function": {"name", "parameters"?}}`.
+fn tool(t: &Value, i: usize) -> Result<(String, Value), ApiError> {
+    let field = format!("tools[{i}]");
+    if t.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(ApiError::invalid(format!("{field}.type"), "only \"function\" tools are supported"));
+    }
+    let f = t.get("function").filter(|f| f.is_object());
+    let f = f.ok_or_else(|| ApiError::invalid(format!("{field}.function"), "expected an object"))?;
+    let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let name = name.ok_or_else(|| ApiError::invalid(format!("{field}.function.name"), "expected a string"))?;
+    let params = match f.get("parameters") {
+        None | Some(Value::Null) => json!({"type": "object"}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(p) => {
+            let msg = format!("expected a JSON schema object, got {}", show(p));
+            return Err(ApiError::invalid(format!("{field}.function.parameters"), msg));
+        }
+    };
+    Ok((name.to_string(), params))
+}
+
+/// The calls in `text` and the text left around them (`None` when nothing is left).
+pub fn parse_calls(text: &str) -> (Option<String>, Vec<Call>) {
+    if text.contains("<tool_call>") {
+        let (mut rest, mut calls, mut left) = (text, Vec::new(), String::new());
+        while let Some(start) = rest.find("<tool_call>") {
+            left.push_str(&rest[..start]);
+            let body = &rest[start + "<tool_call>".len()..];
+            let (inner, after) = match body.find("</tool_call>") {
+                Some(end) => (&body[..end], &body[end + "</tool_call>".len()..]),
+                None => (body, ""),
+            };
+            match serde_json::from_str::<Value>(inner.trim()).ok().and_then(|v| call(&v)) {
+                Some(c) => calls.push(c),
+                None => left.push_str(&rest[start..rest.len() - after.len()]),
+            }
+            rest = after;
+        }
+        left.push_str(rest);
+        let left = left.trim();
+        return ((!left.is_empty()).then(|| left.to_string()), calls);
+    }
+    let body = text.trim().trim_start_matches("<|python_tag|>").trim();
+    let calls = match serde_json::from_str::<Value>(body) {
+        Ok(Value::Array(l)) => l.iter().map(call).collect::<Option<Vec<_>>>().unwrap_or_default(),
+        Ok(v) => call(&v).into_iter().collect(),
+        Err(_) => Vec::new(),
+    };
+    if calls.is_empty() { (Some(text.to_string()), calls) } else { (None, calls) }
+}
+
+/// `{"name", "arguments" | "parameters"}` as a call.
+fn call(v: &Value) -> Option<Call> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v.get("arguments").or_else(|| v.get("parameters"))?;
+    let arguments = match args {
+        Value::String(s) if serde_json::from_str::<Value>(s).is_ok() => s.clone(),
+        Value::Object(_) => args.to_string(),
+        _ => return None,
+    };
+    Some(Call { name, arguments })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(v: Value) -> Obj {
+        v.as_object().unwrap().clone()
+    }
+
+    fn tools() -> Value {
+        json!([{"type": "function", "function": {"name": "get_weather",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+               {"type": "function", "function": {"name": "now"}}])
+    }
+
+    #[test]
+    fn choices_give_the_mode_and_the_grammar() {
+        let (m, s) = parse(&o(json!({"tools": tools()}))).unwrap();
+        assert_eq!(m.unwrap().names, ["get_weather", "now"]);
+        assert!(s.is_none());
+        assert_eq!(parse(&o(json!({"tools": tools(), "tool_choice": "none"}))).unwrap(), (None, None));
+        let Some(Spec::JsonSchema(s)) = parse(&o(json!({"tools": tools(), "tool_choice": "required"}))).unwrap().1
+        else {
+            panic!("required gives a schema")
+        };
+        assert_eq!(s["items"]["anyOf"].as_array().unwrap().len(), 2);
+        assert!(s.get("maxItems").is_none(), "parallel calls allowed");
+        let named = json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "now"}}});
+        let Some(Spec::JsonSchema(s)) = parse(&o(named)).unwrap().1 else { panic!("a named choice gives a schema") };
+        assert_eq!(s["items"]["anyOf"][0]["properties"]["name"]["const"], "now");
+        assert_eq!(s["maxItems"], 1);
+    }
+
+    #[test]
+    fn bad_tools_and_choices_are_refused_naming_the_field() {
+        let cases = [
+            (
+                json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "x"}}}),
+                "tool_choice.function.name",
+            ),
+            (json!({"tools": tools(), "tool_choice": "sometimes"}), "tool_choice"),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tools": [{"type": "retrieval"}]}), "tools[0].type"),
+            (json!({"tools": [{"type": "function", "function": {"name": 3}}]}), "tools[0].function.name"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": 1}}]}),
+                "tools[0].function.parameters",
+            ),
+            (json!({"tools": tools(), "parallel_tool_calls": "yes"}), "parallel_tool_calls"),
+        ];
+        for (body, field) in cases {
+            let e = parse(&o(body.clone())).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(field), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn calls_parse_from_each_format() {
+        let hermes = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>";
+        let (content, calls) = parse_calls(hermes);
+        assert_eq!(content.as_deref(), Some("Let me check."));
+        assert_eq!(
+            calls,
+            [
+                Call { name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() },
+                Call { name: "now".into(), arguments: "{}".into() }
+            ]
+        );
+        let llama = "<|python_tag|>{\"name\": \"now\", \"parameters\": {\"tz\": \"UTC\"}}";
+        assert_eq!(parse_calls(llama).1, [Call { name: "now".into(), arguments: r#"{"tz":"UTC"}"#.into() }]);
+        let listed = r#"[{"name":"now","arguments":{}},{"name":"get_weather","arguments":{"city":"x"}}]"#;
+        assert_eq!(parse_calls(listed).1.len(), 2);
+        assert_eq!(parse_calls("just text"), (Some("just text".into()), Vec::new()));
+        let broken = "<tool_call>{not json</tool_call>";
+        assert_eq!(parse_calls(broken), (Some(broken.into()), Vec::new()));
+    }
+}
