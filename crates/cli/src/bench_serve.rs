@@ -84,17 +84,31 @@ async fn bench(a: &BenchServeArgs, addr: SocketAddr) -> Result<Value, Failure> {
     let gate = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let timeout = Duration::from_secs(a.request_timeout as u64);
     let start = Instant::now();
+    let run_end = a.time_limit.map(|s| start + Duration::from_secs(s as u64));
     let mut tasks = Vec::with_capacity(planned.len());
     for (p, b) in planned.iter().zip(bodies) {
-        tokio::time::sleep_until((start + Duration::from_secs_f64(p.arrival)).into()).await;
-        let permit = Arc::clone(&gate).acquire_owned().await.map_err(|e| failed(e.to_string()))?;
-        let (asked, sent) = (p.output_len, p.prompt.len());
+        let at = start + Duration::from_secs_f64(p.arrival);
+        if run_end.is_some_and(|end| at >= end) {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        let acquired = Arc::clone(&gate).acquire_owned();
+        let permit = match run_end {
+            Some(end) => match tokio::time::timeout_at(end.into(), acquired).await {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            None => acquired.await,
+        };
+        let permit = permit.map_err(|e| failed(e.to_string()))?;
+        let lens = (p.output_len, p.prompt.len());
         tasks.push(tokio::spawn(async move {
-            let o = complete(addr, b, asked, sent, timeout).await;
+            let o = complete(addr, b, lens, timeout, run_end).await;
             drop(permit);
             o
         }));
     }
+    let not_sent = planned.len() - tasks.len();
     let mut outcomes = Vec::with_capacity(tasks.len());
     for t in tasks {
         outcomes.push(t.await.unwrap_or_else(|e| Outcome { error: format!("task: {e}"), ..Outcome::default() }));
@@ -107,6 +121,7 @@ async fn bench(a: &BenchServeArgs, addr: SocketAddr) -> Result<Value, Failure> {
         "dataset": a.dataset, "random_input_len": a.random_input_len, "random_output_len": a.random_output_len,
         "random_range_ratio": a.random_range_ratio, "prompt_kind": a.prompt_kind, "temperature": a.temperature,
         "top_p": a.top_p, "top_k": a.top_k, "seed": a.seed, "ignore_eos": a.ignore_eos,
+        "time_limit": a.time_limit, "not_sent": not_sent,
     });
     Ok(summarize(config, &outcomes, duration))
 }

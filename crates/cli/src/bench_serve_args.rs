@@ -74,6 +74,10 @@ pub struct BenchServeArgs {
     /// Seconds one request may take before it is counted as failed.
     #[arg(long, default_value_t = 600, allow_negative_numbers = true, value_parser = bounded::<86_400>)]
     pub request_timeout: usize,
+    /// Seconds the whole run may take: then no more requests are sent and those in flight are
+    /// cut (counted as failed); the figures cover the completed ones.
+    #[arg(long, allow_negative_numbers = true, value_parser = bounded::<86_400>)]
+    pub time_limit: Option<usize>,
     /// Seconds the server started by --model may take to listen.
     #[arg(long, default_value_t = 900, allow_negative_numbers = true, value_parser = bounded::<86_400>)]
     pub server_timeout: usize,

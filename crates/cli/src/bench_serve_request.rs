@@ -7,13 +7,23 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Streams `body` to `/v1/completions` and times it; every failure is an outcome, not an error.
-pub async fn complete(addr: SocketAddr, body: Vec<u8>, asked: usize, sent: usize, timeout: Duration) -> Outcome {
+/// Streams `body` to `/v1/completions` and times it, cut after `timeout` or at `run_end`, whichever
+/// comes first; every failure is an outcome, not an error.
+pub async fn complete(
+    addr: SocketAddr,
+    body: Vec<u8>,
+    (asked, sent): (usize, usize),
+    timeout: Duration,
+    run_end: Option<Instant>,
+) -> Outcome {
     let mut o = Outcome { asked, prompt_tokens: sent, ..Outcome::default() };
     let start = Instant::now();
-    match tokio::time::timeout(timeout, stream(addr, &body, start, &mut o)).await {
+    let own_end = start + timeout;
+    let end = run_end.map_or(own_end, |r| r.min(own_end));
+    match tokio::time::timeout_at(end.into(), stream(addr, &body, start, &mut o)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => o.error = e,
+        Err(_) if end < own_end => o.error = "cut at --time-limit".into(),
         Err(_) => o.error = format!("no end within {} s", timeout.as_secs()),
     }
     o.ok = o.error.is_empty();

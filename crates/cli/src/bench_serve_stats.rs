@@ -102,6 +102,7 @@ pub fn table(s: &Value) -> String {
     let mut rows = vec![
         ("Successful requests".to_string(), int("completed")),
         ("Failed requests".to_string(), int("failed")),
+        ("Requests not sent (--time-limit)".to_string(), int("not_sent")),
         ("Outputs not of the asked length".to_string(), int("length_mismatches")),
         ("Maximum request concurrency".to_string(), int("max_concurrency")),
         ("Benchmark duration (s)".to_string(), num("duration")),

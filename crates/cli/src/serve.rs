@@ -12,7 +12,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend::Backend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter, state_bytes};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 use tf_server::auth::ApiKey;
@@ -91,6 +91,15 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
         + draft_model.as_ref().map_or(0, |d| d.decoder.kv_bytes_per_token(backend.kv_dtype()));
     let block_bytes = (per_token * block_size) as u64;
     let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
+    // Recurrent layers' state slots come out of the same budget, before the blocks.
+    let state = state_memory(
+        &model,
+        draft_model.as_ref(),
+        a,
+        usize::try_from(a.sched_limits(free_after.is_some()).max_num_seqs).unwrap_or(usize::MAX),
+    );
+    let state_note = if state > 0 { format!(", state slots {} first", mib(state)) } else { String::new() };
+    let kv_memory = kv_memory.saturating_sub(state);
     let num_blocks = usize::try_from(kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
     if num_blocks == 0 {
         return Err(refused(format!("{kv_source}: {kv_memory} bytes hold no KV block of {block_bytes} bytes")));
@@ -100,6 +109,14 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
     for warning in &chat.warnings {
         tracing::warn!("{warning}");
     }
+    let sched_limits = a.sched_limits(free_after.is_some());
+    let size = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+    let sched = SchedulerConfig {
+        max_num_seqs: size(sched_limits.max_num_seqs),
+        max_round_tokens: size(sched_limits.max_round_tokens),
+        prefill_chunk: size(sched_limits.prefill_chunk),
+        prefix_cache: a.prefix_cache_on(),
+    };
     let banner = [
         format!(
             "model {} ({}, {} layers) from {}",
@@ -110,18 +127,16 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
         ),
         format!("device {}, weights {}", backend.name(), mib(weight_bytes)),
         format!(
-            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source})",
+            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source}{state_note})",
             num_blocks * block_size,
             mib(num_blocks as u64 * block_bytes)
         ),
         chat.note,
+        format!(
+            "scheduling: {} sequences, {} tokens a round, prefill chunks of {} at most",
+            sched.max_num_seqs, sched.max_round_tokens, sched.prefill_chunk
+        ),
     ];
-    let sched = SchedulerConfig {
-        max_num_seqs: a.max_num_seqs as usize,
-        max_round_tokens: a.max_round_tokens as usize,
-        prefill_chunk: a.prefill_chunk as usize,
-        prefix_cache: a.prefix_cache_on(),
-    };
     let kind = match a.draft.strip_prefix("early-exit:").and_then(|n| n.parse().ok()) {
         Some(n) => DraftKind::EarlyExit(n),
         None if a.draft == "ngram" => DraftKind::Ngram,
@@ -131,7 +146,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };
     let cfg = EngineConfig { num_blocks, block_size, sched, draft, overlap: a.overlap };
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
-    let limits = limits(a, engine.max_seq_tokens);
+    let limits = limits(a, engine.max_seq_tokens, sched.max_num_seqs);
     let result = tf_server::run(engine.clone(), info, chat.template, limits, listener, |addr| {
         for line in &banner {
             tracing::info!("{line}");
@@ -158,6 +173,17 @@ fn kv_budget(explicit: Option<u64>, device_free: Option<u64>, share: f64) -> (u6
 }
 
 /// `n` bytes as MiB (GiB from 10 GiB up), one decimal.
+/// Bytes of the state pools the engine will allocate for `model` (and its draft model) with
+/// `max_num_seqs` sequences, drafting and the prefix cache as `a` asks (engine/state.rs).
+fn state_memory<B: Backend>(model: &Model<B>, draft: Option<&Model<B>>, a: &ServeArgs, max_num_seqs: usize) -> u64 {
+    let sched =
+        SchedulerConfig { max_num_seqs, max_round_tokens: 1, prefill_chunk: 1, prefix_cache: a.prefix_cache_on() };
+    let kind = if a.draft == "off" { DraftKind::Off } else { DraftKind::Ngram };
+    let draft_cfg = DraftConfig { kind, num_tokens: 1 };
+    let probe = EngineConfig { num_blocks: 0, block_size: 1, sched, draft: draft_cfg, overlap: false };
+    state_bytes(model, draft, &probe)
+}
+
 fn mib(n: u64) -> String {
     let mib = n as f64 / (1u64 << 20) as f64;
     match mib >= 10240.0 {
@@ -180,14 +206,14 @@ fn checkpoint_bytes(path: &Path) -> u64 {
         .sum()
 }
 
-fn limits(a: &ServeArgs, max_len: usize) -> Limits {
+fn limits(a: &ServeArgs, max_len: usize, max_num_seqs: usize) -> Limits {
     let size = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
     Limits {
         max_body_bytes: size(a.max_body_bytes),
         max_prompt_tokens: a.max_prompt_tokens.map_or(max_len, size),
         max_tokens_limit: a.max_tokens_limit.map_or(max_len, size),
         max_n: size(a.max_n),
-        max_num_seqs: size(a.max_num_seqs),
+        max_num_seqs,
         max_queue: size(a.max_queue),
         max_stop_strings: size(a.max_stop_strings),
         max_logprobs: size(a.max_logprobs),

@@ -121,6 +121,33 @@ fn failed_requests_are_counted_and_the_rest_reported() {
 }
 
 #[test]
+fn a_time_limit_stops_sending_and_cuts_what_is_in_flight() {
+    let server = Server::start(&[]);
+    let url = format!("http://{}", server.addr);
+    let t = std::time::Instant::now();
+    let r = bench_json(&[
+        "--url",
+        &url,
+        "--num-prompts",
+        "100000",
+        "--max-concurrency",
+        "2",
+        "--random-input-len",
+        "4",
+        "--random-output-len",
+        "200",
+        "--time-limit",
+        "1",
+    ]);
+    assert!(t.elapsed().as_secs_f64() < 30.0, "the run ended near its limit");
+    let (ok, failed, not_sent) =
+        (r["completed"].as_u64().unwrap(), r["failed"].as_u64().unwrap(), r["not_sent"].as_u64().unwrap());
+    assert!(not_sent > 0 && ok + failed + not_sent == 100000, "{ok} {failed} {not_sent}");
+    assert!(r["errors"].as_array().unwrap().iter().all(|e| e == "" || e == "cut at --time-limit"));
+    assert_eq!(r["length_mismatches"], 0, "completed requests have their whole length");
+}
+
+#[test]
 fn only_loopback_servers_are_benchmarked() {
     for url in ["http://10.1.2.3:8000", "http://example.com:80", "http://0.0.0.0:8000"] {
         let out = bench(&["--url", url, "--num-prompts", "1"]);

@@ -101,19 +101,20 @@ pub struct ServeArgs {
     pub block_size: u64,
     /// Sequences the engine runs at once.
     ///
-    /// Accepts: an integer >= 1.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_num_seqs: u64,
-    /// Tokens one engine round advances at most (all sequences together).
+    /// Accepts: an integer >= 1. Default: 256 on a GPU, 64 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_num_seqs: Option<u64>,
+    /// Tokens one engine round advances at most (all sequences together): decoding sequences
+    /// take one each (plus drafts), prefill chunks fill the rest.
     ///
-    /// Accepts: an integer >= 1.
-    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_round_tokens: u64,
+    /// Accepts: an integer >= 1. Default: 8192 on a GPU, 512 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_round_tokens: Option<u64>,
     /// Largest prefill chunk of one sequence in one round (results do not depend on it).
     ///
-    /// Accepts: an integer >= 1.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
-    pub prefill_chunk: u64,
+    /// Accepts: an integer >= 1. Default: 2048 on a GPU, 256 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub prefill_chunk: Option<u64>,
     /// Reuse cached KV blocks of earlier prompts with the same prefix.
     ///
     /// Accepts: true, false.
@@ -197,7 +198,34 @@ pub struct ServeArgs {
     pub api_key: Option<String>,
 }
 
+/// The scheduling limits in force: the switches given, else the device's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedLimits {
+    /// `--max-num-seqs`.
+    pub max_num_seqs: u64,
+    /// `--max-round-tokens`.
+    pub max_round_tokens: u64,
+    /// `--prefill-chunk`.
+    pub prefill_chunk: u64,
+}
+
+/// Defaults on a GPU: vLLM's for a large card (256 sequences, 8192 tokens a round), so prefill
+/// runs in large chunks beside up to 256 decoding streams.
+pub const GPU_SCHED: SchedLimits = SchedLimits { max_num_seqs: 256, max_round_tokens: 8192, prefill_chunk: 2048 };
+/// Defaults on the CPU, where a round of many tokens would stall every stream for long.
+pub const CPU_SCHED: SchedLimits = SchedLimits { max_num_seqs: 64, max_round_tokens: 512, prefill_chunk: 256 };
+
 impl ServeArgs {
+    /// The scheduling limits: the switches given, else `GPU_SCHED` (`gpu`) or `CPU_SCHED`.
+    pub fn sched_limits(&self, gpu: bool) -> SchedLimits {
+        let d = if gpu { GPU_SCHED } else { CPU_SCHED };
+        SchedLimits {
+            max_num_seqs: self.max_num_seqs.unwrap_or(d.max_num_seqs),
+            max_round_tokens: self.max_round_tokens.unwrap_or(d.max_round_tokens),
+            prefill_chunk: self.prefill_chunk.unwrap_or(d.prefill_chunk),
+        }
+    }
+
     /// Whether the prefix cache is on: `--prefix-cache true` and no later `--no-prefix-cache`.
     pub fn prefix_cache_on(&self) -> bool {
         self.prefix_cache && !self.no_prefix_cache
@@ -354,7 +382,7 @@ mod tests {
         let args = with_profile(parse(&["serve", "--profile", p, "--port", "0"]), &argv).unwrap();
         assert_eq!(args.model, Some(PathBuf::from("/m")));
         assert_eq!(args.port, 0, "command line wins");
-        assert_eq!(args.max_num_seqs, 3);
+        assert_eq!(args.max_num_seqs, Some(3));
         assert_eq!(args.kv_memory, Some(2 << 20));
         assert!(!args.prefix_cache);
     }
@@ -418,6 +446,18 @@ mod tests {
         std::fs::write(&path, "port = \"eighty\"").unwrap();
         let args = parse(&["serve", "--profile", path.to_str().unwrap()]);
         assert!(with_profile(args, &argv).is_err());
+    }
+
+    #[test]
+    fn scheduling_defaults_follow_the_device_and_a_switch_wins() {
+        let a = parse(&["serve"]);
+        assert_eq!(a.sched_limits(true), GPU_SCHED);
+        assert_eq!(a.sched_limits(false), CPU_SCHED);
+        assert_eq!((GPU_SCHED.max_num_seqs, GPU_SCHED.max_round_tokens), (256, 8192));
+        let b = parse(&["serve", "--max-num-seqs", "32", "--max-round-tokens", "1024"]);
+        let l = b.sched_limits(true);
+        assert_eq!((l.max_num_seqs, l.max_round_tokens, l.prefill_chunk), (32, 1024, GPU_SCHED.prefill_chunk));
+        assert_eq!(b.sched_limits(false).max_num_seqs, 32);
     }
 
     #[test]

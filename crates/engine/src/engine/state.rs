@@ -15,9 +15,14 @@ pub fn state_layout<B: Backend>(model: &Model<B>, cfg: &EngineConfig) -> Option<
         .then(|| StateLayout::new(cfg.sched.max_num_seqs, drafting, cfg.sched.prefix_cache))
 }
 
-/// Bytes of state pools an engine of `cfg` allocates for `model` (0 without state).
-pub fn state_bytes<B: Backend>(model: &Model<B>, cfg: &EngineConfig) -> u64 {
-    state_layout(model, cfg).map_or(0, |l| l.num_slots() as u64 * model.decoder.state_bytes_per_seq() as u64)
+/// Bytes of state pools an engine of `cfg` allocates for `model` and its `draft_model` (a live
+/// and a scratch slot per sequence); 0 without state. The KV cache's memory budget pays for them.
+pub fn state_bytes<B: Backend>(model: &Model<B>, draft_model: Option<&Model<B>>, cfg: &EngineConfig) -> u64 {
+    let target =
+        state_layout(model, cfg).map_or(0, |l| l.num_slots() as u64 * model.decoder.state_bytes_per_seq() as u64);
+    let draft =
+        draft_model.map_or(0, |d| 2 * cfg.sched.max_num_seqs.max(1) as u64 * d.decoder.state_bytes_per_seq() as u64);
+    target + draft
 }
 
 impl<B: Backend> Core<B> {
