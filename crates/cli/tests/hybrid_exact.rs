@@ -3,7 +3,7 @@
 //! others (crates/cuda/tests/engine.rs runs them on the GPU): concurrent == solo (prefills split
 //! at 5, 7 and 512 tokens, under preemption too), prefix-cache hits (from state snapshots) ==
 //! cold, a restored session == fresh after a restart, overlapped == waited, and drafted ==
-//! undrafted for n-gram and early-exit drafting, greedy and seeded.
+//! undrafted for n-gram, early-exit and draft-model drafting, greedy and seeded.
 
 use tf_cpu::CpuBackend;
 use tf_engine::engine::DraftKind;
@@ -79,5 +79,17 @@ fn hybrid_early_exit_drafted_equals_undrafted() {
 fn hybrid_self_drafting_accepts_all() {
     for family in HYBRIDS {
         check_self_drafting_accepts_all(&cpu, family);
+    }
+}
+
+/// A hybrid target with a transformer draft model, and a transformer target with a hybrid one.
+#[test]
+fn hybrid_draft_model_equals_undrafted() {
+    for family in HYBRIDS {
+        for (target, drafter) in [(*family, "qwen3"), ("qwen3", *family)] {
+            for seeded in [false, true] {
+                check_drafted_equals_undrafted(&cpu, target, DraftKind::Model, Some(drafter), seeded);
+            }
+        }
     }
 }

@@ -92,7 +92,8 @@ fn early_exit_drafting_equals_undrafted() {
 #[test]
 fn draft_model_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
-    for (family, drafter) in DRAFT_MODELS {
+    let hybrid_pairs = HYBRIDS.iter().flat_map(|&h| [(h, "qwen3"), ("qwen3", h)]);
+    for (family, drafter) in DRAFT_MODELS.into_iter().chain(hybrid_pairs) {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
         }
