@@ -5,6 +5,14 @@ qwen3_5: layers linear, full, linear (Gated DeltaNet, gated attention, Gated Del
 heads and 4 value heads of width 16 (value heads exceed key heads, so q and k are shared), conv
 kernel 4, attention with QK norm, a query gate and partial rotary (0.25 of head_dim 32), zero
 centred (1 + w) norms, dense MLP.
+
+qwen3_next: the same layers with Gated DeltaNet's projections fused per key head
+(`in_proj_qkvz`, `in_proj_ba`); layer 0 a dense MLP (`mlp_only_layers`), layers 1 and 2 eight
+softmax top-2 experts with a sigmoid-gated shared expert.
+
+qwen3_5_moe has no fixture: transformers reloads a `qwen3_5_moe_text` checkpoint's tokenizer as
+its own Qwen3_5Tokenizer (not the fixture's tokenizer.json as written), which the shared
+tokenizer check refuses; qwen3_next covers its experts and qwen3_5 its projections.
 """
 
 from __future__ import annotations
@@ -12,7 +20,14 @@ from __future__ import annotations
 import math
 
 import torch
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+import sys
+
+from transformers import (
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
+)
 
 VOCAB_SIZE = 512
 PAD, BOS, EOS = 0, 1, 2
@@ -52,13 +67,33 @@ def make_qwen3_5():
     return Qwen3_5ForCausalLM, cfg, torch.bfloat16
 
 
+MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+LAYERS = ["linear_attention", "full_attention", "linear_attention"]
+
+
+def make_qwen3_next():
+    cfg = Qwen3NextConfig(
+        **gdn_kwargs(),
+        **MOE,
+        num_hidden_layers=3,
+        tie_word_embeddings=False,
+        layer_types=LAYERS,
+        decoder_sparse_step=1,
+        mlp_only_layers=[0],
+        norm_topk_prob=True,
+    )
+    return Qwen3NextForCausalLM, cfg, torch.bfloat16
+
+
 FAMILIES = {
     "qwen3_5": (make_qwen3_5, 6000, False),
+    "qwen3_next": (make_qwen3_next, 6100, False),
 }
 
 WEIGHT_STD = {
     #            embed, lm_head, router, in-proj, out-proj
     "qwen3_5": (0.5, 0.25, 0.3, 0.15, 0.15),
+    "qwen3_next": (0.5, 0.25, 0.5, 0.15, 0.15),
 }
 
 # Norms that scale by (1 + w) (stored zero-centred); the gated norm inside Gated DeltaNet
@@ -88,7 +123,7 @@ def perturb_gdn(model: torch.nn.Module, family: str, seed: int) -> None:
                 v = e_std * r
             elif "lm_head" in name:
                 v = h_std * r
-            elif name.endswith("mlp.gate.weight"):
+            elif name.endswith("mlp.gate.weight") or name.endswith("shared_expert_gate.weight"):
                 v = r_std * r
             elif any(o in name for o in ("o_proj", "down_proj", "out_proj")):
                 v = out_std * r
@@ -98,3 +133,12 @@ def perturb_gdn(model: torch.nn.Module, family: str, seed: int) -> None:
 
 
 PERTURB = {f: perturb_gdn for f in FAMILIES}
+
+
+def router_margin_ok(model, prompts, greedys) -> bool:
+    """Every token's 2nd vs 3rd router logit gap at least make_fixtures' MIN_ROUTER_MARGIN."""
+    main = sys.modules["__main__"]
+    return main.min_router_margin(model, prompts, greedys) >= main.MIN_ROUTER_MARGIN
+
+
+ACCEPT = {"qwen3_next": router_margin_ok}

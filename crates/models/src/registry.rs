@@ -25,6 +25,10 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("lfm2", families::lfm2::spec),
     ("Qwen3_5ForCausalLM", families::qwen3_5::spec),
     ("qwen3_5_text", families::qwen3_5::spec),
+    ("Qwen3_5MoeForCausalLM", families::qwen3_5_moe::spec),
+    ("qwen3_5_moe_text", families::qwen3_5_moe::spec),
+    ("Qwen3NextForCausalLM", families::qwen3_next::spec),
+    ("qwen3_next", families::qwen3_next::spec),
 ];
 
 /// The spec for the architecture `config` names.

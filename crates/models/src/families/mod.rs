@@ -7,4 +7,6 @@ pub mod llama;
 pub mod nemotron_h;
 pub mod qwen3;
 pub mod qwen3_5;
+pub mod qwen3_5_moe;
 pub mod qwen3_moe;
+pub mod qwen3_next;
