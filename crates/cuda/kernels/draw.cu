@@ -128,6 +128,34 @@ __device__ __forceinline__ u32 sd_scan_u(u32 v, u32* s_u, u32* total) {
     return s_u[warp] + (inc - v);
 }
 
+// Sorts buf[0, count) (count <= SD_LIST) most likely first: larger (key << 32 | ~id), so larger
+// key, then lower id; bitonic over the next power of two, padded with zeros (below every pair).
+// Every thread must call it; buf's writes are ordered before it by the caller's barrier.
+__device__ __forceinline__ void sd_sort(unsigned long long* buf, u32 count) {
+    u32 size = 2u;
+    while (size < count) size <<= 1;
+    for (u32 i = count + threadIdx.x; i < size; i += blockDim.x) buf[i] = 0ull;
+    __syncthreads();
+    for (u32 kk = 2u; kk <= size; kk <<= 1) {
+        for (u32 j = kk >> 1; j > 0u; j >>= 1) {
+            for (u32 i = threadIdx.x; i < size; i += blockDim.x) {
+                const u32 ixj = i ^ j;
+                if (ixj > i) {
+                    const unsigned long long x = buf[i], y = buf[ixj];
+                    const bool desc = (i & kk) == 0u;
+                    if (desc ? x < y : x > y) buf[i] = y, buf[ixj] = x;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// A region entry: the rank key above, the id's complement below (sd_sort's order).
+__device__ __forceinline__ unsigned long long sd_entry(float s, u32 id) {
+    return ((unsigned long long)sample_rank_key(s) << 32) | (u32)~id;
+}
+
 // Race score of scaled value `s` whose Philox word is `bits` (sample.cu sample_race's steps).
 __device__ __forceinline__ float sd_score(float s, u32 bits) {
     const float u = __fmul_rn(__fadd_rn(__uint2float_rn(bits >> 9), 0.5f), 1.0f / 8388608.0f);
@@ -209,8 +237,84 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
         k.floor = __uint_as_float(q[13]);
         k.kth = 0u, k.tie_lim = 0xffffffffu, k.pkey = 0u, k.pid = 0u;
         bool host = false;
+        // Top-k's and top-p's histograms: SD_BUCKETS buckets over the distance below the maximum,
+        // spanning the window, or the row's whole spread below its maximum when that is narrower
+        // (a flat row's ids would crowd a few buckets of the window). A larger value never lands
+        // in a later bucket.
+        const float window = __uint_as_float(q[3]);
+        const float spread = __fsub_rn(smax, sample_scaled(q, -neg_min));
+        const float span = spread > 0.0f && spread < window ? spread : window;
+        const float scale = __fdiv_rn((float)SD_BUCKETS, span);
+        auto bucket = [&](float s) {
+            const float d = __fsub_rn(smax, s);
+            return min(SD_BUCKETS - 1, (int)__fmul_rn(d, scale));
+        };
         const u32 top_k = q[7];
+        bool radix = false;
         if (top_k > 0u) {
+            // The window's counts by bucket find the bucket holding the top_k-th id (ties to the
+            // lower id: sd_sort's order); that bucket's ids, sorted, name it exactly.
+            u32* hc = (u32*)s_buf;
+            __syncthreads();  // earlier reads of s_buf and s_k are done
+            for (int i = tid; i < SD_BUCKETS; i += blockDim.x) hc[i] = 0u;
+            __syncthreads();
+            sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float s = sample_scaled(q, v[j]);
+                    if (s >= k.thr) atomicAdd(&hc[bucket(s)], 1u);
+                }
+            });
+            __syncthreads();
+            if (warp == 0) {
+                const int per = SD_BUCKETS / 32, b0 = lane * per;
+                u32 sum = 0u;
+                for (int b = b0; b < b0 + per; ++b) sum += hc[b];
+                u32 inc = sum;
+#pragma unroll
+                for (int off = 1; off < 32; off <<= 1) {
+                    const u32 t = __shfl_up_sync(0xffffffffu, inc, off);
+                    if (lane >= off) inc += t;
+                }
+                u32 cum = inc - sum, found = SD_BUCKETS, before = 0u;
+                for (int b = b0; b < b0 + per; ++b) {
+                    if (cum + hc[b] >= top_k) {
+                        found = (u32)b, before = cum;
+                        break;
+                    }
+                    cum += hc[b];
+                }
+                const u32 total = __reduce_add_sync(0xffffffffu, sum);
+                const u32 first = __reduce_min_sync(0xffffffffu, found);
+                if (found == first && found < SD_BUCKETS) s_k[5] = found, s_k[6] = before, s_k[7] = hc[found];
+                if (lane == 0) s_k[3] = total;
+            }
+            __syncthreads();
+            const u32 total = s_k[3];
+            if (total > top_k) {
+                const u32 kb = s_k[5], before = s_k[6], count = s_k[7];
+                if (count > SD_LIST) {
+                    radix = true;  // a tie too wide to sort here
+                } else {
+                    __syncthreads();  // the histogram is read; the bucket's ids take its place
+                    if (tid == 0) s_k[0] = 0u;
+                    __syncthreads();
+                    sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            const float s = sample_scaled(q, v[j]);
+                            if (s >= k.thr && (u32)bucket(s) == kb) s_buf[atomicAdd(&s_k[0], 1u)] = sd_entry(s, (u32)(c + j));
+                        }
+                    });
+                    __syncthreads();
+                    sd_sort(s_buf, count);
+                    const unsigned long long e = s_buf[top_k - before - 1u];
+                    k.kth = (u32)(e >> 32);
+                    k.tie_lim = ~(u32)e + 1u;
+                }
+            }
+        }
+        if (radix) {
             // Radix selection of the top_k-th largest window key, 8 bits a pass from the top.
             u32* hist = (u32*)s_buf;
             u32 prefix = 0u, pmask = 0u, left = top_k, ties = 0u;
@@ -285,22 +389,12 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
             // histogram of weights (f32, only to find the boundary) over the distance below max.
             float* hm = (float*)s_buf;
             u32* hc = (u32*)s_buf + SD_BUCKETS;
-            // The buckets span the window, or the row's whole spread below its maximum when that
-            // is narrower (a flat row's ids would crowd a few buckets of the window).
-            const float window = __uint_as_float(q[3]);
-            const float spread = __fsub_rn(smax, sample_scaled(q, -neg_min));
-            const float span = spread > 0.0f && spread < window ? spread : window;
-            const float scale = __fdiv_rn((float)SD_BUCKETS, span);
             __syncthreads();  // earlier reads of s_buf are done
             for (int i = tid; i < SD_BUCKETS; i += blockDim.x) hm[i] = 0.0f, hc[i] = 0u;
             __syncthreads();
             SdCut pool = k;
             pool.min_p = false;  // min-p comes after top-p
             double mine = 0.0;
-            auto bucket = [&](float s) {
-                const float d = __fsub_rn(smax, s);
-                return min(SD_BUCKETS - 1, (int)__fmul_rn(d, scale));
-            };
             sd_each(row, mask, mwords, cols, [&](int c, const float(&v)[4]) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
@@ -373,30 +467,13 @@ extern "C" __global__ void __launch_bounds__(SD_THREADS) sample_draw(const float
                         } else if (b <= bb) {
                             const u32 at = atomicAdd(&s_k[0], 1u);
                             if (at < SD_LIST)
-                                s_buf[at] = ((unsigned long long)sample_rank_key(s) << 32) | (u32)~(u32)(c + j);
+                                s_buf[at] = sd_entry(s, (u32)(c + j));
                         }
                     }
                 });
                 double p_above;
                 sd_scan_d(above, s_d, &p_above);  // its barriers also order the region's writes
-                u32 size = 2u;
-                while (size < count) size <<= 1;
-                for (u32 i = count + tid; i < size; i += blockDim.x) s_buf[i] = 0ull;
-                __syncthreads();
-                // Bitonic sort, most likely first (larger key, then lower id).
-                for (u32 kk = 2u; kk <= size; kk <<= 1) {
-                    for (u32 j = kk >> 1; j > 0u; j >>= 1) {
-                        for (u32 i = tid; i < size; i += blockDim.x) {
-                            const u32 ixj = i ^ j;
-                            if (ixj > i) {
-                                const unsigned long long a = s_buf[i], b = s_buf[ixj];
-                                const bool desc = (i & kk) == 0u;
-                                if (desc ? a < b : a > b) s_buf[i] = b, s_buf[ixj] = a;
-                            }
-                        }
-                        __syncthreads();
-                    }
-                }
+                sd_sort(s_buf, count);
                 // Prefix masses in that order: four a thread, then the first to reach the band.
                 double w4[4], part = 0.0;
 #pragma unroll
