@@ -195,7 +195,8 @@ fn moe(c: &RawConfig, sparse_layers: Vec<bool>) -> Result<MoeSpec, ModelError> {
 
 /// Options this family does not run, refused by name.
 fn refuse(c: &RawConfig) -> Result<(), ModelError> {
-    for key in ["attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias", "residual_in_fp32"] {
+    // (`residual_in_fp32` needs nothing: the residual stream is f32 here either way.)
+    for key in ["attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"] {
         if c.flag(key, false)? {
             return Err(c.error(format!("{key} is not supported")));
         }
@@ -207,4 +208,48 @@ fn refuse(c: &RawConfig) -> Result<(), ModelError> {
         return Err(c.error("num_nextn_predict_layers (MTP layers) is not supported"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn config(extra: &str) -> RawConfig {
+        let text = format!(
+            r#"{{"architectures": ["NemotronHForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+            "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "moe_shared_expert_intermediate_size": 48, {extra}}}"#
+        );
+        RawConfig::parse(Path::new("config.json"), &text).expect("valid json")
+    }
+
+    #[test]
+    fn the_older_pattern_string_names_each_layer() {
+        let c = config(r#""hybrid_override_pattern": "M-*E", "num_hidden_layers": 4"#);
+        let s = spec(&c, "NemotronHForCausalLM").expect("a valid config");
+        let k = [LayerKind::Mamba2, LayerKind::ChannelOnly, LayerKind::Full, LayerKind::ChannelOnly];
+        assert_eq!(s.layer_kinds, k);
+        assert_eq!(s.moe.as_ref().map(|m| m.sparse_layers.clone()), Some(vec![false, false, false, true]));
+        assert!(!s.attn_rope && s.one_part_layers && !s.mlp_gated);
+        let m = s.mamba.expect("mamba settings");
+        assert_eq!((m.inner(), m.conv_dim(), m.conv_kernel, m.dt_min), (64, 128, 4, 0.001));
+    }
+
+    #[test]
+    fn unknown_layers_a_wrong_count_and_unsupported_options_are_refused() {
+        let err = |extra: &str| spec(&config(extra), "NemotronHForCausalLM").err().map(|e| e.to_string());
+        assert!(err(r#""hybrid_override_pattern": "M*X""#).is_some_and(|e| e.contains("'X'")));
+        let e = err(r#""hybrid_override_pattern": "M*", "num_hidden_layers": 3"#);
+        assert!(e.is_some_and(|e| e.contains("num_hidden_layers 3")));
+        assert!(err(r#""layers_block_type": ["mamba"], "use_bias": true"#).is_some_and(|e| e.contains("use_bias")));
+        assert!(
+            err(r#""layers_block_type": ["mamba"], "mamba_hidden_act": "gelu""#).is_some_and(|e| e.contains("gelu"))
+        );
+        assert!(
+            err(r#""layers_block_type": ["mamba"], "num_nextn_predict_layers": 1"#).is_some_and(|e| e.contains("MTP"))
+        );
+    }
 }
