@@ -102,7 +102,10 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
     let kv_memory = kv_memory.saturating_sub(state);
     let num_blocks = usize::try_from(kv_memory / block_bytes.max(1)).unwrap_or(usize::MAX);
     if num_blocks == 0 {
-        return Err(refused(format!("{kv_source}: {kv_memory} bytes hold no KV block of {block_bytes} bytes")));
+        return Err(refused(format!(
+            "{kv_source}: {kv_memory} bytes hold no KV block of {block_bytes} bytes{}",
+            if state > 0 { " after the state slots (fewer --max-num-seqs need fewer)" } else { "" }
+        )));
     }
     let mut info = model_info(&model, a, dir);
     let chat = crate::chat_template::serve_template(a.chat_template.as_deref(), &mut model, &mut info)?;

@@ -77,3 +77,16 @@ fn a_hybrid_session_survives_a_restart_and_one_that_does_not_fit_is_refused() {
     assert_eq!(completion(&restarted, &longer), want);
     assert!(restarted.metric("tensorfold_prefix_cache_hit_tokens_total") >= 32.0, "the restored state was used");
 }
+
+/// A KV budget that the state slots alone fill is refused at start, saying so.
+#[test]
+fn a_budget_the_state_slots_fill_is_refused_at_start() {
+    let dir = lfm2_dir();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["serve", "--model", dir.path().to_str().unwrap(), "--port", "0", "--kv-memory", "64KiB"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("after the state slots"), "{err}");
+}
