@@ -31,6 +31,8 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
     spec.qk_norm = true;
     spec.norm_one_plus = true;
     spec.attn_output_gate = true;
+    // The multi-token-prediction head (`mtp.*`) is not a drafter yet: left unread, as transformers does.
+    spec.unread_prefixes = vec!["mtp.".to_string()];
     let gdn = GdnSpec {
         num_k_heads: c.opt_dim("linear_num_key_heads")?.unwrap_or(16),
         num_v_heads: c.opt_dim("linear_num_value_heads")?.unwrap_or(32),
