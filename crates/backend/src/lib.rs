@@ -115,6 +115,12 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
     /// Takes a 2-D weight `[out, in]`.
     fn mat(&self, t: &TensorView) -> Result<Self::Mat, BackendError>;
+    /// Takes a 2-D weight that its matmuls read in f32 with f32 activations (an MoE router:
+    /// transformers routes in f32, and an expert choice must not turn on rounding); the default
+    /// is [`Backend::mat`], whose matmuls are f32 on the host backends.
+    fn mat_f32(&self, t: &TensorView) -> Result<Self::Mat, BackendError> {
+        self.mat(t)
+    }
     /// Takes a weight vector.
     fn vec(&self, v: &[f32]) -> Self::Vec;
     /// Allocates one layer's KV pool.

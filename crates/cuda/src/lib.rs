@@ -184,6 +184,10 @@ impl Backend for CudaBackend {
         ops::mat(&self.ctx, t)
     }
 
+    fn mat_f32(&self, t: &TensorView) -> Result<CudaMat, BackendError> {
+        ops::mat_f32(&self.ctx, t)
+    }
+
     fn vec(&self, v: &[f32]) -> CudaVec {
         CudaVec { data: self.ctx.dev.upload(v), len: v.len() }
     }

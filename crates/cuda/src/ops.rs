@@ -42,6 +42,18 @@ pub(crate) fn mat(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {
     }
 }
 
+/// A weight as f32 (`CudaMat::Plain`: the f32 GEMM, one FMA chain per output over f32
+/// activations), whatever its stored type: an MoE router, whose choices must not turn on bf16
+/// rounding.
+pub(crate) fn mat_f32(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {
+    let [rows, cols] = t.shape[..] else {
+        return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
+    };
+    let values = t.to_f32();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(CudaMat::Plain { w: b.dev.upload(&bytes), f16: false, rows, cols })
+}
+
 /// A padded bf16 weight `[rows, cols]` with the tensor maps its matmuls read it through (Hopper).
 fn bf16_mat(b: &Ctx, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
     let d = &b.dev;

@@ -105,6 +105,11 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.backend.mat(&self.view(name, &[rows, cols])?)?)
     }
 
+    /// A weight matrix `[rows, cols]` its matmuls read in f32 ([`Backend::mat_f32`]: a router).
+    pub fn mat_f32(&self, name: &str, rows: usize, cols: usize) -> Result<B::Mat, ModelError> {
+        Ok(self.backend.mat_f32(&self.view(name, &[rows, cols])?)?)
+    }
+
     /// The gate and up weights (`[rows, cols]` each), packed into one where the backend packs.
     pub fn gate_up(&self, gate: &str, up: &str, rows: usize, cols: usize) -> Result<GateUp<B::Mat>, ModelError> {
         let (g, u) = (self.view(gate, &[rows, cols])?, self.view(up, &[rows, cols])?);

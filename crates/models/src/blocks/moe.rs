@@ -39,7 +39,8 @@ impl<B: Backend> Moe<B> {
         let width = m.latent_size.unwrap_or(hidden);
         let [g, u, d] = m.expert_names;
         // The router first: a config whose expert count disagrees is refused naming it.
-        let router = ld.mat(&format!("{module}{}.weight", m.router), ne, hidden)?;
+        // In f32 on every backend, as transformers routes.
+        let router = ld.mat_f32(&format!("{module}{}.weight", m.router), ne, hidden)?;
         let mut experts = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None };
         if let Some(bias) = m.choice_bias {
             experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
