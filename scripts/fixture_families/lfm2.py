@@ -5,12 +5,20 @@ lfm2: layers conv, full, conv; double-gated short conv with conv_L_cache 3, atte
 norm (4 query heads, 2 KV heads of 16), SwiGLU MLP sized by the block_auto_adjust_ff_dim rule
 (intermediate_size 128 -> int(2 * 128 / 3) = 85 -> rounded up to a multiple of 32 = 96), tied
 embeddings, `embedding_norm` as the final norm.
+
+lfm3: layers conv, sliding, conv, full (window 4); conv_L_cache 4; attention with q_norm /
+k_norm and the per-head sigmoid gate g_proj; sandwich norms; the full layers' proportional rope
+(partial_rotary_factor 0.5 of head_dim 16), the sliding layers' default rope; MLP of width 96.
+
+lfm2_moe: layers conv, full, conv, conv; layer 0 a dense MLP of intermediate_size 96 (no
+adjusting rule), layers 1-3 eight experts of 32, two chosen per token by sigmoid scores plus a
+random expert_bias (choice only), renormalised, routed_scaling_factor 1.5.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import Lfm2Config, Lfm2ForCausalLM
+from transformers import Lfm2Config, Lfm2ForCausalLM, Lfm2MoeConfig, Lfm2MoeForCausalLM, Lfm3Config, Lfm3ForCausalLM
 
 VOCAB_SIZE = 512
 PAD, BOS, EOS = 0, 1, 2
@@ -47,14 +55,61 @@ def make_lfm2():
     return Lfm2ForCausalLM, cfg, torch.bfloat16
 
 
+def make_lfm3():
+    kw = lfm2_kwargs()
+    kw["intermediate_size"] = 96
+    kw["rope_parameters"] = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+    }
+    cfg = Lfm3Config(
+        **kw,
+        head_dim=16,
+        num_hidden_layers=4,
+        layer_types=["conv", "sliding_attention", "conv", "full_attention"],
+        sliding_window=4,
+        conv_L_cache=4,
+        conv_bias=False,
+        use_sandwich_norm=True,
+        use_attention_gate=True,
+        tie_word_embeddings=True,
+    )
+    return Lfm3ForCausalLM, cfg, torch.bfloat16
+
+
+def make_lfm2_moe():
+    kw = lfm2_kwargs()
+    kw["intermediate_size"] = 96
+    cfg = Lfm2MoeConfig(
+        **kw,
+        num_hidden_layers=4,
+        layer_types=["conv", "full_attention", "conv", "conv"],
+        conv_L_cache=3,
+        conv_bias=False,
+        num_dense_layers=1,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        use_expert_bias=True,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        tie_word_embeddings=True,
+    )
+    return Lfm2MoeForCausalLM, cfg, torch.bfloat16
+
+
 FAMILIES = {
     # family: (builder, seed, tokenizer adds BOS)
+    "lfm2_moe": (make_lfm2_moe, 7200, True),
     "lfm2": (make_lfm2, 7000, True),
+    "lfm3": (make_lfm3, 7100, True),
 }
 
 WEIGHT_STD = {
     #          embed, lm_head, router, in-proj, out-proj
     "lfm2": (0.5, None, 0.3, 0.25, 0.3),
+    "lfm3": (0.5, None, 0.3, 0.25, 0.3),
+    "lfm2_moe": (0.5, None, 0.5, 0.25, 0.3),
 }
 
 
@@ -78,11 +133,33 @@ def perturb_lfm2(model: torch.nn.Module, family: str, seed: int) -> None:
                 v = 0.1 * r
             elif name.endswith("feed_forward.gate.weight"):  # MoE router
                 v = r_std * r
-            elif "out_proj" in name or name.endswith("w2.weight"):
+            elif "out_proj" in name or "o_proj" in name or name.endswith("w2.weight"):
                 v = out_std * r
             else:
                 v = in_std * r
             p.copy_(v.to(p.dtype))
+        for name, buf in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("expert_bias"):  # LFM2-MoE's choice bias, zeros at init
+                buf.copy_((0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32)).to(buf.dtype))
 
 
-PERTURB = {"lfm2": perturb_lfm2}
+PERTURB = {"lfm2": perturb_lfm2, "lfm3": perturb_lfm2, "lfm2_moe": perturb_lfm2}
+
+# transformers loads LFM3's `self_attn.gate_proj` (its checkpoint name) as `self_attn.g_proj`.
+# LFM2-MoE saves each expert's w1 / w3 / w2, which make_fixtures.py's check knows as gate_proj /
+# up_proj / down_proj of the fused experts.
+EXPERT_NAMES = {".w1.weight": ".gate_proj.weight", ".w3.weight": ".up_proj.weight", ".w2.weight": ".down_proj.weight"}
+
+
+def lfm2_moe_loaded_name(k: str) -> str:
+    if ".experts." in k:
+        for saved, loaded in EXPERT_NAMES.items():
+            if k.endswith(saved):
+                return k[: -len(saved)] + loaded
+    return k
+
+
+LOADED_NAME = {
+    "lfm3": lambda k: k.replace(".self_attn.gate_proj.", ".self_attn.g_proj."),
+    "lfm2_moe": lfm2_moe_loaded_name,
+}

@@ -193,6 +193,9 @@ pub struct ModelSpec {
     /// Attention's output times `sigmoid` of a gate projection as wide as the queries, which the
     /// checkpoint's `q_proj` interleaves per head (Qwen3-Next, Qwen3.5).
     pub attn_output_gate: bool,
+    /// Attention's output times `sigmoid` of a per-head gate `g_proj` `[heads, hidden]` of the
+    /// layer's input, each head's value over its whole width (LFM3's `use_attention_gate`).
+    pub attn_head_gate: bool,
     /// q, k and v projections carry biases (`attention_bias`; GLM-4.5), added before QK norm.
     pub attention_bias: bool,
     /// Name prefixes of checkpoint tensors this model knowingly leaves unread (GLM-4.5's MTP
@@ -408,6 +411,7 @@ impl Common {
             conv: None,
             gdn: None,
             attn_output_gate: false,
+            attn_head_gate: false,
             mamba: None,
             attn_rope: true,
             one_part_layers: false,

@@ -34,7 +34,7 @@ pub const FAMILIES: [&str; 5] = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
 /// they run them.
-pub const HYBRIDS: &[&str] = &["lfm2", "nemotron_h", "nemotron_h_moe", "qwen3_5", "qwen3_next"];
+pub const HYBRIDS: &[&str] = &["lfm2", "lfm3", "lfm2_moe", "nemotron_h", "nemotron_h_moe", "qwen3_5", "qwen3_next"];
 
 /// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
 pub fn all_families() -> impl Iterator<Item = &'static str> {

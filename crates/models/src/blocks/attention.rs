@@ -54,6 +54,15 @@ impl<B: Backend> Attention<B> {
             let rows = |off: usize| -> Vec<usize> { (0..s.num_heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect() };
             let n = 2 * s.num_heads * d;
             (ld.mat_rows(&name, n, hidden, &rows(0))?, Some(ld.mat_rows(&name, n, hidden, &rows(d))?))
+        } else if s.attn_head_gate {
+            // One gate row per head, repeated over the head's width: the gate's matmul makes each
+            // head's value once per output column (the same value), so `mul_sigmoid` applies it.
+            let rows: Vec<usize> = (0..s.num_heads).flat_map(|h| std::iter::repeat_n(h, d)).collect();
+            // Checkpoints name it `gate_proj` (transformers loads it as `g_proj`).
+            let name = ["gate_proj", "g_proj"].map(|n| format!("{p}{m}.{n}.weight"));
+            let name = if ld.has(&name[0]) || !ld.has(&name[1]) { &name[0] } else { &name[1] };
+            let g = ld.mat_rows(name, s.num_heads, hidden, &rows)?;
+            (proj("q_proj", s.num_heads * d, hidden)?, Some(g))
         } else {
             (proj("q_proj", s.num_heads * d, hidden)?, None)
         };

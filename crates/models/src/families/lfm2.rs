@@ -25,12 +25,20 @@ pub fn names() -> Names {
 
 /// The spec of an LFM2 checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
+    spec_with(c, arch, true)
+}
+
+/// The spec of an LFM2-style checkpoint, its MLP width through the `block_auto_adjust_ff_dim`
+/// rule where `adjust_ff` (LFM2 dense; LFM2-MoE's dense layers take `intermediate_size` as is).
+pub(crate) fn spec_with(c: &RawConfig, arch: &str, adjust_ff: bool) -> Result<ModelSpec, ModelError> {
     let common = read_common(c)?;
     let rope = common.rope(c, "full_attention", 1_000_000.0)?;
     let layer_kinds = layer_kinds(c, &common)?;
     let mut spec = common.spec(c, arch, rope, Activation::Silu)?;
     spec.layer_kinds = layer_kinds;
-    spec.intermediate_size = ff_dim(c, spec.intermediate_size)?;
+    if adjust_ff {
+        spec.intermediate_size = ff_dim(c, spec.intermediate_size)?;
+    }
     spec.tie_word_embeddings = c.flag("tie_word_embeddings", c.flag("tie_embedding", true)?)?;
     spec.qk_norm = true;
     spec.names = names();
@@ -59,7 +67,12 @@ pub(crate) fn read_common(c: &RawConfig) -> Result<Common, ModelError> {
 
 /// The short conv settings: `conv_L_cache` taps (at least 1) and `conv_bias`.
 pub(crate) fn conv(c: &RawConfig) -> Result<ConvSpec, ModelError> {
-    let kernel = c.opt_dim("conv_L_cache")?.unwrap_or(3);
+    conv_with_default(c, 3)
+}
+
+/// [`conv`] where the family's default kernel is `default_kernel`.
+pub(crate) fn conv_with_default(c: &RawConfig, default_kernel: usize) -> Result<ConvSpec, ModelError> {
+    let kernel = c.opt_dim("conv_L_cache")?.unwrap_or(default_kernel);
     if kernel > 64 {
         return Err(c.error(format!("conv_L_cache {kernel} is larger than the 64 supported")));
     }

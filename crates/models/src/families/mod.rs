@@ -3,6 +3,8 @@
 pub mod gemma3;
 pub mod glm4_moe;
 pub mod lfm2;
+pub mod lfm2_moe;
+pub mod lfm3;
 pub mod llama;
 pub mod nemotron_h;
 pub mod qwen3;
