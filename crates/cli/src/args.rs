@@ -31,6 +31,8 @@ pub enum Command {
     BenchPrefix(BenchPrefixArgs),
     /// Measure a server under load: streamed requests at a concurrency or rate; tok/s, TTFT, TPOT, ITL.
     BenchServe(crate::bench_serve_args::BenchServeArgs),
+    /// Measure structured output: compile and per-token mask cost, decode tok/s with a JSON schema on and off.
+    BenchStructured(crate::bench_structured::BenchStructuredArgs),
     /// Inspect saved session files.
     Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.
@@ -185,7 +187,7 @@ pub struct InspectArgs {
 /// `synth`.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m, tiny.
+    /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m, tiny.
     #[arg(long)]
     pub like: String,
     /// Output directory.

@@ -13,6 +13,7 @@ mod bench_serve_request;
 mod bench_serve_spawn;
 mod bench_serve_stats;
 mod bench_serve_workload;
+mod bench_structured;
 mod chat_template;
 mod check;
 mod conn_limits;
@@ -40,6 +41,7 @@ fn main() {
         args::Command::BenchDraft(a) => bench_draft::run(&a),
         args::Command::BenchPrefix(a) => bench_prefix::run(&a),
         args::Command::BenchServe(a) => bench_serve::run(&a),
+        args::Command::BenchStructured(a) => bench_structured::run(&a),
         args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
     };

@@ -8,12 +8,20 @@ use crate::state::AppState;
 use std::sync::Arc;
 use tf_engine::constraint::{Constraint, Mask};
 use tf_grammar::{Compiled, GrammarError, Grammars, SeqMatcher, Spec};
+use tf_tokenize::Tokenizer;
 
 /// The engine's view of one sequence's grammar.
 pub struct GrammarConstraint {
     m: SeqMatcher,
     width: usize,
     eos: u32,
+}
+
+impl GrammarConstraint {
+    /// A sequence's constraint from its matcher, over `width` ids, `eos` ending it.
+    pub fn new(m: SeqMatcher, width: usize, eos: u32) -> GrammarConstraint {
+        GrammarConstraint { m, width, eos }
+    }
 }
 
 impl Constraint for GrammarConstraint {
@@ -80,13 +88,19 @@ fn clip(m: &str) -> String {
 /// tokenizer.
 pub(crate) fn build(st: &AppState) -> Result<(Arc<Grammars>, u32), String> {
     let tok = st.model.tokenizer.as_ref().ok_or("this model has no tokenizer, so no constraint can be compiled")?;
+    compiler(tok, st.model.vocab.rows(), &st.model.eos_ids)
+}
+
+/// The grammar compiler over `tok`'s vocabulary (`rows` ids wide) and the id that ends a
+/// constrained output (the tokenizer's EOS, else the first of `eos_ids`).
+pub fn compiler(tok: &Tokenizer, rows: usize, eos_ids: &[u32]) -> Result<(Arc<Grammars>, u32), String> {
     let eos = tok
         .eos_id()
-        .or_else(|| st.model.eos_ids.first().copied())
+        .or_else(|| eos_ids.first().copied())
         .ok_or("this model has no end-of-sequence token, so a constrained output could not end")?;
     let json = tok.to_json().ok_or("the tokenizer could not be read")?;
     let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
-    let bytes = tf_grammar::token_bytes(&value, st.model.vocab.rows()).map_err(|e| e.to_string())?;
+    let bytes = tf_grammar::token_bytes(&value, rows).map_err(|e| e.to_string())?;
     let g = Grammars::new(&bytes, eos, tf_grammar::Limits::default()).map_err(|e| e.to_string())?;
     Ok((Arc::new(g), eos))
 }

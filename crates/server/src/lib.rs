@@ -9,7 +9,7 @@ mod body;
 mod chat_ids;
 mod conn;
 mod conn_watch;
-mod constraint;
+pub mod constraint;
 pub mod error;
 mod fields;
 mod generation;
