@@ -350,3 +350,46 @@ fn s9_body_cap_malformed_json_and_content_type() {
     s.post("/v1/completions", &completion(json!({"model": "other"}))).assert_error(404, Some("model"));
     assert_eq!(s.normal(), base);
 }
+
+#[test]
+fn bad_constraints_and_tool_choices_are_refused_naming_them_and_a_good_one_is_obeyed() {
+    let s = Server::start(&[]);
+    let base = s.normal();
+    let schema = |v: Value| json!({"type": "json_schema", "json_schema": {"name": "x", "schema": v}});
+    let mut deep = json!({"type": "string"});
+    for _ in 0..40 {
+        deep = json!({"type": "array", "items": deep});
+    }
+    let cases = vec![
+        (completion(json!({"guided_regex": "(unclosed"})), "guided_regex"),
+        (completion(json!({"guided_grammar": "start: nope"})), "guided_grammar"),
+        (completion(json!({"guided_json": "{not json"})), "guided_json"),
+        (
+            completion(json!({"response_format": schema(json!({"type": "bogus"}))})),
+            "response_format.json_schema.schema",
+        ),
+        (completion(json!({"response_format": schema(deep)})), "response_format.json_schema.schema"),
+        (completion(json!({"guided_regex": "x".repeat(70_000)})), "guided_regex"),
+        (completion(json!({"guided_regex": "a", "guided_choice": ["b"]})), "guided_choice"),
+        (completion(json!({"structured_outputs": {"regex": "a", "choice": ["b"]}})), "structured_outputs"),
+    ];
+    refuse_all(&s, "/v1/completions", &cases, &base);
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    let cases = vec![
+        (
+            chat(json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "g"}}})),
+            "tool_choice.function.name",
+        ),
+        (chat(json!({"tool_choice": "required"})), "tool_choice"),
+        (chat(json!({"tools": tools, "tool_choice": "required", "guided_regex": "a"})), "tool_choice"),
+        (chat(json!({"tools": [{"type": "function"}]})), "tools[0].function"),
+    ];
+    refuse_all(&s, "/v1/chat/completions", &cases, &base);
+    for seed in 0..4 {
+        let body = completion(json!({"guided_choice": ["left", "right"], "seed": seed, "max_tokens": 10}));
+        let r = s.post("/v1/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.json()["choices"][0]["text"].as_str().unwrap().to_string();
+        assert!(text == "left" || text == "right", "{text:?}");
+    }
+}
