@@ -38,8 +38,11 @@ impl Cost {
             match &s.moe {
                 Some(m) if m.sparse_layers.get(i).copied().unwrap_or(false) => {
                     layer_params += m.num_experts as f64 * h;
+                    // Shared experts: one MLP every token reads (two matrices without a gate).
+                    let per = if m.gated { 3.0 } else { 2.0 };
+                    layer_params += m.shared.as_ref().map_or(0.0, |sh| per * h * sh.intermediate_size as f64);
                     moe_layers += 1.0;
-                    expert_params = 3.0 * h * m.moe_intermediate_size as f64;
+                    expert_params = if m.gated { 3.0 } else { 2.0 } * h * m.moe_intermediate_size as f64;
                     experts = (m.num_experts as f64, m.top_k as f64);
                 }
                 _ => layer_params += dense_mlp,
@@ -117,5 +120,19 @@ mod tests {
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 8.0 * expert);
         // More rows read what the routing chose: no count.
         assert_eq!((c.round_params(2), c.round_params(64)), (None, None));
+    }
+
+    #[test]
+    fn shared_experts_and_the_dense_layer_count_for_every_token() {
+        let s = spec("glm4.5-air");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        // 45 MoE layers (layer 0 is dense), 8 of 128 experts a token; the shared expert is read
+        // by every token, so it is in layer_params.
+        let expert = 3.0 * 4096.0 * 1408.0;
+        assert_eq!(c.token_params(), c.layer_params + 45.0 * 8.0 * expert);
+        let attn = 4096.0 * (96.0 * 128.0 + 2.0 * 8.0 * 128.0) + 96.0 * 128.0 * 4096.0;
+        let dense = 3.0 * 4096.0 * 10944.0;
+        assert_eq!(c.layer_params, 46.0 * attn + dense + 45.0 * (128.0 * 4096.0 + expert));
     }
 }

@@ -38,6 +38,16 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             c["decoder_sparse_step"] = json!(1);
             c
         }
+        // GLM-4.5-Air: 128 sigmoid-routed experts (8 a token) and one shared, layer 0 dense,
+        // q/k/v biases, rope over half of each head (its MTP layer is not written).
+        "glm4.5-air" => json!({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+            "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+            "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 131072, "tie_word_embeddings": false, "hidden_act": "silu",
+            "attention_bias": true, "use_qk_norm": false, "moe_intermediate_size": 1408,
+            "n_routed_experts": 128, "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 1,
+            "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 1.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}}),
         "llama3-8b" => json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
@@ -61,7 +71,7 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     let mut config = preset(&a.like).ok_or_else(|| {
         refused(format!(
-            "--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, gemma3-270m or tiny",
+            "--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m or tiny",
             a.like
         ))
     })?;
@@ -120,6 +130,8 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     }
     for i in 0..s.num_layers {
         let p = format!("model.layers.{i}.");
+        // Tensors not named `*.weight` (biases), added after the layer's weights.
+        let mut raw: Vec<(String, Vec<usize>)> = Vec::new();
         let mut add = |n: &str, shape: Vec<usize>| t.push((format!("{p}{n}.weight"), shape));
         add("input_layernorm", vec![h]);
         add("post_attention_layernorm", vec![h]);
@@ -131,17 +143,41 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
         add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
         add("self_attn.o_proj", vec![h, s.num_heads * d]);
+        if s.attention_bias {
+            for (n, rows) in
+                [("q_proj", s.num_heads * d), ("k_proj", s.num_kv_heads * d), ("v_proj", s.num_kv_heads * d)]
+            {
+                raw.push((format!("{p}self_attn.{n}.bias"), vec![rows]));
+            }
+        }
         if s.qk_norm {
             add("self_attn.q_norm", vec![d]);
             add("self_attn.k_norm", vec![d]);
         }
         match &s.moe {
             Some(m) if m.sparse_layers[i] => {
-                add("mlp.gate", vec![m.num_experts, h]);
+                let (md, inter, [g, u, dn]) = (m.module, m.moe_intermediate_size, m.expert_names);
+                add(&format!("{md}.{}", m.router), vec![m.num_experts, h]);
+                if let Some(b) = m.choice_bias {
+                    raw.push((format!("{p}{md}.{b}"), vec![m.num_experts]));
+                }
                 for e in 0..m.num_experts {
-                    add(&format!("mlp.experts.{e}.gate_proj"), vec![m.moe_intermediate_size, h]);
-                    add(&format!("mlp.experts.{e}.up_proj"), vec![m.moe_intermediate_size, h]);
-                    add(&format!("mlp.experts.{e}.down_proj"), vec![h, m.moe_intermediate_size]);
+                    if m.gated {
+                        add(&format!("{md}.experts.{e}.{g}"), vec![inter, h]);
+                    }
+                    add(&format!("{md}.experts.{e}.{u}"), vec![inter, h]);
+                    add(&format!("{md}.experts.{e}.{dn}"), vec![h, inter]);
+                }
+                if let Some(sh) = &m.shared {
+                    let (sm, si) = (sh.module, sh.intermediate_size);
+                    if m.gated {
+                        add(&format!("{md}.{sm}.{g}"), vec![si, h]);
+                    }
+                    add(&format!("{md}.{sm}.{u}"), vec![si, h]);
+                    add(&format!("{md}.{sm}.{dn}"), vec![h, si]);
+                    if let Some(gw) = sh.gate {
+                        add(&format!("{md}.{gw}"), vec![1, h]);
+                    }
                 }
             }
             _ => {
@@ -150,6 +186,7 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
                 add("mlp.down_proj", vec![h, s.intermediate_size]);
             }
         }
+        t.extend(raw);
     }
     t
 }
@@ -182,9 +219,10 @@ fn write_weights(
     w.write_all(&(head.len() as u64).to_le_bytes()).map_err(io)?;
     w.write_all(&head).map_err(io)?;
     const CHUNK: usize = 1 << 20;
-    for (ti, (_, shape)) in tensors.iter().enumerate() {
+    for (ti, (name, shape)) in tensors.iter().enumerate() {
         let numel: usize = shape.iter().product();
-        let is_norm = shape.len() == 1;
+        // Norm scales are constant; biases (1-D, not norms) are small random values.
+        let is_norm = shape.len() == 1 && name.contains("norm");
         let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
         let base = if is_norm && !one_plus { 1.0 } else { 0.0 };
         let chunks: Vec<Vec<u8>> = (0..numel.div_ceil(CHUNK))
