@@ -169,7 +169,13 @@ impl<'a, B: Backend> Loader<'a, B> {
             bytes.extend_from_slice(part);
         }
         let data = tf_formats::TensorBytes::from_vec(&bytes);
-        let view = TensorView { name: t.name.clone(), dtype: t.dtype, shape: vec![rows.len(), cols], data, file: t.file.clone() };
+        let view = TensorView {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: vec![rows.len(), cols],
+            data,
+            file: t.file.clone(),
+        };
         Ok(self.backend.mat(&view)?)
     }
 }
