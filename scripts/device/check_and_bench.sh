@@ -77,7 +77,7 @@ if has serve; then
     SPID=$!
     for _ in $(seq 240); do grep -q "^listening on " "$W/serve.out" && break; kill -0 $SPID 2>/dev/null || break; sleep 1; done
     URL=$(sed -n 's/^listening on //p' "$W/serve.out" | head -1)
-    grep -E "kv cache|scheduling" "$W/serve.log" | sed 's/^.*INFO[^:]*: //' | tee "$OUT/serve_banner.txt"
+    grep -E "kv cache|scheduling" "$W/serve.log" | sed 's/^.*serve: //' | tee "$OUT/serve_banner.txt"
     for run in ${SERVE_RUNS:-128/512 512/256 128/512/sampled}; do
       IFS=/ read -r IN OUTLEN MODE <<< "$run"
       samp=(); [[ $MODE == sampled ]] && samp=(--temperature 0.8 --top-p 0.95)
