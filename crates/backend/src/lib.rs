@@ -28,9 +28,9 @@ pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use mask::TokenMask;
 pub use reference::RefBackend;
 pub use rope::Rope;
+pub use router::{MoeParams, MoeScoring};
 pub use short_conv::ShortConv;
 pub use ssd::Ssd;
-pub use router::{MoeParams, MoeScoring};
 pub use state::{HostState, StateShape};
 
 use tf_formats::TensorView;
@@ -285,7 +285,13 @@ pub trait Backend: Send + Sync {
     fn vec_values(&self, v: &Self::Vec) -> Vec<f32>;
     /// Depthwise causal conv1d of `x` `[rows, channels]` over each sequence's rows, its window in
     /// the first values of the sequence's slot of `st` (conv.rs; this default runs it on the host).
-    fn causal_conv1d(&self, x: &Self::Act, p: &Conv1d<'_, Self::Vec>, st: &mut Self::State, meta: &AttnMeta) -> Self::Act {
+    fn causal_conv1d(
+        &self,
+        x: &Self::Act,
+        p: &Conv1d<'_, Self::Vec>,
+        st: &mut Self::State,
+        meta: &AttnMeta,
+    ) -> Self::Act {
         let (rows, ch) = self.shape(x);
         let (w, bias) = (self.vec_values(p.weight), p.bias.map(|b| self.vec_values(b)));
         let xs = self.download(x);
@@ -341,14 +347,7 @@ pub trait Backend: Send + Sync {
     }
     /// Mamba2's gated RMSNorm: `x * silu(z)` normed over each group of `group` values, times
     /// `w` (`[cols]`) (ssd.rs).
-    fn rms_norm_gated_grouped(
-        &self,
-        x: &Self::Act,
-        z: &Self::Act,
-        w: &Self::Vec,
-        group: usize,
-        eps: f32,
-    ) -> Self::Act {
+    fn rms_norm_gated_grouped(&self, x: &Self::Act, z: &Self::Act, w: &Self::Vec, group: usize, eps: f32) -> Self::Act {
         let (rows, cols) = self.shape(x);
         let y = ssd::rms_norm_gated_grouped(&self.download(x), &self.download(z), &self.vec_values(w), group, eps);
         self.upload(&y, rows, cols)

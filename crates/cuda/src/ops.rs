@@ -486,7 +486,8 @@ pub(crate) fn add_bias(b: &Ctx, x: &mut CudaAct, bias: &CudaVec) {
     if n == 0 {
         return;
     }
-    let args = [Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::P(ptr(&bias.data, &d.stream)), Arg::Z(n), Arg::I(x.cols as i32)];
+    let args =
+        [Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::P(ptr(&bias.data, &d.stream)), Arg::Z(n), Arg::I(x.cols as i32)];
     d.launch(&d.k.add_bias, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
     x.touched();
 }

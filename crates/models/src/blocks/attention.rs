@@ -51,7 +51,9 @@ impl<B: Backend> Attention<B> {
         let (q, gate) = if s.attn_output_gate {
             // q_proj interleaves per head: the head's query rows, then its gate rows.
             let name = format!("{p}{m}.q_proj.weight");
-            let rows = |off: usize| -> Vec<usize> { (0..s.num_heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect() };
+            let rows = |off: usize| -> Vec<usize> {
+                (0..s.num_heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect()
+            };
             let n = 2 * s.num_heads * d;
             (ld.mat_rows(&name, n, hidden, &rows(0))?, Some(ld.mat_rows(&name, n, hidden, &rows(d))?))
         } else if s.attn_head_gate {
