@@ -123,8 +123,8 @@ fn the_emulated_kernel_gives_the_host_samplers_tokens() {
         let (kind, plain) = (base.len(), 4);
         let (seed, position) = ((kind * 100 + plain) as u64, 17 + (kind * params.len() + plain) as u64);
         let mut near = vec![-50.0f32; cols];
-        for id in 0..cols.min(3) {
-            near[id] = 30.0 - tf_backend::rng::gumbel(tf_backend::rng::uniform(seed, position, id as u32));
+        for (id, v) in near.iter_mut().enumerate().take(3) {
+            *v = 30.0 - tf_backend::rng::gumbel(tf_backend::rng::uniform(seed, position, id as u32));
         }
         base.push(near);
         let (mut edited, mut jobs, mut queries) = (Vec::new(), Vec::new(), Vec::new());
