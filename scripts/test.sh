@@ -7,10 +7,12 @@
 #      TF_GEMMA3_GGUF already names it: its golden test and the chat tests run on it;
 #   3. the CUDA kernels compiled by NVRTC for sm_80, sm_89 and sm_90a (no GPU needed), and the
 #      cuda crate's import layers checked (scripts/cuda_layers.py);
-#   4. cargo test --workspace, the ignored real-model tests included (extra arguments are
+#   4. the host emulation of the draw kernel built with g++ (scripts/draw_emu.sh --build-only):
+#      the draw test that feeds it is one of the ignored tests step 5 runs;
+#   5. cargo test --workspace, the ignored real-model tests included (extra arguments are
 #      passed to it);
-#   5. scripts/fuzz.sh, when it exists (TF_SKIP_FUZZ=1 skips it);
-#   6. pytest tests/python from the environment, against the debug binary step 4 built.
+#   6. scripts/fuzz.sh, when it exists (TF_SKIP_FUZZ=1 skips it);
+#   7. pytest tests/python from the environment, against the debug binary step 5 built.
 # Usage: scripts/test.sh [cargo test arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +93,9 @@ if ! out="$("$PY" scripts/cuda_layers.py 2>&1)"; then
     exit 1
 fi
 tail -1 <<< "$out"
+
+log "the draw kernel's host emulation (scripts/draw_emu.sh --build-only, g++)"
+scripts/draw_emu.sh --build-only
 
 log "cargo test --workspace"
 # The tests marked #[ignore] run too (those on the real GGUF need the file fetched above), except
