@@ -305,8 +305,10 @@ WEIGHT_STD = {
 # seed)} to replace perturb() for its families, and LOADED_NAME: {family: fn(saved_name) ->
 # the name transformers loads it as} where its checkpoints save other names (Nemotron-H's
 # backbone.*), and ACCEPT: {family: fn(model, prompts, greedys) -> bool} to reject a seed's
-# weights by a family's own rule (a router's margins); they may import this module's helpers.
+# weights by a family's own rule (a router's margins), and GOLDEN_EXTRA: {family: fn(model,
+# prompts, greedys) -> dict} of further golden.json fields; they may import this module's helpers.
 EXTRA_PERTURB = {}
+GOLDEN_EXTRA = {}
 EXTRA_ACCEPT = {}
 LOADED_NAME = {}
 
@@ -323,6 +325,7 @@ def load_family_modules() -> None:
         WEIGHT_STD.update(mod.WEIGHT_STD)
         EXTRA_PERTURB.update(getattr(mod, "PERTURB", {}))
         EXTRA_ACCEPT.update(getattr(mod, "ACCEPT", {}))
+        GOLDEN_EXTRA.update(getattr(mod, "GOLDEN_EXTRA", {}))
         LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
 
 
@@ -547,6 +550,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
     re_tok = AutoTokenizer.from_pretrained(out)
     for e in enc:
         assert re_tok(e["text"], add_special_tokens=True)["input_ids"] == e["ids"], e
+    extra = GOLDEN_EXTRA[family](ref, prompts, greedys) if family in GOLDEN_EXTRA else {}
     golden = {
         "family": family,
         "weights_seed": wseed,
@@ -558,6 +562,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         "greedy": greedys,
         "greedy_min_top2_margin": round(min_margin, 4),
         **({"router_min_topk_margin": round(router_margin, 4)} if router_margin is not None else {}),
+        **extra,
         **versions(),
         "encode": enc,
     }

@@ -12,7 +12,12 @@ k_norm and the per-head sigmoid gate g_proj; sandwich norms; the full layers' pr
 
 lfm2_moe: layers conv, full, conv, conv; layer 0 a dense MLP of intermediate_size 96 (no
 adjusting rule), layers 1-3 eight experts of 32, two chosen per token by sigmoid scores plus a
-random expert_bias (choice only), renormalised, routed_scaling_factor 1.5.
+random expert_bias (choice only), renormalised, routed_scaling_factor 1.5. Sigmoid scores sit in
+[0, 1], so over the golden forwards' hundreds of routing choices some 2nd-vs-3rd gaps are always
+small enough for a bf16 run to flip; no seed avoids them. golden.json records instead, per prompt,
+`route_exact_positions`: how many leading positions of prompt + greedy continuation route with a
+margin of at least ROUTER_MARGIN in every layer. Outputs there cannot depend on a later choice (the
+model is causal), so a bf16 backend is compared on them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 from transformers import Lfm2Config, Lfm2ForCausalLM, Lfm2MoeConfig, Lfm2MoeForCausalLM, Lfm3Config, Lfm3ForCausalLM
 
 VOCAB_SIZE = 512
+ROUTER_MARGIN = 0.004  # lfm2_moe: k-th vs (k+1)-th of sigmoid(logit) + expert_bias
 PAD, BOS, EOS = 0, 1, 2
 
 
@@ -97,6 +103,40 @@ def make_lfm2_moe():
     )
     return Lfm2MoeForCausalLM, cfg, torch.bfloat16
 
+
+@torch.no_grad()
+def route_exact_positions(model, prompts, greedys) -> dict:
+    """Per prompt, the leading positions of prompt + greedy[:-1] whose choice margin (k-th vs
+    (k+1)-th of sigmoid(router logit) + expert_bias) is at least ROUTER_MARGIN in every layer."""
+    k = model.config.num_experts_per_tok
+    gaps = []
+
+    def hook(mod, inp, _out):
+        x = inp[0].reshape(-1, inp[0].shape[-1]).float()
+        s = torch.nn.functional.linear(x, mod.gate.weight.float()).sigmoid()
+        if mod.use_expert_bias:
+            s = s + mod.expert_bias.float()
+        top = s.topk(k + 1, dim=-1).values
+        gaps.append(top[:, k - 1] - top[:, k])
+
+    blocks = [m for m in model.modules() if type(m).__name__ == "Lfm2MoeSparseMoeBlock"]
+    assert blocks
+    handles = [m.register_forward_hook(hook) for m in blocks]
+    exact = []
+    try:
+        for p, g in zip(prompts, greedys):
+            gaps.clear()
+            model(input_ids=torch.tensor([p["ids"] + g[:-1]]), use_cache=False)
+            ok = torch.stack(gaps).min(0).values >= ROUTER_MARGIN
+            exact.append(int(ok.long().cumprod(0).sum()))
+    finally:
+        for h in handles:
+            h.remove()
+    print(f"  lfm2_moe: route_exact_positions {exact}")
+    return {"route_exact_positions": exact, "route_margin": ROUTER_MARGIN}
+
+
+GOLDEN_EXTRA = {"lfm2_moe": route_exact_positions}
 
 FAMILIES = {
     # family: (builder, seed, tokenizer adds BOS)

@@ -5,19 +5,20 @@
 mod common;
 
 use common::backend;
-use tf_testkit::{all_families, check_chunked_equals_whole, check_golden};
+use tf_testkit::{all_families, check_chunked_equals_whole, check_golden_rounded};
 
 /// Largest |ours - transformers| allowed, as a fraction of the prompt's largest |logit|. The GPU
 /// rounds activations entering bf16 matmuls, attention's Q/K/V and probabilities to bf16 (as a
 /// bf16 transformers run does); a numpy emulation of exactly that rounding lands at 0.2-1.2% of
-/// the largest logit on these fixtures. Wrong norms, rope or windows miss by 10% and more.
+/// the largest logit on these fixtures. Wrong norms, rope or windows miss by 10% and more. MoE
+/// fixtures whose routing has near-ties are compared up to the first one (golden.rs).
 const REL_TOL: f32 = 0.025;
 
 #[test]
 fn golden_cuda_backend() {
     let Some(b) = backend() else { return };
     for family in all_families() {
-        check_golden(&b, family, &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
+        check_golden_rounded(&b, family, &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
     }
 }
 
