@@ -22,6 +22,7 @@ mod sessions;
 pub mod state;
 mod structured;
 pub mod template;
+mod tool_formats;
 mod tools;
 
 pub use conn::{ConnLimits, parse_duration};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tf_engine::engine::TokenEvent;
 use tf_tokenize::Tokenizer;
 
-use crate::tools::{ToolMode, parse_calls};
+use crate::tools::ToolMode;
 
 /// What every chunk or body of one response shares.
 pub struct Reply {
@@ -131,7 +131,7 @@ impl Reply {
     /// A chat choice's message and finish reason: with tools, the calls parsed from `text`.
     fn message<'a>(&self, text: &str, finish: &'a str) -> (Value, &'a str) {
         let calls = match &self.tools {
-            Some(_) => parse_calls(text),
+            Some(m) => m.parse_calls(text),
             None => return (json!({"role": "assistant", "content": text}), finish),
         };
         match calls {
@@ -156,7 +156,7 @@ impl Reply {
     /// A streamed tool-mode choice's end: its content, its calls (each whole, so the
     /// concatenated `arguments` are valid JSON), then the finish chunk.
     fn tool_finish(&self, index: usize, text: &str, reason: &str) -> Bytes {
-        let (content, calls) = parse_calls(text);
+        let (content, calls) = self.tools.as_ref().map_or((None, Vec::new()), |m| m.parse_calls(text));
         let mut out = Vec::new();
         let content = if calls.is_empty() { Some(text.to_string()) } else { content };
         if let Some(c) = content.filter(|c| !c.is_empty()) {

@@ -1,21 +1,46 @@
 //! Tool calling on `/v1/chat/completions`: `tools`, `tool_choice` (`none`, `auto`, `required`, a
 //! named function) and `parallel_tool_calls`. `required` and a named choice are enforced by a
 //! grammar: the output must be a JSON list of `{"name", "arguments"}` calls whose arguments
-//! match the tool's `parameters` schema. Output is parsed back into `tool_calls` from Hermes /
-//! Qwen3 `<tool_call>{...}</tool_call>` blocks, or a whole output that is one call or a list of
-//! calls as JSON (Llama 3's `{"name", "parameters"}`, optionally after `<|python_tag|>`, and
-//! the grammar's form).
+//! match the tool's `parameters` schema. Output is parsed back into `tool_calls` from the
+//! families' blocks (tool_formats.rs: Hermes / Qwen3, GLM-4.x, DeepSeek V3 and V3.1, Gemma), or
+//! a whole output that is one call or a list of calls as JSON (Llama 3's `{"name",
+//! "parameters"}`, optionally after `<|python_tag|>`, and the grammar's form).
 
 use crate::error::ApiError;
 use crate::fields::{Obj, get, opt_bool, show};
+use crate::tool_formats::{json_call, parse_blocks};
 use serde_json::{Value, json};
 use tf_grammar::Spec;
 
 /// How a request's output is read for tool calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolMode {
-    /// The tools' names.
-    pub names: Vec<String>,
+    /// The tools' names and `parameters` schemas.
+    pub tools: Vec<(String, Value)>,
+}
+
+impl ToolMode {
+    /// Whether tool `name` declares its parameter `key` a string.
+    fn string_arg(&self, name: &str, key: &str) -> bool {
+        let tool = self.tools.iter().find(|(n, _)| n == name);
+        let ty = tool.and_then(|(_, p)| p.get("properties")?.get(key)?.get("type"));
+        ty.and_then(Value::as_str) == Some("string")
+    }
+
+    /// The calls in `text` and the text left around them (`None` when nothing is left).
+    pub fn parse_calls(&self, text: &str) -> (Option<String>, Vec<Call>) {
+        if let Some((left, calls)) = parse_blocks(text, &|n, k| self.string_arg(n, k)) {
+            let left = left.trim();
+            return ((!left.is_empty()).then(|| left.to_string()), calls);
+        }
+        let body = text.trim().trim_start_matches("<|python_tag|>").trim();
+        let calls = match serde_json::from_str::<Value>(body) {
+            Ok(Value::Array(l)) => l.iter().map(json_call).collect::<Option<Vec<_>>>().unwrap_or_default(),
+            Ok(v) => json_call(&v).into_iter().collect(),
+            Err(_) => Vec::new(),
+        };
+        if calls.is_empty() { (Some(text.to_string()), calls) } else { (None, calls) }
+    }
 }
 
 /// One parsed call: the function's name and its arguments as JSON text.
@@ -76,7 +101,7 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
 }
 
 fn mode(tools: &[(String, Value)]) -> ToolMode {
-    ToolMode { names: tools.iter().map(|(n, _)| n.clone()).collect() }
+    ToolMode { tools: tools.to_vec() }
 }
 
 /// `tools[i]`: `{"type": "function", "function": {"name", "parameters"?}}`.
@@ -100,48 +125,6 @@ fn tool(t: &Value, i: usize) -> Result<(String, Value), ApiError> {
     Ok((name.to_string(), params))
 }
 
-/// The calls in `text` and the text left around them (`None` when nothing is left).
-pub fn parse_calls(text: &str) -> (Option<String>, Vec<Call>) {
-    if text.contains("<tool_call>") {
-        let (mut rest, mut calls, mut left) = (text, Vec::new(), String::new());
-        while let Some(start) = rest.find("<tool_call>") {
-            left.push_str(&rest[..start]);
-            let body = &rest[start + "<tool_call>".len()..];
-            let (inner, after) = match body.find("</tool_call>") {
-                Some(end) => (&body[..end], &body[end + "</tool_call>".len()..]),
-                None => (body, ""),
-            };
-            match serde_json::from_str::<Value>(inner.trim()).ok().and_then(|v| call(&v)) {
-                Some(c) => calls.push(c),
-                None => left.push_str(&rest[start..rest.len() - after.len()]),
-            }
-            rest = after;
-        }
-        left.push_str(rest);
-        let left = left.trim();
-        return ((!left.is_empty()).then(|| left.to_string()), calls);
-    }
-    let body = text.trim().trim_start_matches("<|python_tag|>").trim();
-    let calls = match serde_json::from_str::<Value>(body) {
-        Ok(Value::Array(l)) => l.iter().map(call).collect::<Option<Vec<_>>>().unwrap_or_default(),
-        Ok(v) => call(&v).into_iter().collect(),
-        Err(_) => Vec::new(),
-    };
-    if calls.is_empty() { (Some(text.to_string()), calls) } else { (None, calls) }
-}
-
-/// `{"name", "arguments" | "parameters"}` as a call.
-fn call(v: &Value) -> Option<Call> {
-    let name = v.get("name")?.as_str()?.to_string();
-    let args = v.get("arguments").or_else(|| v.get("parameters"))?;
-    let arguments = match args {
-        Value::String(s) if serde_json::from_str::<Value>(s).is_ok() => s.clone(),
-        Value::Object(_) => args.to_string(),
-        _ => return None,
-    };
-    Some(Call { name, arguments })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,7 +142,8 @@ mod tests {
     #[test]
     fn choices_give_the_mode_and_the_grammar() {
         let (m, s) = parse(&o(json!({"tools": tools()}))).unwrap();
-        assert_eq!(m.unwrap().names, ["get_weather", "now"]);
+        let names: Vec<_> = m.unwrap().tools.into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["get_weather", "now"]);
         assert!(s.is_none());
         assert_eq!(parse(&o(json!({"tools": tools(), "tool_choice": "none"}))).unwrap(), (None, None));
         let Some(Spec::JsonSchema(s)) = parse(&o(json!({"tools": tools(), "tool_choice": "required"}))).unwrap().1
@@ -197,6 +181,10 @@ mod tests {
         }
     }
 
+    fn parse_calls(text: &str) -> (Option<String>, Vec<Call>) {
+        parse(&o(json!({"tools": tools()}))).unwrap().0.unwrap().parse_calls(text)
+    }
+
     #[test]
     fn calls_parse_from_each_format() {
         let hermes = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>";
@@ -216,5 +204,7 @@ mod tests {
         assert_eq!(parse_calls("just text"), (Some("just text".into()), Vec::new()));
         let broken = "<tool_call>{not json</tool_call>";
         assert_eq!(parse_calls(broken), (Some(broken.into()), Vec::new()));
+        let glm = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
+        assert_eq!(parse_calls(glm).1, [Call { name: "get_weather".into(), arguments: r#"{"city":"7"}"#.into() }]);
     }
 }
