@@ -189,7 +189,9 @@ impl OnBackend for Bench<'_> {
                 let flops =
                     2.0 * c.token_params() * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
                 let ctx = len as f64 + gen_len as f64 / 2.0;
-                let bytes = c.round_params(batch).map(|p| 2.0 * p + batch as f64 * ctx * c.kv_bytes_per_token);
+                // Weights once, then each row's KV so far and its recurrent state read and written.
+                let per_row = ctx * c.kv_bytes_per_token + 2.0 * c.state_bytes_per_seq;
+                let bytes = c.round_params(batch).map(|p| 2.0 * p + batch as f64 * per_row);
                 let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,
                     "prefill_tok_s": len as f64 / r.prefill_s, "ttft_ms": r.prefill_s * 1e3,
                     "prefill_tflops": flops / r.prefill_s / 1e12,

@@ -6,6 +6,28 @@
 //! experts far more than that).
 
 use tf_models::ModelSpec;
+use tf_models::spec::LayerKind;
+
+/// A token mixer's weight elements (`None` for attention, which [`Cost::of`] counts) and the f32
+/// state elements a sequence keeps for it, from its block file's shapes.
+fn mixer_cost(s: &ModelSpec, kind: LayerKind) -> (Option<f64>, usize) {
+    let h = s.hidden_size;
+    let window = |channels: usize, kernel: usize| channels * kernel.saturating_sub(1);
+    match kind {
+        LayerKind::Full | LayerKind::Sliding => (None, 0),
+        LayerKind::ChannelOnly => (Some(0.0), 0),
+        LayerKind::GatedDeltaNet => s.gdn.map_or((Some(0.0), 0), |g| {
+            let (ch, hv, vd) = (g.conv_channels(), g.num_v_heads, g.num_v_heads * g.head_v_dim);
+            let params = h * (ch + vd + 2 * hv) + vd * h;
+            (Some(params as f64), window(ch, g.conv_kernel) + hv * g.head_k_dim * g.head_v_dim)
+        }),
+        LayerKind::Mamba2 => s.mamba.map_or((Some(0.0), 0), |m| {
+            let params = h * (m.inner() + m.conv_dim() + m.num_heads) + m.inner() * h;
+            (Some(params as f64), window(m.conv_dim(), m.conv_kernel) + m.num_heads * m.head_dim * m.state_size)
+        }),
+        LayerKind::Conv => s.conv.map_or((Some(0.0), 0), |c| (Some((4 * h * h) as f64), window(h, c.kernel))),
+    }
+}
 
 /// A model's weights and KV traffic.
 pub struct Cost {
@@ -19,9 +41,12 @@ pub struct Cost {
     moe_layers: f64,
     /// Experts a MoE layer has, and a token chooses.
     experts: (f64, f64),
-    /// KV cache bytes per token (all layers) in the backend's KV type.
+    /// KV cache bytes per token (the attention layers) in the backend's KV type.
     pub kv_bytes_per_token: f64,
-    /// `layers * heads * head_dim`, for attention FLOPs.
+    /// Recurrent state bytes a sequence keeps (conv windows and scan states, f32): a decode
+    /// step reads and writes them all.
+    pub state_bytes_per_seq: f64,
+    /// `attention layers * heads * head_dim`, for attention FLOPs.
     pub attn_width: f64,
 }
 
@@ -30,17 +55,29 @@ impl Cost {
     pub fn of(s: &ModelSpec, kv_elem: usize) -> Cost {
         let (h, q, kv) =
             (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
-        let attn = h * (q + 2.0 * kv) + q * h;
-        let dense_mlp = 3.0 * h * s.intermediate_size as f64;
+        // An output gate doubles q's projection (Qwen3.5's gated attention).
+        let gate = if s.attn_output_gate { 2.0 } else { 1.0 };
+        let attn = h * (gate * q + 2.0 * kv) + q * h;
+        let dense_mlp = if s.mlp_gated { 3.0 } else { 2.0 } * h * s.intermediate_size as f64;
         let (mut layer_params, mut moe_layers, mut expert_params, mut experts) = (0.0, 0.0, 0.0, (0.0, 0.0));
-        for i in 0..s.num_layers {
-            layer_params += attn;
+        let (mut attn_layers, mut state_elems) = (0usize, 0usize);
+        for (i, kind) in s.layer_kinds.iter().enumerate() {
+            let (mixer, state) = mixer_cost(s, *kind);
+            layer_params += mixer.unwrap_or(attn);
+            attn_layers += usize::from(mixer.is_none());
+            state_elems += state;
+            // One-part layers (Nemotron-H) carry a channel mixer only where they have no token mixer.
+            if s.one_part_layers && *kind != LayerKind::ChannelOnly {
+                continue;
+            }
             match &s.moe {
                 Some(m) if m.sparse_layers.get(i).copied().unwrap_or(false) => {
                     layer_params += m.num_experts as f64 * h;
                     // Shared experts: one MLP every token reads (two matrices without a gate).
                     let per = if m.gated { 3.0 } else { 2.0 };
                     layer_params += m.shared.as_ref().map_or(0.0, |sh| per * h * sh.intermediate_size as f64);
+                    // A shared expert's sigmoid gate (Qwen3-Next): one row.
+                    layer_params += m.shared.as_ref().and_then(|sh| sh.gate).map_or(0.0, |_| h);
                     moe_layers += 1.0;
                     expert_params = if m.gated { 3.0 } else { 2.0 } * h * m.moe_intermediate_size as f64;
                     experts = (m.num_experts as f64, m.top_k as f64);
@@ -54,8 +91,9 @@ impl Cost {
             expert_params,
             moe_layers,
             experts,
-            kv_bytes_per_token: (2 * s.num_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
-            attn_width: (s.num_layers * s.num_heads * s.head_dim) as f64,
+            kv_bytes_per_token: (2 * attn_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
+            state_bytes_per_seq: (4 * state_elems) as f64,
+            attn_width: (attn_layers * s.num_heads * s.head_dim) as f64,
         }
     }
 
@@ -120,6 +158,24 @@ mod tests {
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 8.0 * expert);
         // More rows read what the routing chose: no count.
         assert_eq!((c.round_params(2), c.round_params(64)), (None, None));
+    }
+
+    #[test]
+    fn hybrid_layers_count_their_own_weights_and_state() {
+        let s = spec("qwen3.5-27b");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        // 16 of 64 layers attend: KV and attention width are theirs alone.
+        assert_eq!(c.kv_bytes_per_token, (2 * 16 * 4 * 256 * 2) as f64);
+        assert_eq!(c.attn_width, (16 * 24 * 256) as f64);
+        // 48 Gated DeltaNet layers: a 3-wide window over q, k, v (2 * 16 * 128 + 48 * 128
+        // channels) and a 128 x 128 state per value head, in f32.
+        let per_layer = 3 * (2 * 16 * 128 + 48 * 128) + 48 * 128 * 128;
+        assert_eq!(c.state_bytes_per_seq, (4 * 48 * per_layer) as f64);
+        let s = spec("qwen3-next-80b-a3b");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        assert_eq!(c.token_params(), c.layer_params + 48.0 * 10.0 * 3.0 * 2048.0 * 512.0);
     }
 
     #[test]

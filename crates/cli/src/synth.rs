@@ -10,7 +10,7 @@ use std::path::Path;
 use tf_core::DType;
 use tf_models::config::RawConfig;
 use tf_models::registry::spec_for;
-use tf_models::spec::ModelSpec;
+use tf_models::spec::{LayerKind, ModelSpec};
 
 /// Special tokens every synthesized tokenizer has, at ids 256, 257, 258.
 const SPECIALS: [&str; 3] = ["<|bos|>", "<|eos|>", "<|pad|>"];
@@ -62,19 +62,70 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "layer_types": (0..18).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        // Qwen3.5-27B's text shapes: three Gated DeltaNet layers (16 key, 48 value heads) to one
+        // gated attention layer (24 heads of 256, 4 KV heads, rope over a quarter), dense MLP.
+        "qwen3.5-27b" => {
+            let mut c = qwen3(248320, 5120, 17408, 64, 24, 4, false);
+            c["architectures"] = json!(["Qwen3_5ForCausalLM"]);
+            c["model_type"] = json!("qwen3_5_text");
+            c["head_dim"] = json!(256);
+            c["max_position_embeddings"] = json!(262144);
+            c["rope_parameters"] =
+                json!({"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25});
+            gdn(&mut c, 16, 48);
+            c
+        }
+        // Qwen3-Next-80B-A3B: Qwen3.5's layer pattern with fused Gated DeltaNet projections (16
+        // key, 32 value heads), 512 softmax-routed experts (10 a token) and a gated shared expert
+        // in every layer (its MTP layer is not written).
+        "qwen3-next-80b-a3b" => {
+            let mut c = qwen3(151936, 2048, 5120, 48, 16, 2, false);
+            c["architectures"] = json!(["Qwen3NextForCausalLM"]);
+            c["model_type"] = json!("qwen3_next");
+            c["head_dim"] = json!(256);
+            c["max_position_embeddings"] = json!(262144);
+            c["rope_parameters"] =
+                json!({"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25});
+            gdn(&mut c, 16, 32);
+            for (k, v) in [
+                ("num_experts", 512),
+                ("num_experts_per_tok", 10),
+                ("moe_intermediate_size", 512),
+                ("shared_expert_intermediate_size", 512),
+                ("decoder_sparse_step", 1),
+            ] {
+                c[k] = json!(v);
+            }
+            c["norm_topk_prob"] = json!(true);
+            c
+        }
         "tiny" => qwen3(512, 64, 128, 2, 4, 2, true),
         _ => return None,
     })
 }
 
+/// Sets a Qwen3.5 / Qwen3-Next config's Gated DeltaNet fields: `k` key and `v` value heads of
+/// 128, a 4-tap conv, every fourth layer full attention.
+fn gdn(c: &mut Value, k: u64, v: u64) {
+    for (name, n) in [
+        ("linear_num_key_heads", k),
+        ("linear_num_value_heads", v),
+        ("linear_key_head_dim", 128),
+        ("linear_value_head_dim", 128),
+        ("linear_conv_kernel_dim", 4),
+        ("full_attention_interval", 4),
+    ] {
+        c[name] = json!(n);
+    }
+}
+
+/// The presets `--like` takes.
+const PRESETS: &str =
+    "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b or tiny";
+
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
-    let mut config = preset(&a.like).ok_or_else(|| {
-        refused(format!(
-            "--like {}: expected qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m or tiny",
-            a.like
-        ))
-    })?;
+    let mut config = preset(&a.like).ok_or_else(|| refused(format!("--like {}: expected {PRESETS}", a.like)))?;
     let dtype =
         DType::parse(&a.dtype).ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16 or f32", a.dtype)))?;
     if let Some(n) = a.layers {
@@ -121,7 +172,8 @@ fn write_json(path: &Path, v: &Value) -> Result<(), Failure> {
     std::fs::write(path, text).map_err(|e| failed(format!("{}: {e}", path.display())))
 }
 
-/// Names and shapes of every tensor the spec needs, in the HF layout.
+/// Names and shapes of every tensor the spec needs, in the HF layout (attention and Gated
+/// DeltaNet token mixers: the presets have no other kinds).
 pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     let (h, d, v) = (s.hidden_size, s.head_dim, s.vocab_size);
     let mut t = vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".into(), vec![h])];
@@ -139,18 +191,40 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             add("pre_feedforward_layernorm", vec![h]);
             add("post_feedforward_layernorm", vec![h]);
         }
-        add("self_attn.q_proj", vec![s.num_heads * d, h]);
-        add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
-        add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
-        add("self_attn.o_proj", vec![h, s.num_heads * d]);
-        if s.attention_bias {
+        let gdn = s.layer_kinds[i] == LayerKind::GatedDeltaNet;
+        if gdn {
+            let g = s.gdn.unwrap_or_else(|| unreachable!("a Gated DeltaNet layer has its spec"));
+            let (ch, hv, vd) = (g.conv_channels(), g.num_v_heads, g.num_v_heads * g.head_v_dim);
+            if g.fused_inputs {
+                add("linear_attn.in_proj_qkvz", vec![ch + vd, h]);
+                add("linear_attn.in_proj_ba", vec![2 * hv, h]);
+            } else {
+                add("linear_attn.in_proj_qkv", vec![ch, h]);
+                add("linear_attn.in_proj_z", vec![vd, h]);
+                add("linear_attn.in_proj_b", vec![hv, h]);
+                add("linear_attn.in_proj_a", vec![hv, h]);
+            }
+            add("linear_attn.conv1d", vec![ch, 1, g.conv_kernel]);
+            add("linear_attn.norm", vec![g.head_v_dim]);
+            add("linear_attn.out_proj", vec![h, vd]);
+            raw.push((format!("{p}linear_attn.A_log"), vec![hv]));
+            raw.push((format!("{p}linear_attn.dt_bias"), vec![hv]));
+        } else {
+            // An output gate doubles q_proj's rows (Qwen3.5's gated attention).
+            let gate = if s.attn_output_gate { 2 } else { 1 };
+            add("self_attn.q_proj", vec![gate * s.num_heads * d, h]);
+            add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
+            add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
+            add("self_attn.o_proj", vec![h, s.num_heads * d]);
+        }
+        if s.attention_bias && !gdn {
             for (n, rows) in
                 [("q_proj", s.num_heads * d), ("k_proj", s.num_kv_heads * d), ("v_proj", s.num_kv_heads * d)]
             {
                 raw.push((format!("{p}self_attn.{n}.bias"), vec![rows]));
             }
         }
-        if s.qk_norm {
+        if s.qk_norm && !gdn {
             add("self_attn.q_norm", vec![d]);
             add("self_attn.k_norm", vec![d]);
         }
@@ -224,7 +298,10 @@ fn write_weights(
         // Norm scales are constant; biases (1-D, not norms) are small random values.
         let is_norm = shape.len() == 1 && name.contains("norm");
         let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
-        let base = if is_norm && !one_plus { 1.0 } else { 0.0 };
+        // Zero-centred `(1 + w)` norms are written as 0; the Gated DeltaNet's gated norm is a
+        // plain scale in every family.
+        let plain = !one_plus || name.ends_with("linear_attn.norm.weight");
+        let base = if is_norm && plain { 1.0 } else { 0.0 };
         let chunks: Vec<Vec<u8>> = (0..numel.div_ceil(CHUNK))
             .into_par_iter()
             .map(|c| {
