@@ -31,6 +31,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("qwen3_5_text", families::qwen3_5::spec),
     ("Qwen3_5MoeForCausalLM", families::qwen3_5_moe::spec),
     ("qwen3_5_moe_text", families::qwen3_5_moe::spec),
+    ("MiniMaxM2ForCausalLM", families::minimax_m2::spec),
+    ("minimax_m2", families::minimax_m2::spec),
     ("Qwen3NextForCausalLM", families::qwen3_next::spec),
     ("qwen3_next", families::qwen3_next::spec),
 ];

@@ -172,6 +172,9 @@ pub struct ModelSpec {
     pub attn_softcap: Option<f32>,
     /// RMSNorm on each query and key head.
     pub qk_norm: bool,
+    /// The QK norm is over each token's whole q and k projections, every head together
+    /// (MiniMax-M2), not per head.
+    pub qk_norm_full: bool,
     /// Norms after attention and after the MLP as well as before (Gemma).
     pub sandwich_norms: bool,
     /// Norms scale by `1 + w` (Gemma).
@@ -400,6 +403,7 @@ impl Common {
             final_softcap: None,
             attn_softcap: None,
             qk_norm: false,
+            qk_norm_full: false,
             sandwich_norms: false,
             norm_one_plus: false,
             moe: None,

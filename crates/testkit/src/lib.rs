@@ -29,7 +29,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 5] = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe"];
+pub const FAMILIES: [&str; 6] = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2"];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where

@@ -1,7 +1,7 @@
-//! The attention token mixer (MHA / GQA, full or sliding, optional QK norm and soft-capped
-//! scores, optional output gate, optional q/k/v biases): q, k and v from the block's normed
-//! input (plus their biases), rotary embedding,
-//! paged attention, then `sigmoid(gate)` times the output where the layer has a gate.
+//! The attention token mixer (MHA / GQA, full or sliding, optional QK norm per head or over the
+//! whole projection, optional soft-capped scores, output gate and q/k/v biases): q, k and v from
+//! the block's normed input (plus their biases), rotary embedding, paged attention, then
+//! `sigmoid(gate)` times the output where the layer has a gate.
 
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
@@ -36,8 +36,11 @@ impl<B: Backend> Attention<B> {
     ) -> Result<(Self, B::Mat), ModelError> {
         let (hidden, d) = (s.hidden_size, s.head_dim);
         let m = s.names.attn;
-        let head_norm =
-            |name: &str| if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), d).map(Some) } else { Ok(None) };
+        // Per head, or over all of q's (k's) heads where the spec says so.
+        let qk_norm = |name: &str, heads: usize| {
+            let width = if s.qk_norm_full { heads * d } else { d };
+            if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), width).map(Some) } else { Ok(None) }
+        };
         let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{m}.{name}.weight"), rows, cols);
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
@@ -80,8 +83,8 @@ impl<B: Backend> Attention<B> {
             } else {
                 None
             },
-            q_norm: head_norm(s.names.qk_norm[0])?,
-            k_norm: head_norm(s.names.qk_norm[1])?,
+            q_norm: qk_norm(s.names.qk_norm[0], s.num_heads)?,
+            k_norm: qk_norm(s.names.qk_norm[1], s.num_kv_heads)?,
             attn,
             sliding,
             kv,
@@ -115,7 +118,14 @@ impl<B: Backend> Attention<B> {
             _ => None,
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
-        if s.attn_rope {
+        if let (Some(n), true) = (&norms, s.qk_norm_full) {
+            // Whole-row norms first, then the rope alone.
+            q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
+            k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
+            if s.attn_rope {
+                b.qk_norm_rope(&mut q, &mut k, None, pos, s.head_dim, rope);
+            }
+        } else if s.attn_rope {
             b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
         } else if let Some(n) = norms {
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
