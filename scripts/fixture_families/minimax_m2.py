@@ -7,7 +7,10 @@ k (2 heads) projections; partial rotary 0.5 (16 of 32 dims). bf16. transformers 
 checkpoint as released ones are (`block_sparse_moe.experts.{e}.w1/w3/w2`,
 `block_sparse_moe.e_score_correction_bias`) and loads it fused under `mlp.`. Weights are
 accepted only when every token's router choice is separated by ROUTER_MARGIN in the biased
-scores, so an f32 implementation cannot choose differently through rounding.
+scores, so an f32 implementation cannot choose differently through rounding. A bf16 run can
+still flip the narrower choices, so golden.json records per prompt `route_exact_positions`: how
+many leading positions of prompt + greedy continuation route with a margin of at least
+BF16_MARGIN in every layer (the causal model's outputs there cannot depend on a later choice).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from transformers import MiniMaxM2Config, MiniMaxM2ForCausalLM
 
 VOCAB_SIZE = 512
 PAD, BOS, EOS = 0, 1, 2
-ROUTER_MARGIN = 0.002  # k-th vs (k+1)-th biased score
+ROUTER_MARGIN = 0.002  # k-th vs (k+1)-th biased score, every choice of the f32 golden forwards
+BF16_MARGIN = 0.004  # the same gap, for the positions a bf16 run is compared on
 
 
 def make_minimax_m2():
@@ -64,31 +68,39 @@ def loaded_name(saved: str) -> str:
 
 
 @torch.no_grad()
-def router_margin(model, prompts, greedys) -> float:
-    """Smallest gap between the k-th and (k+1)-th biased score over every router call of the
-    golden forwards."""
-    gaps = []
+def router_gaps(model, prompts, greedys) -> list:
+    """Per prompt, each position's smallest gap over the layers between the k-th and (k+1)-th
+    biased score, over the golden forwards of prompt + greedy[:-1]."""
+    gaps, out = [], []
 
-    def hook(mod, inp, out):
-        scores = out[0].float().sigmoid() + inp[1].float()
+    def hook(mod, inp, res):
+        scores = res[0].float().sigmoid() + inp[1].float()
         top = scores.topk(mod.top_k + 1, dim=-1).values
-        gaps.append(float((top[:, mod.top_k - 1] - top[:, mod.top_k]).min()))
+        gaps.append(top[:, mod.top_k - 1] - top[:, mod.top_k])
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if type(m).__name__ == "MiniMaxM2TopKRouter"]
     assert handles
     try:
         for p, g in zip(prompts, greedys):
+            gaps.clear()
             model(input_ids=torch.tensor([p["ids"] + g[:-1]]), use_cache=False)
+            out.append(torch.stack(gaps).min(0).values)
     finally:
         for h in handles:
             h.remove()
-    return min(gaps)
+    return out
 
 
 def accept_minimax_m2(model, prompts, greedys) -> bool:
-    m = router_margin(model, prompts, greedys)
+    m = min(float(g.min()) for g in router_gaps(model, prompts, greedys))
     print(f"  minimax_m2: router margin {m:.4f}")
     return m >= ROUTER_MARGIN
+
+
+def route_exact_positions(model, prompts, greedys) -> dict:
+    exact = [int((g >= BF16_MARGIN).long().cumprod(0).sum()) for g in router_gaps(model, prompts, greedys)]
+    print(f"  minimax_m2: route_exact_positions {exact}")
+    return {"route_exact_positions": exact, "route_margin": BF16_MARGIN}
 
 
 FAMILIES = {
@@ -104,3 +116,4 @@ WEIGHT_STD = {
 PERTURB = {"minimax_m2": perturb_minimax_m2}
 ACCEPT = {"minimax_m2": accept_minimax_m2}
 LOADED_NAME = {"minimax_m2": loaded_name}
+GOLDEN_EXTRA = {"minimax_m2": route_exact_positions}
