@@ -14,7 +14,7 @@
 use crate::args::BenchArgs;
 use crate::bench_cost::Cost;
 use crate::bench_pick::{PickMode, Picker};
-use crate::device::{Limits, OnBackend, dispatch, limits, threads};
+use crate::device::{Limits, OnBackend, cublas_rounds, dispatch, limits, threads};
 use crate::exit::{Failure, failed, refused};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -25,7 +25,9 @@ use tf_models::{Batch, Cache, Model};
 /// Tokens per KV block.
 const BLOCK: usize = 16;
 
-struct Bench<'a>(&'a BenchArgs, Option<Limits>);
+/// The arguments, the GPU's measured ceilings, and the cuBLAS-alone reference round's seconds
+/// at each batch (a dense checkpoint directory on a GPU).
+struct Bench<'a>(&'a BenchArgs, Option<Limits>, Option<Vec<(usize, f64)>>);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -150,7 +152,7 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 impl OnBackend for Bench<'_> {
     type Out = ();
     fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
-        let (a, lim) = (self.0, self.1);
+        let (a, lim, cublas) = (self.0, self.1, self.2);
         let m = Model::open(&a.model, b).map_err(refused)?;
         let rows = m.vocab.rows();
         let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
@@ -221,6 +223,12 @@ impl OnBackend for Bench<'_> {
                         row["decode_roofline_ratio"] = json!(q);
                     }
                 }
+                let mut versus_cublas = String::new();
+                if let Some(&(_, t)) = cublas.as_ref().and_then(|c| c.iter().find(|c| c.0 == batch)) {
+                    row["cublas_round_ms"] = json!(t * 1e3);
+                    row["cublas_round_ratio"] = json!(t / round);
+                    versus_cublas = format!(" cublas {:.3}", t / round);
+                }
                 let tok_s = batch as f64 / round;
                 let mut versus = String::new();
                 if mode == PickMode::Greedy {
@@ -240,7 +248,7 @@ impl OnBackend for Bench<'_> {
                     ),
                 };
                 println!(
-                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}{versus}",
+                    "prompt {len:>5} batch {batch:>3} gen {gen_len:>4} {pick} | prefill {:>9.1} tok/s ttft {:>8.1} ms mfu {mfu:>5} | decode {:>9.1} tok/s {:>7.3} ms/round (host {:.3}) roofline {ratio:>5}{versus_cublas}{versus}",
                     len as f64 / r.prefill_s,
                     r.prefill_s * 1e3,
                     batch as f64 / round,
@@ -264,5 +272,25 @@ impl OnBackend for Bench<'_> {
 /// Runs `bench`.
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
     let lim = limits(&a.dev)?;
-    dispatch(&a.dev, Bench(a, lim))
+    let cublas = match (lim, reference_matmuls(&a.model)) {
+        (Some(_), Some(weights)) => {
+            let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
+                .map_err(refused)?
+                .into_iter()
+                .filter_map(|n| usize::try_from(n).ok().filter(|&n| n > 0))
+                .collect();
+            cublas_rounds(&a.dev, &weights, &batches)?.map(|t| batches.into_iter().zip(t).collect())
+        }
+        _ => None,
+    };
+    dispatch(&a.dev, Bench(a, lim, cublas))
+}
+
+/// The reference round's weights of the checkpoint directory `model` (a dense model; none for
+/// GGUF files, experts or recurrent layers).
+fn reference_matmuls(model: &std::path::Path) -> Option<Vec<(usize, usize)>> {
+    let path = model.join("config.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let spec = tf_models::registry::spec_for(&tf_models::config::RawConfig::parse(&path, &text).ok()?).ok()?;
+    Cost::round_matmuls(&spec)
 }

@@ -97,6 +97,22 @@ impl Cost {
         }
     }
 
+    /// A decode round's weight matrices as `(rows, cols)`, fused as the decoder runs them (q, k
+    /// and v in one, gate and up in one), the head last: what the cuBLAS-alone reference round
+    /// multiplies. `None` for a model with experts or recurrent layers.
+    pub fn round_matmuls(s: &ModelSpec) -> Option<Vec<(usize, usize)>> {
+        let attention_only = s.layer_kinds.iter().all(|k| matches!(k, LayerKind::Full | LayerKind::Sliding));
+        if s.moe.is_some() || !attention_only || s.attn_output_gate || s.attn_head_gate {
+            return None;
+        }
+        let (h, q, kv) = (s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim);
+        let up = if s.mlp_gated { 2 } else { 1 } * s.intermediate_size;
+        let layer = [(q + 2 * kv, h), (h, q), (up, h), (h, s.intermediate_size)];
+        let mut m: Vec<(usize, usize)> = (0..s.num_layers).flat_map(|_| layer).collect();
+        m.push((s.vocab_size, h));
+        Some(m)
+    }
+
     /// Weight elements a decode round of `batch` rows reads; `None` for a MoE model's rounds of
     /// several rows (see the module doc).
     pub fn round_params(&self, batch: usize) -> Option<f64> {
@@ -158,6 +174,18 @@ mod tests {
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 8.0 * expert);
         // More rows read what the routing chose: no count.
         assert_eq!((c.round_params(2), c.round_params(64)), (None, None));
+    }
+
+    #[test]
+    fn the_reference_round_multiplies_every_dense_weight_once() {
+        let s = spec("qwen3-8b");
+        let m = Cost::round_matmuls(&s).expect("dense");
+        assert_eq!(m.len(), 36 * 4 + 1);
+        assert_eq!(m.iter().map(|&(r, c)| (r * c) as f64).sum::<f64>(), Cost::of(&s, 2).all_params());
+        assert_eq!((m[0], m[2], m[144]), ((6144, 4096), (24576, 4096), (151936, 4096)));
+        for moe_or_hybrid in ["qwen3-30b-a3b", "qwen3.5-27b"] {
+            assert_eq!(Cost::round_matmuls(&spec(moe_or_hybrid)), None, "{moe_or_hybrid}");
+        }
     }
 
     #[test]

@@ -146,6 +146,26 @@ pub fn limits(dev: &DeviceArgs) -> Result<Option<Limits>, Failure> {
     }
 }
 
+/// Seconds the cuBLAS-alone reference round of `weights` takes at each of `batches` rows on the
+/// GPU `dev` names (none for CPU devices); see `tf_cuda::limits::gemm_round`.
+pub fn cublas_rounds(
+    dev: &DeviceArgs,
+    weights: &[(usize, usize)],
+    batches: &[usize],
+) -> Result<Option<Vec<f64>>, Failure> {
+    let Some(ordinal) = cuda_ordinal(&dev.device) else { return Ok(None) };
+    #[cfg(feature = "cuda")]
+    {
+        let b = cuda::backend(ordinal?, &dev.cuda)?;
+        tf_cuda::limits::gemm_round(&b, weights, batches).map(Some).map_err(crate::exit::failed)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (ordinal, weights, batches);
+        Err(refused("this build has no CUDA backend (build with --features cuda)"))
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::CudaArgs;

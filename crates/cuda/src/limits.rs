@@ -1,5 +1,6 @@
-//! The card's two ceilings measured in the same run as a benchmark (BENCH.md): device-to-device
-//! copy bandwidth (bytes read + written) and the bf16 GEMM rate of cuBLAS on random data.
+//! The card's two ceilings measured in the same run as a benchmark (docs/perf.md): device-to-device
+//! copy bandwidth (bytes read + written) and the bf16 GEMM rate of cuBLAS on random data; and a
+//! decode round's weight GEMMs in cuBLAS alone, the reference its round time is held against.
 
 use crate::CudaBackend;
 use crate::device::{Arg, grid_for, ptr};
@@ -97,4 +98,47 @@ pub fn measure(b: &CudaBackend, copy_bytes: usize, gemm_n: usize) -> Result<Devi
     })?;
     let gemm_tflops = 2.0 * (n as f64).powi(3) / (gemm_ms * 1e-3) / 1e12;
     Ok(DeviceLimits { copy_gb_s, gemm_tflops, gemm_n })
+}
+
+/// Seconds a decode round's weight GEMMs take in cuBLAS alone, at each of `batches` rows: one
+/// bf16 GEMM `[rows, k] x [n, k]^T` per weight `(n, k)` of `weights`, every weight a buffer of its
+/// own (random data, so each is read from memory as a round reads it), queued back to back on
+/// the stream; the median of five rounds. The reference a decode round is held against.
+pub fn gemm_round(b: &CudaBackend, weights: &[(usize, usize)], batches: &[usize]) -> Result<Vec<f64>, CudaError> {
+    let d = &b.ctx.dev;
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { blas::is_culib_present() } {
+        return Ok(vec![f64::NAN; batches.len()]);
+    }
+    let blas = CudaBlas::new(d.stream.clone()).map_err(|err| CudaError::Blas { what: "creating a handle", err })?;
+    let mats: Vec<CudaSlice<half::bf16>> =
+        weights.iter().enumerate().map(|(i, &(n, k))| random_bf16(b, n * k, 10 + i as u32)).collect();
+    let rows = batches.iter().copied().max().unwrap_or(1);
+    let (max_n, max_k) = weights.iter().fold((1, 1), |(a, c), &(n, k)| (a.max(n), c.max(k)));
+    let x = random_bf16(b, rows * max_k, 3);
+    let mut y = d.zeros::<half::bf16>(rows * max_n);
+    let mut out = Vec::with_capacity(batches.len());
+    for &m in batches {
+        let ms = time_ms(b, 5, 1, || {
+            for (w, &(n, k)) in mats.iter().zip(weights) {
+                let cfg = GemmConfig {
+                    transa: blas::cublasOperation_t::CUBLAS_OP_T,
+                    transb: blas::cublasOperation_t::CUBLAS_OP_N,
+                    m: n as i32,
+                    n: m as i32,
+                    k: k as i32,
+                    alpha: half::bf16::ONE,
+                    lda: k as i32,
+                    ldb: k as i32,
+                    beta: half::bf16::ZERO,
+                    ldc: n as i32,
+                };
+                // SAFETY: w holds n x k values, x at least m x k and y at least m x n.
+                unsafe { blas.gemm(cfg, w, &x, &mut y) }.map_err(|err| CudaError::Blas { what: "gemm", err })?;
+            }
+            Ok(())
+        })?;
+        out.push(ms * 1e-3);
+    }
+    Ok(out)
 }
