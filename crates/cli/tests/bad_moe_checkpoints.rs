@@ -1,18 +1,23 @@
-//! GLM-4.5 MoE checkpoints whose experts, router, shared experts or attention biases disagree
-//! with their config are refused by `tensorfold check` with exit code 2 and one line naming the
+//! GLM-4.5 MoE and MiniMax-M2 checkpoints whose experts, router, shared experts or attention
+//! biases disagree with their config are refused by `tensorfold check` with exit code 2 and one line naming the
 //! tensor and, for a shape, the shape expected and the shape found.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/glm4_moe")
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
 }
 
-/// A copy of the fixture whose config.json has `key` set to `value`.
+/// A copy of the glm4_moe fixture whose config.json has `key` set to `value`.
 fn with_config(key: &str, value: serde_json::Value) -> tempfile::TempDir {
+    family_with_config("glm4_moe", key, value)
+}
+
+/// A copy of `family`'s fixture whose config.json has `key` set to `value`.
+fn family_with_config(family: &str, key: &str, value: serde_json::Value) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture()).unwrap() {
+    for entry in std::fs::read_dir(fixture(family)).unwrap() {
         let p = entry.unwrap().path();
         std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
     }
@@ -41,9 +46,21 @@ fn refused(dir: &Path, needles: &[&str]) {
 }
 
 #[test]
-fn the_fixture_passes() {
-    let (code, err) = check(&fixture());
-    assert_eq!(code, Some(0), "{err}");
+fn the_fixtures_pass() {
+    for family in ["glm4_moe", "minimax_m2"] {
+        let (code, err) = check(&fixture(family));
+        assert_eq!(code, Some(0), "{family}: {err}");
+    }
+}
+
+#[test]
+fn minimax_experts_and_norms_the_weights_do_not_have() {
+    let d = family_with_config("minimax_m2", "num_local_experts", 16.into());
+    refused(d.path(), &["model.layers.0.block_sparse_moe.gate.weight", "expected [16, 64]", "[8, 64]"]);
+    let d = family_with_config("minimax_m2", "intermediate_size", 16.into());
+    refused(d.path(), &["model.layers.0.block_sparse_moe.experts.0.w1.weight", "expected [16, 64]", "[32, 64]"]);
+    let d = family_with_config("minimax_m2", "qk_norm_type", "per_head".into());
+    refused(d.path(), &["config.json", "qk_norm_type per_head"]);
 }
 
 #[test]
