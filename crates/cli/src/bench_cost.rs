@@ -174,6 +174,11 @@ mod tests {
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 8.0 * expert);
         // More rows read what the routing chose: no count.
         assert_eq!((c.round_params(2), c.round_params(64)), (None, None));
+        // MiniMax-M2: experts in all 62 layers, 8 of 256 of 3 x 3072 x 1536 a token.
+        let s = spec("minimax-m2");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        assert_eq!(c.token_params(), c.layer_params + 62.0 * 8.0 * 3.0 * 3072.0 * 1536.0);
     }
 
     #[test]

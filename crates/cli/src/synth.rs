@@ -99,6 +99,19 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             c["norm_topk_prob"] = json!(true);
             c
         }
+        // MiniMax-M2: 62 attention layers (48 heads of 128, 8 KV heads, the QK norm over all
+        // heads, rope over 64 dims), each 256 sigmoid-routed experts of 1536 (8 a token).
+        "minimax-m2" => {
+            let mut c = qwen3(200064, 3072, 1536, 62, 48, 8, false);
+            c["architectures"] = json!(["MiniMaxM2ForCausalLM"]);
+            c["model_type"] = json!("minimax_m2");
+            c["max_position_embeddings"] = json!(196608);
+            c["rope_parameters"] =
+                json!({"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5});
+            c["num_local_experts"] = json!(256);
+            c["num_experts_per_tok"] = json!(8);
+            c
+        }
         "tiny" => qwen3(512, 64, 128, 2, 4, 2, true),
         _ => return None,
     })
@@ -120,8 +133,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str =
-    "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -225,8 +237,10 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             }
         }
         if s.qk_norm && !gdn {
-            add("self_attn.q_norm", vec![d]);
-            add("self_attn.k_norm", vec![d]);
+            // Per head, or over all heads together (MiniMax-M2).
+            let (qh, kh) = if s.qk_norm_full { (s.num_heads, s.num_kv_heads) } else { (1, 1) };
+            add("self_attn.q_norm", vec![qh * d]);
+            add("self_attn.k_norm", vec![kh * d]);
         }
         match &s.moe {
             Some(m) if m.sparse_layers[i] => {
