@@ -435,6 +435,27 @@ impl Common {
     }
 }
 
+/// A rope over `partial_rotary_factor` of each head (in `rope_parameters` or at the top level;
+/// `default_partial` when neither says), `theta` from the config or `fallback_theta`.
+pub fn partial_rope(
+    c: &RawConfig,
+    head_dim: usize,
+    fallback_theta: f32,
+    default_partial: f32,
+) -> Result<Rope, ModelError> {
+    let (theta, scaling) = c.rope("full_attention", fallback_theta)?;
+    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(|v| v.as_f64());
+    let partial = match nested {
+        Some(f) => f as f32,
+        None => c.opt_f32("partial_rotary_factor")?.unwrap_or(default_partial),
+    };
+    let dim = ((head_dim as f32 * partial) as usize) & !1;
+    if dim == 0 || dim > head_dim || theta <= 0.0 {
+        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
+    }
+    Ok(Rope::new(dim, theta, &scaling))
+}
+
 /// The gated activation named by `hidden_act` / `hidden_activation`.
 pub fn activation(c: &RawConfig, default: Activation) -> Result<Activation, ModelError> {
     match c.opt_str("hidden_activation").or_else(|| c.opt_str("hidden_act")) {

@@ -9,14 +9,14 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, ModelSpec, MoeSpec, SharedExperts, activation};
+use crate::spec::{Common, ModelSpec, MoeSpec, SharedExperts, activation, partial_rope};
 use serde_json::Value;
-use tf_backend::{Activation, MoeScoring, Rope};
+use tf_backend::{Activation, MoeScoring};
 
 /// The spec of a GLM-4.5 MoE checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let common = Common::read_with_attention_bias(c)?;
-    let rope = partial_rope(c, common.head_dim)?;
+    let rope = partial_rope(c, common.head_dim, 10000.0, 0.5)?;
     let mut spec = common.spec(c, arch, rope, activation(c, Activation::Silu)?)?;
     if spec.layer_kinds.iter().any(|k| *k != crate::spec::LayerKind::Full) {
         return Err(c.error("glm4_moe layers are full attention only"));
@@ -53,21 +53,6 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
     Ok(spec)
-}
-
-/// The rope over `partial_rotary_factor` of each head (transformers' default for GLM: 0.5).
-fn partial_rope(c: &RawConfig, head_dim: usize) -> Result<Rope, ModelError> {
-    let (theta, scaling) = c.rope("full_attention", 10000.0)?;
-    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64);
-    let partial = match nested {
-        Some(f) => f as f32,
-        None => c.opt_f32("partial_rotary_factor")?.unwrap_or(0.5),
-    };
-    let dim = ((head_dim as f32 * partial) as usize) & !1;
-    if dim == 0 || dim > head_dim || theta <= 0.0 {
-        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
-    }
-    Ok(Rope::new(dim, theta, &scaling))
 }
 
 #[cfg(test)]

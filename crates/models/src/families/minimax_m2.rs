@@ -6,14 +6,13 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, activation};
-use serde_json::Value;
+use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, activation, partial_rope};
 use tf_backend::{Activation, MoeScoring, Rope};
 
 /// The spec of a MiniMax-M2 checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let common = Common::read(c)?;
-    let rope = partial_rope(c, common.head_dim)?;
+    let rope = rope(c, common.head_dim)?;
     if activation(c, Activation::Silu)? != Activation::Silu {
         return Err(c.error("hidden_act must be silu"));
     }
@@ -43,21 +42,11 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     Ok(spec)
 }
 
-/// The rope over `partial_rotary_factor` of each head (in `rope_parameters` or at the top level),
-/// or over `rotary_dim` dims as the released checkpoints say; the whole head when neither is set.
-fn partial_rope(c: &RawConfig, head_dim: usize) -> Result<Rope, ModelError> {
-    let (theta, scaling) = c.rope("full_attention", 5_000_000.0)?;
-    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64);
-    let dim = match (nested, c.opt_f32("partial_rotary_factor")?, c.opt_dim("rotary_dim")?) {
-        (Some(f), _, _) => (head_dim as f64 * f) as usize,
-        (None, Some(f), _) => (head_dim as f32 * f) as usize,
-        (None, None, Some(d)) => d,
-        (None, None, None) => head_dim,
-    } & !1;
-    if dim == 0 || dim > head_dim || theta <= 0.0 {
-        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
-    }
-    Ok(Rope::new(dim, theta, &scaling))
+/// The rope over `partial_rotary_factor` of each head, or over `rotary_dim` dims as the released
+/// checkpoints say; the whole head when neither is set.
+fn rope(c: &RawConfig, head_dim: usize) -> Result<Rope, ModelError> {
+    let default = c.opt_dim("rotary_dim")?.map_or(1.0, |d| d as f32 / head_dim as f32);
+    partial_rope(c, head_dim, 5_000_000.0, default)
 }
 
 #[cfg(test)]

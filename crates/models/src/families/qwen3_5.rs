@@ -5,9 +5,9 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, GdnSpec, LayerKind, ModelSpec, activation};
+use crate::spec::{Common, GdnSpec, LayerKind, ModelSpec, activation, partial_rope};
 use serde_json::Value;
-use tf_backend::{Activation, Rope};
+use tf_backend::Activation;
 
 /// The spec of a Qwen3.5 text checkpoint.
 pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
@@ -21,7 +21,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
 /// fused per key head (Qwen3-Next).
 pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, ModelError> {
     let common = Common::read(c)?;
-    let rope = partial_rope(c, common.head_dim)?;
+    let rope = partial_rope(c, common.head_dim, 10000.0, 0.25)?;
     let kinds = layer_kinds(c, common.num_layers)?;
     if activation(c, Activation::Silu)? != Activation::Silu {
         return Err(c.error("hidden_act must be silu (the Gated DeltaNet conv's activation)"));
@@ -74,22 +74,4 @@ fn layer_kinds(c: &RawConfig, n: usize) -> Result<Vec<LayerKind>, ModelError> {
             _ => Err(c.error(format!("unknown layer type {t}"))),
         })
         .collect()
-}
-
-/// The rope of the attention layers over `partial_rotary_factor` of the head (in
-/// `rope_parameters` or at the top level; transformers' default 0.25). Qwen3.5's multimodal
-/// rope sections (`mrope_section`) rotate text positions exactly as a plain rope does, since a
-/// text token has the same position in every section.
-fn partial_rope(c: &RawConfig, head_dim: usize) -> Result<Rope, ModelError> {
-    let (theta, scaling) = c.rope("full_attention", 10000.0)?;
-    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64);
-    let partial = match nested {
-        Some(f) => f as f32,
-        None => c.opt_f32("partial_rotary_factor")?.unwrap_or(0.25),
-    };
-    let dim = ((head_dim as f32 * partial) as usize) & !1;
-    if dim == 0 || dim > head_dim || theta <= 0.0 {
-        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
-    }
-    Ok(Rope::new(dim, theta, &scaling))
 }
