@@ -79,6 +79,7 @@ impl Grammars {
             return Ok(c);
         }
         let grammar = spec.grammar()?;
+        let start = std::time::Instant::now();
         let (tx, rx) = channel();
         let factory = self.factory.clone();
         let worker = std::thread::Builder::new().name("tensorfold-grammar".into()).spawn(move || {
@@ -87,6 +88,11 @@ impl Grammars {
         });
         worker.map_err(|e| GrammarError::Invalid(format!("could not start the compiler: {e}")))?;
         let m = match rx.recv_timeout(lim.timeout) {
+            // A result can be waiting before this thread first looks: the cap is on the compile's
+            // time, not on the wait.
+            Ok(_) if start.elapsed() > lim.timeout => {
+                return Err(GrammarError::Timeout(lim.timeout.as_millis() as u64));
+            }
             Ok(Ok(m)) => m,
             Ok(Err(e)) => return Err(GrammarError::Invalid(e)),
             Err(RecvTimeoutError::Timeout) => return Err(GrammarError::Timeout(lim.timeout.as_millis() as u64)),
