@@ -6,7 +6,9 @@ checkpoint saved by transformers 5.x `save_pretrained` (config.json,
 generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
 plus golden outputs (golden.safetensors, golden.json) computed in float32 from the
 checkpoint exactly as saved (reloaded from disk, bf16/f16 weights upcast to f32,
-eager attention).
+eager attention). MoE families also record `route_exact_positions` (see
+route_exact_positions below): the leading positions whose routing a bf16 run cannot
+flip by rounding, the ones a bf16 backend is compared on.
 
 Deterministic: fixed seeds, no network. Re-running gives byte-identical files for
 the same torch / transformers / tokenizers versions.
@@ -14,6 +16,10 @@ the same torch / transformers / tokenizers versions.
 Usage (from the repository root):
     python3 scripts/make_fixtures.py            # writes tests/fixtures/
     python3 scripts/make_fixtures.py --out DIR  # writes elsewhere
+    python3 scripts/make_fixtures.py --route-only --families qwen3_moe ...
+        # only recomputes the families' GOLDEN_EXTRA fields (route_exact_positions) from the
+        # fixtures already written, checks the reloaded model still gives their golden logits
+        # and greedy tokens, and rewrites golden.json with nothing else changed
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<unk
 N_GREEDY = 16
 MIN_GREEDY_MARGIN = 0.02  # top1 - top2 logit gap required at every greedy step
 MIN_ROUTER_MARGIN = 0.01  # MoE: k-th vs (k+1)-th router logit gap required at every token
+# MoE: the choice-value gap (k-th vs (k+1)-th expert, and kept vs next group) that every layer's
+# routing of a position must clear for a bf16 run to be compared there (route_exact_positions).
+ROUTE_MARGIN = 0.004
 
 # Llama-3 / Qwen2-style pre-tokenizer split pattern.
 SPLIT_PATTERN = (
@@ -308,7 +317,7 @@ WEIGHT_STD = {
 # weights by a family's own rule (a router's margins), and GOLDEN_EXTRA: {family: fn(model,
 # prompts, greedys) -> dict} of further golden.json fields; they may import this module's helpers.
 EXTRA_PERTURB = {}
-GOLDEN_EXTRA = {}
+GOLDEN_EXTRA = {"qwen3_moe": lambda *a: route_exact_positions(*a)}
 EXTRA_ACCEPT = {}
 LOADED_NAME = {}
 
@@ -434,6 +443,79 @@ def min_router_margin(model, prompts, greedys) -> float:
         for h in handles:
             h.remove()
     return min(gaps)
+
+
+def _softmax_choice_gaps(mod, out) -> torch.Tensor:
+    """Qwen3-MoE / Qwen3-Next: the k-th vs (k+1)-th router logit in f32. transformers takes the top
+    k of the softmax probabilities, whose order is the logits' order; rounding moves the logits,
+    and the probabilities' gap shrinks with their size (a 0.2 logit gap between two experts of
+    probability 0.02 is a 0.004 probability gap), so the logit gap is the one that says whether a
+    bf16 run can flip the choice."""
+    k = mod.top_k
+    top = out[0].float().topk(k + 1, dim=-1)
+    assert torch.equal(top.indices[:, :k].sort(-1).values, out[2].sort(-1).values)
+    return top.values[:, k - 1] - top.values[:, k]
+
+
+def _grouped_sigmoid_choice_gaps(mod, out) -> torch.Tensor:
+    """GLM-4.5 / Nemotron-H: choice values sigmoid(logit) + e_score_correction_bias; per token the
+    smaller of the topk_group-th vs next group score (sum of a group's two best choice values) and
+    the k-th vs (k+1)-th choice value among the kept groups' experts."""
+    scores = out[0].float().sigmoid() + mod.e_score_correction_bias.float()
+    ng, tg, k = mod.num_group, mod.topk_group, mod.top_k
+    grouped = scores.view(-1, ng, scores.shape[-1] // ng)
+    gs = grouped.topk(2, dim=-1).values.sum(-1)
+    top_g = gs.topk(min(tg + 1, ng), dim=-1)
+    mask = torch.zeros_like(gs).scatter_(1, top_g.indices[:, :tg], 1.0).bool()
+    kept = grouped.masked_fill(~mask.unsqueeze(-1), float("-inf")).view(scores.shape)
+    top = kept.topk(k + 1, dim=-1)
+    assert torch.equal(top.indices[:, :k].sort(-1).values, out[2].sort(-1).values)
+    gap = top.values[:, k - 1] - top.values[:, k]
+    if tg < ng:
+        gap = torch.minimum(gap, top_g.values[:, tg - 1] - top_g.values[:, tg])
+    return gap
+
+
+ROUTER_CHOICE_GAPS = {
+    "Qwen3MoeTopKRouter": _softmax_choice_gaps,
+    "Qwen3NextTopKRouter": _softmax_choice_gaps,
+    "Glm4MoeTopkRouter": _grouped_sigmoid_choice_gaps,
+    "NemotronHTopkRouter": _grouped_sigmoid_choice_gaps,
+}
+
+
+@torch.no_grad()
+def route_choice_gaps(model, prompts, greedys) -> list[torch.Tensor]:
+    """Per prompt, each position's smallest routing choice gap over the MoE layers, from the same
+    f32 router inputs and values transformers chooses on, over the forwards of prompt +
+    greedy[:-1] (which cover every golden logit and greedy step). The recomputed choice is checked
+    against the router's own."""
+    gaps, out = [], []
+
+    def hook(mod, _inp, res):
+        gaps.append(ROUTER_CHOICE_GAPS[type(mod).__name__](mod, res))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if type(m).__name__ in ROUTER_CHOICE_GAPS]
+    assert handles
+    try:
+        for p, g in zip(prompts, greedys):
+            gaps.clear()
+            model(input_ids=torch.tensor([p["ids"] + g[:-1]]), use_cache=False)
+            out.append(torch.stack(gaps).min(0).values)
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+def route_exact_positions(model, prompts, greedys) -> dict:
+    """golden.json's `route_exact_positions`: per prompt, how many leading positions of prompt +
+    greedy continuation route with a choice gap of at least ROUTE_MARGIN in every MoE layer. A
+    bf16 run can flip a narrower choice, and the causal model's outputs before it cannot depend
+    on it, so a bf16 backend is compared on those positions only."""
+    exact = [int((g >= ROUTE_MARGIN).long().cumprod(0).sum()) for g in route_choice_gaps(model, prompts, greedys)]
+    print(f"  route_exact_positions {exact} (prompt lengths {[len(p['ids']) for p in prompts]})")
+    return {"route_exact_positions": exact, "route_margin": ROUTE_MARGIN}
 
 
 def versions():
@@ -566,11 +648,48 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         **versions(),
         "encode": enc,
     }
-    (out / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+    golden_write(out, golden)
     print(f"{family}: seed {wseed}, tokenizer_len {len(fast)}, min greedy margin {min_margin:.4f}")
     for i, gi in enumerate(greedys):
         print(f"  prompt {i} len {len(prompts[i]['ids'])}: greedy {gi}")
     return golden
+
+
+def golden_write(out: Path, golden: dict) -> None:
+    (out / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+
+
+@torch.no_grad()
+def route_only(family: str, out_root: Path) -> None:
+    """Recompute `family`'s GOLDEN_EXTRA fields from its fixture as written: reload the checkpoint
+    as build_family does, check it still gives the golden logits and greedy tokens, and put the
+    fields into golden.json (before the versions, where build_family writes them)."""
+    out = out_root / family
+    golden = json.loads((out / "golden.json").read_text())
+    if family not in GOLDEN_EXTRA:
+        print(f"{family}: no GOLDEN_EXTRA, golden.json left as it is")
+        return
+    if {k: golden[k] for k in versions()} != versions():
+        print(f"  {family}: warning: written by {[golden[k] for k in versions()]}, running {versions()}")
+    ref = AutoModelForCausalLM.from_pretrained(
+        out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    prompts, greedys = golden["prompts"], golden["greedy"]
+    tensors = load_file(out / "golden.safetensors")
+    for i, p in enumerate(prompts):
+        logits = ref(input_ids=torch.tensor([p["ids"]]), use_cache=False).logits[0].float()
+        err = float((logits - tensors[f"logits_{i}"]).abs().max())
+        print(f"  {family} prompt {i}: max |logit - golden| {err:.2e}")
+        # equal up to CPU kernel differences (<= 1.2e-4 seen, qwen3_next's one-id prompt); the
+        # greedy tokens exactly
+        assert err <= 1e-3, (family, i, err)
+        assert greedy(ref, p["ids"], len(greedys[i]))[0] == greedys[i] == tensors[f"greedy_{i}"].tolist(), (family, i)
+    extra = GOLDEN_EXTRA[family](ref, prompts, greedys)
+    rest = {k: v for k, v in golden.items() if k not in extra}
+    at = list(rest).index("transformers")
+    items = list(rest.items())
+    golden_write(out, dict(items[:at] + list(extra.items()) + items[at:]))
+    print(f"{family}: {extra}")
 
 
 def main():
@@ -578,11 +697,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
     ap.add_argument("--families", nargs="*", default=None, help="default: every family")
+    ap.add_argument(
+        "--route-only",
+        action="store_true",
+        help="recompute only golden.json's GOLDEN_EXTRA fields (route_exact_positions) of fixtures already in --out",
+    )
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     out_root = Path(args.out)
     out_root.mkdir(parents=True, exist_ok=True)
+    if args.route_only:
+        print("versions:", versions())
+        for fam in args.families or list(FAMILIES):
+            route_only(fam, out_root)
+        return
     base_tok = train_tokenizer()
     print("versions:", versions())
     print("tokenizer vocab:", base_tok.get_vocab_size(with_added_tokens=True))

@@ -7,7 +7,10 @@ of width 32 in 2 groups (`n_group` 2, `topk_group` 1: a token's 2 experts come f
 (`attention_bias`), QK norm (`use_qk_norm`), head_dim 32 explicit, partial rotary 0.5 (16 of 32
 dims rotated). bf16. Weights are accepted only when every token's router choice is separated by
 ROUTER_MARGIN in the biased scores (experts and groups), so an f32 implementation cannot choose
-differently through rounding.
+differently through rounding. A bf16 run can still flip the narrower choices, so golden.json
+records per prompt `route_exact_positions` (make_fixtures.py's, at its ROUTE_MARGIN 0.004, over
+the expert and the group choice): how many leading positions of prompt + greedy continuation
+route with that margin in every MoE layer, the ones a bf16 backend is compared on.
 """
 
 from __future__ import annotations
@@ -114,3 +117,4 @@ WEIGHT_STD = {
 
 PERTURB = {"glm4_moe": perturb_glm4_moe}
 ACCEPT = {"glm4_moe": accept_glm4_moe}
+GOLDEN_EXTRA = {"glm4_moe": lambda *a: mf.route_exact_positions(*a)}

@@ -4,11 +4,20 @@ nemotron_h: layers "M*M-M" (Mamba2, attention without rope, Mamba2, relu^2 MLP, 
 n_groups 2, ssm_state_size 16, conv kernel 4 with bias, 8 Mamba heads of width 8, chunk size 8
 (so transformers' chunked scan crosses chunk boundaries in the longer prompts), and dt_bias
 values low enough on some heads that softplus falls under time_step_min (the clamp is exercised).
+
+nemotron_h_moe: layers "ME*E" (Mamba2, MoE, attention, MoE); MoE layers of 8 ungated relu^2
+experts behind a latent projection, sigmoid routing with a random e_score_correction_bias in 2
+groups (1 kept), top 2. No seed is drawn for router margins, so golden.json records per prompt
+`route_exact_positions` (make_fixtures.py's, at its ROUTE_MARGIN 0.004, over the expert and the
+group choice): how many leading positions of prompt + greedy continuation route with that margin
+in every MoE layer, the ones a bf16 backend is compared on (prompt 3 has a 0.0005 gap at
+position 26).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from transformers import NemotronHConfig, NemotronHForCausalLM
@@ -139,3 +148,4 @@ FAMILIES["nemotron_h_moe"] = (make_nemotron_h_moe, 6000, True)
 WEIGHT_STD["nemotron_h_moe"] = (0.5, 0.5, 0.5, 0.12, 0.12)
 PERTURB["nemotron_h_moe"] = perturb_nemotron_moe
 LOADED_NAME["nemotron_h_moe"] = LOADED_NAME["nemotron_h"]
+GOLDEN_EXTRA = {"nemotron_h_moe": lambda *a: sys.modules["__main__"].route_exact_positions(*a)}

@@ -8,7 +8,9 @@ centred (1 + w) norms, dense MLP.
 
 qwen3_next: the same layers with Gated DeltaNet's projections fused per key head
 (`in_proj_qkvz`, `in_proj_ba`); layer 0 a dense MLP (`mlp_only_layers`), layers 1 and 2 eight
-softmax top-2 experts with a sigmoid-gated shared expert.
+softmax top-2 experts with a sigmoid-gated shared expert. golden.json records
+`route_exact_positions` as every MoE fixture does (make_fixtures.py's, on the router logits): the
+seed's logit gaps, all >= MIN_ROUTER_MARGIN, clear ROUTE_MARGIN at every position.
 
 qwen3_5_moe has no fixture: transformers reloads a `qwen3_5_moe_text` checkpoint's tokenizer as
 its own Qwen3_5Tokenizer (not the fixture's tokenizer.json as written), which the shared
@@ -142,3 +144,4 @@ def router_margin_ok(model, prompts, greedys) -> bool:
 
 
 ACCEPT = {"qwen3_next": router_margin_ok}
+GOLDEN_EXTRA = {"qwen3_next": lambda *a: sys.modules["__main__"].route_exact_positions(*a)}
