@@ -4,13 +4,15 @@
 #   STEPS="tests bench peer draft prefix ptrace serve sampled" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
 #   STEPS=serve CLIENTS=256 SERVE_PROMPTS=1024 SERVE_RUNS="128/512 512/256 128/512/sampled" SERVE_SECS=120
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
+#   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
 # batch, with the card's copy and GEMM ceilings measured in the same run), transformers on the same
 # checkpoint, drafting and prefix-cache benches, a warm 4096-token prefill's kernel timeline, and
 # bench-serve runs against one `serve` at CLIENTS streams, and sampled decode (temperature 0.8 +
 # top-p 0.95, top-k 50, a mixed round) against greedy in the same call at SAMPLED_BATCHES
 # (default 1,8,64,128,256), and the hybrid presets' table (HYBRIDS: preset:layers, each
-# synthesized with that many layers and benched at PROMPTS x BATCHES).
+# synthesized with that many layers and benched at PROMPTS x BATCHES), and the MoE presets' table
+# beside dense qwen3-8b shrunk alike (MOES, the same form).
 # Everything under $OUT; a short table printed last. LIMIT (seconds, default 570) skips the steps
 # that no longer fit.
 set -u
@@ -113,21 +115,34 @@ if has sampled; then
     | tee "$OUT/sampled.txt"
   grep -h -iE "panicked|error" "$W"/sampled_top_p.txt "$W"/sampled_top_k.txt 2>/dev/null | head -3
 fi
-if has hybrid; then
-  for h in ${HYBRIDS:-qwen3.5-27b:16 qwen3-next-80b-a3b:4}; do
+# Presets synthesized with fewer layers and benched at PROMPTS x BATCHES: presets STEP LIST
+# (LIST: preset:layers ...), each to $OUT/STEP_PRESET.{json,txt}.
+presets() {
+  local step=$1; shift
+  for h in "$@"; do
     IFS=: read -r LIKE LAYERS <<< "$h"
     HC=/tmp/$LIKE-$LAYERS
     [[ -f $HC/config.json ]] || { left 200 "synth $h" && stamp "synth $h" \
       && timeout 190 "$BIN" synth --like "$LIKE" --layers "$LAYERS" --out "$HC" > "$W/synth_$LIKE.txt" 2>&1; }
     [[ -f $HC/config.json ]] && left 150 "bench $h" && stamp "bench $h" && timeout 140 "$BIN" bench --model "$HC" \
       --device cuda --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 1 \
-      --json "$OUT/hybrid_$LIKE.json" > "$OUT/hybrid_$LIKE.txt" 2>&1
+      --json "$W/${step}_$LIKE.json" > "$W/${step}_$LIKE.txt" 2>&1
     rm -rf "$HC"
   done
+}
+if has hybrid; then
+  # shellcheck disable=SC2086
+  presets hybrid ${HYBRIDS:-qwen3.5-27b:16 qwen3-next-80b-a3b:4}
+fi
+if has moe; then
+  # The MoE presets beside dense qwen3-8b (shrunk alike), each decode's floor ratio in one table.
+  # shellcheck disable=SC2086
+  presets moe ${MOES:-qwen3-8b:12 qwen3-30b-a3b:12 qwen3-next-80b-a3b:4 glm4.5-air:4 minimax-m2:4}
 fi
 stamp done
 [[ -f $OUT/ptrace_summary.txt ]] && head -16 "$OUT/ptrace_summary.txt"
 grep -E "^(measured|limits)" "$OUT/bench.txt" 2>/dev/null
 cat "$OUT/tests.txt" "$OUT/serve.txt" 2>/dev/null
-for f in "$OUT"/hybrid_*.txt; do [[ -f $f ]] && { echo "== $f"; grep -E "^(prompt|measured)" "$f"; grep -iE "panicked|error" "$f" | head -3; }; done
+for f in "$W"/hybrid_*.txt "$W"/moe_*.txt; do [[ -f $f ]] && { echo "== $(basename "$f" .txt)"; grep -E "^(prompt|measured)" "$f"; grep -iE "panicked|error" "$f" | head -3; }; done
+cat "$W"/hybrid_*.txt "$W"/moe_*.txt > "$OUT/presets.txt" 2>/dev/null
 [[ -f $OUT/ours.json ]] && python3 scripts/device/table.py "$OUT/ours.json" "$OUT/peer.json"

@@ -369,22 +369,107 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_bf16(const u16* __rest
             }
 }
 
-// f32 / f16 weights (small checkpoints): one thread per output, one f32 FMA chain over k in order.
-extern "C" __global__ void gemm_simt(const float* __restrict__ x, const void* __restrict__ w, int f16, float* __restrict__ y,
-                                     int m, int n, int k, int add) {
-    tf_pdl_enter();
-    size_t total = (size_t)m * n;
-    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(o / n), r = (int)(o % n);
-        const float* xr = x + (size_t)t * k;
-        float acc = 0.f;
+// f32 / f16 weights (MoE routers, small checkpoints): y[t][r] = x[t] . w[r]. Each output is one
+// warp's: lane l runs one FMA chain over k's indices 128 c + 4 l + e (c ascending, e = 0..3), then
+// the 32 lanes fold by a butterfly (xor 16, 8, 4, 2, 1). That order depends on k alone, never on
+// m or the tiling, so a row's bits do not follow the batch, and both variants below give the same
+// bits. A warp takes SIMT_ROWS rows and E weight rows; a block BR x BE warps (W rows shared by the
+// BR warps of a column, x rows by the BE warps of a row); U chunks of 128 are loaded before their
+// FMAs so that many loads are in flight.
+#define SIMT_ROWS 4
+
+// Four consecutive values of a row from `base` (zeros past k), as f32.
+__device__ __forceinline__ void simt_load4(const void* __restrict__ p, int f16, size_t row, int base, int k, bool vec,
+                                           float (&v)[4]) {
+    if (vec && base + 3 < k) {
         if (f16) {
-            const u16* wr = (const u16*)w + (size_t)r * k;
-            for (int i = 0; i < k; ++i) acc = fmaf(xr[i], h2f(wr[i]), acc);
+            uint2 h = *(const uint2*)((const u16*)p + row * k + base);
+            v[0] = h2f((u16)(h.x & 0xffff));
+            v[1] = h2f((u16)(h.x >> 16));
+            v[2] = h2f((u16)(h.y & 0xffff));
+            v[3] = h2f((u16)(h.y >> 16));
         } else {
-            const float* wr = (const float*)w + (size_t)r * k;
-            for (int i = 0; i < k; ++i) acc = fmaf(xr[i], wr[i], acc);
+            float4 f = *(const float4*)((const float*)p + row * k + base);
+            v[0] = f.x;
+            v[1] = f.y;
+            v[2] = f.z;
+            v[3] = f.w;
         }
-        gemm_store(y + o, acc, add);
+        return;
     }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int i = base + j;
+        v[j] = i < k ? (f16 ? h2f(((const u16*)p)[row * k + i]) : ((const float*)p)[row * k + i]) : 0.f;
+    }
+}
+
+template <int E, int BR, int BE, int U>
+__device__ __forceinline__ void gemm_simt_tile(const float* __restrict__ x, const void* __restrict__ w, int f16,
+                                               float* __restrict__ y, int m, int n, int k, int add) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t0 = ((int)blockIdx.y * BR + warp / BE) * SIMT_ROWS;
+    const int o0 = ((int)blockIdx.x * BE + warp % BE) * E;
+    if (t0 >= m || o0 >= n) return;
+    // Rows past m or n read row 0's values (never stored): no branch in the loop.
+    size_t xr[SIMT_ROWS], wr[E];
+#pragma unroll
+    for (int r = 0; r < SIMT_ROWS; ++r) xr[r] = t0 + r < m ? (size_t)(t0 + r) : 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) wr[e] = o0 + e < n ? (size_t)(o0 + e) : 0;
+    const bool vec = (k & 3) == 0;
+    float acc[SIMT_ROWS][E];
+#pragma unroll
+    for (int r = 0; r < SIMT_ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][e] = 0.f;
+    for (int c0 = 0; c0 * 128 < k; c0 += U) {
+        float xv[U][SIMT_ROWS][4], wv[U][E][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            int base = (c0 + u) * 128 + 4 * lane;
+#pragma unroll
+            for (int r = 0; r < SIMT_ROWS; ++r) simt_load4(x, 0, xr[r], base, k, vec, xv[u][r]);
+#pragma unroll
+            for (int e = 0; e < E; ++e) simt_load4(w, f16, wr[e], base, k, vec, wv[u][e]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            int base = (c0 + u) * 128 + 4 * lane;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (base + j < k) {
+#pragma unroll
+                    for (int r = 0; r < SIMT_ROWS; ++r)
+#pragma unroll
+                        for (int e = 0; e < E; ++e) acc[r][e] = fmaf(xv[u][r][j], wv[u][e][j], acc[r][e]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < SIMT_ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            float v = acc[r][e];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+            if (lane == 0 && t0 + r < m && o0 + e < n) gemm_store(y + (size_t)(t0 + r) * n + o0 + e, v, add);
+        }
+}
+
+// Few rows (decode): a warp a weight row, four warps a block, four chunks in flight.
+extern "C" __global__ void __launch_bounds__(128) gemm_simt_e1(const float* __restrict__ x, const void* __restrict__ w,
+                                                                int f16, float* __restrict__ y, int m, int n, int k,
+                                                                int add) {
+    tf_pdl_enter();
+    gemm_simt_tile<1, 1, 4, 4>(x, w, f16, y, m, n, k, add);
+}
+
+// Many rows (prefill): a warp four weight rows, 4 x 4 warps a block (16 rows x 16 weight rows).
+extern "C" __global__ void __launch_bounds__(512) gemm_simt_e4(const float* __restrict__ x, const void* __restrict__ w,
+                                                                int f16, float* __restrict__ y, int m, int n, int k,
+                                                                int add) {
+    tf_pdl_enter();
+    gemm_simt_tile<4, 4, 4, 2>(x, w, f16, y, m, n, k, add);
 }

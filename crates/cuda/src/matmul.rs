@@ -12,6 +12,9 @@ use tf_backend::Activation;
 
 const BLOCK: u32 = 256;
 
+/// Most rows the f32 / f16 GEMM takes with a warp a weight row (gemm.cu `gemm_simt_e1`).
+const SIMT_FEW_ROWS: usize = 16;
+
 /// `x @ w^T`.
 pub(crate) fn matmul(b: &Ctx, x: &CudaAct, w: &CudaMat) -> CudaAct {
     matmul_many(b, x, &[w]).pop().expect("one weight, one output")
@@ -172,7 +175,11 @@ fn matmul_one(b: &Ctx, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bo
                 Arg::I(k as i32),
                 Arg::I(add as i32),
             ];
-            d.launch(&d.k.gemm_simt, (grid_for(m * n, BLOCK), 1, 1), BLOCK, 0, &args);
+            // Both variants give each output the same bits (gemm.cu `gemm_simt_tile`): a warp a
+            // weight row while rows are few, four (and blocks of 16 x 16 outputs) past that.
+            let (f, rows, cols, threads) =
+                if m <= SIMT_FEW_ROWS { (&d.k.gemm_simt_e1, 4, 4, 128) } else { (&d.k.gemm_simt_e4, 16, 16, 512) };
+            d.launch(f, (n.div_ceil(cols) as u32, m.div_ceil(rows) as u32, 1), threads, 0, &args);
         }
     }
 }

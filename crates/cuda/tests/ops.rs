@@ -292,6 +292,63 @@ fn plain_matmuls_match_reference() {
 }
 
 #[test]
+fn f32_matmul_rows_do_not_depend_on_the_row_count() {
+    // The f32 / f16 GEMM (MoE routers) has two variants, for few rows and many; a row's bits
+    // must be the same in either and at any position. k not a multiple of 4 takes the scalar
+    // loads, k of 100 a partial chunk, 7168 DeepSeek-sized rows.
+    let Some(b) = backend() else { return };
+    for (dtype, n, k) in [(DType::F32, 128, 2048), (DType::F32, 37, 70), (DType::F16, 64, 100), (DType::F32, 256, 7168)]
+    {
+        let wv = rand(n * k, 11 + k as u64, 0.5);
+        let wm = b.mat(&weight("w", dtype, n, k, &wv)).unwrap();
+        let big = 200;
+        let x = rand((big + 5) * k, 12 + n as u64, 1.0);
+        let full = b.download(&b.matmul(&b.upload(&x[..big * k], big, k), &wm));
+        let wr: Vec<f32> = match dtype {
+            DType::F16 => wv.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+            _ => wv.clone(),
+        };
+        for t in 0..big {
+            for o in 0..n {
+                let (s, a) = (0..k).fold((0f64, 0f64), |(s, a), i| {
+                    let p = x[t * k + i] as f64 * wr[o * k + i] as f64;
+                    (s + p, a + p.abs())
+                });
+                let got = full[t * n + o] as f64;
+                assert!((got - s).abs() <= 1e-6 * a + 1e-7, "{dtype:?} {n}x{k} ({t}, {o}): {got} vs {s}");
+            }
+        }
+        for m in [1, 2, 4, 5, 16, 17, 64, 130] {
+            let y = b.download(&b.matmul(&b.upload(&x[..m * k], m, k), &wm));
+            assert!(same_bits(&y, &full[..m * n]), "{dtype:?} {n}x{k}: a {m}-row call differs from the {big}-row call");
+            let ys = b.download(&b.matmul(&b.upload(&x[5 * k..(5 + m) * k], m, k), &wm));
+            assert!(
+                same_bits(&ys, &full[5 * n..(5 + m) * n]),
+                "{dtype:?} {n}x{k}: rows shifted by 5 in {m} rows differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_f32_router_reads_a_bf16_weight_exactly() {
+    // mat_f32 widens a bf16 router to f32: its products are the bf16 values times f32 inputs.
+    let Some(b) = backend() else { return };
+    let (m, n, k) = (3, 128, 2048);
+    let w = rand(n * k, 21, 0.5);
+    let wm = b.mat_f32(&weight("router", DType::BF16, n, k, &w)).unwrap();
+    let x = rand(m * k, 22, 1.0);
+    let got = b.download(&b.matmul(&b.upload(&x, m, k), &wm));
+    for t in 0..m {
+        for o in 0..n {
+            let s: f64 = (0..k).map(|i| x[t * k + i] as f64 * bf16_round(w[o * k + i]) as f64).sum();
+            let a: f64 = (0..k).map(|i| (x[t * k + i] as f64 * bf16_round(w[o * k + i]) as f64).abs()).sum();
+            assert!((got[t * n + o] as f64 - s).abs() <= 1e-6 * a + 1e-7, "({t}, {o}): {} vs {s}", got[t * n + o]);
+        }
+    }
+}
+
+#[test]
 fn row_ops_match_reference() {
     let Some(b) = backend() else { return };
     let r = RefBackend;
