@@ -9,7 +9,7 @@ use common::backend;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostState, HostTensor, KvShape,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Conv1d, Experts, Gdn, HostKv, HostMat, HostState, HostTensor, KvShape,
     MoeParams, Rope, StateShape,
 };
 use tf_cpu::CpuBackend;
@@ -152,6 +152,48 @@ impl Backend for Dual {
         self.check("moe", &out, &gout);
         (out, gout)
     }
+    fn mat_f32(&self, t: &TensorView) -> Result<Self::Mat, BackendError> {
+        Ok((self.c.mat_f32(t)?, self.g.mat_f32(t)?))
+    }
+    fn causal_conv1d(&self, x: &Self::Act, p: &Conv1d<'_, Self::Vec>, st: &mut Self::State, meta: &AttnMeta) -> Self::Act {
+        let pc = Conv1d { weight: &p.weight.0, bias: p.bias.map(|b| &b.0), kernel: p.kernel, silu: p.silu };
+        let pg = Conv1d { weight: &p.weight.1, bias: p.bias.map(|b| &b.1), kernel: p.kernel, silu: p.silu };
+        let r = (self.c.causal_conv1d(&x.0, &pc, &mut st.0, meta), self.g.causal_conv1d(&x.1, &pg, &mut st.1, meta));
+        self.check("causal_conv1d", &r.0, &r.1);
+        r
+    }
+    fn gated_delta_rule(
+        &self,
+        qkv: &Self::Act,
+        a: &Self::Act,
+        b: &Self::Act,
+        p: &Gdn<'_, Self::Vec>,
+        st: &mut Self::State,
+        meta: &AttnMeta,
+    ) -> Self::Act {
+        let (pc, pg) = (gdn_half(p, &p.a_log.0, &p.dt_bias.0), gdn_half(p, &p.a_log.1, &p.dt_bias.1));
+        let r = (
+            self.c.gated_delta_rule(&qkv.0, &a.0, &b.0, &pc, &mut st.0, meta),
+            self.g.gated_delta_rule(&qkv.1, &a.1, &b.1, &pg, &mut st.1, meta),
+        );
+        self.check("gated_delta_rule", &r.0, &r.1);
+        r
+    }
+    fn rms_norm_gated(&self, x: &Self::Act, z: &Self::Act, w: &Self::Vec, eps: f32) -> Self::Act {
+        let r = (self.c.rms_norm_gated(&x.0, &z.0, &w.0, eps), self.g.rms_norm_gated(&x.1, &z.1, &w.1, eps));
+        self.check("rms_norm_gated", &r.0, &r.1);
+        r
+    }
+    fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {
+        self.c.mul_sigmoid(&mut x.0, &gate.0);
+        self.g.mul_sigmoid(&mut x.1, &gate.1);
+        self.check("mul_sigmoid", &x.0, &x.1);
+    }
+    fn add_sigmoid_scaled(&self, x: &mut Self::Act, y: &Self::Act, g: &Self::Act) {
+        self.c.add_sigmoid_scaled(&mut x.0, &y.0, &g.0);
+        self.g.add_sigmoid_scaled(&mut x.1, &y.1, &g.1);
+        self.check("add_sigmoid_scaled", &x.0, &x.1);
+    }
     fn kv_dtype(&self) -> tf_core::DType {
         self.g.kv_dtype()
     }
@@ -163,6 +205,19 @@ impl Backend for Dual {
     }
 }
 
+/// `p`'s shape with one backend's decay parameters.
+fn gdn_half<'a, V, W>(p: &Gdn<'_, W>, a_log: &'a V, dt_bias: &'a V) -> Gdn<'a, V> {
+    Gdn {
+        a_log,
+        dt_bias,
+        num_k_heads: p.num_k_heads,
+        num_v_heads: p.num_v_heads,
+        head_k_dim: p.head_k_dim,
+        head_v_dim: p.head_v_dim,
+        state_offset: p.state_offset,
+    }
+}
+
 #[test]
 fn families_op_by_op_against_the_cpu() {
     let Some(g) = backend() else { return };
@@ -171,7 +226,7 @@ fn families_op_by_op_against_the_cpu() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"));
     let mut bad = Vec::new();
-    for family in ["llama", "qwen3", "gemma3", "qwen3_moe"] {
+    for family in ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "qwen3_5", "qwen3_next"] {
         let m = Model::open(&root.join(family), &d).unwrap();
         let ids = m.vocab.check(&[5, 300, 17, 42, 99, 3, 7, 480]).unwrap();
         let mut r = Runner::new(&m, &d, 16).unwrap();
