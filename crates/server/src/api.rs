@@ -247,7 +247,10 @@ fn render_chat(
         add_generation_prompt: opt_bool(o, "add_generation_prompt")?.unwrap_or(true),
         extra,
     };
-    template.render(input).map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
+    let text = template
+        .render_capped(input, st.max_prompt_bytes())
+        .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))?;
+    Ok(text)
 }
 
 /// `messages`: a non-empty list of objects with a string `role` and text `content`.
