@@ -5,9 +5,8 @@
 use minijinja::{Error, ErrorKind};
 use std::io;
 
-/// Fuel a render may burn when the server names no other budget: a few hundred milliseconds
-/// of work on one core, thousands of times what a long conversation through a usual template
-/// takes.
+/// Fuel a render may burn when the server names no other budget: about a second of work on
+/// one core, thousands of times what a long conversation through a usual template takes.
 pub const DEFAULT_FUEL: u64 = 20_000_000;
 
 /// Why a render failed.
