@@ -3,8 +3,8 @@
 //! timeout, a kept-alive connection may wait for its next request (or a response for its client
 //! to read on) up to the idle timeout, and at most `max_connections` are open: past that the
 //! connection waiting longest for a request or its body is closed to make room, or, when every
-//! one is busy, the new one. Accept errors (EMFILE and
-//! the like) back off briefly instead of ending or spinning the loop.
+//! one is busy, the new one. Accept errors (EMFILE and the like) back off briefly instead of
+//! ending or spinning the loop.
 
 use crate::conn_body::WatchedBody;
 use crate::conn_watch::{ConnWatch, Guarded, Watched};
