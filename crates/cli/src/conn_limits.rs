@@ -34,6 +34,7 @@ pub fn conn_limits(a: &ServeArgs) -> ConnLimits {
     };
     ConnLimits {
         header_read_timeout: a.header_read_timeout,
+        body_read_timeout: a.body_read_timeout,
         idle_timeout: a.idle_timeout,
         max_connections: usize::try_from(max).unwrap_or(usize::MAX),
     }

@@ -150,7 +150,8 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
     let cfg = EngineConfig { num_blocks, block_size, sched, draft, overlap: a.overlap };
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens, sched.max_num_seqs);
-    let result = tf_server::run(engine.clone(), info, chat.template, limits, listener, |addr| {
+    let template = chat.template.map(|t| t.with_fuel(Some(a.chat_template_fuel)));
+    let result = tf_server::run(engine.clone(), info, template, limits, listener, |addr| {
         for line in &banner {
             tracing::info!("{line}");
         }
@@ -219,6 +220,8 @@ fn limits(a: &ServeArgs, max_len: usize, max_num_seqs: usize) -> Limits {
         max_num_seqs,
         max_queue: size(a.max_queue),
         max_stop_strings: size(a.max_stop_strings),
+        max_stop_bytes: size(a.max_stop_bytes),
+        prompt_bytes_per_token: size(a.prompt_bytes_per_token),
         max_logprobs: size(a.max_logprobs),
         max_logit_bias: size(a.max_logit_bias),
         session_dir: a.session_dir.clone(),

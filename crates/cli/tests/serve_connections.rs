@@ -1,5 +1,6 @@
 //! Connections and streams that cannot exhaust the server: the header-read timeout closes a
-//! half-sent head, the idle timeout a kept-alive connection, a flood of half-header connections
+//! half-sent head, the body-read timeout a dribbled body (and dribbling bodies filling the
+//! connection cap leave `/health` answering), the idle timeout a kept-alive connection, a flood of half-header connections
 //! up to the open-file limit leaves `/health` answering (and nothing fails for want of file
 //! descriptors), a stream whose client stops reading is cancelled and frees its KV blocks, `n`
 //! past what the engine can run is 400 and every 429 carries `Retry-After`.
@@ -11,6 +12,8 @@ use serve_util::{Server, head, model_dir, read_response};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Reads until the server closes `s` (Ok: how long it took) or `limit` passes (Err).
@@ -80,6 +83,81 @@ fn a_half_sent_head_is_closed_after_the_header_read_timeout() {
     let mut silent = s.connect();
     assert!(closed_within(&mut silent, Duration::from_secs(5)).is_ok());
     assert_eq!(s.get("/health").status, 200);
+}
+
+/// `GET /health` on a fresh connection: its status if the whole answer came within `limit`.
+fn health_within(addr: &str, limit: Duration) -> Option<u16> {
+    let t = Instant::now();
+    let mut c = TcpStream::connect_timeout(&addr.parse().ok()?, limit).ok()?;
+    c.set_read_timeout(Some(limit)).ok()?;
+    c.write_all(&head(addr, "GET", "/health", &[], 0)).ok()?;
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let status = String::from_utf8_lossy(&raw).split_whitespace().nth(1)?.parse().ok()?;
+    (t.elapsed() < limit).then_some(status)
+}
+
+/// A connection that has sent a completions head promising `len` body bytes, and one of them.
+fn body_dribbler(addr: &str, len: usize) -> TcpStream {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(&head(addr, "POST", "/v1/completions", &[("Content-Type", "application/json")], len)).unwrap();
+    c.write_all(b"{").unwrap();
+    c
+}
+
+#[test]
+fn dribbled_bodies_are_closed_after_the_body_read_timeout_and_never_lock_out_health() {
+    let s = Server::start(&["--max-connections", "4", "--body-read-timeout", "3", "--header-read-timeout", "10"]);
+    // As many connections as the cap, each sending one body byte every 300 ms.
+    let dribblers: Vec<TcpStream> = (0..4).map(|_| body_dribbler(&s.addr, 1000)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<TcpStream> = dribblers.iter().map(|c| c.try_clone().unwrap()).collect();
+    let flag = stop.clone();
+    let drip = std::thread::spawn(move || {
+        let mut writers = writers;
+        while !flag.load(Ordering::Relaxed) {
+            for w in &mut writers {
+                let _ = w.write_all(b" ");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        let status = health_within(&s.addr, Duration::from_secs(1));
+        assert_eq!(status, Some(200), "/health #{i} was not answered within a second under dribbled bodies");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // A dribbler the cap did not close is closed by the body-read timeout, however it drips.
+    let mut survivors: Vec<TcpStream> = dribblers;
+    let t = Instant::now();
+    for c in &mut survivors {
+        let left = Duration::from_secs(8).saturating_sub(t.elapsed());
+        closed_within(c, left).unwrap_or_else(|e| panic!("a dribbled body: {e}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    drip.join().unwrap();
+
+    // On its own (no cap pressure), a dribbled body lasts about the timeout, not less.
+    let mut late = body_dribbler(&s.addr, 1000);
+    let t = Instant::now();
+    let mut closed = false;
+    while t.elapsed() < Duration::from_secs(8) {
+        if late.write_all(b" ").is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut late, Duration::from_millis(300)).is_ok() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a dribbled body stayed open past the body-read timeout");
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(2500) && took < Duration::from_secs(6), "closed after {took:?}");
+    // A body sent in time is served as before.
+    assert_eq!(s.post("/v1/completions", &json!({"prompt": [5, 6], "max_tokens": 2})).status, 200);
+    assert_eq!(health_within(&s.addr, Duration::from_secs(1)), Some(200));
 }
 
 #[test]

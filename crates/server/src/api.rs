@@ -247,7 +247,9 @@ fn render_chat(
         add_generation_prompt: opt_bool(o, "add_generation_prompt")?.unwrap_or(true),
         extra,
     };
-    template.render(input).map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
+    template
+        .render_capped(input, st.max_prompt_bytes())
+        .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
 }
 
 /// `messages`: a non-empty list of objects with a string `role` and text `content`.

@@ -1,10 +1,12 @@
 //! The accept loop: HTTP/1.1 connections served by hyper with the limits `axum::serve` lacks. A
-//! request head must arrive within the header-read timeout, a kept-alive connection may wait
-//! for its next request (or a response for its client to read on) up to the idle timeout, and
-//! at most `max_connections` are open: past that the connection waiting longest for a request
-//! is closed to make room, or, when every one is busy, the new one. Accept errors (EMFILE and
-//! the like) back off briefly instead of ending or spinning the loop.
+//! request head must arrive within the header-read timeout and its body within the body-read
+//! timeout, a kept-alive connection may wait for its next request (or a response for its client
+//! to read on) up to the idle timeout, and at most `max_connections` are open: past that the
+//! connection waiting longest for a request or its body is closed to make room, or, when every
+//! one is busy, the new one. Accept errors (EMFILE and the like) back off briefly instead of
+//! ending or spinning the loop.
 
+use crate::conn_body::WatchedBody;
 use crate::conn_watch::{ConnWatch, Guarded, Watched};
 use axum::Router;
 use hyper::body::Incoming;
@@ -35,6 +37,8 @@ pub struct ConnLimits {
     /// Longest a client may take to send a request head, from connecting (a connection's first
     /// request) or from the head's first byte (later ones).
     pub header_read_timeout: Duration,
+    /// Longest a client may take to send a request body, from the end of its head.
+    pub body_read_timeout: Duration,
     /// Longest a kept-alive connection waits for its next request, and longest a response
     /// waits for its client to read.
     pub idle_timeout: Duration,
@@ -46,6 +50,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         ConnLimits {
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
         }
@@ -89,7 +94,8 @@ impl Table {
         self.lock().remove(&id);
     }
 
-    /// Closes the connection that has waited longest for a request; false when all are busy.
+    /// Closes the connection that has waited longest for a request or its body; false when all
+    /// are busy.
     fn close_longest_waiting(&self) -> bool {
         let mut conns = self.lock();
         let victim = conns.iter().filter_map(|(&id, w)| Some((w.waiting_since()?, id))).min();
@@ -176,9 +182,12 @@ async fn drive(
     let w = watch.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let guard = w.enter();
+        let req = req.map(|body| WatchedBody::new(body, w.clone()));
         let response = hyper::service::Service::call(&inner, req);
+        let body_watch = w.clone();
         async move {
             let r = response.await?;
+            body_watch.body_done();
             Ok::<_, Infallible>(r.map(|body| Guarded::new(body, guard)))
         }
     });

@@ -1,6 +1,7 @@
 //! What one connection is doing, for its timeouts and for choosing which connection to close
 //! when the cap is reached: reading a request head, idle between requests, or busy with a
-//! request (and, while busy, whether its writes have stalled). The socket wrapper and the
+//! request (and, while busy, whether its body is still arriving and whether its writes have
+//! stalled). The socket wrapper and the
 //! response body wrapper report to it; the connection's task asks it for its deadline.
 
 use crate::conn::ConnLimits;
@@ -25,6 +26,8 @@ struct State {
     since: Instant,
     /// When writes began to wait for the client to read, while they still do.
     write_blocked: Option<Instant>,
+    /// When the request's head was read, while its body is still arriving.
+    body_since: Option<Instant>,
 }
 
 /// One connection's phase, shared by its socket, its response bodies and its task.
@@ -40,7 +43,7 @@ pub(crate) struct ConnWatch {
 impl ConnWatch {
     /// A connection just accepted: reading its first request head.
     pub(crate) fn new() -> Arc<ConnWatch> {
-        let state = State { busy: 0, reading_head: true, since: Instant::now(), write_blocked: None };
+        let state = State { busy: 0, reading_head: true, since: Instant::now(), write_blocked: None, body_since: None };
         Arc::new(ConnWatch { state: Mutex::new(state), wake: Notify::new(), close: Notify::new() })
     }
 
@@ -50,20 +53,36 @@ impl ConnWatch {
 
     /// When the connection must be closed if nothing changes: the header-read timeout while a
     /// head is read, the idle timeout between requests and while a response's writes stall,
-    /// none while a request runs.
+    /// the body-read timeout while a body arrives, none while a request runs.
     pub(crate) fn deadline(&self, limits: &ConnLimits) -> Option<Instant> {
         let s = self.lock();
         match (s.busy, s.reading_head) {
             (0, true) => Some(s.since + limits.header_read_timeout),
             (0, false) => Some(s.since + limits.idle_timeout),
-            _ => s.write_blocked.map(|t| t + limits.idle_timeout),
+            _ => {
+                let write = s.write_blocked.map(|t| t + limits.idle_timeout);
+                let body = s.body_since.map(|t| t + limits.body_read_timeout);
+                write.into_iter().chain(body).min()
+            }
         }
     }
 
-    /// Since when the connection has waited for a request (head or idle); `None` while busy.
+    /// Since when the connection has waited for a request (head or idle) or for its body;
+    /// `None` while a request runs.
     pub(crate) fn waiting_since(&self) -> Option<Instant> {
         let s = self.lock();
-        (s.busy == 0).then_some(s.since)
+        if s.busy == 0 { Some(s.since) } else { s.body_since }
+    }
+
+    /// A request's body began to arrive (its head was read).
+    pub(crate) fn body_started(&self) {
+        self.lock().body_since = Some(Instant::now());
+        self.wake.notify_one();
+    }
+
+    /// The request's body has arrived (or its response is ready, which reads no more of it).
+    pub(crate) fn body_done(&self) {
+        self.lock().body_since = None;
     }
 
     /// Bytes arrived: an idle connection starts reading a head.
@@ -110,6 +129,7 @@ impl Drop for BusyGuard {
             s.reading_head = false;
             s.since = Instant::now();
             s.write_blocked = None;
+            s.body_since = None;
             drop(s);
             self.0.wake.notify_one();
         }
@@ -221,6 +241,7 @@ mod tests {
     fn limits() -> ConnLimits {
         ConnLimits {
             header_read_timeout: Duration::from_secs(2),
+            body_read_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(50),
             max_connections: 8,
         }
@@ -244,5 +265,22 @@ mod tests {
         assert!(w.waiting_since().is_some());
         w.on_read();
         assert!(w.deadline(&limits()).unwrap() <= Instant::now() + Duration::from_secs(2), "a byte starts a head");
+    }
+
+    #[test]
+    fn a_body_still_arriving_has_a_deadline_and_counts_as_waiting() {
+        let w = ConnWatch::new();
+        let guard = w.enter();
+        w.body_started();
+        let d = w.deadline(&limits()).unwrap();
+        assert!(d <= Instant::now() + Duration::from_secs(5), "the body-read timeout runs");
+        assert!(d > Instant::now() + Duration::from_secs(3));
+        assert!(w.waiting_since().is_some(), "closable under the cap");
+        w.body_done();
+        assert_eq!(w.deadline(&limits()), None, "the request runs");
+        assert_eq!(w.waiting_since(), None);
+        w.body_started();
+        drop(guard);
+        assert!(w.deadline(&limits()).unwrap() > Instant::now() + Duration::from_secs(40), "idle after the response");
     }
 }

@@ -8,6 +8,7 @@ pub mod auth;
 mod body;
 mod chat_ids;
 mod conn;
+mod conn_body;
 mod conn_watch;
 pub mod constraint;
 pub mod error;

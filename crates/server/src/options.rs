@@ -43,6 +43,13 @@ pub struct ServeArgs {
     /// Accepts: seconds (`10`, `0.5`), or a number with `s` or `ms` (`500ms`).
     #[arg(long, default_value = "10s", value_parser = crate::conn::parse_duration)]
     pub header_read_timeout: Duration,
+    /// Longest a client may take to send a request body, from the end of its head; past it the
+    /// connection is closed (a body still arriving also counts as waiting when the connection
+    /// cap is reached).
+    ///
+    /// Accepts: seconds (`30`, `0.5`), or a number with `s` or `ms` (`500ms`).
+    #[arg(long, default_value = "30s", value_parser = crate::conn::parse_duration)]
+    pub body_read_timeout: Duration,
     /// Longest a kept-alive connection waits for its next request, and longest a response waits
     /// for its client to read on; past it the connection is closed.
     ///
@@ -50,7 +57,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "60s", value_parser = crate::conn::parse_duration)]
     pub idle_timeout: Duration,
     /// Most connections open at once; past it the connection that has waited longest for a
-    /// request is closed to make room (when every one is busy, the new one is).
+    /// request or its body is closed to make room (when every one is busy, the new one is).
     ///
     /// Accepts: an integer >= 1, at most three quarters of the open-file limit. Default: three
     /// quarters of the process's open-file limit (`ulimit -n`).
@@ -174,6 +181,23 @@ pub struct ServeArgs {
     /// Accepts: an integer >= 0.
     #[arg(long, default_value_t = 16)]
     pub max_stop_strings: u64,
+    /// Most bytes of all `stop` strings of a request together (each string is bounded by it).
+    ///
+    /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
+    #[arg(long, default_value = "4KiB", value_parser = parse_bytes)]
+    pub max_stop_bytes: u64,
+    /// Bytes of text a prompt may have per token it may hold (`--max-prompt-tokens`, less than
+    /// the context): a longer text prompt (or rendered chat) is refused before it is tokenized.
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub prompt_bytes_per_token: u64,
+    /// Work budget of one chat-template render (minijinja fuel: about one per instruction and
+    /// per 64 bytes of data made); a render past it is refused with 400.
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = crate::template::DEFAULT_FUEL, value_parser = clap::value_parser!(u64).range(1..))]
+    pub chat_template_fuel: u64,
     /// Largest `logprobs` (completions) or `top_logprobs` (chat).
     ///
     /// Accepts: an integer >= 0.

@@ -3,7 +3,9 @@
 //! values go through `SamplingParams::validate`; sizes are held to the deployment's limits.
 
 use crate::error::ApiError;
-use crate::fields::{Obj, get, int_list, opt_bool, opt_count, opt_f32, opt_int, opt_str, show, str_or_list};
+use crate::fields::{
+    Obj, check_only, get, int_list, opt_bool, opt_count, opt_f32, opt_int, opt_str, show, str_or_list,
+};
 use crate::state::AppState;
 use serde_json::Value;
 use tf_core::{BadToken, TokenIds};
@@ -79,19 +81,14 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
         _ => opt_count(o, "max_tokens", 1, lim.max_tokens_limit)?,
     };
     let stop = str_or_list(o, "stop", lim.max_stop_strings)?;
+    check_stop_bytes(&stop, lim.max_stop_bytes)?;
     let stop_ids = checked_ids(o, st, "stop_token_ids", lim.max_stop_strings)?;
     let logprobs = match api {
         Api::Completions => opt_count(o, "logprobs", 0, lim.max_logprobs)?,
         Api::Chat => chat_logprobs(o, lim.max_logprobs)?,
     };
     let stream = opt_bool(o, "stream")?.unwrap_or(false);
-    let include_usage = match get(o, "stream_options") {
-        None => false,
-        Some(Value::Object(so)) => {
-            opt_bool(so, "include_usage").map_err(|e| rename(e, "stream_options."))?.unwrap_or(false)
-        }
-        Some(v) => return Err(ApiError::invalid("stream_options", format!("expected an object, got {}", show(v)))),
-    };
+    let include_usage = include_usage(o)?;
     let echo = api == Api::Completions && opt_bool(o, "echo")?.unwrap_or(false);
     if echo && logprobs.is_some() {
         return Err(ApiError::invalid("echo", "echo with logprobs needs prompt logprobs, which are not supported"));
@@ -113,6 +110,35 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
         echo,
         tokens_as_ids: opt_bool(o, "return_tokens_as_token_ids")?.unwrap_or(false),
     })
+}
+
+/// `stream_options`: `include_usage`, and vLLM's `continuous_usage_stats` when off (usage on
+/// every chunk is not supported); any other key is refused by name.
+fn include_usage(o: &Obj) -> Result<bool, ApiError> {
+    let so = match get(o, "stream_options") {
+        None => return Ok(false),
+        Some(Value::Object(so)) => so,
+        Some(v) => return Err(ApiError::invalid("stream_options", format!("expected an object, got {}", show(v)))),
+    };
+    check_only(so, &[&["include_usage", "continuous_usage_stats"]]).map_err(|e| rename(e, "stream_options."))?;
+    if opt_bool(so, "continuous_usage_stats").map_err(|e| rename(e, "stream_options."))? == Some(true) {
+        return Err(ApiError::invalid(
+            "stream_options.continuous_usage_stats",
+            "usage on every chunk is not supported; use include_usage for a final usage chunk",
+        ));
+    }
+    Ok(opt_bool(so, "include_usage").map_err(|e| rename(e, "stream_options."))?.unwrap_or(false))
+}
+
+/// Refuses stop strings whose bytes together pass `max` (every output piece is matched against
+/// all of them): 400 naming `stop`.
+fn check_stop_bytes(stop: &[String], max: usize) -> Result<(), ApiError> {
+    let total: usize = stop.iter().map(String::len).sum();
+    if total > max {
+        let msg = format!("{total} bytes of stop strings; at most {max} are allowed (--max-stop-bytes)");
+        return Err(ApiError::invalid("stop", msg));
+    }
+    Ok(())
 }
 
 fn rename(mut e: ApiError, prefix: &str) -> ApiError {
@@ -208,7 +234,8 @@ pub fn bad_id(e: &BadToken) -> String {
 /// ids, or a batch of either; each checked and tokenized.
 pub fn parse_prompts(o: &Obj, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
     let (key, v) = match (get(o, "prompt"), get(o, "prompt_token_ids")) {
-        (Some(v), _) => ("prompt", v),
+        (Some(_), Some(_)) => return Err(both_prompts()),
+        (Some(v), None) => ("prompt", v),
         (None, Some(v)) => ("prompt_token_ids", v),
         (None, None) => return Err(ApiError::invalid("prompt", "is required")),
     };
@@ -247,6 +274,11 @@ pub fn parse_prompts(o: &Obj, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
     Ok(prompts)
 }
 
+/// `prompt` and `prompt_token_ids` both given: ambiguous, 400 naming both.
+pub fn both_prompts() -> ApiError {
+    ApiError::invalid("prompt", "give prompt or prompt_token_ids, not both (prompt, prompt_token_ids)")
+}
+
 fn id_prompt(st: &AppState, key: &str, v: &Value) -> Result<Prompt, ApiError> {
     let raw = int_list(v, key)?;
     let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("{key}[{}]", e.index), bad_id(&e)))?;
@@ -261,14 +293,29 @@ fn text_prompt(st: &AppState, key: &str, text: &str) -> Result<Prompt, ApiError>
 }
 
 /// Tokenizes a client's text, special-token spellings kept as plain text (SECURITY-CASES 8; ids
-/// come out checked: the tokenizer was validated at load).
+/// come out checked: the tokenizer was validated at load). A text too long in bytes to fit the
+/// context is refused before tokenizing.
 pub fn encode(st: &AppState, key: &str, text: &str, add_special_tokens: bool) -> Result<TokenIds, ApiError> {
+    check_prompt_bytes(st, key, text.len())?;
     let tok = st
         .model
         .tokenizer
         .as_ref()
         .ok_or_else(|| ApiError::invalid(key, "this model has no tokenizer; send token ids"))?;
     tok.encode_literal(text, add_special_tokens).map_err(|e| ApiError::invalid(key, e.to_string()))
+}
+
+/// Refuses a text of `len` bytes past [`AppState::max_prompt_bytes`] without tokenizing it.
+pub fn check_prompt_bytes(st: &AppState, key: &str, len: usize) -> Result<(), ApiError> {
+    let max = st.max_prompt_bytes();
+    if len > max {
+        let msg = format!(
+            "{len} bytes; a prompt over {max} bytes ({} bytes a token of room, --prompt-bytes-per-token) cannot fit the context",
+            st.limits.prompt_bytes_per_token
+        );
+        return Err(ApiError::invalid(key, msg));
+    }
+    Ok(())
 }
 
 /// Refuses an empty prompt or one that leaves no room in the context.

@@ -8,8 +8,8 @@
 use crate::api::blocking;
 use crate::body::json_body;
 use crate::error::ApiError;
-use crate::fields::{get, int_list};
-use crate::request::{bad_id, check_model, encode};
+use crate::fields::{check_only, get, int_list};
+use crate::request::{bad_id, both_prompts, check_model, encode};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,6 +19,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tf_engine::session::{self, SessionError, confined_path};
+
+/// The keys a session-save body may have.
+const FIELDS: &[&str] = &["model", "prompt", "prompt_token_ids"];
 
 fn session_path(st: &AppState, name: &str) -> Result<std::path::PathBuf, ApiError> {
     let dir = st
@@ -46,7 +49,11 @@ pub async fn save(
     let prep = st.clone();
     let tokens = blocking(move || {
         let o = &body.obj;
+        check_only(o, &[FIELDS])?;
         check_model(o, &prep)?;
+        if get(o, "prompt").is_some() && get(o, "prompt_token_ids").is_some() {
+            return Err(both_prompts());
+        }
         let prompt = get(o, "prompt").or_else(|| get(o, "prompt_token_ids"));
         let ids = match prompt {
             Some(Value::String(text)) => encode(&prep, "prompt", text, true)?,

@@ -48,6 +48,10 @@ pub struct Limits {
     pub max_queue: usize,
     /// Most stop strings, and most stop token ids.
     pub max_stop_strings: usize,
+    /// Most bytes of all stop strings of a request together.
+    pub max_stop_bytes: usize,
+    /// Bytes a token of room a text prompt may have before it is refused untokenized.
+    pub prompt_bytes_per_token: usize,
     /// Largest `logprobs` / `top_logprobs`.
     pub max_logprobs: usize,
     /// Most `logit_bias` entries.
@@ -110,6 +114,13 @@ impl AppState {
     /// The longest sequence (prompt + generated) the engine holds.
     pub fn max_model_len(&self) -> usize {
         self.engine.max_seq_tokens
+    }
+
+    /// The most bytes of prompt text tokenized: the tokens a prompt may have (`--max-prompt-tokens`,
+    /// and less than the context) times `prompt_bytes_per_token`; longer texts cannot fit.
+    pub fn max_prompt_bytes(&self) -> usize {
+        let tokens = self.limits.max_prompt_tokens.min(self.max_model_len().saturating_sub(1)).max(1);
+        tokens.saturating_mul(self.limits.prompt_bytes_per_token)
     }
 
     /// A fresh 64-bit value, different for every call (ids, seeds).

@@ -3,9 +3,11 @@
 //! Python's separators), `raise_exception` and `strftime_now`; the built-in templates and the
 //! choice of one for a model live in `template/`.
 
+pub mod budget;
 pub mod builtin;
 pub mod choice;
 
+pub use budget::{DEFAULT_FUEL, RenderError};
 pub use builtin::{BUILTINS, Builtin, builtin, builtin_names, family_builtin};
 pub use choice::{Choice, Origin, choose};
 
@@ -17,6 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The work budget of one render (`None`: unbounded).
+    fuel: Option<u64>,
 }
 
 /// What a template sees besides the messages.
@@ -43,19 +47,38 @@ impl ChatTemplate {
         env.add_global("bos_token", bos_token.unwrap_or_default());
         env.add_global("eos_token", eos_token.unwrap_or_default());
         env.add_template_owned("chat", source.to_string())?;
-        Ok(ChatTemplate { env })
+        env.set_fuel(Some(DEFAULT_FUEL));
+        Ok(ChatTemplate { env, fuel: Some(DEFAULT_FUEL) })
     }
 
-    /// Renders the prompt text for a conversation.
-    pub fn render(&self, input: TemplateInput) -> Result<String, Error> {
-        let tmpl = self.env.get_template("chat")?;
+    /// The same template with `fuel` as the work budget of each render (`None`: unbounded).
+    pub fn with_fuel(mut self, fuel: Option<u64>) -> ChatTemplate {
+        self.env.set_fuel(fuel);
+        self.fuel = fuel;
+        self
+    }
+
+    /// Renders the prompt text for a conversation, within the fuel budget.
+    pub fn render(&self, input: TemplateInput) -> Result<String, RenderError> {
+        self.render_capped(input, usize::MAX)
+    }
+
+    /// Renders the prompt text for a conversation, refused once it burns its fuel or its text
+    /// passes `max_bytes`.
+    pub fn render_capped(&self, input: TemplateInput, max_bytes: usize) -> Result<String, RenderError> {
+        let tmpl = self.env.get_template("chat").map_err(RenderError::Template)?;
         let mut ctx: Vec<(String, Value)> = input.extra;
         ctx.push(("messages".into(), input.messages));
         ctx.push(("add_generation_prompt".into(), Value::from(input.add_generation_prompt)));
         if let Some(tools) = input.tools {
             ctx.push(("tools".into(), tools));
         }
-        tmpl.render(Value::from_pairs(ctx))
+        let mut out = budget::CappedWriter::new(max_bytes);
+        tmpl.render_captured_to(Value::from_pairs(ctx), &mut out)
+            .map_err(|e| budget::classify(e, self.fuel, max_bytes))?;
+        String::from_utf8(out.buf).map_err(|e| {
+            RenderError::Template(Error::new(ErrorKind::InvalidOperation, format!("the output is not UTF-8: {e}")))
+        })
     }
 }
 
