@@ -3,7 +3,7 @@
 //! cycles that never pass through a nested schema (no base case, so no value matches them).
 
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Keywords whose values are data rather than subschemas: a `$ref` inside them is not followed.
 const DATA: &[&str] = &["const", "enum", "default", "examples", "x-guidance"];
@@ -17,97 +17,136 @@ pub(crate) enum RefError {
     Cycle(Vec<String>),
 }
 
-/// One schema on the walk's path.
-struct Frame<'a> {
-    /// The schema (its address, the key of the maps).
-    owner: *const Value,
-    /// The resource `#...` pointers inside it resolve against (the nearest `$id`, else the root).
-    base: &'a Value,
-    /// The schemas it leads to: (schema, entered through `$ref` (its pointer), an alias step).
-    next: Vec<(&'a Value, Option<String>, bool)>,
-    /// How many of `next` have been walked.
-    at: usize,
-    /// References in a row from here, the longest found so far.
-    best: usize,
-    /// References followed from the root to here.
-    depth: usize,
-    /// The pointer it was reached through, if by `$ref`.
-    via: Option<String>,
-    /// Whether it was reached by an alias step (`$ref`, or an `allOf` entry).
-    alias: bool,
+/// A schema's address, the key of the walks' maps.
+type Id = *const Value;
+
+/// Where a schema leads: (schema, the `$ref` followed to it, or `None` when nested in it), and
+/// whether the step is an alias (a `$ref`, or an `allOf` entry: the schema is the target).
+type Step<'a> = (&'a Value, Option<String>, bool);
+
+/// Checks `root`'s references: no cycle of alias steps, no chain of more than `cap` `$ref`s in a
+/// row (one reached again on the same chain ends it). Returns the longest chain.
+pub(crate) fn check_refs(root: &Value, cap: usize) -> Result<usize, RefError> {
+    let (order, steps) = graph(root);
+    if let Some(chain) = alias_cycle(&order, &steps) {
+        return Err(RefError::Cycle(chain));
+    }
+    ref_depth(root, &steps, cap)
 }
 
-/// The longest chain of `$ref`s followed in a row in `root` (at most `cap`; one reached again on
-/// the same chain ends it), or why the references are refused.
-pub(crate) fn ref_depth(root: &Value, cap: usize) -> Result<usize, RefError> {
-    let mut done: HashMap<*const Value, usize> = HashMap::new();
-    let mut path: Vec<Frame> = vec![frame(root, root, 0, None, false)];
-    let mut on_path: HashMap<*const Value, usize> = HashMap::from([(root as *const Value, 0)]);
-    loop {
-        let Some(top) = path.last_mut() else { return Ok(0) };
-        if let Some((v, via, alias)) = top.next.get(top.at).cloned() {
-            top.at += 1;
-            let step = usize::from(via.is_some());
-            let (base, depth) = (top.base, top.depth + step);
-            if let Some(&i) = on_path.get(&(v as *const Value)) {
-                if alias && path[i + 1..].iter().all(|f| f.alias) {
-                    let mut chain: Vec<String> = path[i + 1..].iter().filter_map(|f| f.via.clone()).collect();
-                    chain.extend(via);
-                    return Err(RefError::Cycle(chain));
-                }
-                continue;
-            }
-            if let Some(&d) = done.get(&(v as *const Value)) {
-                top.best = top.best.max(step + d);
-                if depth + d > cap {
-                    return Err(RefError::TooDeep(depth + d));
-                }
-                continue;
-            }
-            if depth > cap {
-                return Err(RefError::TooDeep(depth));
-            }
-            on_path.insert(v as *const Value, path.len());
-            path.push(frame(v, base, depth, via, alias));
+/// Every schema object and array in `root` in walk order, with its steps.
+fn graph(root: &Value) -> (Vec<Id>, HashMap<Id, Vec<Step<'_>>>) {
+    let mut order = Vec::new();
+    let mut steps = HashMap::new();
+    let mut todo = vec![(root, root)];
+    while let Some((v, base)) = todo.pop() {
+        if steps.contains_key(&(v as Id)) {
             continue;
         }
-        let Some(f) = path.pop() else { return Ok(0) };
-        let (v, best, step) = (f.owner, f.best, usize::from(f.via.is_some()));
-        on_path.remove(&v);
-        done.insert(v, best);
-        match path.last_mut() {
-            Some(parent) => parent.best = parent.best.max(step + best),
-            None => return Ok(best),
+        let base = match v {
+            Value::Object(o) if o.get("$id").is_some_and(Value::is_string) => v,
+            _ => base,
+        };
+        let mut out: Vec<Step> = Vec::new();
+        match v {
+            Value::Object(o) => {
+                for (k, x) in o {
+                    if DATA.contains(&k.as_str()) {
+                        continue;
+                    }
+                    if let (true, Some(r)) = (k == "$ref", x.as_str()) {
+                        out.extend(resolve(base, r).map(|t| (t, Some(r.to_string()), true)));
+                    } else if let (true, Some(all)) = (k == "allOf", x.as_array()) {
+                        out.extend(all.iter().map(|s| (s, None, true)));
+                    } else if x.is_object() || x.is_array() {
+                        out.push((x, None, false));
+                    }
+                }
+            }
+            Value::Array(a) => out.extend(a.iter().filter(|x| x.is_object() || x.is_array()).map(|x| (x, None, false))),
+            _ => {}
         }
+        todo.extend(out.iter().filter(|(_, via, _)| via.is_none()).map(|(x, _, _)| (*x, base)));
+        order.push(v as Id);
+        steps.insert(v as Id, out);
     }
+    (order, steps)
 }
 
-/// The frame of `v` (resolved against `base` unless it sets its own `$id`).
-fn frame<'a>(v: &'a Value, base: &'a Value, depth: usize, via: Option<String>, alias: bool) -> Frame<'a> {
-    let base = match v {
-        Value::Object(o) if o.get("$id").is_some_and(Value::is_string) => v,
-        _ => base,
-    };
-    let mut next = Vec::new();
-    match v {
-        Value::Object(o) => {
-            for (k, x) in o {
-                if DATA.contains(&k.as_str()) {
-                    continue;
+/// A cycle of alias steps (the `$ref`s on it), if any: such a schema is only itself.
+fn alias_cycle(order: &[Id], steps: &HashMap<Id, Vec<Step>>) -> Option<Vec<String>> {
+    // 1: on the path, 2: done.
+    let mut state: HashMap<Id, u8> = HashMap::new();
+    for &start in order {
+        if state.contains_key(&start) {
+            continue;
+        }
+        let mut path: Vec<(Id, usize, Option<String>)> = vec![(start, 0, None)];
+        state.insert(start, 1);
+        while let Some(top) = path.last_mut() {
+            let next = steps.get(&top.0).and_then(|s| s.iter().filter(|s| s.2).nth(top.1));
+            let Some((v, via, _)) = next else {
+                state.insert(top.0, 2);
+                path.pop();
+                continue;
+            };
+            top.1 += 1;
+            match state.get(&(*v as Id)) {
+                Some(1) => {
+                    let at = path.iter().position(|f| f.0 == *v as Id).unwrap_or(0);
+                    let mut chain: Vec<String> = path[at + 1..].iter().filter_map(|f| f.2.clone()).collect();
+                    chain.extend(via.clone());
+                    return Some(chain);
                 }
-                if let (true, Some(r)) = (k == "$ref", x.as_str()) {
-                    next.extend(resolve(base, r).map(|target| (target, Some(r.to_string()), true)));
-                } else if let (true, Some(all)) = (k == "allOf", x.as_array()) {
-                    next.extend(all.iter().map(|s| (s, None, true)));
-                } else if x.is_object() || x.is_array() {
-                    next.push((x, None, false));
+                Some(_) => {}
+                None => {
+                    state.insert(*v as Id, 1);
+                    path.push((*v as Id, 0, via.clone()));
                 }
             }
         }
-        Value::Array(a) => next.extend(a.iter().filter(|x| x.is_object() || x.is_array()).map(|x| (x, None, false))),
-        _ => {}
     }
-    Frame { owner: v, base, next, at: 0, best: 0, depth, via, alias }
+    None
+}
+
+/// The longest chain of `$ref`s followed in a row from `root`, or `TooDeep` past `cap`.
+fn ref_depth(root: &Value, steps: &HashMap<Id, Vec<Step>>, cap: usize) -> Result<usize, RefError> {
+    let mut done: HashMap<Id, usize> = HashMap::new();
+    let mut on_path: HashSet<Id> = HashSet::from([root as Id]);
+    // (schema, next step, longest chain below it so far, references followed to reach it)
+    let mut path: Vec<(Id, usize, usize, usize)> = vec![(root as Id, 0, 0, 0)];
+    while let Some(top) = path.last_mut() {
+        let (id, depth) = (top.0, top.3);
+        if let Some((v, via, _)) = steps.get(&id).and_then(|s| s.get(top.1)) {
+            top.1 += 1;
+            let (v, step) = (*v as Id, usize::from(via.is_some()));
+            if on_path.contains(&v) {
+                continue;
+            }
+            if let Some(&below) = done.get(&v) {
+                top.2 = top.2.max(step + below);
+                if depth + step + below > cap {
+                    return Err(RefError::TooDeep(depth + step + below));
+                }
+                continue;
+            }
+            if depth + step > cap {
+                return Err(RefError::TooDeep(depth + step));
+            }
+            on_path.insert(v);
+            path.push((v, 0, 0, depth + step));
+            continue;
+        }
+        let below = top.2;
+        path.pop();
+        on_path.remove(&id);
+        done.insert(id, below);
+        if let Some(parent) = path.last_mut() {
+            let step = usize::from(depth > parent.3);
+            parent.2 = parent.2.max(step + below);
+        }
+    }
+    Ok(done.get(&(root as Id)).copied().unwrap_or(0))
 }
 
 /// The schema a local reference (`#` followed by a JSON pointer, percent-encoded or not) names
@@ -159,30 +198,32 @@ mod tests {
 
     #[test]
     fn chains_are_measured_in_references_followed() {
-        assert_eq!(ref_depth(&json!({"type": "string"}), 10), Ok(0));
-        assert_eq!(ref_depth(&chain(5), 10), Ok(5));
-        assert_eq!(ref_depth(&chain(11), 10), Err(RefError::TooDeep(11)));
+        assert_eq!(check_refs(&json!({"type": "string"}), 10), Ok(0));
+        assert_eq!(check_refs(&chain(5), 10), Ok(5));
+        assert_eq!(check_refs(&chain(11), 10), Err(RefError::TooDeep(11)));
         let escaped = json!({"$ref": "#/$defs/a~1b%20c", "$defs": {"a/b c": {"$ref": "#/$defs/d"}, "d": {}}});
-        assert_eq!(ref_depth(&escaped, 10), Ok(2));
+        assert_eq!(check_refs(&escaped, 10), Ok(2));
         let data = json!({"const": {"$ref": "#"}, "enum": [{"$ref": "#"}]});
-        assert_eq!(ref_depth(&data, 10), Ok(0), "a $ref inside data is not followed");
+        assert_eq!(check_refs(&data, 10), Ok(0), "a $ref inside data is not followed");
     }
 
     #[test]
     fn cycles_with_no_nested_schema_are_refused_and_recursion_with_a_base_case_is_not() {
-        assert_eq!(ref_depth(&json!({"$ref": "#"}), 10), Err(RefError::Cycle(vec!["#".into()])));
+        assert_eq!(check_refs(&json!({"$ref": "#"}), 10), Err(RefError::Cycle(vec!["#".into()])));
         let ab = json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}});
-        assert!(matches!(ref_depth(&ab, 10), Err(RefError::Cycle(c)) if c.len() == 2));
+        assert!(matches!(check_refs(&ab, 10), Err(RefError::Cycle(c)) if c.len() == 2));
+        let via_root = json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#"}}});
+        assert_eq!(check_refs(&via_root, 10), Err(RefError::Cycle(vec!["#/$defs/a".into(), "#".into()])));
         let all = json!({"allOf": [{"$ref": "#"}], "type": "object"});
-        assert!(matches!(ref_depth(&all, 10), Err(RefError::Cycle(_))));
+        assert!(matches!(check_refs(&all, 10), Err(RefError::Cycle(_))));
         let tree = json!({"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}});
-        assert_eq!(ref_depth(&tree, 10), Ok(0), "the reference back to the root ends the chain");
+        assert_eq!(check_refs(&tree, 10), Ok(0), "the reference back to the root ends the chain");
     }
 
     #[test]
     fn pointers_resolve_against_the_nearest_id() {
         let tool = json!({"$id": "urn:t", "$ref": "#/$defs/x", "$defs": {"x": {"$ref": "#"}}});
         let whole = json!({"type": "array", "items": tool});
-        assert!(matches!(ref_depth(&whole, 10), Err(RefError::Cycle(_))), "# inside the tool is the tool");
+        assert!(matches!(check_refs(&whole, 10), Err(RefError::Cycle(_))), "# inside the tool is the tool");
     }
 }
