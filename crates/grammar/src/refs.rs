@@ -93,7 +93,7 @@ fn alias_cycle(order: &[Id], steps: &HashMap<Id, Vec<Step>>) -> Option<Vec<Strin
             top.1 += 1;
             match state.get(&(*v as Id)) {
                 Some(1) => {
-                    let at = path.iter().position(|f| f.0 == *v as Id).unwrap_or(0);
+                    let at = path.iter().position(|f| std::ptr::eq(f.0, *v)).unwrap_or(0);
                     let mut chain: Vec<String> = path[at + 1..].iter().filter_map(|f| f.2.clone()).collect();
                     chain.extend(via.clone());
                     return Some(chain);
