@@ -83,7 +83,10 @@ fn cyclic_references_are_refused_and_recursion_with_a_base_case_is_served() {
     let s = Server::start(&[]);
     let field = "response_format.json_schema.schema";
     let ab = json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}});
-    for cyclic in [json!({"$ref": "#"}), ab] {
+    let needs = json!({"$ref": "#/$defs/a", "$defs": {
+        "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}, "required": ["b"]},
+        "b": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "required": ["a"]}}});
+    for cyclic in [json!({"$ref": "#"}), ab, needs] {
         refused(&s, "/v1/completions", &completion(json!({"response_format": schema(cyclic)})), field, "cyclic $ref");
     }
     let tree = json!({"type": "object", "properties": {"v": {"type": "integer"},

@@ -26,6 +26,11 @@ pub(crate) fn check(spec: &Spec, lim: &Limits) -> Result<(), GrammarError> {
                 "cyclic $ref with no base case: {} refers back to itself with no nested schema between",
                 chain.join(" -> ")
             ))),
+            Err(RefError::NoBaseCase) => Err(GrammarError::Invalid(
+                "cyclic $ref with no base case: every value would need a value of the same schema inside it \
+                 (a required property or a non-empty list referring back)"
+                    .into(),
+            )),
         },
         Spec::Lark(g) => match rule_depth(g, cap) {
             Ok(_) => Ok(()),

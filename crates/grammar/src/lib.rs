@@ -8,6 +8,7 @@ mod caps;
 mod compile;
 mod lark_refs;
 mod matcher;
+mod productive;
 mod refs;
 mod spec;
 mod vocab;

@@ -1,7 +1,9 @@
 //! A JSON schema's `$ref` structure, measured without recursion: the longest chain of local
-//! references followed in a row (what the compiler's recursion depth grows with), and reference
-//! cycles that never pass through a nested schema (no base case, so no value matches them).
+//! references followed in a row (what the compiler's recursion depth grows with), reference
+//! cycles that never pass through a nested schema, and cycles no finite value can end (both
+//! without a base case, so no value matches them).
 
+use crate::productive::productive;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -15,14 +17,17 @@ pub(crate) enum RefError {
     TooDeep(usize),
     /// A cycle of references with no nested schema between them, as the pointers followed.
     Cycle(Vec<String>),
+    /// No finite value matches: the schema needs an instance of itself (through a required
+    /// property or a list that must hold an item) with no alternative.
+    NoBaseCase,
 }
 
 /// A schema's address, the key of the walks' maps.
-type Id = *const Value;
+pub(crate) type Id = *const Value;
 
 /// Where a schema leads: (schema, the `$ref` followed to it, or `None` when nested in it), and
 /// whether the step is an alias (a `$ref`, or an `allOf` entry: the schema is the target).
-type Step<'a> = (&'a Value, Option<String>, bool);
+pub(crate) type Step<'a> = (&'a Value, Option<String>, bool);
 
 /// Checks `root`'s references: no cycle of alias steps, no chain of more than `cap` `$ref`s in a
 /// row (one reached again on the same chain ends it). Returns the longest chain.
@@ -31,11 +36,15 @@ pub(crate) fn check_refs(root: &Value, cap: usize) -> Result<usize, RefError> {
     if let Some(chain) = alias_cycle(&order, &steps) {
         return Err(RefError::Cycle(chain));
     }
-    ref_depth(root, &steps, cap)
+    let depth = ref_depth(root, &steps, cap)?;
+    if !productive(root, &order, &steps) {
+        return Err(RefError::NoBaseCase);
+    }
+    Ok(depth)
 }
 
 /// Every schema object and array in `root` in walk order, with its steps.
-fn graph(root: &Value) -> (Vec<Id>, HashMap<Id, Vec<Step<'_>>>) {
+fn graph(root: &Value) -> (Vec<&Value>, HashMap<Id, Vec<Step<'_>>>) {
     let mut order = Vec::new();
     let mut steps = HashMap::new();
     let mut todo = vec![(root, root)];
@@ -67,17 +76,18 @@ fn graph(root: &Value) -> (Vec<Id>, HashMap<Id, Vec<Step<'_>>>) {
             _ => {}
         }
         todo.extend(out.iter().filter(|(_, via, _)| via.is_none()).map(|(x, _, _)| (*x, base)));
-        order.push(v as Id);
+        order.push(v);
         steps.insert(v as Id, out);
     }
     (order, steps)
 }
 
 /// A cycle of alias steps (the `$ref`s on it), if any: such a schema is only itself.
-fn alias_cycle(order: &[Id], steps: &HashMap<Id, Vec<Step>>) -> Option<Vec<String>> {
+fn alias_cycle(order: &[&Value], steps: &HashMap<Id, Vec<Step>>) -> Option<Vec<String>> {
     // 1: on the path, 2: done.
     let mut state: HashMap<Id, u8> = HashMap::new();
     for &start in order {
+        let start = start as Id;
         if state.contains_key(&start) {
             continue;
         }
@@ -216,6 +226,16 @@ mod tests {
         assert_eq!(check_refs(&via_root, 10), Err(RefError::Cycle(vec!["#/$defs/a".into(), "#".into()])));
         let all = json!({"allOf": [{"$ref": "#"}], "type": "object"});
         assert!(matches!(check_refs(&all, 10), Err(RefError::Cycle(_))));
+        let needs_itself = json!({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]});
+        assert_eq!(check_refs(&needs_itself, 10), Err(RefError::NoBaseCase));
+        let pair = json!({"$ref": "#/$defs/a", "$defs": {
+            "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}, "required": ["b"]},
+            "b": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}});
+        assert_eq!(check_refs(&pair, 10), Err(RefError::NoBaseCase));
+        let optional = json!({"type": "object", "properties": {"a": {"$ref": "#"}}});
+        assert_eq!(check_refs(&optional, 10), Ok(0));
+        let either = json!({"anyOf": [{"type": "null"}, {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}]});
+        assert_eq!(check_refs(&either, 10), Ok(0));
         let tree = json!({"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}});
         assert_eq!(check_refs(&tree, 10), Ok(0), "the reference back to the root ends the chain");
     }

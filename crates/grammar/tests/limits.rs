@@ -83,8 +83,11 @@ fn cyclic_references_with_no_base_case_are_refused() {
         let e = g.compile(&Spec::JsonSchema(schema.clone())).err();
         assert!(matches!(&e, Some(GrammarError::Invalid(m)) if m.contains("cyclic $ref")), "{schema}: {e:?}");
     }
-    // A cycle through anyOf passes the reference check; the compiled grammar matches nothing.
-    let e = g.compile(&Spec::JsonSchema(json!({"anyOf": [{"$ref": "#"}]}))).err();
+    let needs_itself = json!({"anyOf": [{"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}]});
+    let e = g.compile(&Spec::JsonSchema(needs_itself)).err();
+    assert!(matches!(&e, Some(GrammarError::Invalid(m)) if m.contains("no base case")), "{e:?}");
+    // A grammar that matches nothing at all is refused by what it compiles to.
+    let e = g.compile(&Spec::Lark("start: start".into())).err();
     assert!(matches!(&e, Some(GrammarError::Invalid(m)) if m.contains("matches no output")), "{e:?}");
 }
 
