@@ -1,11 +1,15 @@
 //! Structured output: JSON schemas, regexes, choices and Lark grammars compiled by llguidance
-//! against a model's vocabulary, with size, depth and compile time capped and compiled grammars
+//! against a model's vocabulary, with size, nesting, reference depth and compile time capped and compiled grammars
 //! cached by content; a per-sequence [`SeqMatcher`] gives the allowed-token bitset of the next
 //! token and follows the tokens taken.
 
 mod cache;
+mod caps;
 mod compile;
+mod lark_refs;
 mod matcher;
+mod productive;
+mod refs;
 mod spec;
 mod vocab;
 

@@ -162,12 +162,17 @@ fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpe
     let prompt = chat_prompt(st, o, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
-    let (tools, tool_spec) = crate::tools::parse(o)?;
-    let constraint = match (tool_spec, constraint_of(st, o)?) {
+    let (tools, tool_grammar) = crate::tools::parse(o)?;
+    let constraint = match (tool_grammar, constraint_of(st, o)?) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid("tool_choice", "a required or named tool choice takes no other constraint"));
         }
-        (Some(spec), None) => Some(crate::constraint::prepare(st, &spec, "tool_choice")?),
+        (Some(t), None) => {
+            for (field, params) in t.params {
+                crate::constraint::check(st, &tf_grammar::Spec::JsonSchema(params), &field)?;
+            }
+            Some(crate::constraint::prepare(st, &t.spec, "tool_choice")?)
+        }
         (None, c) => c,
     };
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint);

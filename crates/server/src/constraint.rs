@@ -1,7 +1,8 @@
 //! A request's compiled constraint as the engine's [`Constraint`]: the grammar compiler is built
 //! once per server from the tokenizer's vocabulary (on first use), compiles on the HTTP side
-//! (request preparation's blocking thread, capped in size, depth and time: tf-grammar), and each
-//! sequence gets its own matcher. A matcher that fails allows only the end of sequence.
+//! (request preparation's blocking thread, capped in size, nesting, reference depth and time:
+//! tf-grammar), and each sequence gets its own matcher. A matcher that fails allows only the end
+//! of sequence.
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -68,12 +69,24 @@ impl Prepared {
 /// when it is invalid or past a cap.
 pub fn prepare(st: &AppState, spec: &Spec, field: &str) -> Result<Prepared, ApiError> {
     let (grammars, eos) = st.grammars().map_err(|e| ApiError::invalid(field, e))?;
-    let compiled = grammars.compile(spec).map_err(|e| match e {
+    let compiled = grammars.compile(spec).map_err(|e| refusal(field, e))?;
+    Ok(Prepared { grammars, compiled, width: st.model.vocab.rows(), eos })
+}
+
+/// Checks `spec` (from request field `field`) against the caps without compiling it: 400
+/// naming the field when it is past one or its references cycle with no base case.
+pub fn check(st: &AppState, spec: &Spec, field: &str) -> Result<(), ApiError> {
+    let (grammars, _) = st.grammars().map_err(|e| ApiError::invalid(field, e))?;
+    grammars.check(spec).map_err(|e| refusal(field, e))
+}
+
+/// The 400 for `e`, naming `field`.
+fn refusal(field: &str, e: GrammarError) -> ApiError {
+    match e {
         GrammarError::Invalid(m) => ApiError::invalid(field, format!("invalid: {}", clip(&m))),
         GrammarError::TooLarge(m) => ApiError::invalid(field, format!("too large: {m}")),
         GrammarError::Timeout(ms) => ApiError::invalid(field, format!("took longer than {ms} ms to compile")),
-    })?;
-    Ok(Prepared { grammars, compiled, width: st.model.vocab.rows(), eos })
+    }
 }
 
 /// The start of a long compiler message.

@@ -1,7 +1,8 @@
 //! Tool calling on `/v1/chat/completions`: `tools`, `tool_choice` (`none`, `auto`, `required`, a
 //! named function) and `parallel_tool_calls`. `required` and a named choice are enforced by a
 //! grammar: the output must be a JSON list of `{"name", "arguments"}` calls whose arguments
-//! match the tool's `parameters` schema. Output is parsed back into `tool_calls` from the
+//! match the tool's `parameters` schema (each its own schema resource, so its local `$defs` /
+//! `definitions` pointers resolve within it, as in `response_format`). Output is parsed back into `tool_calls` from the
 //! families' blocks (tool_formats.rs: Hermes / Qwen3, GLM-4.x, DeepSeek V3 and V3.1, Gemma), or
 //! a whole output that is one call or a list of calls as JSON (Llama 3's `{"name",
 //! "parameters"}`, optionally after `<|python_tag|>`, and the grammar's form).
@@ -43,6 +44,16 @@ impl ToolMode {
     }
 }
 
+/// The grammar a required or named tool choice enforces, with each chosen tool's `parameters`
+/// and the field it came from (checked against the caps on its own, so a refusal names it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolGrammar {
+    /// The list of calls the output must be.
+    pub spec: Spec,
+    /// `(tools[i].function.parameters, the schema)` for each chosen tool.
+    pub params: Vec<(String, Value)>,
+}
+
 /// One parsed call: the function's name and its arguments as JSON text.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
@@ -54,7 +65,7 @@ pub struct Call {
 
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls`: whether to parse calls from the
 /// output, and the constraint `required` or a named choice needs.
-pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
+pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiError> {
     let tools = match get(o, "tools") {
         None => Vec::new(),
         Some(Value::Array(l)) => l.iter().enumerate().map(|(i, t)| tool(t, i)).collect::<Result<_, _>>()?,
@@ -62,18 +73,18 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
     };
     let parallel = opt_bool(o, "parallel_tool_calls")?.unwrap_or(true);
     let choice = get(o, "tool_choice");
-    let chosen: Vec<&(String, Value)> = match choice {
+    let chosen: Vec<(usize, &(String, Value))> = match choice {
         None | Some(Value::String(_)) if tools.is_empty() && choice.is_some_and(|c| c.as_str() != Some("none")) => {
             return Err(ApiError::invalid("tool_choice", "needs tools"));
         }
         None => return Ok(((!tools.is_empty()).then(|| mode(&tools)), None)),
         Some(Value::String(s)) if s == "none" => return Ok((None, None)),
         Some(Value::String(s)) if s == "auto" => return Ok((Some(mode(&tools)), None)),
-        Some(Value::String(s)) if s == "required" => tools.iter().collect(),
+        Some(Value::String(s)) if s == "required" => tools.iter().enumerate().collect(),
         Some(Value::Object(c)) => {
             let name = c.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
             let name = name.ok_or_else(|| ApiError::invalid("tool_choice.function.name", "is required"))?;
-            let found: Vec<_> = tools.iter().filter(|(n, _)| n == name).collect();
+            let found: Vec<_> = tools.iter().enumerate().filter(|(_, (n, _))| n == name).collect();
             if found.is_empty() {
                 let msg = format!("{} is not one of the tools", show(&Value::from(name)));
                 return Err(ApiError::invalid("tool_choice.function.name", msg));
@@ -87,8 +98,8 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
     };
     let items: Vec<Value> = chosen
         .iter()
-        .map(|(name, params)| {
-            json!({"type": "object", "properties": {"name": {"const": name}, "arguments": params},
+        .map(|(i, (name, params))| {
+            json!({"type": "object", "properties": {"name": {"const": name}, "arguments": own_resource(params, *i)},
                    "required": ["name", "arguments"], "additionalProperties": false})
         })
         .collect();
@@ -97,7 +108,20 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<Spec>), ApiError> {
     if !one {
         schema["maxItems"] = json!(1);
     }
-    Ok((Some(mode(&tools)), Some(Spec::JsonSchema(schema))))
+    let params = chosen.iter().map(|(i, (_, p))| (format!("tools[{i}].function.parameters"), p.clone())).collect();
+    Ok((Some(mode(&tools)), Some(ToolGrammar { spec: Spec::JsonSchema(schema), params })))
+}
+
+/// Tool `i`'s `parameters` as a schema resource of its own (an `$id`, unless it has one), so
+/// the `#...` pointers inside it resolve against it rather than the list of calls around it.
+fn own_resource(params: &Value, i: usize) -> Value {
+    let mut p = params.clone();
+    if let Value::Object(o) = &mut p
+        && !o.contains_key("$id")
+    {
+        o.insert("$id".into(), Value::from(format!("urn:tensorfold:tools:{i}")));
+    }
+    p
 }
 
 fn mode(tools: &[(String, Value)]) -> ToolMode {
@@ -146,16 +170,19 @@ mod tests {
         assert_eq!(names, ["get_weather", "now"]);
         assert!(s.is_none());
         assert_eq!(parse(&o(json!({"tools": tools(), "tool_choice": "none"}))).unwrap(), (None, None));
-        let Some(Spec::JsonSchema(s)) = parse(&o(json!({"tools": tools(), "tool_choice": "required"}))).unwrap().1
-        else {
-            panic!("required gives a schema")
-        };
+        let t = parse(&o(json!({"tools": tools(), "tool_choice": "required"}))).unwrap().1.unwrap();
+        let Spec::JsonSchema(s) = t.spec else { panic!("required gives a schema") };
         assert_eq!(s["items"]["anyOf"].as_array().unwrap().len(), 2);
+        assert_eq!(s["items"]["anyOf"][1]["properties"]["arguments"]["$id"], "urn:tensorfold:tools:1");
+        let fields: Vec<_> = t.params.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(fields, ["tools[0].function.parameters", "tools[1].function.parameters"]);
         assert!(s.get("maxItems").is_none(), "parallel calls allowed");
         let named = json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "now"}}});
-        let Some(Spec::JsonSchema(s)) = parse(&o(named)).unwrap().1 else { panic!("a named choice gives a schema") };
+        let t = parse(&o(named)).unwrap().1.unwrap();
+        let Spec::JsonSchema(s) = t.spec else { panic!("a named choice gives a schema") };
         assert_eq!(s["items"]["anyOf"][0]["properties"]["name"]["const"], "now");
         assert_eq!(s["maxItems"], 1);
+        assert_eq!(t.params, [("tools[1].function.parameters".into(), json!({"type": "object"}))]);
     }
 
     #[test]
