@@ -159,3 +159,16 @@ fn a_zero_rope_factor_is_refused_naming_the_field() {
     edit_config(d.path(), |v| v["partial_rotary_factor"] = serde_json::json!(1.5));
     refused_promptly(&["check", "--model", d.path().to_str().unwrap()], &["'partial_rotary_factor'"]);
 }
+
+#[test]
+fn a_fifo_as_the_chat_template_or_profile_of_serve_is_refused_at_once() {
+    let d = copy("qwen3");
+    let fifo = d.path().join("template.jinja");
+    make_fifo(&fifo);
+    let (m, f) = (d.path().to_str().unwrap(), fifo.to_str().unwrap());
+    let serve = ["serve", "--model", m, "--port", "0", "--threads", "1", "--kv-memory", "4MiB"];
+    let args: Vec<&str> = serve.iter().copied().chain(["--chat-template", f]).collect();
+    refused_promptly(&args, &["--chat-template", "it is a FIFO"]);
+    let args: Vec<&str> = serve.iter().copied().chain(["--profile", f]).collect();
+    refused_promptly(&args, &["--profile", "not a regular file (it is a FIFO)"]);
+}
