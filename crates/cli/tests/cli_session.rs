@@ -160,3 +160,45 @@ fn session_inspect_refuses_a_corrupted_payload_with_exit_2() {
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     assert_refused(&tf(&["session", "inspect", fifo.to_str().unwrap()]), "not a regular file");
 }
+
+/// A copy of the `family` fixture whose largest tensor has one bit flipped in the byte in its
+/// middle, more than 4 KiB from both of its ends.
+fn one_byte_apart(family: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(family)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let path = tmp.path().join("model.safetensors");
+    let range = {
+        let f = tf_formats::SafetensorsFile::open(&path).unwrap();
+        let views = f.tensors().keys().map(|n| f.tensor(n).unwrap().unwrap());
+        match views.max_by_key(|v| v.data.as_bytes().len()).unwrap().data {
+            tf_formats::TensorBytes::Mapped(_, r) => r,
+            tf_formats::TensorBytes::Owned(..) => panic!("a file's tensor is mapped"),
+        }
+    };
+    assert!(range.len() > 16 * 1024, "the largest tensor is {} bytes", range.len());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(range.start + range.end) / 2] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    tmp
+}
+
+#[test]
+fn a_session_from_weights_one_byte_apart_exits_2() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 13 % 470) as i64).collect();
+    generate("qwen3", &prompt, &["--session", "a", "--session-dir", dir]);
+    let file = sessions.path().join("a.tfsession");
+    let other = one_byte_apart("qwen3");
+    let m = other.path().to_str().unwrap();
+    let f = file.to_str().unwrap();
+    assert_refused(&tf(&["session", "inspect", f, "--model", m]), "saved from another model (fingerprint differs)");
+    let ids = join(&prompt);
+    let run = tf(&["generate", "--model", m, "--ids", &ids, "--json", "--session", "a", "--session-dir", dir]);
+    assert_refused(&run, "saved from another model");
+    let same = fixture("qwen3");
+    assert!(tf(&["session", "inspect", f, "--model", same.to_str().unwrap()]).status.success());
+}

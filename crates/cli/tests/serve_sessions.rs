@@ -165,3 +165,39 @@ fn fifos_links_and_planted_temporaries_are_refused_without_blocking_or_escaping(
     assert_ne!(s.post("/v1/sessions/new", &json!({"prompt": prompt})).status, 200);
     assert!(!outside.join("new.tfsession").exists());
 }
+
+/// Flips the lowest bit of the byte in the middle of the largest tensor of `dir`'s weights,
+/// more than 4 KiB from both of its ends.
+fn flip_one_byte_mid_tensor(dir: &std::path::Path) {
+    let path = dir.join("model.safetensors");
+    let range = {
+        let f = tf_formats::SafetensorsFile::open(&path).unwrap();
+        let views = f.tensors().keys().map(|n| f.tensor(n).unwrap().unwrap());
+        let largest = views.max_by_key(|v| v.data.as_bytes().len()).unwrap();
+        match largest.data {
+            tf_formats::TensorBytes::Mapped(_, r) => r,
+            tf_formats::TensorBytes::Owned(..) => panic!("a file's tensor is mapped"),
+        }
+    };
+    assert!(range.len() > 16 * 1024, "the largest tensor is {} bytes", range.len());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(range.start + range.end) / 2] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[test]
+fn a_session_from_weights_one_byte_apart_is_refused_with_422() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir_arg = sessions.path().to_str().unwrap().to_string();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 11 % 470) as i64).collect();
+    save_on_a_server(sessions.path(), "a", &prompt);
+    let other = model_dir();
+    flip_one_byte_mid_tensor(other.path());
+    let b = Server::start_in(other, &["--session-dir", &dir_arg]);
+    let msg = refused_restore(&b, "a");
+    assert!(msg.contains("saved from another model (fingerprint differs)"), "{msg}");
+    assert_eq!(b.metric("tensorfold_prefix_cache_hit_tokens_total"), 0.0);
+    // The same weights restore it.
+    let a = Server::start(&["--session-dir", &dir_arg]);
+    assert_eq!(a.post("/v1/sessions/a/restore", &json!({})).status, 200);
+}

@@ -2,6 +2,7 @@
 
 pub mod dtype;
 pub mod ids;
+pub mod regular_file;
 pub mod safe_file;
 
 pub use dtype::{DType, QuantType};

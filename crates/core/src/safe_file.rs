@@ -57,7 +57,8 @@ pub struct Dir {
 const DIR_FLAGS: OFlags =
     OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::NONBLOCK).union(OFlags::CLOEXEC);
 
-fn kind_of(t: FileType) -> &'static str {
+/// What a file of type `t` is, in words.
+pub(crate) fn kind_of(t: FileType) -> &'static str {
     match t {
         FileType::RegularFile => "regular file",
         FileType::Directory => "directory",

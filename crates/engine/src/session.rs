@@ -23,8 +23,9 @@ use verify::{digest_of, dtype_code};
 /// First bytes of every session file.
 pub const MAGIC: &[u8; 8] = b"TFSESS\0\x01";
 /// Format version written and accepted (2: the header carries the payload's SHA-256; 3: and
-/// the state layers' shapes and slots).
-pub const VERSION: u32 = 3;
+/// the state layers' shapes and slots; 4: the model fingerprint covers every byte of every
+/// tensor, where version 3's sampled only both ends of each).
+pub const VERSION: u32 = 4;
 /// Where the SHA-256 starts: after magic, version, fingerprint, dtype, 4 dims, token count,
 /// state layer count.
 const DIGEST_AT: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8 + 4;
@@ -479,6 +480,9 @@ mod tests {
         bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
         let (r, i) = refusals(&p, &bytes, &l);
         assert!(r.contains("format version 2 has no state layer table") && r == i, "{r} / {i}");
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let (r, i) = refusals(&p, &bytes, &l);
+        assert!(r.contains("format version 3 names its model by a fingerprint over samples") && r == i, "{r} / {i}");
     }
 
     #[test]

@@ -80,6 +80,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("bad_state_count_resealed.tfsession", edit_hybrid(&|b| b[45..49].copy_from_slice(&u32::MAX.to_le_bytes()))),
         ("bad_version_2.tfsession", edit(&|b| b[8..12].copy_from_slice(&2u32.to_le_bytes()), false)),
+        ("bad_version_3.tfsession", edit(&|b| b[8..12].copy_from_slice(&3u32.to_le_bytes()), false)),
         (
             "bad_payload_flipped.tfsession",
             edit(&|b| b[len / 2 - 8..len / 2 + 8].iter_mut().for_each(|x| *x ^= 0xa5), false),

@@ -7,6 +7,7 @@ use crate::safetensors_file::{SafetensorsFile, TensorView};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use tf_core::regular_file::{present, read_regular};
 
 /// All tensors of a checkpoint directory, by name.
 pub struct Checkpoint {
@@ -19,9 +20,9 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint, FormatError> {
         let index_path = dir.join("model.safetensors.index.json");
         let single = dir.join("model.safetensors");
-        let shard_names = if index_path.is_file() {
+        let shard_names = if present(&index_path) {
             read_index(&index_path)?
-        } else if single.is_file() {
+        } else if present(&single) {
             BTreeMap::from([(String::new(), "model.safetensors".to_string())])
         } else {
             let mut found: Vec<String> = std::fs::read_dir(dir)
@@ -52,7 +53,7 @@ impl Checkpoint {
             file_of.insert(file_name.clone(), files.len());
             files.push(f);
         }
-        if index_path.is_file() {
+        if present(&index_path) {
             for (name, file_name) in &shard_names {
                 let idx = file_of.get(file_name).copied();
                 if idx.is_none() || index.get(name) != idx.as_ref() {
@@ -88,8 +89,9 @@ impl Checkpoint {
 }
 
 fn read_index(path: &Path) -> Result<BTreeMap<String, String>, FormatError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FormatError::Io { path: path.to_path_buf(), source })?;
-    let root: Value = serde_json::from_str(&text).map_err(|e| FormatError::header(path, format!("not JSON: {e}")))?;
+    let bytes = read_regular(path).map_err(|e| FormatError::opening(path, e))?;
+    let root: Value =
+        serde_json::from_slice(&bytes).map_err(|e| FormatError::header(path, format!("not JSON: {e}")))?;
     let map =
         root.get("weight_map").and_then(Value::as_object).ok_or_else(|| FormatError::header(path, "no weight_map"))?;
     map.iter()
@@ -116,4 +118,23 @@ fn confined(dir: &Path, name: &str, index: &Path) -> Result<PathBuf, FormatError
         ));
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_as_weights_or_index_is_refused_without_blocking() {
+        for name in ["model.safetensors", "model.safetensors.index.json", "a.safetensors"] {
+            let dir = tempfile::tempdir().unwrap();
+            let fifo = dir.path().join(name);
+            assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+            let (tx, rx) = std::sync::mpsc::channel();
+            let d = dir.path().to_path_buf();
+            std::thread::spawn(move || tx.send(Checkpoint::open(&d).err().map(|e| e.to_string())));
+            let msg = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("opening a FIFO blocked");
+            assert_eq!(msg, Some(format!("{}: not a regular file (it is a FIFO)", fifo.display())));
+        }
+    }
 }

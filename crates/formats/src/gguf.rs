@@ -309,7 +309,7 @@ impl GgufFile {
     /// Maps `path` and validates its header, metadata and every tensor's extent.
     pub fn open(path: &Path) -> Result<GgufFile, FormatError> {
         let io = |source| FormatError::Io { path: path.to_path_buf(), source };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = FormatError::open(path)?;
         // SAFETY: the map is read-only; a file changed under us can give wrong numbers but
         // every offset used was bounds-checked against the map's length at open time.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
@@ -476,6 +476,16 @@ impl GgufFile {
     /// The named tensor's entry.
     pub fn tensor_info(&self, name: &str) -> Option<&TensorEntry> {
         self.header.tensor_index.get(name).and_then(|&i| self.header.tensors.get(i))
+    }
+
+    /// Every byte before the tensor data: header, metadata and tensor entries.
+    pub fn header_bytes(&self) -> &[u8] {
+        self.bytes().get(..self.data_offset()).unwrap_or_default()
+    }
+
+    /// The raw bytes of tensor `t` (an entry of [`GgufFile::tensors`]), whatever its type.
+    pub fn tensor_data(&self, t: &TensorEntry) -> &[u8] {
+        self.bytes().get(t.range.clone()).unwrap_or_default()
     }
 
     /// The named tensor, `None` when absent; a type this crate cannot load is an error.

@@ -53,7 +53,7 @@ impl SafetensorsFile {
     /// Maps `path` and validates its header and every tensor's offsets.
     pub fn open(path: &Path) -> Result<SafetensorsFile, FormatError> {
         let io = |source| FormatError::Io { path: path.to_path_buf(), source };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = FormatError::open(path)?;
         // SAFETY: the map is read-only; a file changed under us can give wrong numbers but
         // every offset used is bounds-checked against the map's length at open time.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
@@ -80,6 +80,15 @@ impl SafetensorsFile {
     /// The free-form `__metadata__` map.
     pub fn metadata(&self) -> &BTreeMap<String, String> {
         &self.header.metadata
+    }
+
+    /// The raw bytes of tensor `t` (an entry of [`SafetensorsFile::tensors`]), whatever its dtype.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        let bytes: &[u8] = match &self.backing {
+            Backing::Mapped(map) => map,
+            Backing::Owned(bytes) => bytes,
+        };
+        bytes.get(self.header.data_start + t.begin..self.header.data_start + t.end).unwrap_or_default()
     }
 
     /// The named tensor, or `None` when absent; unsupported dtypes are an error.

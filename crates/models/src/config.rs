@@ -21,8 +21,15 @@ impl RawConfig {
     /// Reads and parses `path`.
     pub fn read(path: &Path) -> Result<RawConfig, ModelError> {
         let err = |msg: String| ModelError::Config { file: path.to_path_buf(), msg };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        RawConfig::parse(path, &text)
+        let bytes = tf_core::regular_file::read_regular(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        RawConfig::from_bytes(path, &bytes)
+    }
+
+    /// Parses `bytes` (UTF-8 JSON) as the contents of `path`.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<RawConfig, ModelError> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| ModelError::Config { file: path.to_path_buf(), msg: "not UTF-8 text".into() })?;
+        RawConfig::parse(path, text)
     }
 
     /// Parses `text` as the contents of `path`.
@@ -115,19 +122,28 @@ impl RawConfig {
                 }
                 _ => params,
             };
-            let theta = num(params, "rope_theta").unwrap_or(fallback_theta);
-            return Ok((theta, self.scaling(params)?));
+            let theta = match params.get("rope_theta").filter(|v| !v.is_null()) {
+                Some(v) => v.as_f64().map(|x| x as f32).unwrap_or(f32::NAN),
+                None => fallback_theta,
+            };
+            return self.checked_rope("rope_theta", theta, self.scaling(params)?);
         }
         if layer_type == "sliding_attention"
             && let Some(local) = self.opt_f32("rope_local_base_freq")?
         {
-            return Ok((local, RopeScaling::Default));
+            return self.checked_rope("rope_local_base_freq", local, RopeScaling::Default);
         }
         let theta = self.opt_f32("rope_theta")?.unwrap_or(fallback_theta);
         match self.get("rope_scaling") {
-            Some(Value::Object(s)) => Ok((theta, self.scaling(s)?)),
-            _ => Ok((theta, RopeScaling::Default)),
+            Some(Value::Object(s)) => self.checked_rope("rope_theta", theta, self.scaling(s)?),
+            _ => self.checked_rope("rope_theta", theta, RopeScaling::Default),
         }
+    }
+
+    /// `(theta, scaling)` once [`crate::rope_check::check`] passes them.
+    fn checked_rope(&self, field: &str, theta: f32, scaling: RopeScaling) -> Result<(f32, RopeScaling), ModelError> {
+        crate::rope_check::check(self, field, theta, &scaling)?;
+        Ok((theta, scaling))
     }
 
     fn scaling(&self, p: &Map<String, Value>) -> Result<RopeScaling, ModelError> {

@@ -102,6 +102,11 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         return Err(m.error(format!("value_length {v} differs from key_length {head_dim}")));
     }
     let layers = m.u64("block_count")?;
+    // Checked before anything is sized from it (Gemma 3's per-layer types are).
+    if layers > f.tensors().len() as u64 {
+        let n = f.tensors().len();
+        return Err(m.error(format!("'{}' is {layers}, but the file holds only {n} tensors", m.key("block_count"))));
+    }
     let mut c = Map::new();
     c.insert("architectures".into(), json!([hf_arch]));
     c.insert("model_type".into(), json!(model_type));

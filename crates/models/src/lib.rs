@@ -8,10 +8,12 @@ pub mod error;
 pub mod families;
 pub mod fingerprint;
 pub mod gguf;
+pub mod limits;
 pub mod loaded;
 pub mod locate;
 pub mod names;
 pub mod registry;
+pub mod rope_check;
 pub mod spec;
 pub mod weights;
 

@@ -4,12 +4,15 @@
 use crate::config::RawConfig;
 use crate::decoder::Decoder;
 use crate::error::ModelError;
+use crate::fingerprint::{self, Part};
 use crate::gguf::{self, GgufSource};
+use crate::limits::{self, TensorBounds};
 use crate::registry::spec_for;
 use crate::weights::Loader;
 use std::path::{Path, PathBuf};
 use tf_backend::Backend;
 use tf_core::Vocab;
+use tf_core::regular_file::{present, read_regular};
 use tf_formats::Checkpoint;
 use tf_tokenize::Tokenizer;
 
@@ -46,6 +49,7 @@ impl<B: Backend> Model<B> {
     pub fn open_gguf(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
         let src = GgufSource::open(path)?;
         let config = gguf::raw_config(src.file())?;
+        limits::check(&config, &TensorBounds::of(src.file().tensors().iter().map(|t| t.shape.as_slice())))?;
         let spec = spec_for(&config)?;
         let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;
         let tokenizer = Some(tf_tokenize::tokenizer_from_gguf(src.file(), vocab)?);
@@ -60,20 +64,31 @@ impl<B: Backend> Model<B> {
         eos_ids.sort_unstable();
         eos_ids.dedup();
         let decoder = Decoder::load(spec, &Loader::new(&src, path, backend))?;
-        let tensors = src.file().tensors().iter().filter_map(|t| src.file().tensor(&t.name).ok().flatten()).collect();
-        let fingerprint = crate::fingerprint::fingerprint(b"gguf", tensors);
+        let f = src.file();
+        let parts = f
+            .tensors()
+            .iter()
+            .map(|t| Part { name: &t.name, kind: t.ggml_type.name(), shape: &t.shape, bytes: f.tensor_data(t) })
+            .collect();
+        let fingerprint = fingerprint::of_parts(f.header_bytes(), parts);
         Ok(Model { dir: path.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 
     /// Loads a Hugging Face checkpoint directory.
     pub fn open_dir(dir: &Path, backend: &B) -> Result<Model<B>, ModelError> {
-        let config = RawConfig::read(&dir.join("config.json"))?;
+        let config_path = dir.join("config.json");
+        let config_bytes = read_regular(&config_path)
+            .map_err(|e| ModelError::Config { file: config_path.clone(), msg: format!("cannot read: {e}") })?;
+        let config = RawConfig::from_bytes(&config_path, &config_bytes)?;
+        let ckpt = Checkpoint::open(dir)?;
+        let shapes = ckpt.files().iter().flat_map(|f| f.tensors().values().map(|t| t.shape.as_slice()));
+        limits::check(&config, &TensorBounds::of(shapes))?;
         let spec = spec_for(&config)?;
         let vocab = Vocab::new(spec.vocab_size).ok_or_else(|| config.error("vocab_size must be positive"))?;
         let gen_path = dir.join("generation_config.json");
-        let generation = if gen_path.is_file() { Some(RawConfig::read(&gen_path)?) } else { None };
+        let generation = if present(&gen_path) { Some(RawConfig::read(&gen_path)?) } else { None };
         let tokenizer =
-            if dir.join("tokenizer.json").is_file() { Some(Tokenizer::from_dir(dir, vocab)?) } else { None };
+            if present(&dir.join("tokenizer.json")) { Some(Tokenizer::from_dir(dir, vocab)?) } else { None };
         let mut eos_ids = Vec::new();
         let mut bos_id = None;
         for cfg in generation.iter().chain(std::iter::once(&config)) {
@@ -93,12 +108,17 @@ impl<B: Backend> Model<B> {
         }
         eos_ids.sort_unstable();
         eos_ids.dedup();
-        let ckpt = Checkpoint::open(dir)?;
         let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend))?;
-        let tensors = ckpt.names().filter_map(|n| ckpt.get(n).ok().flatten()).collect();
-        let config_bytes =
-            std::fs::read(dir.join("config.json")).map_err(|e| config.error(format!("cannot read: {e}")))?;
-        let fingerprint = crate::fingerprint::fingerprint(&config_bytes, tensors);
+        let parts = ckpt
+            .files()
+            .iter()
+            .flat_map(|f| f.tensors().iter().map(move |(name, t)| (f, name, t)))
+            .map(|(f, name, t)| {
+                let kind = t.dtype.as_ref().map_or_else(String::as_str, |d| d.name());
+                Part { name, kind, shape: &t.shape, bytes: f.tensor_data(t) }
+            })
+            .collect();
+        let fingerprint = fingerprint::of_parts(&config_bytes, parts);
         Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 }

@@ -4,6 +4,7 @@
 use crate::error::ModelError;
 use std::io::Read;
 use std::path::Path;
+use tf_core::safe_file::SafeFileError;
 
 /// The kind of checkpoint at a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +27,17 @@ pub fn locate(path: &Path) -> Result<ModelPath, ModelError> {
         _ => refuse(format!("cannot read: {e}")),
     })?;
     if meta.is_dir() {
-        if path.join("config.json").is_file() {
+        if tf_core::regular_file::present(&path.join("config.json")) {
             return Ok(ModelPath::HfDir);
         }
         return Err(refuse(directory_without_config(path)));
     }
     let mut head = Vec::with_capacity(4);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(4).read_to_end(&mut head))
-        .map_err(|e| refuse(format!("cannot read: {e}")))?;
+    let file = tf_core::regular_file::open_regular(path).map_err(|e| match e {
+        SafeFileError::NotRegular { kind, .. } => refuse(format!("not a regular file (it is a {kind})")),
+        e => refuse(format!("cannot read: {e}")),
+    })?;
+    file.take(4).read_to_end(&mut head).map_err(|e| refuse(format!("cannot read: {e}")))?;
     if head == GGUF_MAGIC {
         return Ok(ModelPath::Gguf);
     }
@@ -126,5 +129,17 @@ mod tests {
         std::fs::write(empty.path().join("a.GGUF"), b"GGUF").unwrap();
         let msg = message(empty.path());
         assert!(msg.contains("it holds GGUF files (a.GGUF, b.gguf): give one of them"), "{msg}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("model.gguf");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || tx.send(message(&p)));
+        let msg = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("opening a FIFO blocked");
+        assert_eq!(msg, format!("{}: not a regular file (it is a FIFO)", fifo.display()));
     }
 }

@@ -379,7 +379,7 @@ impl Common {
     /// A rope for `layer_type`, over the full head width.
     pub fn rope(&self, c: &RawConfig, layer_type: &str, fallback_theta: f32) -> Result<Rope, ModelError> {
         let (theta, scaling): (f32, RopeScaling) = c.rope(layer_type, fallback_theta)?;
-        let partial = c.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
+        let partial = crate::rope_check::partial(c, c.opt_f32("partial_rotary_factor")?.unwrap_or(1.0))?;
         let dim = ((self.head_dim as f32 * partial) as usize) & !1;
         if dim == 0 || dim > self.head_dim || theta <= 0.0 {
             return Err(
@@ -445,9 +445,9 @@ pub fn partial_rope(
 ) -> Result<Rope, ModelError> {
     let (theta, scaling) = c.rope("full_attention", fallback_theta)?;
     let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(|v| v.as_f64());
-    let partial = match nested {
-        Some(f) => f as f32,
-        None => c.opt_f32("partial_rotary_factor")?.unwrap_or(default_partial),
+    let partial = match nested.map(|f| f as f32).or(c.opt_f32("partial_rotary_factor")?) {
+        Some(f) => crate::rope_check::partial(c, f)?,
+        None => default_partial,
     };
     let dim = ((head_dim as f32 * partial) as usize) & !1;
     if dim == 0 || dim > head_dim || theta <= 0.0 {

@@ -295,7 +295,8 @@ fn parse_share(s: &str) -> Result<f64, String> {
 /// so the command line wins. `argv` is the process's full argument list.
 pub fn with_profile(args: ServeArgs, argv: &[OsString]) -> Result<ServeArgs, String> {
     let Some(path) = &args.profile else { return Ok(args) };
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--profile {}: {e}", path.display()))?;
+    let bytes = tf_core::regular_file::read_regular(path).map_err(|e| format!("--profile {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("--profile {}: not UTF-8 text", path.display()))?;
     let mut merged: Vec<OsString> = vec!["serve".into()];
     merged.extend(profile_switches(&text).map_err(|e| format!("--profile {}: {e}", path.display()))?);
     let after = argv.iter().position(|a| a == "serve").map_or(argv.len(), |i| i + 1);

@@ -14,6 +14,9 @@ pub enum TokenizeError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A file is not a regular file (a FIFO, device, socket or directory): refused unread.
+    #[error(transparent)]
+    File(#[from] tf_core::safe_file::SafeFileError),
     /// A file is not a valid tokenizer or tokenizer config.
     #[error("{path}: {message}")]
     Parse {

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use tf_core::safe_file::SafeFileError;
 use tf_core::{TokenIds, Vocab};
 
 use crate::TokenizeError;
@@ -237,12 +238,13 @@ impl Tokenizer {
     }
 }
 
-/// Reads a file, `None` when it does not exist.
+/// Reads a regular file (a FIFO or device is refused unread), `None` when it does not exist.
 fn read(path: &Path) -> Result<Option<Vec<u8>>, TokenizeError> {
-    match std::fs::read(path) {
+    match tf_core::regular_file::read_regular(path) {
         Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TokenizeError::Io { path: path.to_path_buf(), source }),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(SafeFileError::Io { source, .. }) => Err(TokenizeError::Io { path: path.to_path_buf(), source }),
+        Err(e) => Err(TokenizeError::File(e)),
     }
 }
 

@@ -93,6 +93,11 @@ pub fn verify<R: Read>(
                 "format version 2 has no state layer table and is no longer read: save the session again".into()
             ));
         }
+        3 => {
+            return Err(bad("format version 3 names its model by a fingerprint over samples of the weights, \
+                 not every byte, and is no longer read: save the session again"
+                .into()));
+        }
         v => return Err(bad(format!("format version {v} (this build reads {VERSION})"))),
     }
     if got < HEADER {

@@ -122,6 +122,16 @@ fn gemma3() -> GgufWriter {
 }
 
 #[test]
+fn a_block_count_past_the_tensors_is_refused_before_anything_is_sized_from_it() {
+    let mut w = GgufWriter::new();
+    let pairs = [("embedding_length", 8), ("block_count", 0x7fff_ffff), ("attention.head_count", 2)];
+    kvs(&mut w, "gemma3", &pairs);
+    add(&mut w, &[("token_embd.weight".to_string(), vec![10, 8]), ("output_norm.weight".into(), vec![8])]);
+    let msg = config_from_gguf(&open(&w)).unwrap_err().to_string();
+    assert!(msg.contains("'gemma3.block_count' is 2147483647, but the file holds only 2 tensors"), "{msg}");
+}
+
+#[test]
 fn gemma3_config_follows_llama_cpp() {
     let f = open(&gemma3());
     let c = config_from_gguf(&f).unwrap();

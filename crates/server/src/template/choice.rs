@@ -84,12 +84,13 @@ fn from_switch(value: &str) -> Result<Choice, String> {
         });
     }
     let path = PathBuf::from(value);
-    let bytes = std::fs::read(&path).map_err(|e| {
-        format!(
-            "--chat-template {value}: not a built-in template ({}) and not a readable file: {}",
-            builtin_names(),
-            io_reason(&e)
-        )
+    let bytes = tf_core::regular_file::read_regular(&path).map_err(|e| {
+        let why = match e {
+            tf_core::safe_file::SafeFileError::Io { source, .. } => io_reason(&source),
+            tf_core::safe_file::SafeFileError::NotRegular { kind, .. } => format!("it is a {kind}"),
+            other => other.to_string(),
+        };
+        format!("--chat-template {value}: not a built-in template ({}) and not a readable file: {why}", builtin_names())
     })?;
     let source =
         String::from_utf8(bytes).map_err(|_| format!("--chat-template {value}: the file is not UTF-8 text"))?;
