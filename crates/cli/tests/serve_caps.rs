@@ -29,6 +29,13 @@ fn attack(s: &Server, path: &str, body: &Value, clients: usize) -> (Vec<Resp>, D
     (resps, t.elapsed(), health)
 }
 
+/// The server's peak resident memory so far, in MiB (`VmHWM`).
+fn peak_rss_mib(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).unwrap() / 1024
+}
+
 /// Asserts every answer is 400 naming `param` with `needle` in its message.
 fn all_refused(resps: &[Resp], param: &str, needle: &str) {
     for r in resps {
@@ -64,6 +71,9 @@ fn text_prompts_too_long_in_bytes_are_refused_before_tokenizing() {
     all_refused(&resps, "prompt", "--prompt-bytes-per-token");
     assert!(took < Duration::from_secs(10), "took {took:?}");
     assert!(health < Duration::from_secs(1), "/health took {health:?}");
+    // Six 4 MB texts tokenized whole held gigabytes; refused untokenized they stay near the body.
+    let peak = peak_rss_mib(&s);
+    assert!(peak < 512, "peak resident memory {peak} MiB");
     let chat = json!({"messages": [{"role": "user", "content": text}], "max_tokens": 2});
     let (resps, _, health) = attack(&s, "/v1/chat/completions", &chat, 2);
     all_refused(&resps, "messages", "bytes");

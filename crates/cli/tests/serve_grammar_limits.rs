@@ -108,7 +108,11 @@ fn tool_parameters_with_local_defs_are_served_under_required_and_named_choices()
         {"type": "function", "function": {"name": "weather", "parameters": params}}]);
     let named = json!({"type": "function", "function": {"name": "weather"}});
     for (choice, named) in [(json!("required"), false), (named, true)] {
-        let body = chat(json!({"tools": tools, "tool_choice": choice, "max_tokens": 64}));
+        // Greedy, one call a reply: a random model sampled freely may keep appending calls to the
+        // array past max_tokens, and an unfinished array parses to no calls.
+        let body = chat(
+            json!({"tools": tools, "tool_choice": choice, "parallel_tool_calls": false, "temperature": 0, "max_tokens": 128}),
+        );
         let r = s.post("/v1/chat/completions", &body);
         assert_eq!(r.status, 200, "{choice}: {}", r.text());
         let calls = r.json()["choices"][0]["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
