@@ -315,7 +315,13 @@ WEIGHT_STD = {
 # the name transformers loads it as} where its checkpoints save other names (Nemotron-H's
 # backbone.*), and ACCEPT: {family: fn(model, prompts, greedys) -> bool} to reject a seed's
 # weights by a family's own rule (a router's margins), and GOLDEN_EXTRA: {family: fn(model,
-# prompts, greedys) -> dict} of further golden.json fields; they may import this module's helpers.
+# prompts, greedys) -> dict} of further golden.json fields, and ATTEMPTS: {family: n} to try n
+# seeds instead of DEFAULT_ATTEMPTS where its rules reject most; they may import this module's
+# helpers; PRECHECK: {family: fn(model, prompts) -> bool} rejects a seed before greedy decoding
+# (a necessary condition of its ACCEPT rule on the prompts alone, so most seeds cost little).
+DEFAULT_ATTEMPTS = 200
+PRECHECK = {}
+ATTEMPTS = {}
 EXTRA_PERTURB = {}
 GOLDEN_EXTRA = {"qwen3_moe": lambda *a: route_exact_positions(*a)}
 EXTRA_ACCEPT = {}
@@ -336,6 +342,8 @@ def load_family_modules() -> None:
         EXTRA_ACCEPT.update(getattr(mod, "ACCEPT", {}))
         GOLDEN_EXTRA.update(getattr(mod, "GOLDEN_EXTRA", {}))
         LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
+        ATTEMPTS.update(getattr(mod, "ATTEMPTS", {}))
+        PRECHECK.update(getattr(mod, "PRECHECK", {}))
 
 
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
@@ -572,7 +580,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
 
     # Try successive seeds until greedy decoding is well separated (no near-ties that
     # an independent f32 implementation could flip) and not degenerate.
-    for attempt in range(200):
+    for attempt in range(ATTEMPTS.get(family, DEFAULT_ATTEMPTS)):
         wseed = seed + attempt
         torch.manual_seed(wseed)
         model = cls(cfg).eval()
@@ -592,6 +600,9 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         ref_w = {k: v.float() for k, v in ref.state_dict().items()}
         rename = LOADED_NAME.get(family, lambda k: k)
         saved = {rename(k): v for k, v in load_file(out / "model.safetensors").items()}
+        if family in PRECHECK and not PRECHECK[family](ref, prompts):
+            print(f"  {family}: seed {wseed} rejected before greedy decoding")
+            continue
         ok = True
         tensors, min_margin, greedys = {}, float("inf"), []
         with torch.no_grad():

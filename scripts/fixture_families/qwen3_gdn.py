@@ -16,9 +16,13 @@ becomes several percent of the logits (no independent-q/k seed of 6000-6099 came
 qwen3_next: the same layers with Gated DeltaNet's projections fused per key head
 (`in_proj_qkvz`, `in_proj_ba`); layer 0 a dense MLP (`mlp_only_layers`), layers 1 and 2 eight
 softmax top-2 experts with a sigmoid-gated shared expert. golden.json records
-`route_exact_positions` as every MoE fixture does (make_fixtures.py's, on the router logits): the
-seed's logit gaps, all >= MIN_ROUTER_MARGIN, clear ROUTE_MARGIN at every position. It still
-has independent q and k and no bf16 rule (bf16_ok would reject seed 6161: 9.5%, 5.6%, 22%, 1.4%).
+`route_exact_positions` as every MoE fixture does (make_fixtures.py's, on the router logits).
+Its Gated DeltaNet k rows are correlated with q as qwen3_5's (per key head in the fused
+`in_proj_qkvz`, see qk_rows), and a seed is accepted when router_margin_ok (every router logit
+gap >= MIN_ROUTER_MARGIN; checked first, on the prompts alone before greedy decoding) and bf16_ok
+with a 2% bound (BF16_REL_BOUND_FOR): no seed of 6100-7099 passed both at 1.5% (best 1.65%).
+Seed 6376 gives 1.65%, 1.23%, 1.15%, 1.46%; the earlier independent-q/k seed 6161 gave 9.5%,
+5.6%, 22%, 1.4%.
 
 qwen3_5_moe has no fixture: transformers reloads a `qwen3_5_moe_text` checkpoint's tokenizer as
 its own Qwen3_5Tokenizer (not the fixture's tokenizer.json as written), which the shared
@@ -107,9 +111,15 @@ WEIGHT_STD = {
 }
 
 BF16_REL_BOUND = 0.015  # qwen3_5; see the module docstring
+# qwen3_next: no seed of 6100-7099 passes both router_margin_ok and 1.5% (best 1.65%, seed 6376)
+BF16_REL_BOUND_FOR = {"qwen3_next": 0.02}
+
+
+def family_of(model) -> str:
+    return "qwen3_next" if hasattr(model.config, "num_experts") else "qwen3_5"
 # qwen3_5: k's rows of `in_proj_qkv` and of the conv kernel are QK_CORR * q's + sqrt(1 - QK_CORR^2)
 # * their own random values, so q.k does not cancel (see the module docstring).
-QK_CORR = {"qwen3_5": 0.8}
+QK_CORR = {"qwen3_5": 0.8, "qwen3_next": 0.8}
 
 # Norms that scale by (1 + w) (stored zero-centred); the gated norm inside Gated DeltaNet
 # (`linear_attn.norm`) scales by w.
@@ -148,9 +158,25 @@ def perturb_gdn(model: torch.nn.Module, family: str, seed: int) -> None:
         rho = QK_CORR.get(family)
         for name, m in sorted(model.named_modules(), key=lambda kv: kv[0]) if rho else []:
             if name.endswith("linear_attn"):
-                kd = m.key_dim
-                for w in (m.in_proj_qkv.weight, m.conv1d.weight):
-                    w[kd : 2 * kd] = (rho * w[:kd].float() + math.sqrt(1 - rho * rho) * w[kd : 2 * kd].float()).to(w.dtype)
+                for q, k in qk_rows(m):
+                    k.copy_((rho * q.float() + math.sqrt(1 - rho * rho) * k.float()).to(k.dtype))
+
+
+def qk_rows(m) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A Gated DeltaNet layer's (q, k) weight row views: of its input projection and of the conv
+    kernel. The conv runs over the channels q (all key heads), k, v in that order in both models.
+    Qwen3.5's `in_proj_qkv` has the same order; Qwen3-Next's `in_proj_qkvz` is grouped per key
+    head: q, k (head_k_dim rows each), then that head's value heads' v and z rows
+    (transformers' fix_query_key_value_ordering)."""
+    kd, hk = m.key_dim, m.head_k_dim
+    conv = m.conv1d.weight
+    if hasattr(m, "in_proj_qkvz"):
+        w = m.in_proj_qkvz.weight.view(m.num_k_heads, -1, m.in_proj_qkvz.weight.shape[-1])
+        proj = (w[:, :hk], w[:, hk : 2 * hk])
+    else:
+        w = m.in_proj_qkv.weight
+        proj = (w[:kd], w[kd : 2 * kd])
+    return [proj, (conv[:kd], conv[kd : 2 * kd])]
 
 
 PERTURB = {f: perturb_gdn for f in FAMILIES}
@@ -199,9 +225,27 @@ def bf16_ok(model, prompts, greedys) -> bool:
     """Every prompt's bf16-rounded logits within BF16_REL_BOUND of the f32 ones (see the module
     docstring for why a seed can fail this)."""
     errs = bf16_rel_errors(model, prompts, greedys, routed=hasattr(model.config, "num_experts"))
-    print(f"  bf16-rounded vs f32 logits: {[round(e, 4) for e in errs]} of the largest |logit| (bound {BF16_REL_BOUND})")
-    return max(errs) <= BF16_REL_BOUND
+    bound = BF16_REL_BOUND_FOR.get(family_of(model), BF16_REL_BOUND)
+    print(f"  bf16-rounded vs f32 logits: {[round(e, 4) for e in errs]} of the largest |logit| (bound {bound})")
+    return max(errs) <= bound
 
 
-ACCEPT = {"qwen3_5": bf16_ok, "qwen3_next": router_margin_ok}
+def router_margin_and_bf16_ok(model, prompts, greedys) -> bool:
+    """qwen3_next: router_margin_ok (cheap; about 1 seed in 100 passes it) and then bf16_ok."""
+    return router_margin_ok(model, prompts, greedys) and bf16_ok(model, prompts, greedys)
+
+
+ACCEPT = {"qwen3_5": bf16_ok, "qwen3_next": router_margin_and_bf16_ok}
+
+
+def prompt_router_margin_ok(model, prompts) -> bool:
+    """router_margin_ok on the prompts' own positions (the greedy continuation comes later): the
+    causal router logits there are the same, so a seed failing this fails router_margin_ok."""
+    main = sys.modules["__main__"]
+    return main.min_router_margin(model, prompts, [[0]] * len(prompts)) >= main.MIN_ROUTER_MARGIN
+
+
+PRECHECK = {"qwen3_next": prompt_router_margin_ok}
+# Seeds tried before giving up (make_fixtures' default 200): qwen3_next needs both rules.
+ATTEMPTS = {"qwen3_next": 1000}
 GOLDEN_EXTRA = {"qwen3_next": lambda *a: sys.modules["__main__"].route_exact_positions(*a)}
