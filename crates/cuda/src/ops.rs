@@ -42,7 +42,7 @@ pub(crate) fn mat(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {
     }
 }
 
-/// A weight as f32 (`CudaMat::Plain`: the f32 GEMM, one FMA chain per output over f32
+/// A weight as f32 (`CudaMat::Plain`: the f32 GEMM, one fixed order per output over f32
 /// activations), whatever its stored type: an MoE router, whose choices must not turn on bf16
 /// rounding.
 pub(crate) fn mat_f32(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {

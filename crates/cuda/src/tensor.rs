@@ -110,7 +110,7 @@ pub enum CudaMat {
         /// The tensor map of 16-row boxes the TMA GEMV reads the rows through (Hopper only).
         gmap: Option<Box<[u64; 16]>>,
     },
-    /// f16 or f32, row-major as stored (small checkpoints; one FMA chain per output).
+    /// f16 or f32, row-major as stored (MoE routers, small checkpoints; gemm.cu `gemm_simt_*`).
     Plain {
         /// The elements' bytes.
         w: CudaSlice<u8>,
