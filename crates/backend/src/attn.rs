@@ -11,6 +11,9 @@ pub struct KvShape {
     pub num_kv_heads: usize,
     /// Width of a head.
     pub head_dim: usize,
+    /// The pool keeps K alone and attention reads each slot's V from its K (a latent cache:
+    /// MLA's compressed `c_kv` and rope key, whose values are the same row).
+    pub latent: bool,
 }
 
 /// One sequence's part of a round.

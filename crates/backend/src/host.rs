@@ -117,7 +117,7 @@ pub struct HostKv {
     pub shape: KvShape,
     /// Keys.
     pub k: Vec<f32>,
-    /// Values.
+    /// Values (empty in a latent pool, whose values are its keys: [`HostKv::values`]).
     pub v: Vec<f32>,
 }
 
@@ -129,7 +129,13 @@ impl HostKv {
             .checked_mul(shape.block_size)
             .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
             .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))?;
-        Ok(HostKv { shape, k: vec![0.0; n], v: vec![0.0; n] })
+        let v = if shape.latent { Vec::new() } else { vec![0.0; n] };
+        Ok(HostKv { shape, k: vec![0.0; n], v })
+    }
+
+    /// The values attention reads: V, or in a latent pool K itself.
+    pub fn values(&self) -> &[f32] {
+        if self.shape.latent { &self.k } else { &self.v }
     }
 
     /// Width of one slot (all KV heads).
@@ -142,11 +148,12 @@ impl HostKv {
         self.shape.block_size * self.slot_width()
     }
 
-    /// K then V of `blocks`, as little-endian f32 bytes.
+    /// K then V of `blocks`, as little-endian f32 bytes (a latent pool gives K twice, so every
+    /// pool reads and writes in one layout).
     pub fn read_blocks(&self, blocks: &[u32]) -> Vec<u8> {
         let n = self.block_len();
         let mut out = Vec::with_capacity(2 * blocks.len() * n * 4);
-        for pool in [&self.k, &self.v] {
+        for pool in [&self.k, self.values()] {
             for &b in blocks {
                 out.extend(pool[b as usize * n..(b as usize + 1) * n].iter().flat_map(|x| x.to_le_bytes()));
             }
@@ -154,11 +161,15 @@ impl HostKv {
         out
     }
 
-    /// Writes bytes laid out as [`HostKv::read_blocks`] gives them (length checked by the caller).
+    /// Writes bytes laid out as [`HostKv::read_blocks`] gives them (length checked by the caller;
+    /// a latent pool takes the K half and leaves the repeat).
     pub fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
         let n = self.block_len();
         let mut words = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         for pool in [&mut self.k, &mut self.v] {
+            if pool.is_empty() {
+                continue;
+            }
             for &b in blocks {
                 for (dst, src) in pool[b as usize * n..(b as usize + 1) * n].iter_mut().zip(&mut words) {
                     *dst = src;

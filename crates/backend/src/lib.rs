@@ -6,6 +6,7 @@ pub mod candidates;
 pub mod conv;
 pub mod gate_up;
 pub mod gdn;
+pub mod heads;
 pub mod host;
 pub mod logprobs;
 pub mod mask;
@@ -23,6 +24,7 @@ pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
 pub use conv::Conv1d;
 pub use gdn::Gdn;
+pub use heads::HeadWeights;
 pub use host::{HostKv, HostMat, HostTensor};
 pub use logprobs::{LogprobQuery, RowLogprobs};
 pub use mask::TokenMask;
@@ -361,6 +363,20 @@ pub trait Backend: Send + Sync {
             row.iter_mut().zip(&b).for_each(|(x, b)| *x += b);
         }
         *x = self.upload(&v, rows, cols);
+    }
+    /// `x` `[rows, heads * cols]` times a matrix per head (heads.rs `head_matmul`: MLA's absorbed
+    /// weights); the default runs on the host.
+    fn head_matmul(&self, x: &Self::Act, w: &HeadWeights<'_>) -> Self::Act {
+        let rows = self.shape(x).0;
+        let y = heads::head_matmul(&self.download(x), rows, w);
+        self.upload(&y, rows, w.heads * w.out)
+    }
+    /// Each row's heads of `a` then `b` side by side (heads.rs `concat_heads`); the default runs
+    /// on the host.
+    fn concat_heads(&self, a: &Self::Act, b: &Self::Act, heads: usize) -> Self::Act {
+        let ((rows, ca), (_, cb)) = (self.shape(a), self.shape(b));
+        let y = heads::concat_heads(&self.download(a), &self.download(b), rows, heads);
+        self.upload(&y, rows, ca + cb)
     }
     /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
     fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {

@@ -45,12 +45,14 @@ pub fn expert_hidden<B: Backend>(
     }
 }
 
-/// Writes the round's K/V rows into their slots.
+/// Writes the round's K/V rows into their slots (K alone in a latent pool).
 pub fn write_kv(k: &HostTensor, v: &HostTensor, kv: &mut HostKv, meta: &AttnMeta) {
     let w = kv.slot_width();
     for (row, &slot) in meta.slot_mapping.iter().enumerate() {
         kv.k[slot * w..(slot + 1) * w].copy_from_slice(k.row(row));
-        kv.v[slot * w..(slot + 1) * w].copy_from_slice(v.row(row));
+        if !kv.shape.latent {
+            kv.v[slot * w..(slot + 1) * w].copy_from_slice(v.row(row));
+        }
     }
 }
 
@@ -215,7 +217,7 @@ impl Backend for RefBackend {
                     let sum: f32 = exps.iter().sum();
                     let o = &mut out.data[row * p.num_heads * d + h * d..][..d];
                     for (&e, &sl) in exps.iter().zip(&slots) {
-                        for (oi, vi) in o.iter_mut().zip(&kv.v[sl * w + kvh..sl * w + kvh + d]) {
+                        for (oi, vi) in o.iter_mut().zip(&kv.values()[sl * w + kvh..sl * w + kvh + d]) {
                             *oi += e / sum * vi;
                         }
                     }

@@ -161,7 +161,9 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
         for (u, j) in (j0..j1).enumerate() {
             let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
             s.k[u * d..][..d].copy_from_slice(&kv.k[off..][..d]);
-            s.v[u * d..][..d].copy_from_slice(&kv.v[off..][..d]);
+            if !kv.shape.latent {
+                s.v[u * d..][..d].copy_from_slice(&kv.v[off..][..d]);
+            }
         }
         for i in 0..rows {
             let pos = first + i;
@@ -172,7 +174,8 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
             let q = &job.q.row(seq.q_start + t.i0 + i)[kvh * group * d..][..group * d];
             for h in 0..group {
                 let rh = i * group + h;
-                let (keys, values) = (&s.k[(a - j0) * d..(b - j0) * d], &s.v[(a - j0) * d..(b - j0) * d]);
+                let vs = if kv.shape.latent { &s.k } else { &s.v };
+                let (keys, values) = (&s.k[(a - j0) * d..(b - j0) * d], &vs[(a - j0) * d..(b - j0) * d]);
                 let state = (&mut s.m[rh], &mut s.l[rh]);
                 // SAFETY: forwarded from the caller.
                 unsafe {
@@ -271,7 +274,7 @@ mod tests {
     }
 
     fn pool(p: &AttnParams) -> KvShape {
-        KvShape { num_blocks: 64, block_size: BLOCK, num_kv_heads: p.num_kv_heads, head_dim: p.head_dim }
+        KvShape { num_blocks: 64, block_size: BLOCK, num_kv_heads: p.num_kv_heads, head_dim: p.head_dim, latent: false }
     }
 
     /// A random sequence of `len` tokens whose blocks are `first, first + 3, ...` (scattered).
@@ -375,6 +378,31 @@ mod tests {
                 assert_eq!(kv1.k, kv2.k);
                 assert_eq!(kv1.v, kv2.v);
             }
+        }
+    }
+
+    #[test]
+    fn a_latent_pool_attends_over_its_keys_as_values() {
+        // One KV head (MLA's latent row): a pool keeping K alone gives what a full pool gives
+        // when each token's V is its K, bit for bit, and keeps no V.
+        let mut rng = Rng::new(34);
+        let p = AttnParams { num_kv_heads: 1, ..params(None, None) };
+        let mut s = seq(&mut rng, &p, 70, 0);
+        s.v = s.k.clone();
+        for simd in simds() {
+            let b = cpu(2, simd);
+            let mut full = b.kv(pool(&p)).expect("pool");
+            let mut latent = b.kv(KvShape { latent: true, ..pool(&p) }).expect("pool");
+            let mut reference = RefBackend.kv(KvShape { latent: true, ..pool(&p) }).expect("pool");
+            for parts in [[(&s, 0, 50)], [(&s, 50, 20)]] {
+                let want = round(&b, &mut full, &p, &parts);
+                assert_eq!(bits(&round(&b, &mut latent, &p, &parts)), bits(&want), "{simd:?}");
+                let e = rel_err(&round(&RefBackend, &mut reference, &p, &parts).data, &want.data);
+                assert!(e < 1e-5, "{simd:?}: {e}");
+            }
+            assert!(latent.v.is_empty());
+            let blocks = [0, 1];
+            assert_eq!(latent.read_blocks(&blocks), full.read_blocks(&blocks), "sessions see one layout");
         }
     }
 

@@ -104,6 +104,11 @@ pub(crate) fn mat_gate_up(b: &Ctx, gate: &TensorView, up: &TensorView) -> Result
 /// One layer's zeroed bf16 KV pool: `shape.num_blocks` blocks and one more past them, the
 /// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it).
 pub(crate) fn kv(b: &Ctx, shape: KvShape) -> Result<CudaKv, BackendError> {
+    if shape.latent {
+        return Err(BackendError::Unsupported(
+            "a latent KV pool (MLA) has no CUDA attention yet: run this model with --device cpu".into(),
+        ));
+    }
     let n = (shape.num_blocks + 1)
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))

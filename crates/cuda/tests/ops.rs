@@ -456,7 +456,8 @@ fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize, 
     );
     let (qn, kn) = (b.vec(&rand(d, 9, 1.0)), b.vec(&rand(d, 10, 1.0)));
     let model = [b.fresh_id(), 1];
-    let mut kv = vec![b.kv(KvShape { num_blocks, block_size: bs, num_kv_heads: kvh, head_dim: d }).unwrap()];
+    let mut kv =
+        vec![b.kv(KvShape { num_blocks, block_size: bs, num_kv_heads: kvh, head_dim: d, latent: false }).unwrap()];
     let mut outs = Vec::new();
     for (step, meta) in rounds.iter().enumerate() {
         let t = meta.slot_mapping.len();
@@ -569,7 +570,8 @@ fn rounds_of_nearby_sizes_share_one_padded_recording() {
 fn rounds_that_upload_run_op_by_op() {
     let Some(b) = backend() else { return };
     let meta = round(&[(0, 1)], 16, 2);
-    let mut kv = vec![b.kv(KvShape { num_blocks: 2, block_size: 16, num_kv_heads: 1, head_dim: 16 }).unwrap()];
+    let mut kv =
+        vec![b.kv(KvShape { num_blocks: 2, block_size: 16, num_kv_heads: 1, head_dim: 16, latent: false }).unwrap()];
     let model = [b.fresh_id(), 1];
     for step in 0..6u32 {
         let positions = meta.positions();
@@ -594,8 +596,9 @@ fn run_attention<B: Backend>(b: &B, c: &AttnCase, qkv_seed: u64) -> Vec<f32> {
 /// [`run_attention`] with `block_size`-slot pool blocks, `blocks` of them a sequence.
 fn run_attention_in<B: Backend>(b: &B, c: &AttnCase, qkv_seed: u64, block_size: usize, blocks: usize) -> Vec<f32> {
     let (h, kvh, d) = (c.p.num_heads, c.p.num_kv_heads, c.p.head_dim);
-    let mut kv =
-        b.kv(KvShape { num_blocks: blocks * c.seqs.len(), block_size, num_kv_heads: kvh, head_dim: d }).unwrap();
+    let mut kv = b
+        .kv(KvShape { num_blocks: blocks * c.seqs.len(), block_size, num_kv_heads: kvh, head_dim: d, latent: false })
+        .unwrap();
     // Fill each sequence's history (positions before start_pos) in one earlier round.
     let hist: Vec<(usize, usize)> = c.seqs.iter().map(|&(s, _)| (0, s.max(1))).collect();
     for (meta, seed) in
@@ -702,8 +705,9 @@ fn run_solo<B: Backend>(b: &B, solo: &AttnCase, full: &AttnCase, i: usize) -> Ve
     let block_size = 16;
     let blocks = 40;
     let (start, q_len) = solo.seqs[0];
-    let mut kv =
-        b.kv(KvShape { num_blocks: blocks * full.seqs.len(), block_size, num_kv_heads: kvh, head_dim: d }).unwrap();
+    let mut kv = b
+        .kv(KvShape { num_blocks: blocks * full.seqs.len(), block_size, num_kv_heads: kvh, head_dim: d, latent: false })
+        .unwrap();
     let hist: Vec<(usize, usize)> = full.seqs.iter().map(|&(s, _)| (0, s.max(1))).collect();
     // History round: identical to the batched test (all sequences), so the pool matches.
     let meta = round(&hist, block_size, blocks);

@@ -67,8 +67,13 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
-        let shape =
-            KvShape { num_blocks, block_size, num_kv_heads: self.spec.num_kv_heads, head_dim: self.spec.head_dim };
+        let shape = KvShape {
+            num_blocks,
+            block_size,
+            num_kv_heads: self.spec.num_kv_heads,
+            head_dim: self.spec.head_dim,
+            latent: false,
+        };
         let kv = (0..self.counts[0]).map(|_| Ok(b.kv(shape)?)).collect::<Result<_, ModelError>>()?;
         let state =
             self.state_shapes(num_slots).into_iter().map(|s| Ok(b.state(s)?)).collect::<Result<_, ModelError>>()?;
