@@ -4,7 +4,7 @@
 # Kernel timelines of decode rounds in place (crates/cuda/src/trace.rs): for each variant and
 # case (PROMPTxBATCH), benches the binary plainly (round times for reference), then with
 # `--trace 30:31` (two decode rounds), and prints scripts/device/trace_round.py's summary. A variant
-# is NAME or NAME:FLAG[+FLAG...], extra flags of the traced run. CKPT picks the checkpoint
+# is NAME or NAME:FLAG[+FLAG...], extra flags of both runs. CKPT picks the checkpoint
 # (qwen3-8b synth by default), LAYER the layer summarised (18).
 set -u
 BIN=${1:-.carry/tensorfold} CASES=${2:-"128x1 4096x1"}
@@ -20,7 +20,7 @@ for v in ${VARIANTS:-F}; do
   for c in $CASES; do
     p=${c%x*} b=${c#*x}
     timeout 200 "$BIN" bench --model "$CKPT" --device cuda --prompt-len "$p" --batch "$b" \
-      --gen-len 64 --repeat 2 --json "$OUT/plain_${name}_$c.json" 2>&1 | tail -1
+      --gen-len 64 --repeat 2 --json "$OUT/plain_${name}_$c.json" "${flags[@]}" 2>&1 | tail -1
     # Rounds 1-2 are the prefills (repeat 2), then one per decode round (plus a tail prefill per
     # extra sequence when the prompt has a partial block).
     timeout 300 "$BIN" bench --model "$CKPT" --device cuda --prompt-len "$p" --batch "$b" --gen-len 64 --repeat 2 \

@@ -21,12 +21,16 @@ pub struct CudaArgs {
     /// The TMA GEMV's mark in a trace build: `X`, `S0` or `SL` (default: the first tile's end).
     #[arg(long, value_name = "MARK", requires = "trace")]
     pub trace_mark: Option<String>,
+    /// When the many-row GEMM splits K by segment: `ROWS:FACTOR`, at most ROWS rows and fewer
+    /// weight blocks than FACTOR times the SMs (default 64:2; the same bits either way).
+    #[arg(long, value_name = "ROWS:FACTOR")]
+    pub cuda_split: Option<String>,
 }
 
 impl Default for CudaArgs {
     /// CUDA graphs on, no trace.
     fn default() -> CudaArgs {
-        CudaArgs { cuda_graphs: "on".into(), trace: None, trace_out: None, trace_mark: None }
+        CudaArgs { cuda_graphs: "on".into(), trace: None, trace_out: None, trace_mark: None, cuda_split: None }
     }
 }
 
@@ -184,6 +188,8 @@ mod cuda {
         let trace = args.trace.as_deref().map(str::parse).transpose().map_err(|e| refused(format!("--trace {e}")))?;
         let trace_mark =
             args.trace_mark.as_deref().map(str::parse).transpose().map_err(|e| refused(format!("--trace-mark {e}")))?;
+        let gemm_split =
+            args.cuda_split.as_deref().map(str::parse).transpose().map_err(|e| refused(format!("--cuda-split {e}")))?;
         Ok(CudaOptions {
             include_dir,
             cache_dir,
@@ -192,6 +198,7 @@ mod cuda {
             trace,
             trace_out: args.trace_out.clone(),
             trace_mark,
+            gemm_split,
             ..CudaOptions::default()
         })
     }
@@ -212,11 +219,13 @@ mod cuda {
                 trace: Some("3:4".into()),
                 trace_out: Some("t.tsv".into()),
                 trace_mark: Some("S0".into()),
+                cuda_split: Some("256:1".into()),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
             assert_eq!((o.no_graphs, o.graph_log, o.trace_mark), (false, true, Some(tf_cuda::TraceMark::S0)));
             assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
+            assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

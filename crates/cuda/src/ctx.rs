@@ -5,6 +5,7 @@
 use crate::attn_meta::MetaUpload;
 use crate::capture::Active;
 use crate::device::Device;
+use crate::options::SplitRule;
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,12 +30,14 @@ pub(crate) struct Ctx {
     pub(crate) capture: Active,
     /// Prefill attention stays on the mma.sync kernel on Hopper (`CudaOptions`).
     pub(crate) mma_sync_attention: bool,
+    /// When the wgmma GEMM splits K (`CudaOptions::gemm_split`).
+    pub(crate) split: SplitRule,
 }
 
 impl Ctx {
     /// A context on `dev`.
-    pub(crate) fn new(dev: Device, mma_sync_attention: bool) -> Ctx {
-        Ctx { dev, caches: Mutex::default(), capture: Active::default(), mma_sync_attention }
+    pub(crate) fn new(dev: Device, mma_sync_attention: bool, split: SplitRule) -> Ctx {
+        Ctx { dev, caches: Mutex::default(), capture: Active::default(), mma_sync_attention, split }
     }
 
     /// The upload caches.

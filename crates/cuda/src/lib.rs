@@ -71,7 +71,7 @@ mod trace;
 
 pub use error::CudaError;
 pub use held::CudaHeld;
-pub use options::{CudaOptions, TraceMark, TraceRounds};
+pub use options::{CudaOptions, SplitRule, TraceMark, TraceRounds};
 pub use state::CudaState;
 pub use tensor::{CudaAct, CudaKv, CudaMat, CudaVec};
 
@@ -114,7 +114,7 @@ impl CudaBackend {
         let out = opts.trace_out.clone().unwrap_or_else(|| "trace.tsv".into());
         let trace = opts.trace.map(|r| trace::Trace::new(&dev, r, out));
         Ok(CudaBackend {
-            ctx: Ctx::new(dev, opts.mma_sync_attention),
+            ctx: Ctx::new(dev, opts.mma_sync_attention, opts.gemm_split.unwrap_or(SplitRule::DEFAULT)),
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs, opts.graph_log),
             ids: Default::default(),

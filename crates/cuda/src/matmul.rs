@@ -269,9 +269,10 @@ fn gemm_wgmma(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add
 /// K segments the wgmma GEMM of `m` rows over `ctas` 128-row W blocks splits into: decode batches
 /// (33-64 rows) leave most SMs idle (one CTA per W block), so K is split by segment and a fold
 /// adds the segment sums in order (the same additions, so the same bits). H200, qwen3-8b:
-/// batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%.
+/// batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%. `Ctx::split` says when.
 fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
-    if m <= 64 && ctas < 2 * b.dev.num_sms { crate::tma::segments(kt) } else { 1 }
+    let r = b.split;
+    if m <= r.max_rows && (ctas as f32) < r.below * b.dev.num_sms as f32 { crate::tma::segments(kt) } else { 1 }
 }
 
 /// Rows from which the wgmma GEMM applies the gated activation in its store (past `k_splits`'

@@ -28,6 +28,37 @@ pub struct CudaOptions {
     /// instead of the wgmma one (attention_wg.cu): the same bits, for checking one against the
     /// other.
     pub mma_sync_attention: bool,
+    /// When the wgmma GEMM splits K by segment (none: [`SplitRule::DEFAULT`]).
+    pub gemm_split: Option<SplitRule>,
+}
+
+/// When the wgmma GEMM splits K by segment and folds the segment sums in order (the same bits
+/// either way): at most `max_rows` rows, and fewer 128-row weight blocks than `below` times the
+/// SM count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SplitRule {
+    /// Most rows a split GEMM has.
+    pub max_rows: usize,
+    /// Weight blocks below this many times the SM count are split.
+    pub below: f32,
+}
+
+impl SplitRule {
+    /// Up to 64 rows, under twice the SMs' count of weight blocks (H200, qwen3-8b batch 64).
+    pub const DEFAULT: SplitRule = SplitRule { max_rows: 64, below: 2.0 };
+}
+
+impl std::str::FromStr for SplitRule {
+    type Err = String;
+
+    /// `ROWS:FACTOR`, with `FACTOR` finite and at least 0.
+    fn from_str(v: &str) -> Result<SplitRule, String> {
+        let bad = || format!("{v:?}: expected ROWS:FACTOR (e.g. 64:2)");
+        let (a, b) = v.split_once(':').ok_or_else(bad)?;
+        let max_rows = a.trim().parse::<usize>().map_err(|_| bad())?;
+        let below = b.trim().parse::<f32>().map_err(|_| bad())?;
+        if below.is_finite() && below >= 0.0 { Ok(SplitRule { max_rows, below }) } else { Err(bad()) }
+    }
 }
 
 /// The rounds a kernel timeline records, `from..=to` (1-based).
@@ -97,6 +128,15 @@ mod tests {
         assert_eq!(" 5 : 5".parse(), Ok(TraceRounds { from: 5, to: 5 }));
         for bad in ["", "3", "0:2", "4:3", "a:b", "1:2:3"] {
             assert!(bad.parse::<TraceRounds>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn split_rules_parse_or_are_refused() {
+        assert_eq!("256:1".parse(), Ok(SplitRule { max_rows: 256, below: 1.0 }));
+        assert_eq!(" 64 : 2.5".parse(), Ok(SplitRule { max_rows: 64, below: 2.5 }));
+        for bad in ["", "64", "a:1", "64:-1", "64:nan", "64:inf"] {
+            assert!(bad.parse::<SplitRule>().is_err(), "{bad:?}");
         }
     }
 
