@@ -25,12 +25,16 @@ pub struct CudaArgs {
     /// weight blocks than FACTOR times the SMs (default 64:2; the same bits either way).
     #[arg(long, value_name = "ROWS:FACTOR")]
     pub cuda_split: Option<String>,
+    /// Rows from which gate/up's many-row GEMM applies the activation in its store (at least 33;
+    /// the same bits either way).
+    #[arg(long, value_name = "ROWS")]
+    pub cuda_glu_store_rows: Option<usize>,
 }
 
 impl Default for CudaArgs {
     /// CUDA graphs on, no trace.
     fn default() -> CudaArgs {
-        CudaArgs { cuda_graphs: "on".into(), trace: None, trace_out: None, trace_mark: None, cuda_split: None }
+        CudaArgs { cuda_graphs: "on".into(), trace: None, trace_out: None, trace_mark: None, cuda_split: None, cuda_glu_store_rows: None }
     }
 }
 
@@ -199,6 +203,7 @@ mod cuda {
             trace_out: args.trace_out.clone(),
             trace_mark,
             gemm_split,
+            glu_store_rows: args.cuda_glu_store_rows,
             ..CudaOptions::default()
         })
     }
@@ -220,6 +225,7 @@ mod cuda {
                 trace_out: Some("t.tsv".into()),
                 trace_mark: Some("S0".into()),
                 cuda_split: Some("256:1".into()),
+                cuda_glu_store_rows: Some(65),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));

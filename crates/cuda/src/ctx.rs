@@ -5,7 +5,8 @@
 use crate::attn_meta::MetaUpload;
 use crate::capture::Active;
 use crate::device::Device;
-use crate::options::SplitRule;
+use crate::matmul::GLU_STORE_MIN_ROWS;
+use crate::options::{CudaOptions, SplitRule};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,12 +33,21 @@ pub(crate) struct Ctx {
     pub(crate) mma_sync_attention: bool,
     /// When the wgmma GEMM splits K (`CudaOptions::gemm_split`).
     pub(crate) split: SplitRule,
+    /// Rows from which gate/up's wgmma GEMM applies the activation in its store.
+    pub(crate) glu_store_rows: usize,
 }
 
 impl Ctx {
-    /// A context on `dev`.
-    pub(crate) fn new(dev: Device, mma_sync_attention: bool, split: SplitRule) -> Ctx {
-        Ctx { dev, caches: Mutex::default(), capture: Active::default(), mma_sync_attention, split }
+    /// A context on `dev` with the kernel choices of `opts`.
+    pub(crate) fn new(dev: Device, opts: &CudaOptions) -> Ctx {
+        Ctx {
+            dev,
+            caches: Mutex::default(),
+            capture: Active::default(),
+            mma_sync_attention: opts.mma_sync_attention,
+            split: opts.gemm_split.unwrap_or(SplitRule::DEFAULT),
+            glu_store_rows: opts.glu_store_rows.map_or(GLU_STORE_MIN_ROWS, |r| r.max(33)),
+        }
     }
 
     /// The upload caches.

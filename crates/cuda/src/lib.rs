@@ -114,7 +114,7 @@ impl CudaBackend {
         let out = opts.trace_out.clone().unwrap_or_else(|| "trace.tsv".into());
         let trace = opts.trace.map(|r| trace::Trace::new(&dev, r, out));
         Ok(CudaBackend {
-            ctx: Ctx::new(dev, opts.mma_sync_attention, opts.gemm_split.unwrap_or(SplitRule::DEFAULT)),
+            ctx: Ctx::new(dev, opts),
             trace,
             graphs: graph::Graphs::new(!opts.no_graphs, opts.graph_log),
             ids: Default::default(),

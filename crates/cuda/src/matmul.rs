@@ -275,12 +275,11 @@ fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
     if m <= r.max_rows && (ctas as f32) < r.below * b.dev.num_sms as f32 { crate::tma::segments(kt) } else { 1 }
 }
 
-/// Rows from which the wgmma GEMM applies the gated activation in its store (past `k_splits`'
-/// 64, so K is never split there). H200, qwen3-8b
+/// Rows from which the wgmma GEMM applies the gated activation in its store by default
+/// (`Ctx::glu_store_rows`; its launch never splits K). H200, qwen3-8b
 /// prefill against the product then `glu_packed` (one call, 2 rounds): 128 tokens 0.96, 256 1.00,
 /// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; docs/perf.md).
-const GLU_STORE_MIN_ROWS: usize = 257;
-const _: () = assert!(GLU_STORE_MIN_ROWS > 64, "the GLU store has no split-K mode");
+pub(crate) const GLU_STORE_MIN_ROWS: usize = 257;
 
 /// `glu_packed(x @ gu^T)` for a packed gate/up weight, held as bf16 only: from
 /// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so
@@ -292,7 +291,7 @@ pub(crate) fn matmul_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) ->
     assert_eq!(x.cols, k, "matmul_glu: x has {} columns, W is {n}x{k}", x.cols);
     let kt = x.cols.div_ceil(16);
     if let CudaMat::Bf16 { map: Some(map), ntiles, .. } = gu
-        && m >= GLU_STORE_MIN_ROWS
+        && m >= b.glu_store_rows
         && let Some(xmap) = crate::tma::row_map(ptr(bf16_of(b, x), &d.stream), m, padded(x.cols), crate::tma::BOX_ROWS)
     {
         let inter = n / 2;

@@ -30,6 +30,9 @@ pub struct CudaOptions {
     pub mma_sync_attention: bool,
     /// When the wgmma GEMM splits K by segment (none: [`SplitRule::DEFAULT`]).
     pub gemm_split: Option<SplitRule>,
+    /// Rows from which the wgmma GEMM applies the gated activation in its store (at least 33, the
+    /// wgmma GEMM's first row count; none: the default of matmul.rs).
+    pub glu_store_rows: Option<usize>,
 }
 
 /// When the wgmma GEMM splits K by segment and folds the segment sums in order (the same bits
