@@ -267,19 +267,21 @@ fn gemm_wgmma(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add
 }
 
 /// K segments the wgmma GEMM of `m` rows over `ctas` 128-row W blocks splits into: decode batches
-/// (33-64 rows) leave most SMs idle (one CTA per W block), so K is split by segment and a fold
-/// adds the segment sums in order (the same additions, so the same bits). H200, qwen3-8b:
-/// batch-64 decode 1.025x; at 128 rows (a prefill) the split cost 15%. `Ctx::split` says when.
+/// leave SMs idle where a weight has fewer blocks than SMs (one CTA per W block), so K is split by
+/// segment and a fold adds the segment sums in order (the same additions, so the same bits).
+/// `Ctx::split` says when: by default to 128 rows and under one block an SM (H100, qwen3-8b
+/// decode against the older 64 rows and two blocks an SM: batch 64 1.10x, batch 128 1.04x; the
+/// fold's workspace costs more than the idle SMs from 256 rows, and on gate/up's 192 blocks).
 fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
     let r = b.split;
     if m <= r.max_rows && (ctas as f32) < r.below * b.dev.num_sms as f32 { crate::tma::segments(kt) } else { 1 }
 }
 
 /// Rows from which the wgmma GEMM applies the gated activation in its store by default
-/// (`Ctx::glu_store_rows`; its launch never splits K). H200, qwen3-8b
-/// prefill against the product then `glu_packed` (one call, 2 rounds): 128 tokens 0.96, 256 1.00,
-/// 512 1.07, 1024 1.12, 4096 1.03 (with an f32 copy still written then; docs/perf.md).
-pub(crate) const GLU_STORE_MIN_ROWS: usize = 257;
+/// (`Ctx::glu_store_rows`; its launch never splits K): all of its rows. H100, qwen3-8b decode
+/// against the product then `glu_packed` from 257 rows: batch 64 1.016x, 256 1.03x; H200
+/// prefill from 257 tokens: 512 1.07x, 1024 1.12x, 4096 1.03x (docs/perf.md).
+pub(crate) const GLU_STORE_MIN_ROWS: usize = 33;
 
 /// `glu_packed(x @ gu^T)` for a packed gate/up weight, held as bf16 only: from
 /// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so

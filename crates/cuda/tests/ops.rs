@@ -84,11 +84,11 @@ fn packed_gate_up_equals_glu_of_two_matmuls() {
 }
 
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
-    // Every path of matmul_glu: TMA GEMVs (1-32 rows: 1-8, 9-16, 17-32), split wgmma then
-    // glu_packed (33-64), the wgmma GEMM then glu_packed (65-256), the wgmma GEMM with the
-    // activation in its store (257+; 200 and 1096 rows end mid W block), the tiled GEMM (K = 200
-    // is not whole 64-wide blocks): each result (bf16 only) must equal glu of the two plain
-    // matmuls rounded to bf16, and feed the down projection the same bits.
+    // Every path of matmul_glu: TMA GEMVs (1-32 rows: 1-8, 9-16, 17-32), the wgmma GEMM with the
+    // activation in its store (33+; 200 and 1096 rows end mid W block), the tiled GEMM (K = 200
+    // is not whole 64-wide blocks); `glu_packed` of the plain product (split wgmma to 128 rows):
+    // each result (bf16 only) must equal glu of the two plain matmuls rounded to bf16, and feed
+    // the down projection the same bits.
     for (inter, k) in [(200, 256), (1096, 512), (64, 200)] {
         let (gt, ut) = (
             weight("g", DType::BF16, inter, k, &rand(inter * k, 21, 0.5)),
