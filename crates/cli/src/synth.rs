@@ -162,7 +162,7 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
         &a.out.join("generation_config.json"),
         &json!({"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258}),
     )?;
-    write_json(&a.out.join("tokenizer.json"), &tokenizer_json())?;
+    write_json(&a.out.join("tokenizer.json"), &tokenizer_json(spec.vocab_size))?;
     write_json(
         &a.out.join("tokenizer_config.json"),
         &json!({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}),
@@ -368,10 +368,21 @@ fn byte_level_chars() -> Vec<char> {
     chars
 }
 
-/// A byte-level BPE tokenizer with no merges: every byte a token, plus the specials.
-fn tokenizer_json() -> Value {
-    let vocab: serde_json::Map<String, Value> =
-        byte_level_chars().iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
+/// A byte-level BPE tokenizer with no merges: every byte a token, then the specials, then every
+/// other id of a `vocab_size` vocabulary a word (` t<id>`) that text never encodes to but that
+/// decodes, so a random model's output streams text at every token as a real vocabulary does.
+/// The specials are in the model's vocabulary too, so the added tokens keep their ids.
+fn tokenizer_json(vocab_size: usize) -> Value {
+    let chars = byte_level_chars();
+    let space = chars[b' ' as usize];
+    let first = 256 + SPECIALS.len();
+    let vocab: serde_json::Map<String, Value> = chars
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), json!(i)))
+        .chain(SPECIALS.iter().enumerate().map(|(i, s)| (s.to_string(), json!(256 + i))))
+        .chain((first..vocab_size).map(|i| (format!("{space}t{i}"), json!(i))))
+        .collect();
     let added: Vec<Value> = SPECIALS
         .iter()
         .enumerate()
@@ -387,4 +398,24 @@ fn tokenizer_json() -> Value {
         "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
             "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
             "vocab": vocab, "merges": []}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_id_past_the_specials_decodes_to_text_and_text_encodes_to_bytes() {
+        let dir = std::env::temp_dir().join(format!("tf-synth-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        write_json(&dir.join("tokenizer.json"), &tokenizer_json(300)).expect("write");
+        let vocab = tf_core::Vocab::new(300).expect("vocab");
+        let tok = tf_tokenize::Tokenizer::from_dir(&dir, vocab).expect("the synthesized tokenizer loads");
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(tok.decode(&[259], false).expect("decode"), " t259");
+        assert_eq!(tok.token_to_id("<|eos|>"), Some(257), "the specials keep their ids");
+        assert_eq!(tok.decode(&[299, 104, 105], false).expect("decode"), " t299hi");
+        let ids = tok.encode("hi t259", false).expect("encode");
+        assert!(ids.as_slice().iter().all(|&i| i < 256), "text encodes to byte tokens only: {:?}", ids.as_slice());
+    }
 }
