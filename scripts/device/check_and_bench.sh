@@ -3,6 +3,7 @@
 #   scripts/device/check_and_bench.sh
 #   STEPS="tests bench peer draft prefix ptrace serve sampled" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
 #   STEPS=serve CLIENTS=256 SERVE_PROMPTS=1024 SERVE_RUNS="128/512 512/256 128/512/sampled" SERVE_SECS=120
+#     SERVE_FLAGS="--prefill-chunk 512" (more flags of serve)
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
 #   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -78,7 +79,8 @@ if has serve; then
   SERVE_SECS=${SERVE_SECS:-120}
   if left $((SERVE_SECS + 90)) serve; then
     stamp "serve start"
-    "$BIN" serve --model "$CKPT" --device cuda --port 0 > "$W/serve.out" 2> "$W/serve.log" &
+    # shellcheck disable=SC2086
+    "$BIN" serve --model "$CKPT" --device cuda --port 0 ${SERVE_FLAGS:-} > "$W/serve.out" 2> "$W/serve.log" &
     SPID=$!
     for _ in $(seq 240); do grep -q "^listening on " "$W/serve.out" && break; kill -0 $SPID 2>/dev/null || break; sleep 1; done
     URL=$(sed -n 's/^listening on //p' "$W/serve.out" | head -1)
