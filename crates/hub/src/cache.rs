@@ -69,7 +69,7 @@ impl RepoCache {
         }
         let parent = path.parent().unwrap_or(&self.dir);
         fs::create_dir_all(parent).map_err(|e| HubError::io(parent, e))?;
-        let tmp = path.with_file_name(format!(".{}.{}.tmp", file_name(&path), std::process::id()));
+        let tmp = tmp_beside(&path);
         fs::write(&tmp, commit).map_err(|e| HubError::io(&tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| HubError::io(&path, e))
     }
@@ -85,7 +85,7 @@ impl RepoCache {
         if fs::read_link(&pointer).is_ok_and(|t| t == Path::new(&target)) {
             return Ok(pointer);
         }
-        let tmp = pointer.with_file_name(format!(".{}.{}.tmp", file_name(&pointer), std::process::id()));
+        let tmp = tmp_beside(&pointer);
         let _ = fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&target, &tmp).map_err(|e| HubError::io(&tmp, e))?;
         fs::rename(&tmp, &pointer).map_err(|e| HubError::io(&pointer, e))?;
@@ -93,8 +93,12 @@ impl RepoCache {
     }
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+/// A temporary name beside `p`, unique to this process and thread.
+fn tmp_beside(p: &Path) -> PathBuf {
+    use std::hash::{BuildHasher, RandomState};
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let salt = RandomState::new().hash_one(std::thread::current().id());
+    p.with_file_name(format!(".{name}.{}.{salt:016x}.tmp", std::process::id()))
 }
 
 /// A repo found in the cache.
