@@ -42,7 +42,7 @@ pub enum HubError {
     },
     /// The hub refused access (gated or private).
     #[error(
-        "{repo}: access refused by {endpoint} (HTTP {status}): gated or private; set HF_TOKEN to a token that may read it"
+        "{repo}: access refused by {endpoint} (HTTP {status}): no such repo, or a gated or private one (set HF_TOKEN to a token that may read it)"
     )]
     Denied {
         /// The repo.
