@@ -37,6 +37,12 @@ pub enum Command {
     Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(tf_server::ServeArgs),
+    /// Download a model from the Hugging Face hub into its cache (verified), print its path.
+    Pull(crate::hub_cmd::PullArgs),
+    /// List the models in the Hugging Face cache.
+    List(crate::hub_cmd::ListArgs),
+    /// Remove a model repo from the Hugging Face cache.
+    Rm(crate::hub_cmd::RmArgs),
 }
 
 /// Where and how to run.

@@ -22,6 +22,10 @@ mod exit;
 mod gen_text;
 mod generate;
 mod generate_session;
+mod hub_cmd;
+mod hub_env;
+mod hub_model;
+mod hub_progress;
 mod logits;
 mod serve;
 mod session_inspect;
@@ -31,7 +35,11 @@ use clap::Parser;
 use exit::Failure;
 
 fn main() {
-    let cli = args::Cli::parse();
+    let mut cli = args::Cli::parse();
+    if let Err(f) = hub_model::resolve_models(&mut cli.command) {
+        eprintln!("error: {}", f.message);
+        std::process::exit(f.code);
+    }
     let result: Result<(), Failure> = match cli.command {
         args::Command::Check(a) => check::run(&a),
         args::Command::Logits(a) => logits::run(&a),
@@ -44,6 +52,9 @@ fn main() {
         args::Command::BenchStructured(a) => bench_structured::run(&a),
         args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
+        args::Command::Pull(a) => hub_cmd::pull(&a),
+        args::Command::List(a) => hub_cmd::list(&a),
+        args::Command::Rm(a) => hub_cmd::rm(&a),
     };
     if let Err(f) = result {
         eprintln!("error: {}", f.message);

@@ -33,6 +33,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         a.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
     }
     let listener = bind(&a.host, a.port)?;
+    crate::hub_model::resolve_serve(&mut a)?;
     let dev = DeviceArgs {
         device: a.device.clone(),
         threads: a.threads.map(|t| t as usize),
