@@ -16,22 +16,33 @@ mod bench_serve_workload;
 mod bench_structured;
 mod chat_template;
 mod check;
+mod cli_shape;
+mod completions;
 mod conn_limits;
 mod device;
 mod exit;
 mod gen_text;
 mod generate;
 mod generate_session;
+mod load;
 mod logits;
+mod run;
+mod run_args;
+mod run_chat;
+mod run_input;
+mod run_repl;
 mod serve;
 mod session_inspect;
 mod synth;
+mod version;
 
-use clap::Parser;
+use clap::FromArgMatches;
 use exit::Failure;
 
 fn main() {
-    let cli = args::Cli::parse();
+    let long_version = std::env::args_os().nth(1).is_some_and(|a| a == "--version");
+    let matches = cli_shape::command(long_version).get_matches();
+    let cli = args::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result: Result<(), Failure> = match cli.command {
         args::Command::Check(a) => check::run(&a),
         args::Command::Logits(a) => logits::run(&a),
@@ -44,6 +55,8 @@ fn main() {
         args::Command::BenchStructured(a) => bench_structured::run(&a),
         args::Command::Session(a) => session_inspect::run(&a),
         args::Command::Serve(a) => serve::run(a),
+        args::Command::Run(a) => run::run(&a),
+        args::Command::Completions(a) => completions::run(&a),
     };
     if let Err(f) = result {
         eprintln!("error: {}", f.message);
