@@ -27,9 +27,7 @@ impl Pty {
         let (mut master_fd, mut slave_fd) = (0, 0);
         let size = libc::winsize { ws_row: 50, ws_col: 200, ws_xpixel: 0, ws_ypixel: 0 };
         // SAFETY: openpty writes two descriptors through live pointers; name and termios may be null.
-        let r = unsafe {
-            libc::openpty(&mut master_fd, &mut slave_fd, std::ptr::null_mut(), std::ptr::null(), &size)
-        };
+        let r = unsafe { libc::openpty(&mut master_fd, &mut slave_fd, std::ptr::null_mut(), std::ptr::null(), &size) };
         assert_eq!(r, 0, "openpty failed");
         // SAFETY: both descriptors were just opened and are owned here.
         let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master_fd), OwnedFd::from_raw_fd(slave_fd)) };
