@@ -1,6 +1,6 @@
 //! `tensorfold run`'s interactive chat: a line editor at `>>> `, slash commands, replies
-//! streamed; Ctrl-C stops a reply (not the program), at the prompt it drops a half-entered
-//! message or says how to leave; Ctrl-D or `/bye` leaves.
+//! streamed; Ctrl-C stops a reply (not the program), at the prompt it drops what was typed and
+//! says how to leave; Ctrl-D or `/bye` leaves.
 
 use crate::exit::{Failure, failed};
 use crate::run_chat::{Chat, Ended};
@@ -24,11 +24,8 @@ pub fn repl(chat: &mut Chat) -> Result<(), Failure> {
                 Some(text) => text,
                 None => continue,
             },
-            Err(ReadlineError::Interrupted) if lines.open() => {
-                lines.clear();
-                continue;
-            }
             Err(ReadlineError::Interrupted) => {
+                lines.clear();
                 println!("Use Ctrl + d or /bye to exit.");
                 continue;
             }

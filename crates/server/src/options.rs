@@ -9,7 +9,8 @@ use std::time::Duration;
 /// `tensorfold serve`: every switch, with its default and accepted values.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct ServeArgs {
-    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory.
+    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory (also `-m`, or as
+    /// `serve MODEL`).
     ///
     /// Accepts: a `.gguf` file (told by its magic) or a directory holding config.json. Default: none
     /// (required here or in the profile).
