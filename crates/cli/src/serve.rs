@@ -37,6 +37,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if a.model.is_none() {
         a.model = a.model_positional.take();
     }
+    let dir =
+        a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
+    tf_models::locate(dir).map_err(refused)?;
+    load::require_tokenizer(dir, a.skip_tokenizer_init)?;
     let listener = bind(&a.host, a.port)?;
     let progress = Arc::new(LoadProgress::default());
     let server = tf_server::start(listener, crate::conn_limits::conn_limits(&a), progress.clone())
@@ -88,7 +92,6 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     let Serve { a, server, progress } = job;
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
-    load::require_tokenizer(dir, a.skip_tokenizer_init)?;
     load::wait_for(a.load_when_exists.as_deref());
     let free_before = backend.memory_info().map(|(free, _)| free);
     let mut model = load::open_reporting(dir, &backend, &progress, |l| tracing::info!("{l}"))?;
