@@ -37,11 +37,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if a.model.is_none() {
         a.model = a.model_positional.take();
     }
+    let listener = bind(&a.host, a.port)?;
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
     tf_models::locate(dir).map_err(refused)?;
     load::require_tokenizer(dir, a.skip_tokenizer_init)?;
-    let listener = bind(&a.host, a.port)?;
     let progress = Arc::new(LoadProgress::default());
     let server = tf_server::start(listener, crate::conn_limits::conn_limits(&a), progress.clone())
         .map_err(|e| failed(format!("serve on {}:{}: {e}", a.host, a.port)))?;
