@@ -37,6 +37,7 @@ pub fn resolve_models(command: &mut Command) -> Result<(), Failure> {
         Command::Session(a) => match &mut a.command {
             crate::args::SessionCommand::Inspect(i) => i.model.as_mut(),
         },
+        Command::Run(a) => a.model.as_mut().or(a.model_positional.as_mut()),
         _ => None,
     };
     if let Some(m) = model {
