@@ -37,6 +37,16 @@ pub enum Command {
     Session(SessionArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(tf_server::ServeArgs),
+    /// Chat with a model in the terminal (or answer one prompt and exit).
+    Run(crate::run_args::RunArgs),
+    /// Print a shell completion script.
+    Completions(crate::completions::CompletionsArgs),
+    /// Download a model from the Hugging Face hub into its cache (verified), print its path.
+    Pull(crate::hub_cmd::PullArgs),
+    /// List the models in the Hugging Face cache.
+    List(crate::hub_cmd::ListArgs),
+    /// Remove a model repo from the Hugging Face cache.
+    Rm(crate::hub_cmd::RmArgs),
 }
 
 /// Where and how to run.
@@ -143,6 +153,9 @@ pub struct GenerateArgs {
     /// Prefill chunk size in tokens (results do not depend on it).
     #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = at_least_one)]
     pub chunk: usize,
+    /// Longest sequence, prompt plus output (default: the model's context).
+    #[arg(long, short = 'c', visible_alias = "ctx-size", allow_negative_numbers = true, value_parser = at_least_one)]
+    pub max_model_len: Option<usize>,
     /// Saved session `NAME`: restored into the prefix cache first when its file exists, then the
     /// prompt and generated tokens are saved to it (output is the same with or without it).
     #[arg(long)]

@@ -45,6 +45,24 @@ impl Default for CudaArgs {
     }
 }
 
+/// The backends this build has, as `--version` lists them.
+pub fn backends() -> &'static str {
+    if cfg!(feature = "cuda") { "cpu, ref, cuda" } else { "cpu, ref" }
+}
+
+/// The CUDA driver this machine has, as `--version` says it (`None` in a build without CUDA).
+pub fn cuda_driver() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        Some(match tf_cuda::driver_version() {
+            Some((major, minor)) => format!("CUDA {major}.{minor}"),
+            None => "no driver".into(),
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    None
+}
+
 /// A command body that runs on any backend.
 pub trait OnBackend {
     /// What the command produces.

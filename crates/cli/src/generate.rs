@@ -83,7 +83,8 @@ impl OnBackend for Generate<'_> {
     fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
         let a = self.0;
         let params = self.params()?;
-        let m = Model::open(&a.model, b).map_err(refused)?;
+        let mut m = Model::open(&a.model, b).map_err(refused)?;
+        crate::load::cap_context(&mut m, a.max_model_len.map(|n| n as u64))?;
         let prompt = self.prompt(&m)?;
         let stop_ids = self.stop_ids(&m)?;
         let max_tokens = self.max_tokens(&m, &prompt);

@@ -40,7 +40,8 @@ impl OnOwnedBackend for SessionGenerate<'_> {
         let g = Generate(a);
         let path = session::confined_path(&a.session_dir, a.session.as_deref().unwrap_or_default()).map_err(refused)?;
         let params = g.params()?;
-        let m = Model::open(&a.model, &b).map_err(refused)?;
+        let mut m = Model::open(&a.model, &b).map_err(refused)?;
+        crate::load::cap_context(&mut m, a.max_model_len.map(|n| n as u64))?;
         let prompt = g.prompt(&m)?;
         let stop_ids = g.stop_ids(&m)?;
         let max_tokens = g.max_tokens(&m, &prompt);

@@ -1,17 +1,19 @@
-//! `tensorfold serve`: binds the port first (a busy one exits 2 at once), applies the profile,
-//! loads the model, sizes the KV cache (`--kv-memory`, or on a GPU `--gpu-memory-utilization` of
+//! `tensorfold serve`: binds the port first (a busy one exits 2 at once) and answers there while
+//! the model loads (`/health` 503 with the progress), applies the profile, loads the model, sizes the KV cache (`--kv-memory`, or on a GPU `--gpu-memory-utilization` of
 //! the memory left after the weights), logs a startup banner on stderr, starts the engine thread
 //! and the HTTP server, prints the bound address on stdout, and exits 0 after SIGINT or SIGTERM.
 
 use crate::args::DeviceArgs;
 use crate::device::{OnOwnedBackend, dispatch_owned};
 use crate::exit::{Failure, failed, refused};
+use crate::load;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend::Backend;
+use tf_core::LoadProgress;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter, state_bytes};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -32,14 +34,26 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if a.api_key.is_none() {
         a.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
     }
+    if a.model.is_none() {
+        a.model = a.model_positional.take();
+    }
     let listener = bind(&a.host, a.port)?;
+    crate::hub_model::resolve_serve(&mut a)?;
+    let dir =
+        a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
+    tf_models::locate(dir).map_err(refused)?;
+    load::require_tokenizer(dir, a.skip_tokenizer_init)?;
+    let progress = Arc::new(LoadProgress::default());
+    let server = tf_server::start(listener, crate::conn_limits::conn_limits(&a), progress.clone())
+        .map_err(|e| failed(format!("serve on {}:{}: {e}", a.host, a.port)))?;
+    tracing::info!("loading; http://{}/health answers 503 until the model is ready", server.local_addr());
     let dev = DeviceArgs {
         device: a.device.clone(),
         threads: a.threads.map(|t| t as usize),
         quant_acts: a.quant_acts.clone(),
         cuda: Default::default(),
     };
-    dispatch_owned(&dev, "serve", Serve(&a, listener))
+    dispatch_owned(&dev, "serve", Serve { a: &a, server, progress })
 }
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`).
@@ -62,20 +76,30 @@ fn bind(host: &str, port: u16) -> Result<TcpListener, Failure> {
 }
 
 /// `serve`'s body over whichever backend `--device` names.
-struct Serve<'a>(&'a ServeArgs, TcpListener);
+struct Serve<'a> {
+    a: &'a ServeArgs,
+    server: tf_server::Starting,
+    progress: Arc<LoadProgress>,
+}
 
 impl OnOwnedBackend for Serve<'_> {
     type Out = ();
     fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
-        serve_on(new_backend()?, self.0, self.1)
+        serve_on(new_backend()?, self)
     }
 }
 
-fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListener) -> Result<(), Failure> {
+fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Failure> {
+    let Serve { a, server, progress } = job;
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
+    load::wait_for(a.load_when_exists.as_deref());
     let free_before = backend.memory_info().map(|(free, _)| free);
-    let mut model = Model::open(dir, &backend).map_err(refused)?;
+    let mut model = load::open_reporting(dir, &backend, &progress, |l| tracing::info!("{l}"))?;
+    if a.skip_tokenizer_init {
+        model.tokenizer = None;
+    }
+    load::cap_context(&mut model, a.max_model_len)?;
     let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
     let draft_model = match draft_dir {
         Some(d) => Some(Model::open(d, &backend).map_err(refused)?),
@@ -151,7 +175,7 @@ fn serve_on<B: Backend + 'static>(backend: B, a: &ServeArgs, listener: TcpListen
     let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens, sched.max_num_seqs);
     let template = chat.template.map(|t| t.with_fuel(Some(a.chat_template_fuel)));
-    let result = tf_server::run(engine.clone(), info, template, limits, listener, |addr| {
+    let result = server.serve(engine.clone(), info, template, limits, |addr| {
         for line in &banner {
             tracing::info!("{line}");
         }

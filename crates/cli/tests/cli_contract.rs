@@ -208,8 +208,12 @@ fn help_says_model_takes_a_gguf_file_or_a_checkpoint_directory() {
     for cmd in ["check", "logits", "generate", "bench", "bench-draft", "bench-prefix", "serve"] {
         let out = tf(&[cmd, "--help"]);
         let help = String::from_utf8_lossy(&out.stdout);
-        let line =
-            help.lines().skip_while(|l| !l.trim_start().starts_with("--model")).take(3).collect::<Vec<_>>().join(" ");
+        let line = help
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("-m, --model"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(line.contains("GGUF file") && line.contains("Hugging Face"), "{cmd}: {line}");
         assert!(!help.contains("Checkpoint directory"), "{cmd}");
     }

@@ -89,6 +89,17 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// The CUDA version the loaded driver supports, as (major, minor); `None` without a driver.
+pub fn driver_version() -> Option<(i32, i32)> {
+    if !driver_present() {
+        return None;
+    }
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the library is present (checked above); the call writes one int through a live pointer.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some((v / 1000, v % 1000 / 10))
+}
+
 /// The CUDA implementation of [`Backend`] on one GPU.
 pub struct CudaBackend {
     /// The device and what the kernel launchers share (ctx.rs).

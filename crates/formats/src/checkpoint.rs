@@ -1,5 +1,6 @@
 //! A Hugging Face checkpoint's weights: `model.safetensors`, or shards named by
-//! `model.safetensors.index.json`, confined to the checkpoint directory.
+//! `model.safetensors.index.json`, confined to the checkpoint directory (a Hugging Face cache
+//! snapshot's files may link into its repo's `blobs/`).
 
 use crate::error::FormatError;
 use crate::printable::show;
@@ -111,13 +112,23 @@ fn confined(dir: &Path, name: &str, index: &Path) -> Result<PathBuf, FormatError
     let path = dir.join(name);
     let real = path.canonicalize().map_err(|source| FormatError::Io { path: path.clone(), source })?;
     let root = dir.canonicalize().map_err(|source| FormatError::Io { path: dir.to_path_buf(), source })?;
-    if !real.starts_with(&root) {
+    if !real.starts_with(&root) && !real.starts_with(hub_blobs(&root).unwrap_or_else(|| root.clone())) {
         return Err(FormatError::header(
             index,
             format!("shard '{}' leads outside the checkpoint directory", show(name)),
         ));
     }
     Ok(path)
+}
+
+/// The blob folder of a Hugging Face cache snapshot (`REPO/snapshots/<commit>` links its files to
+/// `REPO/blobs/<hash>`), when `root` is one.
+fn hub_blobs(root: &Path) -> Option<PathBuf> {
+    let snapshots = root.parent()?;
+    if snapshots.file_name()? != "snapshots" {
+        return None;
+    }
+    Some(snapshots.parent()?.join("blobs"))
 }
 
 #[cfg(test)]
@@ -136,5 +147,22 @@ mod tests {
             let msg = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("opening a FIFO blocked");
             assert_eq!(msg, Some(format!("{}: not a regular file (it is a FIFO)", fifo.display())));
         }
+    }
+
+    #[test]
+    fn shards_may_link_to_a_hub_caches_blobs_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("models--o--n");
+        let snap = repo.join("snapshots").join("c0ffee");
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::create_dir_all(repo.join("blobs")).unwrap();
+        std::fs::write(repo.join("blobs/abc"), b"x").unwrap();
+        std::fs::write(repo.join("elsewhere"), b"x").unwrap();
+        std::os::unix::fs::symlink("../../blobs/abc", snap.join("a.safetensors")).unwrap();
+        std::os::unix::fs::symlink("../../elsewhere", snap.join("b.safetensors")).unwrap();
+        let index = Path::new("index.json");
+        assert!(confined(&snap, "a.safetensors", index).is_ok());
+        let msg = confined(&snap, "b.safetensors", index).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("leads outside the checkpoint directory"), "{msg}");
     }
 }

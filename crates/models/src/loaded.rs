@@ -11,8 +11,8 @@ use crate::registry::spec_for;
 use crate::weights::Loader;
 use std::path::{Path, PathBuf};
 use tf_backend::Backend;
-use tf_core::Vocab;
 use tf_core::regular_file::{present, read_regular};
+use tf_core::{LoadProgress, Vocab};
 use tf_formats::Checkpoint;
 use tf_tokenize::Tokenizer;
 
@@ -38,15 +38,24 @@ impl<B: Backend> Model<B> {
     /// Loads and validates a checkpoint onto `backend`: a GGUF file (told by its magic) or a
     /// Hugging Face directory; anything else is refused saying what the path holds.
     pub fn open(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
-        match crate::locate::locate(path)? {
-            crate::locate::ModelPath::Gguf => Model::open_gguf(path, backend),
-            crate::locate::ModelPath::HfDir => Model::open_dir(path, backend),
-        }
+        Model::open_with_progress(path, backend, &LoadProgress::default())
+    }
+
+    /// [`Model::open`], counting the tensors and bytes loaded in `progress` (marked finished
+    /// at the end, loaded or refused).
+    pub fn open_with_progress(path: &Path, backend: &B, progress: &LoadProgress) -> Result<Model<B>, ModelError> {
+        let loaded = match crate::locate::locate(path) {
+            Ok(crate::locate::ModelPath::Gguf) => Model::open_gguf(path, backend, progress),
+            Ok(crate::locate::ModelPath::HfDir) => Model::open_dir(path, backend, progress),
+            Err(e) => Err(e),
+        };
+        progress.finish();
+        loaded
     }
 
     /// Loads a GGUF file: config, vocabulary and stop ids from its metadata, weights mapped
     /// onto the Hugging Face names (quantized weights stay quantized).
-    pub fn open_gguf(path: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+    pub fn open_gguf(path: &Path, backend: &B, progress: &LoadProgress) -> Result<Model<B>, ModelError> {
         let src = GgufSource::open(path)?;
         let config = gguf::raw_config(src.file())?;
         limits::check(&config, &TensorBounds::of(src.file().tensors().iter().map(|t| t.shape.as_slice())))?;
@@ -63,8 +72,10 @@ impl<B: Backend> Model<B> {
         };
         eos_ids.sort_unstable();
         eos_ids.dedup();
-        let decoder = Decoder::load(spec, &Loader::new(&src, path, backend))?;
         let f = src.file();
+        let sizes = f.tensors().iter().map(|t| f.tensor_data(t).len() as u64);
+        progress.set_totals(f.tensors().len() as u64, sizes.sum());
+        let decoder = Decoder::load(spec, &Loader::new(&src, path, backend).with_progress(progress))?;
         let parts = f
             .tensors()
             .iter()
@@ -75,7 +86,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// Loads a Hugging Face checkpoint directory.
-    pub fn open_dir(dir: &Path, backend: &B) -> Result<Model<B>, ModelError> {
+    pub fn open_dir(dir: &Path, backend: &B, progress: &LoadProgress) -> Result<Model<B>, ModelError> {
         let config_path = dir.join("config.json");
         let config_bytes = read_regular(&config_path)
             .map_err(|e| ModelError::Config { file: config_path.clone(), msg: format!("cannot read: {e}") })?;
@@ -108,7 +119,11 @@ impl<B: Backend> Model<B> {
         }
         eos_ids.sort_unstable();
         eos_ids.dedup();
-        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend))?;
+        let tensors =
+            ckpt.files().iter().flat_map(|f| f.tensors().values().map(move |t| f.tensor_data(t).len() as u64));
+        let (count, bytes) = tensors.fold((0, 0), |(n, b), len| (n + 1, b + len));
+        progress.set_totals(count, bytes);
+        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend).with_progress(progress))?;
         let parts = ckpt
             .files()
             .iter()

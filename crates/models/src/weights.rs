@@ -60,6 +60,8 @@ pub struct Loader<'a, B: Backend> {
     backend: &'a B,
     /// Names taken so far.
     taken: Mutex<BTreeSet<String>>,
+    /// Advanced by each tensor taken.
+    progress: Option<&'a tf_core::LoadProgress>,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
@@ -70,7 +72,13 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
-        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default() }
+        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default(), progress: None }
+    }
+
+    /// The same loader, counting each tensor it takes in `progress`.
+    pub fn with_progress(mut self, progress: &'a tf_core::LoadProgress) -> Loader<'a, B> {
+        self.progress = Some(progress);
+        self
     }
 
     /// Whether the checkpoint has `name`.
@@ -96,6 +104,9 @@ impl<'a, B: Backend> Loader<'a, B> {
         if !t.dtype.is_weight() {
             let msg = format!("dtype {} is not a float or quantized weight type", t.dtype);
             return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
+        }
+        if let Some(p) = self.progress {
+            p.add_tensor(t.data.as_bytes().len() as u64);
         }
         Ok(t)
     }

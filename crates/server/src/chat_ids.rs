@@ -5,6 +5,7 @@
 //! place, so ordinary chats tokenize exactly as `apply_chat_template` + `encode` would.
 
 use minijinja::Value as JValue;
+use serde::Deserialize;
 use tf_core::TokenIds;
 use tf_tokenize::{TokenizeError, Tokenizer};
 
@@ -70,4 +71,21 @@ pub fn encode(tok: &Tokenizer, rendered: &str, literals: &[String], add: bool) -
     }
     piece(rest, false, &mut ids)?;
     Ok(ids)
+}
+
+/// The ids of a plain conversation (`[{"role", "content"}]`, contents text) as a chat request
+/// without tools or kwargs gets them: rendered with an assistant turn opened, users' text kept
+/// literal, no special tokens added (for clients in the same process, such as `tensorfold run`).
+pub fn conversation_ids(
+    template: &crate::ChatTemplate,
+    tok: &Tokenizer,
+    messages: &serde_json::Value,
+) -> Result<TokenIds, String> {
+    let mut literals = Vec::new();
+    let messages = JValue::deserialize(messages).map_err(|e| format!("messages: {e}"))?;
+    let messages = protect(messages, tok, &mut literals);
+    let input =
+        crate::template::TemplateInput { messages, tools: None, add_generation_prompt: true, extra: Vec::new() };
+    let text = template.render(input).map_err(|e| format!("chat template: {e}"))?;
+    encode(tok, &text, &literals, false).map_err(|e| e.to_string())
 }

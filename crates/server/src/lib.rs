@@ -6,7 +6,7 @@ mod access_log;
 mod api;
 pub mod auth;
 mod body;
-mod chat_ids;
+pub mod chat_ids;
 mod conn;
 mod conn_body;
 mod conn_watch;
@@ -14,6 +14,7 @@ pub mod constraint;
 pub mod error;
 mod fields;
 mod generation;
+mod loading;
 pub mod metrics;
 pub mod options;
 pub mod request;
@@ -41,28 +42,66 @@ use tf_engine::engine::EngineHandle;
 /// How long in-flight responses get to end after a shutdown signal before the server exits.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Serves on `listener` (bound before the model loaded) until SIGINT or SIGTERM, then stops
-/// accepting, cancels in-flight work through the engine and returns. `on_ready` gets the bound
-/// address once requests are answered.
-pub fn run(
-    engine: EngineHandle,
-    model: ModelInfo,
-    template: Option<ChatTemplate>,
-    limits: Limits,
+/// A server that answers on its listener while the model loads (`/health` 503 with the load's
+/// progress, other routes 503), then serves the model once [`Starting::serve`] gets it.
+pub struct Starting {
+    rt: tokio::runtime::Runtime,
+    gate: Arc<loading::Gate>,
+    addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    connections: tokio::task::JoinHandle<()>,
+}
+
+/// Starts answering on `listener` (bound before the model loads) with the loading answers, under
+/// the connection limits `conn`; `progress` is what `/health` reports meanwhile.
+pub fn start(
     listener: std::net::TcpListener,
-    on_ready: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
+    conn: ConnLimits,
+    progress: Arc<tf_core::LoadProgress>,
+) -> std::io::Result<Starting> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tensorfold-http").build()?;
     listener.set_nonblocking(true)?;
-    let state = Arc::new(AppState::new(engine, model, template, limits));
-    let (listener, signals) = {
+    let addr = listener.local_addr()?;
+    let listener = {
         let _entered = rt.enter();
-        (tokio::net::TcpListener::from_std(listener)?, shutdown_signals()?)
+        tokio::net::TcpListener::from_std(listener)?
     };
-    let result = rt.block_on(serve(state, listener, signals, on_ready));
-    rt.shutdown_timeout(Duration::from_secs(1));
-    tracing::info!("stopped");
-    result
+    let (router, gate) = loading::gated(progress);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let connections = rt.spawn(conn::serve_connections(listener, router, conn, stopped));
+    Ok(Starting { rt, gate, addr, stop, connections })
+}
+
+impl Starting {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves the model until SIGINT or SIGTERM, then stops accepting, cancels in-flight work
+    /// through the engine and returns. `on_ready` gets the bound address once requests are
+    /// answered.
+    pub fn serve(
+        self,
+        engine: EngineHandle,
+        model: ModelInfo,
+        template: Option<ChatTemplate>,
+        limits: Limits,
+        on_ready: impl FnOnce(SocketAddr),
+    ) -> std::io::Result<()> {
+        let Starting { rt, gate, addr, stop, connections } = self;
+        let state = Arc::new(AppState::new(engine, model, template, limits));
+        let signals = {
+            let _entered = rt.enter();
+            shutdown_signals()?
+        };
+        let _ = gate.ready.set(routes::router(state.clone()));
+        on_ready(addr);
+        let result = rt.block_on(serve(state, connections, stop, signals));
+        rt.shutdown_timeout(Duration::from_secs(1));
+        tracing::info!("stopped");
+        result
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed here, before the server starts, so
@@ -80,16 +119,12 @@ fn shutdown_signals() -> std::io::Result<impl Future<Output = ()>> {
 
 async fn serve(
     state: Arc<AppState>,
-    listener: tokio::net::TcpListener,
+    mut connections: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
     signals: impl Future<Output = ()>,
-    on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
-    on_ready(listener.local_addr()?);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut connections =
-        std::pin::pin!(conn::serve_connections(listener, routes::router(state.clone()), state.limits.conn, stopped));
     tokio::select! {
-        _ = connections.as_mut() => return Ok(()),
+        _ = &mut connections => return Ok(()),
         _ = signals => {}
     }
     // Logged before the engine cancels them, and before the runtime can stop.

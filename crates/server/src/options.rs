@@ -9,12 +9,27 @@ use std::time::Duration;
 /// `tensorfold serve`: every switch, with its default and accepted values.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct ServeArgs {
-    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory.
+    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory (also `-m`, or as
+    /// `serve MODEL`).
     ///
     /// Accepts: a `.gguf` file (told by its magic) or a directory holding config.json. Default: none
     /// (required here or in the profile).
-    #[arg(long)]
+    #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
+    /// Model to serve, as vLLM's `serve MODEL` takes it (the same as `--model`).
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    pub model_positional: Option<PathBuf>,
+    /// Use no tokenizer, so a model without one is accepted: only token-id requests are served
+    /// (text prompts and chats get 400), as vLLM's switch of that name.
+    ///
+    /// Accepts: no value (in a profile: true or false). Default: off (a model without a tokenizer
+    /// is refused at start).
+    #[arg(long)]
+    pub skip_tokenizer_init: bool,
+    /// Start loading the model only once this file exists (the server answers 503 meanwhile);
+    /// for tests that watch the loading state.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub load_when_exists: Option<PathBuf>,
     /// Chat template for `/v1/chat/completions` (and `/tokenize` with messages); wins over the
     /// checkpoint's own. Without either, the family's usual built-in is used, with a warning.
     ///
@@ -151,6 +166,13 @@ pub struct ServeArgs {
     /// Accepts: true, false.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub overlap: bool,
+    /// Longest sequence (prompt plus output) a request may make; longer ones get 400 (vLLM's
+    /// `--max-model-len`, llama.cpp's `-c` / `--ctx-size`).
+    ///
+    /// Accepts: an integer >= 1, at most the model's context. Default: the model's context (and
+    /// what the KV cache holds).
+    #[arg(long, short = 'c', visible_alias = "ctx-size", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_model_len: Option<u64>,
     /// Largest request body; larger ones get 413.
     ///
     /// Accepts: bytes, with an optional K, M, G (1000s) or KiB, MiB, GiB (1024s) suffix.
@@ -343,7 +365,7 @@ pub fn options_table() -> String {
     let mut out = String::from("| Switch | Accepts | Default | Meaning |\n|---|---|---|---|\n");
     for arg in cmd.get_arguments() {
         let Some(long) = arg.get_long() else { continue };
-        if long == "help" {
+        if long == "help" || arg.is_hide_set() {
             continue;
         }
         let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
@@ -474,6 +496,19 @@ mod tests {
     }
 
     #[test]
+    fn model_comes_positional_or_as_m_and_the_context_as_c_or_ctx_size() {
+        let a = parse(&["serve", "/models/x", "--max-model-len", "64"]);
+        assert_eq!((a.model_positional, a.model, a.max_model_len), (Some(PathBuf::from("/models/x")), None, Some(64)));
+        let b = parse(&["serve", "-m", "/m", "-c", "32"]);
+        assert_eq!((b.model, b.max_model_len), (Some(PathBuf::from("/m")), Some(32)));
+        assert_eq!(parse(&["serve", "--ctx-size", "16"]).max_model_len, Some(16));
+        assert!(ServeOnly::try_parse_from(["serve", "/a", "--model", "/b"]).is_err(), "two models");
+        assert!(ServeOnly::try_parse_from(["serve", "-c", "0"]).is_err());
+        assert_eq!(profile_switches("max-model-len = 128"), Ok(vec![OsString::from("--max-model-len=128")]));
+        assert!(!options_table().contains("load-when-exists"), "hidden switches stay out of the table");
+    }
+
+    #[test]
     fn scheduling_defaults_follow_the_device_and_a_switch_wins() {
         let a = parse(&["serve"]);
         assert_eq!(a.sched_limits(true), GPU_SCHED);
@@ -490,7 +525,7 @@ mod tests {
         let table = options_table();
         for arg in ServeOnly::command().get_arguments() {
             let Some(long) = arg.get_long() else { continue };
-            if long != "help" {
+            if long != "help" && !arg.is_hide_set() {
                 let row = table.lines().find(|l| l.starts_with(&format!("| `--{long}` |"))).unwrap();
                 assert!(!row.contains("|  |"), "--{long} lacks a column: {row}");
             }

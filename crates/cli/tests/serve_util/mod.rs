@@ -71,16 +71,21 @@ impl Server {
             None => Command::new(bin),
         };
         let mut child = cmd.args(&args).stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("listening on http://") {
-                    let _ = tx.send(addr.to_string());
-                }
-            }
-        });
-        let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the server printed no address");
+        let addr = address_of(&mut child);
+        Server { addr, child, _dir: dir }
+    }
+
+    /// Starts the binary with exactly `args` (a `serve` command line with `--port 0`) and waits
+    /// for its address; `dir` is kept alive as long as the server.
+    pub fn start_exact(dir: tempfile::TempDir, args: &[&str]) -> Server {
+        let bin = env!("CARGO_BIN_EXE_tensorfold");
+        let mut child = Command::new(bin).args(args).stdout(Stdio::piped()).spawn().unwrap();
+        let addr = address_of(&mut child);
+        Server { addr, child, _dir: dir }
+    }
+
+    /// A server already started at `addr` (killed on drop).
+    pub fn at(addr: String, child: Child, dir: tempfile::TempDir) -> Server {
         Server { addr, child, _dir: dir }
     }
 
@@ -137,6 +142,20 @@ impl Server {
         assert_eq!(self.get("/health").status, 200);
         token_ids(&r.json()["choices"][0]["logprobs"])
     }
+}
+
+/// The address a starting server prints on stdout (waited for up to 60 s).
+pub fn address_of(child: &mut Child) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("listening on http://") {
+                let _ = tx.send(addr.to_string());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the server printed no address")
 }
 
 impl Drop for Server {
