@@ -19,6 +19,8 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "trace",
             "trace_out",
             "trace_mark",
+            "cuda_split",
+            "cuda_glu_store_rows",
             "kv_memory",
             "gpu_memory_utilization",
             "block_size",
