@@ -71,7 +71,8 @@ pub struct DeviceArgs {
 /// `check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Device options.
@@ -82,7 +83,8 @@ pub struct CheckArgs {
 /// `logits`.
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Comma-separated token ids.
@@ -102,7 +104,8 @@ pub struct LogitsArgs {
 /// `generate`.
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Prompt text (tokenized with the model's rules, BOS as its tokenizer says).
@@ -188,7 +191,7 @@ pub enum SessionCommand {
 pub struct InspectArgs {
     /// The session file.
     pub file: PathBuf,
-    /// Also check it against this model, a GGUF file or a Hugging Face checkpoint directory
+    /// Also check it against this model, a GGUF file, a checkpoint directory or a hub repo
     /// (fingerprint, KV layout, ids below the rows).
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -221,7 +224,8 @@ pub struct SynthArgs {
 /// `bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Prompt lengths to prefill, comma-separated.
@@ -265,7 +269,8 @@ pub struct BenchArgs {
 /// `bench-draft`.
 #[derive(Args, Debug)]
 pub struct BenchDraftArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Drafter: ngram, early-exit:N or model:DIR.
@@ -288,7 +293,8 @@ pub struct BenchDraftArgs {
 /// `bench-prefix`.
 #[derive(Args, Debug)]
 pub struct BenchPrefixArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
     /// Tokens of the system prompt every turn shares.

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 /// `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Model: a GGUF file or a Hugging Face checkpoint directory (holding config.json).
+    /// Model: a GGUF file, a Hugging Face checkpoint directory (holding config.json), or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(value_name = "MODEL", required_unless_present = "model", conflicts_with = "model")]
     pub model_positional: Option<PathBuf>,
     /// One message to answer, then exit (without it, and with stdin a terminal, a chat starts).

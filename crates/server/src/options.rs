@@ -9,10 +9,11 @@ use std::time::Duration;
 /// `tensorfold serve`: every switch, with its default and accepted values.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct ServeArgs {
-    /// Model to serve: a GGUF file or a Hugging Face checkpoint directory (also `-m`, or as
-    /// `serve MODEL`).
+    /// Model to serve: a GGUF file, a Hugging Face checkpoint directory or a hub repo `ORG/NAME`
+    /// (also `-m`, or as `serve MODEL`).
     ///
-    /// Accepts: a `.gguf` file (told by its magic) or a directory holding config.json. Default: none
+    /// Accepts: a `.gguf` file (told by its magic), a directory holding config.json, or a hub repo
+    /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing). Default: none
     /// (required here or in the profile).
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
