@@ -5,8 +5,7 @@
 use crate::attn_meta::MetaUpload;
 use crate::capture::Active;
 use crate::device::Device;
-use crate::matmul::GLU_STORE_MIN_ROWS;
-use crate::options::{CudaOptions, SplitRule};
+use crate::options::{CudaOptions, GLU_STORE_MIN_ROWS, SplitRule};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

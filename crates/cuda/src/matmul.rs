@@ -277,14 +277,8 @@ fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
     if m <= r.max_rows && (ctas as f32) < r.below * b.dev.num_sms as f32 { crate::tma::segments(kt) } else { 1 }
 }
 
-/// Rows from which the wgmma GEMM applies the gated activation in its store by default
-/// (`Ctx::glu_store_rows`; its launch never splits K): all of its rows. H100, qwen3-8b decode
-/// against the product then `glu_packed` from 257 rows: batch 64 1.016x, 256 1.03x; H200
-/// prefill from 257 tokens: 512 1.07x, 1024 1.12x, 4096 1.03x (docs/perf.md).
-pub(crate) const GLU_STORE_MIN_ROWS: usize = 33;
-
 /// `glu_packed(x @ gu^T)` for a packed gate/up weight, held as bf16 only: from
-/// [`GLU_STORE_MIN_ROWS`] rows on Hopper the wgmma GEMM applies the activation in its store, so
+/// `Ctx::glu_store_rows` rows on Hopper the wgmma GEMM applies the activation in its store, so
 /// the `[rows, 2 inter]` product is never written; else the matmul, then the `glu_packed` kernel
 /// (the same bits either way).
 pub(crate) fn matmul_glu(b: &Ctx, x: &CudaAct, gu: &CudaMat, act: Activation) -> CudaAct {

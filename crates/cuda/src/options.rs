@@ -64,6 +64,11 @@ impl std::str::FromStr for SplitRule {
     }
 }
 
+/// Rows from which the wgmma GEMM applies the gated activation in its store by default
+/// (`Ctx::glu_store_rows`; its launch never splits K): all of its rows. H100, qwen3-8b decode
+/// against the product then `glu_packed` from 257 rows: batch 64 1.016x, 256 1.03x; H200
+/// prefill from 257 tokens: 512 1.07x, 1024 1.12x, 4096 1.03x (docs/perf.md).
+pub(crate) const GLU_STORE_MIN_ROWS: usize = 33;
 /// The rounds a kernel timeline records, `from..=to` (1-based).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRounds {
