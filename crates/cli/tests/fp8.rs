@@ -56,7 +56,10 @@ fn fp8_equals_its_dequantized_f32_checkpoint_bit_for_bit() {
         let prompts = golden(&dir).prompts;
         let want = run(&cpu, &dir.join("dequantized"), &prompts);
         assert!(run(&cpu, &dir, &prompts) == want, "{family}: cpu");
-        assert!(run(&RefBackend, &dir, &prompts) == run(&RefBackend, &dir.join("dequantized"), &prompts), "{family}: ref");
+        assert!(
+            run(&RefBackend, &dir, &prompts) == run(&RefBackend, &dir.join("dequantized"), &prompts),
+            "{family}: ref"
+        );
     }
 }
 
