@@ -16,6 +16,9 @@ the same torch / transformers / tokenizers versions.
 Usage (from the repository root):
     python3 scripts/make_fixtures.py            # writes tests/fixtures/
     python3 scripts/make_fixtures.py --out DIR  # writes elsewhere
+    python3 scripts/make_fixtures.py --families qwen3_fp8 qwen3_moe_fp8 qwen3_ct_fp8
+        # only the FP8 fixtures, quantized from the qwen3 / qwen3_moe fixtures already written
+        # (scripts/fixture_fp8.py)
     python3 scripts/make_fixtures.py --route-only --families qwen3_moe ...
         # only recomputes the families' GOLDEN_EXTRA fields (route_exact_positions) from the
         # fixtures already written, checks the reloaded model still gives their golden logits
@@ -723,11 +726,20 @@ def main():
         for fam in args.families or list(FAMILIES):
             route_only(fam, out_root)
         return
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fixture_fp8  # noqa: E402
+
+    wanted = args.families or list(FAMILIES) + list(fixture_fp8.FP8_FIXTURES)
     base_tok = train_tokenizer()
     print("versions:", versions())
     print("tokenizer vocab:", base_tok.get_vocab_size(with_added_tokens=True))
-    for fam in args.families or list(FAMILIES):
-        build_family(fam, base_tok, out_root)
+    for fam in wanted:
+        if fam not in fixture_fp8.FP8_FIXTURES:
+            build_family(fam, base_tok, out_root)
+    # FP8 fixtures quantize the fixtures written above (scripts/fixture_fp8.py).
+    fp8 = [f for f in wanted if f in fixture_fp8.FP8_FIXTURES]
+    if fp8:
+        fixture_fp8.main(fp8, out_root)
 
 
 if __name__ == "__main__":

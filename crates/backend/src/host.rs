@@ -3,6 +3,8 @@
 
 use crate::BackendError;
 use crate::attn::KvShape;
+use crate::fp8::Fp8Scales;
+use std::sync::Arc;
 use tf_core::DType;
 use tf_formats::{TensorBytes, TensorView};
 
@@ -45,6 +47,8 @@ pub struct HostMat {
     pub cols: usize,
     /// The elements, aligned for `dtype`.
     pub data: TensorBytes,
+    /// The block scales of an FP8 weight (`None` for every other type).
+    pub scales: Option<Arc<Fp8Scales>>,
 }
 
 impl HostMat {
@@ -55,6 +59,9 @@ impl HostMat {
         };
         if !t.dtype.is_weight() {
             return Err(BackendError::Unsupported(format!("{}: dtype {} is not a weight type", t.name, t.dtype)));
+        }
+        if t.dtype == DType::F8E4M3 {
+            return Err(BackendError::Unsupported(format!("{}: an FP8 weight needs its scales", t.name)));
         }
         if let DType::Quant(q) = t.dtype
             && !cols.is_multiple_of(q.block_len())
@@ -69,7 +76,28 @@ impl HostMat {
         }
         // Quant blocks are read byte-wise, so a mapped tensor is never copied for them.
         let align = if t.dtype.is_float() { t.dtype.size() } else { 1 };
-        Ok(HostMat { dtype: t.dtype, rows, cols, data: t.data.clone().aligned(align) })
+        Ok(HostMat { dtype: t.dtype, rows, cols, data: t.data.clone().aligned(align), scales: None })
+    }
+
+    /// Takes a 2-D FP8 E4M3 tensor with its block scales, kept one byte per weight.
+    pub fn from_fp8(t: &TensorView, scales: &Fp8Scales) -> Result<HostMat, BackendError> {
+        let (DType::F8E4M3, [rows, cols]) = (t.dtype, &t.shape[..]) else {
+            let msg = format!("{}: expected a 2-D f8_e4m3 weight, found {} {:?}", t.name, t.dtype, t.shape);
+            return Err(BackendError::Unsupported(msg));
+        };
+        let (rows, cols) = (*rows, *cols);
+        if rows.checked_mul(cols) != Some(t.data.as_bytes().len()) {
+            let msg = format!("{}: {} bytes do not hold {rows}x{cols} f8_e4m3", t.name, t.data.as_bytes().len());
+            return Err(BackendError::Unsupported(msg));
+        }
+        scales.check(&t.name, rows, cols)?;
+        let scales = Some(Arc::new(scales.clone()));
+        Ok(HostMat { dtype: DType::F8E4M3, rows, cols, data: t.data.clone(), scales })
+    }
+
+    /// Bytes the weight holds in memory: its elements and any scales.
+    pub fn held_bytes(&self) -> usize {
+        self.data.as_bytes().len() + self.scales.as_ref().map_or(0, |s| s.values.len() * 4)
     }
 
     /// Bytes of one row in storage type.
@@ -105,6 +133,10 @@ impl HostMat {
                     *o = v;
                 }
             }
+            DType::F8E4M3 => match &self.scales {
+                Some(s) => s.dequantize_row(bytes, r, out),
+                None => unreachable!("HostMat::from_fp8 gives every FP8 weight its scales"),
+            },
             DType::I64 => unreachable!("HostMat::from_view takes weight dtypes only"),
         }
     }

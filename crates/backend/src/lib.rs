@@ -4,6 +4,7 @@
 pub mod attn;
 pub mod candidates;
 pub mod conv;
+pub mod fp8;
 pub mod gate_up;
 pub mod gdn;
 pub mod heads;
@@ -23,6 +24,7 @@ pub mod top_p;
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
 pub use conv::Conv1d;
+pub use fp8::Fp8Scales;
 pub use gdn::Gdn;
 pub use heads::HeadWeights;
 pub use host::{HostKv, HostMat, HostTensor};
@@ -122,6 +124,17 @@ pub trait Backend: Send + Sync {
     /// is [`Backend::mat`], whose matmuls are f32 on the host backends.
     fn mat_f32(&self, t: &TensorView) -> Result<Self::Mat, BackendError> {
         self.mat(t)
+    }
+    /// Takes a 2-D FP8 E4M3 weight `[out, in]` with its block scales (the weight is each code
+    /// times its block's scale); the default refuses it by name.
+    fn mat_fp8(&self, t: &TensorView, scales: &Fp8Scales) -> Result<Self::Mat, BackendError> {
+        let _ = scales;
+        let msg = format!(
+            "{}: FP8 weights run on the CPU backends (cpu, ref); {} does not take them yet",
+            t.name,
+            self.name()
+        );
+        Err(BackendError::Unsupported(msg))
     }
     /// Takes a weight vector.
     fn vec(&self, v: &[f32]) -> Self::Vec;

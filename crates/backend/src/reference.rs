@@ -91,6 +91,10 @@ impl Backend for RefBackend {
         HostMat::from_view(t)
     }
 
+    fn mat_fp8(&self, t: &TensorView, scales: &crate::Fp8Scales) -> Result<HostMat, BackendError> {
+        HostMat::from_fp8(t, scales)
+    }
+
     fn vec(&self, v: &[f32]) -> Vec<f32> {
         v.to_vec()
     }

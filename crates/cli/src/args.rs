@@ -210,7 +210,8 @@ pub struct SynthArgs {
     /// Output directory.
     #[arg(long)]
     pub out: PathBuf,
-    /// Weight dtype: bf16, f16, f32.
+    /// Weight dtype: bf16, f16, f32, or fp8 (decoder projections in FP8 E4M3 with [128, 128]
+    /// block scales, the rest bf16, as Qwen3-FP8).
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Seed of the weights.

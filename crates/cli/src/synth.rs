@@ -138,8 +138,9 @@ const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-ai
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     let mut config = preset(&a.like).ok_or_else(|| refused(format!("--like {}: expected {PRESETS}", a.like)))?;
-    let dtype =
-        DType::parse(&a.dtype).ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16 or f32", a.dtype)))?;
+    let fp8 = a.dtype.eq_ignore_ascii_case("fp8");
+    let dtype = if fp8 { Some(DType::BF16) } else { DType::parse(&a.dtype) }
+        .ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16, f32 or fp8", a.dtype)))?;
     if let Some(n) = a.layers {
         config["num_hidden_layers"] = json!(n);
         if let Some(types) = config["layer_types"].as_array().cloned() {
@@ -154,6 +155,10 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
         DType::F16 => "float16",
         _ => "bfloat16",
     });
+    if fp8 {
+        config["quantization_config"] = json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+            "weight_block_size": FP8_BLOCK});
+    }
     std::fs::create_dir_all(&a.out).map_err(failed)?;
     let spec = spec_for(&RawConfig::parse(&a.out.join("config.json"), &config.to_string()).map_err(refused)?)
         .map_err(refused)?;
@@ -167,16 +172,38 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
         &a.out.join("tokenizer_config.json"),
         &json!({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}),
     )?;
-    let tensors = tensor_list(&spec);
-    let bytes: usize = tensors.iter().map(|t| t.1.iter().product::<usize>() * dtype.size()).sum();
+    let tensors = stored(tensor_list(&spec), dtype, fp8);
+    let bytes: usize = tensors.iter().map(|t| t.1.iter().product::<usize>() * t.2.size()).sum();
     eprintln!(
-        "synth: {} ({} tensors, {:.2} GB {dtype}) -> {}",
+        "synth: {} ({} tensors, {:.2} GB {}) -> {}",
         a.like,
         tensors.len(),
         bytes as f64 / 1e9,
+        if fp8 { "fp8" } else { dtype.name() },
         a.out.display()
     );
-    write_weights(&a.out.join("model.safetensors"), &tensors, dtype, a.seed, spec.norm_one_plus)
+    write_weights(&a.out.join("model.safetensors"), &tensors, a.seed, spec.norm_one_plus)
+}
+
+/// The block of `--dtype fp8`'s scales (Qwen3-FP8's, DeepSeek-V3's).
+const FP8_BLOCK: [usize; 2] = [128, 128];
+
+/// Each tensor with the type it is stored in: with `fp8`, the decoder's projections (2-D
+/// weights under `layers.` but the routers, `*.gate.weight`) in FP8 followed by their
+/// `weight_scale_inv`, the rest in `dtype`.
+fn stored(tensors: Vec<(String, Vec<usize>)>, dtype: DType, fp8: bool) -> Vec<(String, Vec<usize>, DType)> {
+    let mut out = Vec::with_capacity(tensors.len());
+    for (name, shape) in tensors {
+        let quantized = fp8 && shape.len() == 2 && name.contains(".layers.") && !name.ends_with(".gate.weight");
+        if !quantized {
+            out.push((name, shape, dtype));
+            continue;
+        }
+        let grid = vec![shape[0].div_ceil(FP8_BLOCK[0]), shape[1].div_ceil(FP8_BLOCK[1])];
+        out.push((format!("{name}_scale_inv"), grid, DType::F32));
+        out.push((name, shape, DType::F8E4M3));
+    }
+    out
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<(), Failure> {
@@ -282,18 +309,18 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
 /// Streams a safetensors file: header, then each tensor's seeded values made in parallel.
 fn write_weights(
     path: &Path,
-    tensors: &[(String, Vec<usize>)],
-    dtype: DType,
+    tensors: &[(String, Vec<usize>, DType)],
     seed: u64,
     one_plus: bool,
 ) -> Result<(), Failure> {
     let mut header = serde_json::Map::new();
     let mut offset = 0usize;
-    for (name, shape) in tensors {
+    for (name, shape, dtype) in tensors {
         let n = shape.iter().product::<usize>() * dtype.size();
         let st = match dtype {
             DType::F32 => "F32",
             DType::F16 => "F16",
+            DType::F8E4M3 => "F8_E4M3",
             _ => "BF16",
         };
         header.insert(name.clone(), json!({"dtype": st, "shape": shape, "data_offsets": [offset, offset + n]}));
@@ -307,8 +334,8 @@ fn write_weights(
     w.write_all(&(head.len() as u64).to_le_bytes()).map_err(io)?;
     w.write_all(&head).map_err(io)?;
     const CHUNK: usize = 1 << 20;
-    for (ti, (name, shape)) in tensors.iter().enumerate() {
-        let numel: usize = shape.iter().product();
+    for (ti, (name, shape, dtype)) in tensors.iter().enumerate() {
+        let (numel, dtype): (usize, DType) = (shape.iter().product(), *dtype);
         // Norm scales are constant; biases (1-D, not norms) are small random values.
         let is_norm = shape.len() == 1 && name.contains("norm");
         let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
@@ -328,6 +355,10 @@ fn write_weights(
                     let u = (splitmix(&mut state) >> 40) as f32 / (1u64 << 24) as f32;
                     let x = base + scale * (2.0 * u - 1.0);
                     match dtype {
+                        // Codes of random values in [-448, 448] (no NaN), whose scales bring
+                        // them to the plain weights' range.
+                        DType::F8E4M3 => out.push(fp8_code(x / scale * 448.0)),
+                        DType::F32 if name.ends_with("_scale_inv") => out.extend((scale / 448.0).to_le_bytes()),
                         DType::F32 => out.extend(x.to_le_bytes()),
                         DType::F16 => out.extend(half::f16::from_f32(x).to_le_bytes()),
                         _ => out.extend(half::bf16::from_f32(x).to_le_bytes()),
@@ -341,6 +372,12 @@ fn write_weights(
         }
     }
     w.flush().map_err(io)
+}
+
+/// The E4M3 code of `x`'s magnitude rounded down (`|x| <= 448`): codes 0 to 0x7E rise in value.
+fn fp8_code(x: f32) -> u8 {
+    let mag = tf_formats::fp8::E4M3[..0x7F].partition_point(|&v| v <= x.abs()).saturating_sub(1) as u8;
+    if x < 0.0 { mag | 0x80 } else { mag }
 }
 
 fn splitmix(state: &mut u64) -> u64 {

@@ -166,6 +166,23 @@ fn synth_makes_a_checkpoint_that_loads_and_runs() {
     assert_eq!(unknown.status.code(), Some(2));
 }
 
+#[test]
+fn synth_fp8_makes_a_block_scaled_checkpoint_that_loads_and_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("fp8");
+    let out = tf(&["synth", "--like", "tiny", "--dtype", "fp8", "--out", d.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f = tf_formats::SafetensorsFile::open(&d.join("model.safetensors")).unwrap();
+    let q = f.tensor("model.layers.0.self_attn.q_proj.weight").unwrap().unwrap();
+    assert_eq!(q.dtype, tf_core::DType::F8E4M3);
+    let s = f.tensor("model.layers.0.self_attn.q_proj.weight_scale_inv").unwrap().unwrap();
+    assert_eq!(s.shape, [q.shape[0].div_ceil(128), q.shape[1].div_ceil(128)]);
+    assert!(tf(&["check", "--model", d.to_str().unwrap()]).status.success());
+    let out =
+        tf(&["generate", "--model", d.to_str().unwrap(), "--device", "cpu", "--prompt", "hello", "--max-tokens", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Runs `args`, expects exit 2, returns stderr.
 fn refused_with(args: &[&str]) -> String {
     let out = tf(args);

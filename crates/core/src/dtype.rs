@@ -13,6 +13,9 @@ pub enum DType {
     BF16,
     /// Signed 64-bit integer (token ids in golden files).
     I64,
+    /// FP8 E4M3 as torch's `float8_e4m3fn` (no infinities; 0x7F and 0xFF are NaN): a weight
+    /// that needs its scales to mean anything.
+    F8E4M3,
     /// A GGML block-quantized type (weights stay quantized in memory).
     Quant(QuantType),
 }
@@ -91,6 +94,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
+            DType::F8E4M3 => 1,
             DType::Quant(q) => q.block_bytes(),
         }
     }
@@ -104,9 +108,9 @@ impl DType {
         }
     }
 
-    /// Whether a weight matrix may be stored in this type (float or quantized).
+    /// Whether a weight matrix may be stored in this type (float, FP8 or quantized).
     pub fn is_weight(self) -> bool {
-        self.is_float() || matches!(self, DType::Quant(_))
+        self.is_float() || matches!(self, DType::Quant(_) | DType::F8E4M3)
     }
 
     /// Whether this type can hold model weights for the float backends.
@@ -121,6 +125,7 @@ impl DType {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::I64 => "i64",
+            DType::F8E4M3 => "f8_e4m3",
             DType::Quant(q) => q.name(),
         }
     }

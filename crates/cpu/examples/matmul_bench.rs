@@ -65,7 +65,7 @@ fn main() {
         for dtype in [DType::BF16, DType::F32] {
             for (rows, out, inp) in SHAPES {
                 let bytes = random_bytes(dtype, out * inp);
-                let mat = |data| HostMat { dtype, rows: out, cols: inp, data };
+                let mat = |data| HostMat { dtype, rows: out, cols: inp, data, scales: None };
                 bench_shape(&cpu, dtype.name(), (rows, out, inp), &bytes, mat, peak, &limits);
             }
         }
@@ -89,7 +89,7 @@ fn main() {
                         continue;
                     }
                     let bytes = random_quant(q, out * inp);
-                    let mat = |data| HostMat { dtype: DType::Quant(q), rows: out, cols: inp, data };
+                    let mat = |data| HostMat { dtype: DType::Quant(q), rows: out, cols: inp, data, scales: None };
                     bench_shape(&cpu, q.name(), (rows, out, inp), &bytes, mat, peak, &limits);
                 }
             }

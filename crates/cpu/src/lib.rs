@@ -3,6 +3,7 @@
 //! invariant bit for bit (docs/architecture.md, the four promises). Host types are the reference backend's.
 
 mod attention;
+mod fp8;
 mod gdn;
 mod matmul;
 mod moe;
@@ -18,8 +19,8 @@ pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, HostKv, HostMat, HostState, HostTensor, KvShape,
-    MoeParams, Rope, StateShape,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, Fp8Scales, HostKv, HostMat, HostState,
+    HostTensor, KvShape, MoeParams, Rope, StateShape,
 };
 use tf_formats::TensorView;
 
@@ -113,6 +114,10 @@ impl Backend for CpuBackend {
 
     fn mat(&self, t: &TensorView) -> Result<HostMat, BackendError> {
         HostMat::from_view(t)
+    }
+
+    fn mat_fp8(&self, t: &TensorView, scales: &Fp8Scales) -> Result<HostMat, BackendError> {
+        HostMat::from_fp8(t, scales)
     }
 
     fn vec(&self, v: &[f32]) -> Vec<f32> {
@@ -217,6 +222,7 @@ impl Backend for CpuBackend {
     fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
         match w.dtype {
             tf_core::DType::Quant(_) => quant::matmul(&self.pool, self.simd, self.quant_acts, x, w),
+            tf_core::DType::F8E4M3 => fp8::matmul(&self.pool, self.simd, x, w),
             _ => matmul::matmul(&self.pool, self.simd, x, w),
         }
     }

@@ -83,7 +83,7 @@ pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, x: &HostTensor, w: &HostMat)
 unsafe fn run(simd: Simd, x: &HostTensor, w: &HostMat, outs: Range<usize>, dst: *mut f32) {
     #[cfg(target_arch = "x86_64")]
     if simd == Simd::Avx2 {
-        let a = avx2::Args { x: x.data.as_ptr(), w: w.data.as_bytes().as_ptr(), k: w.cols, n: w.rows, dst };
+        let a = avx2::Args { x: x.data.as_ptr(), w: w.data.as_bytes().as_ptr(), w0: 0, k: w.cols, n: w.rows, dst };
         // SAFETY: forwarded from the caller.
         unsafe {
             match w.dtype {
@@ -106,6 +106,30 @@ unsafe fn run(simd: Simd, x: &HostTensor, w: &HostMat, outs: Range<usize>, dst: 
     }
 }
 
+/// Computes output columns `outs` of every row into `dst` (`[x.rows, n]`) from f32 weight rows
+/// `w` (`outs.len()` rows of `x.cols`, the first for output `outs.start`): the values `run` gives
+/// for an f32 weight holding those rows.
+///
+/// # Safety
+/// As for `run`, with `w` holding `outs.len() * x.cols` values.
+pub(crate) unsafe fn run_f32_rows(simd: Simd, x: &HostTensor, w: &[f32], n: usize, outs: Range<usize>, dst: *mut f32) {
+    let k = x.cols;
+    #[cfg(target_arch = "x86_64")]
+    if simd == Simd::Avx2 {
+        let a = avx2::Args { x: x.data.as_ptr(), w: w.as_ptr().cast(), w0: outs.start, k, n, dst };
+        // SAFETY: forwarded from the caller.
+        unsafe { avx2::run::<avx2::F32>(&a, x.rows, outs) };
+        return;
+    }
+    let _ = simd;
+    for (o, wrow) in outs.zip(w.chunks_exact(k.max(1))) {
+        for r in 0..x.rows {
+            // SAFETY: `r * n + o` is inside `dst` and in this task's columns.
+            unsafe { *dst.add(r * n + o) = Portable::dot(x.row(r), wrow) };
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{BLOCK_BYTES, GRAIN};
@@ -113,10 +137,12 @@ mod avx2 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    /// Raw operands of one call: `x[rows, k]`, `w[n, k]` in storage type, `dst[rows, n]`.
+    /// Raw operands of one call: `x[rows, k]`, `w[n, k]` in storage type from row `w0` on,
+    /// `dst[rows, n]`.
     pub(super) struct Args {
         pub x: *const f32,
         pub w: *const u8,
+        pub w0: usize,
         pub k: usize,
         pub n: usize,
         pub dst: *mut f32,
@@ -213,7 +239,7 @@ mod avx2 {
         let (k, full) = (a.k, a.k & !7);
         unsafe {
             let xs = a.x.add(r0 * k);
-            let ws = a.w.add(o0 * k * W::SIZE);
+            let ws = a.w.add((o0 - a.w0) * k * W::SIZE);
             let mut acc = [[_mm256_setzero_ps(); C]; R];
             let mut wv = [_mm256_setzero_ps(); C];
             let mut i = 0;

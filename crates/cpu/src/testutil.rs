@@ -50,7 +50,7 @@ pub(crate) fn mat(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> Hos
         DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
         other => panic!("{other} weights are not float matrices"),
     };
-    HostMat { dtype, rows, cols, data: TensorBytes::from_vec(&bytes) }
+    HostMat { dtype, rows, cols, data: TensorBytes::from_vec(&bytes), scales: None }
 }
 
 /// A uniform `[rows, cols]` weight in `dtype`.

@@ -40,7 +40,8 @@ impl TensorBytes {
         }
     }
 
-    /// Decodes elements of `dtype` into f32 (any alignment; quantized blocks are dequantized).
+    /// Decodes elements of `dtype` into f32 (any alignment; quantized blocks are dequantized, FP8
+    /// codes decoded without their scales).
     pub fn to_f32(&self, dtype: DType) -> Vec<f32> {
         let b = self.as_bytes();
         match dtype {
@@ -52,6 +53,7 @@ impl TensorBytes {
                 .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
                 .collect(),
             DType::Quant(q) => crate::quant::dequantize(q, b),
+            DType::F8E4M3 => b.iter().map(|&c| crate::fp8::e4m3(c)).collect(),
         }
     }
 }

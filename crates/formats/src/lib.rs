@@ -6,6 +6,7 @@
 pub mod bytes;
 pub mod checkpoint;
 pub mod error;
+pub mod fp8;
 pub mod gguf;
 pub mod printable;
 pub mod quant;

@@ -126,6 +126,7 @@ fn check_entry(raw: RawEntry, data_len: usize) -> Result<TensorInfo, String> {
         "F32" => Ok(DType::F32),
         "F16" => Ok(DType::F16),
         "BF16" => Ok(DType::BF16),
+        "F8_E4M3" => Ok(DType::F8E4M3),
         "I64" => Ok(DType::I64),
         other => Err(other.to_string()),
     };

@@ -66,6 +66,16 @@ pub enum ModelError {
         /// What is wrong.
         msg: String,
     },
+    /// An FP8 weight's scales disagree with it or with the quantization config.
+    #[error("{}: tensor '{tensor}': {msg}", file.display())]
+    Scale {
+        /// The file holding the scales.
+        file: PathBuf,
+        /// The scale tensor's name.
+        tensor: String,
+        /// What is wrong.
+        msg: String,
+    },
     /// The architecture is not one TensorFold implements.
     #[error("{}: unsupported architecture '{}' (supported: {supported})", file.display(), tf_formats::show(arch))]
     Architecture {

@@ -123,7 +123,8 @@ impl<B: Backend> Model<B> {
             ckpt.files().iter().flat_map(|f| f.tensors().values().map(move |t| f.tensor_data(t).len() as u64));
         let (count, bytes) = tensors.fold((0, 0), |(n, b), len| (n + 1, b + len));
         progress.set_totals(count, bytes);
-        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend).with_progress(progress))?;
+        let fp8 = crate::quant_config::fp8_config(&config)?;
+        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend).with_progress(progress).with_fp8(fp8))?;
         let parts = ckpt
             .files()
             .iter()

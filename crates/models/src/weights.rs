@@ -2,6 +2,7 @@
 //! disagrees with what the config implies, and a checkpoint holding tensors the config never reads.
 
 use crate::error::ModelError;
+use crate::quant_config::Fp8Config;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -62,6 +63,8 @@ pub struct Loader<'a, B: Backend> {
     taken: Mutex<BTreeSet<String>>,
     /// Advanced by each tensor taken.
     progress: Option<&'a tf_core::LoadProgress>,
+    /// The checkpoint's FP8 config, which FP8 weights need.
+    fp8: Option<Fp8Config>,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
@@ -72,7 +75,7 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
-        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default(), progress: None }
+        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default(), progress: None, fp8: None }
     }
 
     /// The same loader, counting each tensor it takes in `progress`.
@@ -81,18 +84,33 @@ impl<'a, B: Backend> Loader<'a, B> {
         self
     }
 
+    /// The same loader, taking FP8 weights with their scales as `fp8` says.
+    pub fn with_fp8(mut self, fp8: Option<Fp8Config>) -> Loader<'a, B> {
+        self.fp8 = fp8;
+        self
+    }
+
     /// Whether the checkpoint has `name`.
     pub fn has(&self, name: &str) -> bool {
         self.ckpt.contains(name)
     }
 
-    /// The float tensor `name`, which must have exactly `shape`.
-    pub fn view(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+    /// The tensor `name`, marked taken and counted, or `Missing`.
+    fn take(&self, name: &str) -> Result<TensorView, ModelError> {
         self.taken.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
         let t = self
             .ckpt
             .get(name)?
             .ok_or_else(|| ModelError::Missing { dir: self.dir.clone(), tensor: name.to_string() })?;
+        if let Some(p) = self.progress {
+            p.add_tensor(t.data.as_bytes().len() as u64);
+        }
+        Ok(t)
+    }
+
+    /// The float, FP8 or quantized tensor `name`, which must have exactly `shape`.
+    pub fn view(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+        let t = self.take(name)?;
         if t.shape != shape {
             return Err(ModelError::Shape {
                 file: t.file.clone(),
@@ -105,25 +123,42 @@ impl<'a, B: Backend> Loader<'a, B> {
             let msg = format!("dtype {} is not a float or quantized weight type", t.dtype);
             return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
         }
-        if let Some(p) = self.progress {
-            p.add_tensor(t.data.as_bytes().len() as u64);
-        }
         Ok(t)
+    }
+
+    /// `t` on the backend: an FP8 weight with its checked scales ([`Backend::mat_fp8`]),
+    /// any other through `plain`.
+    fn weight(
+        &self,
+        t: &TensorView,
+        plain: impl FnOnce(&TensorView) -> Result<B::Mat, tf_backend::BackendError>,
+    ) -> Result<B::Mat, ModelError> {
+        if t.dtype != tf_core::DType::F8E4M3 {
+            return Ok(plain(t)?);
+        }
+        let q = crate::fp8_weights::needs_config(self.fp8.as_ref(), t)?;
+        let s = self.take(&crate::fp8_weights::scale_name(q, &t.name))?;
+        Ok(self.backend.mat_fp8(t, &crate::fp8_weights::scales(q, t, &s)?)?)
     }
 
     /// A weight matrix `[rows, cols]`.
     pub fn mat(&self, name: &str, rows: usize, cols: usize) -> Result<B::Mat, ModelError> {
-        Ok(self.backend.mat(&self.view(name, &[rows, cols])?)?)
+        self.weight(&self.view(name, &[rows, cols])?, |t| self.backend.mat(t))
     }
 
     /// A weight matrix `[rows, cols]` its matmuls read in f32 ([`Backend::mat_f32`]: a router).
     pub fn mat_f32(&self, name: &str, rows: usize, cols: usize) -> Result<B::Mat, ModelError> {
-        Ok(self.backend.mat_f32(&self.view(name, &[rows, cols])?)?)
+        self.weight(&self.view(name, &[rows, cols])?, |t| self.backend.mat_f32(t))
     }
 
-    /// The gate and up weights (`[rows, cols]` each), packed into one where the backend packs.
+    /// The gate and up weights (`[rows, cols]` each), packed into one where the backend packs
+    /// (never FP8 ones).
     pub fn gate_up(&self, gate: &str, up: &str, rows: usize, cols: usize) -> Result<GateUp<B::Mat>, ModelError> {
         let (g, u) = (self.view(gate, &[rows, cols])?, self.view(up, &[rows, cols])?);
+        if [g.dtype, u.dtype].contains(&tf_core::DType::F8E4M3) {
+            let mat = |t: &TensorView| self.weight(t, |t| self.backend.mat(t));
+            return Ok(GateUp::Apart(mat(&g)?, mat(&u)?));
+        }
         Ok(match self.backend.mat_gate_up(&g, &u)? {
             Some(gu) => GateUp::Packed(gu),
             None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
@@ -151,14 +186,25 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A weight vector of `len` values.
     pub fn vec(&self, name: &str, len: usize) -> Result<B::Vec, ModelError> {
-        Ok(self.backend.vec(&self.view(name, &[len])?.to_f32()))
+        Ok(self.backend.vec(&self.vec_values(name, &[len])?))
     }
 
     /// A float tensor of exactly `shape` as one weight vector (row-major), with its values on
     /// the host (conv kernels `[channels, 1, kernel]`, which the host-run defaults read).
     pub fn vec_shaped(&self, name: &str, shape: &[usize]) -> Result<(B::Vec, Vec<f32>), ModelError> {
-        let host = self.view(name, shape)?.to_f32();
+        let host = self.vec_values(name, shape)?;
         Ok((self.backend.vec(&host), host))
+    }
+
+    /// The values of the tensor `name` of exactly `shape`, refused when FP8 (vectors have no
+    /// scales).
+    fn vec_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let t = self.view(name, shape)?;
+        if t.dtype == tf_core::DType::F8E4M3 {
+            let msg = format!("dtype {} is for weight matrices; a vector must be a float type", t.dtype);
+            return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
+        }
+        Ok(t.to_f32())
     }
 
     /// Rows `rows` (in that order) of the float weight `name` of exactly `[n, cols]`, as one

@@ -48,7 +48,7 @@ pub(crate) fn rand_blocks(rng: &mut Rng, q: QuantType, n: usize) -> Vec<u8> {
 /// A random `[rows, cols]` weight in `q`.
 pub(crate) fn rand_qmat(rng: &mut Rng, q: QuantType, rows: usize, cols: usize) -> HostMat {
     let bytes = rand_blocks(rng, q, rows * cols / q.block_len());
-    HostMat { dtype: DType::Quant(q), rows, cols, data: TensorBytes::from_vec(&bytes) }
+    HostMat { dtype: DType::Quant(q), rows, cols, data: TensorBytes::from_vec(&bytes), scales: None }
 }
 
 fn backend(threads: usize, simd: Simd, quant_acts: QuantActs) -> CpuBackend {

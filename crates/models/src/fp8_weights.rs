@@ -1,0 +1,58 @@
+//! An FP8 weight's scales taken from the checkpoint beside it and checked against it: the
+//! shape its strategy implies, a float dtype, every value finite and above zero
+//! (docs/architecture.md, the checks table).
+
+use crate::error::ModelError;
+use crate::quant_config::{Fp8Config, Fp8Strategy};
+use tf_backend::Fp8Scales;
+use tf_core::DType;
+use tf_formats::TensorView;
+
+/// The scale tensor's name for weight `name` (`x.weight` -> `x.weight_scale_inv`).
+pub fn scale_name(q: &Fp8Config, name: &str) -> String {
+    format!("{name}{}", q.scale_suffix)
+}
+
+/// `s`, the scales of the `[rows, cols]` FP8 weight `w`, checked and laid over its block grid.
+pub fn scales(q: &Fp8Config, w: &TensorView, s: &TensorView) -> Result<Fp8Scales, ModelError> {
+    let bad = |msg: String| ModelError::Scale { file: s.file.clone(), tensor: s.name.clone(), msg };
+    let (rows, cols) = match w.shape[..] {
+        [r, c] => (r, c),
+        _ => return Err(bad(format!("its weight '{}' is not 2-D ({:?})", w.name, w.shape))),
+    };
+    if !s.dtype.is_float() {
+        return Err(bad(format!("dtype {} is not a float type (f32, bf16 or f16 scales)", s.dtype)));
+    }
+    let (block, expected): ([usize; 2], &[&[usize]]) = match q.strategy {
+        Fp8Strategy::Block([br, bc]) => ([br, bc], &[&[rows.div_ceil(br), cols.div_ceil(bc)]]),
+        Fp8Strategy::Channel => ([1, cols.max(1)], &[&[rows, 1]]),
+        Fp8Strategy::Tensor => ([rows.max(1), cols.max(1)], &[&[], &[1]]),
+    };
+    if !expected.contains(&s.shape.as_slice()) {
+        let how = match q.strategy {
+            Fp8Strategy::Block(b) => format!("weight_block_size {b:?} over"),
+            Fp8Strategy::Channel => "one scale per row of".into(),
+            Fp8Strategy::Tensor => "one scale for".into(),
+        };
+        return Err(bad(format!(
+            "shape {:?} does not tile the [{rows}, {cols}] weight '{}': {how} it needs {:?}",
+            s.shape, w.name, expected[0]
+        )));
+    }
+    let values = s.to_f32();
+    if let Some(i) = values.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+        let gc = values.len() / expected[0].first().copied().unwrap_or(1).max(1);
+        let at = [i / gc.max(1), i % gc.max(1)];
+        return Err(bad(format!("scale {at:?} is {}; scales must be finite and above zero", values[i])));
+    }
+    Ok(Fp8Scales { block, values })
+}
+
+/// The FP8 config FP8 weight `w` needs, refused where the checkpoint declares none.
+pub fn needs_config<'a>(q: Option<&'a Fp8Config>, w: &TensorView) -> Result<&'a Fp8Config, ModelError> {
+    q.ok_or_else(|| ModelError::Dtype {
+        file: w.file.clone(),
+        tensor: w.name.clone(),
+        msg: format!("dtype {} needs a quantization_config (quant_method fp8 or compressed-tensors)", DType::F8E4M3),
+    })
+}
