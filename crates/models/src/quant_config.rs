@@ -88,15 +88,17 @@ fn compressed(q: &Map<String, Value>) -> Result<Fp8Config, String> {
     Ok(Fp8Config { scale_suffix: "_scale", strategy, ignore: names(q, "ignore")? })
 }
 
-/// One compressed-tensors scheme: symmetric 8-bit float weights, nothing on activations.
+/// One compressed-tensors scheme: symmetric 8-bit float weights; input activations at most
+/// dynamic (taken as weight-only FP8, as `activation_scheme: dynamic` is: they stay f32 here).
 fn group(g: &Value) -> Result<Fp8Strategy, String> {
     let g = g.as_object().ok_or("must be an object")?;
-    for acts in ["input_activations", "output_activations"] {
-        if g.get(acts).is_some_and(|v| !v.is_null()) {
-            return Err(format!(
-                "{acts} is not supported: it quantizes activations, which stay f32 here (weight-only FP8 is taken)"
-            ));
-        }
+    if let Some(a) = g.get("input_activations").filter(|v| !v.is_null())
+        && a.get("dynamic") != Some(&Value::Bool(true))
+    {
+        return Err("input_activations with stored (static) scales is not supported: activations stay f32 here (only dynamic ones are taken, as weight-only FP8)".into());
+    }
+    if g.get("output_activations").is_some_and(|v| !v.is_null()) {
+        return Err("output_activations is not supported: it quantizes outputs, which stay f32 here".into());
     }
     let w = g.get("weights").and_then(Value::as_object).ok_or("'weights' must be an object")?;
     if w.get("num_bits").and_then(Value::as_u64) != Some(8) {
@@ -185,6 +187,12 @@ mod tests {
             "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false}}}}"#;
         let q = parse(ct).unwrap().unwrap();
         assert_eq!((q.scale_suffix, q.strategy), ("_scale", Fp8Strategy::Channel));
+        // An "FP8-dynamic" release: per-token dynamic input activations, taken as weight-only.
+        let dynamic = ct.replace(
+            r#""input_activations": null"#,
+            r#""input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true}"#,
+        );
+        assert_eq!(parse(&dynamic).unwrap().unwrap().strategy, Fp8Strategy::Channel);
         let none = RawConfig::parse(Path::new("config.json"), "{}").unwrap();
         assert_eq!(fp8_config(&none).unwrap(), None);
     }
