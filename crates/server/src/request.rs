@@ -71,6 +71,7 @@ pub fn check_model(o: &Obj, st: &AppState) -> Result<(), ApiError> {
 /// Reads and checks the generation options.
 pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiError> {
     let lim = &st.limits;
+    crate::noop::check(o)?;
     let params = sampling_params(o, st)?;
     let seed = opt_int(o, "seed")?.map(|s| s as u64);
     let n = opt_count(o, "n", 1, lim.max_n)?.unwrap_or(1);
