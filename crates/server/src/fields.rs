@@ -35,6 +35,7 @@ const COMMON: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
+    "prompt_logprobs",
 ];
 /// `/v1/completions` only.
 pub const COMPLETIONS: &[&str] = &["prompt", "prompt_token_ids", "echo"];
