@@ -57,7 +57,7 @@ fn timed(h: &EngineHandle, prompt: &TokenIds, max_tokens: usize, draft: bool) ->
             Event::Token(tok) => ids.push(tok.id),
             Event::Done { .. } => break,
             Event::Error(m) => return Err(failed(m)),
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     Ok((ids, t.elapsed().as_secs_f64()))

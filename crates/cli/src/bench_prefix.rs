@@ -93,7 +93,7 @@ fn ask(h: &EngineHandle, prompt: TokenIds, gen_len: usize) -> Result<(Vec<u32>, 
             }
             Event::Done { .. } => break,
             Event::Error(m) => return Err(failed(m)),
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     Ok((ids, ttft))

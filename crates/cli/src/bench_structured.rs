@@ -187,7 +187,7 @@ fn timed(
                 Event::Token(_) => tokens += 1,
                 Event::Done { .. } => break,
                 Event::Error(m) => return Err(failed(m)),
-                Event::PromptLogprobs(_) => {}
+                Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
             }
         }
     }

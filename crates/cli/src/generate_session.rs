@@ -125,7 +125,7 @@ impl Job<'_> {
                     }
                     Event::Done { .. } => break,
                     Event::Error(m) => return Err(failed(m)),
-                    Event::PromptLogprobs(_) => {}
+                    Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
                 }
             }
         }

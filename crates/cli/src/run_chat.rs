@@ -172,7 +172,7 @@ impl Chat {
                     return Ok((text, Ok(reason)));
                 }
                 Event::Error(e) => return Ok((text, Err(e))),
-                Event::PromptLogprobs(_) => {}
+                Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
             }
         }
         Err(failed("the engine has stopped"))

@@ -72,6 +72,8 @@ pub struct PromptLogprob {
 pub enum Event {
     /// The logprobs of prompt positions 1.. (sent once, before the first token, when asked).
     PromptLogprobs(Vec<PromptLogprob>),
+    /// The sequence's first round was planned, this long after the engine took it.
+    Scheduled(std::time::Duration),
     /// One more token.
     Token(TokenEvent),
     /// The sequence ended; no more events follow.
@@ -156,6 +158,10 @@ pub struct EngineStats {
     pub kv_blocks_used: AtomicU64,
     /// KV blocks in the pool.
     pub kv_blocks_total: AtomicU64,
+    /// Live state slots taken (models with recurrent layers).
+    pub state_slots_used: AtomicU64,
+    /// Live state slots in the pool.
+    pub state_slots_total: AtomicU64,
     /// Preemptions.
     pub preemptions: AtomicU64,
     /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
@@ -274,6 +280,8 @@ struct Active {
     masks: VecDeque<tf_backend::TokenMask>,
     /// Prompt logprobs gathered so far, while asked for and not yet sent (prompt_logprobs.rs).
     prompt_lp: Option<Vec<PromptLogprob>>,
+    /// When the engine took it, until its first round is planned.
+    queued: Option<Instant>,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -425,7 +433,9 @@ impl<B: Backend> Core<B> {
         let draft_k = if req.draft { self.draft.num_tokens } else { 0 };
         let prompt_lp = req.prompt_logprobs.map(|_| Vec::new());
         let masks = VecDeque::new();
-        self.active.insert(id, Active { req, history, generated: 0, draft_k, whole_until: 0, masks, prompt_lp });
+        let queued = Some(Instant::now());
+        let a = Active { req, history, generated: 0, draft_k, whole_until: 0, masks, prompt_lp, queued };
+        self.active.insert(id, a);
     }
 
     fn reap_cancelled(&mut self) {
@@ -470,6 +480,11 @@ impl<B: Backend> Core<B> {
             let Some(s) = self.sched.seq(e.seq) else {
                 continue;
             };
+            if let Some(a) = self.active.get_mut(&e.seq)
+                && let Some(t) = a.queued.take()
+            {
+                (a.req.sink)(Event::Scheduled(t.elapsed()));
+            }
             if fed.is_none() {
                 prompt_rows.extend(self.prompt_positions(e, s.prompt_len).map(|p| (q_start + p - e.start, e.seq, p)));
             }
@@ -653,6 +668,9 @@ impl<B: Backend> Core<B> {
         s.waiting.store(self.sched.num_waiting() as u64, Ordering::Relaxed);
         s.running.store(self.sched.num_running() as u64, Ordering::Relaxed);
         s.kv_blocks_used.store(self.sched.pool().num_used() as u64, Ordering::Relaxed);
+        let (state_used, state_total) = self.sched.state_use();
+        s.state_slots_used.store(state_used as u64, Ordering::Relaxed);
+        s.state_slots_total.store(state_total as u64, Ordering::Relaxed);
         s.preemptions.store(self.sched.num_preemptions(), Ordering::Relaxed);
         let (hits, queries) = self.sched.prefix_stats();
         s.prefix_hit_tokens.store(hits, Ordering::Relaxed);

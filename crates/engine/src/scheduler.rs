@@ -160,6 +160,14 @@ impl Scheduler {
         self.running.len()
     }
 
+    /// Live state slots taken and in all (0, 0 for a model without state).
+    pub fn state_use(&self) -> (usize, usize) {
+        self.state.as_ref().map_or((0, 0), |st| {
+            let total = st.layout().num_live;
+            (total - st.num_free_live(), total)
+        })
+    }
+
     /// Preemptions so far.
     pub fn num_preemptions(&self) -> u64 {
         self.num_preemptions

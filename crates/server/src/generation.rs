@@ -85,6 +85,9 @@ struct SeqState {
     completion_tokens: usize,
     /// The prompt's first token.
     first: u32,
+    /// When its first and its latest token came (metrics).
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
 }
 
 /// A running request: yields [`Update`]s until every sequence has ended.
@@ -130,6 +133,8 @@ impl Generation {
                 done: false,
                 completion_tokens: 0,
                 first: spec.prompt.as_slice().first().copied().unwrap_or(0),
+                first_at: None,
+                last_at: None,
             });
             gen_requests.push(GenRequest {
                 prompt: spec.prompt,
@@ -215,11 +220,19 @@ impl Generation {
             Event::PromptLogprobs(logprobs) => {
                 self.pending.push_back(Update::Prompt { index: i, first: s.first, logprobs })
             }
+            Event::Scheduled(waited) => self.state.metrics.queue.observe(waited),
             Event::Token(_) if self.score_only => {}
             Event::Token(t) => self.on_token(i, t),
             Event::Done { reason, .. } => {
                 s.done = true;
                 self.open -= 1;
+                let m = &self.state.metrics;
+                m.e2e.observe(self.started.elapsed());
+                if let (Some(first), Some(last)) = (s.first_at, s.last_at)
+                    && s.completion_tokens > 1
+                {
+                    m.tpot.observe((last - first) / (s.completion_tokens as u32 - 1));
+                }
                 if !s.finished {
                     let scored = self.score_only && reason != FinishReason::Cancelled;
                     let reason = if scored { FinishReason::Length } else { reason };
@@ -243,9 +256,15 @@ impl Generation {
             return; // a stop string hit; the engine has not seen the cancel yet
         }
         s.completion_tokens += 1;
-        if s.completion_tokens == 1 {
-            self.state.metrics.ttft.observe(self.started.elapsed());
+        let now = Instant::now();
+        match s.last_at {
+            None => {
+                self.state.metrics.ttft.observe(now - self.started);
+                s.first_at = Some(now);
+            }
+            Some(last) => self.state.metrics.itl.observe(now - last),
         }
+        s.last_at = Some(now);
         if self.final_ids.contains(&t.id) {
             return;
         }

@@ -14,6 +14,7 @@ pub mod constraint;
 pub mod error;
 mod fields;
 mod generation;
+mod histogram;
 mod loading;
 mod messages;
 pub mod metrics;

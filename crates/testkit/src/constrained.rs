@@ -90,7 +90,7 @@ pub fn run_constrained(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
                     Event::Token(t) => out.push((t.id, t.logprob.map_or(crate::NO_LOGPROB, f32::to_bits))),
                     Event::Done { .. } => return out,
                     Event::Error(m) => panic!("{m}"),
-                    Event::PromptLogprobs(_) => {}
+                    Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
                 }
             }
             panic!("the engine dropped a request without finishing it")

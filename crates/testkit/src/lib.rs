@@ -158,7 +158,7 @@ fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Vec<TokenEvent> {
             Event::Token(t) => out.push(t),
             Event::Done { .. } => return out,
             Event::Error(m) => panic!("{m}"),
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     panic!("the engine dropped a request without finishing it")
