@@ -11,6 +11,7 @@ mod conn;
 mod conn_body;
 mod conn_watch;
 pub mod constraint;
+pub mod cors;
 pub mod error;
 mod fields;
 mod generation;
