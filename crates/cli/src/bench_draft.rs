@@ -41,6 +41,7 @@ fn timed(h: &EngineHandle, prompt: &TokenIds, max_tokens: usize, draft: bool) ->
         stop_ids: TokenIds::new(),
         ignore_eos: true,
         top_logprobs: None,
+        prompt_logprobs: None,
         sink: Box::new(move |e| tx.send(e).is_ok()),
         cancel: Arc::new(AtomicBool::new(false)),
         draft,
@@ -56,6 +57,7 @@ fn timed(h: &EngineHandle, prompt: &TokenIds, max_tokens: usize, draft: bool) ->
             Event::Token(tok) => ids.push(tok.id),
             Event::Done { .. } => break,
             Event::Error(m) => return Err(failed(m)),
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     Ok((ids, t.elapsed().as_secs_f64()))

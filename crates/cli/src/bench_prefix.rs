@@ -72,6 +72,7 @@ fn ask(h: &EngineHandle, prompt: TokenIds, gen_len: usize) -> Result<(Vec<u32>, 
         stop_ids: TokenIds::new(),
         ignore_eos: true,
         top_logprobs: None,
+        prompt_logprobs: None,
         sink: Box::new(move |e| tx.send(e).is_ok()),
         cancel: Arc::new(AtomicBool::new(false)),
         draft: false,
@@ -92,6 +93,7 @@ fn ask(h: &EngineHandle, prompt: TokenIds, gen_len: usize) -> Result<(Vec<u32>, 
             }
             Event::Done { .. } => break,
             Event::Error(m) => return Err(failed(m)),
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     Ok((ids, ttft))

@@ -169,6 +169,7 @@ fn timed(
             stop_ids: TokenIds::new(),
             ignore_eos: true,
             top_logprobs: None,
+            prompt_logprobs: None,
             sink: Box::new(move |e| tx.send(e).is_ok()),
             cancel: Arc::new(AtomicBool::new(false)),
             draft: false,
@@ -186,6 +187,7 @@ fn timed(
                 Event::Token(_) => tokens += 1,
                 Event::Done { .. } => break,
                 Event::Error(m) => return Err(failed(m)),
+                Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
             }
         }
     }

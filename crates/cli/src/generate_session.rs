@@ -98,6 +98,7 @@ impl Job<'_> {
             stop_ids: self.stop_ids.clone(),
             ignore_eos: self.g.0.ignore_eos,
             top_logprobs: None,
+            prompt_logprobs: None,
             sink: Box::new(move |e| tx.send(e).is_ok()),
             cancel: cancel.clone(),
             draft: false,
@@ -124,6 +125,7 @@ impl Job<'_> {
                     }
                     Event::Done { .. } => break,
                     Event::Error(m) => return Err(failed(m)),
+                    Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
                 }
             }
         }

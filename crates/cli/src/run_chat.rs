@@ -149,6 +149,7 @@ impl Chat {
             stop_ids: TokenIds::new(),
             ignore_eos: false,
             top_logprobs: None,
+            prompt_logprobs: None,
             sink: Box::new(move |e| tx.send(e).is_ok()),
             cancel: self.cancel.clone(),
             draft: false,
@@ -171,6 +172,7 @@ impl Chat {
                     return Ok((text, Ok(reason)));
                 }
                 Event::Error(e) => return Ok((text, Err(e))),
+                Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
             }
         }
         Err(failed("the engine has stopped"))

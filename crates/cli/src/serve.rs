@@ -251,6 +251,7 @@ fn limits(a: &ServeArgs, max_len: usize, max_num_seqs: usize) -> Limits {
         session_dir: a.session_dir.clone(),
         conn: crate::conn_limits::conn_limits(a),
         api_key: a.api_key.as_deref().and_then(ApiKey::new),
+        allowed_origins: a.allowed_origins.clone(),
     }
 }
 

@@ -393,3 +393,43 @@ fn bad_constraints_and_tool_choices_are_refused_naming_them_and_a_good_one_is_ob
         assert!(text == "left" || text == "right", "{text:?}");
     }
 }
+
+#[test]
+fn no_op_fields_are_accepted_and_unknown_nested_keys_are_refused_by_path() {
+    let s = Server::start(&[]);
+    let base = s.normal();
+    let noop = json!({"user": "u1", "metadata": {"team": "a"}, "store": false, "service_tier": "auto"});
+    assert_eq!(s.post("/v1/completions", &completion(noop.clone())).status, 200);
+    assert_eq!(s.post("/v1/chat/completions", &chat(noop)).status, 200);
+    let mut with_noop = serve_util::normal_request();
+    with_noop["metadata"] = json!({"k": "v"});
+    with_noop["service_tier"] = json!("default");
+    assert_eq!(serve_util::token_ids(&s.post("/v1/completions", &with_noop).json()["choices"][0]["logprobs"]), base);
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "foo": 1}});
+    let cases = vec![
+        (completion(json!({"store": true})), "store"),
+        (completion(json!({"service_tier": "flex"})), "service_tier"),
+        (completion(json!({"metadata": {"k": 5}})), "metadata.k"),
+        (completion(json!({"user": 7})), "user"),
+        (completion(json!({"response_format": schema})), "response_format.json_schema.foo"),
+        (completion(json!({"response_format": {"type": "text", "x": 1}})), "response_format.x"),
+        (completion(json!({"stream_options": {"include_usage": true, "x": 1}})), "stream_options.x"),
+    ];
+    refuse_all(&s, "/v1/completions", &cases, &base);
+    let part = json!([{"type": "text", "text": "hi", "cache": true}]);
+    let cases = vec![
+        (chat(json!({"store": true})), "store"),
+        (chat(json!({"messages": [{"role": "user", "content": "hi", "extra": 1}]})), "messages[0].extra"),
+        (chat(json!({"messages": [{"role": "user", "content": part}]})), "messages[0].content[0].cache"),
+        (chat(json!({"tools": [{"type": "function", "function": {"name": "f", "x": 1}}]})), "tools[0].function.x"),
+        (chat(json!({"tools": [{"type": "function", "function": {"name": "f"}, "y": 2}]})), "tools[0].y"),
+        (
+            chat(json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "f", "z": 3}}})),
+            "tool_choice.function.z",
+        ),
+    ];
+    refuse_all(&s, "/v1/chat/completions", &cases, &base);
+    let bad_message = json!({"messages": [{"role": "user", "content": "hi", "extra": 1}]});
+    refuse_all(&s, "/tokenize", &[(bad_message, "messages[0].extra")], &base);
+}

@@ -25,6 +25,7 @@ mod constrain;
 mod draft_model;
 mod overlap;
 mod pick;
+mod prompt_logprobs;
 mod session_ops;
 mod speculate;
 mod state;
@@ -53,9 +54,26 @@ pub struct TokenEvent {
     pub top: Vec<(u32, f32)>,
 }
 
+/// One prompt token's log-probability given the tokens before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptLogprob {
+    /// The prompt token.
+    pub id: u32,
+    /// Its log-probability under the model's raw distribution.
+    pub logprob: f32,
+    /// Its rank in that distribution (1: the most likely; ties: lower id first).
+    pub rank: usize,
+    /// Top alternatives `(id, logprob)`, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
 /// What the engine tells a request's sink.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The logprobs of prompt positions 1.. (sent once, before the first token, when asked).
+    PromptLogprobs(Vec<PromptLogprob>),
+    /// The sequence's first round was planned, this long after the engine took it.
+    Scheduled(std::time::Duration),
     /// One more token.
     Token(TokenEvent),
     /// The sequence ended; no more events follow.
@@ -88,6 +106,9 @@ pub struct GenRequest {
     pub ignore_eos: bool,
     /// Alternatives to report per token (`None`: no logprobs).
     pub top_logprobs: Option<usize>,
+    /// Alternatives to report per prompt token (`None`: no prompt logprobs); such a request skips
+    /// the prefix cache so that every prompt position is computed.
+    pub prompt_logprobs: Option<usize>,
     /// Where events go.
     pub sink: EventSink,
     /// Set by anyone to cancel the request within one round.
@@ -137,6 +158,10 @@ pub struct EngineStats {
     pub kv_blocks_used: AtomicU64,
     /// KV blocks in the pool.
     pub kv_blocks_total: AtomicU64,
+    /// Live state slots taken (models with recurrent layers).
+    pub state_slots_used: AtomicU64,
+    /// Live state slots in the pool.
+    pub state_slots_total: AtomicU64,
     /// Preemptions.
     pub preemptions: AtomicU64,
     /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
@@ -253,6 +278,10 @@ struct Active {
     whole_until: usize,
     /// The constraint's masks of this round's rows, first row first (constrain.rs).
     masks: VecDeque<tf_backend::TokenMask>,
+    /// Prompt logprobs gathered so far, while asked for and not yet sent (prompt_logprobs.rs).
+    prompt_lp: Option<Vec<PromptLogprob>>,
+    /// When the engine took it, until its first round is planned.
+    queued: Option<Instant>,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -309,6 +338,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         max_seq_tokens,
         overlap: cfg.overlap,
         in_flight: None,
+        prompt_rows: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("tensorfold-engine".into())
@@ -334,6 +364,8 @@ struct Core<B: Backend> {
     overlap: bool,
     /// A greedy round whose ids are still on the backend (overlap.rs).
     in_flight: Option<overlap::InFlight<B::Held>>,
+    /// This round's prompt-logprob rows: (logits row, sequence, prompt position).
+    prompt_rows: Vec<(usize, SeqId, usize)>,
 }
 
 impl<B: Backend> Core<B> {
@@ -394,9 +426,16 @@ impl<B: Backend> Core<B> {
         self.next_id += 1;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.sched.add(id, req.prompt.as_slice().to_vec());
+        if req.prompt_logprobs.is_some() {
+            self.sched.skip_prefix_cache(id);
+        }
         let history = History::new(&req.prompt);
         let draft_k = if req.draft { self.draft.num_tokens } else { 0 };
-        self.active.insert(id, Active { req, history, generated: 0, draft_k, whole_until: 0, masks: VecDeque::new() });
+        let prompt_lp = req.prompt_logprobs.map(|_| Vec::new());
+        let masks = VecDeque::new();
+        let queued = Some(Instant::now());
+        let a = Active { req, history, generated: 0, draft_k, whole_until: 0, masks, prompt_lp, queued };
+        self.active.insert(id, a);
     }
 
     fn reap_cancelled(&mut self) {
@@ -436,10 +475,19 @@ impl<B: Backend> Core<B> {
         let block_size = self.sched.pool().block_size();
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut q_start = 0;
+        let mut prompt_rows = Vec::new();
         for e in plan {
             let Some(s) = self.sched.seq(e.seq) else {
                 continue;
             };
+            if let Some(a) = self.active.get_mut(&e.seq)
+                && let Some(t) = a.queued.take()
+            {
+                (a.req.sink)(Event::Scheduled(t.elapsed()));
+            }
+            if fed.is_none() {
+                prompt_rows.extend(self.prompt_positions(e, s.prompt_len).map(|p| (q_start + p - e.start, e.seq, p)));
+            }
             // Fed entries' tokens are not on the host yet (the backend holds them).
             if fed.is_none() {
                 ids.extend_from_slice(&s.tokens[e.start..e.start + e.num_tokens - e.draft.len()]);
@@ -459,6 +507,12 @@ impl<B: Backend> Core<B> {
                 self.stats.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
+        // Prompt-logprob rows follow the rows sampled from, so those keep their indices.
+        self.prompt_rows.clear();
+        for (q, seq, p) in prompt_rows {
+            self.prompt_rows.push((rows.len(), seq, p));
+            rows.push(q);
+        }
         let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size };
         let (ids, held) = match fed {
             Some((held, picks)) => (picks, Some(held)),
@@ -474,6 +528,7 @@ impl<B: Backend> Core<B> {
     fn round(&mut self, plan: &[RoundEntry]) {
         let t = Instant::now();
         let mut logits = self.forward_plan(plan, None);
+        self.gather_prompt_logprobs(&logits);
         // While a device runs the forward.
         self.compute_masks(plan);
         self.sched.commit(plan);
@@ -586,6 +641,9 @@ impl<B: Backend> Core<B> {
         a.masks.pop_front();
         let complete = a.req.constraint.as_mut().is_some_and(|c| !c.accept(token) || c.is_finished());
         self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        if let Some(prompt) = a.prompt_lp.take() {
+            (a.req.sink)(Event::PromptLogprobs(prompt));
+        }
         let (logprob, top) = match lp {
             Some(l) => (Some(l.chosen), l.top),
             None => (None, Vec::new()),
@@ -610,6 +668,9 @@ impl<B: Backend> Core<B> {
         s.waiting.store(self.sched.num_waiting() as u64, Ordering::Relaxed);
         s.running.store(self.sched.num_running() as u64, Ordering::Relaxed);
         s.kv_blocks_used.store(self.sched.pool().num_used() as u64, Ordering::Relaxed);
+        let (state_used, state_total) = self.sched.state_use();
+        s.state_slots_used.store(state_used as u64, Ordering::Relaxed);
+        s.state_slots_total.store(state_total as u64, Ordering::Relaxed);
         s.preemptions.store(self.sched.num_preemptions(), Ordering::Relaxed);
         let (hits, queries) = self.sched.prefix_stats();
         s.prefix_hit_tokens.store(hits, Ordering::Relaxed);

@@ -43,6 +43,8 @@ pub struct Sequence {
     pub state_slot: Option<u32>,
     /// Tokens computed at which its state is snapshotted (a full-block boundary; 0: none due).
     pub snapshot_at: usize,
+    /// Admitted without the prefix cache: every prompt position is computed (prompt logprobs).
+    pub uncached: bool,
 }
 
 /// Limits of a round.
@@ -158,6 +160,14 @@ impl Scheduler {
         self.running.len()
     }
 
+    /// Live state slots taken and in all (0, 0 for a model without state).
+    pub fn state_use(&self) -> (usize, usize) {
+        self.state.as_ref().map_or((0, 0), |st| {
+            let total = st.layout().num_live;
+            (total - st.num_free_live(), total)
+        })
+    }
+
     /// Preemptions so far.
     pub fn num_preemptions(&self) -> u64 {
         self.num_preemptions
@@ -199,10 +209,18 @@ impl Scheduler {
                 draft: Vec::new(),
                 state_slot: None,
                 snapshot_at: 0,
+                uncached: false,
             },
         );
         self.set_snapshot_at(id);
         self.waiting.push_back(id);
+    }
+
+    /// Makes sequence `id` skip the prefix cache at admission, so its whole prompt is computed.
+    pub fn skip_prefix_cache(&mut self, id: SeqId) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.uncached = true;
+        }
     }
 
     /// Plans the next round: decoding sequences first (one token each, with their drafts), then
@@ -435,7 +453,7 @@ impl Scheduler {
     fn take_cached_prefix(&mut self, id: SeqId) -> Option<u32> {
         let bs = self.pool.block_size();
         let s = self.seqs.get_mut(&id)?;
-        if !self.config.prefix_cache || s.num_computed > 0 || !s.block_table.is_empty() {
+        if !self.config.prefix_cache || s.uncached || s.num_computed > 0 || !s.block_table.is_empty() {
             return None;
         }
         let mut parent = 0;

@@ -227,7 +227,7 @@ fn render_chat(
         .template
         .as_ref()
         .ok_or_else(|| ApiError::invalid("messages", "this model has no chat template; use /v1/completions"))?;
-    check_messages(o)?;
+    crate::messages::check(o)?;
     if let Some(v) = get(o, "tools").filter(|v| !v.is_array()) {
         return Err(ApiError::invalid("tools", format!("expected a list, got {}", show(v))));
     }
@@ -255,42 +255,6 @@ fn render_chat(
     template
         .render_capped(input, st.max_prompt_bytes())
         .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
-}
-
-/// `messages`: a non-empty list of objects with a string `role` and text `content`.
-fn check_messages(o: &Obj) -> Result<(), ApiError> {
-    let list = match get(o, "messages") {
-        Some(Value::Array(l)) if !l.is_empty() => l,
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "must not be empty")),
-        None => return Err(ApiError::invalid("messages", "is required")),
-        Some(v) => return Err(ApiError::invalid("messages", format!("expected a list, got {}", show(v)))),
-    };
-    for (i, m) in list.iter().enumerate() {
-        let field = format!("messages[{i}]");
-        let Value::Object(m) = m else {
-            return Err(ApiError::invalid(field, format!("expected an object, got {}", show(m))));
-        };
-        if !m.get("role").is_some_and(Value::is_string) {
-            return Err(ApiError::invalid(format!("{field}.role"), "expected a string"));
-        }
-        match m.get("content") {
-            None | Some(Value::Null) | Some(Value::String(_)) => {}
-            Some(Value::Array(parts)) => {
-                for (j, p) in parts.iter().enumerate() {
-                    if p.get("type").and_then(Value::as_str) != Some("text")
-                        || !p.get("text").is_some_and(Value::is_string)
-                    {
-                        let msg = "only text parts ({\"type\": \"text\", \"text\": ...}) are supported";
-                        return Err(ApiError::invalid(format!("{field}.content[{j}]"), msg));
-                    }
-                }
-            }
-            Some(v) => {
-                return Err(ApiError::invalid(format!("{field}.content"), format!("expected text, got {}", show(v))));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Joins list-of-text-parts contents into one string (vLLM's "string" content format).

@@ -13,7 +13,7 @@ pub fn get<'a>(o: &'a Obj, key: &str) -> Option<&'a Value> {
     o.get(key).filter(|v| !v.is_null())
 }
 
-/// Keys read by both generation routes, plus `user` (accepted as metadata).
+/// Keys read by both generation routes (the accepted no-op fields are in noop.rs).
 const COMMON: &[&str] = &[
     "model",
     "seed",
@@ -35,7 +35,7 @@ const COMMON: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
-    "user",
+    "prompt_logprobs",
 ];
 /// `/v1/completions` only.
 pub const COMPLETIONS: &[&str] = &["prompt", "prompt_token_ids", "echo"];
@@ -59,7 +59,16 @@ pub const DETOKENIZE: &[&str] = &["model", "tokens"];
 /// Refuses the first top-level key of a generation request that is neither common nor in
 /// `route`: 400 naming it.
 pub fn check_keys(o: &Obj, route: &[&str]) -> Result<(), ApiError> {
-    check_only(o, &[COMMON, route, crate::structured::FIELDS])
+    check_only(o, &[COMMON, route, crate::structured::FIELDS, crate::noop::FIELDS])
+}
+
+/// Refuses the first key of the nested object at `path` in none of `lists`: 400 naming
+/// `path.key` (e.g. `response_format.json_schema.foo`).
+pub fn check_only_at(o: &Obj, path: &str, lists: &[&[&str]]) -> Result<(), ApiError> {
+    match o.keys().find(|k| !lists.iter().any(|l| l.contains(&k.as_str()))) {
+        Some(k) => Err(ApiError::invalid(format!("{path}.{k}"), "unsupported field")),
+        None => Ok(()),
+    }
 }
 
 /// Refuses the first top-level key in none of `lists`: 400 naming it.

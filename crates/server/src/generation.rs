@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 use tf_core::TokenIds;
-use tf_engine::engine::{Event, FinishReason, GenRequest, TokenEvent};
+use tf_engine::engine::{Event, FinishReason, GenRequest, PromptLogprob, TokenEvent};
 use tf_engine::sampler::SamplingParams;
 use tf_tokenize::{IncrementalDecoder, StopMatcher};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -47,6 +47,15 @@ pub enum Update {
         /// The tokens, with logprobs when asked for.
         tokens: Vec<TokenEvent>,
     },
+    /// The logprobs of the sequence's prompt tokens after the first.
+    Prompt {
+        /// The sequence.
+        index: usize,
+        /// The prompt's first token (it has no logprob).
+        first: u32,
+        /// Position 1 on.
+        logprobs: Vec<PromptLogprob>,
+    },
     /// The sequence ended: "stop", "length" or "abort".
     Finish {
         /// The sequence.
@@ -74,6 +83,11 @@ struct SeqState {
     /// The engine sent its last event.
     done: bool,
     completion_tokens: usize,
+    /// The prompt's first token.
+    first: u32,
+    /// When its first and its latest token came (metrics).
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
 }
 
 /// A running request: yields [`Update`]s until every sequence has ended.
@@ -85,6 +99,8 @@ pub struct Generation {
     /// Ids that end a sequence and are not part of its text (EOS unless ignored, stop ids).
     final_ids: Vec<u32>,
     started: Instant,
+    /// Nothing is generated (`max_tokens: 0`): the engine's one token is dropped.
+    score_only: bool,
     open: usize,
     _admission: Admission,
     tally: Option<Tally>,
@@ -116,6 +132,9 @@ impl Generation {
                 finished: false,
                 done: false,
                 completion_tokens: 0,
+                first: spec.prompt.as_slice().first().copied().unwrap_or(0),
+                first_at: None,
+                last_at: None,
             });
             gen_requests.push(GenRequest {
                 prompt: spec.prompt,
@@ -124,6 +143,7 @@ impl Generation {
                 stop_ids: opts.stop_ids.clone(),
                 ignore_eos: opts.ignore_eos,
                 top_logprobs: opts.logprobs,
+                prompt_logprobs: opts.engine_prompt_logprobs(),
                 sink: Box::new(move |e| {
                     // Past the bound the token is not sent and the engine cancels the sequence;
                     // its end (Done) is always sent.
@@ -149,6 +169,7 @@ impl Generation {
             pending: VecDeque::new(),
             final_ids,
             started,
+            score_only: opts.score_only,
             open,
             _admission: admission,
             tally: None,
@@ -196,11 +217,25 @@ impl Generation {
             return;
         }
         match event {
+            Event::PromptLogprobs(logprobs) => {
+                self.pending.push_back(Update::Prompt { index: i, first: s.first, logprobs })
+            }
+            Event::Scheduled(waited) => self.state.metrics.queue.observe(waited),
+            Event::Token(_) if self.score_only => {}
             Event::Token(t) => self.on_token(i, t),
             Event::Done { reason, .. } => {
                 s.done = true;
                 self.open -= 1;
+                let m = &self.state.metrics;
+                m.e2e.observe(self.started.elapsed());
+                if let (Some(first), Some(last)) = (s.first_at, s.last_at)
+                    && s.completion_tokens > 1
+                {
+                    m.tpot.observe((last - first) / (s.completion_tokens as u32 - 1));
+                }
                 if !s.finished {
+                    let scored = self.score_only && reason != FinishReason::Cancelled;
+                    let reason = if scored { FinishReason::Length } else { reason };
                     self.flush(i, reason);
                 }
             }
@@ -221,9 +256,15 @@ impl Generation {
             return; // a stop string hit; the engine has not seen the cancel yet
         }
         s.completion_tokens += 1;
-        if s.completion_tokens == 1 {
-            self.state.metrics.ttft.observe(self.started.elapsed());
+        let now = Instant::now();
+        match s.last_at {
+            None => {
+                self.state.metrics.ttft.observe(now - self.started);
+                s.first_at = Some(now);
+            }
+            Some(last) => self.state.metrics.itl.observe(now - last),
         }
+        s.last_at = Some(now);
         if self.final_ids.contains(&t.id) {
             return;
         }

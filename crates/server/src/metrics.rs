@@ -1,60 +1,44 @@
 //! Prometheus text exposition, rendered from the engine's counters and the server's own ones
 //! (held in the server state: no global recorder).
 
+use crate::histogram::{self, Histogram};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use tf_engine::engine::EngineStats;
 
-/// Upper bounds (seconds) of the time-to-first-token histogram's buckets (vLLM's).
-const TTFT_BUCKETS: [f64; 16] =
-    [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-
-/// A cumulative histogram of durations.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Observations at or below each bound of `TTFT_BUCKETS`.
-    buckets: [AtomicU64; TTFT_BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (b, &le) in self.buckets.iter().zip(&TTFT_BUCKETS) {
-            if s <= le {
-                b.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (b, le) in self.buckets.iter().zip(&TTFT_BUCKETS) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {}", b.load(Ordering::Relaxed));
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {count}");
-    }
-}
-
 /// Counters the HTTP side keeps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ServerMetrics {
     /// Time from a request's arrival to each sequence's first token.
     pub ttft: Histogram,
+    /// Time from a request's arrival to each sequence's end.
+    pub e2e: Histogram,
+    /// Per sequence of more than one token: (end - first token) / (tokens - 1).
+    pub tpot: Histogram,
+    /// Between consecutive tokens of a sequence.
+    pub itl: Histogram,
+    /// From the engine taking a sequence to its first round.
+    pub queue: Histogram,
     /// Requests refused because the queue was full.
     pub rejected_queue_full: AtomicU64,
     /// Responses by HTTP status.
     responses: Mutex<BTreeMap<u16, u64>>,
+}
+
+impl Default for ServerMetrics {
+    fn default() -> ServerMetrics {
+        ServerMetrics {
+            ttft: Histogram::new(histogram::TTFT),
+            e2e: Histogram::new(histogram::REQUEST),
+            tpot: Histogram::new(histogram::PER_TOKEN),
+            itl: Histogram::new(histogram::PER_TOKEN),
+            queue: Histogram::new(histogram::REQUEST),
+            rejected_queue_full: AtomicU64::new(0),
+            responses: Mutex::new(BTreeMap::new()),
+        }
+    }
 }
 
 impl ServerMetrics {
@@ -69,7 +53,9 @@ impl ServerMetrics {
     pub fn render(&self, engine: &EngineStats, in_flight: usize) -> String {
         let mut out = String::new();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let series: [(&str, &str, &str, f64); 15] = [
+        let (kv_used, kv_total) = (load(&engine.kv_blocks_used) as f64, load(&engine.kv_blocks_total) as f64);
+        let kv_perc = if kv_total > 0.0 { kv_used / kv_total } else { 0.0 };
+        let series: [(&str, &str, &str, f64); 18] = [
             ("tensorfold_requests_total", "counter", "Sequences the engine accepted.", load(&engine.requests) as f64),
             (
                 "tensorfold_prompt_tokens_total",
@@ -93,8 +79,16 @@ impl ServerMetrics {
                 "Time spent in engine rounds.",
                 load(&engine.round_micros) as f64 / 1e6,
             ),
-            ("tensorfold_kv_blocks_used", "gauge", "KV blocks in use.", load(&engine.kv_blocks_used) as f64),
-            ("tensorfold_kv_blocks_total", "gauge", "KV blocks in the pool.", load(&engine.kv_blocks_total) as f64),
+            ("tensorfold_kv_blocks_used", "gauge", "KV blocks in use.", kv_used),
+            ("tensorfold_kv_blocks_total", "gauge", "KV blocks in the pool.", kv_total),
+            ("tensorfold_kv_cache_usage_perc", "gauge", "KV blocks in use, as a fraction of the pool.", kv_perc),
+            (
+                "tensorfold_state_slots_used",
+                "gauge",
+                "Live state slots in use (models with recurrent layers).",
+                load(&engine.state_slots_used) as f64,
+            ),
+            ("tensorfold_state_slots_total", "gauge", "Live state slots.", load(&engine.state_slots_total) as f64),
             ("tensorfold_preemptions_total", "counter", "Sequences preempted.", load(&engine.preemptions) as f64),
             (
                 "tensorfold_device_sampled_rows_total",
@@ -138,6 +132,11 @@ impl ServerMetrics {
         let cached = load(&engine.prefix_cached_blocks);
         let _ = writeln!(out, "# TYPE tensorfold_prefix_cache_blocks gauge\ntensorfold_prefix_cache_blocks {cached}");
         self.ttft.render(&mut out, "tensorfold_time_to_first_token_seconds", "Time to first token.");
+        self.e2e.render(&mut out, "tensorfold_e2e_request_latency_seconds", "Arrival to a sequence's end.");
+        let tpot = "Per sequence: (end - first token) / (output tokens - 1).";
+        self.tpot.render(&mut out, "tensorfold_time_per_output_token_seconds", tpot);
+        self.itl.render(&mut out, "tensorfold_inter_token_latency_seconds", "Between consecutive tokens.");
+        self.queue.render(&mut out, "tensorfold_request_queue_time_seconds", "Engine queue to first round.");
         let _ = writeln!(out, "# HELP tensorfold_http_responses_total Responses by status.");
         let _ = writeln!(out, "# TYPE tensorfold_http_responses_total counter");
         if let Ok(m) = self.responses.lock() {
@@ -152,20 +151,6 @@ impl ServerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_is_cumulative() {
-        let h = Histogram::default();
-        h.observe(Duration::from_millis(3));
-        h.observe(Duration::from_millis(300));
-        let mut s = String::new();
-        h.render(&mut s, "t", "x");
-        assert!(s.contains("t_bucket{le=\"0.001\"} 0"));
-        assert!(s.contains("t_bucket{le=\"0.005\"} 1"));
-        assert!(s.contains("t_bucket{le=\"0.5\"} 2"));
-        assert!(s.contains("t_bucket{le=\"+Inf\"} 2"));
-        assert!(s.contains("t_count 2"));
-    }
 
     #[test]
     fn render_has_every_series() {

@@ -243,6 +243,13 @@ pub struct ServeArgs {
     /// no key is asked for.
     #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub api_key: Option<String>,
+    /// Origins whose browser pages may call the API (CORS): their responses carry
+    /// `Access-Control-Allow-Origin` and their preflights are answered.
+    ///
+    /// Accepts: `*`, or a comma-separated list of `http(s)://host[:port]`. Default: none (no
+    /// CORS headers are sent).
+    #[arg(long, value_parser = crate::cors::parse_origins)]
+    pub allowed_origins: Option<crate::cors::Origins>,
 }
 
 /// The scheduling limits in force: the switches given, else the device's defaults.

@@ -39,6 +39,10 @@ pub struct Options {
     pub ignore_eos: bool,
     /// Alternatives per token when logprobs are asked for.
     pub logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: alternatives per prompt token.
+    pub prompt_logprobs: Option<usize>,
+    /// Score the prompt only (`max_tokens: 0` with prompt logprobs): nothing is generated.
+    pub score_only: bool,
     /// Stream as server-sent events.
     pub stream: bool,
     /// Add a usage chunk at the end of a stream.
@@ -49,6 +53,18 @@ pub struct Options {
     pub tokens_as_ids: bool,
     /// Allow speculative decoding for this request.
     pub draft: bool,
+}
+
+impl Options {
+    /// Alternatives per prompt token the engine must report: for `prompt_logprobs`, and for
+    /// completions' `echo` with `logprobs` (the prompt's tokens lead the logprobs).
+    pub fn engine_prompt_logprobs(&self) -> Option<usize> {
+        let echoed = self.logprobs.filter(|_| self.echo);
+        match (self.prompt_logprobs, echoed) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// A prompt as the engine will see it, and its text when echoed.
@@ -71,6 +87,7 @@ pub fn check_model(o: &Obj, st: &AppState) -> Result<(), ApiError> {
 /// Reads and checks the generation options.
 pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiError> {
     let lim = &st.limits;
+    crate::noop::check(o)?;
     let params = sampling_params(o, st)?;
     let seed = opt_int(o, "seed")?.map(|s| s as u64);
     let n = opt_count(o, "n", 1, lim.max_n)?.unwrap_or(1);
@@ -78,7 +95,8 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
         Api::Chat if get(o, "max_completion_tokens").is_some() => {
             opt_count(o, "max_completion_tokens", 1, lim.max_tokens_limit)?
         }
-        _ => opt_count(o, "max_tokens", 1, lim.max_tokens_limit)?,
+        Api::Chat => opt_count(o, "max_tokens", 1, lim.max_tokens_limit)?,
+        Api::Completions => opt_count(o, "max_tokens", 0, lim.max_tokens_limit)?,
     };
     let stop = str_or_list(o, "stop", lim.max_stop_strings)?;
     check_stop_bytes(&stop, lim.max_stop_bytes)?;
@@ -90,8 +108,17 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
     let stream = opt_bool(o, "stream")?.unwrap_or(false);
     let include_usage = include_usage(o)?;
     let echo = api == Api::Completions && opt_bool(o, "echo")?.unwrap_or(false);
-    if echo && logprobs.is_some() {
-        return Err(ApiError::invalid("echo", "echo with logprobs needs prompt logprobs, which are not supported"));
+    let prompt_logprobs = opt_count(o, "prompt_logprobs", 0, lim.max_logprobs)?;
+    let scored = prompt_logprobs.is_some() || (echo && logprobs.is_some());
+    if max_tokens == Some(0) && !scored {
+        return Err(ApiError::invalid(
+            "max_tokens",
+            "0 is allowed only to score the prompt (echo with logprobs, or prompt_logprobs)",
+        ));
+    }
+    if scored && stream {
+        let field = if prompt_logprobs.is_some() { "prompt_logprobs" } else { "echo" };
+        return Err(ApiError::invalid(field, "prompt logprobs are not streamed; send stream: false"));
     }
     // Speculative decoding when the server runs a drafter; output is identical either way.
     let draft = opt_bool(o, "draft")?.unwrap_or(true);
@@ -105,6 +132,8 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
         stop_ids,
         ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
         logprobs,
+        prompt_logprobs,
+        score_only: max_tokens == Some(0),
         stream,
         include_usage,
         echo,
@@ -370,7 +399,7 @@ pub fn max_tokens_for(
             );
             Err(ApiError::invalid(field, msg))
         }
-        Some(m) => Ok(m),
+        Some(m) => Ok(m.max(1)),
         None => Ok(default.min(left).min(st.limits.max_tokens_limit).max(1)),
     }
 }

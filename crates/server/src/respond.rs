@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tf_engine::engine::TokenEvent;
+use tf_engine::engine::{PromptLogprob, TokenEvent};
 use tf_tokenize::Tokenizer;
 
 use crate::tools::ToolMode;
@@ -94,14 +94,49 @@ impl Reply {
         }
     }
 
+    /// Completions' `logprobs` with `echo`: the prompt's tokens first (the first with `null`s),
+    /// then the generated ones, offsets counted from the start of the echoed text.
+    fn echo_logprobs(&self, first: u32, prompt: &[PromptLogprob], n: usize, tokens: &[TokenEvent]) -> Value {
+        let head = std::iter::once(TokenEvent { id: first, logprob: None, top: Vec::new() });
+        let scored = prompt.iter().map(|p| TokenEvent {
+            id: p.id,
+            logprob: Some(p.logprob),
+            top: p.top.iter().take(n).copied().collect(),
+        });
+        let all: Vec<TokenEvent> = head.chain(scored).chain(tokens.iter().cloned()).collect();
+        let mut v = self.logprobs(&all, 0);
+        v["top_logprobs"][0] = Value::Null;
+        v
+    }
+
+    /// vLLM's `prompt_logprobs`: `null` for the first position, then per position a map from
+    /// token id to `{logprob, rank, decoded_token}` holding the prompt's token and the `n` most
+    /// likely.
+    fn prompt_logprobs(&self, prompt: Option<&[PromptLogprob]>, n: usize) -> Value {
+        let Some(prompt) = prompt else { return Value::Null };
+        let entry =
+            |lp: f32, rank: usize, id: u32| json!({"logprob": lp, "rank": rank, "decoded_token": self.token_text(id)});
+        let positions = prompt.iter().map(|p| {
+            let mut m = serde_json::Map::new();
+            for (r, &(id, lp)) in p.top.iter().take(n).enumerate() {
+                m.insert(id.to_string(), entry(lp, r + 1, id));
+            }
+            m.insert(p.id.to_string(), entry(p.logprob, p.rank, p.id));
+            Value::Object(m)
+        });
+        Value::Array(std::iter::once(Value::Null).chain(positions).collect())
+    }
+
     /// Runs `generation` to the end and builds the response body.
     pub async fn collect(self, mut generation: Generation) -> Result<Value, ApiError> {
         let k = self.echo.len();
         let mut texts: Vec<String> = self.echo.iter().map(|e| e.clone().unwrap_or_default()).collect();
         let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); k];
         let mut finish: Vec<&str> = vec!["abort"; k];
+        let mut prompt: Vec<Option<(u32, Vec<PromptLogprob>)>> = vec![None; k];
         while let Some(u) = generation.next().await {
             match u {
+                Update::Prompt { index, first, logprobs } => prompt[index] = Some((first, logprobs)),
                 Update::Delta { index, text, tokens: t } => {
                     texts[index].push_str(&text);
                     tokens[index].extend(t);
@@ -112,10 +147,19 @@ impl Reply {
         }
         let choices: Vec<Value> = (0..k)
             .map(|i| {
-                let lp = self.opts.logprobs.map(|_| self.logprobs(&tokens[i], 0));
+                let lp = match (&prompt[i], self.opts.echo) {
+                    (Some((first, p)), true) => {
+                        self.opts.logprobs.map(|n| self.echo_logprobs(*first, p, n, &tokens[i]))
+                    }
+                    _ => self.opts.logprobs.map(|_| self.logprobs(&tokens[i], 0)),
+                };
                 match self.api {
                     Api::Completions => {
-                        json!({"index": i, "text": texts[i], "logprobs": lp, "finish_reason": finish[i]})
+                        let mut c = json!({"index": i, "text": texts[i], "logprobs": lp, "finish_reason": finish[i]});
+                        if let Some(n) = self.opts.prompt_logprobs {
+                            c["prompt_logprobs"] = self.prompt_logprobs(prompt[i].as_ref().map(|p| &p.1[..]), n);
+                        }
+                        c
                     }
                     Api::Chat => {
                         let (message, finish) = self.message(&texts[i], finish[i]);
@@ -124,8 +168,13 @@ impl Reply {
                 }
             })
             .collect();
-        Ok(json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
-                  "choices": choices, "usage": self.usage(generation.completion_tokens())}))
+        let mut doc = json!({"id": self.id, "object": self.object(false), "created": self.created,
+                             "model": self.model, "choices": choices,
+                             "usage": self.usage(generation.completion_tokens())});
+        if let (Api::Chat, Some(n)) = (self.api, self.opts.prompt_logprobs) {
+            doc["prompt_logprobs"] = self.prompt_logprobs(prompt.first().and_then(|p| p.as_ref()).map(|p| &p.1[..]), n);
+        }
+        Ok(doc)
     }
 
     /// A chat choice's message and finish reason: with tools, the calls parsed from `text`.
@@ -228,6 +277,7 @@ impl Reply {
                 Some(self.chunk(self.delta_choice(index, String::new(), None, Some(reason))))
             }
             Update::Failed { message, .. } => Some(sse(&ApiError::invalid("prompt", message).body())),
+            Update::Prompt { .. } => None,
         }
     }
 

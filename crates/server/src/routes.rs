@@ -41,6 +41,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), length_cap))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_key))
         .layer(axum::middleware::map_response_with_state(state.clone(), count_response))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::cors::cors))
         .layer(axum::middleware::from_fn(crate::access_log::log_requests))
         .with_state(state)
 }

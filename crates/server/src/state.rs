@@ -62,6 +62,8 @@ pub struct Limits {
     pub api_key: Option<ApiKey>,
     /// Connection timeouts and cap.
     pub conn: crate::conn::ConnLimits,
+    /// Origins allowed to call the API from a browser (`None`: no CORS headers).
+    pub allowed_origins: Option<crate::cors::Origins>,
 }
 
 /// Shared by all handlers.

@@ -4,7 +4,7 @@
 //! `guided_grammar`. At most one may constrain a request; each bad shape is a 400 naming its field.
 
 use crate::error::ApiError;
-use crate::fields::{Obj, get, show};
+use crate::fields::{Obj, check_only_at, get, show};
 use serde_json::Value;
 use tf_grammar::Spec;
 
@@ -44,6 +44,7 @@ pub fn parse(o: &Obj) -> Result<Option<(Spec, String)>, ApiError> {
 fn response_format(v: &Value) -> Result<Option<Spec>, ApiError> {
     let f = "response_format";
     let Value::Object(o) = v else { return Err(ApiError::invalid(f, format!("expected an object, got {}", show(v)))) };
+    check_only_at(o, f, &[&["type", "json_schema"]])?;
     match o.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Spec::JsonObject)),
@@ -54,6 +55,7 @@ fn response_format(v: &Value) -> Result<Option<Spec>, ApiError> {
                 Some(v) => return Err(ApiError::invalid(f, format!("expected an object, got {}", show(v)))),
                 None => return Err(ApiError::invalid(f, "is required with type json_schema")),
             };
+            check_only_at(js, f, &[&["name", "description", "schema", "strict"]])?;
             if let Some(s) = js.get("strict").filter(|s| !s.is_boolean() && !s.is_null()) {
                 return Err(ApiError::invalid(
                     format!("{f}.strict"),
@@ -173,6 +175,11 @@ mod tests {
             (json!({"guided_json": "not json"}), "guided_json"),
             (json!({"structured_outputs": {"regex": "a", "choice": ["b"]}}), "structured_outputs"),
             (json!({"structured_outputs": {"yaml": "a"}}), "structured_outputs.yaml"),
+            (json!({"response_format": {"type": "text", "x": 1}}), "response_format.x"),
+            (
+                json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "foo": 1}}}),
+                "response_format.json_schema.foo",
+            ),
             (json!({"guided_regex": "a", "guided_choice": ["b"]}), "guided_choice"),
         ];
         for (body, field) in cases {

@@ -8,7 +8,7 @@
 //! "parameters"}`, optionally after `<|python_tag|>`, and the grammar's form).
 
 use crate::error::ApiError;
-use crate::fields::{Obj, get, opt_bool, show};
+use crate::fields::{Obj, check_only_at, get, opt_bool, show};
 use crate::tool_formats::{json_call, parse_blocks};
 use serde_json::{Value, json};
 use tf_grammar::Spec;
@@ -82,6 +82,10 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiErro
         Some(Value::String(s)) if s == "auto" => return Ok((Some(mode(&tools)), None)),
         Some(Value::String(s)) if s == "required" => tools.iter().enumerate().collect(),
         Some(Value::Object(c)) => {
+            check_only_at(c, "tool_choice", &[&["type", "function"]])?;
+            if let Some(Value::Object(f)) = c.get("function") {
+                check_only_at(f, "tool_choice.function", &[&["name"]])?;
+            }
             let name = c.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
             let name = name.ok_or_else(|| ApiError::invalid("tool_choice.function.name", "is required"))?;
             let found: Vec<_> = tools.iter().enumerate().filter(|(_, (n, _))| n == name).collect();
@@ -131,11 +135,17 @@ fn mode(tools: &[(String, Value)]) -> ToolMode {
 /// `tools[i]`: `{"type": "function", "function": {"name", "parameters"?}}`.
 fn tool(t: &Value, i: usize) -> Result<(String, Value), ApiError> {
     let field = format!("tools[{i}]");
+    if let Value::Object(o) = t {
+        check_only_at(o, &field, &[&["type", "function"]])?;
+    }
     if t.get("type").and_then(Value::as_str) != Some("function") {
         return Err(ApiError::invalid(format!("{field}.type"), "only \"function\" tools are supported"));
     }
     let f = t.get("function").filter(|f| f.is_object());
     let f = f.ok_or_else(|| ApiError::invalid(format!("{field}.function"), "expected an object"))?;
+    if let Value::Object(o) = f {
+        check_only_at(o, &format!("{field}.function"), &[&["name", "description", "parameters", "strict"]])?;
+    }
     let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| ApiError::invalid(format!("{field}.function.name"), "expected a string"))?;
     let params = match f.get("parameters") {
@@ -201,6 +211,13 @@ mod tests {
                 "tools[0].function.parameters",
             ),
             (json!({"tools": tools(), "parallel_tool_calls": "yes"}), "parallel_tool_calls"),
+            (json!({"tools": [{"type": "function", "function": {"name": "f"}, "x": 1}]}), "tools[0].x"),
+            (json!({"tools": [{"type": "function", "function": {"name": "f", "args": {}}}]}), "tools[0].function.args"),
+            (
+                json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "now", "x": 1}}}),
+                "tool_choice.function.x",
+            ),
+            (json!({"tools": tools(), "tool_choice": {"type": "function", "name": "now"}}), "tool_choice.name"),
         ];
         for (body, field) in cases {
             let e = parse(&o(body.clone())).unwrap_err();

@@ -72,6 +72,7 @@ pub fn run_constrained(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
                 stop_ids: vocab.check(&[]).expect("no stop ids"),
                 ignore_eos: true,
                 top_logprobs: r.top_logprobs,
+                prompt_logprobs: None,
                 sink: Box::new(move |e| tx.send(e).is_ok()),
                 cancel: Arc::new(AtomicBool::new(false)),
                 draft: r.draft,
@@ -89,6 +90,7 @@ pub fn run_constrained(h: &EngineHandle, reqs: &[Req]) -> Vec<Output> {
                     Event::Token(t) => out.push((t.id, t.logprob.map_or(crate::NO_LOGPROB, f32::to_bits))),
                     Event::Done { .. } => return out,
                     Event::Error(m) => panic!("{m}"),
+                    Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
                 }
             }
             panic!("the engine dropped a request without finishing it")

@@ -130,6 +130,7 @@ pub fn run_events_stopping(h: &EngineHandle, reqs: &[Req], stops: &[Vec<i64>]) -
                 stop_ids: vocab.check(stop).expect("test stop ids are inside the vocabulary"),
                 ignore_eos: true,
                 top_logprobs: r.top_logprobs,
+                prompt_logprobs: None,
                 sink: Box::new(move |e| tx.send(e).is_ok()),
                 cancel: Arc::new(AtomicBool::new(false)),
                 draft: r.draft,
@@ -157,6 +158,7 @@ fn collect(rx: std::sync::mpsc::Receiver<Event>) -> Vec<TokenEvent> {
             Event::Token(t) => out.push(t),
             Event::Done { .. } => return out,
             Event::Error(m) => panic!("{m}"),
+            Event::PromptLogprobs(_) | Event::Scheduled(_) => {}
         }
     }
     panic!("the engine dropped a request without finishing it")
