@@ -1,6 +1,7 @@
 //! `serve`'s chat template choice, end to end: `--chat-template NAME|FILE` wins over the
 //! checkpoint's own, a checkpoint without one gets its family's usual template with a warning
-//! on stderr, and unknown names, unreadable files and broken templates exit 2 before serving.
+//! on stderr, and unknown names, unreadable files and broken templates exit 2 before serving;
+//! a built-in renders `tools`, so a model without its own template calls tools.
 //! The ids `/tokenize` returns for a chat show which template rendered it (the fixture's
 //! vocabulary has `<bos>` = 1, `<|im_start|>` = 3, `<|im_end|>` = 4 and no Gemma turn tokens).
 
@@ -159,4 +160,43 @@ fn unknown_names_unreadable_files_and_broken_templates_exit_2() {
     std::fs::write(&broken, "{% for m in messages %}").unwrap();
     let msg = refused(dir.path(), &["--chat-template", broken.to_str().unwrap()]);
     assert!(msg.contains("does not compile"), "{msg}");
+}
+
+#[test]
+fn a_builtin_template_renders_tools_and_a_required_choice_returns_calls() {
+    let dir = model_dir(None);
+    // The tool instructions alone pass the fixture's 256 positions in its small vocabulary.
+    let config = dir.path().join("config.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    doc["max_position_embeddings"] = json!(1024);
+    std::fs::write(&config, doc.to_string()).unwrap();
+    let s = serve(dir.path(), &["--chat-template", "qwen3"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+                       "required": ["city"], "additionalProperties": false}}}]);
+    let messages = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let (status, plain) = post(&s.addr, "/tokenize", &json!({"messages": messages}));
+    assert_eq!(status, 200, "{plain}");
+    let (status, listed) = post(&s.addr, "/tokenize", &json!({"messages": messages, "tools": tools}));
+    assert_eq!(status, 200, "{listed}");
+    assert!(listed["count"].as_u64() > plain["count"].as_u64(), "the tools are in the prompt: {listed}");
+
+    let body = json!({"model": "tiny", "messages": messages, "tools": tools, "tool_choice": "required",
+                      "parallel_tool_calls": false, "temperature": 0, "max_tokens": 64});
+    let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{doc}");
+    let choice = &doc["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{doc}");
+    let calls = choice["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
+    assert_eq!(calls.len(), 1, "{doc}");
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"] == "Paris" || args["city"] == "Oslo", "{args}");
+
+    // The call goes back into the history with its result, as the template's next turn reads it.
+    let history =
+        json!([messages[0], choice["message"], {"role": "tool", "tool_call_id": calls[0]["id"], "content": "18C"}]);
+    let body = json!({"model": "tiny", "messages": history, "tools": tools, "max_tokens": 4});
+    let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{doc}");
 }
