@@ -31,7 +31,7 @@ pub struct CudaOptions {
     /// When the wgmma GEMM splits K by segment (none: [`SplitRule::DEFAULT`]).
     pub gemm_split: Option<SplitRule>,
     /// Rows from which the wgmma GEMM applies the gated activation in its store (at least 33, the
-    /// wgmma GEMM's first row count; none: the default of matmul.rs).
+    /// wgmma GEMM's first row count; none: 33, all of them).
     pub glu_store_rows: Option<usize>,
 }
 
@@ -69,6 +69,7 @@ impl std::str::FromStr for SplitRule {
 /// against the product then `glu_packed` from 257 rows: batch 64 1.016x, 256 1.03x; H200
 /// prefill from 257 tokens: 512 1.07x, 1024 1.12x, 4096 1.03x (docs/perf.md).
 pub(crate) const GLU_STORE_MIN_ROWS: usize = 33;
+
 /// The rounds a kernel timeline records, `from..=to` (1-based).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRounds {
