@@ -9,15 +9,11 @@ use crate::load;
 use crate::run_args::RunArgs;
 use crate::run_chat::{Chat, Ended, Settings};
 use std::io::{IsTerminal, Read, Write};
-use std::path::Path;
-use std::sync::Arc;
 use tf_backend::Backend;
 use tf_core::LoadProgress;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
-use tf_models::Model;
-use tf_server::ModelInfo;
 
 /// The context `run` gives a model whose own is longer, unless `--max-model-len` says (Ollama's).
 const DEFAULT_CONTEXT: usize = 4096;
@@ -102,7 +98,7 @@ fn start<B: Backend + 'static>(
     let mut model = load::open_reporting(path, &backend, &LoadProgress::default(), |l| eprintln!("{l}"))?;
     let ctx = a.max_model_len.unwrap_or(model.decoder.spec.max_position_embeddings.min(DEFAULT_CONTEXT));
     load::cap_context(&mut model, Some(ctx as u64))?;
-    let mut info = model_info(&model, path);
+    let mut info = crate::serve::named_model_info(&model, path.display().to_string());
     let chat = serve_template(a.chat_template.as_deref(), &mut model, &mut info)?;
     for w in &chat.warnings {
         eprintln!("warning: {w}");
@@ -131,19 +127,4 @@ fn start<B: Backend + 'static>(
         EngineConfig { num_blocks: ctx.div_ceil(BLOCK_SIZE) + 1, block_size: BLOCK_SIZE, sched, draft, overlap: true };
     let (engine, thread) = spawn(model, backend, cfg).map_err(refused)?;
     Ok((crate::run_chat::Model { engine, template, tok, eos_ids, info: lines }, thread))
-}
-
-/// What the chat template choice reads of the model.
-fn model_info<B: Backend>(model: &Model<B>, path: &Path) -> ModelInfo {
-    let tok = model.tokenizer.as_ref();
-    let text_of = |id: Option<u32>| id.and_then(|id| tok.and_then(|t| t.id_to_token(id)));
-    ModelInfo {
-        name: path.display().to_string(),
-        vocab: model.vocab,
-        tokenizer: model.tokenizer.clone().map(Arc::new),
-        eos_ids: model.eos_ids.clone(),
-        bos_token: text_of(model.bos_id),
-        eos_token: text_of(tok.and_then(|t| t.eos_id()).or(model.eos_ids.first().copied())),
-        chat_template: tok.and_then(|t| t.chat_template()).map(str::to_string),
-    }
 }

@@ -261,6 +261,11 @@ fn model_info<B: Backend>(model: &Model<B>, a: &ServeArgs, dir: &Path) -> ModelI
         let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
         canonical.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
     });
+    named_model_info(model, name)
+}
+
+/// What the chat side keeps of the model, under `name` (serve's and run's).
+pub(crate) fn named_model_info<B: Backend>(model: &Model<B>, name: String) -> ModelInfo {
     let tok = model.tokenizer.as_ref();
     let text_of = |id: Option<u32>| id.and_then(|id| tok.and_then(|t| t.id_to_token(id)));
     ModelInfo {
