@@ -22,7 +22,7 @@ pub struct CudaArgs {
     #[arg(long, value_name = "MARK", requires = "trace")]
     pub trace_mark: Option<String>,
     /// When the many-row GEMM splits K by segment: `ROWS:FACTOR`, at most ROWS rows and fewer
-    /// weight blocks than FACTOR times the SMs (default 128:1; the same bits either way).
+    /// weight blocks than FACTOR times the SMs (default 64:1; the same bits either way).
     #[arg(long, value_name = "ROWS:FACTOR")]
     pub cuda_split: Option<String>,
     /// Rows from which gate/up's many-row GEMM applies the activation in its store (at least 33;

@@ -269,9 +269,10 @@ fn gemm_wgmma(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add
 /// K segments the wgmma GEMM of `m` rows over `ctas` 128-row W blocks splits into: decode batches
 /// leave SMs idle where a weight has fewer blocks than SMs (one CTA per W block), so K is split by
 /// segment and a fold adds the segment sums in order (the same additions, so the same bits).
-/// `Ctx::split` says when: by default to 128 rows and under one block an SM (H100, qwen3-8b
-/// decode against the older 64 rows and two blocks an SM: batch 64 1.10x, batch 128 1.04x; the
-/// fold's workspace costs more than the idle SMs from 256 rows, and on gate/up's 192 blocks).
+/// `Ctx::split` says when: by default to 64 rows and under one block an SM (H100, qwen3-8b
+/// decode against the older two blocks an SM: batch 64 1.10x, as gate/up's 192 blocks no longer
+/// fold a 50 MB workspace; to 128 rows dense batch 128 gained 1.04x but qwen3-30b-a3b's batch 128
+/// lost 1.17x, and from 256 rows the fold's workspace costs more than the idle SMs).
 fn k_splits(b: &Ctx, m: usize, ctas: usize, kt: usize) -> usize {
     let r = b.split;
     if m <= r.max_rows && (ctas as f32) < r.below * b.dev.num_sms as f32 { crate::tma::segments(kt) } else { 1 }

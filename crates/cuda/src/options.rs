@@ -47,8 +47,8 @@ pub struct SplitRule {
 }
 
 impl SplitRule {
-    /// Up to 128 rows, fewer weight blocks than SMs (H100, qwen3-8b: docs/perf.md).
-    pub const DEFAULT: SplitRule = SplitRule { max_rows: 128, below: 1.0 };
+    /// Up to 64 rows, fewer weight blocks than SMs (H100, qwen3-8b and qwen3-30b-a3b: docs/perf.md).
+    pub const DEFAULT: SplitRule = SplitRule { max_rows: 64, below: 1.0 };
 }
 
 impl std::str::FromStr for SplitRule {

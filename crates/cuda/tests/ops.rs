@@ -86,7 +86,7 @@ fn packed_gate_up_equals_glu_of_two_matmuls() {
 fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
     // Every path of matmul_glu: TMA GEMVs (1-32 rows: 1-8, 9-16, 17-32), the wgmma GEMM with the
     // activation in its store (33+; 200 and 1096 rows end mid W block), the tiled GEMM (K = 200
-    // is not whole 64-wide blocks); `glu_packed` of the plain product (split wgmma to 128 rows):
+    // is not whole 64-wide blocks); `glu_packed` of the plain product (split wgmma to 64 rows):
     // each result (bf16 only) must equal glu of the two plain matmuls rounded to bf16, and feed
     // the down projection the same bits.
     for (inter, k) in [(200, 256), (1096, 512), (64, 200)] {
