@@ -6,14 +6,16 @@ use crate::body::json_body;
 use crate::chat_ids;
 use crate::constraint::Prepared;
 use crate::error::ApiError;
-use crate::fields::{Obj, get, opt_bool, show};
 use crate::generation::{Generation, SeqSpec};
 use crate::request::{
-    Api, Options, check_model, check_prompt_len, max_tokens_for, parse_options, parse_prompts, seed_for,
+    Api, Options, RouteFields, check_model, check_prompt_len, max_tokens_for, parse_options, parse_prompts, seed_for,
 };
 use crate::respond::Reply;
 use crate::state::AppState;
 use crate::template::TemplateInput;
+use crate::wire::chat::{ChatRequest, Message};
+use crate::wire::common::Structured;
+use crate::wire::completions::CompletionRequest;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
@@ -61,8 +63,8 @@ async fn run(
     let body = json_body(&headers, body, st.limits.max_body_bytes)?;
     let prep = st.clone();
     let (reply, specs) = blocking(move || match api {
-        Api::Completions => prepare_completions(&prep, &body.obj),
-        Api::Chat => prepare_chat(&prep, &body.obj, &body.raw),
+        Api::Completions => prepare_completions(&prep, &body.value),
+        Api::Chat => prepare_chat(&prep, &body.value, &body.raw),
     })
     .await?;
     let mut generation = Generation::start(&st, specs, &reply.opts, started)?;
@@ -127,12 +129,12 @@ fn specs_for(
         .collect()
 }
 
-fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
-    crate::fields::check_keys(o, crate::fields::COMPLETIONS)?;
-    check_model(o, st)?;
-    let opts = parse_options(o, st, Api::Completions)?;
-    let prompts = parse_prompts(o, st)?;
-    let constraint = constraint_of(st, o)?;
+fn prepare_completions(st: &AppState, body: &Value) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    let r = CompletionRequest::read(body)?;
+    check_model(r.run.model.as_deref(), st)?;
+    let opts = parse_options(st, &r.sampling, &r.run, &r.noop, RouteFields::Completions(&r.fields))?;
+    let prompts = parse_prompts(&r.fields, st)?;
+    let constraint = constraint_of(st, &r.structured)?;
     if prompts.len() * opts.n > st.limits.max_n {
         let msg =
             format!("{} prompts x n = {} sequences; at most {} are allowed", prompts.len(), opts.n, st.limits.max_n);
@@ -155,15 +157,17 @@ fn prepare_completions(st: &AppState, o: &Obj) -> Result<(Reply, Vec<SeqSpec>), 
     Ok((reply(st, Api::Completions, opts, prompt_tokens, echo), specs))
 }
 
-fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
-    crate::fields::check_keys(o, crate::fields::CHAT)?;
-    check_model(o, st)?;
-    let opts = parse_options(o, st, Api::Chat)?;
-    let prompt = chat_prompt(st, o, raw, false)?;
+fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
+    let r = ChatRequest::read(body)?;
+    check_model(r.run.model.as_deref(), st)?;
+    let opts = parse_options(st, &r.sampling, &r.run, &r.noop, RouteFields::Chat(&r.fields))?;
+    let chat =
+        ChatInput { messages: r.fields.messages.as_ref(), add_generation_prompt: r.fields.add_generation_prompt };
+    let prompt = chat_prompt(st, &chat, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
-    let (tools, tool_grammar) = crate::tools::parse(o)?;
-    let constraint = match (tool_grammar, constraint_of(st, o)?) {
+    let (tools, tool_grammar) = crate::tools::parse(&r.fields)?;
+    let constraint = match (tool_grammar, constraint_of(st, &r.structured)?) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid("tool_choice", "a required or named tool choice takes no other constraint"));
         }
@@ -182,7 +186,7 @@ fn prepare_chat(st: &AppState, o: &Obj, raw: &[u8]) -> Result<(Reply, Vec<SeqSpe
 }
 
 /// The request's structured-output constraint, compiled (here, never on the engine thread).
-fn constraint_of(st: &AppState, o: &Obj) -> Result<Option<Prepared>, ApiError> {
+fn constraint_of(st: &AppState, o: &Structured) -> Result<Option<Prepared>, ApiError> {
     match crate::structured::parse(o)? {
         Some((spec, field)) => Ok(Some(crate::constraint::prepare(st, &spec, &field)?)),
         None => Ok(None),
@@ -200,9 +204,17 @@ struct ChatParts {
     chat_template_kwargs: Option<JValue>,
 }
 
-/// Checks `messages` (and `tools`) and renders the chat template to prompt text.
+/// What the chat template renders, read from a body's typed parts (the raw body gives the
+/// messages and tools again with their keys in order, as the template must see them).
+pub struct ChatInput<'a> {
+    /// The messages (checked here).
+    pub messages: Option<&'a Vec<Message>>,
+    /// Whether the prompt ends with the assistant's turn opening (default true).
+    pub add_generation_prompt: Option<bool>,
+}
+
 /// The ids of a chat request's prompt: rendered by the template, users' text kept literal.
-pub fn chat_prompt(st: &AppState, o: &Obj, raw: &[u8], add_special_tokens: bool) -> Result<TokenIds, ApiError> {
+pub fn chat_prompt(st: &AppState, o: &ChatInput, raw: &[u8], add_special_tokens: bool) -> Result<TokenIds, ApiError> {
     let tok = st
         .model
         .tokenizer
@@ -218,7 +230,7 @@ pub fn chat_prompt(st: &AppState, o: &Obj, raw: &[u8], add_special_tokens: bool)
 /// sentinels (collected in `literals`) for [`chat_ids::encode`].
 fn render_chat(
     st: &AppState,
-    o: &Obj,
+    o: &ChatInput,
     raw: &[u8],
     tok: &Tokenizer,
     literals: &mut Vec<String>,
@@ -227,15 +239,7 @@ fn render_chat(
         .template
         .as_ref()
         .ok_or_else(|| ApiError::invalid("messages", "this model has no chat template; use /v1/completions"))?;
-    crate::messages::check(o)?;
-    if let Some(v) = get(o, "tools").filter(|v| !v.is_array()) {
-        return Err(ApiError::invalid("tools", format!("expected a list, got {}", show(v))));
-    }
-    let kwargs = match get(o, "chat_template_kwargs") {
-        None | Some(Value::Object(_)) => Ok(()),
-        Some(v) => Err(ApiError::invalid("chat_template_kwargs", format!("expected an object, got {}", show(v)))),
-    };
-    kwargs?;
+    crate::messages::check(o.messages)?;
     let parts: ChatParts =
         serde_json::from_slice(raw).map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
     let messages = chat_ids::protect(parts.messages.map(normalize_messages).unwrap_or_default(), tok, literals);
@@ -249,7 +253,7 @@ fn render_chat(
     let input = TemplateInput {
         messages,
         tools: parts.tools.filter(|v| !v.is_none()),
-        add_generation_prompt: opt_bool(o, "add_generation_prompt")?.unwrap_or(true),
+        add_generation_prompt: o.add_generation_prompt.unwrap_or(true),
         extra,
     };
     template

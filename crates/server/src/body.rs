@@ -2,7 +2,6 @@
 //! cap (the body limit layer enforces it while reading), 400 for malformed JSON.
 
 use crate::error::ApiError;
-use crate::fields::Obj;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -11,7 +10,7 @@ use serde_json::Value;
 /// A JSON object body and its raw bytes (for order-preserving reads of chat messages).
 pub struct JsonBody {
     /// The parsed object.
-    pub obj: Obj,
+    pub value: Value,
     /// The bytes as received.
     pub raw: Bytes,
 }
@@ -33,7 +32,7 @@ pub fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>, limit
         return Err(ApiError::with_status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", msg));
     }
     match serde_json::from_slice::<Value>(&raw) {
-        Ok(Value::Object(obj)) => Ok(JsonBody { obj, raw }),
+        Ok(value @ Value::Object(_)) => Ok(JsonBody { value, raw }),
         Ok(_) => Err(ApiError::malformed("the body must be a JSON object")),
         Err(e) => Err(ApiError::malformed(format!("malformed JSON: {e}"))),
     }
@@ -53,7 +52,7 @@ mod tests {
     #[test]
     fn content_type_and_syntax_are_checked() {
         let ok = json_body(&headers("application/json; charset=utf-8"), Ok(Bytes::from_static(b"{\"a\":1}")), 10);
-        assert_eq!(ok.unwrap().obj["a"], 1);
+        assert_eq!(ok.unwrap().value["a"], 1);
         let e = json_body(&headers("text/plain"), Ok(Bytes::from_static(b"{}")), 10).err().unwrap();
         assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
         for bad in [&b"{"[..], b"[1]", b"\xff\xfe", b"{\"a\": \"\xc3\x28\"}", b"{\"a\": \"\\ud800\"}"] {

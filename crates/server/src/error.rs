@@ -29,6 +29,19 @@ impl ApiError {
         ApiError { status: StatusCode::BAD_REQUEST, message, param: Some(param), code: "invalid_value" }
     }
 
+    /// The same error with its field path's leading `from` (a whole segment) replaced by `to`.
+    pub fn under(mut self, from: &str, to: &str) -> ApiError {
+        if let Some(p) = &self.param
+            && let Some(rest) = p.strip_prefix(from)
+            && (rest.is_empty() || rest.starts_with(['.', '[']))
+        {
+            let renamed = format!("{to}{rest}");
+            self.message = self.message.replacen(p.as_str(), &renamed, 1);
+            self.param = Some(renamed);
+        }
+        self
+    }
+
     /// 400: the request as a whole is malformed (not JSON, not an object).
     pub fn malformed(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), param: None, code: "invalid_request" }

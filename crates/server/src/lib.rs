@@ -20,6 +20,7 @@ mod loading;
 mod messages;
 pub mod metrics;
 mod noop;
+pub mod openapi;
 pub mod options;
 pub mod request;
 mod respond;
@@ -30,6 +31,7 @@ mod structured;
 pub mod template;
 mod tool_formats;
 mod tools;
+pub mod wire;
 
 pub use conn::{ConnLimits, parse_duration};
 pub use error::ApiError;

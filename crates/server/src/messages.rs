@@ -3,71 +3,38 @@
 //! silently drop; each fault is a 400 naming its path (e.g. `messages[1].content[0].image_url`).
 
 use crate::error::ApiError;
-use crate::fields::{Obj, check_only_at, get, show};
+use crate::wire::chat::{Content, Message};
 use serde_json::Value;
 
-/// Keys a message may carry (the template sees them all).
-const MESSAGE: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "reasoning"];
-/// Keys of a returned assistant message a client may send back, accepted only when empty.
-const EMPTY_ONLY: &[&str] = &["refusal", "annotations", "audio", "function_call"];
-/// Keys of a text part.
-const PART: &[&str] = &["type", "text"];
-/// Keys of an assistant message's tool call, and of its function.
-const CALL: &[&str] = &["id", "type", "function", "index"];
-const CALL_FUNCTION: &[&str] = &["name", "arguments"];
-
-/// `messages`: a non-empty list of objects with a string `role` and text `content`.
-pub fn check(o: &Obj) -> Result<(), ApiError> {
-    let list = match get(o, "messages") {
-        Some(Value::Array(l)) if !l.is_empty() => l,
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "must not be empty")),
+/// `messages`: a non-empty list of messages with a `role` and text content.
+pub fn check(messages: Option<&Vec<Message>>) -> Result<(), ApiError> {
+    let list = match messages {
+        Some(l) if !l.is_empty() => l,
+        Some(_) => return Err(ApiError::invalid("messages", "must not be empty")),
         None => return Err(ApiError::invalid("messages", "is required")),
-        Some(v) => return Err(ApiError::invalid("messages", format!("expected a list, got {}", show(v)))),
     };
     for (i, m) in list.iter().enumerate() {
-        let field = format!("messages[{i}]");
-        let Value::Object(m) = m else {
-            return Err(ApiError::invalid(field, format!("expected an object, got {}", show(m))));
-        };
-        message(m, &field)?;
+        message(m, &format!("messages[{i}]"))?;
     }
     Ok(())
 }
 
-fn message(m: &Obj, field: &str) -> Result<(), ApiError> {
-    let present: Obj = m.iter().filter(|(k, v)| !is_empty(v) || !EMPTY_ONLY.contains(&k.as_str())).map(clone).collect();
-    check_only_at(&present, field, &[MESSAGE])?;
-    if !m.get("role").is_some_and(Value::is_string) {
+fn message(m: &Message, field: &str) -> Result<(), ApiError> {
+    let returned = [("refusal", &m.refusal), ("annotations", &m.annotations), ("audio", &m.audio)];
+    for (key, v) in returned.into_iter().chain([("function_call", &m.function_call)]) {
+        if v.as_ref().is_some_and(|v| !is_empty(v)) {
+            return Err(ApiError::invalid(format!("{field}.{key}"), "unsupported field"));
+        }
+    }
+    if m.role.is_none() {
         return Err(ApiError::invalid(format!("{field}.role"), "expected a string"));
     }
-    match m.get("content") {
-        None | Some(Value::Null) | Some(Value::String(_)) => {}
-        Some(Value::Array(parts)) => {
-            for (j, p) in parts.iter().enumerate() {
-                let path = format!("{field}.content[{j}]");
-                if p.get("type").and_then(Value::as_str) != Some("text") || !p.get("text").is_some_and(Value::is_string)
-                {
-                    let msg = "only text parts ({\"type\": \"text\", \"text\": ...}) are supported";
-                    return Err(ApiError::invalid(path, msg));
-                }
-                if let Value::Object(p) = p {
-                    check_only_at(p, &path, &[PART])?;
-                }
-            }
-        }
-        Some(v) => {
-            return Err(ApiError::invalid(format!("{field}.content"), format!("expected text, got {}", show(v))));
-        }
-    }
-    if let Some(Value::Array(calls)) = m.get("tool_calls") {
-        for (j, c) in calls.iter().enumerate() {
-            let path = format!("{field}.tool_calls[{j}]");
-            let Value::Object(c) = c else {
-                return Err(ApiError::invalid(path, format!("expected an object, got {}", show(c))));
-            };
-            check_only_at(c, &path, &[CALL])?;
-            if let Some(Value::Object(f)) = c.get("function") {
-                check_only_at(f, &format!("{path}.function"), &[CALL_FUNCTION])?;
+    if let Some(Content::Parts(parts)) = &m.content {
+        for (j, p) in parts.iter().enumerate() {
+            let other = p.image_url.is_some() || p.input_audio.is_some() || p.file.is_some();
+            if p.kind.as_deref() != Some("text") || p.text.is_none() || other {
+                let msg = "only text parts ({\"type\": \"text\", \"text\": ...}) are supported";
+                return Err(ApiError::invalid(format!("{field}.content[{j}]"), msg));
             }
         }
     }
@@ -83,17 +50,14 @@ fn is_empty(v: &Value) -> bool {
     }
 }
 
-fn clone((k, v): (&String, &Value)) -> (String, Value) {
-    (k.clone(), v.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     fn check_v(v: Value) -> Result<(), ApiError> {
-        check(v.as_object().unwrap())
+        let c: crate::wire::chat::ChatFields = crate::wire::read(&v)?;
+        check(c.messages.as_ref())
     }
 
     #[test]

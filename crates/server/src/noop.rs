@@ -3,11 +3,9 @@
 //! `service_tier` (`auto` or `default`).
 
 use crate::error::ApiError;
-use crate::fields::{Obj, get, opt_bool, opt_str, show};
-use serde_json::Value;
-
-/// The accepted no-op fields.
-pub const FIELDS: &[&str] = &["user", "metadata", "store", "service_tier"];
+use crate::fields::show;
+use crate::wire::common::NoOp;
+use serde_json::{Map, Value};
 
 /// Most `metadata` entries (OpenAI's bound).
 const MAX_METADATA_KEYS: usize = 16;
@@ -19,29 +17,26 @@ const MAX_METADATA_VALUE_CHARS: usize = 512;
 const MAX_USER_CHARS: usize = 512;
 
 /// Checks the no-op fields' values; each bad one is a 400 naming it.
-pub fn check(o: &Obj) -> Result<(), ApiError> {
-    if let Some(u) = opt_str(o, "user")?
+pub fn check(o: &NoOp) -> Result<(), ApiError> {
+    if let Some(u) = &o.user
         && u.chars().count() > MAX_USER_CHARS
     {
         return Err(ApiError::invalid("user", format!("longer than {MAX_USER_CHARS} characters")));
     }
-    metadata(o)?;
-    if opt_bool(o, "store")? == Some(true) {
+    if let Some(m) = &o.metadata {
+        metadata(m)?;
+    }
+    if o.store == Some(true) {
         return Err(ApiError::invalid("store", "this server stores no completions; send false or leave it out"));
     }
-    match opt_str(o, "service_tier")? {
+    match o.service_tier.as_deref() {
         None | Some("auto" | "default") => Ok(()),
         Some(t) => Err(ApiError::invalid("service_tier", format!("expected auto or default, got {t:?}"))),
     }
 }
 
 /// `metadata`: at most 16 string values, keys up to 64 characters and values up to 512.
-fn metadata(o: &Obj) -> Result<(), ApiError> {
-    let m = match get(o, "metadata") {
-        None => return Ok(()),
-        Some(Value::Object(m)) => m,
-        Some(v) => return Err(ApiError::invalid("metadata", format!("expected an object, got {}", show(v)))),
-    };
+fn metadata(m: &Map<String, Value>) -> Result<(), ApiError> {
     if m.len() > MAX_METADATA_KEYS {
         return Err(ApiError::invalid("metadata", format!("{} entries; at most {MAX_METADATA_KEYS}", m.len())));
     }
@@ -72,7 +67,7 @@ mod tests {
     #[test]
     fn good_values_pass_and_bad_ones_are_named() {
         let ok = json!({"user": "u", "metadata": {"a": "b"}, "store": false, "service_tier": "auto"});
-        assert!(check(ok.as_object().unwrap()).is_ok());
+        assert!(check(&crate::wire::read(&ok).unwrap()).is_ok());
         let many: serde_json::Map<String, Value> = (0..17).map(|i| (i.to_string(), json!("x"))).collect();
         let cases = [
             (json!({"user": 5}), "user"),
@@ -85,7 +80,7 @@ mod tests {
             (json!({"service_tier": "flex"}), "service_tier"),
         ];
         for (body, field) in cases {
-            let e = check(body.as_object().unwrap()).unwrap_err();
+            let e = crate::wire::read::<NoOp>(&body).and_then(|o| check(&o)).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(field), "{body}");
         }
     }

@@ -3,11 +3,12 @@
 //! values go through `SamplingParams::validate`; sizes are held to the deployment's limits.
 
 use crate::error::ApiError;
-use crate::fields::{
-    Obj, check_only, get, int_list, opt_bool, opt_count, opt_f32, opt_int, opt_str, show, str_or_list,
-};
+use crate::fields::{int_list, show};
 use crate::state::AppState;
-use serde_json::Value;
+use crate::wire::chat::ChatFields;
+use crate::wire::common::{NoOp, Run, Sampling, StreamOptions};
+use crate::wire::completions::CompletionFields;
+use serde_json::{Map, Value};
 use tf_core::{BadToken, TokenIds};
 use tf_engine::sampler::SamplingParams;
 
@@ -77,38 +78,64 @@ pub struct Prompt {
 }
 
 /// Refuses a `model` other than the served one (absent is fine).
-pub fn check_model(o: &Obj, st: &AppState) -> Result<(), ApiError> {
-    match opt_str(o, "model")? {
+pub fn check_model(model: Option<&str>, st: &AppState) -> Result<(), ApiError> {
+    match model {
         Some(name) if name != st.model.name => Err(ApiError::unknown_model(name)),
         _ => Ok(()),
     }
 }
 
+/// The route-specific fields [`parse_options`] reads.
+pub enum RouteFields<'a> {
+    /// `/v1/completions`.
+    Completions(&'a CompletionFields),
+    /// `/v1/chat/completions`.
+    Chat(&'a ChatFields),
+}
+
+/// An integer field within `min..=max`.
+pub fn count(v: Option<i64>, key: &str, min: i64, max: usize) -> Result<Option<usize>, ApiError> {
+    let Some(x) = v else { return Ok(None) };
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    if x < min || x > max {
+        return Err(ApiError::invalid(key, format!("{x} is out of range: expected {min} <= x <= {max}")));
+    }
+    Ok(Some(x as usize))
+}
+
 /// Reads and checks the generation options.
-pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiError> {
+pub fn parse_options(
+    st: &AppState,
+    sampling: &Sampling,
+    run: &Run,
+    noop: &NoOp,
+    route: RouteFields,
+) -> Result<Options, ApiError> {
     let lim = &st.limits;
-    crate::noop::check(o)?;
-    let params = sampling_params(o, st)?;
-    let seed = opt_int(o, "seed")?.map(|s| s as u64);
-    let n = opt_count(o, "n", 1, lim.max_n)?.unwrap_or(1);
-    let max_tokens = match api {
-        Api::Chat if get(o, "max_completion_tokens").is_some() => {
-            opt_count(o, "max_completion_tokens", 1, lim.max_tokens_limit)?
+    crate::noop::check(noop)?;
+    let params = sampling_params(sampling, st)?;
+    let seed = sampling.seed.map(|s| s as u64);
+    let n = count(run.n, "n", 1, lim.max_n)?.unwrap_or(1);
+    let (max_tokens, logprobs, echo) = match route {
+        RouteFields::Chat(c) => {
+            let max_tokens = match c.max_completion_tokens {
+                Some(m) => count(Some(m), "max_completion_tokens", 1, lim.max_tokens_limit)?,
+                None => count(run.max_tokens, "max_tokens", 1, lim.max_tokens_limit)?,
+            };
+            (max_tokens, chat_logprobs(c, lim.max_logprobs)?, false)
         }
-        Api::Chat => opt_count(o, "max_tokens", 1, lim.max_tokens_limit)?,
-        Api::Completions => opt_count(o, "max_tokens", 0, lim.max_tokens_limit)?,
+        RouteFields::Completions(c) => (
+            count(run.max_tokens, "max_tokens", 0, lim.max_tokens_limit)?,
+            count(c.logprobs, "logprobs", 0, lim.max_logprobs)?,
+            c.echo.unwrap_or(false),
+        ),
     };
-    let stop = str_or_list(o, "stop", lim.max_stop_strings)?;
+    let stop = stop_strings(run.stop.as_ref(), lim.max_stop_strings)?;
     check_stop_bytes(&stop, lim.max_stop_bytes)?;
-    let stop_ids = checked_ids(o, st, "stop_token_ids", lim.max_stop_strings)?;
-    let logprobs = match api {
-        Api::Completions => opt_count(o, "logprobs", 0, lim.max_logprobs)?,
-        Api::Chat => chat_logprobs(o, lim.max_logprobs)?,
-    };
-    let stream = opt_bool(o, "stream")?.unwrap_or(false);
-    let include_usage = include_usage(o)?;
-    let echo = api == Api::Completions && opt_bool(o, "echo")?.unwrap_or(false);
-    let prompt_logprobs = opt_count(o, "prompt_logprobs", 0, lim.max_logprobs)?;
+    let stop_ids = checked_ids(run.stop_token_ids.as_ref(), st, "stop_token_ids", lim.max_stop_strings)?;
+    let stream = run.stream.unwrap_or(false);
+    let include_usage = include_usage(run.stream_options.as_ref())?;
+    let prompt_logprobs = count(run.prompt_logprobs, "prompt_logprobs", 0, lim.max_logprobs)?;
     let scored = prompt_logprobs.is_some() || (echo && logprobs.is_some());
     if max_tokens == Some(0) && !scored {
         return Err(ApiError::invalid(
@@ -120,43 +147,63 @@ pub fn parse_options(o: &Obj, st: &AppState, api: Api) -> Result<Options, ApiErr
         let field = if prompt_logprobs.is_some() { "prompt_logprobs" } else { "echo" };
         return Err(ApiError::invalid(field, "prompt logprobs are not streamed; send stream: false"));
     }
-    // Speculative decoding when the server runs a drafter; output is identical either way.
-    let draft = opt_bool(o, "draft")?.unwrap_or(true);
     Ok(Options {
-        draft,
+        // Speculative decoding when the server runs a drafter; output is identical either way.
+        draft: run.draft.unwrap_or(true),
         params,
         seed,
         n,
         max_tokens,
         stop,
         stop_ids,
-        ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+        ignore_eos: run.ignore_eos.unwrap_or(false),
         logprobs,
         prompt_logprobs,
         score_only: max_tokens == Some(0),
         stream,
         include_usage,
         echo,
-        tokens_as_ids: opt_bool(o, "return_tokens_as_token_ids")?.unwrap_or(false),
+        tokens_as_ids: run.return_tokens_as_token_ids.unwrap_or(false),
     })
 }
 
 /// `stream_options`: `include_usage`, and vLLM's `continuous_usage_stats` when off (usage on
-/// every chunk is not supported); any other key is refused by name.
-fn include_usage(o: &Obj) -> Result<bool, ApiError> {
-    let so = match get(o, "stream_options") {
-        None => return Ok(false),
-        Some(Value::Object(so)) => so,
-        Some(v) => return Err(ApiError::invalid("stream_options", format!("expected an object, got {}", show(v)))),
-    };
-    check_only(so, &[&["include_usage", "continuous_usage_stats"]]).map_err(|e| rename(e, "stream_options."))?;
-    if opt_bool(so, "continuous_usage_stats").map_err(|e| rename(e, "stream_options."))? == Some(true) {
+/// every chunk is not supported).
+fn include_usage(so: Option<&StreamOptions>) -> Result<bool, ApiError> {
+    let Some(so) = so else { return Ok(false) };
+    if so.continuous_usage_stats == Some(true) {
         return Err(ApiError::invalid(
             "stream_options.continuous_usage_stats",
             "usage on every chunk is not supported; use include_usage for a final usage chunk",
         ));
     }
-    Ok(opt_bool(so, "include_usage").map_err(|e| rename(e, "stream_options."))?.unwrap_or(false))
+    Ok(so.include_usage.unwrap_or(false))
+}
+
+/// `stop`: a string or a list of strings, at most `max`.
+fn stop_strings(v: Option<&Value>, max: usize) -> Result<Vec<String>, ApiError> {
+    let key = "stop";
+    let list = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => {
+                    Err(ApiError::invalid(format!("{key}[{i}]"), format!("expected a string, got {}", show(other))))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(ApiError::invalid(key, format!("expected a string or a list of strings, got {}", show(v))));
+        }
+    };
+    if list.len() > max {
+        return Err(ApiError::invalid(key, format!("{} entries; at most {max} are allowed", list.len())));
+    }
+    Ok(list)
 }
 
 /// Refuses stop strings whose bytes together pass `max` (every output piece is matched against
@@ -170,18 +217,10 @@ fn check_stop_bytes(stop: &[String], max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn rename(mut e: ApiError, prefix: &str) -> ApiError {
-    if let Some(p) = &e.param {
-        e.message = format!("{prefix}{}", e.message);
-        e.param = Some(format!("{prefix}{p}"));
-    }
-    e
-}
-
 /// Chat's `logprobs` (bool) and `top_logprobs` (count, only with `logprobs: true`).
-fn chat_logprobs(o: &Obj, max: usize) -> Result<Option<usize>, ApiError> {
-    let on = opt_bool(o, "logprobs")?.unwrap_or(false);
-    let top = opt_count(o, "top_logprobs", 0, max)?;
+fn chat_logprobs(c: &ChatFields, max: usize) -> Result<Option<usize>, ApiError> {
+    let on = c.logprobs.unwrap_or(false);
+    let top = count(c.top_logprobs, "top_logprobs", 0, max)?;
     match (on, top) {
         (false, Some(_)) => Err(ApiError::invalid("top_logprobs", "needs \"logprobs\": true")),
         (false, None) => Ok(None),
@@ -190,9 +229,10 @@ fn chat_logprobs(o: &Obj, max: usize) -> Result<Option<usize>, ApiError> {
 }
 
 /// Sampling settings with OpenAI's defaults (temperature 1, top_p 1), validated.
-fn sampling_params(o: &Obj, st: &AppState) -> Result<SamplingParams, ApiError> {
+fn sampling_params(o: &Sampling, st: &AppState) -> Result<SamplingParams, ApiError> {
     let rows = st.model.vocab.rows();
-    let top_k = match opt_int(o, "top_k")? {
+    let f = |v: Option<f64>, default: f32| v.map_or(default, |x| x as f32);
+    let top_k = match o.top_k {
         None | Some(-1) | Some(0) => 0,
         Some(k) if k >= 1 && k as usize <= rows => k as u32,
         Some(k) => {
@@ -203,14 +243,14 @@ fn sampling_params(o: &Obj, st: &AppState) -> Result<SamplingParams, ApiError> {
         }
     };
     let p = SamplingParams {
-        temperature: opt_f32(o, "temperature")?.unwrap_or(1.0),
+        temperature: f(o.temperature, 1.0),
         top_k,
-        top_p: opt_f32(o, "top_p")?.unwrap_or(1.0),
-        min_p: opt_f32(o, "min_p")?.unwrap_or(0.0),
-        repetition_penalty: opt_f32(o, "repetition_penalty")?.unwrap_or(1.0),
-        presence_penalty: opt_f32(o, "presence_penalty")?.unwrap_or(0.0),
-        frequency_penalty: opt_f32(o, "frequency_penalty")?.unwrap_or(0.0),
-        logit_bias: logit_bias(o, st)?,
+        top_p: f(o.top_p, 1.0),
+        min_p: f(o.min_p, 0.0),
+        repetition_penalty: f(o.repetition_penalty, 1.0),
+        presence_penalty: f(o.presence_penalty, 0.0),
+        frequency_penalty: f(o.frequency_penalty, 0.0),
+        logit_bias: logit_bias(o.logit_bias.as_ref(), st)?,
         seed: 0,
     };
     p.validate()
@@ -219,12 +259,8 @@ fn sampling_params(o: &Obj, st: &AppState) -> Result<SamplingParams, ApiError> {
 }
 
 /// `logit_bias`: keys are token ids as strings (checked), values finite in [-100, 100].
-fn logit_bias(o: &Obj, st: &AppState) -> Result<Vec<(u32, f32)>, ApiError> {
-    let map = match get(o, "logit_bias") {
-        None => return Ok(Vec::new()),
-        Some(Value::Object(m)) => m,
-        Some(v) => return Err(ApiError::invalid("logit_bias", format!("expected an object, got {}", show(v)))),
-    };
+fn logit_bias(map: Option<&Map<String, Value>>, st: &AppState) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = map else { return Ok(Vec::new()) };
     if map.len() > st.limits.max_logit_bias {
         let msg = format!("{} entries; at most {} are allowed", map.len(), st.limits.max_logit_bias);
         return Err(ApiError::invalid("logit_bias", msg));
@@ -245,8 +281,8 @@ fn logit_bias(o: &Obj, st: &AppState) -> Result<Vec<(u32, f32)>, ApiError> {
 }
 
 /// A list field of token ids (at most `max`), each checked against the vocabulary.
-fn checked_ids(o: &Obj, st: &AppState, key: &str, max: usize) -> Result<TokenIds, ApiError> {
-    let Some(v) = get(o, key) else { return Ok(TokenIds::new()) };
+fn checked_ids(v: Option<&Value>, st: &AppState, key: &str, max: usize) -> Result<TokenIds, ApiError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(TokenIds::new()) };
     let raw = int_list(v, key)?;
     if raw.len() > max {
         return Err(ApiError::invalid(key, format!("{} entries; at most {max} are allowed", raw.len())));
@@ -261,14 +297,15 @@ pub fn bad_id(e: &BadToken) -> String {
 
 /// The prompts of a completions request (`prompt` or `prompt_token_ids`): a text, a list of
 /// ids, or a batch of either; each checked and tokenized.
-pub fn parse_prompts(o: &Obj, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
-    let (key, v) = match (get(o, "prompt"), get(o, "prompt_token_ids")) {
+pub fn parse_prompts(c: &CompletionFields, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
+    let nonnull = |v: &Option<Value>| v.as_ref().filter(|v| !v.is_null()).cloned();
+    let (key, v) = match (nonnull(&c.prompt), nonnull(&c.prompt_token_ids)) {
         (Some(_), Some(_)) => return Err(both_prompts()),
         (Some(v), None) => ("prompt", v),
         (None, Some(v)) => ("prompt_token_ids", v),
         (None, None) => return Err(ApiError::invalid("prompt", "is required")),
     };
-    let prompts = match v {
+    let prompts = match &v {
         Value::String(text) => vec![text_prompt(st, key, text)?],
         Value::Array(items) if items.is_empty() => return Err(ApiError::invalid(key, "must not be empty")),
         Value::Array(items) => match &items[0] {
@@ -287,7 +324,7 @@ pub fn parse_prompts(o: &Obj, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
                 .enumerate()
                 .map(|(i, ids)| id_prompt(st, &format!("{key}[{i}]"), ids))
                 .collect::<Result<_, _>>()?,
-            _ => vec![id_prompt(st, key, v)?],
+            _ => vec![id_prompt(st, key, &v)?],
         },
         other => {
             let msg = format!("expected a string, a list of token ids or a batch of either, got {}", show(other));

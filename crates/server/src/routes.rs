@@ -2,12 +2,13 @@
 //! OpenAI-shaped errors for unknown routes and methods; the API key check and the request log
 //! wrap them all.
 
-use crate::api::{blocking, chat, chat_prompt, completions};
+use crate::api::{ChatInput, blocking, chat, chat_prompt, completions};
 use crate::body::json_body;
 use crate::error::ApiError;
-use crate::fields::{get, int_list, opt_bool, opt_str};
+use crate::fields::int_list;
 use crate::request::{bad_id, check_model, encode};
 use crate::state::AppState;
+use crate::wire::other::{DetokenizeRequest, TokenizeRequest};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -33,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get_route(health))
         .route("/metrics", get_route(metrics))
+        .route("/openapi.json", get_route(openapi))
         .route("/v1/sessions/{name}", post(crate::sessions::save))
         .route("/v1/sessions/{name}/restore", post(crate::sessions::restore))
         .fallback(not_found)
@@ -105,6 +107,11 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
+/// `GET /openapi.json`: the document of every route (docs/openapi.json holds the same).
+async fn openapi(State(st): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], st.openapi.clone()).into_response()
+}
+
 /// `POST /tokenize`: `{"prompt": text}` or `{"messages": [...]}` to checked ids.
 async fn tokenize(
     State(st): State<Arc<AppState>>,
@@ -114,15 +121,14 @@ async fn tokenize(
     let body = json_body(&headers, body, st.limits.max_body_bytes)?;
     let prep = st.clone();
     let ids = blocking(move || {
-        let o = &body.obj;
-        crate::fields::check_only(o, &[crate::fields::TOKENIZE])?;
-        check_model(o, &prep)?;
-        if get(o, "messages").is_some() {
-            let special = opt_bool(o, "add_special_tokens")?.unwrap_or(false);
-            return chat_prompt(&prep, o, &body.raw, special);
+        let o: TokenizeRequest = crate::wire::read(&body.value)?;
+        check_model(o.model.as_deref(), &prep)?;
+        if o.messages.is_some() {
+            let chat = ChatInput { messages: o.messages.as_ref(), add_generation_prompt: o.add_generation_prompt };
+            return chat_prompt(&prep, &chat, &body.raw, o.add_special_tokens.unwrap_or(false));
         }
-        let text = opt_str(o, "prompt")?.ok_or_else(|| ApiError::invalid("prompt", "is required (or messages)"))?;
-        encode(&prep, "prompt", text, opt_bool(o, "add_special_tokens")?.unwrap_or(true))
+        let text = o.prompt.as_deref().ok_or_else(|| ApiError::invalid("prompt", "is required (or messages)"))?;
+        encode(&prep, "prompt", text, o.add_special_tokens.unwrap_or(true))
     })
     .await?;
     Ok(json_response(json!({"count": ids.len(), "max_model_len": st.max_model_len(), "tokens": ids.as_slice()})))
@@ -135,10 +141,10 @@ async fn detokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, st.limits.max_body_bytes)?;
-    let o = &body.obj;
-    crate::fields::check_only(o, &[crate::fields::DETOKENIZE])?;
-    check_model(o, &st)?;
-    let raw = int_list(get(o, "tokens").ok_or_else(|| ApiError::invalid("tokens", "is required"))?, "tokens")?;
+    let o: DetokenizeRequest = crate::wire::read(&body.value)?;
+    check_model(o.model.as_deref(), &st)?;
+    let tokens = o.tokens.filter(|t| !t.is_null()).ok_or_else(|| ApiError::invalid("tokens", "is required"))?;
+    let raw = int_list(&tokens, "tokens")?;
     let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("tokens[{}]", e.index), bad_id(&e)))?;
     let tok = st.model.tokenizer.as_ref().ok_or_else(|| ApiError::invalid("tokens", "this model has no tokenizer"))?;
     let text = tok.decode(ids.as_slice(), false).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;

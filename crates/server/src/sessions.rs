@@ -8,9 +8,10 @@
 use crate::api::blocking;
 use crate::body::json_body;
 use crate::error::ApiError;
-use crate::fields::{check_only, get, int_list};
+use crate::fields::int_list;
 use crate::request::{bad_id, both_prompts, check_model, encode};
 use crate::state::AppState;
+use crate::wire::other::SessionRequest;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -19,9 +20,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tf_engine::session::{self, SessionError, confined_path};
-
-/// The keys a session-save body may have.
-const FIELDS: &[&str] = &["model", "prompt", "prompt_token_ids"];
 
 fn session_path(st: &AppState, name: &str) -> Result<std::path::PathBuf, ApiError> {
     let dir = st
@@ -48,14 +46,14 @@ pub async fn save(
     let body = json_body(&headers, body, st.limits.max_body_bytes)?;
     let prep = st.clone();
     let tokens = blocking(move || {
-        let o = &body.obj;
-        check_only(o, &[FIELDS])?;
-        check_model(o, &prep)?;
-        if get(o, "prompt").is_some() && get(o, "prompt_token_ids").is_some() {
+        let o: SessionRequest = crate::wire::read(&body.value)?;
+        check_model(o.model.as_deref(), &prep)?;
+        let nonnull = |v: Option<Value>| v.filter(|v| !v.is_null());
+        let (prompt, ids) = (nonnull(o.prompt), nonnull(o.prompt_token_ids));
+        if prompt.is_some() && ids.is_some() {
             return Err(both_prompts());
         }
-        let prompt = get(o, "prompt").or_else(|| get(o, "prompt_token_ids"));
-        let ids = match prompt {
+        let ids = match prompt.as_ref().or(ids.as_ref()) {
             Some(Value::String(text)) => encode(&prep, "prompt", text, true)?,
             Some(v) => {
                 let raw = int_list(v, "prompt")?;

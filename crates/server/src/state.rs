@@ -88,6 +88,8 @@ pub struct AppState {
     next_id: AtomicU64,
     /// Structured output's compiler, built on first use (constraint.rs).
     grammars: OnceLock<Result<(Arc<tf_grammar::Grammars>, u32), String>>,
+    /// The OpenAPI document, rendered once.
+    pub openapi: String,
 }
 
 impl AppState {
@@ -105,6 +107,7 @@ impl AppState {
             ids: RandomState::new(),
             next_id: AtomicU64::new(0),
             grammars: OnceLock::new(),
+            openapi: crate::openapi::json(),
         }
     }
 

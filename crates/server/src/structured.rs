@@ -4,102 +4,88 @@
 //! `guided_grammar`. At most one may constrain a request; each bad shape is a 400 naming its field.
 
 use crate::error::ApiError;
-use crate::fields::{Obj, check_only_at, get, show};
+use crate::fields::show;
+use crate::wire::common::{ResponseFormat, Structured, StructuredOutputs};
 use serde_json::Value;
 use tf_grammar::Spec;
 
-/// The fields that may carry a constraint (both generation routes accept them).
-pub const FIELDS: &[&str] =
-    &["response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"];
-
 /// The request's constraint and the field it came from, if any.
-pub fn parse(o: &Obj) -> Result<Option<(Spec, String)>, ApiError> {
-    let mut found: Option<(Spec, String)> = None;
-    for &field in FIELDS {
-        let Some(v) = get(o, field) else { continue };
-        let spec = match field {
-            "response_format" => response_format(v)?,
-            "structured_outputs" => structured_outputs(v)?,
-            "guided_json" => Some(json_schema(v, field)?),
-            "guided_regex" => Some(Spec::Regex(string(v, field)?)),
-            "guided_choice" => Some(choice(v, field)?),
-            _ => Some(Spec::Lark(string(v, field)?)),
+pub fn parse(o: &Structured) -> Result<Option<(Spec, String)>, ApiError> {
+    let mut found: Vec<(Spec, String)> = Vec::new();
+    if let Some(rf) = &o.response_format
+        && let Some(spec) = response_format(rf)?
+    {
+        let name = match spec {
+            Spec::JsonSchema(_) => "response_format.json_schema.schema",
+            _ => "response_format",
         };
-        if let Some(spec) = spec {
-            if let Some((_, first)) = &found {
-                return Err(ApiError::invalid(field, format!("only one constraint per request; {first} is given too")));
-            }
-            let name = match (field, &spec) {
-                ("structured_outputs", _) => structured_field(v),
-                ("response_format", Spec::JsonSchema(_)) => "response_format.json_schema.schema".into(),
-                _ => field.to_string(),
-            };
-            found = Some((spec, name));
-        }
+        found.push((spec, name.into()));
     }
-    Ok(found)
+    if let Some(so) = &o.structured_outputs {
+        found.push(structured_outputs(so)?);
+    }
+    if let Some(v) = o.guided_json.as_ref().filter(|v| !v.is_null()) {
+        found.push((json_schema(v, "guided_json")?, "guided_json".into()));
+    }
+    if let Some(r) = &o.guided_regex {
+        found.push((Spec::Regex(r.clone()), "guided_regex".into()));
+    }
+    if let Some(c) = &o.guided_choice {
+        found.push((choice(c, "guided_choice")?, "guided_choice".into()));
+    }
+    if let Some(g) = &o.guided_grammar {
+        found.push((Spec::Lark(g.clone()), "guided_grammar".into()));
+    }
+    if let [(_, first), (_, second), ..] = found.as_slice() {
+        let top = second.split('.').next().unwrap_or(second);
+        return Err(ApiError::invalid(top, format!("only one constraint per request; {first} is given too")));
+    }
+    Ok(found.pop())
 }
 
 /// `response_format`: `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`.
-fn response_format(v: &Value) -> Result<Option<Spec>, ApiError> {
-    let f = "response_format";
-    let Value::Object(o) = v else { return Err(ApiError::invalid(f, format!("expected an object, got {}", show(v)))) };
-    check_only_at(o, f, &[&["type", "json_schema"]])?;
-    match o.get("type").and_then(Value::as_str) {
+fn response_format(o: &ResponseFormat) -> Result<Option<Spec>, ApiError> {
+    match o.kind.as_deref() {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Spec::JsonObject)),
         Some("json_schema") => {
             let f = "response_format.json_schema";
-            let js = match o.get("json_schema") {
-                Some(Value::Object(js)) => js,
-                Some(v) => return Err(ApiError::invalid(f, format!("expected an object, got {}", show(v)))),
-                None => return Err(ApiError::invalid(f, "is required with type json_schema")),
-            };
-            check_only_at(js, f, &[&["name", "description", "schema", "strict"]])?;
-            if let Some(s) = js.get("strict").filter(|s| !s.is_boolean() && !s.is_null()) {
-                return Err(ApiError::invalid(
-                    format!("{f}.strict"),
-                    format!("expected true or false, got {}", show(s)),
-                ));
-            }
-            match js.get("schema") {
+            let js = o.json_schema.as_ref().ok_or_else(|| ApiError::invalid(f, "is required with type json_schema"))?;
+            match js.schema.as_ref().filter(|v| !v.is_null()) {
                 Some(s) => Ok(Some(json_schema(s, "response_format.json_schema.schema")?)),
                 None => Err(ApiError::invalid(format!("{f}.schema"), "is required")),
             }
         }
-        _ => Err(ApiError::invalid(
+        other => Err(ApiError::invalid(
             "response_format.type",
-            format!("expected text, json_object or json_schema, got {}", show(o.get("type").unwrap_or(&Value::Null))),
+            format!("expected text, json_object or json_schema, got {}", show(&Value::from(other))),
         )),
     }
 }
 
 /// vLLM's `structured_outputs`: an object with exactly one of its kinds set.
-fn structured_outputs(v: &Value) -> Result<Option<Spec>, ApiError> {
+fn structured_outputs(o: &StructuredOutputs) -> Result<(Spec, String), ApiError> {
     let f = "structured_outputs";
-    let Value::Object(o) = v else { return Err(ApiError::invalid(f, format!("expected an object, got {}", show(v)))) };
-    let kinds = ["json", "regex", "choice", "grammar", "json_object"];
-    if let Some(k) = o.keys().find(|k| !kinds.contains(&k.as_str())) {
-        return Err(ApiError::invalid(format!("{f}.{k}"), "unsupported field"));
+    let mut set = Vec::new();
+    if let Some(v) = o.json.as_ref().filter(|v| !v.is_null()) {
+        set.push((json_schema(v, "structured_outputs.json")?, "json"));
     }
-    let set: Vec<(&String, &Value)> = o.iter().filter(|(_, v)| !v.is_null() && **v != Value::Bool(false)).collect();
-    let [(k, v)] = set.as_slice() else {
-        return Err(ApiError::invalid(f, "expected exactly one of json, regex, choice, grammar, json_object"));
-    };
-    let field = format!("{f}.{k}");
-    Ok(Some(match k.as_str() {
-        "json" => json_schema(v, &field)?,
-        "regex" => Spec::Regex(string(v, &field)?),
-        "choice" => choice(v, &field)?,
-        "grammar" => Spec::Lark(string(v, &field)?),
-        _ => Spec::JsonObject,
-    }))
-}
-
-/// The name of the one kind a `structured_outputs` object sets.
-fn structured_field(v: &Value) -> String {
-    let k = v.as_object().and_then(|o| o.iter().find(|(_, v)| !v.is_null() && **v != Value::Bool(false)));
-    k.map_or("structured_outputs".into(), |(k, _)| format!("structured_outputs.{k}"))
+    if let Some(r) = &o.regex {
+        set.push((Spec::Regex(r.clone()), "regex"));
+    }
+    if let Some(c) = &o.choice {
+        set.push((choice(c, "structured_outputs.choice")?, "choice"));
+    }
+    if let Some(g) = &o.grammar {
+        set.push((Spec::Lark(g.clone()), "grammar"));
+    }
+    if o.json_object == Some(true) {
+        set.push((Spec::JsonObject, "json_object"));
+    }
+    match set.len() {
+        1 => set.pop().map(|(s, k)| (s, format!("{f}.{k}"))).ok_or_else(|| ApiError::invalid(f, "empty")),
+        _ => Err(ApiError::invalid(f, "expected exactly one of json, regex, choice, grammar, json_object")),
+    }
 }
 
 /// A schema: an object, or (vLLM) its JSON text.
@@ -114,20 +100,11 @@ fn json_schema(v: &Value, field: &str) -> Result<Spec, ApiError> {
     }
 }
 
-fn string(v: &Value, field: &str) -> Result<String, ApiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        v => Err(ApiError::invalid(field, format!("expected a string, got {}", show(v)))),
+fn choice(list: &[String], field: &str) -> Result<Spec, ApiError> {
+    match list.is_empty() {
+        true => Err(ApiError::invalid(field, "expected a non-empty list of strings")),
+        false => Ok(Spec::Choice(list.to_vec())),
     }
-}
-
-fn choice(v: &Value, field: &str) -> Result<Spec, ApiError> {
-    let list = match v {
-        Value::Array(l) if !l.is_empty() => l,
-        v => return Err(ApiError::invalid(field, format!("expected a non-empty list of strings, got {}", show(v)))),
-    };
-    let strings = list.iter().enumerate().map(|(i, s)| string(s, &format!("{field}[{i}]")));
-    Ok(Spec::Choice(strings.collect::<Result<_, _>>()?))
 }
 
 #[cfg(test)]
@@ -136,7 +113,7 @@ mod tests {
     use serde_json::json;
 
     fn p(v: Value) -> Result<Option<(Spec, String)>, ApiError> {
-        parse(v.as_object().unwrap())
+        parse(&crate::wire::read(&v)?)
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! "parameters"}`, optionally after `<|python_tag|>`, and the grammar's form).
 
 use crate::error::ApiError;
-use crate::fields::{Obj, check_only_at, get, opt_bool, show};
+use crate::fields::show;
 use crate::tool_formats::{json_call, parse_blocks};
+use crate::wire::chat::{ChatFields, Tool, ToolChoice};
 use serde_json::{Value, json};
 use tf_grammar::Spec;
 
@@ -65,39 +66,45 @@ pub struct Call {
 
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls`: whether to parse calls from the
 /// output, and the constraint `required` or a named choice needs.
-pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiError> {
-    let tools = match get(o, "tools") {
-        None => Vec::new(),
-        Some(Value::Array(l)) => l.iter().enumerate().map(|(i, t)| tool(t, i)).collect::<Result<_, _>>()?,
-        Some(v) => return Err(ApiError::invalid("tools", format!("expected a list, got {}", show(v)))),
+pub fn parse(o: &ChatFields) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiError> {
+    choose(o.tools.as_deref(), o.tool_choice.as_ref(), o.parallel_tool_calls, "tool_choice")
+}
+
+/// [`parse`] over the parts, `field` naming the choice in errors (`tool_choice`).
+pub fn choose(
+    tools: Option<&[Tool]>,
+    choice: Option<&ToolChoice>,
+    parallel: Option<bool>,
+    field: &str,
+) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiError> {
+    let tools: Vec<(String, Value)> =
+        tools.unwrap_or_default().iter().enumerate().map(|(i, t)| tool(t, i)).collect::<Result<_, _>>()?;
+    let parallel = parallel.unwrap_or(true);
+    let mode_str = match choice {
+        Some(ToolChoice::Mode(s)) => Some(s.as_str()),
+        _ => None,
     };
-    let parallel = opt_bool(o, "parallel_tool_calls")?.unwrap_or(true);
-    let choice = get(o, "tool_choice");
+    if tools.is_empty() && choice.is_some() && mode_str != Some("none") {
+        return Err(ApiError::invalid(field, "needs tools"));
+    }
     let chosen: Vec<(usize, &(String, Value))> = match choice {
-        None | Some(Value::String(_)) if tools.is_empty() && choice.is_some_and(|c| c.as_str() != Some("none")) => {
-            return Err(ApiError::invalid("tool_choice", "needs tools"));
-        }
         None => return Ok(((!tools.is_empty()).then(|| mode(&tools)), None)),
-        Some(Value::String(s)) if s == "none" => return Ok((None, None)),
-        Some(Value::String(s)) if s == "auto" => return Ok((Some(mode(&tools)), None)),
-        Some(Value::String(s)) if s == "required" => tools.iter().enumerate().collect(),
-        Some(Value::Object(c)) => {
-            check_only_at(c, "tool_choice", &[&["type", "function"]])?;
-            if let Some(Value::Object(f)) = c.get("function") {
-                check_only_at(f, "tool_choice.function", &[&["name"]])?;
-            }
-            let name = c.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
-            let name = name.ok_or_else(|| ApiError::invalid("tool_choice.function.name", "is required"))?;
+        Some(ToolChoice::Mode(s)) if s == "none" => return Ok((None, None)),
+        Some(ToolChoice::Mode(s)) if s == "auto" => return Ok((Some(mode(&tools)), None)),
+        Some(ToolChoice::Mode(s)) if s == "required" => tools.iter().enumerate().collect(),
+        Some(ToolChoice::Named(c)) => {
+            let name = c.function.as_ref().and_then(|f| f.name.as_deref());
+            let name = name.ok_or_else(|| ApiError::invalid(format!("{field}.function.name"), "is required"))?;
             let found: Vec<_> = tools.iter().enumerate().filter(|(_, (n, _))| n == name).collect();
             if found.is_empty() {
                 let msg = format!("{} is not one of the tools", show(&Value::from(name)));
-                return Err(ApiError::invalid("tool_choice.function.name", msg));
+                return Err(ApiError::invalid(format!("{field}.function.name"), msg));
             }
             found
         }
-        Some(v) => {
-            let msg = format!("expected none, auto, required or a function, got {}", show(v));
-            return Err(ApiError::invalid("tool_choice", msg));
+        Some(ToolChoice::Mode(s)) => {
+            let msg = format!("expected none, auto, required or a function, got {}", show(&Value::from(s.as_str())));
+            return Err(ApiError::invalid(field, msg));
         }
     };
     let items: Vec<Value> = chosen
@@ -107,7 +114,7 @@ pub fn parse(o: &Obj) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiErro
                    "required": ["name", "arguments"], "additionalProperties": false})
         })
         .collect();
-    let one = parallel && chosen.len() == tools.len() && choice.is_some_and(|c| c.as_str() == Some("required"));
+    let one = parallel && chosen.len() == tools.len() && mode_str == Some("required");
     let mut schema = json!({"type": "array", "items": {"anyOf": items}, "minItems": 1});
     if !one {
         schema["maxItems"] = json!(1);
@@ -133,22 +140,15 @@ fn mode(tools: &[(String, Value)]) -> ToolMode {
 }
 
 /// `tools[i]`: `{"type": "function", "function": {"name", "parameters"?}}`.
-fn tool(t: &Value, i: usize) -> Result<(String, Value), ApiError> {
+fn tool(t: &Tool, i: usize) -> Result<(String, Value), ApiError> {
     let field = format!("tools[{i}]");
-    if let Value::Object(o) = t {
-        check_only_at(o, &field, &[&["type", "function"]])?;
-    }
-    if t.get("type").and_then(Value::as_str) != Some("function") {
+    if t.kind.as_deref() != Some("function") {
         return Err(ApiError::invalid(format!("{field}.type"), "only \"function\" tools are supported"));
     }
-    let f = t.get("function").filter(|f| f.is_object());
-    let f = f.ok_or_else(|| ApiError::invalid(format!("{field}.function"), "expected an object"))?;
-    if let Value::Object(o) = f {
-        check_only_at(o, &format!("{field}.function"), &[&["name", "description", "parameters", "strict"]])?;
-    }
-    let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let f = t.function.as_ref().ok_or_else(|| ApiError::invalid(format!("{field}.function"), "expected an object"))?;
+    let name = f.name.as_deref().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| ApiError::invalid(format!("{field}.function.name"), "expected a string"))?;
-    let params = match f.get("parameters") {
+    let params = match &f.parameters {
         None | Some(Value::Null) => json!({"type": "object"}),
         Some(p @ Value::Object(_)) => p.clone(),
         Some(p) => {
@@ -163,8 +163,8 @@ fn tool(t: &Value, i: usize) -> Result<(String, Value), ApiError> {
 mod tests {
     use super::*;
 
-    fn o(v: Value) -> Obj {
-        v.as_object().unwrap().clone()
+    fn p(v: Value) -> Result<(Option<ToolMode>, Option<ToolGrammar>), ApiError> {
+        parse(&crate::wire::read::<ChatFields>(&v)?)
     }
 
     fn tools() -> Value {
@@ -175,12 +175,12 @@ mod tests {
 
     #[test]
     fn choices_give_the_mode_and_the_grammar() {
-        let (m, s) = parse(&o(json!({"tools": tools()}))).unwrap();
+        let (m, s) = p(json!({"tools": tools()})).unwrap();
         let names: Vec<_> = m.unwrap().tools.into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["get_weather", "now"]);
         assert!(s.is_none());
-        assert_eq!(parse(&o(json!({"tools": tools(), "tool_choice": "none"}))).unwrap(), (None, None));
-        let t = parse(&o(json!({"tools": tools(), "tool_choice": "required"}))).unwrap().1.unwrap();
+        assert_eq!(p(json!({"tools": tools(), "tool_choice": "none"})).unwrap(), (None, None));
+        let t = p(json!({"tools": tools(), "tool_choice": "required"})).unwrap().1.unwrap();
         let Spec::JsonSchema(s) = t.spec else { panic!("required gives a schema") };
         assert_eq!(s["items"]["anyOf"].as_array().unwrap().len(), 2);
         assert_eq!(s["items"]["anyOf"][1]["properties"]["arguments"]["$id"], "urn:tensorfold:tools:1");
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(fields, ["tools[0].function.parameters", "tools[1].function.parameters"]);
         assert!(s.get("maxItems").is_none(), "parallel calls allowed");
         let named = json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "now"}}});
-        let t = parse(&o(named)).unwrap().1.unwrap();
+        let t = p(named).unwrap().1.unwrap();
         let Spec::JsonSchema(s) = t.spec else { panic!("a named choice gives a schema") };
         assert_eq!(s["items"]["anyOf"][0]["properties"]["name"]["const"], "now");
         assert_eq!(s["maxItems"], 1);
@@ -220,13 +220,13 @@ mod tests {
             (json!({"tools": tools(), "tool_choice": {"type": "function", "name": "now"}}), "tool_choice.name"),
         ];
         for (body, field) in cases {
-            let e = parse(&o(body.clone())).unwrap_err();
+            let e = p(body.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(field), "{body}: {}", e.message);
         }
     }
 
     fn parse_calls(text: &str) -> (Option<String>, Vec<Call>) {
-        parse(&o(json!({"tools": tools()}))).unwrap().0.unwrap().parse_calls(text)
+        p(json!({"tools": tools()})).unwrap().0.unwrap().parse_calls(text)
     }
 
     #[test]
