@@ -113,7 +113,7 @@ fn reply_with_tools(
 }
 
 /// `n` sequences of one prompt, the first with the request's seed.
-fn specs_for(
+pub(crate) fn specs_for(
     st: &AppState,
     opts: &Options,
     prompt: &TokenIds,
@@ -235,14 +235,9 @@ fn render_chat(
     tok: &Tokenizer,
     literals: &mut Vec<String>,
 ) -> Result<String, ApiError> {
-    let template = st
-        .template
-        .as_ref()
-        .ok_or_else(|| ApiError::invalid("messages", "this model has no chat template; use /v1/completions"))?;
     crate::messages::check(o.messages)?;
     let parts: ChatParts =
         serde_json::from_slice(raw).map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
-    let messages = chat_ids::protect(parts.messages.map(normalize_messages).unwrap_or_default(), tok, literals);
     let mut extra = Vec::new();
     if let Some(kw) = parts.chat_template_kwargs.filter(|v| !v.is_none()) {
         for key in kw.try_iter().map_err(|e| ApiError::invalid("chat_template_kwargs", e.to_string()))? {
@@ -251,14 +246,51 @@ fn render_chat(
         }
     }
     let input = TemplateInput {
-        messages,
+        messages: parts.messages.map(normalize_messages).unwrap_or_default(),
         tools: parts.tools.filter(|v| !v.is_none()),
         add_generation_prompt: o.add_generation_prompt.unwrap_or(true),
         extra,
     };
+    render(st, input, tok, literals, "messages")
+}
+
+/// Renders `input` through the model's chat template (its messages' special-token spellings
+/// kept literal); `field` names the request's messages in errors.
+fn render(
+    st: &AppState,
+    mut input: TemplateInput,
+    tok: &Tokenizer,
+    literals: &mut Vec<String>,
+    field: &str,
+) -> Result<String, ApiError> {
+    let template = st
+        .template
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid(field, "this model has no chat template; use /v1/completions"))?;
+    input.messages = chat_ids::protect(input.messages, tok, literals);
     template
         .render_capped(input, st.max_prompt_bytes())
-        .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))
+        .map_err(|e| ApiError::invalid(field, format!("chat template: {e}")))
+}
+
+/// The ids of checked messages and tools (chat's shapes, as JSON) rendered by the chat template
+/// with the generation prompt; `field` names them in errors.
+pub fn template_ids(st: &AppState, messages: &Value, tools: Option<&Value>, field: &str) -> Result<TokenIds, ApiError> {
+    let tok = st
+        .model
+        .tokenizer
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid(field, "this model has no tokenizer; send token ids"))?;
+    let jinja = |v: &Value| JValue::deserialize(v).map_err(|e| ApiError::invalid(field, e.to_string()));
+    let input = TemplateInput {
+        messages: jinja(messages)?,
+        tools: tools.map(jinja).transpose()?,
+        add_generation_prompt: true,
+        extra: Vec::new(),
+    };
+    let mut literals = Vec::new();
+    let text = render(st, input, tok, &mut literals, field)?;
+    chat_ids::encode(tok, &text, &literals, false).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 
 /// Joins list-of-text-parts contents into one string (vLLM's "string" content format).

@@ -9,6 +9,7 @@ use crate::wire::replies::{
     ChatCompletion, Completion, DetokenizeReply, ErrorReply, HealthReply, ModelList, ModelObject, SessionReply,
     TokenizeReply,
 };
+use crate::wire::responses::{ResponseObject, ResponsesFields};
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn, PathItem, PathsBuilder};
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::response::{ResponseBuilder, ResponsesBuilder};
@@ -44,6 +45,7 @@ pub fn document() -> OpenApi {
             "/v1/chat/completions",
             post("Answer a conversation.", generation(named("ChatFields")), "ChatCompletion", true),
         )
+        .path("/v1/responses", post("OpenAI's Responses API, stateless.", responses_body(), "ResponseObject", true))
         .path(
             "/tokenize",
             post("Token ids of a prompt or of rendered messages.", named("TokenizeRequest"), "TokenizeReply", false),
@@ -88,6 +90,8 @@ pub fn document() -> OpenApi {
     collect::<Run>(&mut schemas);
     collect::<Structured>(&mut schemas);
     collect::<NoOp>(&mut schemas);
+    collect::<ResponsesFields>(&mut schemas);
+    collect::<ResponseObject>(&mut schemas);
     collect::<TokenizeRequest>(&mut schemas);
     collect::<DetokenizeRequest>(&mut schemas);
     collect::<SessionRequest>(&mut schemas);
@@ -113,15 +117,45 @@ pub fn document() -> OpenApi {
 
 /// The document as pretty JSON with a final newline (the form `docs/openapi.json` keeps).
 pub fn json() -> String {
-    let mut s = document().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    let mut doc = serde_json::to_value(document()).unwrap_or_default();
+    crate::openapi_close::close(&mut doc, REPLIES);
+    let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
     s.push('\n');
     s
 }
+
+/// The component schemas of replies (left open: a reply may carry more than they list).
+const REPLIES: &[&str] = &[
+    "ErrorReply",
+    "ErrorDetail",
+    "Usage",
+    "Completion",
+    "CompletionChoice",
+    "ChatCompletion",
+    "ChatChoice",
+    "AssistantMessage",
+    "ModelList",
+    "ModelObject",
+    "TokenizeReply",
+    "DetokenizeReply",
+    "HealthReply",
+    "SessionReply",
+    "ResponseObject",
+];
 
 /// `T`'s schema under its name, and the schemas it refers to.
 fn collect<T: ToSchema + PartialSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
     out.push((T::name().into_owned(), T::schema()));
     T::schemas(out);
+}
+
+/// `/v1/responses`' body: its fields, sampling and the no-op fields.
+fn responses_body() -> RefOr<Schema> {
+    let mut all = AllOfBuilder::new().item(named("ResponsesFields"));
+    for part in ["Sampling", "NoOp"] {
+        all = all.item(Ref::from_schema_name(part));
+    }
+    all.into()
 }
 
 fn named(name: &str) -> RefOr<Schema> {

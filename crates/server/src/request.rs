@@ -229,7 +229,7 @@ fn chat_logprobs(c: &ChatFields, max: usize) -> Result<Option<usize>, ApiError> 
 }
 
 /// Sampling settings with OpenAI's defaults (temperature 1, top_p 1), validated.
-fn sampling_params(o: &Sampling, st: &AppState) -> Result<SamplingParams, ApiError> {
+pub fn sampling_params(o: &Sampling, st: &AppState) -> Result<SamplingParams, ApiError> {
     let rows = st.model.vocab.rows();
     let f = |v: Option<f64>, default: f32| v.map_or(default, |x| x as f32);
     let top_k = match o.top_k {

@@ -28,6 +28,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/models", get_route(models))
         .route("/v1/models/{*id}", get_route(model))
         .route("/tokenize", post(tokenize))

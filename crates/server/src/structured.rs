@@ -43,6 +43,20 @@ pub fn parse(o: &Structured) -> Result<Option<(Spec, String)>, ApiError> {
     Ok(found.pop())
 }
 
+/// Constrains the output with `spec` through the other constraints' checks (the Responses
+/// API's `text.format`, read into the same types).
+pub fn from_format(rf: &ResponseFormat, path: &str) -> Result<Option<(Spec, String)>, ApiError> {
+    let spec =
+        response_format(rf).map_err(|e| e.under("response_format.json_schema", path).under("response_format", path))?;
+    Ok(spec.map(|s| {
+        let name = match s {
+            Spec::JsonSchema(_) => format!("{path}.schema"),
+            _ => path.to_string(),
+        };
+        (s, name)
+    }))
+}
+
 /// `response_format`: `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`.
 fn response_format(o: &ResponseFormat) -> Result<Option<Spec>, ApiError> {
     match o.kind.as_deref() {

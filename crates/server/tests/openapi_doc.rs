@@ -19,7 +19,7 @@ fn openapi_document_in_docs_is_current() {
 #[test]
 fn every_route_documents_its_body_and_errors() {
     let doc: serde_json::Value = serde_json::from_str(&tf_server::openapi::json()).unwrap();
-    for route in ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"] {
+    for route in ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize"] {
         let op = &doc["paths"][route]["post"];
         assert!(op["requestBody"]["content"]["application/json"]["schema"].is_object(), "{route}");
         assert!(op["responses"]["400"].is_object(), "{route}");

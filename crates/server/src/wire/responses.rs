@@ -1,16 +1,15 @@
 //! `POST /v1/responses`'s body (OpenAI's Responses API, stateless) and its reply's shape.
 
-#![allow(dead_code)]
-
 use super::common::{JsonSchemaFormat, ResponseFormat};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{ArrayBuilder, Object, OneOfBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
 
-/// The fields `/v1/responses` reads (with the sampling part: `temperature`, `top_p`, `seed`, ...).
+/// The fields `/v1/responses` reads (beside the sampling part, `temperature`, `top_p`, `seed`, ...,
+/// and the no-op part, `user`, `metadata`, `store`, `service_tier`).
 #[derive(Deserialize, ToSchema, Debug, Default)]
 pub struct ResponsesFields {
     /// The served model's name (optional).
@@ -32,24 +31,13 @@ pub struct ResponsesFields {
     pub text: Option<TextConfig>,
     /// Stream events (`response.created`, `response.output_text.delta`, ..., `response.completed`).
     pub stream: Option<bool>,
-    /// Only `false`: nothing is stored.
-    pub store: Option<bool>,
     /// Refused: this server keeps no responses (send the whole conversation as `input`).
     #[schema(value_type = Option<String>)]
     pub previous_response_id: Option<Value>,
-    /// Up to 16 string values (echoed back).
-    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
-    pub metadata: Option<Map<String, Value>>,
-    /// An end-user id.
-    pub user: Option<String>,
-    /// `auto` or `default`.
-    pub service_tier: Option<String>,
     /// Only `disabled`: a prompt that does not fit is refused.
     pub truncation: Option<String>,
     /// Extra output to include: none is supported, so only an empty list.
     pub include: Option<Vec<String>>,
-    /// Log-probabilities of the output tokens, with this many alternatives.
-    pub top_logprobs: Option<i64>,
     /// Allow speculative decoding (the output is the same either way); default true.
     pub draft: Option<bool>,
 }
@@ -253,6 +241,7 @@ impl ToSchema for ItemContent {
 
 /// A `/v1/responses` reply (not streamed; a stream's `response.completed` carries the same).
 #[derive(ToSchema)]
+#[allow(dead_code)]
 pub struct ResponseObject {
     /// `resp_...`.
     id: String,
