@@ -83,3 +83,34 @@ def test_end_of_turn_ends_the_answer(gemma):
     assert done.choices[0].finish_reason == "stop"
     assert done.choices[0].message.content == ""
     assert done.usage.completion_tokens == 1
+
+
+WEATHER_TOOL = [{"type": "function", "function": {
+    "name": "get_weather", "description": "the forecast for a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"],
+                   "additionalProperties": False}}}]
+
+
+def test_tools_through_the_builtin_template(served, gemma):
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    plain = post(served, "/tokenize", {"model": "gemma3", "messages": question})
+    listed = post(served, "/tokenize", {"model": "gemma3", "messages": question, "tools": WEATHER_TOOL})
+    assert listed["count"] > plain["count"], "the built-in template puts the tools in the prompt"
+    done = gemma.chat.completions.create(model="gemma3", messages=question, tools=WEATHER_TOOL,
+                                         tool_choice="required", parallel_tool_calls=False, max_tokens=64, temperature=0)
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Oslo")
+    # The call and its result sent back render through the template and get an answer.
+    history = question + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                          {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    back = gemma.chat.completions.create(model="gemma3", messages=history, tools=WEATHER_TOOL, max_tokens=8,
+                                         temperature=0)
+    assert back.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    answer = gemma.responses.create(model="gemma3", input="What is the weather in Paris?", max_output_tokens=64,
+                                    tools=[{"type": "function", **WEATHER_TOOL[0]["function"]}],
+                                    tool_choice="required", parallel_tool_calls=False, temperature=0)
+    calls = [o for o in answer.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather", answer.output
