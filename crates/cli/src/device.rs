@@ -29,6 +29,10 @@ pub struct CudaArgs {
     /// the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_glu_store_rows: Option<usize>,
+    /// Most rows a decode round recorded as a CUDA graph has (default 128; larger rounds run op
+    /// by op; the same bits either way).
+    #[arg(long, value_name = "ROWS")]
+    pub cuda_graph_rows: Option<usize>,
 }
 
 impl Default for CudaArgs {
@@ -41,6 +45,7 @@ impl Default for CudaArgs {
             trace_mark: None,
             cuda_split: None,
             cuda_glu_store_rows: None,
+            cuda_graph_rows: None,
         }
     }
 }
@@ -229,6 +234,7 @@ mod cuda {
             trace_mark,
             gemm_split,
             glu_store_rows: args.cuda_glu_store_rows,
+            graph_rows: args.cuda_graph_rows,
             ..CudaOptions::default()
         })
     }
@@ -251,12 +257,14 @@ mod cuda {
                 trace_mark: Some("S0".into()),
                 cuda_split: Some("256:1".into()),
                 cuda_glu_store_rows: Some(65),
+                cuda_graph_rows: Some(256),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
             assert_eq!((o.no_graphs, o.graph_log, o.trace_mark), (false, true, Some(tf_cuda::TraceMark::S0)));
             assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
+            assert_eq!(o.graph_rows, Some(256));
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

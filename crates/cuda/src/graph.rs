@@ -37,8 +37,9 @@ use tf_backend::Round;
 /// Recordings kept at most (the least recently used goes first): a serving batch takes many
 /// sizes, and a capture (plus instantiating the graph) costs more than a round run op by op.
 const KEEP: usize = 64;
-/// Rows a recorded round may have at most.
-const MAX_ROWS: usize = 128;
+/// Rows a recorded round may have at most, unless the options say otherwise
+/// (`CudaOptions::graph_rows`).
+pub(crate) const DEFAULT_MAX_ROWS: usize = 128;
 /// Metadata capacity step (u32 values): block tables grow into it without changing the key.
 const META_STEP: usize = 1024;
 
@@ -90,6 +91,8 @@ pub(crate) struct Graphs {
     seen: Mutex<Vec<Key>>,
     /// Rounds captured and rounds replayed so far.
     pub(crate) counts: Mutex<(usize, usize)>,
+    /// Rows a recorded round may have at most.
+    max_rows: usize,
     /// Each capture's outcome on stderr (`CudaOptions::graph_log`).
     log: bool,
 }
@@ -102,8 +105,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Graphs {
-    /// Recording on or off; `log`: each capture's outcome on stderr.
-    pub(crate) fn new(on: bool, log: bool) -> Graphs {
+    /// Recording on or off for rounds of at most `max_rows` rows; `log`: each capture's outcome
+    /// on stderr.
+    pub(crate) fn new(on: bool, log: bool, max_rows: usize) -> Graphs {
         Graphs {
             on,
             entries: Mutex::new(Vec::new()),
@@ -111,15 +115,16 @@ impl Graphs {
             seen: Mutex::new(Vec::new()),
             counts: Mutex::new((0, 0)),
             log,
+            max_rows,
         }
     }
 
     /// Whether a recording may stand for round `r`: one new token a sequence, at most
-    /// `MAX_ROWS` of them, a replayable forward.
+    /// `max_rows` of them, a replayable forward.
     fn eligible<H>(&self, r: &Round<'_, H>) -> bool {
         let rows = r.ids.len();
         let decode = r.meta.seqs.len() == rows && r.meta.seqs.iter().all(|s| s.q_len == 1);
-        self.on && r.replayable && decode && rows > 0 && rows <= MAX_ROWS
+        self.on && r.replayable && decode && rows > 0 && rows <= self.max_rows
     }
 
     /// The key of an eligible round `r` with packed metadata `meta`.
@@ -298,7 +303,7 @@ mod tests {
 
     #[test]
     fn only_decode_rounds_of_replayable_forwards_are_recorded() {
-        let g = Graphs::new(true, false);
+        let g = Graphs::new(true, false, DEFAULT_MAX_ROWS);
         let one = meta(&[(300, 1), (7, 1)]);
         assert!(g.eligible(&round(&one, &[3, 4], &[300, 7])));
         // A prefill run, a forward that reads the host elsewhere.
@@ -306,10 +311,11 @@ mod tests {
         assert!(!g.eligible(&round(&pre, &[3, 4], &[0, 1])));
         assert!(!g.eligible(&Round { replayable: false, ..round(&one, &[3, 4], &[300, 7]) }));
         // More rows than a recording takes; and recording off.
-        let many = meta(&vec![(5, 1); MAX_ROWS + 1]);
-        let ids = vec![1; MAX_ROWS + 1];
+        let many = meta(&vec![(5, 1); DEFAULT_MAX_ROWS + 1]);
+        let ids = vec![1; DEFAULT_MAX_ROWS + 1];
         assert!(!g.eligible(&round(&many, &ids, &ids)));
-        assert!(!Graphs::new(false, false).eligible(&round(&one, &[3, 4], &[300, 7])));
+        assert!(Graphs::new(true, false, 256).eligible(&round(&many, &ids, &ids)));
+        assert!(!Graphs::new(false, false, DEFAULT_MAX_ROWS).eligible(&round(&one, &[3, 4], &[300, 7])));
     }
 
     #[test]

@@ -127,7 +127,11 @@ impl CudaBackend {
         Ok(CudaBackend {
             ctx: Ctx::new(dev, opts),
             trace,
-            graphs: graph::Graphs::new(!opts.no_graphs, opts.graph_log),
+            graphs: graph::Graphs::new(
+                !opts.no_graphs,
+                opts.graph_log,
+                opts.graph_rows.unwrap_or(graph::DEFAULT_MAX_ROWS),
+            ),
             ids: Default::default(),
             held_spare: Default::default(),
         })
