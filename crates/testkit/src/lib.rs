@@ -42,6 +42,19 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
+/// Fixture families the CUDA backend refuses (MLA's latent KV pool has no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 2] = ["deepseek_v3", "deepseek_v3_nolora"];
+
+/// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
+pub fn on_cuda(family: &str) -> bool {
+    !NOT_ON_CUDA.contains(&family)
+}
+
+/// The fixture families the CUDA backend runs: [`all_families`] less [`NOT_ON_CUDA`].
+pub fn cuda_families() -> impl Iterator<Item = &'static str> {
+    all_families().filter(|f| on_cuda(f))
+}
+
 /// Early-exit drafting cases: (family, layers that draft).
 pub const EARLY_EXIT: [(&str, usize); 6] =
     [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2), ("deepseek_v3", 2)];
