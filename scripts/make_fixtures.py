@@ -469,7 +469,7 @@ def _softmax_choice_gaps(mod, out) -> torch.Tensor:
 
 
 def _grouped_sigmoid_choice_gaps(mod, out) -> torch.Tensor:
-    """GLM-4.5 / Nemotron-H: choice values sigmoid(logit) + e_score_correction_bias; per token the
+    """GLM-4.5 / DeepSeek V3 / Nemotron-H: choice values sigmoid(logit) + e_score_correction_bias; per token the
     smaller of the topk_group-th vs next group score (sum of a group's two best choice values) and
     the k-th vs (k+1)-th choice value among the kept groups' experts."""
     scores = out[0].float().sigmoid() + mod.e_score_correction_bias.float()
@@ -492,6 +492,7 @@ ROUTER_CHOICE_GAPS = {
     "Qwen3NextTopKRouter": _softmax_choice_gaps,
     "Glm4MoeTopkRouter": _grouped_sigmoid_choice_gaps,
     "NemotronHTopkRouter": _grouped_sigmoid_choice_gaps,
+    "DeepseekV3TopkRouter": _grouped_sigmoid_choice_gaps,
 }
 
 

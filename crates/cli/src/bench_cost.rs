@@ -29,6 +29,18 @@ fn mixer_cost(s: &ModelSpec, kind: LayerKind) -> (Option<f64>, usize) {
     }
 }
 
+/// A latent attention layer's weight elements (blocks/mla.rs): the query's projections, the
+/// latent's, `kv_b_proj` (read as the absorbed per-head weights) and `o_proj`.
+fn mla_params(s: &ModelSpec, m: tf_models::spec::MlaSpec) -> f64 {
+    let (h, heads) = (s.hidden_size, s.num_heads);
+    let q = match m.q_lora_rank {
+        Some(r) => h * r + r * heads * m.qk_head_dim(),
+        None => h * heads * m.qk_head_dim(),
+    };
+    let kv_b = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
+    (q + h * m.latent_dim() + kv_b + heads * m.v_head_dim * h) as f64
+}
+
 /// A model's weights and KV traffic.
 pub struct Cost {
     /// Matmul weights every token reads (attention, dense MLPs, routers), elements.
@@ -57,7 +69,10 @@ impl Cost {
             (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
         // An output gate doubles q's projection (Qwen3.5's gated attention).
         let gate = if s.attn_output_gate { 2.0 } else { 1.0 };
-        let attn = h * (gate * q + 2.0 * kv) + q * h;
+        let attn = match s.mla {
+            Some(m) => mla_params(s, m),
+            None => h * (gate * q + 2.0 * kv) + q * h,
+        };
         let dense_mlp = if s.mlp_gated { 3.0 } else { 2.0 } * h * s.intermediate_size as f64;
         let (mut layer_params, mut moe_layers, mut expert_params, mut experts) = (0.0, 0.0, 0.0, (0.0, 0.0));
         let (mut attn_layers, mut state_elems) = (0usize, 0usize);
@@ -91,7 +106,12 @@ impl Cost {
             expert_params,
             moe_layers,
             experts,
-            kv_bytes_per_token: (2 * attn_layers * s.num_kv_heads * s.head_dim * kv_elem) as f64,
+            // K and V, or MLA's latent row alone.
+            kv_bytes_per_token: (if s.mla.is_some() { 1 } else { 2 }
+                * attn_layers
+                * s.num_kv_heads
+                * s.head_dim
+                * kv_elem) as f64,
             state_bytes_per_seq: (4 * state_elems) as f64,
             attn_width: (attn_layers * s.num_heads * s.head_dim) as f64,
         }
@@ -102,7 +122,7 @@ impl Cost {
     /// multiplies. `None` for a model with experts or recurrent layers.
     pub fn round_matmuls(s: &ModelSpec) -> Option<Vec<(usize, usize)>> {
         let attention_only = s.layer_kinds.iter().all(|k| matches!(k, LayerKind::Full | LayerKind::Sliding));
-        if s.moe.is_some() || !attention_only || s.attn_output_gate || s.attn_head_gate {
+        if s.moe.is_some() || !attention_only || s.attn_output_gate || s.attn_head_gate || s.mla.is_some() {
             return None;
         }
         let (h, q, kv) = (s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim);
@@ -209,6 +229,15 @@ mod tests {
         let c = Cost::of(&s, 2);
         assert_eq!(c.all_params(), synth_params(&s));
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 10.0 * 3.0 * 2048.0 * 512.0);
+    }
+
+    #[test]
+    fn latent_attention_counts_its_own_projections_and_one_cached_row() {
+        let s = spec("deepseek-v3");
+        let c = Cost::of(&s, 2);
+        assert_eq!(c.all_params(), synth_params(&s));
+        // 61 layers of one latent row of 512 + 64, bf16.
+        assert_eq!(c.kv_bytes_per_token, (61 * 576 * 2) as f64);
     }
 
     #[test]

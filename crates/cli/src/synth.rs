@@ -48,6 +48,20 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "n_routed_experts": 128, "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 1,
             "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 1.0,
             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}}),
+        // DeepSeek-V3: multi-head latent attention (128 heads, q_lora_rank 1536, kv_lora_rank
+        // 512, 128 + 64 query / key dims, values of 128, YaRN over 4096 positions), 256
+        // sigmoid-routed experts (8 a token from 4 of 8 groups) and one shared, the first 3 layers
+        // dense (its MTP layer is not written).
+        "deepseek-v3" => json!({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+            "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+            "num_attention_heads": 128, "num_key_value_heads": 128, "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 163840, "tie_word_embeddings": false, "hidden_act": "silu",
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128, "rope_interleave": true, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+            "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3, "n_group": 8,
+            "topk_group": 4, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}),
         "llama3-8b" => json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
@@ -133,7 +147,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -211,8 +225,8 @@ fn write_json(path: &Path, v: &Value) -> Result<(), Failure> {
     std::fs::write(path, text).map_err(|e| failed(format!("{}: {e}", path.display())))
 }
 
-/// Names and shapes of every tensor the spec needs, in the HF layout (attention and Gated
-/// DeltaNet token mixers: the presets have no other kinds).
+/// Names and shapes of every tensor the spec needs, in the HF layout (attention, latent
+/// attention and Gated DeltaNet token mixers: the presets have no other kinds).
 pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     let (h, d, v) = (s.hidden_size, s.head_dim, s.vocab_size);
     let mut t = vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".into(), vec![h])];
@@ -248,6 +262,20 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             add("linear_attn.out_proj", vec![h, vd]);
             raw.push((format!("{p}linear_attn.A_log"), vec![hv]));
             raw.push((format!("{p}linear_attn.dt_bias"), vec![hv]));
+        } else if let Some(m) = s.mla {
+            let (heads, qk, lora) = (s.num_heads, m.qk_head_dim(), m.kv_lora_rank);
+            match m.q_lora_rank {
+                Some(r) => {
+                    add("self_attn.q_a_proj", vec![r, h]);
+                    add("self_attn.q_a_layernorm", vec![r]);
+                    add("self_attn.q_b_proj", vec![heads * qk, r]);
+                }
+                None => add("self_attn.q_proj", vec![heads * qk, h]),
+            }
+            add("self_attn.kv_a_proj_with_mqa", vec![m.latent_dim(), h]);
+            add("self_attn.kv_a_layernorm", vec![lora]);
+            add("self_attn.kv_b_proj", vec![heads * (m.qk_nope_head_dim + m.v_head_dim), lora]);
+            add("self_attn.o_proj", vec![h, heads * m.v_head_dim]);
         } else {
             // An output gate doubles q_proj's rows (Qwen3.5's gated attention).
             let gate = if s.attn_output_gate { 2 } else { 1 };
@@ -454,5 +482,49 @@ mod tests {
         assert_eq!(tok.decode(&[299, 104, 105], false).expect("decode"), " t299hi");
         let ids = tok.encode("hi t259", false).expect("encode");
         assert!(ids.as_slice().iter().all(|&i| i < 256), "text encodes to byte tokens only: {:?}", ids.as_slice());
+    }
+
+    #[test]
+    fn the_deepseek_v3_preset_shrunk_writes_every_tensor_its_latent_attention_loads() {
+        let mut config = preset("deepseek-v3").expect("preset");
+        for (k, v) in [
+            ("vocab_size", 300),
+            ("hidden_size", 64),
+            ("intermediate_size", 96),
+            ("num_hidden_layers", 2),
+            ("num_attention_heads", 2),
+            ("num_key_value_heads", 2),
+            ("q_lora_rank", 24),
+            ("kv_lora_rank", 16),
+            ("qk_nope_head_dim", 8),
+            ("qk_rope_head_dim", 4),
+            ("v_head_dim", 12),
+            ("moe_intermediate_size", 16),
+            ("n_routed_experts", 8),
+            ("first_k_dense_replace", 1),
+            ("n_group", 2),
+            ("topk_group", 1),
+            ("num_experts_per_tok", 2),
+        ] {
+            config[k] = json!(v);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
+            .expect("spec");
+        write_json(&dir.path().join("config.json"), &config).expect("write");
+        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
+        // FP8 projections: the latent attention's, reordered and absorbed at load, are refused by name.
+        config["quantization_config"] = json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+            "weight_block_size": FP8_BLOCK});
+        write_json(&dir.path().join("config.json"), &config).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, true);
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let e = tf_models::Model::open(dir.path(), &tf_backend::RefBackend).err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(e.contains("model.layers.0.self_attn.q_b_proj.weight") && e.contains("f8_e4m3"), "{e}");
     }
 }

@@ -27,5 +27,5 @@ fn golden_cpu_backend() {
 
 #[test]
 fn chunked_prefill_equals_whole_bit_for_bit() {
-    check_chunked_equals_whole(&CpuBackend::new(2).unwrap());
+    check_chunked_equals_whole(&CpuBackend::new(2).unwrap(), all_families());
 }

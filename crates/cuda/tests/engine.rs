@@ -10,9 +10,9 @@ mod common;
 use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
-    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, all_families, check_concurrent_equals_solo, check_drafted_equals_undrafted,
+    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, check_concurrent_equals_solo, check_drafted_equals_undrafted,
     check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
-    check_self_drafting_accepts_all, check_session_restore_equals_fresh,
+    check_self_drafting_accepts_all, check_session_restore_equals_fresh, cuda_families, on_cuda,
 };
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
@@ -24,7 +24,7 @@ fn gpu() -> Option<impl Fn() -> CudaBackend> {
 #[test]
 fn concurrent_equals_solo() {
     let Some(gpu) = gpu() else { return };
-    for family in all_families() {
+    for family in cuda_families() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
@@ -34,7 +34,7 @@ fn concurrent_equals_solo() {
 #[test]
 fn overlapped_rounds_equal_waited_rounds() {
     let Some(gpu) = gpu() else { return };
-    for family in all_families() {
+    for family in cuda_families() {
         check_overlapped_equals_waited(&gpu, family);
     }
 }
@@ -42,7 +42,7 @@ fn overlapped_rounds_equal_waited_rounds() {
 #[test]
 fn logprobs_are_the_raw_rows() {
     let Some(gpu) = gpu() else { return };
-    for family in all_families() {
+    for family in cuda_families() {
         check_logprobs_are_the_raw_rows(&gpu, family);
     }
 }
@@ -50,7 +50,7 @@ fn logprobs_are_the_raw_rows() {
 #[test]
 fn prefix_cache_hits_equal_fresh_prefill() {
     let Some(gpu) = gpu() else { return };
-    for family in all_families() {
+    for family in cuda_families() {
         for seeded in [false, true] {
             check_prefix_resumed_equals_fresh(&gpu, family, seeded);
         }
@@ -60,7 +60,7 @@ fn prefix_cache_hits_equal_fresh_prefill() {
 #[test]
 fn restored_session_equals_fresh_after_restart() {
     let Some(gpu) = gpu() else { return };
-    for family in all_families() {
+    for family in cuda_families() {
         for seed in [None, Some(5)] {
             check_session_restore_equals_fresh(&gpu, family, seed);
         }
@@ -71,7 +71,7 @@ fn restored_session_equals_fresh_after_restart() {
 fn ngram_drafted_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
     let mut accepted = 0;
-    for family in all_families() {
+    for family in cuda_families() {
         for seeded in [false, true] {
             accepted += check_drafted_equals_undrafted(&gpu, family, DraftKind::Ngram, None, seeded).accepted;
         }
@@ -82,7 +82,7 @@ fn ngram_drafted_equals_undrafted() {
 #[test]
 fn early_exit_drafting_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
-    for (family, layers) in EARLY_EXIT.into_iter().chain(HYBRIDS.iter().map(|&f| (f, 1))) {
+    for (family, layers) in EARLY_EXIT.into_iter().filter(|(f, _)| on_cuda(f)).chain(HYBRIDS.iter().map(|&f| (f, 1))) {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::EarlyExit(layers), None, seeded);
         }

@@ -1,11 +1,12 @@
 //! The fixture families on the GPU: logits against transformers (float32) within a bf16
-//! tolerance, identical greedy continuations, and chunked prefill == whole prefill bit for bit.
+//! tolerance, identical greedy continuations, and chunked prefill == whole prefill bit for bit;
+//! the families the backend lacks an op for (`NOT_ON_CUDA`) are refused naming it.
 //! The engine-level checks (concurrent == solo and the rest) are in engine.rs.
 
 mod common;
 
 use common::backend;
-use tf_testkit::{all_families, check_chunked_equals_whole, check_golden_rounded};
+use tf_testkit::{NOT_ON_CUDA, check_chunked_equals_whole, check_golden_rounded, cuda_families, fixture};
 
 /// Largest |ours - transformers| allowed, as a fraction of the prompt's largest |logit|. The GPU
 /// rounds activations entering bf16 matmuls, attention's Q/K/V and probabilities to bf16 (as a
@@ -18,7 +19,7 @@ const REL_TOL: f32 = 0.025;
 fn golden_cuda_backend() {
     let Some(b) = backend() else { return };
     // Every family runs and each failure is named, so one run tells all of them.
-    let failed: Vec<&str> = all_families()
+    let failed: Vec<&str> = cuda_families()
         .filter(|family| {
             let check =
                 || check_golden_rounded(&b, family, &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
@@ -31,5 +32,15 @@ fn golden_cuda_backend() {
 #[test]
 fn chunked_prefill_equals_whole_bit_for_bit() {
     let Some(b) = backend() else { return };
-    check_chunked_equals_whole(&b);
+    check_chunked_equals_whole(&b, cuda_families());
+}
+
+#[test]
+fn latent_attention_is_refused_naming_what_is_missing() {
+    let Some(b) = backend() else { return };
+    for family in NOT_ON_CUDA {
+        let m = tf_models::Model::open(&fixture(family), &b).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let e = m.decoder.alloc_cache(&b, 4, 16, 1).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("latent KV pool (MLA)") && e.contains("--device cpu"), "{family}: {e}");
+    }
 }

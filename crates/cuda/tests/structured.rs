@@ -5,7 +5,7 @@
 mod common;
 
 use tf_cuda::CudaBackend;
-use tf_testkit::{FAMILIES, check_constrained_exact};
+use tf_testkit::{FAMILIES, check_constrained_exact, on_cuda};
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
 fn gpu() -> Option<impl Fn() -> CudaBackend> {
@@ -16,7 +16,7 @@ fn gpu() -> Option<impl Fn() -> CudaBackend> {
 #[test]
 fn constrained_concurrent_and_drafted_equal_solo() {
     let Some(gpu) = gpu() else { return };
-    for family in FAMILIES {
+    for family in FAMILIES.into_iter().filter(|f| on_cuda(f)) {
         for seeded in [false, true] {
             check_constrained_exact(&gpu, family, seeded);
         }

@@ -166,12 +166,24 @@ impl RawConfig {
                     .ok_or_else(|| self.error("yarn needs original_max_position_embeddings"))?,
                 beta_fast: num(p, "beta_fast").unwrap_or(32.0),
                 beta_slow: num(p, "beta_slow").unwrap_or(1.0),
-                attention_factor: num(p, "attention_factor"),
+                attention_factor: num(p, "attention_factor").or_else(|| yarn_mscale_ratio(p)),
                 truncate: p.get("truncate").and_then(Value::as_bool).unwrap_or(true),
             },
             other => return Err(self.error(format!("rope type '{other}' is not supported"))),
         })
     }
+}
+
+/// YaRN's `attention_factor` from `mscale` and `mscale_all_dim` where both are set and nonzero
+/// (DeepSeek): `mscale(factor, mscale) / mscale(factor, mscale_all_dim)`, as transformers.
+fn yarn_mscale_ratio(p: &Map<String, Value>) -> Option<f32> {
+    let (factor, m, all) = (num(p, "factor")?, num(p, "mscale")?, num(p, "mscale_all_dim")?);
+    (m != 0.0 && all != 0.0).then(|| yarn_mscale(factor, m) / yarn_mscale(factor, all))
+}
+
+/// `0.1 * mscale * ln(factor) + 1` for `factor` above 1, else 1 (transformers' `get_mscale`).
+pub fn yarn_mscale(factor: f32, mscale: f32) -> f32 {
+    if factor <= 1.0 { 1.0 } else { 0.1 * mscale * factor.ln() + 1.0 }
 }
 
 fn num(m: &Map<String, Value>, k: &str) -> Option<f32> {

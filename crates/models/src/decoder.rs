@@ -72,7 +72,7 @@ impl<B: Backend> Decoder<B> {
             block_size,
             num_kv_heads: self.spec.num_kv_heads,
             head_dim: self.spec.head_dim,
-            latent: false,
+            latent: self.spec.mla.is_some(),
         };
         let kv = (0..self.counts[0]).map(|_| Ok(b.kv(shape)?)).collect::<Result<_, ModelError>>()?;
         let state =
@@ -90,9 +90,11 @@ impl<B: Backend> Decoder<B> {
         self.layers.iter().map(|l| l.cache()).collect()
     }
 
-    /// Bytes of KV cache per token in pools of `kv_dtype` (the backend's `kv_dtype()`).
+    /// Bytes of KV cache per token in pools of `kv_dtype` (the backend's `kv_dtype()`): K and
+    /// V, or the latent row alone (MLA).
     pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
-        2 * self.counts[0] * self.spec.num_kv_heads * self.spec.head_dim * kv_dtype.size()
+        let parts = if self.spec.mla.is_some() { 1 } else { 2 };
+        parts * self.counts[0] * self.spec.num_kv_heads * self.spec.head_dim * kv_dtype.size()
     }
 
     /// Bytes of state one sequence holds (every recurrent layer's slot, f32).

@@ -57,6 +57,11 @@ const SIZE_FIELDS: &[&str] = &[
     "moe_latent_size",
     "block_ff_dim",
     "rotary_dim",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
 ];
 
 /// Refuses the first count field of `config` that the tensors described by `b` cannot hold.

@@ -21,6 +21,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("nemotron_h", families::nemotron_h::spec),
     ("Glm4MoeForCausalLM", families::glm4_moe::spec),
     ("glm4_moe", families::glm4_moe::spec),
+    ("DeepseekV3ForCausalLM", families::deepseek_v3::spec),
+    ("deepseek_v3", families::deepseek_v3::spec),
     ("Lfm2ForCausalLM", families::lfm2::spec),
     ("lfm2", families::lfm2::spec),
     ("Lfm3ForCausalLM", families::lfm3::spec),

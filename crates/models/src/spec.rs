@@ -214,6 +214,39 @@ pub struct ModelSpec {
     pub one_part_layers: bool,
     /// The dense MLP is gated (`down(act(gate(x)) * up(x))`); else `down(act(up(x)))`.
     pub mlp_gated: bool,
+    /// Multi-head latent attention's ranks and head widths (DeepSeek V3): its layers cache one
+    /// latent row per token (`num_kv_heads` 1 of `head_dim` `kv_lora_rank + qk_rope_head_dim`).
+    pub mla: Option<MlaSpec>,
+}
+
+/// Multi-head latent attention settings (DeepSeek V3, `blocks/mla.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlaSpec {
+    /// Rank of the query's low-rank projection (`q_lora_rank`; `None`: one `q_proj`).
+    pub q_lora_rank: Option<usize>,
+    /// Rank of the compressed key/value latent `c_kv` (`kv_lora_rank`).
+    pub kv_lora_rank: usize,
+    /// Width of a query / key head's part without rope (`qk_nope_head_dim`).
+    pub qk_nope_head_dim: usize,
+    /// Width of a query head's and the shared key's rope part (`qk_rope_head_dim`).
+    pub qk_rope_head_dim: usize,
+    /// Width of a value head (`v_head_dim`).
+    pub v_head_dim: usize,
+    /// The checkpoint's rope dims are interleaved pairs (`rope_interleave`): their projection
+    /// rows are reordered at load to the rotate-half layout.
+    pub rope_interleave: bool,
+}
+
+impl MlaSpec {
+    /// Width of a query head (`qk_nope_head_dim + qk_rope_head_dim`).
+    pub fn qk_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+
+    /// Width of a cached latent row (`kv_lora_rank + qk_rope_head_dim`).
+    pub fn latent_dim(&self) -> usize {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
 }
 
 /// Mamba2 settings (Nemotron-H).
@@ -420,6 +453,7 @@ impl Common {
             attn_rope: true,
             one_part_layers: false,
             mlp_gated: true,
+            mla: None,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

@@ -196,6 +196,12 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok((self.backend.vec(&host), host))
     }
 
+    /// The f32 values on the host of the float tensor `name` of exactly `shape` (weights the
+    /// host-run defaults read: MLA's absorbed `kv_b_proj`), refused when FP8.
+    pub fn host_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        self.vec_values(name, shape)
+    }
+
     /// The values of the tensor `name` of exactly `shape`, refused when FP8 (vectors have no
     /// scales).
     fn vec_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {

@@ -29,7 +29,8 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 6] = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2"];
+pub const FAMILIES: [&str; 8] =
+    ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2", "deepseek_v3", "deepseek_v3_nolora"];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
@@ -41,9 +42,22 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
+/// Fixture families the CUDA backend refuses (MLA's latent KV pool has no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 2] = ["deepseek_v3", "deepseek_v3_nolora"];
+
+/// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
+pub fn on_cuda(family: &str) -> bool {
+    !NOT_ON_CUDA.contains(&family)
+}
+
+/// The fixture families the CUDA backend runs: [`all_families`] less [`NOT_ON_CUDA`].
+pub fn cuda_families() -> impl Iterator<Item = &'static str> {
+    all_families().filter(|f| on_cuda(f))
+}
+
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 5] =
-    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2)];
+pub const EARLY_EXIT: [(&str, usize); 6] =
+    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2), ("deepseek_v3", 2)];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.
 pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwen3")];

@@ -7,6 +7,7 @@ pub(crate) mod attention;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
 pub(crate) mod mamba2;
+pub(crate) mod mla;
 pub(crate) mod moe;
 pub(crate) mod short_conv;
 
@@ -18,6 +19,7 @@ use attention::Attention;
 use ffn::{Ffn, FfnIn};
 use gdn::GatedDeltaNet;
 use mamba2::Mamba2;
+use mla::Mla;
 use short_conv::ShortConvMixer;
 use tf_backend::{AttnMeta, Backend, StateShape};
 
@@ -25,6 +27,8 @@ use tf_backend::{AttnMeta, Backend, StateShape};
 pub(crate) enum TokenMixer<B: Backend> {
     /// Attention over the paged KV cache.
     Attention(Attention<B>),
+    /// Multi-head latent attention over a latent KV pool (DeepSeek V3).
+    Mla(Mla<B>),
     /// Gated DeltaNet over a conv window and a delta-rule state.
     Gdn(GatedDeltaNet<B>),
     /// Mamba2's SSD scan over a conv window and an `[H, P, N]` state.
@@ -39,6 +43,7 @@ impl<B: Backend> TokenMixer<B> {
     fn inputs(&self) -> Vec<&B::Mat> {
         match self {
             TokenMixer::Attention(a) => [&a.q, &a.k, &a.v].into_iter().chain(a.gate.as_ref()).collect(),
+            TokenMixer::Mla(a) => a.inputs.iter().collect(),
             TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
             TokenMixer::Mamba2(m) => vec![&m.z, &m.xbc, &m.dt],
             TokenMixer::ShortConv(c) => vec![&c.in_proj],
@@ -49,6 +54,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn cache(&self) -> CacheKind {
         match self {
             TokenMixer::Attention(a) => CacheKind::Kv(a.kv),
+            TokenMixer::Mla(a) => CacheKind::Kv(a.kv),
             TokenMixer::Gdn(g) => CacheKind::State(g.state),
             TokenMixer::Mamba2(m) => CacheKind::State(m.state),
             TokenMixer::ShortConv(c) => CacheKind::State(c.state),
@@ -59,7 +65,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn state_shape(&self, num_slots: usize) -> Option<StateShape> {
         let _ = num_slots;
         match self {
-            TokenMixer::Attention(_) => None,
+            TokenMixer::Attention(_) | TokenMixer::Mla(_) => None,
             TokenMixer::Gdn(g) => Some(g.state_shape(num_slots)),
             TokenMixer::Mamba2(m) => Some(m.state_shape(num_slots)),
             TokenMixer::ShortConv(c) => Some(c.state_shape(num_slots)),
@@ -70,6 +76,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn replayable(&self) -> bool {
         match self {
             TokenMixer::Attention(a) => !a.sliding,
+            TokenMixer::Mla(_) => true,
             TokenMixer::Gdn(_) => false,
             TokenMixer::Mamba2(_) => false,
             TokenMixer::ShortConv(_) => false,
@@ -92,6 +99,7 @@ impl<B: Backend> TokenMixer<B> {
                 let (Some(q), Some(k), Some(v)) = (x.next(), x.next(), x.next()) else { unreachable!("q, k, v") };
                 a.run(b, s, q, k, v, x.next(), pos, meta, &mut cache.kv[a.kv])
             }
+            TokenMixer::Mla(a) => a.run(b, s, x, pos, meta, &mut cache.kv[a.kv]),
             TokenMixer::Gdn(g) => {
                 let x: [B::Act; 4] = x.try_into().unwrap_or_else(|_| unreachable!("four outputs"));
                 g.run(b, s, x, meta, &mut cache.state[g.state])
@@ -159,6 +167,12 @@ impl<B: Backend> Block<B> {
         let p = format!("{}{i}.", s.names.layers);
         let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), s.hidden_size);
         let (mixer, out) = match s.layer_kinds[i] {
+            LayerKind::Full if s.mla.is_some() => {
+                let m = s.mla.unwrap_or_else(|| unreachable!("guarded"));
+                let (a, o) = Mla::load(s, m, ld, &p, n.kv)?;
+                n.kv += 1;
+                (TokenMixer::Mla(a), o)
+            }
             LayerKind::Full | LayerKind::Sliding => {
                 let (a, o) = Attention::load(s, ld, &p, i, n.kv)?;
                 n.kv += 1;

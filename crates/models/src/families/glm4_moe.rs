@@ -23,6 +23,14 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     }
     spec.qk_norm = c.flag("use_qk_norm", false)?;
     spec.attention_bias = c.flag("attention_bias", false)?;
+    experts_and_mtp(c, &mut spec)?;
+    Ok(spec)
+}
+
+/// GLM-4.5's and DeepSeek V3's experts (sigmoid, group-limited, biased choice, scaled, shared
+/// experts, dense first layers) into `spec.moe`, and the MTP layers after the decoder's into
+/// `spec.unread_prefixes`.
+pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(), ModelError> {
     let num_experts = match c.opt_dim("n_routed_experts")? {
         Some(n) => n,
         None => c.dim("num_local_experts")?,
@@ -52,7 +60,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let key = "num_nextn_predict_layers";
     let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
-    Ok(spec)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! One file per model family: how its config maps onto the shared decoder's [`ModelSpec`].
 
+pub mod deepseek_v3;
 pub mod gemma3;
 pub mod glm4_moe;
 pub mod lfm2;

@@ -1,0 +1,152 @@
+//! Multi-head latent attention (DeepSeek V3), in the absorbed form every round alike: the cache
+//! keeps one latent row per token, `[c_kv normed (kv_lora_rank) | k_pe roped (qk_rope_head_dim)]`,
+//! as the one KV head of a latent pool (its values are its keys). Each query head becomes
+//! `[q_nope_h · W_UK_h | q_pe_h]` (`W_UK_h`: `kv_b_proj`'s key rows of head h, transposed), so
+//! its scores against the latent rows are transformers' scores against the expanded keys; the
+//! attention's output per head is the softmax-weighted latent row, full width, and `W_UV_h`
+//! (`kv_b_proj`'s value rows of head h) padded with zero columns over the rope dims takes its
+//! first `kv_lora_rank` values to `v_head_dim`, before `o_proj`. Prefill and decode run the
+//! same ops, so chunked == whole and concurrent == solo hold by construction.
+
+use crate::error::ModelError;
+use crate::spec::{MlaSpec, ModelSpec};
+use crate::weights::Loader;
+use tf_backend::{AttnMeta, AttnParams, Backend, HeadWeights};
+
+/// The epsilon of `q_a_layernorm` and `kv_a_layernorm`: transformers builds them with the
+/// norm's default, not `rms_norm_eps`.
+const LATENT_NORM_EPS: f32 = 1e-6;
+
+/// One layer's latent attention: its projections, norms, absorbed weights; its pool is `kv`.
+pub(crate) struct Mla<B: Backend> {
+    /// The projections of the normed input: `q_a_proj` (or `q_proj`'s nope and rope rows),
+    /// then `kv_a_proj_with_mqa`'s latent and rope rows.
+    pub(crate) inputs: Vec<B::Mat>,
+    /// `q_a_layernorm` and `q_b_proj`'s nope and rope rows, where the query is low-rank.
+    q_b: Option<(B::Vec, B::Mat, B::Mat)>,
+    kv_norm: B::Vec,
+    /// `W_UK` per head, `[heads * kv_lora_rank, qk_nope_head_dim]`.
+    uk: Vec<f32>,
+    /// `W_UV` per head with zero rope columns, `[heads * v_head_dim, kv_lora_rank + qk_rope_head_dim]`.
+    uv: Vec<f32>,
+    m: MlaSpec,
+    attn: AttnParams,
+    /// Index of this layer's pool in `Cache::kv`.
+    pub(crate) kv: usize,
+}
+
+/// Rows of a per-head projection `[heads * width, ..]` taking each head's `part` (offsets into
+/// the head), the rope dims de-interleaved (`0, 2, .., 1, 3, ..`) where `interleave` says.
+fn head_rows(heads: usize, width: usize, part: std::ops::Range<usize>, interleave: bool) -> Vec<usize> {
+    let local: Vec<usize> = match interleave {
+        true => part.clone().step_by(2).chain(part.clone().skip(1).step_by(2)).collect(),
+        false => part.collect(),
+    };
+    (0..heads).flat_map(|h| local.iter().map(move |&r| h * width + r)).collect()
+}
+
+impl<B: Backend> Mla<B> {
+    /// Loads layer prefix `p`'s latent attention (`{p}self_attn.*`) and its output projection.
+    pub(crate) fn load(
+        s: &ModelSpec,
+        m: MlaSpec,
+        ld: &Loader<'_, B>,
+        p: &str,
+        kv: usize,
+    ) -> Result<(Self, B::Mat), ModelError> {
+        let (hidden, heads) = (s.hidden_size, s.num_heads);
+        let (nope, rope, lora) = (m.qk_nope_head_dim, m.qk_rope_head_dim, m.kv_lora_rank);
+        let a = format!("{p}{}.", s.names.attn);
+        let qk = m.qk_head_dim();
+        let q_rows = |part, il| head_rows(heads, qk, part, il);
+        let (mut inputs, q_b) = match m.q_lora_rank {
+            Some(r) => {
+                let name = format!("{a}q_b_proj.weight");
+                let q_a = ld.mat(&format!("{a}q_a_proj.weight"), r, hidden)?;
+                let norm = ld.vec(&format!("{a}q_a_layernorm.weight"), r)?;
+                let q_nope = ld.mat_rows(&name, heads * qk, r, &q_rows(0..nope, false))?;
+                let q_pe = ld.mat_rows(&name, heads * qk, r, &q_rows(nope..qk, m.rope_interleave))?;
+                (vec![q_a], Some((norm, q_nope, q_pe)))
+            }
+            None => {
+                let name = format!("{a}q_proj.weight");
+                let q_nope = ld.mat_rows(&name, heads * qk, hidden, &q_rows(0..nope, false))?;
+                let q_pe = ld.mat_rows(&name, heads * qk, hidden, &q_rows(nope..qk, m.rope_interleave))?;
+                (vec![q_nope, q_pe], None)
+            }
+        };
+        let name = format!("{a}kv_a_proj_with_mqa.weight");
+        inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, 0..lora, false))?);
+        inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, lora..lora + rope, m.rope_interleave))?);
+        let kv_norm = ld.vec(&format!("{a}kv_a_layernorm.weight"), lora)?;
+        // kv_b_proj `[heads * (nope + v), lora]`: per head its key rows, then its value rows.
+        let per = nope + m.v_head_dim;
+        let kv_b = ld.host_values(&format!("{a}kv_b_proj.weight"), &[heads * per, lora])?;
+        let mut uk = Vec::with_capacity(heads * lora * nope);
+        let mut uv = Vec::with_capacity(heads * m.v_head_dim * (lora + rope));
+        for h in 0..heads {
+            let row = |i: usize| &kv_b[(h * per + i) * lora..][..lora];
+            uk.extend((0..lora).flat_map(|o| (0..nope).map(move |i| row(i)[o])));
+            for o in 0..m.v_head_dim {
+                uv.extend_from_slice(row(nope + o));
+                uv.extend(std::iter::repeat_n(0.0, rope));
+            }
+        }
+        let attn = AttnParams {
+            num_heads: heads,
+            num_kv_heads: 1,
+            head_dim: m.latent_dim(),
+            scale: s.attn_scale,
+            window: None,
+            softcap: None,
+        };
+        let out = ld.mat(&format!("{a}{}.weight", s.names.attn_out), hidden, heads * m.v_head_dim)?;
+        Ok((Mla { inputs, q_b, kv_norm, uk, uv, m, attn, kv }, out))
+    }
+
+    /// The latent attention over its projected inputs (`inputs`' order): `[rows, heads * v_head_dim]`.
+    pub(crate) fn run(
+        &self,
+        b: &B,
+        s: &ModelSpec,
+        x: Vec<B::Act>,
+        pos: &[u32],
+        meta: &AttnMeta,
+        kv: &mut B::Kv,
+    ) -> B::Act {
+        let (heads, m, eps) = (s.num_heads, &self.m, LATENT_NORM_EPS);
+        let mut x = x.into_iter();
+        let mut next = || x.next().unwrap_or_else(|| unreachable!("one output per input projection"));
+        let (q_nope, mut q_pe) = match &self.q_b {
+            Some((norm, q_nope, q_pe)) => {
+                let q_lat = b.rms_norm(&next(), norm, eps, false);
+                let mut q = b.matmul_many(&q_lat, &[q_nope, q_pe]).into_iter();
+                let mut take = || q.next().unwrap_or_else(|| unreachable!("two outputs"));
+                (take(), take())
+            }
+            None => (next(), next()),
+        };
+        let (c_kv, mut k_pe) = (next(), next());
+        let c_kv = b.rms_norm(&c_kv, &self.kv_norm, eps, false);
+        b.rope(&mut q_pe, pos, m.qk_rope_head_dim, &s.rope_full);
+        b.rope(&mut k_pe, pos, m.qk_rope_head_dim, &s.rope_full);
+        let latent = b.concat_heads(&c_kv, &k_pe, 1); // (tokens, kv_lora_rank + rope)
+        let uk = HeadWeights { host: &self.uk, heads, out: m.kv_lora_rank };
+        let q = b.concat_heads(&b.head_matmul(&q_nope, &uk), &q_pe, heads); // (tokens, heads * latent)
+        // The pool keeps the latent row alone; its values are its keys.
+        let o = b.attention(&q, &latent, &latent, kv, meta, &self.attn);
+        b.head_matmul(&o, &HeadWeights { host: &self.uv, heads, out: m.v_head_dim })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_rows;
+
+    #[test]
+    fn rope_rows_deinterleave_per_head() {
+        assert_eq!(head_rows(2, 6, 2..6, true), vec![2, 4, 3, 5, 8, 10, 9, 11]);
+        assert_eq!(head_rows(2, 6, 0..2, false), vec![0, 1, 6, 7]);
+        assert_eq!(head_rows(1, 0, 3..5, false), vec![3, 4]);
+    }
+}
