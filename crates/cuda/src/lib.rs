@@ -20,6 +20,7 @@
 //! ```text
 //! 0  error, options, smem, tma, attn_meta, graph_pad   errors, start options, launch sizes,
 //!                                                      tensor maps, host-side metadata layouts
+//! 0  fp8_host                                          FP8 weights' bf16 values (the definition)
 //! 1  nvrtc                                             compiling kernels/*.cu
 //! 2  device                                            context, streams, module, launches, memory
 //! 3  tensor, trace, capture                            device buffers, the kernel timeline, a
@@ -49,6 +50,7 @@ mod ctx;
 mod device;
 mod draw;
 mod error;
+mod fp8_host;
 mod gdn;
 mod graph;
 mod graph_pad;
@@ -70,6 +72,7 @@ mod tma;
 mod trace;
 
 pub use error::CudaError;
+pub use fp8_host::{dequantize_bf16 as fp8_dequantize_bf16, fp8_bf16};
 pub use held::CudaHeld;
 pub use options::{CudaOptions, SplitRule, TraceMark, TraceRounds};
 pub use state::CudaState;
