@@ -34,6 +34,9 @@ pub(crate) struct Ctx {
     pub(crate) split: SplitRule,
     /// Rows from which gate/up's wgmma GEMM applies the activation in its store.
     pub(crate) glu_store_rows: usize,
+    /// The bf16 weight of an FP8 weight that a matmul dequantizes (fp8.rs), sized at load to the
+    /// largest FP8 weight and reused by every such matmul.
+    pub(crate) fp8_scratch: Mutex<Option<CudaSlice<u16>>>,
 }
 
 impl Ctx {
@@ -46,6 +49,7 @@ impl Ctx {
             mma_sync_attention: opts.mma_sync_attention,
             split: opts.gemm_split.unwrap_or(SplitRule::DEFAULT),
             glu_store_rows: opts.glu_store_rows.map_or(GLU_STORE_MIN_ROWS, |r| r.max(33)),
+            fp8_scratch: Mutex::default(),
         }
     }
 

@@ -28,6 +28,7 @@
 //! 4  ctx                                               what every kernel launcher works on
 //! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
 //!                                                      per-sequence state pools
+//! 5  fp8                                               FP8 weights: upload, FP8 GEMV, bf16 scratch
 //! 6  matmul, attention, sample, logprob, held, gdn, ssd, short_conv  GEMV/GEMM, paged attention,
 //!                                                      sampling, log-probabilities, ids held on
 //!                                                      the device, recurrent state ops (conv,
@@ -50,6 +51,7 @@ mod ctx;
 mod device;
 mod draw;
 mod error;
+mod fp8;
 mod fp8_host;
 mod gdn;
 mod graph;
@@ -200,6 +202,10 @@ impl Backend for CudaBackend {
 
     fn mat_f32(&self, t: &TensorView) -> Result<CudaMat, BackendError> {
         ops::mat_f32(&self.ctx, t)
+    }
+
+    fn mat_fp8(&self, t: &TensorView, scales: &tf_backend::Fp8Scales) -> Result<CudaMat, BackendError> {
+        fp8::mat_fp8(&self.ctx, t, scales)
     }
 
     fn vec(&self, v: &[f32]) -> CudaVec {
