@@ -1,6 +1,7 @@
 //! The CUDA backend: every `Backend` op as a kernel of our own (CUDA C under `kernels/`, compiled
 //! by NVRTC for the device at start and cached on disk), bf16 weights kept as bf16 and multiplied
-//! on the tensor cores with f32 accumulation, a bf16 paged KV cache, f32 activations.
+//! on the tensor cores with f32 accumulation (FP8 weights kept as codes and scales, multiplied as
+//! their bf16 rounding: fp8.rs), a bf16 paged KV cache, f32 activations.
 //!
 //! Exactness (docs/architecture.md): each kernel fixes the reduction order of every output
 //! element independently of how many rows share the call, so concurrent == solo, drafted ==
