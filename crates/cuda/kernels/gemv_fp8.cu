@@ -10,6 +10,7 @@
 // 2c + 1, 2c + 8, 2c + 9 of each k tile) and takes the scales of its two rows' blocks: a 16-wide
 // k tile lies in one block column (bw a multiple of 16, or one block column: matmul.rs checks),
 // so a scale is read from global memory only where the segment's walk enters a new column.
+// One launch serves up to three weights of the same x, as gemm.cu's GEMV does.
 
 #define GF_WS(U) ((U) * 16 + 16)  // bytes of one W row in a stage (U k tiles of codes, padded)
 
@@ -126,15 +127,25 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
     gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
 }
 
-// NT row groups of 8, U k tiles a stage, ST stages (matmul.rs `gemv_fp8_config`, smem.rs
-// `gemv_fp8_smem`); one weight a launch, a block a 16-row tile. bt: k tiles a block column
-// holds (bw / 16; kt when there is one block column).
+// NT row groups of 8, U k tiles a stage, ST stages (smem.rs `gemv_fp8_stages`, `gemv_fp8_smem`);
+// up to three weights of the same x (q/k/v, gate/up), block b taking tile b of their tiles in
+// turn (nt0, nt1, the rest). Per weight: codes, scales, y, rows, block height, k tiles a block
+// column holds (bw / 16; kt where there is one block column), the scale grid.
 #define GEMV_FP8_KERNEL(NT, U, ST)                                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_W) gemv_fp8_n##NT(                                       \
-        const unsigned char* __restrict__ w, const float* __restrict__ sc, float* __restrict__ y, int n, int bh,    \
-        int bt, int gr, int gc, const u16* __restrict__ x, int m, int kt, int kp, int add) {                        \
+        const unsigned char* __restrict__ w0, const float* __restrict__ s0, float* __restrict__ y0, int n0,         \
+        int bh0, int bt0, int gr0, int gc0, int nt0, const unsigned char* __restrict__ w1,                          \
+        const float* __restrict__ s1, float* __restrict__ y1, int n1, int bh1, int bt1, int gr1, int gc1, int nt1, \
+        const unsigned char* __restrict__ w2, const float* __restrict__ s2, float* __restrict__ y2, int n2,         \
+        int bh2, int bt2, int gr2, int gc2, const u16* __restrict__ x, int m, int kt, int kp, int add) {            \
         tf_pdl_launch();                                                                                             \
-        gemv_fp8_body<NT, U, ST>(w, sc, y, n, blockIdx.x, bh, bt, gr, gc, x, m, kt, kp, add);                      \
+        const int b = blockIdx.x;                                                                                    \
+        if (b < nt0)                                                                                                 \
+            gemv_fp8_body<NT, U, ST>(w0, s0, y0, n0, b, bh0, bt0, gr0, gc0, x, m, kt, kp, add);                      \
+        else if (b < nt0 + nt1)                                                                                      \
+            gemv_fp8_body<NT, U, ST>(w1, s1, y1, n1, b - nt0, bh1, bt1, gr1, gc1, x, m, kt, kp, add);                \
+        else                                                                                                         \
+            gemv_fp8_body<NT, U, ST>(w2, s2, y2, n2, b - nt0 - nt1, bh2, bt2, gr2, gc2, x, m, kt, kp, add);          \
     }
 GEMV_FP8_KERNEL(1, 4, 4)
 GEMV_FP8_KERNEL(2, 4, 4)

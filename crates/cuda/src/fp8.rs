@@ -61,13 +61,14 @@ pub(crate) fn gemv_fits(block: [usize; 2], grid: [usize; 2]) -> bool {
     block[1].is_multiple_of(16) || grid[1] == 1
 }
 
-/// `y = x @ w^T` (with `add`, `y +=`) by the FP8 GEMV for `m <= 64` rows of x's bf16 copy at
-/// `xb` into `y`; false (nothing launched) where `w` is not FP8 or its blocks do not fit it.
-pub(crate) fn gemv(b: &Ctx, w: &CudaMat, xb: u64, m: usize, y: u64, add: bool) -> bool {
-    let CudaMat::Fp8 { w, scales, block, grid, rows, ntiles, kt, .. } = w else { return false };
-    if m == 0 || m > GEMV_ROWS || !gemv_fits(*block, *grid) {
-        return false;
-    }
+/// Whether the FP8 GEMV takes `m` rows of `w`: an FP8 weight whose blocks fit it, at most 64 rows.
+pub(crate) fn gemv_takes(w: &CudaMat, m: usize) -> bool {
+    matches!(w, CudaMat::Fp8 { block, grid, .. } if gemv_fits(*block, *grid)) && (1..=GEMV_ROWS).contains(&m)
+}
+
+/// `y = x @ w^T` (with `add`, `y +=`) by the FP8 GEMV for each `(w, y)` of `ws` (weights that
+/// [`gemv_takes`]), `m` rows of x's bf16 copy at `xb`: up to three weights a launch.
+pub(crate) fn gemv(b: &Ctx, ws: &[(&CudaMat, u64)], xb: u64, m: usize, add: bool) {
     let d = &b.dev;
     let nt = m.div_ceil(8).next_power_of_two();
     let f = match nt {
@@ -76,25 +77,44 @@ pub(crate) fn gemv(b: &Ctx, w: &CudaMat, xb: u64, m: usize, y: u64, add: bool) -
         4 => &d.k.gemv_fp8_n4,
         _ => &d.k.gemv_fp8_n8,
     };
-    // k tiles a block column holds (all of them where there is one column).
-    let bt = if grid[1] == 1 { *kt } else { block[1] / 16 };
-    let args = [
-        Arg::P(ptr(w, &d.stream)),
-        Arg::P(ptr(scales, &d.stream)),
-        Arg::P(y),
-        Arg::I(*rows as i32),
-        Arg::I(block[0] as i32),
-        Arg::I(bt.max(1) as i32),
-        Arg::I(grid[0] as i32),
-        Arg::I(grid[1] as i32),
-        Arg::P(xb),
-        Arg::I(m as i32),
-        Arg::I(*kt as i32),
-        Arg::I((*kt * 16) as i32),
-        Arg::I(add as i32),
-    ];
-    d.launch(f, (*ntiles as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_fp8_smem(nt), &args);
-    true
+    let kt = x_tiles(ws);
+    for seg in ws.chunks(3) {
+        let mut args = Vec::with_capacity(32);
+        let mut tiles = 0;
+        for i in 0..3 {
+            let Some(&(CudaMat::Fp8 { w, scales, block, grid, rows, ntiles, kt: wkt, .. }, y)) = seg.get(i) else {
+                // An absent weight: no tiles (never reached: block indices stop at the tiles).
+                args.extend([Arg::P(0), Arg::P(0), Arg::P(0), Arg::I(0), Arg::I(1), Arg::I(1), Arg::I(1), Arg::I(1)]);
+                if i < 2 {
+                    args.push(Arg::I(0));
+                }
+                continue;
+            };
+            // k tiles a block column holds (all of them where there is one column).
+            let bt = if grid[1] == 1 { *wkt } else { block[1] / 16 };
+            args.extend([
+                Arg::P(ptr(w, &d.stream)),
+                Arg::P(ptr(scales, &d.stream)),
+                Arg::P(y),
+                Arg::I(*rows as i32),
+                Arg::I(block[0] as i32),
+                Arg::I(bt.max(1) as i32),
+                Arg::I(grid[0] as i32),
+                Arg::I(grid[1] as i32),
+            ]);
+            if i < 2 {
+                args.push(Arg::I(*ntiles as i32));
+            }
+            tiles += ntiles;
+        }
+        args.extend([Arg::P(xb), Arg::I(m as i32), Arg::I(kt as i32), Arg::I((kt * 16) as i32), Arg::I(add as i32)]);
+        d.launch(f, (tiles as u32, 1, 1), 32 * GEMV_WARPS as u32, gemv_fp8_smem(nt), &args);
+    }
+}
+
+/// The 16-wide k tiles of the weights' shared input (the first one's; 0 for none).
+fn x_tiles(ws: &[(&CudaMat, u64)]) -> usize {
+    ws.first().map_or(0, |(w, _)| w.shape().1.div_ceil(16))
 }
 
 /// `f` of the bf16 weight of FP8 `w` (fp8_host.rs's values, padded as `CudaMat::Bf16`), made in

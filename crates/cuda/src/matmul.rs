@@ -141,22 +141,24 @@ fn launch(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bo
     }
 }
 
-/// [`launch`] where some weights are FP8: each FP8 weight by the FP8 GEMV (up to 64 rows, blocks
-/// it takes), else by the bf16 kernels over its bf16 weight made in the scratch (fp8.rs); the
-/// other weights share their launches as before. Every path has the bf16 path's bits.
+/// [`launch`] where some weights are FP8: by the FP8 GEMV (up to 64 rows, blocks it takes; up to
+/// three weights a launch), else each by the bf16 kernels over its bf16 weight made in the
+/// scratch (fp8.rs); the other weights share their launches as before. Every path has the bf16
+/// path's bits.
 fn launch_fp8(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
     let (rest, rest_ys): (Vec<&CudaMat>, Vec<&CudaSlice<f32>>) =
         ws.iter().zip(ys).filter(|(w, _)| !matches!(w, CudaMat::Fp8 { .. })).map(|(w, y)| (*w, *y)).unzip();
     if !rest.is_empty() {
         launch(b, x, &rest, &rest_ys, add);
     }
-    for (w, y) in ws.iter().zip(ys).filter(|(w, _)| matches!(w, CudaMat::Fp8 { .. })) {
-        let d = &b.dev;
-        if x.rows <= crate::fp8::GEMV_ROWS
-            && crate::fp8::gemv(b, w, ptr(bf16_of(b, x), &d.stream), x.rows, ptr(*y, &d.stream), add)
-        {
-            continue;
-        }
+    let d = &b.dev;
+    let fp8 = ws.iter().zip(ys).filter(|(w, _)| matches!(w, CudaMat::Fp8 { .. }));
+    let (gemv, scratch): (Vec<_>, Vec<_>) = fp8.partition(|(w, _)| crate::fp8::gemv_takes(w, x.rows));
+    if !gemv.is_empty() {
+        let gemv: Vec<(&CudaMat, u64)> = gemv.iter().map(|(w, y)| (**w, ptr(**y, &d.stream))).collect();
+        crate::fp8::gemv(b, &gemv, ptr(bf16_of(b, x), &d.stream), x.rows, add);
+    }
+    for (w, y) in scratch {
         crate::fp8::with_bf16(b, w, |wb| launch(b, x, &[wb], &[*y], add));
     }
 }

@@ -91,6 +91,8 @@ fn fp8_fused_ops_equal_their_bf16_twins() {
     let k = 1000;
     let (fa, wa) = pair(&b, 200, k, [128, 128], 1);
     let (fb, wb) = pair(&b, 96, k, [48, 40], 2);
+    let (fc, wc) = pair(&b, 64, k, [1, 1000], 7);
+    let (fd, wd) = pair(&b, 40, k, [16, 16], 8);
     let plain = b.mat(&weight("p", DType::BF16, 80, k, &rand(80 * k, 3, 0.5))).unwrap();
     let nw = b.vec(&rand(k, 4, 1.0));
     for m in ROWS {
@@ -100,6 +102,11 @@ fn fp8_fused_ops_equal_their_bf16_twins() {
         let many = b.matmul_many(&x, &[&fa, &plain, &fb]);
         for (y, w) in many.iter().zip([&wa, &plain, &wb]) {
             assert!(same_bits(&b.download(y), &b.download(&b.matmul(&x, w))), "{}", at("matmul_many"));
+        }
+        // Four FP8 weights of three block shapes: three share a launch, the fourth has its own.
+        let many = b.matmul_many(&x, &[&fa, &fc, &fd, &fc]);
+        for (y, w) in many.iter().zip([&wa, &wc, &wd, &wc]) {
+            assert!(same_bits(&b.download(y), &b.download(&b.matmul(&x, w))), "{}", at("matmul_many of FP8"));
         }
         // norm_matmul_many.
         let normed = b.rms_norm(&x, &nw, 1e-6, false);
