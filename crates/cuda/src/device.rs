@@ -107,6 +107,10 @@ kernels!(
     moe_gemv_n2,
     moe_gemv_n4,
     moe_gemv_n8,
+    moe_gemv_fp8_n1,
+    moe_gemv_fp8_n2,
+    moe_gemv_fp8_n4,
+    moe_gemv_fp8_n8,
     moe_combine,
     gemm_bf16,
     gemm_wgmma,
@@ -277,7 +281,16 @@ impl Device {
         ] {
             drv(f.set_attribute(big, gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
         }
-        for (f, nt) in [(&k.gemv_fp8_n1, 1), (&k.gemv_fp8_n2, 2), (&k.gemv_fp8_n4, 4), (&k.gemv_fp8_n8, 8)] {
+        for (f, nt) in [
+            (&k.gemv_fp8_n1, 1),
+            (&k.gemv_fp8_n2, 2),
+            (&k.gemv_fp8_n4, 4),
+            (&k.gemv_fp8_n8, 8),
+            (&k.moe_gemv_fp8_n1, 1),
+            (&k.moe_gemv_fp8_n2, 2),
+            (&k.moe_gemv_fp8_n4, 4),
+            (&k.moe_gemv_fp8_n8, 8),
+        ] {
             drv(f.set_attribute(big, gemv_fp8_smem(nt) as i32), "raising the FP8 GEMV's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {

@@ -61,9 +61,17 @@ pub(crate) fn gemv_fits(block: [usize; 2], grid: [usize; 2]) -> bool {
     block[1].is_multiple_of(16) || grid[1] == 1
 }
 
+/// The FP8 GEMV's view of `w`'s blocks: height, k tiles a block column holds (all of them where
+/// there is one column), the scale grid; `None` where `w` is not FP8 or its blocks do not fit.
+pub(crate) fn gemv_blocks(w: &CudaMat) -> Option<[i32; 4]> {
+    let CudaMat::Fp8 { block, grid, kt, .. } = w else { return None };
+    let bt = if grid[1] == 1 { *kt } else { block[1] / 16 };
+    gemv_fits(*block, *grid).then_some([block[0] as i32, bt.max(1) as i32, grid[0] as i32, grid[1] as i32])
+}
+
 /// Whether the FP8 GEMV takes `m` rows of `w`: an FP8 weight whose blocks fit it, at most 64 rows.
 pub(crate) fn gemv_takes(w: &CudaMat, m: usize) -> bool {
-    matches!(w, CudaMat::Fp8 { block, grid, .. } if gemv_fits(*block, *grid)) && (1..=GEMV_ROWS).contains(&m)
+    gemv_blocks(w).is_some() && (1..=GEMV_ROWS).contains(&m)
 }
 
 /// `y = x @ w^T` (with `add`, `y +=`) by the FP8 GEMV for each `(w, y)` of `ws` (weights that
@@ -82,28 +90,32 @@ pub(crate) fn gemv(b: &Ctx, ws: &[(&CudaMat, u64)], xb: u64, m: usize, add: bool
         let mut args = Vec::with_capacity(32);
         let mut tiles = 0;
         for i in 0..3 {
-            let Some(&(CudaMat::Fp8 { w, scales, block, grid, rows, ntiles, kt: wkt, .. }, y)) = seg.get(i) else {
-                // An absent weight: no tiles (never reached: block indices stop at the tiles).
+            let item = seg.get(i).and_then(|&(w, y)| match (w, gemv_blocks(w)) {
+                (CudaMat::Fp8 { w, scales, rows, ntiles, .. }, Some(blocks)) => {
+                    Some((w, scales, y, *rows, *ntiles, blocks))
+                }
+                _ => None,
+            });
+            // An absent weight (or one the GEMV does not take, which callers never pass): no tiles.
+            let Some((codes, scales, y, rows, ntiles, [bh, bt, gr, gc])) = item else {
                 args.extend([Arg::P(0), Arg::P(0), Arg::P(0), Arg::I(0), Arg::I(1), Arg::I(1), Arg::I(1), Arg::I(1)]);
                 if i < 2 {
                     args.push(Arg::I(0));
                 }
                 continue;
             };
-            // k tiles a block column holds (all of them where there is one column).
-            let bt = if grid[1] == 1 { *wkt } else { block[1] / 16 };
             args.extend([
-                Arg::P(ptr(w, &d.stream)),
+                Arg::P(ptr(codes, &d.stream)),
                 Arg::P(ptr(scales, &d.stream)),
                 Arg::P(y),
-                Arg::I(*rows as i32),
-                Arg::I(block[0] as i32),
-                Arg::I(bt.max(1) as i32),
-                Arg::I(grid[0] as i32),
-                Arg::I(grid[1] as i32),
+                Arg::I(rows as i32),
+                Arg::I(bh),
+                Arg::I(bt),
+                Arg::I(gr),
+                Arg::I(gc),
             ]);
             if i < 2 {
-                args.push(Arg::I(*ntiles as i32));
+                args.push(Arg::I(ntiles as i32));
             }
             tiles += ntiles;
         }

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::path::PathBuf;
-use tf_backend::{Backend, Fp8Scales};
+use tf_backend::{Activation, Backend, Experts, Fp8Scales, MoeParams};
 use tf_core::DType;
 use tf_cuda::{CudaBackend, CudaMat};
 use tf_formats::{TensorBytes, TensorView};
@@ -147,4 +147,43 @@ fn fp8_weights_with_bad_scales_are_refused_by_name() {
     s.values.pop();
     let e = b.mat_fp8(&w, &s).err().expect("a scale short").to_string();
     assert!(e.contains("w_fp8") && e.contains("FP8 scales"), "{e}");
+}
+
+#[test]
+fn fp8_experts_equal_their_bf16_twins_on_both_moe_paths() {
+    // 8 experts of [96, 200] / [200, 96] in 32 x 32 blocks (partial edge blocks): rows up to 64
+    // take the grouped FP8 GEMV, 70 the per-expert path (scratch or FP8 GEMV per expert).
+    let Some(b) = backend() else { return };
+    let (ne, h, inter) = (8, 200, 96);
+    let mut fp8: Experts<CudaMat, tf_cuda::CudaVec> =
+        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None };
+    let mut twin: Experts<CudaMat, tf_cuda::CudaVec> =
+        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None };
+    for e in 0..ne as u64 {
+        for (kind, (n, k)) in [(inter, h), (inter, h), (h, inter)].into_iter().enumerate() {
+            let (f, w) = pair(&b, n, k, [32, 32], 100 + 10 * e + kind as u64);
+            let (fl, wl) = match kind {
+                0 => (&mut fp8.gate, &mut twin.gate),
+                1 => (&mut fp8.up, &mut twin.up),
+                _ => (&mut fp8.down, &mut twin.down),
+            };
+            fl.push(f);
+            wl.push(w);
+        }
+    }
+    let p = MoeParams::softmax(2, true, Activation::Silu);
+    let rows = 70;
+    let x = rand(rows * h, 80, 1.0);
+    let logits = rand(rows * ne, 81, 3.0);
+    let run = |ex: &Experts<CudaMat, tf_cuda::CudaVec>, m: usize| {
+        let (xa, la) = (b.upload(&x[..m * h], m, h), b.upload(&logits[..m * ne], m, ne));
+        b.download(&b.moe(&xa, &la, ex, &p))
+    };
+    for m in [1, 8, 64, 70] {
+        assert!(same_bits(&run(&fp8, m), &run(&twin, m)), "{m} rows: FP8 experts differ from their bf16 twins");
+    }
+    let all = run(&fp8, rows);
+    for m in [1, 8, 64] {
+        assert!(same_bits(&run(&fp8, m), &all[..m * h]), "{m} rows differ from the {rows}-row round");
+    }
 }
