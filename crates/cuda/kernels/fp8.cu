@@ -27,9 +27,13 @@ __device__ __forceinline__ u32 fp8x2_bf16x2(u32 codes, float s) {
     lo = fp8_f32(codes & 0xffu);
     hi = fp8_f32((codes >> 8) & 0xffu);
 #endif
+#ifdef __CUDA_ARCH__
     u32 d;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(__fmul_rn(hi, s)), "f"(__fmul_rn(lo, s)));
     return d;
+#else  // the host emulation (tests/fp8_emu.rs): the same rounding, in software
+    return (u32)f2bf(__fmul_rn(lo, s)) | ((u32)f2bf(__fmul_rn(hi, s)) << 16);
+#endif
 }
 
 // One code of a block of scale s as bf16 bits (fp8x2_bf16x2's low half for a pair of it).
