@@ -14,7 +14,9 @@
 
 #define GF_WS(U) ((U) * 16 + 16)  // bytes of one W row in a stage (U k tiles of codes, padded)
 
-template <int NT, int U, int ST>
+// PACK (moe.cu): the block takes GEMV_W / nseg tiles from tile * (GEMV_W / nseg) on, nseg warps
+// each, as gemm.cu's gemv_body does; the same sums in the same order.
+template <int NT, int U, int ST, bool PACK = false>
 __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ w, const float* __restrict__ sc,
                                               float* __restrict__ y, int n, int tile, int bh, int bt, int gr, int gc,
                                               const u16* __restrict__ x, int m, int kt, int kp, int add) {
@@ -28,9 +30,17 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
     unsigned char* ring = gf_smem + warp * ST * SBYTES;
     const int len = gemm_seg_len(kt);
     const int nseg = (kt + len - 1) / len;
-    const int j0 = warp * len, j1 = min(j0 + len, kt);
+    int seg = warp;
+    bool active = warp < nseg;
+    if constexpr (PACK) {
+        const int per = GEMV_W / nseg;
+        seg = warp % nseg;
+        tile = tile * per + warp / nseg;
+        active = warp < per * nseg && tile * 16 < n;
+    }
+    const int j0 = seg * len, j1 = min(j0 + len, kt);
     float old[NT][4];
-    if (warp < nseg) {
+    if (active) {
         const unsigned char* src = w + (size_t)tile * 16 * kp;
         const int nst = (j1 - j0 + U - 1) / U;
         const int xrows = min(m, XROWS);
@@ -60,7 +70,7 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
             if (s < nst) issue_x(s);
             cp_commit();
         }
-        if (warp == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
+        if (seg == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
         // This lane's two rows' scale rows, and the block column of the segment's walk.
         const float* s0p = sc + (size_t)min((tile * 16 + g) / bh, gr - 1) * gc;
         const float* s1p = sc + (size_t)min((tile * 16 + g + 8) / bh, gr - 1) * gc;
@@ -115,7 +125,14 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
             for (int e = 0; e < 4; ++e) part[((warp * NT + t) * 4 + e) * 32 + lane] = acc[t][e];
     }
     __syncthreads();
-    if (warp != 0) return;
+    // The tile's first warp folds its segments (warp 0 without PACK).
+    int first = 0;
+    if constexpr (PACK) {
+        if (!active || seg != 0) return;
+        first = warp;
+    } else {
+        if (warp != 0) return;
+    }
     float tot[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = tot[t][2] = tot[t][3] = 0.f;
@@ -123,7 +140,8 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
 #pragma unroll
         for (int t = 0; t < NT; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) tot[t][e] = __fadd_rn(tot[t][e], part[((sg * NT + t) * 4 + e) * 32 + lane]);
+            for (int e = 0; e < 4; ++e)
+                tot[t][e] = __fadd_rn(tot[t][e], part[(((first + sg) * NT + t) * 4 + e) * 32 + lane]);
     gemv_store<NT>(y, tot, old, tile, n, m, g, c, add);
 }
 

@@ -188,7 +188,7 @@ MOE_GEMV_KERNEL(2, 4, 4)
 MOE_GEMV_KERNEL(4, 4, 3)
 MOE_GEMV_KERNEL(8, 2, 3)
 
-// moe_gemv over FP8 experts (gemv_fp8.cu's body, a block a 16-row tile): ws the codes' and ss
+// moe_gemv over FP8 experts (gemv_fp8.cu's body, tiles packed as moe_gemv's): ws the codes' and ss
 // the scales' addresses of the kind (gate and up share a launch, `ne` each), every weight of a
 // kind one shape and one block layout (bh, bt, gr, gc as gemv_fp8_n* takes them).
 #define MOE_GEMV_FP8_KERNEL(NT, U, ST)                                                                              \
@@ -205,8 +205,8 @@ MOE_GEMV_KERNEL(8, 2, 3)
         const int m = (int)(offsets[e + 1] - start);                                                                \
         float* y = which ? y1 : y0;                                                                                 \
         const size_t i = (size_t)which * ne + e;                                                                    \
-        gemv_fp8_body<NT, U, ST>((const unsigned char*)ws[i], (const float*)ss[i], y + (size_t)start * n, n, tile,  \
-                                 bh, bt, gr, gc, x + (size_t)start * kp, m, kt, kp, 0);                             \
+        gemv_fp8_body<NT, U, ST, true>((const unsigned char*)ws[i], (const float*)ss[i], y + (size_t)start * n, n,  \
+                                       tile, bh, bt, gr, gc, x + (size_t)start * kp, m, kt, kp, 0);                 \
     }
 MOE_GEMV_FP8_KERNEL(1, 4, 4)
 MOE_GEMV_FP8_KERNEL(2, 4, 4)

@@ -213,7 +213,9 @@ fn on_device(
         if let Some(blocks) = fp8 {
             let kw = |kind: usize| ptr(table, s) + (8 * kind * ne) as u64;
             let [bh, bt, gr, gc] = blocks[kinds.start];
-            let nblk = n.div_ceil(16);
+            // Tiles packed a block as the bf16 kernel's (gemm.cu `PACK`).
+            let per = 8 / crate::tma::segments(kin.div_ceil(16));
+            let nblk = n.div_ceil(16).div_ceil(per);
             let f = match nt {
                 1 => &d.k.moe_gemv_fp8_n1,
                 2 => &d.k.moe_gemv_fp8_n2,
