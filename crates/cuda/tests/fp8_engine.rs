@@ -1,11 +1,16 @@
 //! The FP8 fixtures (scripts/fixture_fp8.py) on the GPU: logits within the bf16 golden
-//! tolerance of transformers' run on the dequantized weights, chunked prefill == whole and
-//! concurrent == solo bit for bit. Without a GPU each test prints "skipped" and passes.
+//! tolerance of transformers' run on the dequantized weights, chunked prefill == whole,
+//! concurrent == solo, overlapped == waited and n-gram drafted == undrafted bit for bit. Without
+//! a GPU each test prints "skipped" and passes.
 
 mod common;
 
 use tf_cuda::CudaBackend;
-use tf_testkit::{check_concurrent_equals_solo, check_family_chunked_equals_whole, check_golden_rounded};
+use tf_engine::engine::DraftKind;
+use tf_testkit::{
+    check_concurrent_equals_solo, check_drafted_equals_undrafted, check_family_chunked_equals_whole,
+    check_golden_rounded, check_overlapped_equals_waited,
+};
 
 /// Block-scaled dense and MoE, compressed-tensors per channel.
 const FP8: [&str; 3] = ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"];
@@ -43,6 +48,24 @@ fn fp8_concurrent_equals_solo() {
     for family in FP8 {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
+        }
+    }
+}
+
+#[test]
+fn fp8_overlapped_rounds_equal_waited_rounds() {
+    let Some(gpu) = gpu() else { return };
+    for family in FP8 {
+        check_overlapped_equals_waited(&gpu, family);
+    }
+}
+
+#[test]
+fn fp8_ngram_drafted_equals_undrafted() {
+    let Some(gpu) = gpu() else { return };
+    for family in FP8 {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&gpu, family, DraftKind::Ngram, None, seeded);
         }
     }
 }
