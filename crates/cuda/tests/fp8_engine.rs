@@ -1,15 +1,18 @@
-//! The FP8 fixtures (scripts/fixture_fp8.py) on the GPU: logits within the bf16 golden
-//! tolerance of transformers' run on the dequantized weights, chunked prefill == whole,
-//! concurrent == solo, overlapped == waited and n-gram drafted == undrafted bit for bit. Without
-//! a GPU each test prints "skipped" and passes.
+//! The FP8 fixtures (scripts/fixture_fp8.py) on the GPU: the dense ones' logits within the bf16
+//! golden tolerance of transformers' run on the dequantized weights, and for all of them chunked
+//! prefill == whole, concurrent == solo, overlapped == waited and n-gram drafted == undrafted bit
+//! for bit (fp8_twin.rs: each equals its bf16 twin bit for bit). Without a GPU each test prints
+//! "skipped" and passes.
 
 mod common;
 
 use tf_cuda::CudaBackend;
+use tf_engine::Runner;
 use tf_engine::engine::DraftKind;
+use tf_models::Model;
 use tf_testkit::{
     check_concurrent_equals_solo, check_drafted_equals_undrafted, check_family_chunked_equals_whole,
-    check_golden_rounded, check_overlapped_equals_waited,
+    check_overlapped_equals_waited,
 };
 
 /// Block-scaled dense and MoE, compressed-tensors per channel.
@@ -20,6 +23,11 @@ const FP8: [&str; 3] = ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"];
 /// checkpoint's own rounding) with bf16 activations, against transformers' f32 run.
 const REL_TOL: f32 = 0.025;
 
+/// The dense FP8 fixtures' prompt logits within [`REL_TOL`] of transformers' (on the dequantized
+/// weights). Their greedy continuations are not compared: qwen3_fp8's closest top-2 margin
+/// (0.0103, golden.json) is within a bf16 run's rounding, and fp8_twin.rs checks every greedy
+/// token bit for bit against the bf16 path instead; the MoE fixture records no routing margins
+/// (a bf16 run may flip a near-tied expert choice), so it is left to fp8_twin.rs too.
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
 fn gpu() -> Option<impl Fn() -> CudaBackend> {
     common::backend()?;
@@ -27,10 +35,22 @@ fn gpu() -> Option<impl Fn() -> CudaBackend> {
 }
 
 #[test]
-fn fp8_golden_within_the_bf16_tolerance() {
+fn fp8_golden_logits_within_the_bf16_tolerance() {
     let Some(b) = common::backend() else { return };
-    for family in FP8 {
-        check_golden_rounded(&b, family, &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
+    for family in ["qwen3_fp8", "qwen3_ct_fp8"] {
+        let dir = tf_testkit::fixture(family);
+        let m = Model::open(&dir, &b).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let g = tf_testkit::golden(&dir);
+        for (i, raw) in g.prompts.iter().enumerate() {
+            let ids = m.vocab.check(raw).unwrap();
+            let logits = Runner::new(&m, &b, ids.len()).unwrap().prefill(&ids, 512, true);
+            let want = &g.logits[i];
+            assert_eq!(logits.len(), want.len(), "{family} prompt {i}: logits size");
+            let tol = REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs()));
+            let err = logits.iter().zip(want).map(|(a, w)| (a - w).abs()).fold(0.0f32, f32::max);
+            eprintln!("{family} prompt {i}: max |logit err| {err:.2e} (allowed {tol:.2e})");
+            assert!(err <= tol, "{family} prompt {i}: max logit error {err} > {tol}");
+        }
     }
 }
 
