@@ -52,7 +52,7 @@ pub(crate) fn mat_fp8(b: &Ctx, t: &TensorView, scales: &Fp8Scales) -> Result<Cud
     }
     let grid = scales.grid(rows, cols);
     let values = d.upload(&scales.values);
-    Ok(CudaMat::Fp8 { w, scales: values, block: scales.block, grid, rows, cols, ntiles, kt, name: t.name.clone() })
+    Ok(CudaMat::Fp8 { w, scales: values, block: scales.block, grid, rows, cols, ntiles, kt })
 }
 
 /// Whether the FP8 GEMV takes a weight of `block` blocks in a `grid`: each 16-wide k tile must lie

@@ -129,8 +129,6 @@ pub enum CudaMat {
         ntiles: usize,
         /// 16-column tiles.
         kt: usize,
-        /// The checkpoint's name for the weight (for refusals).
-        name: String,
     },
     /// f16 or f32, row-major as stored (MoE routers, small checkpoints; gemm.cu `gemm_simt_*`).
     Plain {
