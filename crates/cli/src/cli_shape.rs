@@ -21,6 +21,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "trace_mark",
             "cuda_split",
             "cuda_glu_store_rows",
+            "cuda_fp8_gemv_rows",
             "kv_memory",
             "gpu_memory_utilization",
             "block_size",

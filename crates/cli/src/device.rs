@@ -29,6 +29,10 @@ pub struct CudaArgs {
     /// the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_glu_store_rows: Option<usize>,
+    /// Most rows an FP8 matmul reads its FP8 bytes for (the FP8 GEMV, at most 64; 0: every FP8
+    /// matmul dequantizes first; the same bits either way).
+    #[arg(long, value_name = "ROWS")]
+    pub cuda_fp8_gemv_rows: Option<usize>,
 }
 
 impl Default for CudaArgs {
@@ -41,6 +45,7 @@ impl Default for CudaArgs {
             trace_mark: None,
             cuda_split: None,
             cuda_glu_store_rows: None,
+            cuda_fp8_gemv_rows: None,
         }
     }
 }
@@ -229,6 +234,7 @@ mod cuda {
             trace_mark,
             gemm_split,
             glu_store_rows: args.cuda_glu_store_rows,
+            fp8_gemv_rows: args.cuda_fp8_gemv_rows,
             ..CudaOptions::default()
         })
     }
@@ -251,12 +257,14 @@ mod cuda {
                 trace_mark: Some("S0".into()),
                 cuda_split: Some("256:1".into()),
                 cuda_glu_store_rows: Some(65),
+                cuda_fp8_gemv_rows: Some(0),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
             assert_eq!((o.no_graphs, o.graph_log, o.trace_mark), (false, true, Some(tf_cuda::TraceMark::S0)));
             assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
+            assert_eq!((o.glu_store_rows, o.fp8_gemv_rows), (Some(65), Some(0)));
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

@@ -14,9 +14,6 @@ use tf_formats::TensorView;
 
 const BLOCK: u32 = 256;
 
-/// Most rows the FP8 GEMV takes (8 row groups of 8).
-pub(crate) const GEMV_ROWS: usize = 64;
-
 /// Takes a 2-D E4M3 weight with its block scales (checked as the host backends check them):
 /// codes zero-padded to 16 x 16 tiles on the device, and the backend's scratch grown to its
 /// bf16 weight.
@@ -69,9 +66,10 @@ pub(crate) fn gemv_blocks(w: &CudaMat) -> Option<[i32; 4]> {
     gemv_fits(*block, *grid).then_some([block[0] as i32, bt.max(1) as i32, grid[0] as i32, grid[1] as i32])
 }
 
-/// Whether the FP8 GEMV takes `m` rows of `w`: an FP8 weight whose blocks fit it, at most 64 rows.
-pub(crate) fn gemv_takes(w: &CudaMat, m: usize) -> bool {
-    gemv_blocks(w).is_some() && (1..=GEMV_ROWS).contains(&m)
+/// Whether the FP8 GEMV takes `m` rows of `w`: an FP8 weight whose blocks fit it, at most
+/// `Ctx::fp8_gemv_rows` rows (64 by default).
+pub(crate) fn gemv_takes(b: &Ctx, w: &CudaMat, m: usize) -> bool {
+    gemv_blocks(w).is_some() && (1..=b.fp8_gemv_rows).contains(&m)
 }
 
 /// `y = x @ w^T` (with `add`, `y +=`) by the FP8 GEMV for each `(w, y)` of `ws` (weights that

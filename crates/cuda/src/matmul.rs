@@ -153,7 +153,7 @@ fn launch_fp8(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add
     }
     let d = &b.dev;
     let fp8 = ws.iter().zip(ys).filter(|(w, _)| matches!(w, CudaMat::Fp8 { .. }));
-    let (gemv, scratch): (Vec<_>, Vec<_>) = fp8.partition(|(w, _)| crate::fp8::gemv_takes(w, x.rows));
+    let (gemv, scratch): (Vec<_>, Vec<_>) = fp8.partition(|(w, _)| crate::fp8::gemv_takes(b, w, x.rows));
     if !gemv.is_empty() {
         let gemv: Vec<(&CudaMat, u64)> = gemv.iter().map(|(w, y)| (**w, ptr(**y, &d.stream))).collect();
         crate::fp8::gemv(b, &gemv, ptr(bf16_of(b, x), &d.stream), x.rows, add);

@@ -78,7 +78,7 @@ pub(crate) fn moe_by<'a>(
     }
     let (ids, w) = route(b, router_logits, bias, p);
     if x.rows <= DEVICE_ROWS
-        && let Some((table, fp8)) = table(b, ne, &experts)
+        && let Some((table, fp8)) = table(b, x.rows, ne, &experts)
     {
         return on_device(b, x, &ids, &w, (&table, fp8), &experts(0), gated, p);
     }
@@ -116,11 +116,13 @@ type Fp8Blocks = [i32; 4];
 
 /// The experts' gate, up and down weight addresses on the device (`[gate | up | down]`, `ne`
 /// each; FP8 experts: their codes', then their scales' alike, with each kind's blocks), uploaded
-/// on first use; `None` unless every weight is bf16, or FP8 whose blocks the FP8 GEMV takes, of
-/// one shape and (FP8) one block layout per kind, gate and up alike.
+/// on first use; `None` unless every weight is bf16, or FP8 whose blocks the FP8 GEMV takes (and
+/// `rows` within `Ctx::fp8_gemv_rows`), of one shape and (FP8) one block layout per kind, gate
+/// and up alike.
 #[allow(clippy::type_complexity)]
 fn table<'a>(
     b: &Ctx,
+    rows: usize,
     ne: usize,
     experts: &impl Fn(usize) -> [&'a CudaMat; 3],
 ) -> Option<(Arc<CudaSlice<u64>>, Option<[Fp8Blocks; 3]>)> {
@@ -130,6 +132,10 @@ fn table<'a>(
         CudaMat::Fp8 { .. } => Some(first.map(crate::fp8::gemv_blocks)),
         _ => None,
     };
+    // FP8 experts take the grouped FP8 GEMV only where the FP8 GEMV takes the round's rows.
+    if fp8.is_some() && rows > b.fp8_gemv_rows {
+        return None;
+    }
     let fp8 = match fp8 {
         Some([Some(g), Some(u), Some(dn)]) if g == u => Some([g, u, dn]),
         Some(_) => return None,

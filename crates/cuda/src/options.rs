@@ -33,6 +33,9 @@ pub struct CudaOptions {
     /// Rows from which the wgmma GEMM applies the gated activation in its store (at least 33, the
     /// wgmma GEMM's first row count; none: 33, all of them).
     pub glu_store_rows: Option<usize>,
+    /// Most rows an FP8 matmul takes the FP8 GEMV for (at most 64; 0: none, every FP8 matmul
+    /// dequantizes into the scratch first; none: 64). The same bits either way.
+    pub fp8_gemv_rows: Option<usize>,
 }
 
 /// When the wgmma GEMM splits K by segment and folds the segment sums in order (the same bits
@@ -63,6 +66,9 @@ impl std::str::FromStr for SplitRule {
         if below.is_finite() && below >= 0.0 { Ok(SplitRule { max_rows, below }) } else { Err(bad()) }
     }
 }
+
+/// Most rows the FP8 GEMV takes (kernels/gemv_fp8.cu: 8 row groups of 8).
+pub(crate) const FP8_GEMV_ROWS: usize = 64;
 
 /// Rows from which the wgmma GEMM applies the gated activation in its store by default
 /// (`Ctx::glu_store_rows`; its launch never splits K): all of its rows. H100, qwen3-8b decode
