@@ -7,6 +7,7 @@
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
 #   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
+#     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
 # batch, with the card's copy and GEMM ceilings measured in the same run), transformers on the same
 # checkpoint, drafting and prefix-cache benches, a warm 4096-token prefill's kernel timeline, and
@@ -124,8 +125,10 @@ if has fp8; then
   CKPT8=${CKPT8:-/tmp/qwen3-8b-fp8}
   [[ -f $CKPT8/config.json ]] || { left 300 "synth fp8" && stamp "synth fp8" \
     && timeout 400 "$BIN" synth --like qwen3-8b --dtype fp8 --out "$CKPT8" > "$W/synth_fp8.txt" 2>&1; }
+  # shellcheck disable=SC2086
   [[ -f $CKPT8/config.json ]] && left 200 fp8 && stamp fp8 && timeout 300 "$BIN" bench --model "$CKPT8" --device cuda \
-    --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 2 --json "$OUT/fp8.json" > "$W/fp8.log" 2>&1
+    --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 2 ${FP8_FLAGS:-} --json "$OUT/fp8.json" \
+    > "$W/fp8.log" 2>&1
   grep -iE "panicked|error" "$W/fp8.log" | head -3
   python3 - "$OUT/fp8.json" "$OUT/ours.json" <<'PY' 2>/dev/null | tee "$OUT/fp8.txt"
 import json, sys
