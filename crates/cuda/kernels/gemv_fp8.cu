@@ -71,11 +71,13 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
             cp_commit();
         }
         if (seg == 0) gemv_load_old<NT>(y, old, tile, n, m, g, c, add);
-        // This lane's two rows' scale rows, and the block column of the segment's walk.
+        // This lane's two rows' scale rows, the block column of the segment's walk and its
+        // scales, and the next column's (loaded a column ahead, off the MMA chain's path).
         const float* s0p = sc + (size_t)min((tile * 16 + g) / bh, gr - 1) * gc;
         const float* s1p = sc + (size_t)min((tile * 16 + g + 8) / bh, gr - 1) * gc;
         int cb = j0 / bt, jn = (cb + 1) * bt;
         float s0 = __ldg(s0p + min(cb, gc - 1)), s1 = __ldg(s1p + min(cb, gc - 1));
+        float n0 = __ldg(s0p + min(cb + 1, gc - 1)), n1 = __ldg(s1p + min(cb + 1, gc - 1));
         float acc[NT][4];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
@@ -102,8 +104,10 @@ __device__ __forceinline__ void gemv_fp8_body(const unsigned char* __restrict__ 
                     if (j >= jn) {  // the walk enters the next block column
                         ++cb;
                         jn += bt;
-                        s0 = __ldg(s0p + min(cb, gc - 1));
-                        s1 = __ldg(s1p + min(cb, gc - 1));
+                        s0 = n0;
+                        s1 = n1;
+                        n0 = __ldg(s0p + min(cb + 1, gc - 1));
+                        n1 = __ldg(s1p + min(cb + 1, gc - 1));
                     }
                     const u32 a0 = fp8x2_bf16x2(*(const u16*)(r0 + u * 16), s0);
                     const u32 a1 = fp8x2_bf16x2(*(const u16*)(r1 + u * 16), s1);
