@@ -29,8 +29,8 @@ pub struct CudaArgs {
     /// the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_glu_store_rows: Option<usize>,
-    /// Most rows an FP8 matmul reads its FP8 bytes for (the FP8 GEMV, at most 64; 0: every FP8
-    /// matmul dequantizes first; the same bits either way).
+    /// Most rows an FP8 matmul reads its FP8 bytes for (the FP8 GEMV, 64 rows a launch; default
+    /// 64; 0: every FP8 matmul dequantizes first; the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_fp8_gemv_rows: Option<usize>,
 }

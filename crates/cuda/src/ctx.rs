@@ -52,7 +52,7 @@ impl Ctx {
             split: opts.gemm_split.unwrap_or(SplitRule::DEFAULT),
             glu_store_rows: opts.glu_store_rows.map_or(GLU_STORE_MIN_ROWS, |r| r.max(33)),
             fp8_scratch: Mutex::default(),
-            fp8_gemv_rows: opts.fp8_gemv_rows.map_or(FP8_GEMV_ROWS, |r| r.min(FP8_GEMV_ROWS)),
+            fp8_gemv_rows: opts.fp8_gemv_rows.unwrap_or(FP8_GEMV_ROWS),
         }
     }
 

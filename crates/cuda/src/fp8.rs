@@ -5,6 +5,7 @@
 
 use crate::ctx::Ctx;
 use crate::device::{Arg, grid_for, ptr};
+use crate::options::FP8_GEMV_ROWS;
 use crate::smem::{GEMV_WARPS, gemv_fp8_smem};
 use crate::tensor::CudaMat;
 use cudarc::driver::CudaSlice;
@@ -67,14 +68,25 @@ pub(crate) fn gemv_blocks(w: &CudaMat) -> Option<[i32; 4]> {
 }
 
 /// Whether the FP8 GEMV takes `m` rows of `w`: an FP8 weight whose blocks fit it, at most
-/// `Ctx::fp8_gemv_rows` rows (64 by default).
+/// `Ctx::fp8_gemv_rows` rows (64 by default; past 64 in launches of 64 rows).
 pub(crate) fn gemv_takes(b: &Ctx, w: &CudaMat, m: usize) -> bool {
     gemv_blocks(w).is_some() && (1..=b.fp8_gemv_rows).contains(&m)
 }
 
 /// `y = x @ w^T` (with `add`, `y +=`) by the FP8 GEMV for each `(w, y)` of `ws` (weights that
-/// [`gemv_takes`]), `m` rows of x's bf16 copy at `xb`: up to three weights a launch.
+/// [`gemv_takes`]), `m` rows of x's bf16 copy at `xb`: up to three weights and 64 rows a launch
+/// (a row's sums do not depend on the rows beside it).
 pub(crate) fn gemv(b: &Ctx, ws: &[(&CudaMat, u64)], xb: u64, m: usize, add: bool) {
+    let kp = x_tiles(ws) * 16;
+    for r0 in (0..m).step_by(FP8_GEMV_ROWS) {
+        let rows = (m - r0).min(FP8_GEMV_ROWS);
+        let at: Vec<(&CudaMat, u64)> = ws.iter().map(|&(w, y)| (w, y + (4 * r0 * w.shape().0) as u64)).collect();
+        gemv_rows(b, &at, xb + (2 * r0 * kp) as u64, rows, add);
+    }
+}
+
+/// [`gemv`] of at most 64 rows.
+fn gemv_rows(b: &Ctx, ws: &[(&CudaMat, u64)], xb: u64, m: usize, add: bool) {
     let d = &b.dev;
     let nt = m.div_ceil(8).next_power_of_two();
     let f = match nt {

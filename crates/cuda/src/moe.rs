@@ -133,7 +133,7 @@ fn table<'a>(
         _ => None,
     };
     // FP8 experts take the grouped FP8 GEMV only where the FP8 GEMV takes the round's rows.
-    if fp8.is_some() && rows > b.fp8_gemv_rows {
+    if fp8.is_some() && rows > b.fp8_gemv_rows.min(DEVICE_ROWS) {
         return None;
     }
     let fp8 = match fp8 {

@@ -86,6 +86,27 @@ fn fp8_matmul_equals_the_bf16_matmul_over_its_weight_at_every_row_count() {
 }
 
 #[test]
+fn fp8_gemv_row_bounds_change_no_bits() {
+    // No FP8 GEMV (every row count dequantizes first), and FP8 GEMVs up to 256 rows (65 and 200
+    // rows in launches of 64): the bf16 twin's bits at every row count, with a residual add.
+    for limit in [0, 256] {
+        let Some(b) = common::backend_fp8_gemv_rows(limit) else { return };
+        let (n, k) = (200, 1000);
+        let (f, w) = pair(&b, n, k, [128, 128], 30);
+        for m in ROWS {
+            let x = b.upload(&rand(m * k, 90 + m as u64, 1.0), m, k);
+            let at = format!("limit {limit}, {m} rows");
+            assert!(same_bits(&b.download(&b.matmul(&x, &f)), &b.download(&b.matmul(&x, &w))), "{at}");
+            let h0 = rand(m * n, 91, 2.0);
+            let (mut h, mut want) = (b.upload(&h0, m, n), b.upload(&h0, m, n));
+            b.matmul_add(&x, &f, &mut h);
+            b.matmul_add(&x, &w, &mut want);
+            assert!(same_bits(&b.download(&h), &b.download(&want)), "{at}: matmul_add");
+        }
+    }
+}
+
+#[test]
 fn fp8_fused_ops_equal_their_bf16_twins() {
     let Some(b) = backend() else { return };
     let k = 1000;
