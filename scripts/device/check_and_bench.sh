@@ -6,6 +6,8 @@
 #     SERVE_FLAGS="--prefill-chunk 512" (more flags of serve)
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
 #   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
+#   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
+#     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
 # batch, with the card's copy and GEMM ceilings measured in the same run), transformers on the same
 # checkpoint, drafting and prefix-cache benches, a warm 4096-token prefill's kernel timeline, and
@@ -13,7 +15,9 @@
 # top-p 0.95, top-k 50, a mixed round) against greedy in the same call at SAMPLED_BATCHES
 # (default 1,8,64,128,256), and the hybrid presets' table (HYBRIDS: preset:layers, each
 # synthesized with that many layers and benched at PROMPTS x BATCHES), and the MoE presets' table
-# beside dense qwen3-8b shrunk alike (MOES, the same form).
+# beside dense qwen3-8b shrunk alike (MOES, the same form), and qwen3-8b synthesized in FP8
+# (`synth --dtype fp8`, [128, 128] blocks) benched at PROMPTS x BATCHES as `bench` is (fp8: its
+# json, and fp8.txt with its decode speed over bf16's where `bench` ran too).
 # Everything under $OUT; a short table printed last. LIMIT (seconds, default 570) skips the steps
 # that no longer fit.
 set -u
@@ -116,6 +120,33 @@ if has sampled; then
   grep -h "of greedy" "$W"/sampled_top_p.txt "$W"/sampled_top_k.txt 2>/dev/null | sed 's/| prefill.*| decode/| decode/' \
     | tee "$OUT/sampled.txt"
   grep -h -iE "panicked|error" "$W"/sampled_top_p.txt "$W"/sampled_top_k.txt 2>/dev/null | head -3
+fi
+if has fp8; then
+  CKPT8=${CKPT8:-/tmp/qwen3-8b-fp8}
+  [[ -f $CKPT8/config.json ]] || { left 300 "synth fp8" && stamp "synth fp8" \
+    && timeout 400 "$BIN" synth --like qwen3-8b --dtype fp8 --out "$CKPT8" > "$W/synth_fp8.txt" 2>&1; }
+  # shellcheck disable=SC2086
+  [[ -f $CKPT8/config.json ]] && left 200 fp8 && stamp fp8 && timeout 300 "$BIN" bench --model "$CKPT8" --device cuda \
+    --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 2 ${FP8_FLAGS:-} --json "$OUT/fp8.json" \
+    > "$W/fp8.log" 2>&1
+  grep -iE "panicked|error" "$W/fp8.log" | head -3
+  python3 - "$OUT/fp8.json" "$OUT/ours.json" <<'PY' 2>/dev/null | tee "$OUT/fp8.txt"
+import json, sys
+f8 = json.load(open(sys.argv[1]))
+try:
+    bf = {(r["prompt_len"], r["batch"]): r for r in json.load(open(sys.argv[2]))["results"]}
+except OSError:
+    bf = {}
+print(f"qwen3-8b fp8: weights {f8['weight_bytes'] / 1e9:.2f} GB (bf16 {f8['weight_bytes_bf16'] / 1e9:.2f} GB)")
+for r in f8["results"]:
+    b = bf.get((r["prompt_len"], r["batch"]))
+    roof = r.get("decode_roofline_ratio")
+    line = (f"prompt {r['prompt_len']:>5} batch {r['batch']:>3}: decode {r['decode_tok_s']:9.1f} tok/s "
+            f"roofline {'-' if roof is None else f'{roof:.3f}'}, prefill {r['prefill_tok_s']:9.1f} tok/s")
+    if b:
+        line += f" | over bf16: decode {r['decode_tok_s'] / b['decode_tok_s']:.3f}, prefill {r['prefill_tok_s'] / b['prefill_tok_s']:.3f}"
+    print(line)
+PY
 fi
 # Presets synthesized with fewer layers and benched at PROMPTS x BATCHES: presets STEP LIST
 # (LIST: preset:layers ...), each to $OUT/STEP_PRESET.{json,txt}.

@@ -130,7 +130,7 @@ pub trait Backend: Send + Sync {
     fn mat_fp8(&self, t: &TensorView, scales: &Fp8Scales) -> Result<Self::Mat, BackendError> {
         let _ = scales;
         let msg = format!(
-            "{}: FP8 weights run on the CPU backends (cpu, ref); {} does not take them yet",
+            "{}: FP8 weights run on the cpu, ref and cuda backends; {} does not take them yet",
             t.name,
             self.name()
         );

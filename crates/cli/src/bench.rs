@@ -156,6 +156,7 @@ impl OnBackend for Bench<'_> {
         let m = Model::open(&a.model, b).map_err(refused)?;
         let rows = m.vocab.rows();
         let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
+        let fp8 = crate::bench_fp8::Fp8Bytes::of(&a.model);
         let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
             .map_err(refused)?
             .into_iter()
@@ -191,9 +192,10 @@ impl OnBackend for Bench<'_> {
                 let flops =
                     2.0 * c.token_params() * len as f64 + 2.0 * c.head_params + 2.0 * c.attn_width * (len * len) as f64;
                 let ctx = len as f64 + gen_len as f64 / 2.0;
-                // Weights once, then each row's KV so far and its recurrent state read and written.
+                // Weights once (FP8 ones a byte a weight plus their scales), then each row's KV so
+                // far and its recurrent state read and written.
                 let per_row = ctx * c.kv_bytes_per_token + 2.0 * c.state_bytes_per_seq;
-                let bytes = c.round_params(batch).map(|p| 2.0 * p + batch as f64 * per_row);
+                let bytes = c.round_bytes(batch, fp8).map(|w| w + batch as f64 * per_row);
                 let mut row = json!({"prompt_len": len, "gen_len": gen_len, "batch": batch,
                     "prefill_tok_s": len as f64 / r.prefill_s, "ttft_ms": r.prefill_s * 1e3,
                     "prefill_tflops": flops / r.prefill_s / 1e12,
@@ -262,6 +264,7 @@ impl OnBackend for Bench<'_> {
                 "architecture": m.decoder.spec.architecture,
                 "limits": lim.map(|l| json!({"copy_gb_s": l.copy_gb_s, "gemm_tflops": l.gemm_tflops})),
                 "weight_bytes_bf16": 2.0 * c.all_params(),
+                "weight_bytes": 2.0 * c.all_params() - fp8.dense - fp8.experts,
                 "results": results});
             std::fs::write(path, doc.to_string()).map_err(failed)?;
         }

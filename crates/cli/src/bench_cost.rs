@@ -144,6 +144,14 @@ impl Cost {
         }
     }
 
+    /// Weight bytes a decode round of `batch` rows reads, bf16 but for the FP8 weights `fp8`
+    /// (bench_fp8.rs; one row of a MoE model reads `top_k` of its experts); `None` as
+    /// [`Cost::round_params`].
+    pub fn round_bytes(&self, batch: usize, fp8: crate::bench_fp8::Fp8Bytes) -> Option<f64> {
+        let experts = if self.moe_layers > 0.0 { fp8.experts * self.experts.1 / self.experts.0 } else { 0.0 };
+        self.round_params(batch).map(|p| 2.0 * p - fp8.dense - experts)
+    }
+
     /// Layer weight elements one token multiplies by (half a token's layer FLOPs).
     pub fn token_params(&self) -> f64 {
         self.layer_params + self.moe_layers * self.experts.1 * self.expert_params
@@ -199,6 +207,19 @@ mod tests {
         let c = Cost::of(&s, 2);
         assert_eq!(c.all_params(), synth_params(&s));
         assert_eq!(c.token_params(), c.layer_params + 62.0 * 8.0 * 3.0 * 3072.0 * 1536.0);
+    }
+
+    #[test]
+    fn fp8_weights_read_their_codes_and_a_row_its_experts_share() {
+        use crate::bench_fp8::Fp8Bytes;
+        let c = Cost::of(&spec("qwen3-8b"), 2);
+        let fp8 = Fp8Bytes { dense: 1000.0, experts: 0.0 };
+        assert_eq!(c.round_bytes(64, fp8), Some(2.0 * c.all_params() - 1000.0));
+        // qwen3-30b-a3b: a row reads 8 of each layer's 128 experts.
+        let c = Cost::of(&spec("qwen3-30b-a3b"), 2);
+        let fp8 = Fp8Bytes { dense: 1000.0, experts: 128.0 * 50.0 };
+        assert_eq!(c.round_bytes(1, fp8), c.round_params(1).map(|p| 2.0 * p - 1000.0 - 8.0 * 50.0));
+        assert_eq!(c.round_bytes(2, fp8), None);
     }
 
     #[test]

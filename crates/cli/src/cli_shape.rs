@@ -22,6 +22,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "cuda_split",
             "cuda_glu_store_rows",
             "cuda_graph_rows",
+            "cuda_fp8_gemv_rows",
             "kv_memory",
             "gpu_memory_utilization",
             "block_size",

@@ -33,6 +33,10 @@ pub struct CudaArgs {
     /// by op; the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_graph_rows: Option<usize>,
+    /// Most rows an FP8 matmul reads its FP8 bytes for (the FP8 GEMV, 64 rows a launch; default
+    /// 64; 0: every FP8 matmul dequantizes first; the same bits either way).
+    #[arg(long, value_name = "ROWS")]
+    pub cuda_fp8_gemv_rows: Option<usize>,
 }
 
 impl Default for CudaArgs {
@@ -46,6 +50,7 @@ impl Default for CudaArgs {
             cuda_split: None,
             cuda_glu_store_rows: None,
             cuda_graph_rows: None,
+            cuda_fp8_gemv_rows: None,
         }
     }
 }
@@ -235,6 +240,7 @@ mod cuda {
             gemm_split,
             glu_store_rows: args.cuda_glu_store_rows,
             graph_rows: args.cuda_graph_rows,
+            fp8_gemv_rows: args.cuda_fp8_gemv_rows,
             ..CudaOptions::default()
         })
     }
@@ -258,6 +264,7 @@ mod cuda {
                 cuda_split: Some("256:1".into()),
                 cuda_glu_store_rows: Some(65),
                 cuda_graph_rows: Some(256),
+                cuda_fp8_gemv_rows: Some(0),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
@@ -265,6 +272,7 @@ mod cuda {
             assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
             assert_eq!(o.graph_rows, Some(256));
+            assert_eq!((o.glu_store_rows, o.fp8_gemv_rows), (Some(65), Some(0)));
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

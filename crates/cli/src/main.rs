@@ -4,6 +4,7 @@ mod args;
 mod bench;
 mod bench_cost;
 mod bench_draft;
+mod bench_fp8;
 mod bench_pick;
 mod bench_prefix;
 mod bench_serve;

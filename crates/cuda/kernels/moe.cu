@@ -188,6 +188,31 @@ MOE_GEMV_KERNEL(2, 4, 4)
 MOE_GEMV_KERNEL(4, 4, 3)
 MOE_GEMV_KERNEL(8, 2, 3)
 
+// moe_gemv over FP8 experts (gemv_fp8.cu's body, tiles packed as moe_gemv's): ws the codes' and ss
+// the scales' addresses of the kind (gate and up share a launch, `ne` each), every weight of a
+// kind one shape and one block layout (bh, bt, gr, gc as gemv_fp8_n* takes them).
+#define MOE_GEMV_FP8_KERNEL(NT, U, ST)                                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_W) moe_gemv_fp8_n##NT(                                  \
+        const u64* __restrict__ ws, const u64* __restrict__ ss, int ne, float* __restrict__ y0,                     \
+        float* __restrict__ y1, int n, int nblk, int bh, int bt, int gr, int gc, const u16* __restrict__ x,         \
+        const u32* __restrict__ offsets, const u32* __restrict__ active, const u32* __restrict__ n_active, int kt, \
+        int kp) {                                                                                                   \
+        tf_pdl_launch();                                                                                            \
+        tf_pdl_wait(); /* the plan is read before any weight: idle experts stream nothing */                        \
+        if (blockIdx.y >= *n_active) return;                                                                        \
+        const int which = blockIdx.x / nblk, tile = blockIdx.x % nblk;                                              \
+        const u32 e = active[blockIdx.y], start = offsets[e];                                                       \
+        const int m = (int)(offsets[e + 1] - start);                                                                \
+        float* y = which ? y1 : y0;                                                                                 \
+        const size_t i = (size_t)which * ne + e;                                                                    \
+        gemv_fp8_body<NT, U, ST, true>((const unsigned char*)ws[i], (const float*)ss[i], y + (size_t)start * n, n,  \
+                                       tile, bh, bt, gr, gc, x + (size_t)start * kp, m, kt, kp, 0);                 \
+    }
+MOE_GEMV_FP8_KERNEL(1, 4, 4)
+MOE_GEMV_FP8_KERNEL(2, 4, 4)
+MOE_GEMV_FP8_KERNEL(4, 4, 3)
+MOE_GEMV_FP8_KERNEL(8, 2, 3)
+
 // Block (r, c): columns c * blockDim.x.. of row r of the output: the sum over the row's k experts (ids, w: the routing, [rows,
 // k]), in increasing expert order, of weight * that pair's row of y (row pos[r * k + j]; one fused
 // multiply-add each, from zero: scatter_add's sum).

@@ -5,7 +5,7 @@
 use crate::attn_meta::MetaUpload;
 use crate::capture::Active;
 use crate::device::Device;
-use crate::options::{CudaOptions, GLU_STORE_MIN_ROWS, SplitRule};
+use crate::options::{CudaOptions, FP8_GEMV_ROWS, GLU_STORE_MIN_ROWS, SplitRule};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,6 +34,11 @@ pub(crate) struct Ctx {
     pub(crate) split: SplitRule,
     /// Rows from which gate/up's wgmma GEMM applies the activation in its store.
     pub(crate) glu_store_rows: usize,
+    /// The bf16 weight of an FP8 weight that a matmul dequantizes (fp8.rs), sized at load to the
+    /// largest FP8 weight and reused by every such matmul.
+    pub(crate) fp8_scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// Most rows an FP8 matmul takes the FP8 GEMV for (`CudaOptions::fp8_gemv_rows`).
+    pub(crate) fp8_gemv_rows: usize,
 }
 
 impl Ctx {
@@ -46,6 +51,8 @@ impl Ctx {
             mma_sync_attention: opts.mma_sync_attention,
             split: opts.gemm_split.unwrap_or(SplitRule::DEFAULT),
             glu_store_rows: opts.glu_store_rows.map_or(GLU_STORE_MIN_ROWS, |r| r.max(33)),
+            fp8_scratch: Mutex::default(),
+            fp8_gemv_rows: opts.fp8_gemv_rows.unwrap_or(FP8_GEMV_ROWS),
         }
     }
 

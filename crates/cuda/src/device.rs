@@ -4,7 +4,8 @@ use crate::error::{CudaError, drv, must};
 use crate::nvrtc;
 use crate::options::CudaOptions;
 use crate::smem::{
-    ATTENTION_WG_SMEM, GEMM_SMEM, MAX_SMEM, WGMMA_SMEM, attention_smem, attention_split_smem, gemv_smem, gemv_tma_smem,
+    ATTENTION_WG_SMEM, GEMM_SMEM, MAX_SMEM, WGMMA_SMEM, attention_smem, attention_split_smem, gemv_fp8_smem, gemv_smem,
+    gemv_tma_smem,
 };
 use cudarc::driver::sys::{CUfunction_attribute, CUmemPool_attribute};
 use cudarc::driver::{
@@ -47,6 +48,9 @@ macro_rules! kernels {
 kernels!(
     pad_bf16,
     pack_gate_up_bf16,
+    pad_fp8,
+    fp8_to_bf16,
+    embed_fp8,
     embed,
     rms_norm,
     rms_norm_q4,
@@ -85,6 +89,10 @@ kernels!(
     gemv_bf16_n2,
     gemv_bf16_n4,
     gemv_bf16_n8,
+    gemv_fp8_n1,
+    gemv_fp8_n2,
+    gemv_fp8_n4,
+    gemv_fp8_n8,
     gemv_tma_n1,
     gemv_tma_n2,
     gemv_tma_n4,
@@ -99,6 +107,10 @@ kernels!(
     moe_gemv_n2,
     moe_gemv_n4,
     moe_gemv_n8,
+    moe_gemv_fp8_n1,
+    moe_gemv_fp8_n2,
+    moe_gemv_fp8_n4,
+    moe_gemv_fp8_n8,
     moe_combine,
     gemm_bf16,
     gemm_wgmma,
@@ -268,6 +280,18 @@ impl Device {
             (&k.moe_gemv_n8, 8),
         ] {
             drv(f.set_attribute(big, gemv_smem(nt) as i32), "raising the GEMV's shared memory")?;
+        }
+        for (f, nt) in [
+            (&k.gemv_fp8_n1, 1),
+            (&k.gemv_fp8_n2, 2),
+            (&k.gemv_fp8_n4, 4),
+            (&k.gemv_fp8_n8, 8),
+            (&k.moe_gemv_fp8_n1, 1),
+            (&k.moe_gemv_fp8_n2, 2),
+            (&k.moe_gemv_fp8_n4, 4),
+            (&k.moe_gemv_fp8_n8, 8),
+        ] {
+            drv(f.set_attribute(big, gemv_fp8_smem(nt) as i32), "raising the FP8 GEMV's shared memory")?;
         }
         for (f, d) in [(&k.attention_d128, 128), (&k.attention_d256, 256)] {
             drv(f.set_attribute(big, attention_smem(d) as i32), "raising attention's shared memory")?;

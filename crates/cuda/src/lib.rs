@@ -1,6 +1,7 @@
 //! The CUDA backend: every `Backend` op as a kernel of our own (CUDA C under `kernels/`, compiled
 //! by NVRTC for the device at start and cached on disk), bf16 weights kept as bf16 and multiplied
-//! on the tensor cores with f32 accumulation, a bf16 paged KV cache, f32 activations.
+//! on the tensor cores with f32 accumulation (FP8 weights kept as codes and scales, multiplied as
+//! their bf16 rounding: fp8.rs), a bf16 paged KV cache, f32 activations.
 //!
 //! Exactness (docs/architecture.md): each kernel fixes the reduction order of every output
 //! element independently of how many rows share the call, so concurrent == solo, drafted ==
@@ -20,6 +21,7 @@
 //! ```text
 //! 0  error, options, smem, tma, attn_meta, graph_pad   errors, start options, launch sizes,
 //!                                                      tensor maps, host-side metadata layouts
+//! 0  fp8_host                                          FP8 weights' bf16 values (the definition)
 //! 1  nvrtc                                             compiling kernels/*.cu
 //! 2  device                                            context, streams, module, launches, memory
 //! 3  tensor, trace, capture                            device buffers, the kernel timeline, a
@@ -27,6 +29,7 @@
 //! 4  ctx                                               what every kernel launcher works on
 //! 5  ops, state                                        norms, RoPE, embedding, elementwise, argmax;
 //!                                                      per-sequence state pools
+//! 5  fp8                                               FP8 weights: upload, FP8 GEMV, bf16 scratch
 //! 6  matmul, attention, sample, logprob, held, gdn, ssd, short_conv  GEMV/GEMM, paged attention,
 //!                                                      sampling, log-probabilities, ids held on
 //!                                                      the device, recurrent state ops (conv,
@@ -49,6 +52,8 @@ mod ctx;
 mod device;
 mod draw;
 mod error;
+mod fp8;
+mod fp8_host;
 mod gdn;
 mod graph;
 mod graph_pad;
@@ -70,6 +75,7 @@ mod tma;
 mod trace;
 
 pub use error::CudaError;
+pub use fp8_host::{dequantize_bf16 as fp8_dequantize_bf16, fp8_bf16};
 pub use held::CudaHeld;
 pub use options::{CudaOptions, SplitRule, TraceMark, TraceRounds};
 pub use state::CudaState;
@@ -201,6 +207,10 @@ impl Backend for CudaBackend {
 
     fn mat_f32(&self, t: &TensorView) -> Result<CudaMat, BackendError> {
         ops::mat_f32(&self.ctx, t)
+    }
+
+    fn mat_fp8(&self, t: &TensorView, scales: &tf_backend::Fp8Scales) -> Result<CudaMat, BackendError> {
+        fp8::mat_fp8(&self.ctx, t, scales)
     }
 
     fn vec(&self, v: &[f32]) -> CudaVec {

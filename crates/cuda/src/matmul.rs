@@ -59,7 +59,7 @@ pub(crate) fn norm_matmul_many(
 
 /// `rms_norm(x, nw)` as the input of matmuls by `ws`: held as bf16 only where they all read bf16.
 fn norm_for(b: &Ctx, x: &CudaAct, nw: &CudaVec, eps: f32, one_plus: bool, ws: &[&CudaMat]) -> CudaAct {
-    if ws.iter().all(|w| matches!(w, CudaMat::Bf16 { .. })) {
+    if ws.iter().all(|w| matches!(w, CudaMat::Bf16 { .. } | CudaMat::Fp8 { .. })) {
         return crate::ops::rms_norm_for_matmul(b, x, nw, eps, one_plus);
     }
     crate::ops::rms_norm(b, x, nw, eps, one_plus)
@@ -83,11 +83,14 @@ fn launch(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bo
     if m == 0 {
         return;
     }
+    if ws.iter().any(|w| matches!(w, CudaMat::Fp8 { .. })) {
+        return launch_fp8(b, x, ws, ys, add);
+    }
     let bf16: Vec<(u64, usize, usize)> = ws
         .iter()
         .filter_map(|w| match w {
             CudaMat::Bf16 { w, rows, ntiles, .. } => Some((ptr(w, &d.stream), *rows, *ntiles)),
-            CudaMat::Plain { .. } => None,
+            CudaMat::Plain { .. } | CudaMat::Fp8 { .. } => None,
         })
         .collect();
     // From 33 rows the wgmma GEMM (same reduction order) outruns the GEMV; weights carry a map
@@ -138,6 +141,28 @@ fn launch(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bo
     }
 }
 
+/// [`launch`] where some weights are FP8: by the FP8 GEMV (up to 64 rows, blocks it takes; up to
+/// three weights a launch), else each by the bf16 kernels over its bf16 weight made in the
+/// scratch (fp8.rs); the other weights share their launches as before. Every path has the bf16
+/// path's bits.
+fn launch_fp8(b: &Ctx, x: &CudaAct, ws: &[&CudaMat], ys: &[&CudaSlice<f32>], add: bool) {
+    let (rest, rest_ys): (Vec<&CudaMat>, Vec<&CudaSlice<f32>>) =
+        ws.iter().zip(ys).filter(|(w, _)| !matches!(w, CudaMat::Fp8 { .. })).map(|(w, y)| (*w, *y)).unzip();
+    if !rest.is_empty() {
+        launch(b, x, &rest, &rest_ys, add);
+    }
+    let d = &b.dev;
+    let fp8 = ws.iter().zip(ys).filter(|(w, _)| matches!(w, CudaMat::Fp8 { .. }));
+    let (gemv, scratch): (Vec<_>, Vec<_>) = fp8.partition(|(w, _)| crate::fp8::gemv_takes(b, w, x.rows));
+    if !gemv.is_empty() {
+        let gemv: Vec<(&CudaMat, u64)> = gemv.iter().map(|(w, y)| (**w, ptr(**y, &d.stream))).collect();
+        crate::fp8::gemv(b, &gemv, ptr(bf16_of(b, x), &d.stream), x.rows, add);
+    }
+    for (w, y) in scratch {
+        crate::fp8::with_bf16(b, w, |wb| launch(b, x, &[wb], &[*y], add));
+    }
+}
+
 /// One matmul of many rows into `y` (or added into it): the wgmma GEMM (Hopper), the tiled GEMM
 /// (bf16), or the plain SIMT kernel.
 fn matmul_one(b: &Ctx, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bool) {
@@ -163,6 +188,9 @@ fn matmul_one(b: &Ctx, x: &CudaAct, w_mat: &CudaMat, y: &CudaSlice<f32>, add: bo
             ];
             let grid = (ntiles.div_ceil(8) as u32, m.div_ceil(128) as u32, 1);
             d.launch(&d.k.gemm_bf16, grid, 256, GEMM_SMEM, &args);
+        }
+        CudaMat::Fp8 { .. } => {
+            crate::fp8::with_bf16(b, w_mat, |wb| matmul_one(b, x, wb, y, add));
         }
         CudaMat::Plain { w, f16, .. } => {
             let args = [

@@ -2,11 +2,13 @@
 //! scores, choice bias, expert groups, top-k, renormalisation, scaling: router.rs `route`'s
 //! steps), so a token's experts and weights do not
 //! depend on the path below (a model past the routing kernels' limits, more than 1024 experts or
-//! 32 chosen, routes every round on the host instead). Rounds of at most [`DEVICE_ROWS`] rows of bf16 experts stay on the
-//! device: the routed (row, expert) pairs are sorted by expert, gathered, run through grouped
-//! GEMVs over every chosen expert (gate and up in one launch, then down), and combined, with no
-//! host round trip (so decode rounds can be recorded as graphs). Larger rounds download only the
-//! routing, then per expert a gather, the expert's gated MLP through the ordinary matmul kernels,
+//! 32 chosen, routes every round on the host instead). Rounds of at most [`DEVICE_ROWS`] rows of
+//! bf16 experts (or FP8 ones whose blocks the FP8 GEMV takes, whose codes the grouped FP8 GEMV
+//! reads) stay on the device: the routed (row, expert) pairs are sorted by expert, gathered, run
+//! through grouped GEMVs over every chosen expert (gate and up in one launch, then down), and
+//! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
+//! download only the routing, then per expert a gather, the expert's gated MLP through the
+//! ordinary matmul kernels,
 //! and a weighted scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
 //! and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
@@ -15,7 +17,7 @@ use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::matmul::{gemv_row_groups, matmul};
 use crate::ops::{activate, bf16_of, gather, glu};
-use crate::smem::gemv_smem;
+use crate::smem::{gemv_fp8_smem, gemv_smem};
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
@@ -76,9 +78,9 @@ pub(crate) fn moe_by<'a>(
     }
     let (ids, w) = route(b, router_logits, bias, p);
     if x.rows <= DEVICE_ROWS
-        && let Some(table) = table(b, ne, &experts)
+        && let Some((table, fp8)) = table(b, x.rows, ne, &experts)
     {
-        return on_device(b, x, &ids, &w, &table, &experts(0), gated, p);
+        return on_device(b, x, &ids, &w, (&table, fp8), &experts(0), gated, p);
     }
     let (ids, weights) = (d.download(&ids, x.rows * k), d.download(&w, x.rows * k));
     by_expert(b, x, &ids, &weights, ne, gated, experts, p)
@@ -109,33 +111,64 @@ fn route(b: &Ctx, logits: &CudaAct, bias: Option<&CudaVec>, p: &MoeParams) -> (C
     (ids, w)
 }
 
+/// An FP8 expert kind's blocks as the FP8 GEMV takes them (fp8.rs `gemv_blocks`).
+type Fp8Blocks = [i32; 4];
+
 /// The experts' gate, up and down weight addresses on the device (`[gate | up | down]`, `ne`
-/// each), uploaded on first use; `None` unless every weight is bf16 of one shape per kind.
-fn table<'a>(b: &Ctx, ne: usize, experts: &impl Fn(usize) -> [&'a CudaMat; 3]) -> Option<Arc<CudaSlice<u64>>> {
+/// each; FP8 experts: their codes', then their scales' alike, with each kind's blocks), uploaded
+/// on first use; `None` unless every weight is bf16, or FP8 whose blocks the FP8 GEMV takes (and
+/// `rows` within `Ctx::fp8_gemv_rows`), of one shape and (FP8) one block layout per kind, gate
+/// and up alike.
+#[allow(clippy::type_complexity)]
+fn table<'a>(
+    b: &Ctx,
+    rows: usize,
+    ne: usize,
+    experts: &impl Fn(usize) -> [&'a CudaMat; 3],
+) -> Option<(Arc<CudaSlice<u64>>, Option<[Fp8Blocks; 3]>)> {
     let d = &b.dev;
-    let mut host = vec![0u64; 3 * ne];
-    let first = experts(0).map(CudaMat::shape);
+    let first = experts(0);
+    let fp8 = match first[0] {
+        CudaMat::Fp8 { .. } => Some(first.map(crate::fp8::gemv_blocks)),
+        _ => None,
+    };
+    // FP8 experts take the grouped FP8 GEMV only where the FP8 GEMV takes the round's rows.
+    if fp8.is_some() && rows > b.fp8_gemv_rows.min(DEVICE_ROWS) {
+        return None;
+    }
+    let fp8 = match fp8 {
+        Some([Some(g), Some(u), Some(dn)]) if g == u => Some([g, u, dn]),
+        Some(_) => return None,
+        None => None,
+    };
+    let mut host = vec![0u64; if fp8.is_some() { 6 * ne } else { 3 * ne }];
     for e in 0..ne {
         for (kind, m) in experts(e).into_iter().enumerate() {
-            let CudaMat::Bf16 { w, .. } = m else { return None };
-            if m.shape() != first[kind] {
+            if m.shape() != first[kind].shape() {
                 return None;
             }
-            host[kind * ne + e] = ptr(w, &d.stream);
+            match (m, fp8) {
+                (CudaMat::Bf16 { w, .. }, None) => host[kind * ne + e] = ptr(w, &d.stream),
+                (CudaMat::Fp8 { w, scales, .. }, Some(blocks)) if crate::fp8::gemv_blocks(m) == Some(blocks[kind]) => {
+                    host[kind * ne + e] = ptr(w, &d.stream);
+                    host[(3 + kind) * ne + e] = ptr(scales, &d.stream);
+                }
+                _ => return None,
+            }
         }
     }
     let mut c = b.caches();
     // Shared, not cloned: a CudaSlice clone is a device copy (in a recording, a copy node that
     // would end the kernels' programmatic launches).
     if let Some(t) = c.experts.get(&host) {
-        return Some(Arc::clone(t));
+        return Some((Arc::clone(t), fp8));
     }
     let t = Arc::new(d.upload(&host));
     if c.experts.len() >= KEEP_TABLES {
         c.experts.clear();
     }
     c.experts.insert(host, Arc::clone(&t));
-    Some(t)
+    Some((t, fp8))
 }
 
 /// The device path: plan, gather, grouped gate and up, glu, grouped down, combine.
@@ -145,13 +178,14 @@ fn on_device(
     x: &CudaAct,
     ids: &CudaSlice<u32>,
     w: &CudaSlice<f32>,
-    table: &CudaSlice<u64>,
+    (table, fp8): (&CudaSlice<u64>, Option<[Fp8Blocks; 3]>),
     shapes: &[&CudaMat; 3],
     gated: bool,
     p: &MoeParams,
 ) -> CudaAct {
     let d = &b.dev;
-    let (rows, k, ne) = (x.rows, p.top_k, table.len() / 3);
+    let (rows, k) = (x.rows, p.top_k);
+    let ne = table.len() / if fp8.is_some() { 6 } else { 3 };
     let pairs = rows * k;
     let offsets = d.alloc::<u32>(ne + 1);
     let active = d.alloc::<u32>(ne);
@@ -182,6 +216,40 @@ fn on_device(
         assert_eq!(xin.cols, kin, "moe: expert input width");
         let ys: Vec<CudaSlice<f32>> = kinds.clone().map(|_| d.alloc::<f32>(pairs * n)).collect();
         let nt = gemv_row_groups(rows);
+        if let Some(blocks) = fp8 {
+            let kw = |kind: usize| ptr(table, s) + (8 * kind * ne) as u64;
+            let [bh, bt, gr, gc] = blocks[kinds.start];
+            // Tiles packed a block as the bf16 kernel's (gemm.cu `PACK`).
+            let per = 8 / crate::tma::segments(kin.div_ceil(16));
+            let nblk = n.div_ceil(16).div_ceil(per);
+            let f = match nt {
+                1 => &d.k.moe_gemv_fp8_n1,
+                2 => &d.k.moe_gemv_fp8_n2,
+                4 => &d.k.moe_gemv_fp8_n4,
+                _ => &d.k.moe_gemv_fp8_n8,
+            };
+            let args = [
+                Arg::P(kw(kinds.start)),
+                Arg::P(kw(3 + kinds.start)),
+                Arg::I(ne as i32),
+                Arg::P(ptr(&ys[0], s)),
+                Arg::P(ptr(ys.last().unwrap_or(&ys[0]), s)),
+                Arg::I(n as i32),
+                Arg::I(nblk as i32),
+                Arg::I(bh),
+                Arg::I(bt),
+                Arg::I(gr),
+                Arg::I(gc),
+                Arg::P(ptr(bf16_of(b, xin), s)),
+                Arg::P(plan[0]),
+                Arg::P(plan[1]),
+                Arg::P(plan[2]),
+                Arg::I(kin.div_ceil(16) as i32),
+                Arg::I(padded(kin) as i32),
+            ];
+            d.launch(f, ((nblk * kinds.len()) as u32, slots, 1), 256, gemv_fp8_smem(nt), &args);
+            return ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect::<Vec<_>>();
+        }
         let f = match nt {
             1 => &d.k.moe_gemv_n1,
             2 => &d.k.moe_gemv_n2,

@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 16] = [
+const SOURCES: [&str; 18] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gdn.cu"),
@@ -18,6 +18,8 @@ const SOURCES: [&str; 16] = [
     include_str!("../kernels/draw.cu"),
     include_str!("../kernels/logprob.cu"),
     include_str!("../kernels/gemm.cu"),
+    include_str!("../kernels/fp8.cu"),
+    include_str!("../kernels/gemv_fp8.cu"),
     include_str!("../kernels/moe.cu"),
     include_str!("../kernels/gemm_wgmma.cu"),
     include_str!("../kernels/gemv_tma.cu"),

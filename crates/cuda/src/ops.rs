@@ -56,19 +56,7 @@ pub(crate) fn mat_f32(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> 
 
 /// A padded bf16 weight `[rows, cols]` with the tensor maps its matmuls read it through (Hopper).
 fn bf16_mat(b: &Ctx, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
-    let d = &b.dev;
-    let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
-    let wp = ptr(&w, &d.stream);
-    let map = (d.wgmma && crate::tma::wgmma_fits(kt))
-        .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::BOX_ROWS))
-        .flatten()
-        .map(Box::new);
-    let gmap = d
-        .wgmma
-        .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
-        .flatten()
-        .map(Box::new);
-    CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap }
+    CudaMat::bf16(&b.dev, w, rows, cols)
 }
 
 /// A bf16 gate and up weight (`[inter, cols]` each) packed into one `[2 inter, cols]` weight
@@ -161,6 +149,10 @@ pub(crate) fn embed_at(b: &Ctx, table: &CudaMat, idp: u64, n: usize, scale: f32)
     let (w, dtype, kt) = match table {
         CudaMat::Bf16 { w, kt, .. } => (ptr(w, &d.stream), 0, *kt),
         CudaMat::Plain { w, f16, .. } => (ptr(w, &d.stream), if *f16 { 1 } else { 2 }, 0),
+        CudaMat::Fp8 { .. } => {
+            embed_fp8(b, table, idp, n, scale, &out);
+            return CudaAct::new(out, n, cols);
+        }
     };
     if n > 0 {
         let args = [
@@ -175,6 +167,28 @@ pub(crate) fn embed_at(b: &Ctx, table: &CudaMat, idp: u64, n: usize, scale: f32)
         d.launch(&d.k.embed, (n as u32, 1, 1), BLOCK, 0, &args);
     }
     CudaAct::new(out, n, cols)
+}
+
+/// [`embed_at`] of an FP8 table: f32 `code * block scale * scale`, the host backends' values.
+fn embed_fp8(b: &Ctx, table: &CudaMat, idp: u64, n: usize, scale: f32, out: &CudaSlice<f32>) {
+    let CudaMat::Fp8 { w, scales, block, grid, cols, kt, .. } = table else { return };
+    let d = &b.dev;
+    if n > 0 {
+        let args = [
+            Arg::P(ptr(w, &d.stream)),
+            Arg::P(ptr(scales, &d.stream)),
+            Arg::I(*kt as i32),
+            Arg::I(block[0] as i32),
+            Arg::I(block[1] as i32),
+            Arg::I(grid[0] as i32),
+            Arg::I(grid[1] as i32),
+            Arg::P(idp),
+            Arg::I(*cols as i32),
+            Arg::F(scale),
+            Arg::P(ptr(out, &d.stream)),
+        ];
+        d.launch(&d.k.embed_fp8, (n as u32, 1, 1), BLOCK, 0, &args);
+    }
 }
 
 pub(crate) fn rms_norm(b: &Ctx, x: &CudaAct, w: &CudaVec, eps: f32, one_plus: bool) -> CudaAct {

@@ -35,6 +35,10 @@ pub struct CudaOptions {
     /// Rows from which the wgmma GEMM applies the gated activation in its store (at least 33, the
     /// wgmma GEMM's first row count; none: 33, all of them).
     pub glu_store_rows: Option<usize>,
+    /// Most rows an FP8 matmul takes the FP8 GEMV for (past 64, in launches of 64 rows, each
+    /// reading the weight; 0: none, every FP8 matmul dequantizes into the scratch first; none:
+    /// 64). The same bits either way.
+    pub fp8_gemv_rows: Option<usize>,
 }
 
 /// When the wgmma GEMM splits K by segment and folds the segment sums in order (the same bits
@@ -65,6 +69,10 @@ impl std::str::FromStr for SplitRule {
         if below.is_finite() && below >= 0.0 { Ok(SplitRule { max_rows, below }) } else { Err(bad()) }
     }
 }
+
+/// Most rows an FP8 GEMV launch takes (kernels/gemv_fp8.cu: 8 row groups of 8), and by default
+/// the most rows an FP8 matmul takes it for (`Ctx::fp8_gemv_rows`).
+pub(crate) const FP8_GEMV_ROWS: usize = 64;
 
 /// Rows from which the wgmma GEMM applies the gated activation in its store by default
 /// (`Ctx::glu_store_rows`; its launch never splits K): all of its rows. H100, qwen3-8b decode

@@ -73,6 +73,24 @@ pub(crate) fn gemv_smem(nt: usize) -> u32 {
     (GEMV_WARPS * st * (16 + xr) * (u * 32 + 16) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
 }
 
+/// k tiles a stage and ring stages of the FP8 GEMV for `nt` row groups (kernels/gemv_fp8.cu
+/// `GEMV_FP8_KERNEL(NT, U, ST)`: gemv_smem's).
+pub(crate) fn gemv_fp8_stages(nt: usize) -> (usize, usize) {
+    match nt {
+        1 | 2 => (4, 4),
+        4 => (4, 3),
+        _ => (2, 3),
+    }
+}
+
+/// Shared memory of the FP8 GEMV for `nt` row groups: `GEMV_W` warps' rings of `ST` stages of 16
+/// rows of `U * 16 + 16` code bytes and `8 * NT` x rows of `U * 32 + 16` bytes, then the segment
+/// sums.
+pub(crate) fn gemv_fp8_smem(nt: usize) -> u32 {
+    let (u, st) = gemv_fp8_stages(nt);
+    (GEMV_WARPS * st * (16 * (u * 16 + 16) + 8 * nt * (u * 32 + 16)) + GEMV_WARPS * nt * 4 * 32 * 4) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +102,7 @@ mod tests {
     fn gemvs_fit_in_shared_memory() {
         for nt in [1, 2, 4, 8] {
             assert!(gemv_smem(nt) <= LIMIT, "GEMV for {nt} row groups: {} bytes", gemv_smem(nt));
+            assert!(gemv_fp8_smem(nt) <= LIMIT, "FP8 GEMV for {nt} row groups: {} bytes", gemv_fp8_smem(nt));
         }
         for nt in [1, 2, 4] {
             assert!(gemv_tma_smem(nt) <= LIMIT, "TMA GEMV for {nt} row groups: {} bytes", gemv_tma_smem(nt));

@@ -110,6 +110,26 @@ pub enum CudaMat {
         /// The tensor map of 16-row boxes the TMA GEMV reads the rows through (Hopper only).
         gmap: Option<Box<[u64; 16]>>,
     },
+    /// FP8 E4M3 codes with f32 block scales (kernels/fp8.cu): it multiplies as the bf16 weight
+    /// of fp8_host.rs, the codes read by the FP8 GEMV or made into that weight in a scratch.
+    Fp8 {
+        /// Codes `[16 ntiles, 16 kt]`, one byte a weight, zero-padded like `Bf16`'s rows.
+        w: CudaSlice<u8>,
+        /// One f32 scale a block, `[grid[0], grid[1]]` row-major.
+        scales: CudaSlice<f32>,
+        /// Block height and width, in weights.
+        block: [usize; 2],
+        /// Row blocks and column blocks.
+        grid: [usize; 2],
+        /// Output features.
+        rows: usize,
+        /// Input features.
+        cols: usize,
+        /// 16-row tiles.
+        ntiles: usize,
+        /// 16-column tiles.
+        kt: usize,
+    },
     /// f16 or f32, row-major as stored (MoE routers, small checkpoints; gemm.cu `gemm_simt_*`).
     Plain {
         /// The elements' bytes.
@@ -127,8 +147,27 @@ impl CudaMat {
     /// `(rows, cols)`.
     pub fn shape(&self) -> (usize, usize) {
         match *self {
-            CudaMat::Bf16 { rows, cols, .. } | CudaMat::Plain { rows, cols, .. } => (rows, cols),
+            CudaMat::Bf16 { rows, cols, .. } | CudaMat::Fp8 { rows, cols, .. } | CudaMat::Plain { rows, cols, .. } => {
+                (rows, cols)
+            }
         }
+    }
+
+    /// A padded bf16 weight `[rows, cols]` (`w` holds at least its tiles) with the tensor maps its
+    /// matmuls read it through (Hopper).
+    pub(crate) fn bf16(d: &Device, w: CudaSlice<u16>, rows: usize, cols: usize) -> CudaMat {
+        let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
+        let wp = ptr(&w, &d.stream);
+        let map = (d.wgmma && crate::tma::wgmma_fits(kt))
+            .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::BOX_ROWS))
+            .flatten()
+            .map(Box::new);
+        let gmap = d
+            .wgmma
+            .then(|| crate::tma::row_map(wp, ntiles * 16, kt * 16, crate::tma::GEMV_BOX_ROWS))
+            .flatten()
+            .map(Box::new);
+        CudaMat::Bf16 { w, rows, cols, ntiles, kt, map, gmap }
     }
 }
 

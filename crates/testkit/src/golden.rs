@@ -100,16 +100,20 @@ fn check<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) -> f32, rou
 /// prefill's logits bit for bit.
 pub fn check_chunked_equals_whole<'a, B: Backend>(b: &B, families: impl IntoIterator<Item = &'a str>) {
     for family in families {
-        let dir = crate::fixture(family);
-        let m = Model::open(&dir, b).unwrap();
-        let g = golden(&dir);
-        let ids = m.vocab.check(g.prompts.last().unwrap()).unwrap();
-        let whole = Runner::new(&m, b, ids.len()).unwrap().prefill(&ids, ids.len(), true);
-        for chunk in [1, 3, 5, 16] {
-            let chunked = Runner::new(&m, b, ids.len()).unwrap().prefill(&ids, chunk, true);
-            let same =
-                whole.len() == chunked.len() && whole.iter().zip(&chunked).all(|(a, c)| a.to_bits() == c.to_bits());
-            assert!(same, "{family} chunk {chunk}");
-        }
+        check_family_chunked_equals_whole(b, family);
+    }
+}
+
+/// [`check_chunked_equals_whole`] of one fixture family.
+pub fn check_family_chunked_equals_whole<B: Backend>(b: &B, family: &str) {
+    let dir = crate::fixture(family);
+    let m = Model::open(&dir, b).unwrap_or_else(|e| panic!("{family}: {e}"));
+    let g = golden(&dir);
+    let ids = m.vocab.check(g.prompts.last().unwrap()).unwrap();
+    let whole = Runner::new(&m, b, ids.len()).unwrap().prefill(&ids, ids.len(), true);
+    for chunk in [1, 3, 5, 16] {
+        let chunked = Runner::new(&m, b, ids.len()).unwrap().prefill(&ids, chunk, true);
+        let same = whole.len() == chunked.len() && whole.iter().zip(&chunked).all(|(a, c)| a.to_bits() == c.to_bits());
+        assert!(same, "{family} chunk {chunk}");
     }
 }

@@ -13,7 +13,10 @@ mod resumed;
 pub use concurrent::check_concurrent_equals_solo;
 pub use constrained::{ModThree, check_constrained_exact, run_constrained};
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
-pub use golden::{Golden, argmax, check_chunked_equals_whole, check_golden, check_golden_rounded, golden};
+pub use golden::{
+    Golden, argmax, check_chunked_equals_whole, check_family_chunked_equals_whole, check_golden, check_golden_rounded,
+    golden,
+};
 pub use logprobs::check_logprobs_are_the_raw_rows;
 pub use overlapped::check_overlapped_equals_waited;
 pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};

@@ -22,6 +22,11 @@ pub fn backend_no_graphs() -> Option<CudaBackend> {
     backend_opts(CudaOptions { no_graphs: true, ..CudaOptions::default() })
 }
 
+/// GPU 0 whose FP8 matmuls take the FP8 GEMV up to `rows` rows, or `None` as above.
+pub fn backend_fp8_gemv_rows(rows: usize) -> Option<CudaBackend> {
+    backend_opts(CudaOptions { fp8_gemv_rows: Some(rows), ..CudaOptions::default() })
+}
+
 /// GPU 0 started with `opts` (a kernel cache under the temporary directory unless
 /// `TF_CUDA_CACHE` names one), or `None` as above.
 fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
