@@ -29,7 +29,7 @@ pub struct CudaArgs {
     /// the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_glu_store_rows: Option<usize>,
-    /// Most rows a decode round recorded as a CUDA graph has (default 128; larger rounds run op
+    /// Most rows a decode round recorded as a CUDA graph has (default 256; larger rounds run op
     /// by op; the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_graph_rows: Option<usize>,

@@ -15,7 +15,7 @@ pub struct CudaOptions {
     pub no_graphs: bool,
     /// Each CUDA graph capture's outcome written to stderr (graph.rs).
     pub graph_log: bool,
-    /// Most rows a recorded decode round has (none: 128); larger rounds run op by op.
+    /// Most rows a recorded decode round has (none: 256); larger rounds run op by op.
     pub graph_rows: Option<usize>,
     /// A kernel timeline of rounds FROM..=TO (1-based, counted by picked-token rounds) written to
     /// `trace_out`; the kernels are then built with their timeline records (trace.rs).

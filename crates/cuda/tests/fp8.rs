@@ -121,13 +121,16 @@ fn fp8_fused_ops_equal_their_bf16_twins() {
         let at = |what: &str| format!("{what}, {m} rows");
         // matmul_many: FP8 weights beside a bf16 one, as one matmul each of the twins.
         let many = b.matmul_many(&x, &[&fa, &plain, &fb]);
-        for (y, w) in many.iter().zip([&wa, &plain, &wb]) {
-            assert!(same_bits(&b.download(y), &b.download(&b.matmul(&x, w))), "{}", at("matmul_many"));
+        for (i, (y, w)) in many.iter().zip([&wa, &plain, &wb]).enumerate() {
+            let (got, want) = (b.download(y), b.download(&b.matmul(&x, w)));
+            assert!(same_bits(&got, &want), "{} weight {i}: {}", at("matmul_many"), first_difference(&got, &want));
         }
         // Four FP8 weights of three block shapes: three share a launch, the fourth has its own.
         let many = b.matmul_many(&x, &[&fa, &fc, &fd, &fc]);
-        for (y, w) in many.iter().zip([&wa, &wc, &wd, &wc]) {
-            assert!(same_bits(&b.download(y), &b.download(&b.matmul(&x, w))), "{}", at("matmul_many of FP8"));
+        for (i, (y, w)) in many.iter().zip([&wa, &wc, &wd, &wc]).enumerate() {
+            let (got, want) = (b.download(y), b.download(&b.matmul(&x, w)));
+            let why = first_difference(&got, &want);
+            assert!(same_bits(&got, &want), "{} weight {i}: {why}", at("matmul_many of FP8"));
         }
         // norm_matmul_many.
         let normed = b.rms_norm(&x, &nw, 1e-6, false);
@@ -207,4 +210,11 @@ fn fp8_experts_equal_their_bf16_twins_on_both_moe_paths() {
     for m in [1, 8, 64] {
         assert!(same_bits(&run(&fp8, m), &all[..m * h]), "{m} rows differ from the {rows}-row round");
     }
+}
+
+/// Where two outputs first differ, and by how much (for a failing assertion's message).
+fn first_difference(got: &[f32], want: &[f32]) -> String {
+    let at = got.iter().zip(want).position(|(a, b)| a.to_bits() != b.to_bits());
+    let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    format!("lengths {} / {}, first at {at:?}, largest difference {worst}", got.len(), want.len())
 }
