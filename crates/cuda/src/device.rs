@@ -161,6 +161,10 @@ pub struct Device {
     pub(crate) wgmma: bool,
     /// Whether launches allow programmatic dependent launch (sm_90 and later).
     pdl: bool,
+    /// The next launch waits for everything before it to finish before it starts (no early
+    /// start): set after a kernel whose output the next kernels read before their launch wait
+    /// (a weight made in a scratch, which the GEMVs prefetch: fp8.rs).
+    serial_next: std::sync::atomic::AtomicBool,
     /// Small kernels (q/k norm + RoPE, the decode norm, the gated activation) launched with
     /// `SMALL_PAD` bytes of dynamic shared memory (unused) in one-row rounds on Hopper
     /// (`small_smem`): an early-launched block then cannot sit beside a one-row TMA GEMV block
@@ -319,6 +323,7 @@ impl Device {
             name,
             wgmma,
             pdl: major >= 9,
+            serial_next: std::sync::atomic::AtomicBool::new(false),
             staged: Default::default(),
             graph_pool: Default::default(),
         })
@@ -455,7 +460,8 @@ impl Device {
             .collect();
         let mut ptrs: Vec<*mut std::ffi::c_void> = vals.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
         must(self.ctx.bind_to_thread(), "binding the context");
-        if !self.pdl {
+        let serial = self.serial_next.swap(false, std::sync::atomic::Ordering::Relaxed);
+        if !self.pdl || serial {
             // SAFETY: each pointer addresses a value of the kernel parameter's size at its start
             // (little-endian 128-byte slots), the arguments match the kernel signatures in kernels/*.cu.
             let r = unsafe {
@@ -484,6 +490,13 @@ impl Device {
         // SAFETY: as above for the parameters; `cfg` and `attr` outlive the call.
         let r = unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), ptrs.as_mut_ptr(), std::ptr::null_mut()) };
         must(r.result(), "launching a kernel");
+    }
+
+    /// Makes the next launch start only once every kernel queued before it has finished: the
+    /// kernels that prefetch weights before their launch wait (the GEMVs) may then read a weight
+    /// the kernel just queued writes.
+    pub(crate) fn serialize_next(&self) {
+        self.serial_next.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits for all queued work.

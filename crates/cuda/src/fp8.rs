@@ -166,6 +166,9 @@ pub(crate) fn with_bf16<R>(b: &Ctx, w: &CudaMat, f: impl FnOnce(&CudaMat) -> R) 
     // A thread 8 weights of a row: blocks across a row, rows strided over at most 65535.
     let grid = ((kt * 16 / 8).div_ceil(BLOCK as usize) as u32, (ntiles * 16).min(65535) as u32, 1);
     d.launch(&d.k.fp8_to_bf16, grid, BLOCK, 0, &args);
+    // The GEMVs stream their first weight stages in before their launch wait: the matmul after
+    // this must not start before the scratch is written.
+    d.serialize_next();
     let mat = CudaMat::bf16(d, buf, *rows, *cols);
     let out = f(&mat);
     if let CudaMat::Bf16 { w, .. } = mat {
