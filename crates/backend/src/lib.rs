@@ -391,6 +391,12 @@ pub trait Backend: Send + Sync {
         let y = heads::concat_heads(&self.download(a), &self.download(b), rows, heads);
         self.upload(&y, rows, ca + cb)
     }
+    /// `x *= c` elementwise (Gemma 4's `layer_scalar`); the default runs on the host.
+    fn scale(&self, x: &mut Self::Act, c: f32) {
+        let (rows, cols) = self.shape(x);
+        let v: Vec<f32> = self.download(x).into_iter().map(|v| v * c).collect();
+        *x = self.upload(&v, rows, cols);
+    }
     /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
     fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {
         let (rows, cols) = self.shape(x);

@@ -213,6 +213,46 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(t.to_f32())
     }
 
+    /// `values` as a weight vector on the backend (a vector the family makes: ones, a scaled norm).
+    pub fn backend_vec(&self, values: &[f32]) -> B::Vec {
+        self.backend.vec(values)
+    }
+
+    /// Columns `start..start + width` of the float weight `name` of exactly `[rows, n]`, as one
+    /// `[rows, width]` matrix (one layer's slice of a table packing every layer side by side).
+    pub fn mat_cols(
+        &self,
+        name: &str,
+        rows: usize,
+        n: usize,
+        start: usize,
+        width: usize,
+    ) -> Result<B::Mat, ModelError> {
+        let t = self.view(name, &[rows, n])?;
+        let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if !t.dtype.is_float() {
+            return Err(bad(format!("dtype {} cannot be sliced by columns (a float type is needed)", t.dtype)));
+        }
+        if start.checked_add(width).is_none_or(|end| end > n) {
+            return Err(bad(format!("columns {start}..{start}+{width} are outside its {n} columns")));
+        }
+        let (size, src) = (t.dtype.size(), t.data.as_bytes());
+        let mut bytes = Vec::with_capacity(rows * width * size);
+        for r in 0..rows {
+            let at = (r * n + start) * size;
+            let part = src.get(at..at + width * size).ok_or_else(|| bad(format!("row {r} is outside the data")))?;
+            bytes.extend_from_slice(part);
+        }
+        let view = TensorView {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: vec![rows, width],
+            data: tf_formats::TensorBytes::from_vec(&bytes),
+            file: t.file.clone(),
+        };
+        Ok(self.backend.mat(&view)?)
+    }
+
     /// Rows `rows` (in that order) of the float weight `name` of exactly `[n, cols]`, as one
     /// matrix (a fused projection reordered at load: Qwen3-Next's per-key-head `in_proj_qkvz`).
     pub fn mat_rows(&self, name: &str, n: usize, cols: usize, rows: &[usize]) -> Result<B::Mat, ModelError> {

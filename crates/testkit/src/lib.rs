@@ -29,8 +29,8 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 8] =
-    ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2", "deepseek_v3", "deepseek_v3_nolora"];
+pub const FAMILIES: [&str; 9] =
+    ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2", "deepseek_v3", "deepseek_v3_nolora", "gemma4"];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
@@ -56,8 +56,8 @@ pub fn cuda_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 6] =
-    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2), ("deepseek_v3", 2)];
+pub const EARLY_EXIT: [(&str, usize); 7] =
+    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2), ("deepseek_v3", 2), ("gemma4", 2)];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.
 pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwen3")];

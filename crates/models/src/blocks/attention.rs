@@ -1,7 +1,8 @@
 //! The attention token mixer (MHA / GQA, full or sliding, optional QK norm per head or over the
-//! whole projection, optional soft-capped scores, output gate and q/k/v biases): q, k and v from
-//! the block's normed input (plus their biases), rotary embedding, paged attention, then
-//! `sigmoid(gate)` times the output where the layer has a gate.
+//! whole projection, optional soft-capped scores, output gate and q/k/v biases, an unscaled V
+//! norm, V from the K projection, a head shape per layer): q, k and v from the block's normed
+//! input (plus their biases), rotary embedding, paged attention, then `sigmoid(gate)` times the
+//! output where the layer has a gate.
 
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
@@ -17,6 +18,8 @@ pub(crate) struct Attention<B: Backend> {
     pub(crate) gate: Option<B::Mat>,
     q_norm: Option<B::Vec>,
     k_norm: Option<B::Vec>,
+    /// Ones of the head width: the unscaled per-head V norm, where the spec has one.
+    v_norm: Option<B::Vec>,
     /// q, k and v biases (`attention_bias`).
     bias: Option<[B::Vec; 3]>,
     attn: AttnParams,
@@ -34,7 +37,8 @@ impl<B: Backend> Attention<B> {
         i: usize,
         kv: usize,
     ) -> Result<(Self, B::Mat), ModelError> {
-        let (hidden, d) = (s.hidden_size, s.head_dim);
+        let hidden = s.hidden_size;
+        let (kv_heads, d) = s.attn_shape(i);
         let m = s.names.attn;
         // Per head, or over all of q's (k's) heads where the spec says so.
         let qk_norm = |name: &str, heads: usize| {
@@ -45,7 +49,7 @@ impl<B: Backend> Attention<B> {
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
             num_heads: s.num_heads,
-            num_kv_heads: s.num_kv_heads,
+            num_kv_heads: kv_heads,
             head_dim: d,
             scale: s.attn_scale,
             window: if sliding { s.sliding_window } else { None },
@@ -71,20 +75,23 @@ impl<B: Backend> Attention<B> {
         } else {
             (proj("q_proj", s.num_heads * d, hidden)?, None)
         };
+        // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
+        let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
         let me = Attention {
             q,
             gate,
-            k: proj("k_proj", s.num_kv_heads * d, hidden)?,
-            v: proj("v_proj", s.num_kv_heads * d, hidden)?,
+            k: proj("k_proj", kv_heads * d, hidden)?,
+            v: proj(v_name, kv_heads * d, hidden)?,
             bias: if s.attention_bias {
                 let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
-                let kvw = s.num_kv_heads * d;
+                let kvw = kv_heads * d;
                 Some([b("q_proj", s.num_heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
             } else {
                 None
             },
             q_norm: qk_norm(s.names.qk_norm[0], s.num_heads)?,
-            k_norm: qk_norm(s.names.qk_norm[1], s.num_kv_heads)?,
+            k_norm: qk_norm(s.names.qk_norm[1], kv_heads)?,
+            v_norm: s.v_norm.then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
             kv,
@@ -118,15 +125,19 @@ impl<B: Backend> Attention<B> {
             _ => None,
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
+        let d = self.attn.head_dim;
+        if let Some(ones) = &self.v_norm {
+            v = b.rms_norm(&v, ones, s.rms_norm_eps, false);
+        }
         if let (Some(n), true) = (&norms, s.qk_norm_full) {
             // Whole-row norms first, then the rope alone.
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
             k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
             if s.attn_rope {
-                b.qk_norm_rope(&mut q, &mut k, None, pos, s.head_dim, rope);
+                b.qk_norm_rope(&mut q, &mut k, None, pos, d, rope);
             }
         } else if s.attn_rope {
-            b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+            b.qk_norm_rope(&mut q, &mut k, norms, pos, d, rope);
         } else if let Some(n) = norms {
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
             k = b.rms_norm(&k, n.k, n.eps, n.one_plus);

@@ -9,6 +9,7 @@ pub(crate) mod gdn;
 pub(crate) mod mamba2;
 pub(crate) mod mla;
 pub(crate) mod moe;
+pub(crate) mod per_layer;
 pub(crate) mod short_conv;
 
 use crate::cache::CacheKind;

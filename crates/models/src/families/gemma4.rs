@@ -1,0 +1,139 @@
+//! Gemma 4 text (`Gemma4ForCausalLM`, `gemma4_text`): Gemma 3's sandwich norms, embedding scale,
+//! GELU-tanh MLP and sliding / full layers, with plain-`w` RMSNorms, attention scale 1, an
+//! unscaled norm on each V head, full layers' own head width and KV heads (`global_head_dim`,
+//! `num_global_key_value_heads`, or `per_layer_config`) whose V may be their K projection
+//! (`attention_k_eq_v`), a `proportional` rope on full layers, per-layer input embeddings
+//! (`hidden_size_per_layer_input`) and a `layer_scalar` per layer. KV-shared layers
+//! (`num_kv_shared_layers`), the MoE block and bidirectional attention are refused by name.
+
+use crate::config::RawConfig;
+use crate::error::ModelError;
+use crate::families::lfm3::layer_rope;
+use crate::spec::{Common, LayerKind, ModelSpec, PerLayerInputSpec, activation};
+use serde_json::Value;
+use tf_backend::Activation;
+
+/// The spec of a Gemma 4 text checkpoint.
+pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
+    refuse_unsupported(c)?;
+    let common = Common::read(c)?;
+    let hidden = common.hidden_size;
+    let kinds = layer_kinds(c, &common)?;
+    let full_shape = full_attn_shape(c, &common, &kinds)?;
+    if !common.num_heads.is_multiple_of(full_shape.0) {
+        return Err(c.error(format!(
+            "full layers' {} KV heads do not divide num_attention_heads {}",
+            full_shape.0, common.num_heads
+        )));
+    }
+    if !full_shape.1.is_multiple_of(2) {
+        return Err(c.error(format!("full layers' head width {} must be even for rope", full_shape.1)));
+    }
+    let rope_full = layer_rope(c, full_shape.1, "full_attention", 1_000_000.0, 0.25, "Gemma 4")?;
+    let rope_sliding = layer_rope(c, common.head_dim, "sliding_attention", 10_000.0, 0.25, "Gemma 4")?;
+    let vocab = common.vocab_size;
+    let mut spec = common.spec(c, arch, rope_full, activation(c, Activation::GeluTanh)?)?;
+    spec.layer_kinds = kinds;
+    spec.rope_sliding = rope_sliding;
+    spec.sliding_window = Some(c.opt_dim("sliding_window")?.unwrap_or(512));
+    spec.tie_word_embeddings = c.flag("tie_word_embeddings", true)?;
+    spec.attn_scale = 1.0;
+    spec.embed_scale = (hidden as f32).sqrt();
+    spec.final_softcap = c.opt_f32("final_logit_softcapping")?.filter(|&c| c > 0.0);
+    spec.qk_norm = true;
+    spec.v_norm = true;
+    spec.sandwich_norms = true;
+    spec.layer_scalar = true;
+    spec.full_attn_shape = Some(full_shape);
+    spec.full_v_from_k = c.flag("attention_k_eq_v", false)?;
+    spec.per_layer_input = match c.opt_dim("hidden_size_per_layer_input")? {
+        None => None,
+        Some(width) => {
+            let rows = c.opt_dim("vocab_size_per_layer_input")?.unwrap_or(vocab);
+            if rows < vocab {
+                return Err(c.error(format!(
+                    "vocab_size_per_layer_input {rows} is smaller than vocab_size {vocab}: some ids would have no per-layer embedding"
+                )));
+            }
+            Some(PerLayerInputSpec { width, vocab: rows })
+        }
+    };
+    Ok(spec)
+}
+
+/// Refuses the options this family does not run, by name.
+fn refuse_unsupported(c: &RawConfig) -> Result<(), ModelError> {
+    if let Some(v) = c.get("num_kv_shared_layers").filter(|v| v.as_u64() != Some(0)) {
+        return Err(c.error(format!(
+            "num_kv_shared_layers {v} (layers reading an earlier layer's K/V) is not supported for Gemma 4"
+        )));
+    }
+    if c.flag("enable_moe_block", false)? {
+        return Err(c.error("enable_moe_block (Gemma 4's router and experts beside the MLP) is not supported"));
+    }
+    if let Some(v) = c.get("use_bidirectional_attention") {
+        return Err(c.error(format!("use_bidirectional_attention {v} is not supported: text decoding is causal")));
+    }
+    Ok(())
+}
+
+/// `layer_types`, else five sliding layers to one full; the last layer is full either way
+/// (as transformers forces it).
+fn layer_kinds(c: &RawConfig, common: &Common) -> Result<Vec<LayerKind>, ModelError> {
+    let mut kinds = if c.get("layer_types").is_some() {
+        common.layer_kinds(c)?
+    } else {
+        (0..common.num_layers)
+            .map(|i| if (i + 1).is_multiple_of(6) { LayerKind::Full } else { LayerKind::Sliding })
+            .collect()
+    };
+    if let Some(k) = kinds.iter().find(|k| !matches!(k, LayerKind::Full | LayerKind::Sliding)) {
+        return Err(c.error(format!("layer kind {k:?} is not a Gemma 4 layer (sliding or full attention)")));
+    }
+    if let Some(last) = kinds.last_mut() {
+        *last = LayerKind::Full;
+    }
+    Ok(kinds)
+}
+
+/// Full layers' `(KV heads, head width)`: from `per_layer_config` (as transformers saves it;
+/// every full layer the same, sliding layers with no override), else `global_head_dim`
+/// (default 512) and, with `attention_k_eq_v`, `num_global_key_value_heads`.
+fn full_attn_shape(c: &RawConfig, common: &Common, kinds: &[LayerKind]) -> Result<(usize, usize), ModelError> {
+    let k_eq_v = c.flag("attention_k_eq_v", false)?;
+    let Some(per_layer) = c.get("per_layer_config") else {
+        let head_dim = c.opt_dim("global_head_dim")?.unwrap_or(512);
+        let global_kv = if k_eq_v { c.opt_dim("num_global_key_value_heads")? } else { None };
+        return Ok((global_kv.unwrap_or(common.num_kv_heads), head_dim));
+    };
+    let Value::Object(map) = per_layer else {
+        return Err(c.error(format!("per_layer_config must be an object of layer overrides, found {per_layer}")));
+    };
+    let mut shape = None;
+    for (i, kind) in kinds.iter().enumerate() {
+        let o = map.get(&i.to_string()).filter(|v| !v.is_null());
+        let field = |key: &str, default: usize| -> Result<usize, ModelError> {
+            match o.and_then(|o| o.get(key)).filter(|v| !v.is_null()) {
+                None => Ok(default),
+                Some(v) => v.as_u64().filter(|&n| n > 0 && n <= 1 << 20).map(|n| n as usize).ok_or_else(|| {
+                    c.error(format!("per_layer_config[{i}].{key} must be a positive integer, found {v}"))
+                }),
+            }
+        };
+        let here = (field("num_key_value_heads", common.num_kv_heads)?, field("head_dim", common.head_dim)?);
+        match kind {
+            LayerKind::Sliding if here != (common.num_kv_heads, common.head_dim) => {
+                return Err(c.error(format!("per_layer_config overrides sliding layer {i}, which is not supported")));
+            }
+            LayerKind::Full if shape.is_some_and(|s| s != here) => {
+                return Err(c.error(format!("per_layer_config gives full layer {i} a shape other full layers lack")));
+            }
+            LayerKind::Full => shape = Some(here),
+            _ => {}
+        }
+    }
+    if let Some(k) = map.keys().find(|k| k.parse::<usize>().map_or(true, |i| i >= kinds.len())) {
+        return Err(c.error(format!("per_layer_config names layer '{k}', which the model does not have")));
+    }
+    Ok(shape.unwrap_or((common.num_kv_heads, common.head_dim)))
+}

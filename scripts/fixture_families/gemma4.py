@@ -1,0 +1,87 @@
+"""Gemma 4 text fixture builder (`Gemma4ForCausalLM`, `gemma4_text`), merged by make_fixtures.py.
+
+gemma4: 4 layers (sliding, full, sliding, full), sliding window 8; sliding layers 2 KV heads of
+16, full layers `global_head_dim` 32 with one KV head (`num_global_key_value_heads`) whose V is
+its K projection (`attention_k_eq_v`); plain-`w` RMSNorms on q and k per head, an unscaled norm
+on v, attention scale 1; rope 10000 on sliding layers, `proportional` rope (theta 1e6, a quarter
+of each head's pairs rotated) on full layers; per-layer input embeddings of 8 per layer
+(`hidden_size_per_layer_input`) gated into each layer; random `layer_scalar` buffers; final
+logit soft-capping 30; tied embeddings. bf16. No KV sharing, no MoE block.
+"""
+
+from __future__ import annotations
+
+import __main__ as mf  # make_fixtures.py, which loads this module
+import torch
+from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+VOCAB_SIZE = 512
+PAD, BOS, EOS = 0, 1, 2
+QK_NORM_GAIN = 0.5
+POST_NORM_GAIN = 3.0  # branch outputs strong enough against the scaled, tied embedding
+
+
+def make_gemma4():
+    cfg = Gemma4TextConfig(
+        vocab_size=VOCAB_SIZE,
+        vocab_size_per_layer_input=VOCAB_SIZE,
+        hidden_size=64,
+        hidden_size_per_layer_input=8,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        global_head_dim=32,
+        num_global_key_value_heads=1,
+        attention_k_eq_v=True,
+        hidden_activation="gelu_pytorch_tanh",
+        rms_norm_eps=1e-6,
+        max_position_embeddings=256,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0},
+        },
+        final_logit_softcapping=30.0,
+        num_kv_shared_layers=0,
+        enable_moe_block=False,
+        tie_word_embeddings=True,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    return Gemma4ForCausalLM, cfg, torch.bfloat16
+
+
+def perturb_gemma4(model: torch.nn.Module, family: str, seed: int) -> None:
+    """The shared perturbation, then post-branch norm gains times POST_NORM_GAIN, q and k norm
+    gains times QK_NORM_GAIN (attention's
+    scale is 1: unit-RMS heads of 32 would give near one-hot softmaxes whose rounding an f32
+    reimplementation cannot follow to 1e-4), and each layer's `layer_scalar` buffer in
+    [0.5, 1.5)."""
+    mf.perturb(model, family, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.mul_(QK_NORM_GAIN)
+            elif name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")):
+                p.mul_(POST_NORM_GAIN)
+        for name, buf in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("layer_scalar"):
+                buf.copy_((0.5 + torch.rand(buf.shape, generator=g)).to(buf.dtype))
+
+
+FAMILIES = {
+    # family: (builder, seed, tokenizer adds BOS)
+    "gemma4": (make_gemma4, 9000, True),
+}
+
+WEIGHT_STD = {
+    #          embed, lm_head, router, in-proj, out-proj
+    "gemma4": (0.3, None, 0.3, 0.2, 0.15),
+}
+
+PERTURB = {"gemma4": perturb_gemma4}
