@@ -391,6 +391,12 @@ pub trait Backend: Send + Sync {
         let y = heads::concat_heads(&self.download(a), &self.download(b), rows, heads);
         self.upload(&y, rows, ca + cb)
     }
+    /// Refuses a model whose KV pools have these `(KV heads, head width)` shapes where this
+    /// backend cannot run them in one model (the default takes any mix).
+    fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
+        let _ = shapes;
+        Ok(())
+    }
     /// `x *= c` elementwise (Gemma 4's `layer_scalar`); the default runs on the host.
     fn scale(&self, x: &mut Self::Act, c: f32) {
         let (rows, cols) = self.shape(x);

@@ -76,6 +76,17 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "layer_types": (0..18).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        // Gemma 4 E2B-sized text shapes (sliding heads of 256, full heads of 512, per-layer inputs of
+        // 256) without KV-shared layers, which the family refuses.
+        "gemma4-e2b" => json!({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+            "vocab_size": 262144, "hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35,
+            "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "sliding_window": 512,
+            "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true, "final_logit_softcapping": 30.0,
+            "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 0,
+            "layer_types": (0..35).map(|i| if (i + 1) % 5 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
+            "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
         // Qwen3.5-27B's text shapes: three Gated DeltaNet layers (16 key, 48 value heads) to one
         // gated attention layer (24 heads of 256, 4 KV heads, rope over a quarter), dense MLP.
         "qwen3.5-27b" => {
@@ -147,7 +158,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -233,6 +244,12 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     if !s.tie_word_embeddings {
         t.push(("lm_head.weight".into(), vec![v, h]));
     }
+    if let Some(p) = s.per_layer_input {
+        let all = p.width * s.num_layers;
+        t.push(("model.embed_tokens_per_layer.weight".into(), vec![p.vocab, all]));
+        t.push(("model.per_layer_model_projection.weight".into(), vec![all, h]));
+        t.push(("model.per_layer_projection_norm.weight".into(), vec![p.width]));
+    }
     for i in 0..s.num_layers {
         let p = format!("model.layers.{i}.");
         // Tensors not named `*.weight` (biases), added after the layer's weights.
@@ -279,9 +296,12 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         } else {
             // An output gate doubles q_proj's rows (Qwen3.5's gated attention).
             let gate = if s.attn_output_gate { 2 } else { 1 };
+            let (kvh, d) = s.attn_shape(i);
             add("self_attn.q_proj", vec![gate * s.num_heads * d, h]);
-            add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
-            add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
+            add("self_attn.k_proj", vec![kvh * d, h]);
+            if !(s.full_v_from_k && s.layer_kinds[i] == LayerKind::Full) {
+                add("self_attn.v_proj", vec![kvh * d, h]);
+            }
             add("self_attn.o_proj", vec![h, s.num_heads * d]);
         }
         if s.attention_bias && !gdn {
@@ -294,6 +314,7 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         if s.qk_norm && !gdn {
             // Per head, or over all heads together (MiniMax-M2).
             let (qh, kh) = if s.qk_norm_full { (s.num_heads, s.num_kv_heads) } else { (1, 1) };
+            let d = s.attn_shape(i).1;
             add("self_attn.q_norm", vec![qh * d]);
             add("self_attn.k_norm", vec![kh * d]);
         }
@@ -328,6 +349,14 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
                 add("mlp.up_proj", vec![s.intermediate_size, h]);
                 add("mlp.down_proj", vec![h, s.intermediate_size]);
             }
+        }
+        if let Some(pl) = s.per_layer_input {
+            add("per_layer_input_gate", vec![pl.width, h]);
+            add("per_layer_projection", vec![h, pl.width]);
+            add("post_per_layer_input_norm", vec![h]);
+        }
+        if s.layer_scalar {
+            raw.push((format!("{p}layer_scalar"), vec![1]));
         }
         t.extend(raw);
     }
@@ -364,8 +393,8 @@ fn write_weights(
     const CHUNK: usize = 1 << 20;
     for (ti, (name, shape, dtype)) in tensors.iter().enumerate() {
         let (numel, dtype): (usize, DType) = (shape.iter().product(), *dtype);
-        // Norm scales are constant; biases (1-D, not norms) are small random values.
-        let is_norm = shape.len() == 1 && name.contains("norm");
+        // Norm scales and layer scalars are constant; biases (1-D, not norms) are small random values.
+        let is_norm = shape.len() == 1 && (name.contains("norm") || name.ends_with("layer_scalar"));
         let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
         // Zero-centred `(1 + w)` norms are written as 0; the Gated DeltaNet's gated norm is a
         // plain scale in every family.
@@ -526,5 +555,35 @@ mod tests {
         let e = tf_models::Model::open(dir.path(), &tf_backend::RefBackend).err().map(|e| e.to_string());
         let e = e.unwrap_or_default();
         assert!(e.contains("model.layers.0.self_attn.q_b_proj.weight") && e.contains("f8_e4m3"), "{e}");
+    }
+
+    #[test]
+    fn the_gemma4_preset_shrunk_writes_every_tensor_its_per_layer_inputs_and_wide_full_layers_load() {
+        let mut config = preset("gemma4-e2b").expect("preset");
+        for (k, v) in [
+            ("vocab_size", 300),
+            ("vocab_size_per_layer_input", 300),
+            ("hidden_size", 64),
+            ("intermediate_size", 96),
+            ("num_hidden_layers", 5),
+            ("num_attention_heads", 2),
+            ("head_dim", 16),
+            ("global_head_dim", 32),
+            ("hidden_size_per_layer_input", 8),
+        ] {
+            config[k] = json!(v);
+        }
+        let types: Vec<Value> = config["layer_types"].as_array().expect("types").iter().take(5).cloned().collect();
+        config["layer_types"] = json!(types);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
+            .expect("spec");
+        assert_eq!((spec.attn_shape(0), spec.attn_shape(4)), ((1, 16), (1, 32)));
+        write_json(&dir.path().join("config.json"), &config).expect("write");
+        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
     }
 }

@@ -42,8 +42,9 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
-/// Fixture families the CUDA backend refuses (MLA's latent KV pool has no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 2] = ["deepseek_v3", "deepseek_v3_nolora"];
+/// Fixture families the CUDA backend refuses (MLA's latent KV pool, Gemma 4's KV pools of two
+/// shapes: no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 3] = ["deepseek_v3", "deepseek_v3_nolora", "gemma4"];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {
