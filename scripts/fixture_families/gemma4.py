@@ -7,6 +7,10 @@ on v, attention scale 1; rope 10000 on sliding layers, `proportional` rope (thet
 of each head's pairs rotated) on full layers; per-layer input embeddings of 8 per layer
 (`hidden_size_per_layer_input`) gated into each layer; random `layer_scalar` buffers; final
 logit soft-capping 30; tied embeddings. bf16. No KV sharing, no MoE block.
+
+gemma4_kvshare: the same with 6 layers (sliding, full, three times) whose last 2 are KV-shared
+(`num_kv_shared_layers` 2: layer 4 reads layer 2's K/V, layer 5 layer 3's; no K/V projections of
+their own) with MLPs twice as wide (`use_double_wide_mlp`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ QK_NORM_GAIN = 0.5
 POST_NORM_GAIN = 3.0  # branch outputs strong enough against the scaled, tied embedding
 
 
-def make_gemma4():
-    cfg = Gemma4TextConfig(
+def make_gemma4(**over):
+    kwargs = dict(
         vocab_size=VOCAB_SIZE,
         vocab_size_per_layer_input=VOCAB_SIZE,
         hidden_size=64,
@@ -52,7 +56,17 @@ def make_gemma4():
         eos_token_id=EOS,
         pad_token_id=PAD,
     )
-    return Gemma4ForCausalLM, cfg, torch.bfloat16
+    kwargs.update(over)
+    return Gemma4ForCausalLM, Gemma4TextConfig(**kwargs), torch.bfloat16
+
+
+def make_gemma4_kvshare():
+    return make_gemma4(
+        num_hidden_layers=6,
+        layer_types=["sliding_attention", "full_attention"] * 3,
+        num_kv_shared_layers=2,
+        use_double_wide_mlp=True,
+    )
 
 
 def perturb_gemma4(model: torch.nn.Module, family: str, seed: int) -> None:
@@ -77,11 +91,13 @@ def perturb_gemma4(model: torch.nn.Module, family: str, seed: int) -> None:
 FAMILIES = {
     # family: (builder, seed, tokenizer adds BOS)
     "gemma4": (make_gemma4, 9000, True),
+    "gemma4_kvshare": (make_gemma4_kvshare, 9500, True),
 }
 
 WEIGHT_STD = {
     #          embed, lm_head, router, in-proj, out-proj
     "gemma4": (0.3, None, 0.3, 0.2, 0.15),
+    "gemma4_kvshare": (0.3, None, 0.3, 0.2, 0.15),
 }
 
-PERTURB = {"gemma4": perturb_gemma4}
+PERTURB = {"gemma4": perturb_gemma4, "gemma4_kvshare": perturb_gemma4}

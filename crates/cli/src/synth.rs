@@ -76,14 +76,15 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "layer_types": (0..18).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
-        // Gemma 4 E2B-sized text shapes (sliding heads of 256, full heads of 512, per-layer inputs of
-        // 256) without KV-shared layers, which the family refuses.
+        // Gemma 4 E2B-sized text shapes: sliding heads of 256, full heads of 512, per-layer inputs
+        // of 256, the last 20 layers KV-shared with double-wide MLPs.
         "gemma4-e2b" => json!({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
             "vocab_size": 262144, "hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35,
             "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "sliding_window": 512,
             "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true, "final_logit_softcapping": 30.0,
-            "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 0,
+            "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 20,
+            "use_double_wide_mlp": true,
             "layer_types": (0..35).map(|i| if (i + 1) % 5 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
             "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                 "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
@@ -298,8 +299,12 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             let gate = if s.attn_output_gate { 2 } else { 1 };
             let (kvh, d) = s.attn_shape(i);
             add("self_attn.q_proj", vec![gate * s.num_heads * d, h]);
-            add("self_attn.k_proj", vec![kvh * d, h]);
-            if !(s.full_v_from_k && s.layer_kinds[i] == LayerKind::Full) {
+            // A KV-shared layer has no K/V projections; full layers with V from K no `v_proj`.
+            let owns = s.kv_source(i).is_none();
+            if owns {
+                add("self_attn.k_proj", vec![kvh * d, h]);
+            }
+            if owns && !(s.full_v_from_k && s.layer_kinds[i] == LayerKind::Full) {
                 add("self_attn.v_proj", vec![kvh * d, h]);
             }
             add("self_attn.o_proj", vec![h, s.num_heads * d]);
@@ -316,7 +321,9 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             let (qh, kh) = if s.qk_norm_full { (s.num_heads, s.num_kv_heads) } else { (1, 1) };
             let d = s.attn_shape(i).1;
             add("self_attn.q_norm", vec![qh * d]);
-            add("self_attn.k_norm", vec![kh * d]);
+            if s.kv_source(i).is_none() {
+                add("self_attn.k_norm", vec![kh * d]);
+            }
         }
         match &s.moe {
             Some(m) if m.sparse_layers[i] => {
@@ -345,9 +352,10 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
                 }
             }
             _ => {
-                add("mlp.gate_proj", vec![s.intermediate_size, h]);
-                add("mlp.up_proj", vec![s.intermediate_size, h]);
-                add("mlp.down_proj", vec![h, s.intermediate_size]);
+                let w = s.mlp_width(i);
+                add("mlp.gate_proj", vec![w, h]);
+                add("mlp.up_proj", vec![w, h]);
+                add("mlp.down_proj", vec![h, w]);
             }
         }
         if let Some(pl) = s.per_layer_input {
@@ -558,7 +566,7 @@ mod tests {
     }
 
     #[test]
-    fn the_gemma4_preset_shrunk_writes_every_tensor_its_per_layer_inputs_and_wide_full_layers_load() {
+    fn the_gemma4_preset_shrunk_writes_every_tensor_its_per_layer_inputs_wide_full_and_kv_shared_layers_load() {
         let mut config = preset("gemma4-e2b").expect("preset");
         for (k, v) in [
             ("vocab_size", 300),
@@ -566,6 +574,7 @@ mod tests {
             ("hidden_size", 64),
             ("intermediate_size", 96),
             ("num_hidden_layers", 5),
+            ("num_kv_shared_layers", 2),
             ("num_attention_heads", 2),
             ("head_dim", 16),
             ("global_head_dim", 32),
@@ -573,12 +582,13 @@ mod tests {
         ] {
             config[k] = json!(v);
         }
-        let types: Vec<Value> = config["layer_types"].as_array().expect("types").iter().take(5).cloned().collect();
-        config["layer_types"] = json!(types);
+        let (s, f) = ("sliding_attention", "full_attention");
+        config["layer_types"] = json!([s, f, s, s, f]);
         let dir = tempfile::tempdir().expect("temp dir");
         let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
             .expect("spec");
         assert_eq!((spec.attn_shape(0), spec.attn_shape(4)), ((1, 16), (1, 32)));
+        assert_eq!((spec.kv_source(3), spec.kv_source(4), spec.mlp_width(4)), (Some(2), Some(1), 192));
         write_json(&dir.path().join("config.json"), &config).expect("write");
         write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
         let tensors = stored(tensor_list(&spec), DType::BF16, false);

@@ -1,20 +1,30 @@
 //! Gemma 4 checkpoints whose per-layer input tables, projections or norms, full layers' head
-//! shapes or V projections disagree with their config, and configs with options the family does
-//! not run (KV-shared layers, the MoE block), are refused by `tensorfold check` with exit code 2
-//! and one line naming the tensor (with the shape expected and the shape found) or the option.
+//! shapes, V projections, KV-shared layers or double-wide MLPs disagree with their config, and
+//! configs with options the family does not run (the MoE block, bidirectional attention), are
+//! refused by `tensorfold check` with exit code 2 and one line naming the tensor (with the shape
+//! expected and the shape found) or the option.
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gemma4")
+    fixture_of("gemma4")
+}
+
+fn fixture_of(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
 }
 
 /// A copy of the gemma4 fixture whose config.json has `key` set to `value`.
 fn with_config(key: &str, value: serde_json::Value) -> tempfile::TempDir {
+    with_config_of("gemma4", key, value)
+}
+
+/// A copy of `family`'s fixture whose config.json has `key` set to `value`.
+fn with_config_of(family: &str, key: &str, value: serde_json::Value) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture()).unwrap() {
+    for entry in std::fs::read_dir(fixture_of(family)).unwrap() {
         let p = entry.unwrap().path();
         std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
     }
@@ -60,9 +70,26 @@ fn refused(dir: &Path, needles: &[&str]) {
 }
 
 #[test]
-fn the_fixture_passes() {
-    let (code, err) = check(&fixture());
-    assert_eq!(code, Some(0), "{err}");
+fn the_fixtures_pass() {
+    for family in ["gemma4", "gemma4_kvshare"] {
+        let (code, err) = check(&fixture_of(family));
+        assert_eq!(code, Some(0), "{family}: {err}");
+    }
+}
+
+#[test]
+fn kv_shared_layers_the_checkpoint_does_not_have() {
+    // Every layer shared: none is left to make the K/V.
+    let d = with_config("num_kv_shared_layers", json!(4));
+    refused(d.path(), &["num_kv_shared_layers 4", "layer 0", "no earlier layer of its kind"]);
+    let d = with_config("num_kv_shared_layers", json!(5));
+    refused(d.path(), &["num_kv_shared_layers must be an integer from 0 to num_hidden_layers 4"]);
+    // Layers 4 and 5 have no K/V projections of their own.
+    let d = with_config_of("gemma4_kvshare", "num_kv_shared_layers", json!(0));
+    refused(d.path(), &["model.layers.4.self_attn.k_proj.weight", "missing"]);
+    // Their MLPs are twice as wide.
+    let d = with_config_of("gemma4_kvshare", "use_double_wide_mlp", json!(false));
+    refused(d.path(), &["model.layers.4.mlp.", "expected [128, 64]", "[256, 64]"]);
 }
 
 #[test]
@@ -107,8 +134,6 @@ fn full_layers_of_other_shapes_or_with_a_v_projection_the_config_drops() {
 
 #[test]
 fn options_the_family_does_not_run_are_named() {
-    let d = with_config("num_kv_shared_layers", json!(2));
-    refused(d.path(), &["num_kv_shared_layers 2", "not supported"]);
     let d = with_config("enable_moe_block", json!(true));
     refused(d.path(), &["enable_moe_block", "not supported"]);
     let d = with_config("use_bidirectional_attention", json!("all"));

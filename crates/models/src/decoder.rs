@@ -136,7 +136,7 @@ impl<B: Backend> Decoder<B> {
         };
         let state = &mut cache.state;
         let h = b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
-            self.run_layers(b, r, &mut Caches { kv, state: &mut state[..] }, num_layers)
+            self.run_layers(b, r, &mut Caches { kv, state: &mut state[..], shared: Vec::new() }, num_layers)
         });
         self.head(b, &h, batch.logits_rows)
     }

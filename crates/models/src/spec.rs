@@ -228,6 +228,13 @@ pub struct ModelSpec {
     pub per_layer_input: Option<PerLayerInputSpec>,
     /// Each layer's output is multiplied by its `layer_scalar` (Gemma 4).
     pub layer_scalar: bool,
+    /// The first KV-shared layer (Gemma 4's `num_hidden_layers - num_kv_shared_layers`): it and
+    /// every later layer attend over the K/V of the last earlier layer of their kind
+    /// ([`ModelSpec::kv_source`]), with no K/V projections and no pool of their own.
+    pub kv_shared_from: Option<usize>,
+    /// Layers from this one on have MLPs twice `intermediate_size` wide (Gemma 4's
+    /// `use_double_wide_mlp` on its KV-shared layers).
+    pub wide_mlp_from: Option<usize>,
 }
 
 /// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).
@@ -240,6 +247,22 @@ pub struct PerLayerInputSpec {
 }
 
 impl ModelSpec {
+    /// The layer whose K/V layer `i` reads, where `i` is KV-shared: the last layer of its kind
+    /// before the first shared one.
+    pub fn kv_source(&self, i: usize) -> Option<usize> {
+        let first = self.kv_shared_from.filter(|&f| i >= f)?;
+        let kind = self.layer_kinds.get(i)?;
+        (0..first).rev().find(|&j| self.layer_kinds.get(j) == Some(kind))
+    }
+
+    /// Width of layer `i`'s dense MLP.
+    pub fn mlp_width(&self, i: usize) -> usize {
+        match self.wide_mlp_from {
+            Some(f) if i >= f => 2 * self.intermediate_size,
+            _ => self.intermediate_size,
+        }
+    }
+
     /// KV heads and head width of attention layer `i`.
     pub fn attn_shape(&self, i: usize) -> (usize, usize) {
         match (self.layer_kinds.get(i), self.full_attn_shape) {
@@ -489,6 +512,8 @@ impl Common {
             v_norm: false,
             per_layer_input: None,
             layer_scalar: false,
+            kv_shared_from: None,
+            wide_mlp_from: None,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

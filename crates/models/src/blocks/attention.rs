@@ -2,8 +2,10 @@
 //! whole projection, optional soft-capped scores, output gate and q/k/v biases, an unscaled V
 //! norm, V from the K projection, a head shape per layer): q, k and v from the block's normed
 //! input (plus their biases), rotary embedding, paged attention, then `sigmoid(gate)` times the
-//! output where the layer has a gate.
+//! output where the layer has a gate. A KV-shared layer (Gemma 4) has q alone and attends over
+//! the K/V its source layer made this round, in the source's pool.
 
+use super::Caches;
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::Loader;
@@ -12,8 +14,8 @@ use tf_backend::{AttnMeta, AttnParams, Backend, QkNorm};
 /// One layer's attention: its input projections, norms and shape; its KV pool is `kv`.
 pub(crate) struct Attention<B: Backend> {
     pub(crate) q: B::Mat,
-    pub(crate) k: B::Mat,
-    pub(crate) v: B::Mat,
+    /// The K and V projections; none in a KV-shared layer.
+    pub(crate) kv_proj: Option<(B::Mat, B::Mat)>,
     /// The output gate's projection (`q_proj`'s second half per head), where the spec gates.
     pub(crate) gate: Option<B::Mat>,
     q_norm: Option<B::Vec>,
@@ -24,8 +26,12 @@ pub(crate) struct Attention<B: Backend> {
     bias: Option<[B::Vec; 3]>,
     attn: AttnParams,
     pub(crate) sliding: bool,
-    /// Index of this layer's pool in `Cache::kv`.
+    /// Index of this layer's pool in `Cache::kv` (a KV-shared layer's: its source's).
     pub(crate) kv: usize,
+    /// The layer whose K/V this KV-shared layer reads.
+    pub(crate) source: Option<usize>,
+    /// This layer's index, where a later KV-shared layer reads its K/V (kept for the round).
+    keep_as: Option<usize>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -77,11 +83,19 @@ impl<B: Backend> Attention<B> {
         };
         // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
         let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
+        let source = s.kv_source(i);
+        let owns = source.is_none();
+        let kv_proj = match owns {
+            true => Some((proj("k_proj", kv_heads * d, hidden)?, proj(v_name, kv_heads * d, hidden)?)),
+            false => None,
+        };
+        let keep_as = (0..s.num_layers).any(|j| s.kv_source(j) == Some(i)).then_some(i);
         let me = Attention {
             q,
             gate,
-            k: proj("k_proj", kv_heads * d, hidden)?,
-            v: proj(v_name, kv_heads * d, hidden)?,
+            kv_proj,
+            source,
+            keep_as,
             bias: if s.attention_bias {
                 let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
                 let kvw = kv_heads * d;
@@ -90,8 +104,8 @@ impl<B: Backend> Attention<B> {
                 None
             },
             q_norm: qk_norm(s.names.qk_norm[0], s.num_heads)?,
-            k_norm: qk_norm(s.names.qk_norm[1], kv_heads)?,
-            v_norm: s.v_norm.then(|| ld.backend_vec(&vec![1.0; d])),
+            k_norm: if owns { qk_norm(s.names.qk_norm[1], kv_heads)? } else { None },
+            v_norm: (s.v_norm && owns).then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
             kv,
@@ -99,21 +113,74 @@ impl<B: Backend> Attention<B> {
         Ok((me, proj(s.names.attn_out, hidden, s.num_heads * d)?))
     }
 
-    /// Norms and rotary embedding of `q` and `k`, attention over the cache, times `sigmoid` of
-    /// the gate projection `gate` where the layer has one, before `o_proj`.
+    /// Norms and rotary embedding of `q` and of `k` (from `kv`, or in a KV-shared layer its
+    /// source's of this round), attention over the cache, times `sigmoid` of the gate
+    /// projection `gate` where the layer has one, before `o_proj`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
+        &self,
+        b: &B,
+        s: &ModelSpec,
+        q: B::Act,
+        kv: Option<(B::Act, B::Act)>,
+        gate: Option<B::Act>,
+        pos: &[u32],
+        meta: &AttnMeta,
+        cache: &mut Caches<'_, B>,
+    ) -> B::Act {
+        let mut out = match kv {
+            Some((k, v)) => {
+                let (q, k, v) = self.project(b, s, q, k, v, pos);
+                let out = b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn);
+                if let Some(i) = self.keep_as {
+                    if cache.shared.len() <= i {
+                        cache.shared.resize_with(i + 1, || None);
+                    }
+                    cache.shared[i] = Some((k, v));
+                }
+                out
+            }
+            None => {
+                let q = self.project_q(b, s, q, pos);
+                // The source ran earlier in this round (it precedes every shared layer); its K/V
+                // are written again into its pool's same slots, unchanged.
+                let Some((k, v)) = self.source.and_then(|i| cache.shared.get(i)).and_then(Option::as_ref) else {
+                    unreachable!("a KV-shared layer's source layer runs before it")
+                };
+                b.attention(&q, k, v, &mut cache.kv[self.kv], meta, &self.attn)
+            }
+        };
+        if let Some(g) = gate {
+            b.mul_sigmoid(&mut out, &g);
+        }
+        out
+    }
+
+    /// A KV-shared layer's query: its bias, norm and rotary embedding.
+    fn project_q(&self, b: &B, s: &ModelSpec, mut q: B::Act, pos: &[u32]) -> B::Act {
+        if let Some([bq, _, _]) = &self.bias {
+            b.add_bias(&mut q, bq);
+        }
+        if let Some(n) = &self.q_norm {
+            q = b.rms_norm(&q, n, s.rms_norm_eps, s.norm_one_plus);
+        }
+        if s.attn_rope {
+            let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
+            b.rope(&mut q, pos, self.attn.head_dim, rope);
+        }
+        q
+    }
+
+    /// Biases, norms and rotary embedding of `q`, `k` and `v`.
+    fn project(
         &self,
         b: &B,
         s: &ModelSpec,
         mut q: B::Act,
         mut k: B::Act,
         mut v: B::Act,
-        gate: Option<B::Act>,
         pos: &[u32],
-        meta: &AttnMeta,
-        kv: &mut B::Kv,
-    ) -> B::Act {
+    ) -> (B::Act, B::Act, B::Act) {
         // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
         if let Some([bq, bk, bv]) = &self.bias {
             b.add_bias(&mut q, bq);
@@ -142,10 +209,6 @@ impl<B: Backend> Attention<B> {
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
             k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
         }
-        let mut out = b.attention(&q, &k, &v, kv, meta, &self.attn);
-        if let Some(g) = gate {
-            b.mul_sigmoid(&mut out, &g);
-        }
-        out
+        (q, k, v)
     }
 }

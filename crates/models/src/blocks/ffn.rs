@@ -26,27 +26,22 @@ pub(crate) enum FfnIn<'a, B: Backend> {
 impl<B: Backend> Ffn<B> {
     /// Loads layer `i`'s MLP (`{p}mlp.*`): experts where the spec makes the layer sparse.
     pub(crate) fn load(s: &ModelSpec, ld: &Loader<'_, B>, p: &str, i: usize) -> Result<Ffn<B>, ModelError> {
-        let hidden = s.hidden_size;
+        let (hidden, width) = (s.hidden_size, s.mlp_width(i));
         let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
         Ok(match (&s.moe, sparse) {
             (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p)?)),
             _ if !s.mlp_gated => {
                 let (m, [_, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Plain {
-                    up: ld.mat(&format!("{p}{m}.{u}.weight"), s.intermediate_size, hidden)?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                    up: ld.mat(&format!("{p}{m}.{u}.weight"), width, hidden)?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
                 }
             }
             _ => {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Dense {
-                    gate_up: ld.gate_up(
-                        &format!("{p}{m}.{g}.weight"),
-                        &format!("{p}{m}.{u}.weight"),
-                        s.intermediate_size,
-                        hidden,
-                    )?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                    gate_up: ld.gate_up(&format!("{p}{m}.{g}.weight"), &format!("{p}{m}.{u}.weight"), width, hidden)?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
                 }
             }
         })

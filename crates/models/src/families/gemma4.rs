@@ -3,8 +3,9 @@
 //! unscaled norm on each V head, full layers' own head width and KV heads (`global_head_dim`,
 //! `num_global_key_value_heads`, or `per_layer_config`) whose V may be their K projection
 //! (`attention_k_eq_v`), a `proportional` rope on full layers, per-layer input embeddings
-//! (`hidden_size_per_layer_input`) and a `layer_scalar` per layer. KV-shared layers
-//! (`num_kv_shared_layers`), the MoE block and bidirectional attention are refused by name.
+//! (`hidden_size_per_layer_input`), a `layer_scalar` per layer, and KV-shared last layers
+//! (`num_kv_shared_layers`, with `use_double_wide_mlp`) reading the K/V of the last earlier
+//! layer of their kind. The MoE block and bidirectional attention are refused by name.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -46,6 +47,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     spec.layer_scalar = true;
     spec.full_attn_shape = Some(full_shape);
     spec.full_v_from_k = c.flag("attention_k_eq_v", false)?;
+    kv_sharing(c, &mut spec)?;
     spec.per_layer_input = match c.opt_dim("hidden_size_per_layer_input")? {
         None => None,
         Some(width) => {
@@ -61,13 +63,41 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     Ok(spec)
 }
 
-/// Refuses the options this family does not run, by name.
-fn refuse_unsupported(c: &RawConfig) -> Result<(), ModelError> {
-    if let Some(v) = c.get("num_kv_shared_layers").filter(|v| v.as_u64() != Some(0)) {
+/// The KV-shared layers (`num_kv_shared_layers`, the last ones), each reading the K/V of the last
+/// earlier layer of its kind, which must exist; their MLPs twice as wide with
+/// `use_double_wide_mlp`; the K/V weights transformers ignores in them left unread.
+fn kv_sharing(c: &RawConfig, spec: &mut ModelSpec) -> Result<(), ModelError> {
+    let layers = spec.num_layers;
+    let shared = match c.get("num_kv_shared_layers") {
+        None => 0,
+        Some(v) => v.as_u64().filter(|&n| n as usize <= layers).ok_or_else(|| {
+            c.error(format!("num_kv_shared_layers must be an integer from 0 to num_hidden_layers {layers}, found {v}"))
+        })? as usize,
+    };
+    if shared == 0 {
+        return Ok(());
+    }
+    let first = layers - shared;
+    spec.kv_shared_from = Some(first);
+    if let Some(i) = (first..layers).find(|&i| spec.kv_source(i).is_none()) {
         return Err(c.error(format!(
-            "num_kv_shared_layers {v} (layers reading an earlier layer's K/V) is not supported for Gemma 4"
+            "num_kv_shared_layers {shared}: layer {i} ({:?}) has no earlier layer of its kind to read K/V from",
+            spec.layer_kinds[i]
         )));
     }
+    if c.flag("use_double_wide_mlp", false)? {
+        spec.wide_mlp_from = Some(first);
+    }
+    for i in first..layers {
+        for name in ["k_proj", "v_proj", "k_norm", "v_norm"] {
+            spec.unread_prefixes.push(format!("{}{i}.self_attn.{name}.", spec.names.layers));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses the options this family does not run, by name.
+fn refuse_unsupported(c: &RawConfig) -> Result<(), ModelError> {
     if c.flag("enable_moe_block", false)? {
         return Err(c.error("enable_moe_block (Gemma 4's router and experts beside the MLP) is not supported"));
     }
