@@ -8,10 +8,6 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn fixture() -> PathBuf {
-    fixture_of("gemma4")
-}
-
 fn fixture_of(family: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
 }
