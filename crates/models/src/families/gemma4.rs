@@ -167,3 +167,64 @@ fn full_attn_shape(c: &RawConfig, common: &Common, kinds: &[LayerKind]) -> Resul
     }
     Ok(shape.unwrap_or((common.num_kv_heads, common.head_dim)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A Gemma 4 config (E2B-like shapes, shrunk) with the JSON fields of `change` set.
+    fn config(change: &str) -> RawConfig {
+        let mut v: serde_json::Map<String, Value> = serde_json::from_str(
+            r#"{"architectures": ["Gemma4ForCausalLM"], "vocab_size": 300, "hidden_size": 64,
+            "intermediate_size": 96, "num_hidden_layers": 6, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "global_head_dim": 32,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                "full_attention", "sliding_attention", "sliding_attention"]}"#,
+        )
+        .expect("json");
+        let extra: serde_json::Map<String, Value> = serde_json::from_str(change).expect("json");
+        v.extend(extra);
+        RawConfig::parse(Path::new("config.json"), &Value::Object(v).to_string()).expect("config")
+    }
+
+    #[test]
+    fn reads_full_layers_shape_rope_and_forces_the_last_layer_full() {
+        let s = spec(&config("{}"), "Gemma4ForCausalLM").expect("spec");
+        assert_eq!(s.layer_kinds[5], LayerKind::Full, "transformers forces the last layer full");
+        assert_eq!((s.attn_shape(0), s.attn_shape(1)), ((2, 16), (2, 32)), "no k_eq_v: the usual KV heads");
+        // The proportional default: a quarter of the 16 pairs of a 32-wide head rotate.
+        let f = &s.rope_full.inv_freq;
+        assert_eq!((f.len(), f[3] > 0.0, f[4]), (16, true, 0.0));
+        assert_eq!((s.attn_scale, s.norm_one_plus, s.per_layer_input), (1.0, false, None));
+        let s = spec(&config(r#"{"attention_k_eq_v": true, "num_global_key_value_heads": 1}"#), "x").expect("spec");
+        assert_eq!((s.attn_shape(1), s.full_v_from_k), ((1, 32), true));
+    }
+
+    #[test]
+    fn kv_shared_layers_read_the_last_earlier_layer_of_their_kind() {
+        let s = spec(&config(r#"{"num_kv_shared_layers": 2, "use_double_wide_mlp": true}"#), "x").expect("spec");
+        assert_eq!((0..6).map(|i| s.kv_source(i)).collect::<Vec<_>>(), [None, None, None, None, Some(2), Some(3)]);
+        assert_eq!((s.mlp_width(3), s.mlp_width(4)), (96, 192));
+        assert!(s.unread_prefixes.contains(&"model.layers.5.self_attn.k_proj.".to_string()));
+        // Every layer shared, or more than the layers: refused.
+        for n in ["6", "7", "-1", "1.5"] {
+            assert!(spec(&config(&format!(r#"{{"num_kv_shared_layers": {n}}}"#)), "x").is_err(), "{n}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        for change in [
+            r#"{"enable_moe_block": true}"#,
+            r#"{"use_bidirectional_attention": "all"}"#,
+            r#"{"hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 200}"#,
+            r#"{"per_layer_config": {"0": {"head_dim": 32}}}"#,
+            r#"{"per_layer_config": {"9": {"head_dim": 32}}}"#,
+            r#"{"global_head_dim": 33}"#,
+            r#"{"attention_k_eq_v": true, "num_global_key_value_heads": 3}"#,
+        ] {
+            assert!(spec(&config(change), "Gemma4ForCausalLM").is_err(), "{change}");
+        }
+    }
+}
