@@ -48,7 +48,9 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     spec.full_attn_shape = Some(full_shape);
     spec.full_v_from_k = c.flag("attention_k_eq_v", false)?;
     kv_sharing(c, &mut spec)?;
-    spec.per_layer_input = match c.opt_dim("hidden_size_per_layer_input")? {
+    // 0 (the larger Gemma 4 models) or absent: no per-layer inputs.
+    let width = c.get("hidden_size_per_layer_input").filter(|v| v.as_u64() != Some(0));
+    spec.per_layer_input = match width.map(|_| c.opt_dim("hidden_size_per_layer_input")).transpose()?.flatten() {
         None => None,
         Some(width) => {
             let rows = c.opt_dim("vocab_size_per_layer_input")?.unwrap_or(vocab);
@@ -197,6 +199,10 @@ mod tests {
         let f = &s.rope_full.inv_freq;
         assert_eq!((f.len(), f[3] > 0.0, f[4]), (16, true, 0.0));
         assert_eq!((s.attn_scale, s.norm_one_plus, s.per_layer_input), (1.0, false, None));
+        let s = spec(&config(r#"{"hidden_size_per_layer_input": 0}"#), "x").expect("0: none");
+        assert_eq!(s.per_layer_input, None);
+        let s = spec(&config(r#"{"hidden_size_per_layer_input": 8}"#), "x").expect("spec");
+        assert_eq!(s.per_layer_input, Some(PerLayerInputSpec { width: 8, vocab: 300 }));
         let s = spec(&config(r#"{"attention_k_eq_v": true, "num_global_key_value_heads": 1}"#), "x").expect("spec");
         assert_eq!((s.attn_shape(1), s.full_v_from_k), ((1, 32), true));
     }
@@ -222,6 +228,7 @@ mod tests {
             r#"{"per_layer_config": {"0": {"head_dim": 32}}}"#,
             r#"{"per_layer_config": {"9": {"head_dim": 32}}}"#,
             r#"{"global_head_dim": 33}"#,
+            r#"{"hidden_size_per_layer_input": -8}"#,
             r#"{"attention_k_eq_v": true, "num_global_key_value_heads": 3}"#,
         ] {
             assert!(spec(&config(change), "Gemma4ForCausalLM").is_err(), "{change}");
