@@ -106,6 +106,10 @@ impl Cost {
             match &s.moe {
                 Some(m) if m.sparse_layers.get(i).copied().unwrap_or(false) => {
                     layer_params += m.num_experts as f64 * h;
+                    // Gemma 4's dense MLP beside the experts.
+                    if s.dense_beside_experts {
+                        layer_params += dense_mlp(i);
+                    }
                     // Shared experts: one MLP every token reads (two matrices without a gate).
                     let per = if m.gated { 3.0 } else { 2.0 };
                     layer_params += m.shared.as_ref().map_or(0.0, |sh| per * h * sh.intermediate_size as f64);

@@ -1,6 +1,6 @@
 //! Gemma 4 checkpoints whose per-layer input tables, projections or norms, full layers' head
-//! shapes, V projections, KV-shared layers or double-wide MLPs disagree with their config, and
-//! configs with options the family does not run (the MoE block, bidirectional attention), are
+//! shapes, V projections, KV-shared layers, double-wide MLPs or MoE blocks disagree with their
+//! config, and configs with options the family does not run (bidirectional attention), are
 //! refused by `tensorfold check` with exit code 2 and one line naming the tensor (with the shape
 //! expected and the shape found) or the option.
 
@@ -34,7 +34,12 @@ fn with_config_of(family: &str, key: &str, value: serde_json::Value) -> tempfile
 /// A copy of the gemma4 fixture whose checkpoint has `name` as a zero bf16 tensor of `shape`
 /// in place of the one of that name.
 fn with_tensor(name: &str, shape: &[usize]) -> tempfile::TempDir {
-    let d = with_config("model_type", json!("gemma4_text"));
+    with_tensor_of("gemma4", name, shape)
+}
+
+/// [`with_tensor`] on `family`'s fixture.
+fn with_tensor_of(family: &str, name: &str, shape: &[usize]) -> tempfile::TempDir {
+    let d = with_config_of(family, "model_type", json!("gemma4_text"));
     let path = d.path().join("model.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -67,7 +72,7 @@ fn refused(dir: &Path, needles: &[&str]) {
 
 #[test]
 fn the_fixtures_pass() {
-    for family in ["gemma4", "gemma4_kvshare"] {
+    for family in ["gemma4", "gemma4_kvshare", "gemma4_moe"] {
         let (code, err) = check(&fixture_of(family));
         assert_eq!(code, Some(0), "{family}: {err}");
     }
@@ -130,8 +135,29 @@ fn full_layers_of_other_shapes_or_with_a_v_projection_the_config_drops() {
 
 #[test]
 fn options_the_family_does_not_run_are_named() {
+    // The MoE block without its sizes.
     let d = with_config("enable_moe_block", json!(true));
-    refused(d.path(), &["enable_moe_block", "not supported"]);
+    refused(d.path(), &["num_experts"]);
     let d = with_config("use_bidirectional_attention", json!("all"));
     refused(d.path(), &["use_bidirectional_attention", "not supported"]);
+}
+
+#[test]
+fn moe_blocks_of_other_shapes() {
+    const L: &str = "model.layers.2.";
+    let d = with_config_of("gemma4_moe", "num_experts", json!(6));
+    refused(d.path(), &["model.layers.0.router.proj.weight", "expected [6, 64]", "[8, 64]"]);
+    let d = with_config_of("gemma4_moe", "moe_intermediate_size", json!(16));
+    refused(d.path(), &["model.layers.0.experts.gate_up_proj", "expected [8, 32, 64]", "[8, 64, 64]"]);
+    let d = with_tensor_of("gemma4_moe", &format!("{L}experts.down_proj"), &[8, 64, 16]);
+    refused(d.path(), &[&format!("{L}experts.down_proj"), "expected [8, 64, 32]", "[8, 64, 16]"]);
+    let d = with_tensor_of("gemma4_moe", &format!("{L}router.per_expert_scale"), &[4]);
+    refused(d.path(), &[&format!("{L}router.per_expert_scale"), "expected [8]", "[4]"]);
+    let d = with_tensor_of("gemma4_moe", &format!("{L}router.scale"), &[32]);
+    refused(d.path(), &[&format!("{L}router.scale"), "expected [64]", "[32]"]);
+    let d = with_config_of("gemma4_moe", "top_k_experts", json!(9));
+    refused(d.path(), &["top_k_experts 9 is more than num_experts 8"]);
+    // Without the MoE block the experts are left over.
+    let d = with_config_of("gemma4_moe", "enable_moe_block", json!(false));
+    refused(d.path(), &["model.layers.0.experts.down_proj"]);
 }

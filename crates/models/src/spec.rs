@@ -235,6 +235,9 @@ pub struct ModelSpec {
     /// Layers from this one on have MLPs twice `intermediate_size` wide (Gemma 4's
     /// `use_double_wide_mlp` on its KV-shared layers).
     pub wide_mlp_from: Option<usize>,
+    /// Sparse layers run the dense MLP beside their experts (Gemma 4's `enable_moe_block`,
+    /// `blocks/dense_moe.rs`).
+    pub dense_beside_experts: bool,
 }
 
 /// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).
@@ -514,6 +517,7 @@ impl Common {
             layer_scalar: false,
             kv_shared_from: None,
             wide_mlp_from: None,
+            dense_beside_experts: false,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

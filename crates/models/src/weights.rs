@@ -218,6 +218,52 @@ impl<'a, B: Backend> Loader<'a, B> {
         self.backend.vec(values)
     }
 
+    /// Rows `rows` of matrix `e` of the float 3-D tensor `name` of exactly `[n, r, cols]` (fused
+    /// experts: `experts.gate_up_proj` `[experts, 2 inter, hidden]`), as stored, or with `scale`
+    /// as f32 values times it.
+    pub fn stacked_mat(
+        &self,
+        name: &str,
+        shape: [usize; 3],
+        e: usize,
+        rows: std::ops::Range<usize>,
+        scale: Option<f32>,
+    ) -> Result<B::Mat, ModelError> {
+        let [n, r, cols] = shape;
+        let t = self.view(name, &shape)?;
+        let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if !t.dtype.is_float() {
+            return Err(bad(format!("dtype {} cannot be split per expert (a float type is needed)", t.dtype)));
+        }
+        if e >= n || rows.end > r || rows.start > rows.end {
+            return Err(bad(format!("rows {rows:?} of matrix {e} are outside its [{n}, {r}, {cols}]")));
+        }
+        let size = t.dtype.size();
+        let (from, to) = ((e * r + rows.start) * cols * size, (e * r + rows.end) * cols * size);
+        let part = t.data.as_bytes().get(from..to).ok_or_else(|| bad(format!("matrix {e} is outside the data")))?;
+        let (dtype, data) = match scale {
+            None => (t.dtype, tf_formats::TensorBytes::from_vec(part)),
+            Some(c) => {
+                let v = tf_formats::TensorBytes::from_vec(part).to_f32(t.dtype);
+                let bytes: Vec<u8> = v.iter().flat_map(|x| (x * c).to_le_bytes()).collect();
+                (tf_core::DType::F32, tf_formats::TensorBytes::from_vec(&bytes))
+            }
+        };
+        let view =
+            TensorView { name: t.name.clone(), dtype, shape: vec![rows.len(), cols], data, file: t.file.clone() };
+        Ok(self.backend.mat(&view)?)
+    }
+
+    /// f32 `values` `[rows, cols]` made from the tensor `name` as a weight its matmuls read in
+    /// f32 ([`Backend::mat_f32`]: a router with its scales folded in).
+    pub fn mat_f32_from(&self, name: &str, rows: usize, cols: usize, values: &[f32]) -> Result<B::Mat, ModelError> {
+        let t = self.view(name, &[rows, cols])?;
+        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let data = tf_formats::TensorBytes::from_vec(&bytes);
+        let view = TensorView { name: t.name, dtype: tf_core::DType::F32, shape: vec![rows, cols], data, file: t.file };
+        Ok(self.backend.mat_f32(&view)?)
+    }
+
     /// Columns `start..start + width` of the float weight `name` of exactly `[rows, n]`, as one
     /// `[rows, width]` matrix (one layer's slice of a table packing every layer side by side).
     pub fn mat_cols(

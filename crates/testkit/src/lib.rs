@@ -29,7 +29,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 10] = [
+pub const FAMILIES: [&str; 11] = [
     "llama",
     "qwen3",
     "gemma3",
@@ -40,6 +40,7 @@ pub const FAMILIES: [&str; 10] = [
     "deepseek_v3_nolora",
     "gemma4",
     "gemma4_kvshare",
+    "gemma4_moe",
 ];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
@@ -54,7 +55,7 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
 
 /// Fixture families the CUDA backend refuses (MLA's latent KV pool, Gemma 4's KV pools of two
 /// shapes: no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 4] = ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare"];
+pub const NOT_ON_CUDA: [&str; 5] = ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare", "gemma4_moe"];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {

@@ -4,6 +4,7 @@
 //! kind is one file here, over `Backend` ops that every backend implements for that kind.
 
 pub(crate) mod attention;
+pub(crate) mod dense_moe;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
 pub(crate) mod mamba2;

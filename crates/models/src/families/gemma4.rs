@@ -5,12 +5,13 @@
 //! (`attention_k_eq_v`), a `proportional` rope on full layers, per-layer input embeddings
 //! (`hidden_size_per_layer_input`), a `layer_scalar` per layer, and KV-shared last layers
 //! (`num_kv_shared_layers`, with `use_double_wide_mlp`) reading the K/V of the last earlier
-//! layer of their kind. The MoE block and bidirectional attention are refused by name.
+//! layer of their kind, and the MoE block (`enable_moe_block`, `blocks/dense_moe.rs`).
+//! Bidirectional attention is refused by name.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
 use crate::families::lfm3::layer_rope;
-use crate::spec::{Common, LayerKind, ModelSpec, PerLayerInputSpec, activation};
+use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, PerLayerInputSpec, activation};
 use serde_json::Value;
 use tf_backend::Activation;
 
@@ -48,6 +49,14 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     spec.full_attn_shape = Some(full_shape);
     spec.full_v_from_k = c.flag("attention_k_eq_v", false)?;
     kv_sharing(c, &mut spec)?;
+    if c.flag("enable_moe_block", false)? {
+        let (experts, top_k, width) = (c.dim("num_experts")?, c.dim("top_k_experts")?, c.dim("moe_intermediate_size")?);
+        if top_k > experts {
+            return Err(c.error(format!("top_k_experts {top_k} is more than num_experts {experts}")));
+        }
+        spec.moe = Some(MoeSpec::softmax(experts, top_k, width, true, vec![true; spec.num_layers]));
+        spec.dense_beside_experts = true;
+    }
     // 0 (the larger Gemma 4 models) or absent: no per-layer inputs.
     let width = c.get("hidden_size_per_layer_input").filter(|v| v.as_u64() != Some(0));
     spec.per_layer_input = match width.map(|_| c.opt_dim("hidden_size_per_layer_input")).transpose()?.flatten() {
@@ -100,9 +109,6 @@ fn kv_sharing(c: &RawConfig, spec: &mut ModelSpec) -> Result<(), ModelError> {
 
 /// Refuses the options this family does not run, by name.
 fn refuse_unsupported(c: &RawConfig) -> Result<(), ModelError> {
-    if c.flag("enable_moe_block", false)? {
-        return Err(c.error("enable_moe_block (Gemma 4's router and experts beside the MLP) is not supported"));
-    }
     if let Some(v) = c.get("use_bidirectional_attention") {
         return Err(c.error(format!("use_bidirectional_attention {v} is not supported: text decoding is causal")));
     }
@@ -220,9 +226,20 @@ mod tests {
     }
 
     #[test]
+    fn the_moe_block_routes_softmax_top_k_beside_the_dense_mlp() {
+        let c =
+            config(r#"{"enable_moe_block": true, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 8}"#);
+        let s = spec(&c, "x").expect("spec");
+        let m = s.moe.expect("moe");
+        assert_eq!((m.num_experts, m.top_k, m.moe_intermediate_size, m.norm_topk_prob), (4, 2, 8, true));
+        assert!(s.dense_beside_experts && m.sparse_layers.iter().all(|&x| x));
+    }
+
+    #[test]
     fn refuses_what_it_cannot_run() {
         for change in [
             r#"{"enable_moe_block": true}"#,
+            r#"{"enable_moe_block": true, "num_experts": 4, "top_k_experts": 5, "moe_intermediate_size": 8}"#,
             r#"{"use_bidirectional_attention": "all"}"#,
             r#"{"hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 200}"#,
             r#"{"per_layer_config": {"0": {"head_dim": 32}}}"#,
