@@ -6,7 +6,7 @@
 //! (`hidden_size_per_layer_input`), a `layer_scalar` per layer, and KV-shared last layers
 //! (`num_kv_shared_layers`, with `use_double_wide_mlp`) reading the K/V of the last earlier
 //! layer of their kind, and the MoE block (`enable_moe_block`, `blocks/dense_moe.rs`).
-//! Bidirectional attention is refused by name.
+//! Bidirectional attention over text (`use_bidirectional_attention` `all`) is refused by name.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -109,7 +109,8 @@ fn kv_sharing(c: &RawConfig, spec: &mut ModelSpec) -> Result<(), ModelError> {
 
 /// Refuses the options this family does not run, by name.
 fn refuse_unsupported(c: &RawConfig) -> Result<(), ModelError> {
-    if let Some(v) = c.get("use_bidirectional_attention") {
+    // "vision" makes only image tokens attend both ways: text stays causal.
+    if let Some(v) = c.get("use_bidirectional_attention").filter(|v| v.as_str() != Some("vision")) {
         return Err(c.error(format!("use_bidirectional_attention {v} is not supported: text decoding is causal")));
     }
     Ok(())
@@ -205,6 +206,7 @@ mod tests {
         let f = &s.rope_full.inv_freq;
         assert_eq!((f.len(), f[3] > 0.0, f[4]), (16, true, 0.0));
         assert_eq!((s.attn_scale, s.norm_one_plus, s.per_layer_input), (1.0, false, None));
+        assert!(spec(&config(r#"{"use_bidirectional_attention": "vision"}"#), "x").is_ok(), "text stays causal");
         let s = spec(&config(r#"{"hidden_size_per_layer_input": 0}"#), "x").expect("0: none");
         assert_eq!(s.per_layer_input, None);
         let s = spec(&config(r#"{"hidden_size_per_layer_input": 8}"#), "x").expect("spec");
