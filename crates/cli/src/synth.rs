@@ -168,10 +168,7 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     let dtype = if fp8 { Some(DType::BF16) } else { DType::parse(&a.dtype) }
         .ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16, f32 or fp8", a.dtype)))?;
     if let Some(n) = a.layers {
-        config["num_hidden_layers"] = json!(n);
-        if let Some(types) = config["layer_types"].as_array().cloned() {
-            config["layer_types"] = json!(types.into_iter().cycle().take(n).collect::<Vec<_>>());
-        }
+        shrink(&mut config, n);
     }
     config["bos_token_id"] = json!(256);
     config["eos_token_id"] = json!(257);
@@ -209,6 +206,28 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
         a.out.display()
     );
     write_weights(&a.out.join("model.safetensors"), &tensors, a.seed, spec.norm_one_plus)
+}
+
+/// `config` cut to `n` layers: its `layer_types` pattern repeated, and a KV-shared tail (Gemma 4)
+/// shrunk in proportion to the most layers whose kinds have an earlier layer to read from.
+fn shrink(config: &mut Value, n: usize) {
+    let from = config["num_hidden_layers"].as_u64().unwrap_or(1).max(1) as usize;
+    config["num_hidden_layers"] = json!(n);
+    let mut kinds: Vec<String> = Vec::new();
+    if let Some(types) = config["layer_types"].as_array().cloned() {
+        let types: Vec<Value> = types.into_iter().cycle().take(n).collect();
+        kinds = types.iter().map(|t| t.as_str().unwrap_or_default().to_string()).collect();
+        config["layer_types"] = json!(types);
+    }
+    let Some(shared) = config["num_kv_shared_layers"].as_u64() else { return };
+    if let Some(last) = kinds.last_mut() {
+        *last = "full_attention".into(); // as Gemma 4 forces it
+    }
+    let mut k = (shared as usize * n / from).min(n);
+    while k > 0 && !(n - k..n).all(|i| kinds[..n - k].contains(&kinds[i])) {
+        k -= 1;
+    }
+    config["num_kv_shared_layers"] = json!(k);
 }
 
 /// The block of `--dtype fp8`'s scales (Qwen3-FP8's, DeepSeek-V3's).
@@ -595,5 +614,16 @@ mod tests {
         write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
         let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
         assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
+    }
+
+    #[test]
+    fn shrinking_the_gemma4_preset_keeps_a_kv_shared_tail_that_has_sources() {
+        for (n, want) in [(35, 20), (10, 5), (6, 1), (5, 0), (2, 0)] {
+            let mut config = preset("gemma4-e2b").expect("preset");
+            shrink(&mut config, n);
+            assert_eq!(config["num_kv_shared_layers"], json!(want), "{n} layers");
+            let c = RawConfig::parse(Path::new("config.json"), &config.to_string()).expect("config");
+            assert!(spec_for(&c).is_ok(), "{n} layers: {:?}", spec_for(&c).err().map(|e| e.to_string()));
+        }
     }
 }
