@@ -391,6 +391,18 @@ pub trait Backend: Send + Sync {
         let y = heads::concat_heads(&self.download(a), &self.download(b), rows, heads);
         self.upload(&y, rows, ca + cb)
     }
+    /// Refuses a model whose KV pools have these `(KV heads, head width)` shapes where this
+    /// backend cannot run them in one model (the default takes any mix).
+    fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
+        let _ = shapes;
+        Ok(())
+    }
+    /// `x *= c` elementwise (Gemma 4's `layer_scalar`); the default runs on the host.
+    fn scale(&self, x: &mut Self::Act, c: f32) {
+        let (rows, cols) = self.shape(x);
+        let v: Vec<f32> = self.download(x).into_iter().map(|v| v * c).collect();
+        *x = self.upload(&v, rows, cols);
+    }
     /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
     fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) {
         let (rows, cols) = self.shape(x);

@@ -65,21 +65,39 @@ pub struct Cost {
 impl Cost {
     /// The cost of spec `s` with KV elements of `kv_elem` bytes.
     pub fn of(s: &ModelSpec, kv_elem: usize) -> Cost {
-        let (h, q, kv) =
-            (s.hidden_size as f64, (s.num_heads * s.head_dim) as f64, (s.num_kv_heads * s.head_dim) as f64);
+        let h = s.hidden_size as f64;
         // An output gate doubles q's projection (Qwen3.5's gated attention).
         let gate = if s.attn_output_gate { 2.0 } else { 1.0 };
-        let attn = match s.mla {
-            Some(m) => mla_params(s, m),
-            None => h * (gate * q + 2.0 * kv) + q * h,
+        // Layer i's attention weights (its own head shape; no K/V in a KV-shared layer, no V
+        // with V from K) and the K/V values it caches per token.
+        let attn = |i: usize| -> (f64, usize) {
+            if let Some(m) = s.mla {
+                return (mla_params(s, m), s.num_kv_heads * s.head_dim);
+            }
+            let (kvh, d) = s.attn_shape(i);
+            let (q, kv) = ((s.num_heads * d) as f64, kvh * d);
+            let kv_mats = match (s.kv_source(i), s.full_v_from_k && s.layer_kinds[i] == LayerKind::Full) {
+                (Some(_), _) => 0.0,
+                (None, true) => 1.0,
+                (None, false) => 2.0,
+            };
+            (h * (gate * q + kv_mats * kv as f64) + q * h, if kv_mats > 0.0 { kv } else { 0 })
         };
-        let dense_mlp = if s.mlp_gated { 3.0 } else { 2.0 } * h * s.intermediate_size as f64;
+        let dense_mlp = |i: usize| if s.mlp_gated { 3.0 } else { 2.0 } * h * s.mlp_width(i) as f64;
         let (mut layer_params, mut moe_layers, mut expert_params, mut experts) = (0.0, 0.0, 0.0, (0.0, 0.0));
-        let (mut attn_layers, mut state_elems) = (0usize, 0usize);
+        let (mut state_elems, mut kv_elems, mut attn_width) = (0usize, 0usize, 0usize);
+        // Per-layer inputs (Gemma 4): the model's projection, and each layer's gate and projection.
+        if let Some(p) = s.per_layer_input {
+            layer_params += (s.num_layers * p.width) as f64 * h + s.num_layers as f64 * 2.0 * h * p.width as f64;
+        }
         for (i, kind) in s.layer_kinds.iter().enumerate() {
             let (mixer, state) = mixer_cost(s, *kind);
-            layer_params += mixer.unwrap_or(attn);
-            attn_layers += usize::from(mixer.is_none());
+            let (attn_params, kv) = attn(i);
+            layer_params += mixer.unwrap_or(attn_params);
+            if mixer.is_none() {
+                kv_elems += kv;
+                attn_width += s.num_heads * s.attn_shape(i).1;
+            }
             state_elems += state;
             // One-part layers (Nemotron-H) carry a channel mixer only where they have no token mixer.
             if s.one_part_layers && *kind != LayerKind::ChannelOnly {
@@ -88,6 +106,10 @@ impl Cost {
             match &s.moe {
                 Some(m) if m.sparse_layers.get(i).copied().unwrap_or(false) => {
                     layer_params += m.num_experts as f64 * h;
+                    // Gemma 4's dense MLP beside the experts.
+                    if s.dense_beside_experts {
+                        layer_params += dense_mlp(i);
+                    }
                     // Shared experts: one MLP every token reads (two matrices without a gate).
                     let per = if m.gated { 3.0 } else { 2.0 };
                     layer_params += m.shared.as_ref().map_or(0.0, |sh| per * h * sh.intermediate_size as f64);
@@ -97,7 +119,7 @@ impl Cost {
                     expert_params = if m.gated { 3.0 } else { 2.0 } * h * m.moe_intermediate_size as f64;
                     experts = (m.num_experts as f64, m.top_k as f64);
                 }
-                _ => layer_params += dense_mlp,
+                _ => layer_params += dense_mlp(i),
             }
         }
         Cost {
@@ -107,13 +129,9 @@ impl Cost {
             moe_layers,
             experts,
             // K and V, or MLA's latent row alone.
-            kv_bytes_per_token: (if s.mla.is_some() { 1 } else { 2 }
-                * attn_layers
-                * s.num_kv_heads
-                * s.head_dim
-                * kv_elem) as f64,
+            kv_bytes_per_token: (if s.mla.is_some() { 1 } else { 2 } * kv_elems * kv_elem) as f64,
             state_bytes_per_seq: (4 * state_elems) as f64,
-            attn_width: (attn_layers * s.num_heads * s.head_dim) as f64,
+            attn_width: attn_width as f64,
         }
     }
 
@@ -122,7 +140,8 @@ impl Cost {
     /// multiplies. `None` for a model with experts or recurrent layers.
     pub fn round_matmuls(s: &ModelSpec) -> Option<Vec<(usize, usize)>> {
         let attention_only = s.layer_kinds.iter().all(|k| matches!(k, LayerKind::Full | LayerKind::Sliding));
-        if s.moe.is_some() || !attention_only || s.attn_output_gate || s.attn_head_gate || s.mla.is_some() {
+        let uniform = s.full_attn_shape.is_none() && s.kv_shared_from.is_none() && s.per_layer_input.is_none();
+        if s.moe.is_some() || !attention_only || s.attn_output_gate || s.attn_head_gate || s.mla.is_some() || !uniform {
             return None;
         }
         let (h, q, kv) = (s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim);

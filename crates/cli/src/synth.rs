@@ -76,6 +76,18 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "layer_types": (0..18).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        // Gemma 4 E2B-sized text shapes: sliding heads of 256, full heads of 512, per-layer inputs
+        // of 256, the last 20 layers KV-shared with double-wide MLPs.
+        "gemma4-e2b" => json!({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+            "vocab_size": 262144, "hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35,
+            "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 131072, "sliding_window": 512,
+            "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true, "final_logit_softcapping": 30.0,
+            "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 20,
+            "use_double_wide_mlp": true,
+            "layer_types": (0..35).map(|i| if (i + 1) % 5 == 0 { "full_attention" } else { "sliding_attention" }).collect::<Vec<_>>(),
+            "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
         // Qwen3.5-27B's text shapes: three Gated DeltaNet layers (16 key, 48 value heads) to one
         // gated attention layer (24 heads of 256, 4 KV heads, rope over a quarter), dense MLP.
         "qwen3.5-27b" => {
@@ -147,7 +159,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -156,10 +168,7 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     let dtype = if fp8 { Some(DType::BF16) } else { DType::parse(&a.dtype) }
         .ok_or_else(|| refused(format!("--dtype {}: expected bf16, f16, f32 or fp8", a.dtype)))?;
     if let Some(n) = a.layers {
-        config["num_hidden_layers"] = json!(n);
-        if let Some(types) = config["layer_types"].as_array().cloned() {
-            config["layer_types"] = json!(types.into_iter().cycle().take(n).collect::<Vec<_>>());
-        }
+        shrink(&mut config, n);
     }
     config["bos_token_id"] = json!(256);
     config["eos_token_id"] = json!(257);
@@ -199,6 +208,28 @@ pub fn run(a: &SynthArgs) -> Result<(), Failure> {
     write_weights(&a.out.join("model.safetensors"), &tensors, a.seed, spec.norm_one_plus)
 }
 
+/// `config` cut to `n` layers: its `layer_types` pattern repeated, and a KV-shared tail (Gemma 4)
+/// shrunk in proportion to the most layers whose kinds have an earlier layer to read from.
+fn shrink(config: &mut Value, n: usize) {
+    let from = config["num_hidden_layers"].as_u64().unwrap_or(1).max(1) as usize;
+    config["num_hidden_layers"] = json!(n);
+    let mut kinds: Vec<String> = Vec::new();
+    if let Some(types) = config["layer_types"].as_array().cloned() {
+        let types: Vec<Value> = types.into_iter().cycle().take(n).collect();
+        kinds = types.iter().map(|t| t.as_str().unwrap_or_default().to_string()).collect();
+        config["layer_types"] = json!(types);
+    }
+    let Some(shared) = config["num_kv_shared_layers"].as_u64() else { return };
+    if let Some(last) = kinds.last_mut() {
+        *last = "full_attention".into(); // as Gemma 4 forces it
+    }
+    let mut k = (shared as usize * n / from).min(n);
+    while k > 0 && !(n - k..n).all(|i| kinds[..n - k].contains(&kinds[i])) {
+        k -= 1;
+    }
+    config["num_kv_shared_layers"] = json!(k);
+}
+
 /// The block of `--dtype fp8`'s scales (Qwen3-FP8's, DeepSeek-V3's).
 const FP8_BLOCK: [usize; 2] = [128, 128];
 
@@ -232,6 +263,12 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     let mut t = vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".into(), vec![h])];
     if !s.tie_word_embeddings {
         t.push(("lm_head.weight".into(), vec![v, h]));
+    }
+    if let Some(p) = s.per_layer_input {
+        let all = p.width * s.num_layers;
+        t.push(("model.embed_tokens_per_layer.weight".into(), vec![p.vocab, all]));
+        t.push(("model.per_layer_model_projection.weight".into(), vec![all, h]));
+        t.push(("model.per_layer_projection_norm.weight".into(), vec![p.width]));
     }
     for i in 0..s.num_layers {
         let p = format!("model.layers.{i}.");
@@ -279,9 +316,16 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         } else {
             // An output gate doubles q_proj's rows (Qwen3.5's gated attention).
             let gate = if s.attn_output_gate { 2 } else { 1 };
+            let (kvh, d) = s.attn_shape(i);
             add("self_attn.q_proj", vec![gate * s.num_heads * d, h]);
-            add("self_attn.k_proj", vec![s.num_kv_heads * d, h]);
-            add("self_attn.v_proj", vec![s.num_kv_heads * d, h]);
+            // A KV-shared layer has no K/V projections; full layers with V from K no `v_proj`.
+            let owns = s.kv_source(i).is_none();
+            if owns {
+                add("self_attn.k_proj", vec![kvh * d, h]);
+            }
+            if owns && !(s.full_v_from_k && s.layer_kinds[i] == LayerKind::Full) {
+                add("self_attn.v_proj", vec![kvh * d, h]);
+            }
             add("self_attn.o_proj", vec![h, s.num_heads * d]);
         }
         if s.attention_bias && !gdn {
@@ -294,8 +338,11 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         if s.qk_norm && !gdn {
             // Per head, or over all heads together (MiniMax-M2).
             let (qh, kh) = if s.qk_norm_full { (s.num_heads, s.num_kv_heads) } else { (1, 1) };
+            let d = s.attn_shape(i).1;
             add("self_attn.q_norm", vec![qh * d]);
-            add("self_attn.k_norm", vec![kh * d]);
+            if s.kv_source(i).is_none() {
+                add("self_attn.k_norm", vec![kh * d]);
+            }
         }
         match &s.moe {
             Some(m) if m.sparse_layers[i] => {
@@ -324,10 +371,19 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
                 }
             }
             _ => {
-                add("mlp.gate_proj", vec![s.intermediate_size, h]);
-                add("mlp.up_proj", vec![s.intermediate_size, h]);
-                add("mlp.down_proj", vec![h, s.intermediate_size]);
+                let w = s.mlp_width(i);
+                add("mlp.gate_proj", vec![w, h]);
+                add("mlp.up_proj", vec![w, h]);
+                add("mlp.down_proj", vec![h, w]);
             }
+        }
+        if let Some(pl) = s.per_layer_input {
+            add("per_layer_input_gate", vec![pl.width, h]);
+            add("per_layer_projection", vec![h, pl.width]);
+            add("post_per_layer_input_norm", vec![h]);
+        }
+        if s.layer_scalar {
+            raw.push((format!("{p}layer_scalar"), vec![1]));
         }
         t.extend(raw);
     }
@@ -364,8 +420,8 @@ fn write_weights(
     const CHUNK: usize = 1 << 20;
     for (ti, (name, shape, dtype)) in tensors.iter().enumerate() {
         let (numel, dtype): (usize, DType) = (shape.iter().product(), *dtype);
-        // Norm scales are constant; biases (1-D, not norms) are small random values.
-        let is_norm = shape.len() == 1 && name.contains("norm");
+        // Norm scales and layer scalars are constant; biases (1-D, not norms) are small random values.
+        let is_norm = shape.len() == 1 && (name.contains("norm") || name.ends_with("layer_scalar"));
         let scale = if is_norm { 0.0 } else { 0.02 * 3f32.sqrt() };
         // Zero-centred `(1 + w)` norms are written as 0; the Gated DeltaNet's gated norm is a
         // plain scale in every family.
@@ -526,5 +582,48 @@ mod tests {
         let e = tf_models::Model::open(dir.path(), &tf_backend::RefBackend).err().map(|e| e.to_string());
         let e = e.unwrap_or_default();
         assert!(e.contains("model.layers.0.self_attn.q_b_proj.weight") && e.contains("f8_e4m3"), "{e}");
+    }
+
+    #[test]
+    fn the_gemma4_preset_shrunk_writes_every_tensor_its_per_layer_inputs_wide_full_and_kv_shared_layers_load() {
+        let mut config = preset("gemma4-e2b").expect("preset");
+        for (k, v) in [
+            ("vocab_size", 300),
+            ("vocab_size_per_layer_input", 300),
+            ("hidden_size", 64),
+            ("intermediate_size", 96),
+            ("num_hidden_layers", 5),
+            ("num_kv_shared_layers", 2),
+            ("num_attention_heads", 2),
+            ("head_dim", 16),
+            ("global_head_dim", 32),
+            ("hidden_size_per_layer_input", 8),
+        ] {
+            config[k] = json!(v);
+        }
+        let (s, f) = ("sliding_attention", "full_attention");
+        config["layer_types"] = json!([s, f, s, s, f]);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
+            .expect("spec");
+        assert_eq!((spec.attn_shape(0), spec.attn_shape(4)), ((1, 16), (1, 32)));
+        assert_eq!((spec.kv_source(3), spec.kv_source(4), spec.mlp_width(4)), (Some(2), Some(1), 192));
+        write_json(&dir.path().join("config.json"), &config).expect("write");
+        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
+    }
+
+    #[test]
+    fn shrinking_the_gemma4_preset_keeps_a_kv_shared_tail_that_has_sources() {
+        for (n, want) in [(35, 20), (10, 5), (6, 1), (5, 0), (2, 0)] {
+            let mut config = preset("gemma4-e2b").expect("preset");
+            shrink(&mut config, n);
+            assert_eq!(config["num_kv_shared_layers"], json!(want), "{n} layers");
+            let c = RawConfig::parse(Path::new("config.json"), &config.to_string()).expect("config");
+            assert!(spec_for(&c).is_ok(), "{n} layers: {:?}", spec_for(&c).err().map(|e| e.to_string()));
+        }
     }
 }

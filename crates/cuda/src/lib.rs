@@ -221,6 +221,16 @@ impl Backend for CudaBackend {
         self.ctx.dev.download(&v.data, v.len)
     }
 
+    fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
+        match shapes.windows(2).any(|w| w[0] != w[1]) {
+            false => Ok(()),
+            true => Err(BackendError::Unsupported(format!(
+                "KV pools of different shapes in one model (KV heads, head width: {shapes:?}; Gemma 4's full \
+                 layers) have no CUDA attention yet: run this model with --device cpu"
+            ))),
+        }
+    }
+
     fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
         ops::kv(&self.ctx, shape)
     }

@@ -9,6 +9,9 @@ use tf_backend::Backend;
 pub enum CacheKind {
     /// Paged K/V blocks that grow with the sequence: index into [`Cache::kv`].
     Kv(usize),
+    /// Reads another layer's paged K/V, `Cache::kv[i]`, and owns no pool (Gemma 4's KV-shared
+    /// layers).
+    SharedKv(usize),
     /// One fixed-size slot per sequence: index into [`Cache::state`].
     State(usize),
     /// Nothing kept between rounds (a layer with no token mixer).

@@ -1,6 +1,7 @@
 //! The shared decoder every family runs: the embedding, a stack of blocks (blocks/), the final
 //! norm and head, over `Backend` ops only. Shapes in comments are `(rows, cols)`.
 
+use crate::blocks::per_layer::PerLayer;
 use crate::blocks::{Block, CacheCounts, Caches};
 use crate::cache::{Cache, CacheKind};
 use crate::error::ModelError;
@@ -30,8 +31,10 @@ pub struct Decoder<B: Backend> {
     lm_head: Option<B::Mat>,
     norm: B::Vec,
     layers: Vec<Block<B>>,
-    /// Pools of each cache kind the layers own.
-    counts: [usize; 2],
+    /// Per-layer inputs and layer scalars (Gemma 4), where the spec has them.
+    per_layer: Option<PerLayer<B>>,
+    /// `(KV heads, head width)` of each KV pool, in pool order.
+    kv_shapes: Vec<(usize, usize)>,
     /// The backend's identity for these weights (`Round::model`).
     id: u64,
     /// Whether a forward reads the host only through its `Round` (`Round::replayable`): no
@@ -53,9 +56,14 @@ impl<B: Backend> Decoder<B> {
         let mut n = CacheCounts::default();
         let layers: Vec<Block<B>> =
             (0..spec.num_layers).map(|i| Block::load(&spec, ld, i, &mut n)).collect::<Result<_, _>>()?;
+        let per_layer = PerLayer::load(&spec, ld)?;
         ld.refuse_unused(spec.tie_word_embeddings, &spec.unread_prefixes)?;
-        let replayable = layers.iter().all(|l| l.replayable());
-        Ok(Decoder { spec, embed, lm_head, norm, layers, counts: [n.kv, n.state], id: ld.fresh_id(), replayable })
+        let replayable = layers.iter().all(|l| l.replayable()) && per_layer.is_none();
+        let kv_shapes = (0..spec.num_layers)
+            .filter(|&i| matches!(layers[i].cache(), CacheKind::Kv(_)))
+            .map(|i| spec.attn_shape(i))
+            .collect();
+        Ok(Decoder { spec, embed, lm_head, norm, layers, per_layer, kv_shapes, id: ld.fresh_id(), replayable })
     }
 
     /// The cache pools: a KV pool of `num_blocks` blocks of `block_size` tokens per attention
@@ -67,14 +75,13 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
-        let shape = KvShape {
-            num_blocks,
-            block_size,
-            num_kv_heads: self.spec.num_kv_heads,
-            head_dim: self.spec.head_dim,
-            latent: self.spec.mla.is_some(),
-        };
-        let kv = (0..self.counts[0]).map(|_| Ok(b.kv(shape)?)).collect::<Result<_, ModelError>>()?;
+        b.check_kv_shapes(&self.kv_shapes)?;
+        let latent = self.spec.mla.is_some();
+        let kv = (self.kv_shapes.iter())
+            .map(|&(num_kv_heads, head_dim)| {
+                Ok(b.kv(KvShape { num_blocks, block_size, num_kv_heads, head_dim, latent })?)
+            })
+            .collect::<Result<_, ModelError>>()?;
         let state =
             self.state_shapes(num_slots).into_iter().map(|s| Ok(b.state(s)?)).collect::<Result<_, ModelError>>()?;
         Ok(Cache { kv, state })
@@ -94,7 +101,13 @@ impl<B: Backend> Decoder<B> {
     /// V, or the latent row alone (MLA).
     pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
         let parts = if self.spec.mla.is_some() { 1 } else { 2 };
-        parts * self.counts[0] * self.spec.num_kv_heads * self.spec.head_dim * kv_dtype.size()
+        parts * self.kv_shapes.iter().map(|(h, d)| h * d).sum::<usize>() * kv_dtype.size()
+    }
+
+    /// Whether every KV pool's slot is as wide as `num_kv_heads * head_dim` of the spec (the
+    /// one width a session file records); Gemma 4's wider full layers make it false.
+    pub fn kv_width_uniform(&self) -> bool {
+        self.kv_shapes.iter().all(|(h, d)| h * d == self.spec.num_kv_heads * self.spec.head_dim)
     }
 
     /// Bytes of state one sequence holds (every recurrent layer's slot, f32).
@@ -123,7 +136,7 @@ impl<B: Backend> Decoder<B> {
         };
         let state = &mut cache.state;
         let h = b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
-            self.run_layers(b, r, &mut Caches { kv, state: &mut state[..] }, num_layers)
+            self.run_layers(b, r, &mut Caches { kv, state: &mut state[..], shared: Vec::new() }, num_layers)
         });
         self.head(b, &h, batch.logits_rows)
     }
@@ -138,8 +151,15 @@ impl<B: Backend> Decoder<B> {
         // A block's MLP output goes into h in its down projection's store, or (sandwich norms,
         // experts) through the next block's fused add + input norm.
         let mut pending: Option<B::Act> = None;
-        for layer in self.layers.iter().take(num_layers) {
+        let per_layer_inputs = self.per_layer.as_ref().map(|p| p.inputs(b, r, &h)).unwrap_or_default();
+        for (i, layer) in self.layers.iter().take(num_layers).enumerate() {
             pending = layer.run(b, s, &mut h, pending.take(), r.positions, r.meta, cache);
+            if let Some(p) = &self.per_layer {
+                if let Some(f) = pending.take() {
+                    b.add_assign(&mut h, &f);
+                }
+                p.after(b, s, i, &mut h, &per_layer_inputs);
+            }
         }
         if let Some(f) = pending {
             b.add_assign(&mut h, &f);

@@ -15,6 +15,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("qwen3", families::qwen3::spec),
     ("Gemma3ForCausalLM", families::gemma3::spec),
     ("gemma3_text", families::gemma3::spec),
+    ("Gemma4ForCausalLM", families::gemma4::spec),
+    ("gemma4_text", families::gemma4::spec),
     ("Qwen3MoeForCausalLM", families::qwen3_moe::spec),
     ("qwen3_moe", families::qwen3_moe::spec),
     ("NemotronHForCausalLM", families::nemotron_h::spec),

@@ -217,6 +217,62 @@ pub struct ModelSpec {
     /// Multi-head latent attention's ranks and head widths (DeepSeek V3): its layers cache one
     /// latent row per token (`num_kv_heads` 1 of `head_dim` `kv_lora_rank + qk_rope_head_dim`).
     pub mla: Option<MlaSpec>,
+    /// Full layers' own KV heads and head width (Gemma 4's `num_global_key_value_heads` and
+    /// `global_head_dim`); sliding layers keep `num_kv_heads` and `head_dim`.
+    pub full_attn_shape: Option<(usize, usize)>,
+    /// Full layers take V from their K projection (Gemma 4's `attention_k_eq_v`: no `v_proj`).
+    pub full_v_from_k: bool,
+    /// An RMSNorm without a scale on each V head (Gemma 4).
+    pub v_norm: bool,
+    /// Per-layer input embeddings gated into each layer (Gemma 4, `blocks/per_layer.rs`).
+    pub per_layer_input: Option<PerLayerInputSpec>,
+    /// Each layer's output is multiplied by its `layer_scalar` (Gemma 4).
+    pub layer_scalar: bool,
+    /// The first KV-shared layer (Gemma 4's `num_hidden_layers - num_kv_shared_layers`): it and
+    /// every later layer attend over the K/V of the last earlier layer of their kind
+    /// ([`ModelSpec::kv_source`]), with no K/V projections and no pool of their own.
+    pub kv_shared_from: Option<usize>,
+    /// Layers from this one on have MLPs twice `intermediate_size` wide (Gemma 4's
+    /// `use_double_wide_mlp` on its KV-shared layers).
+    pub wide_mlp_from: Option<usize>,
+    /// Sparse layers run the dense MLP beside their experts (Gemma 4's `enable_moe_block`,
+    /// `blocks/dense_moe.rs`).
+    pub dense_beside_experts: bool,
+}
+
+/// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerLayerInputSpec {
+    /// Width of each layer's input (`hidden_size_per_layer_input`).
+    pub width: usize,
+    /// Rows of the per-layer embedding table (`vocab_size_per_layer_input`).
+    pub vocab: usize,
+}
+
+impl ModelSpec {
+    /// The layer whose K/V layer `i` reads, where `i` is KV-shared: the last layer of its kind
+    /// before the first shared one.
+    pub fn kv_source(&self, i: usize) -> Option<usize> {
+        let first = self.kv_shared_from.filter(|&f| i >= f)?;
+        let kind = self.layer_kinds.get(i)?;
+        (0..first).rev().find(|&j| self.layer_kinds.get(j) == Some(kind))
+    }
+
+    /// Width of layer `i`'s dense MLP.
+    pub fn mlp_width(&self, i: usize) -> usize {
+        match self.wide_mlp_from {
+            Some(f) if i >= f => 2 * self.intermediate_size,
+            _ => self.intermediate_size,
+        }
+    }
+
+    /// KV heads and head width of attention layer `i`.
+    pub fn attn_shape(&self, i: usize) -> (usize, usize) {
+        match (self.layer_kinds.get(i), self.full_attn_shape) {
+            (Some(LayerKind::Full), Some(shape)) => shape,
+            _ => (self.num_kv_heads, self.head_dim),
+        }
+    }
 }
 
 /// Multi-head latent attention settings (DeepSeek V3, `blocks/mla.rs`).
@@ -454,6 +510,14 @@ impl Common {
             one_part_layers: false,
             mlp_gated: true,
             mla: None,
+            full_attn_shape: None,
+            full_v_from_k: false,
+            v_norm: false,
+            per_layer_input: None,
+            layer_scalar: false,
+            kv_shared_from: None,
+            wide_mlp_from: None,
+            dense_beside_experts: false,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

@@ -213,6 +213,92 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(t.to_f32())
     }
 
+    /// `values` as a weight vector on the backend (a vector the family makes: ones, a scaled norm).
+    pub fn backend_vec(&self, values: &[f32]) -> B::Vec {
+        self.backend.vec(values)
+    }
+
+    /// Rows `rows` of matrix `e` of the float 3-D tensor `name` of exactly `[n, r, cols]` (fused
+    /// experts: `experts.gate_up_proj` `[experts, 2 inter, hidden]`), as stored, or with `scale`
+    /// as f32 values times it.
+    pub fn stacked_mat(
+        &self,
+        name: &str,
+        shape: [usize; 3],
+        e: usize,
+        rows: std::ops::Range<usize>,
+        scale: Option<f32>,
+    ) -> Result<B::Mat, ModelError> {
+        let [n, r, cols] = shape;
+        let t = self.view(name, &shape)?;
+        let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if !t.dtype.is_float() {
+            return Err(bad(format!("dtype {} cannot be split per expert (a float type is needed)", t.dtype)));
+        }
+        if e >= n || rows.end > r || rows.start > rows.end {
+            return Err(bad(format!("rows {rows:?} of matrix {e} are outside its [{n}, {r}, {cols}]")));
+        }
+        let size = t.dtype.size();
+        let (from, to) = ((e * r + rows.start) * cols * size, (e * r + rows.end) * cols * size);
+        let part = t.data.as_bytes().get(from..to).ok_or_else(|| bad(format!("matrix {e} is outside the data")))?;
+        let (dtype, data) = match scale {
+            None => (t.dtype, tf_formats::TensorBytes::from_vec(part)),
+            Some(c) => {
+                let v = tf_formats::TensorBytes::from_vec(part).to_f32(t.dtype);
+                let bytes: Vec<u8> = v.iter().flat_map(|x| (x * c).to_le_bytes()).collect();
+                (tf_core::DType::F32, tf_formats::TensorBytes::from_vec(&bytes))
+            }
+        };
+        let view =
+            TensorView { name: t.name.clone(), dtype, shape: vec![rows.len(), cols], data, file: t.file.clone() };
+        Ok(self.backend.mat(&view)?)
+    }
+
+    /// f32 `values` `[rows, cols]` made from the tensor `name` as a weight its matmuls read in
+    /// f32 ([`Backend::mat_f32`]: a router with its scales folded in).
+    pub fn mat_f32_from(&self, name: &str, rows: usize, cols: usize, values: &[f32]) -> Result<B::Mat, ModelError> {
+        let t = self.view(name, &[rows, cols])?;
+        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let data = tf_formats::TensorBytes::from_vec(&bytes);
+        let view = TensorView { name: t.name, dtype: tf_core::DType::F32, shape: vec![rows, cols], data, file: t.file };
+        Ok(self.backend.mat_f32(&view)?)
+    }
+
+    /// Columns `start..start + width` of the float weight `name` of exactly `[rows, n]`, as one
+    /// `[rows, width]` matrix (one layer's slice of a table packing every layer side by side).
+    pub fn mat_cols(
+        &self,
+        name: &str,
+        rows: usize,
+        n: usize,
+        start: usize,
+        width: usize,
+    ) -> Result<B::Mat, ModelError> {
+        let t = self.view(name, &[rows, n])?;
+        let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if !t.dtype.is_float() {
+            return Err(bad(format!("dtype {} cannot be sliced by columns (a float type is needed)", t.dtype)));
+        }
+        if start.checked_add(width).is_none_or(|end| end > n) {
+            return Err(bad(format!("columns {start}..{start}+{width} are outside its {n} columns")));
+        }
+        let (size, src) = (t.dtype.size(), t.data.as_bytes());
+        let mut bytes = Vec::with_capacity(rows * width * size);
+        for r in 0..rows {
+            let at = (r * n + start) * size;
+            let part = src.get(at..at + width * size).ok_or_else(|| bad(format!("row {r} is outside the data")))?;
+            bytes.extend_from_slice(part);
+        }
+        let view = TensorView {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: vec![rows, width],
+            data: tf_formats::TensorBytes::from_vec(&bytes),
+            file: t.file.clone(),
+        };
+        Ok(self.backend.mat(&view)?)
+    }
+
     /// Rows `rows` (in that order) of the float weight `name` of exactly `[n, cols]`, as one
     /// matrix (a fused projection reordered at load: Qwen3-Next's per-key-head `in_proj_qkvz`).
     pub fn mat_rows(&self, name: &str, n: usize, cols: usize, rows: &[usize]) -> Result<B::Mat, ModelError> {

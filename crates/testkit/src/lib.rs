@@ -32,8 +32,19 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 8] =
-    ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "minimax_m2", "deepseek_v3", "deepseek_v3_nolora"];
+pub const FAMILIES: [&str; 11] = [
+    "llama",
+    "qwen3",
+    "gemma3",
+    "qwen3_moe",
+    "glm4_moe",
+    "minimax_m2",
+    "deepseek_v3",
+    "deepseek_v3_nolora",
+    "gemma4",
+    "gemma4_kvshare",
+    "gemma4_moe",
+];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
@@ -45,8 +56,9 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
-/// Fixture families the CUDA backend refuses (MLA's latent KV pool has no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 2] = ["deepseek_v3", "deepseek_v3_nolora"];
+/// Fixture families the CUDA backend refuses (MLA's latent KV pool, Gemma 4's KV pools of two
+/// shapes: no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 5] = ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare", "gemma4_moe"];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {
@@ -59,8 +71,16 @@ pub fn cuda_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 6] =
-    [("gemma3", 2), ("qwen3", 1), ("qwen3_moe", 1), ("llama", 1), ("glm4_moe", 2), ("deepseek_v3", 2)];
+pub const EARLY_EXIT: [(&str, usize); 8] = [
+    ("gemma3", 2),
+    ("qwen3", 1),
+    ("qwen3_moe", 1),
+    ("llama", 1),
+    ("glm4_moe", 2),
+    ("deepseek_v3", 2),
+    ("gemma4", 2),
+    ("gemma4_kvshare", 5),
+];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.
 pub const DRAFT_MODELS: [(&str, &str); 2] = [("qwen3", "llama"), ("gemma3", "qwen3")];

@@ -18,6 +18,10 @@ pub(super) struct PendingSave {
 
 impl<B: Backend> Core<B> {
     pub(super) fn admit_save(&mut self, ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>>) {
+        if let Err(msg) = self.session_widths() {
+            let _ = reply.send(Err(msg));
+            return;
+        }
         let bs = self.sched.pool().block_size();
         let full = ids.len() / bs * bs;
         if full == 0 || full > self.max_seq_tokens {
@@ -58,6 +62,7 @@ impl<B: Backend> Core<B> {
 
     /// Puts each block of `s` not already cached into a fresh pool block and caches it.
     pub(super) fn restore(&mut self, s: &CheckedSession) -> Result<usize, String> {
+        self.session_widths()?;
         let layout = self.session_layout();
         let bs = layout.block_size;
         let half = layout.half_block_bytes();
@@ -100,6 +105,16 @@ impl<B: Backend> Core<B> {
         }
         self.publish();
         Ok(s.ids.len())
+    }
+
+    /// A session file records one KV slot width for every layer: refused where pools differ.
+    fn session_widths(&self) -> Result<(), String> {
+        match self.model.decoder.kv_width_uniform() {
+            true => Ok(()),
+            false => Err("sessions are not supported for a model whose KV pools differ in width \
+                          (Gemma 4's wider full-attention layers)"
+                .into()),
+        }
     }
 
     fn session_layout(&self) -> session::SessionLayout {

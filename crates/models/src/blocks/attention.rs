@@ -1,8 +1,11 @@
 //! The attention token mixer (MHA / GQA, full or sliding, optional QK norm per head or over the
-//! whole projection, optional soft-capped scores, output gate and q/k/v biases): q, k and v from
-//! the block's normed input (plus their biases), rotary embedding, paged attention, then
-//! `sigmoid(gate)` times the output where the layer has a gate.
+//! whole projection, optional soft-capped scores, output gate and q/k/v biases, an unscaled V
+//! norm, V from the K projection, a head shape per layer): q, k and v from the block's normed
+//! input (plus their biases), rotary embedding, paged attention, then `sigmoid(gate)` times the
+//! output where the layer has a gate. A KV-shared layer (Gemma 4) has q alone and attends over
+//! the K/V its source layer made this round, in the source's pool.
 
+use super::Caches;
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::Loader;
@@ -11,18 +14,24 @@ use tf_backend::{AttnMeta, AttnParams, Backend, QkNorm};
 /// One layer's attention: its input projections, norms and shape; its KV pool is `kv`.
 pub(crate) struct Attention<B: Backend> {
     pub(crate) q: B::Mat,
-    pub(crate) k: B::Mat,
-    pub(crate) v: B::Mat,
+    /// The K and V projections; none in a KV-shared layer.
+    pub(crate) kv_proj: Option<(B::Mat, B::Mat)>,
     /// The output gate's projection (`q_proj`'s second half per head), where the spec gates.
     pub(crate) gate: Option<B::Mat>,
     q_norm: Option<B::Vec>,
     k_norm: Option<B::Vec>,
+    /// Ones of the head width: the unscaled per-head V norm, where the spec has one.
+    v_norm: Option<B::Vec>,
     /// q, k and v biases (`attention_bias`).
     bias: Option<[B::Vec; 3]>,
     attn: AttnParams,
     pub(crate) sliding: bool,
-    /// Index of this layer's pool in `Cache::kv`.
+    /// Index of this layer's pool in `Cache::kv` (a KV-shared layer's: its source's).
     pub(crate) kv: usize,
+    /// The layer whose K/V this KV-shared layer reads.
+    pub(crate) source: Option<usize>,
+    /// This layer's index, where a later KV-shared layer reads its K/V (kept for the round).
+    keep_as: Option<usize>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -34,7 +43,8 @@ impl<B: Backend> Attention<B> {
         i: usize,
         kv: usize,
     ) -> Result<(Self, B::Mat), ModelError> {
-        let (hidden, d) = (s.hidden_size, s.head_dim);
+        let hidden = s.hidden_size;
+        let (kv_heads, d) = s.attn_shape(i);
         let m = s.names.attn;
         // Per head, or over all of q's (k's) heads where the spec says so.
         let qk_norm = |name: &str, heads: usize| {
@@ -45,7 +55,7 @@ impl<B: Backend> Attention<B> {
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
             num_heads: s.num_heads,
-            num_kv_heads: s.num_kv_heads,
+            num_kv_heads: kv_heads,
             head_dim: d,
             scale: s.attn_scale,
             window: if sliding { s.sliding_window } else { None },
@@ -71,20 +81,31 @@ impl<B: Backend> Attention<B> {
         } else {
             (proj("q_proj", s.num_heads * d, hidden)?, None)
         };
+        // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
+        let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
+        let source = s.kv_source(i);
+        let owns = source.is_none();
+        let kv_proj = match owns {
+            true => Some((proj("k_proj", kv_heads * d, hidden)?, proj(v_name, kv_heads * d, hidden)?)),
+            false => None,
+        };
+        let keep_as = (0..s.num_layers).any(|j| s.kv_source(j) == Some(i)).then_some(i);
         let me = Attention {
             q,
             gate,
-            k: proj("k_proj", s.num_kv_heads * d, hidden)?,
-            v: proj("v_proj", s.num_kv_heads * d, hidden)?,
+            kv_proj,
+            source,
+            keep_as,
             bias: if s.attention_bias {
                 let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
-                let kvw = s.num_kv_heads * d;
+                let kvw = kv_heads * d;
                 Some([b("q_proj", s.num_heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
             } else {
                 None
             },
             q_norm: qk_norm(s.names.qk_norm[0], s.num_heads)?,
-            k_norm: qk_norm(s.names.qk_norm[1], s.num_kv_heads)?,
+            k_norm: if owns { qk_norm(s.names.qk_norm[1], kv_heads)? } else { None },
+            v_norm: (s.v_norm && owns).then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
             kv,
@@ -92,21 +113,74 @@ impl<B: Backend> Attention<B> {
         Ok((me, proj(s.names.attn_out, hidden, s.num_heads * d)?))
     }
 
-    /// Norms and rotary embedding of `q` and `k`, attention over the cache, times `sigmoid` of
-    /// the gate projection `gate` where the layer has one, before `o_proj`.
+    /// Norms and rotary embedding of `q` and of `k` (from `kv`, or in a KV-shared layer its
+    /// source's of this round), attention over the cache, times `sigmoid` of the gate
+    /// projection `gate` where the layer has one, before `o_proj`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
+        &self,
+        b: &B,
+        s: &ModelSpec,
+        q: B::Act,
+        kv: Option<(B::Act, B::Act)>,
+        gate: Option<B::Act>,
+        pos: &[u32],
+        meta: &AttnMeta,
+        cache: &mut Caches<'_, B>,
+    ) -> B::Act {
+        let mut out = match kv {
+            Some((k, v)) => {
+                let (q, k, v) = self.project(b, s, q, k, v, pos);
+                let out = b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn);
+                if let Some(i) = self.keep_as {
+                    if cache.shared.len() <= i {
+                        cache.shared.resize_with(i + 1, || None);
+                    }
+                    cache.shared[i] = Some((k, v));
+                }
+                out
+            }
+            None => {
+                let q = self.project_q(b, s, q, pos);
+                // The source ran earlier in this round (it precedes every shared layer); its K/V
+                // are written again into its pool's same slots, unchanged.
+                let Some((k, v)) = self.source.and_then(|i| cache.shared.get(i)).and_then(Option::as_ref) else {
+                    unreachable!("a KV-shared layer's source layer runs before it")
+                };
+                b.attention(&q, k, v, &mut cache.kv[self.kv], meta, &self.attn)
+            }
+        };
+        if let Some(g) = gate {
+            b.mul_sigmoid(&mut out, &g);
+        }
+        out
+    }
+
+    /// A KV-shared layer's query: its bias, norm and rotary embedding.
+    fn project_q(&self, b: &B, s: &ModelSpec, mut q: B::Act, pos: &[u32]) -> B::Act {
+        if let Some([bq, _, _]) = &self.bias {
+            b.add_bias(&mut q, bq);
+        }
+        if let Some(n) = &self.q_norm {
+            q = b.rms_norm(&q, n, s.rms_norm_eps, s.norm_one_plus);
+        }
+        if s.attn_rope {
+            let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
+            b.rope(&mut q, pos, self.attn.head_dim, rope);
+        }
+        q
+    }
+
+    /// Biases, norms and rotary embedding of `q`, `k` and `v`.
+    fn project(
         &self,
         b: &B,
         s: &ModelSpec,
         mut q: B::Act,
         mut k: B::Act,
         mut v: B::Act,
-        gate: Option<B::Act>,
         pos: &[u32],
-        meta: &AttnMeta,
-        kv: &mut B::Kv,
-    ) -> B::Act {
+    ) -> (B::Act, B::Act, B::Act) {
         // q (tokens, heads * head_dim), k and v (tokens, kv_heads * head_dim)
         if let Some([bq, bk, bv]) = &self.bias {
             b.add_bias(&mut q, bq);
@@ -118,23 +192,23 @@ impl<B: Backend> Attention<B> {
             _ => None,
         };
         let rope = if self.sliding { &s.rope_sliding } else { &s.rope_full };
+        let d = self.attn.head_dim;
+        if let Some(ones) = &self.v_norm {
+            v = b.rms_norm(&v, ones, s.rms_norm_eps, false);
+        }
         if let (Some(n), true) = (&norms, s.qk_norm_full) {
             // Whole-row norms first, then the rope alone.
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
             k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
             if s.attn_rope {
-                b.qk_norm_rope(&mut q, &mut k, None, pos, s.head_dim, rope);
+                b.qk_norm_rope(&mut q, &mut k, None, pos, d, rope);
             }
         } else if s.attn_rope {
-            b.qk_norm_rope(&mut q, &mut k, norms, pos, s.head_dim, rope);
+            b.qk_norm_rope(&mut q, &mut k, norms, pos, d, rope);
         } else if let Some(n) = norms {
             q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
             k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
         }
-        let mut out = b.attention(&q, &k, &v, kv, meta, &self.attn);
-        if let Some(g) = gate {
-            b.mul_sigmoid(&mut out, &g);
-        }
-        out
+        (q, k, v)
     }
 }

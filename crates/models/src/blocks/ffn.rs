@@ -1,5 +1,6 @@
 //! Channel mixers: the dense gated MLP and the mixture of experts (moe.rs).
 
+use super::dense_moe::DenseMoe;
 use super::moe::Moe;
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
@@ -14,6 +15,8 @@ pub(crate) enum Ffn<B: Backend> {
     Plain { up: B::Mat, down: B::Mat },
     /// Routed experts, and shared experts where the family has them.
     Moe(Box<Moe<B>>),
+    /// A dense MLP (always `Dense`, run with its own post norm) beside experts (Gemma 4).
+    DenseMoe(Box<Ffn<B>>, Box<DenseMoe<B>>),
 }
 
 /// What the channel mixer runs on: rows already normed, or the residual stream and the norm to
@@ -26,27 +29,26 @@ pub(crate) enum FfnIn<'a, B: Backend> {
 impl<B: Backend> Ffn<B> {
     /// Loads layer `i`'s MLP (`{p}mlp.*`): experts where the spec makes the layer sparse.
     pub(crate) fn load(s: &ModelSpec, ld: &Loader<'_, B>, p: &str, i: usize) -> Result<Ffn<B>, ModelError> {
-        let hidden = s.hidden_size;
+        let (hidden, width) = (s.hidden_size, s.mlp_width(i));
         let sparse = s.moe.as_ref().is_some_and(|m| m.sparse_layers[i]);
+        if let (Some(m), true, true) = (&s.moe, sparse, s.dense_beside_experts) {
+            let dense = Ffn::load(&ModelSpec { moe: None, ..s.clone() }, ld, p, i)?;
+            return Ok(Ffn::DenseMoe(Box::new(dense), Box::new(DenseMoe::load(s, m, ld, p)?)));
+        }
         Ok(match (&s.moe, sparse) {
             (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p)?)),
             _ if !s.mlp_gated => {
                 let (m, [_, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Plain {
-                    up: ld.mat(&format!("{p}{m}.{u}.weight"), s.intermediate_size, hidden)?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                    up: ld.mat(&format!("{p}{m}.{u}.weight"), width, hidden)?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
                 }
             }
             _ => {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Dense {
-                    gate_up: ld.gate_up(
-                        &format!("{p}{m}.{g}.weight"),
-                        &format!("{p}{m}.{u}.weight"),
-                        s.intermediate_size,
-                        hidden,
-                    )?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, s.intermediate_size)?,
+                    gate_up: ld.gate_up(&format!("{p}{m}.{g}.weight"), &format!("{p}{m}.{u}.weight"), width, hidden)?,
+                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
                 }
             }
         })
@@ -97,6 +99,31 @@ impl<B: Backend> Ffn<B> {
                         None
                     }
                 }
+            }
+            Ffn::DenseMoe(dense, moe) => {
+                // The dense part with its output normed apart (by `moe`), never added into h here.
+                let y = match &**dense {
+                    Ffn::Dense { gate_up, down } => {
+                        let a = match (gate_up, &input) {
+                            (GateUp::Apart(gate, up), _) => {
+                                let [g, u]: [B::Act; 2] =
+                                    normed(h, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
+                                b.glu(&g, &u, s.act)
+                            }
+                            (GateUp::Packed(gu), FfnIn::Normed(x)) => b.matmul_glu(x, gu, s.act),
+                            (GateUp::Packed(gu), FfnIn::Residual(nw)) => {
+                                b.norm_matmul_glu(h, nw, eps, one_plus, gu, s.act)
+                            }
+                        };
+                        b.matmul(&a, down)
+                    }
+                    _ => unreachable!("loaded as a dense MLP"),
+                };
+                let y = moe.run(b, s, &y, h);
+                Some(match post {
+                    Some(post) => b.rms_norm(&y, post, eps, one_plus),
+                    None => y,
+                })
             }
             Ffn::Moe(moe) => {
                 let x = match input {

@@ -4,11 +4,13 @@
 //! kind is one file here, over `Backend` ops that every backend implements for that kind.
 
 pub(crate) mod attention;
+pub(crate) mod dense_moe;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
 pub(crate) mod mamba2;
 pub(crate) mod mla;
 pub(crate) mod moe;
+pub(crate) mod per_layer;
 pub(crate) mod short_conv;
 
 use crate::cache::CacheKind;
@@ -42,7 +44,10 @@ impl<B: Backend> TokenMixer<B> {
     /// their outputs.
     fn inputs(&self) -> Vec<&B::Mat> {
         match self {
-            TokenMixer::Attention(a) => [&a.q, &a.k, &a.v].into_iter().chain(a.gate.as_ref()).collect(),
+            TokenMixer::Attention(a) => {
+                let kv = a.kv_proj.iter().flat_map(|(k, v)| [k, v]);
+                std::iter::once(&a.q).chain(kv).chain(a.gate.as_ref()).collect()
+            }
             TokenMixer::Mla(a) => a.inputs.iter().collect(),
             TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
             TokenMixer::Mamba2(m) => vec![&m.z, &m.xbc, &m.dt],
@@ -53,6 +58,7 @@ impl<B: Backend> TokenMixer<B> {
     /// The cache this mixer owns.
     pub(crate) fn cache(&self) -> CacheKind {
         match self {
+            TokenMixer::Attention(a) if a.source.is_some() => CacheKind::SharedKv(a.kv),
             TokenMixer::Attention(a) => CacheKind::Kv(a.kv),
             TokenMixer::Mla(a) => CacheKind::Kv(a.kv),
             TokenMixer::Gdn(g) => CacheKind::State(g.state),
@@ -96,8 +102,15 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => {
                 let mut x = x.into_iter();
-                let (Some(q), Some(k), Some(v)) = (x.next(), x.next(), x.next()) else { unreachable!("q, k, v") };
-                a.run(b, s, q, k, v, x.next(), pos, meta, &mut cache.kv[a.kv])
+                let Some(q) = x.next() else { unreachable!("q") };
+                let kv = match &a.kv_proj {
+                    Some(_) => {
+                        let (Some(k), Some(v)) = (x.next(), x.next()) else { unreachable!("k, v") };
+                        Some((k, v))
+                    }
+                    None => None,
+                };
+                a.run(b, s, q, kv, x.next(), pos, meta, cache)
             }
             TokenMixer::Mla(a) => a.run(b, s, x, pos, meta, &mut cache.kv[a.kv]),
             TokenMixer::Gdn(g) => {
@@ -121,6 +134,8 @@ pub(crate) struct Caches<'a, B: Backend> {
     pub(crate) kv: &'a mut [B::Kv],
     #[allow(dead_code)] // read by the recurrent mixers
     pub(crate) state: &'a mut [B::State],
+    /// This round's K/V of each layer a KV-shared layer reads, by layer index.
+    pub(crate) shared: Vec<Option<(B::Act, B::Act)>>,
 }
 
 /// One decoder layer: its first norm and its parts.
@@ -154,6 +169,8 @@ enum Parts<B: Backend> {
 pub(crate) struct CacheCounts {
     pub(crate) kv: usize,
     pub(crate) state: usize,
+    /// The KV pool of each attention layer that owns one, by layer index.
+    pub(crate) pools: std::collections::BTreeMap<usize, usize>,
 }
 
 impl<B: Backend> Block<B> {
@@ -173,11 +190,22 @@ impl<B: Backend> Block<B> {
                 n.kv += 1;
                 (TokenMixer::Mla(a), o)
             }
-            LayerKind::Full | LayerKind::Sliding => {
-                let (a, o) = Attention::load(s, ld, &p, i, n.kv)?;
-                n.kv += 1;
-                (TokenMixer::Attention(a), o)
-            }
+            LayerKind::Full | LayerKind::Sliding => match s.kv_source(i) {
+                Some(src) => {
+                    let pool = n.pools.get(&src).copied().ok_or_else(|| ModelError::Config {
+                        file: Default::default(),
+                        msg: format!("layer {i} reads the K/V of layer {src}, which has no KV pool"),
+                    })?;
+                    let (a, o) = Attention::load(s, ld, &p, i, pool)?;
+                    (TokenMixer::Attention(a), o)
+                }
+                None => {
+                    let (a, o) = Attention::load(s, ld, &p, i, n.kv)?;
+                    n.pools.insert(i, n.kv);
+                    n.kv += 1;
+                    (TokenMixer::Attention(a), o)
+                }
+            },
             LayerKind::GatedDeltaNet => {
                 let g = s.gdn.ok_or_else(|| ModelError::Config {
                     file: Default::default(),

@@ -65,6 +65,19 @@ fn layer_kinds(c: &RawConfig, common: &Common) -> Result<Vec<LayerKind>, ModelEr
 /// `proportional` (inverse frequencies `theta^(-2i / head_dim)` for the first
 /// `partial_rotary_factor * head_dim / 2` pairs, zero, so no rotation, for the rest).
 fn rope(c: &RawConfig, common: &Common, layer_type: &str, theta_default: f32) -> Result<Rope, ModelError> {
+    layer_rope(c, common.head_dim, layer_type, theta_default, 0.5, "LFM3")
+}
+
+/// [`rope`] over heads of `head_dim` for `family`, whose full layers default to a
+/// `proportional` rope of `full_partial` at theta 1e6 (shared with Gemma 4).
+pub(crate) fn layer_rope(
+    c: &RawConfig,
+    head_dim: usize,
+    layer_type: &str,
+    theta_default: f32,
+    full_partial: f32,
+    family: &str,
+) -> Result<Rope, ModelError> {
     let params = match c.get("rope_parameters") {
         Some(Value::Object(m)) => m.get(layer_type).and_then(Value::as_object),
         _ => None,
@@ -72,8 +85,8 @@ fn rope(c: &RawConfig, common: &Common, layer_type: &str, theta_default: f32) ->
     let Some(p) = params else {
         // No entry for this kind: LFM3's own default for it.
         return Ok(match layer_type {
-            "full_attention" => proportional(common.head_dim, 1_000_000.0, 0.5),
-            _ => Rope::new(common.head_dim, theta_default, &RopeScaling::Default),
+            "full_attention" => proportional(head_dim, 1_000_000.0, full_partial),
+            _ => Rope::new(head_dim, theta_default, &RopeScaling::Default),
         });
     };
     let num = |k: &str| p.get(k).and_then(Value::as_f64).filter(|x| x.is_finite()).map(|x| x as f32);
@@ -90,11 +103,11 @@ fn rope(c: &RawConfig, common: &Common, layer_type: &str, theta_default: f32) ->
             if num("factor").is_some_and(|f| f != 1.0) {
                 return Err(c.error(format!("proportional rope of '{layer_type}' with a factor is not supported")));
             }
-            Ok(proportional(common.head_dim, theta, partial))
+            Ok(proportional(head_dim, theta, partial))
         }
-        "default" if partial == 1.0 => Ok(Rope::new(common.head_dim, theta, &RopeScaling::Default)),
+        "default" if partial == 1.0 => Ok(Rope::new(head_dim, theta, &RopeScaling::Default)),
         other => Err(c.error(format!(
-            "rope type '{other}' (partial_rotary_factor {partial}) of '{layer_type}' is not supported for LFM3"
+            "rope type '{other}' (partial_rotary_factor {partial}) of '{layer_type}' is not supported for {family}"
         ))),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod deepseek_v3;
 pub mod gemma3;
+pub mod gemma4;
 pub mod glm4_moe;
 pub mod lfm2;
 pub mod lfm2_moe;
