@@ -19,6 +19,9 @@ Usage (from the repository root):
     python3 scripts/make_fixtures.py --families qwen3_fp8 qwen3_moe_fp8 qwen3_ct_fp8
         # only the FP8 fixtures, quantized from the qwen3 / qwen3_moe fixtures already written
         # (scripts/fixture_fp8.py)
+    python3 scripts/make_fixtures.py --families glm4_moe_mtp deepseek_v3_mtp
+        # only the MTP fixtures, one layer appended to the glm4_moe / deepseek_v3 fixtures
+        # already written (scripts/fixture_mtp.py)
     python3 scripts/make_fixtures.py --route-only --families qwen3_moe ...
         # only recomputes the families' GOLDEN_EXTRA fields (route_exact_positions) from the
         # fixtures already written, checks the reloaded model still gives their golden logits
@@ -729,18 +732,24 @@ def main():
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fixture_fp8  # noqa: E402
+    import fixture_mtp  # noqa: E402
 
-    wanted = args.families or list(FAMILIES) + list(fixture_fp8.FP8_FIXTURES)
+    derived = {**fixture_fp8.FP8_FIXTURES, **fixture_mtp.MTP_FIXTURES}
+    wanted = args.families or list(FAMILIES) + list(derived)
     base_tok = train_tokenizer()
     print("versions:", versions())
     print("tokenizer vocab:", base_tok.get_vocab_size(with_added_tokens=True))
     for fam in wanted:
-        if fam not in fixture_fp8.FP8_FIXTURES:
+        if fam not in derived:
             build_family(fam, base_tok, out_root)
     # FP8 fixtures quantize the fixtures written above (scripts/fixture_fp8.py).
     fp8 = [f for f in wanted if f in fixture_fp8.FP8_FIXTURES]
     if fp8:
         fixture_fp8.main(fp8, out_root)
+    # MTP fixtures append a layer to the fixtures written above (scripts/fixture_mtp.py).
+    mtp = [f for f in wanted if f in fixture_mtp.MTP_FIXTURES]
+    if mtp:
+        fixture_mtp.main(mtp, out_root)
 
 
 if __name__ == "__main__":

@@ -274,7 +274,7 @@ pub struct BenchDraftArgs {
     /// `ORG/NAME[:QUANT]` (from the hub cache, pulled when missing).
     #[arg(long)]
     pub model: PathBuf,
-    /// Drafter: ngram, early-exit:N or model:DIR.
+    /// Drafter: ngram, mtp (the checkpoint's own MTP head), early-exit:N or model:DIR.
     #[arg(long, default_value = "ngram")]
     pub draft: String,
     /// Most draft tokens per round.

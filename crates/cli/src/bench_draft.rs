@@ -14,7 +14,9 @@ use std::sync::mpsc::channel;
 use std::time::Instant;
 use tf_backend::Backend;
 use tf_core::TokenIds;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter};
+use tf_engine::engine::{
+    DraftConfig, DraftKind, DraftNet, EngineConfig, EngineHandle, Event, GenRequest, spawn_with_drafter,
+};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -25,9 +27,10 @@ const FREE_TASK: &str = "Once upon a time, in a small village by the sea, there 
 fn kind(s: &str) -> Result<DraftKind, Failure> {
     match (s, s.strip_prefix("early-exit:").and_then(|n| n.parse().ok())) {
         ("ngram", _) => Ok(DraftKind::Ngram),
+        ("mtp", _) => Ok(DraftKind::Mtp),
         (_, Some(n)) => Ok(DraftKind::EarlyExit(n)),
         _ if s.starts_with("model:") => Ok(DraftKind::Model),
-        _ => Err(refused(format!("--draft {s}: expected ngram, early-exit:N or model:DIR"))),
+        _ => Err(refused(format!("--draft {s}: expected ngram, mtp, early-exit:N or model:DIR"))),
     }
 }
 
@@ -68,7 +71,7 @@ fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failur
     {
         let draft = DraftConfig { kind: kind(&a.draft)?, num_tokens: a.num_draft_tokens.max(1) };
         let dm = match a.draft.strip_prefix("model:") {
-            Some(d) => Some(Model::open(Path::new(d), &b).map_err(refused)?),
+            Some(d) => Some(DraftNet::Model(Box::new(Model::open(Path::new(d), &b).map_err(refused)?))),
             None => None,
         };
         let m = Model::open(&a.model, &b).map_err(refused)?;

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tf_backend::Backend;
 use tf_core::LoadProgress;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter, state_bytes};
+use tf_engine::engine::{DraftConfig, DraftKind, DraftNet, EngineConfig, spawn_with_drafter, state_bytes};
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 use tf_server::auth::ApiKey;
@@ -101,9 +101,15 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     }
     load::cap_context(&mut model, a.max_model_len)?;
     let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
-    let draft_model = match draft_dir {
-        Some(d) => Some(Model::open(d, &backend).map_err(refused)?),
+    let drafter = match draft_dir {
+        Some(d) => Some(DraftNet::Model(Box::new(Model::open(d, &backend).map_err(refused)?))),
+        // Loaded before the KV budget is measured, which its weights come out of.
+        None if a.draft == "mtp" => Some(DraftNet::Mtp(Box::new(model.load_mtp(&backend).map_err(refused)?))),
         None => None,
+    };
+    let draft_model = match &drafter {
+        Some(DraftNet::Model(d)) => Some(&**d),
+        _ => None,
     };
     let free_after = backend.memory_info().map(|(free, _)| free);
     let weight_bytes = match (free_before, free_after) {
@@ -112,13 +118,17 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     };
     let block_size = a.block_size as usize;
     let per_token = model.decoder.kv_bytes_per_token(backend.kv_dtype())
-        + draft_model.as_ref().map_or(0, |d| d.decoder.kv_bytes_per_token(backend.kv_dtype()));
+        + match &drafter {
+            Some(DraftNet::Model(d)) => d.decoder.kv_bytes_per_token(backend.kv_dtype()),
+            Some(DraftNet::Mtp(h)) => h.kv_bytes_per_token(backend.kv_dtype()),
+            None => 0,
+        };
     let block_bytes = (per_token * block_size) as u64;
     let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
     // Recurrent layers' state slots come out of the same budget, before the blocks.
     let state = state_memory(
         &model,
-        draft_model.as_ref(),
+        draft_model,
         a,
         usize::try_from(a.sched_limits(free_after.is_some()).max_num_seqs).unwrap_or(usize::MAX),
     );
@@ -167,12 +177,13 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     let kind = match a.draft.strip_prefix("early-exit:").and_then(|n| n.parse().ok()) {
         Some(n) => DraftKind::EarlyExit(n),
         None if a.draft == "ngram" => DraftKind::Ngram,
+        None if a.draft == "mtp" => DraftKind::Mtp,
         None if draft_model.is_some() => DraftKind::Model,
         None => DraftKind::Off,
     };
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };
     let cfg = EngineConfig { num_blocks, block_size, sched, draft, overlap: a.overlap };
-    let (engine, thread) = spawn_with_drafter(model, draft_model, backend, cfg).map_err(refused)?;
+    let (engine, thread) = spawn_with_drafter(model, drafter, backend, cfg).map_err(refused)?;
     let limits = limits(a, engine.max_seq_tokens, sched.max_num_seqs);
     let template = chat.template.map(|t| t.with_fuel(Some(a.chat_template_fuel)));
     let result = server.serve(engine.clone(), info, template, limits, |addr| {

@@ -5,7 +5,7 @@
 //! and drafts are actually accepted.
 
 use tf_cpu::CpuBackend;
-use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
+use tf_engine::engine::{DraftConfig, DraftKind, DraftNet, EngineConfig, spawn_with_drafter};
 use tf_models::Model;
 use tf_testkit::{
     DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_drafted_equals_undrafted, check_self_drafting_accepts_all, config,
@@ -59,6 +59,6 @@ fn draft_model_with_another_vocabulary_is_refused() {
     let m = Model::open(&fixture("qwen3"), &b).unwrap();
     let d = Model::open(&tiny, &b).unwrap();
     let cfg = EngineConfig { draft: DraftConfig { kind: DraftKind::Model, num_tokens: 4 }, ..config(16, 64, 32, true) };
-    let err = spawn_with_drafter(m, Some(d), b, cfg);
+    let err = spawn_with_drafter(m, Some(DraftNet::Model(Box::new(d))), b, cfg);
     assert!(err.err().unwrap().to_string().contains("vocabulary"));
 }

@@ -19,10 +19,11 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_core::TokenIds;
-use tf_models::{Batch, Cache, Model};
+use tf_models::{Batch, Cache, Model, MtpHead};
 
 mod constrain;
 mod draft_model;
+mod mtp;
 mod overlap;
 mod pick;
 mod prompt_logprobs;
@@ -30,6 +31,7 @@ mod session_ops;
 mod speculate;
 mod state;
 use draft_model::DraftModel;
+use mtp::MtpDrafter;
 pub use state::{state_bytes, state_layout};
 
 /// Why a sequence ended.
@@ -293,24 +295,42 @@ pub fn spawn<B: Backend + 'static>(
     spawn_with_drafter(model, None, backend, cfg)
 }
 
-/// Starts the engine thread with a draft model (same vocabulary) for `DraftKind::Model`.
+/// What drafts for [`DraftKind::Model`] (a smaller checkpoint of the same vocabulary) or
+/// [`DraftKind::Mtp`] (the target's multi-token-prediction head).
+pub enum DraftNet<B: Backend> {
+    /// A draft model.
+    Model(Box<Model<B>>),
+    /// The target checkpoint's MTP head ([`Model::load_mtp`]).
+    Mtp(Box<MtpHead<B>>),
+}
+
+/// Starts the engine thread with what `cfg.draft.kind` drafts with: a draft model for
+/// `DraftKind::Model`; for `DraftKind::Mtp` the MTP head given, else the one the target's
+/// checkpoint holds (loaded here).
 pub fn spawn_with_drafter<B: Backend + 'static>(
     model: Model<B>,
-    draft_model: Option<Model<B>>,
+    drafter: Option<DraftNet<B>>,
     backend: B,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
     let layout = state_layout(&model, &cfg);
     let num_slots = layout.map_or(0, |l| l.num_slots());
     let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, num_slots)?;
-    let draft_model = match (cfg.draft.kind, draft_model) {
-        (DraftKind::Model, Some(d)) => Some(DraftModel::new(&model, d, &backend, &cfg)?),
-        (DraftKind::Model, None) => {
-            return Err(tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(
-                "--draft model needs a draft checkpoint".into(),
-            )));
+    let refuse = |msg: &str| tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into()));
+    let (draft_model, mtp) = match (cfg.draft.kind, drafter) {
+        (DraftKind::Model, Some(DraftNet::Model(d))) => (Some(DraftModel::new(&model, *d, &backend, &cfg)?), None),
+        (DraftKind::Model, _) => return Err(refuse("--draft model needs a draft checkpoint")),
+        (DraftKind::Mtp, Some(DraftNet::Model(_))) => {
+            return Err(refuse("--draft mtp drafts with the target's own MTP head, not a draft model"));
         }
-        _ => None,
+        (DraftKind::Mtp, head) => {
+            let head = match head {
+                Some(DraftNet::Mtp(h)) => *h,
+                _ => model.load_mtp(&backend)?,
+            };
+            (None, Some(MtpDrafter::new(&model, head, &backend, &cfg)?))
+        }
+        _ => (None, None),
     };
     let (tx, rx) = channel();
     let stats = Arc::new(EngineStats::default());
@@ -327,6 +347,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         draft: cfg.draft,
         drafter,
         draft_model,
+        mtp,
         model,
         backend,
         cache,
@@ -351,6 +372,8 @@ struct Core<B: Backend> {
     draft: DraftConfig,
     drafter: Option<Box<dyn Drafter>>,
     draft_model: Option<DraftModel<B>>,
+    /// The MTP drafter (`DraftKind::Mtp`).
+    mtp: Option<MtpDrafter<B>>,
     model: Model<B>,
     backend: B,
     cache: Cache<B>,
@@ -458,6 +481,9 @@ impl<B: Backend> Core<B> {
         if let Some(d) = self.draft_model.as_mut() {
             d.forget(id);
         }
+        if let Some(d) = self.mtp.as_mut() {
+            d.forget(id);
+        }
         if let Some(save) = self.saves.remove(&id) {
             let _ = save.reply.send(Err("the engine stopped before the session was saved".into()));
         }
@@ -476,6 +502,8 @@ impl<B: Backend> Core<B> {
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut q_start = 0;
         let mut prompt_rows = Vec::new();
+        // (sequence, first position, first row, rows) of the entries whose hidden rows the MTP drafter keeps
+        let mut mtp_rows = Vec::new();
         for e in plan {
             let Some(s) = self.sched.seq(e.seq) else {
                 continue;
@@ -498,6 +526,9 @@ impl<B: Backend> Core<B> {
                     .map(|p| s.block_table[p / block_size] as usize * block_size + p % block_size),
             );
             seqs.push(SeqAttn { q_start, q_len: e.num_tokens, start_pos: e.start, block_table: s.block_table.clone() });
+            if self.mtp.is_some() && self.active.get(&e.seq).is_some_and(|a| a.draft_k > 0) {
+                mtp_rows.push((e.seq, e.start, q_start, e.num_tokens));
+            }
             q_start += e.num_tokens;
             if e.wants_logits {
                 rows.extend(q_start - 1 - e.draft.len()..q_start);
@@ -518,11 +549,18 @@ impl<B: Backend> Core<B> {
             Some((held, picks)) => (picks, Some(held)),
             None => (&ids[..], None),
         };
-        self.model.decoder.forward(
-            &self.backend,
-            &Batch { ids, meta: &meta, logits_rows: &rows, held },
-            &mut self.cache,
-        )
+        let batch = Batch { ids, meta: &meta, logits_rows: &rows, held };
+        let Some(mtp) = self.mtp.as_mut() else {
+            return self.model.decoder.forward(&self.backend, &batch, &mut self.cache);
+        };
+        let (logits, hidden) = self.model.decoder.forward_hidden(&self.backend, &batch, &mut self.cache);
+        if !mtp_rows.is_empty() {
+            let (host, w) = (self.backend.download(&hidden), self.model.decoder.spec.hidden_size);
+            for (seq, start, q, n) in mtp_rows {
+                mtp.record(seq, start, &host[q * w..(q + n) * w]);
+            }
+        }
+        logits
     }
 
     fn round(&mut self, plan: &[RoundEntry]) {

@@ -123,6 +123,32 @@ impl<B: Backend> Decoder<B> {
     /// Runs only the first `num_layers` layers, then the final norm and head (early-exit
     /// drafting); their K/V land in the same pools as a full forward would put them.
     pub fn forward_layers(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>, num_layers: usize) -> B::Act {
+        let h = self.residual(b, batch, cache, num_layers);
+        self.head(b, &h, batch.logits_rows)
+    }
+
+    /// [`Decoder::forward`], and the final norm's output on every row `(tokens, hidden)`: the
+    /// hidden states an MTP head reads (`crate::mtp`). The logits are the same bits as
+    /// `forward`'s.
+    pub fn forward_hidden(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>) -> (B::Act, B::Act) {
+        let h = self.residual(b, batch, cache, self.layers.len());
+        let s = &self.spec;
+        let normed = b.rms_norm(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus);
+        (self.head(b, &h, batch.logits_rows), normed)
+    }
+
+    /// The embedding table.
+    pub(crate) fn embed_table(&self) -> &B::Mat {
+        &self.embed
+    }
+
+    /// The head's weight (the embedding table where it is tied).
+    pub(crate) fn head_weight(&self) -> &B::Mat {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The residual stream after the first `num_layers` layers of round `batch`.
+    fn residual(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>, num_layers: usize) -> B::Act {
         let positions = batch.meta.positions();
         let s = &self.spec;
         let round = Round {
@@ -135,10 +161,9 @@ impl<B: Backend> Decoder<B> {
             group: s.num_heads / s.num_kv_heads.max(1),
         };
         let state = &mut cache.state;
-        let h = b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
+        b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
             self.run_layers(b, r, &mut Caches { kv, state: &mut state[..], shared: Vec::new() }, num_layers)
-        });
-        self.head(b, &h, batch.logits_rows)
+        })
     }
 
     /// The embedding and the first `num_layers` layers over round `r`: the residual stream after them.
@@ -179,7 +204,7 @@ impl<B: Backend> Decoder<B> {
             picked = b.select_rows(h, logits_rows);
             &picked
         };
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let head = self.head_weight();
         let mut logits = b
             .norm_matmul_many(h, &self.norm, s.rms_norm_eps, s.norm_one_plus, &[head])
             .pop()

@@ -7,6 +7,7 @@ use crate::error::ModelError;
 use crate::fingerprint::{self, Part};
 use crate::gguf::{self, GgufSource};
 use crate::limits::{self, TensorBounds};
+use crate::mtp::MtpHead;
 use crate::registry::spec_for;
 use crate::weights::Loader;
 use std::path::{Path, PathBuf};
@@ -136,6 +137,20 @@ impl<B: Backend> Model<B> {
             .collect();
         let fingerprint = fingerprint::of_parts(&config_bytes, parts);
         Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
+    }
+
+    /// Loads the multi-token-prediction head its checkpoint holds beside the decoder
+    /// (`crate::mtp`) onto `backend`: the drafter of `--draft mtp`. A GGUF file or a checkpoint
+    /// without one is refused by name.
+    pub fn load_mtp(&self, backend: &B) -> Result<MtpHead<B>, ModelError> {
+        if crate::locate::locate(&self.dir)? != crate::locate::ModelPath::HfDir {
+            let msg = format!("{}: a GGUF file holds no MTP layers this loader reads", self.dir.display());
+            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
+        }
+        let config = RawConfig::read(&self.dir.join("config.json"))?;
+        let ckpt = Checkpoint::open(&self.dir)?;
+        let fp8 = crate::quant_config::fp8_config(&config)?;
+        MtpHead::load(&self.decoder.spec, &Loader::new(&ckpt, &self.dir, backend).with_fp8(fp8))
     }
 }
 

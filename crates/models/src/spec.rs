@@ -238,6 +238,18 @@ pub struct ModelSpec {
     /// Sparse layers run the dense MLP beside their experts (Gemma 4's `enable_moe_block`,
     /// `blocks/dense_moe.rs`).
     pub dense_beside_experts: bool,
+    /// The multi-token-prediction layers the checkpoint holds after the decoder's (`mtp.rs`).
+    pub mtp: Option<MtpSpec>,
+}
+
+/// A checkpoint's multi-token-prediction layers (DeepSeek V3's and GLM-4.x's
+/// `num_nextn_predict_layers`), loaded only for drafting (`crate::mtp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MtpSpec {
+    /// How many depths the checkpoint holds, as `model.layers.{num_layers + j}.`.
+    pub num_layers: usize,
+    /// Whether their channel mixer is the routed experts (else the dense MLP).
+    pub sparse: bool,
 }
 
 /// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).
@@ -518,6 +530,7 @@ impl Common {
             kv_shared_from: None,
             wide_mlp_from: None,
             dense_beside_experts: false,
+            mtp: None,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

@@ -184,6 +184,22 @@ impl<'a, B: Backend> Loader<'a, B> {
         Err(ModelError::Unused { dir: self.dir.clone(), tensors: unused })
     }
 
+    /// Refuses tensors named under `prefix` that nothing took (a part loaded on its own, such as
+    /// the MTP layers, checks its own names).
+    pub fn refuse_unused_under(&self, prefix: &str) -> Result<(), ModelError> {
+        let Some(names) = self.ckpt.names() else { return Ok(()) };
+        let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unused: Vec<String> = names
+            .into_iter()
+            .filter(|n| n.starts_with(prefix) && !taken.contains(n) && !n.ends_with(".rotary_emb.inv_freq"))
+            .collect();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        unused.sort();
+        Err(ModelError::Unused { dir: self.dir.clone(), tensors: unused })
+    }
+
     /// A weight vector of `len` values.
     pub fn vec(&self, name: &str, len: usize) -> Result<B::Vec, ModelError> {
         Ok(self.backend.vec(&self.vec_values(name, &[len])?))

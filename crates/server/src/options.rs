@@ -151,8 +151,9 @@ pub struct ServeArgs {
     /// Speculative decoding drafter; output is identical with or without it (a request opts out
     /// with `"draft": false`).
     ///
-    /// Accepts: off, ngram (prompt lookup), early-exit:N (the model's first N layers + head),
-    /// model:DIR (a smaller checkpoint with the same vocabulary).
+    /// Accepts: off, ngram (prompt lookup), mtp (the checkpoint's own multi-token-prediction
+    /// layer), early-exit:N (the model's first N layers + head), model:DIR (a smaller checkpoint
+    /// with the same vocabulary).
     #[arg(long, default_value = "off", value_parser = parse_draft)]
     pub draft: String,
     /// Most draft tokens verified per round (adapted per sequence between 1 and this).
@@ -397,12 +398,12 @@ fn field_of(long_help: &str, label: &str) -> Option<String> {
     Some(rest[..end].trim().trim_end_matches('.').to_string())
 }
 
-/// Checks a `--draft` value: `off`, `ngram`, `early-exit:N` with N >= 1, or `model:PATH`.
+/// Checks a `--draft` value: `off`, `ngram`, `mtp`, `early-exit:N` with N >= 1, or `model:PATH`.
 fn parse_draft(s: &str) -> Result<String, String> {
-    let ok = matches!(s, "off" | "ngram")
+    let ok = matches!(s, "off" | "ngram" | "mtp")
         || s.strip_prefix("model:").is_some_and(|p| !p.is_empty())
         || s.strip_prefix("early-exit:").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n >= 1);
-    if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram, early-exit:N or model:DIR")) }
+    if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram, mtp, early-exit:N or model:DIR")) }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use tf_backend::Backend;
-use tf_engine::engine::{EngineConfig, EngineHandle, Event, GenRequest, TokenEvent, spawn_with_drafter};
+use tf_engine::engine::{DraftNet, EngineConfig, EngineHandle, Event, GenRequest, TokenEvent, spawn_with_drafter};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
@@ -121,7 +121,8 @@ pub fn engine_with_drafter<B: Backend + 'static>(
     let backend = new_backend();
     let open = |f: &str| Model::open(&fixture(f), &backend).unwrap_or_else(|e| panic!("{f}: {e}"));
     let (model, draft_model) = (open(family), drafter.map(open));
-    spawn_with_drafter(model, draft_model, backend, cfg).unwrap_or_else(|e| panic!("{family}: engine: {e}")).0
+    let drafter = draft_model.map(|d| DraftNet::Model(Box::new(d)));
+    spawn_with_drafter(model, drafter, backend, cfg).unwrap_or_else(|e| panic!("{family}: engine: {e}")).0
 }
 
 /// One request of a check.

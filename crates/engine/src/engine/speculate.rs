@@ -28,6 +28,9 @@ pub enum DraftKind {
     EarlyExit(usize),
     /// A smaller checkpoint with the same vocabulary, with its own KV pool.
     Model,
+    /// The target checkpoint's multi-token-prediction head over the target's hidden rows, with
+    /// its own KV pool (mtp.rs).
+    Mtp,
 }
 
 /// Speculative decoding settings.
@@ -49,7 +52,7 @@ impl DraftConfig {
     /// The drafter this config names.
     pub fn drafter(&self) -> Option<Box<dyn Drafter>> {
         match self.kind {
-            DraftKind::Off | DraftKind::EarlyExit(_) | DraftKind::Model => None,
+            DraftKind::Off | DraftKind::EarlyExit(_) | DraftKind::Model | DraftKind::Mtp => None,
             DraftKind::Ngram => Some(Box::new(NgramDrafter::default())),
         }
     }
@@ -63,6 +66,9 @@ impl<B: Backend> Core<B> {
         }
         if self.draft_model.is_some() {
             return self.model_drafts();
+        }
+        if self.mtp.is_some() {
+            return self.mtp_drafts();
         }
         let Some(drafter) = self.drafter.as_mut() else { return };
         let t = Instant::now();

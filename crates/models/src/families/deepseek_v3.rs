@@ -3,7 +3,8 @@
 //! and one shared rope key, `rope_interleave`, YaRN with `mscale` / `mscale_all_dim` scaling the
 //! softmax), and GLM-4.5's experts (glm4_moe.rs: sigmoid, group-limited, biased choice, scaled,
 //! shared experts, `first_k_dense_replace` dense layers). Its layers cache the latent row per
-//! token, not the expanded K/V. The `num_nextn_predict_layers` MTP layers are left unread.
+//! token, not the expanded K/V. The `num_nextn_predict_layers` MTP layers are read only for
+//! drafting (`crate::mtp`).
 
 use crate::config::{RawConfig, yarn_mscale};
 use crate::error::ModelError;
@@ -93,6 +94,7 @@ mod tests {
         let moe = s.moe.expect("moe");
         assert_eq!((moe.n_group, moe.sparse_layers), (2, vec![false, true, true]));
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
+        assert_eq!(s.mtp, Some(crate::spec::MtpSpec { num_layers: 1, sparse: true }));
         // mscale(4, 0.8)^2 / sqrt(40), and the rope's attention factor mscale(4, 1) / mscale(4, 0.8).
         let ms = |m: f32| 0.1 * m * 4f32.ln() + 1.0;
         assert!((s.attn_scale - ms(0.8) * ms(0.8) / 40f32.sqrt()).abs() < 1e-6);

@@ -5,11 +5,12 @@
 //! `e_score_correction_bias` for choosing, group-limited (`n_group`, `topk_group`),
 //! renormalised (`norm_topk_prob`, +1e-20), scaled (`routed_scaling_factor`), plus
 //! `n_shared_experts` shared experts as one MLP. The `num_nextn_predict_layers` MTP layers a
-//! checkpoint holds after the decoder's layers are left unread (not a drafter yet).
+//! checkpoint holds after the decoder's layers are left unread by the decoder and loaded only
+//! for drafting (`crate::mtp`).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, ModelSpec, MoeSpec, SharedExperts, activation, partial_rope};
+use crate::spec::{Common, ModelSpec, MoeSpec, MtpSpec, SharedExperts, activation, partial_rope};
 use serde_json::Value;
 use tf_backend::{Activation, MoeScoring};
 
@@ -60,6 +61,7 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
     let key = "num_nextn_predict_layers";
     let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
+    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse: spec.num_layers >= first_dense });
     Ok(())
 }
 

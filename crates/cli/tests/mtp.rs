@@ -1,0 +1,244 @@
+//! Multi-token-prediction drafting (`--draft mtp`): the MTP heads of the glm4_moe_mtp and
+//! deepseek_v3_mtp fixtures against the reference scripts/fixture_mtp.py computes from
+//! transformers' modules, chunked == whole, drafted == undrafted, a head that repeats its input
+//! token getting drafts accepted, and what is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tf_backend::{AttnMeta, Backend, RefBackend};
+use tf_cpu::CpuBackend;
+use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
+use tf_formats::SafetensorsFile;
+use tf_models::{Batch, Model};
+use tf_testkit::{check_drafted_equals_undrafted, config, fixture, golden};
+
+const FIXTURES: [&str; 2] = ["glm4_moe_mtp", "deepseek_v3_mtp"];
+
+/// Largest |ours - reference| allowed on an MTP logit (as the golden tests allow on the target's).
+const TOL: f32 = 1e-4;
+
+/// The MTP logits of every position but the last of `ids` on `b`, fed to the head in chunks of
+/// `chunk` rows: `[len - 1, vocab]` row-major.
+fn mtp_logits<B: Backend>(b: &B, m: &Model<B>, ids: &[u32], chunk: usize) -> Vec<f32> {
+    let head = m.load_mtp(b).unwrap_or_else(|e| panic!("{}: {e}", m.dir.display()));
+    let (n, blocks) = (ids.len(), ids.len().div_ceil(16));
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut cache = m.decoder.alloc_cache(b, blocks, 16, 1).unwrap();
+    let meta = AttnMeta::single(0, n, table.clone(), 16);
+    let batch = Batch { ids, meta: &meta, logits_rows: &[n - 1], held: None };
+    let (_, hidden) = m.decoder.forward_hidden(b, &batch, &mut cache);
+    let hidden = b.download(&hidden);
+    let w = m.decoder.spec.hidden_size;
+    let mut mtp_cache = head.alloc_cache(b, blocks, 16).unwrap();
+    let mut out = Vec::new();
+    for start in (0..n - 1).step_by(chunk) {
+        let len = chunk.min(n - 1 - start);
+        let meta = AttnMeta::single(start, len, table.clone(), 16);
+        let rows: Vec<usize> = (0..len).collect();
+        let batch = Batch { ids: &ids[start + 1..start + 1 + len], meta: &meta, logits_rows: &rows, held: None };
+        let h = b.upload(&hidden[start * w..(start + len) * w], len, w);
+        let (logits, _) = head.forward(b, &m.decoder, &batch, &h, &mut mtp_cache);
+        out.extend(b.download(&logits));
+    }
+    out
+}
+
+fn check_reference<B: Backend>(b: &B) {
+    for family in FIXTURES {
+        let dir = fixture(family);
+        let m = Model::open(&dir, b).unwrap();
+        let g = golden(&dir);
+        let want = SafetensorsFile::open(&dir.join("mtp_golden.safetensors")).unwrap();
+        let mut compared = 0;
+        for (i, raw) in g.prompts.iter().enumerate() {
+            let Some(t) = want.tensor(&format!("mtp_logits_{i}")).unwrap() else { continue };
+            let ids = m.vocab.check(raw).unwrap();
+            let got = mtp_logits(b, &m, ids.as_slice(), usize::MAX);
+            let want = t.to_f32();
+            assert_eq!(got.len(), want.len(), "{family} prompt {i}");
+            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            eprintln!("{family} [{}] prompt {i}: max |MTP logit err| = {err:.2e}", b.name());
+            assert!(err <= TOL, "{family} prompt {i}: MTP logit error {err} > {TOL}");
+            compared += 1;
+        }
+        assert!(compared >= 3, "{family}: {compared} prompts compared");
+    }
+}
+
+#[test]
+fn mtp_heads_match_the_reference() {
+    check_reference(&RefBackend);
+    check_reference(&CpuBackend::new(2).unwrap());
+}
+
+#[test]
+fn mtp_in_chunks_equals_whole() {
+    let b = CpuBackend::new(2).unwrap();
+    for family in FIXTURES {
+        let m = Model::open(&fixture(family), &b).unwrap();
+        let g = golden(&fixture(family));
+        let longest = g.prompts.iter().max_by_key(|p| p.len()).unwrap();
+        let ids = m.vocab.check(longest).unwrap();
+        let whole = mtp_logits(&b, &m, ids.as_slice(), usize::MAX);
+        for chunk in [1, 3, 7] {
+            assert!(mtp_logits(&b, &m, ids.as_slice(), chunk) == whole, "{family}: chunks of {chunk}");
+        }
+    }
+}
+
+#[test]
+fn mtp_drafted_equals_undrafted() {
+    let cpu = || CpuBackend::new(1).unwrap();
+    for family in FIXTURES {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&cpu, family, DraftKind::Mtp, None, seeded);
+        }
+    }
+}
+
+/// An edit of one tensor's f32 values, given its name and shape.
+type Edit<'a> = &'a dyn Fn(&str, &[usize], &mut [f32]);
+
+/// Rewrites `dir`'s model.safetensors with `edit` applied to each tensor's f32 values (by name).
+fn edit_tensors(dir: &Path, edit: Edit<'_>) {
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in st.tensors() {
+        let shape = view.shape().to_vec();
+        assert_eq!(view.dtype(), safetensors::Dtype::BF16, "{name}");
+        let mut v: Vec<f32> =
+            view.data().chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+        edit(&name, &shape, &mut v);
+        out.push((name, shape, v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = out
+        .iter()
+        .map(|(n, s, d)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d).unwrap())
+        })
+        .collect();
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+}
+
+/// A copy of fixture `family`.
+fn copy_of(family: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(family)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    tmp
+}
+
+/// The glm4_moe_mtp fixture with an MTP head that repeats its input token: the layer adds
+/// nothing (its output projections are zero), `eh_proj` passes the normed embedding through and
+/// drops the hidden row, its norms are ones, and its own head (`shared_head.head`, added) is the
+/// embedding table, so each draft is the token fed (random embeddings are far more similar to
+/// themselves than to each other).
+fn repeating_head() -> tempfile::TempDir {
+    let d = copy_of("glm4_moe_mtp");
+    rewrite(d.path(), "model.layers.3.shared_head.head.weight", Some(&[512, 64]));
+    let bytes = std::fs::read(d.path().join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let embed = st.tensor("model.embed_tokens.weight").unwrap().data().to_vec();
+    let embed: Vec<f32> = embed.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+    edit_tensors(d.path(), &|name, shape, v| {
+        let Some(rest) = name.strip_prefix("model.layers.3.") else { return };
+        if rest == "eh_proj.weight" {
+            let (rows, cols) = (shape[0], shape[1]);
+            for r in 0..rows {
+                for c in 0..cols {
+                    v[r * cols + c] = if c == r { 1.0 } else { 0.0 };
+                }
+            }
+        } else if rest.ends_with("o_proj.weight") || rest.ends_with("down_proj.weight") {
+            v.iter_mut().for_each(|x| *x = 0.0);
+        } else if rest == "shared_head.head.weight" {
+            v.copy_from_slice(&embed);
+        } else if ["enorm.weight", "hnorm.weight", "shared_head.norm.weight"].contains(&rest) {
+            v.iter_mut().for_each(|x| *x = 1.0);
+        }
+    });
+    d
+}
+
+#[test]
+fn a_head_repeating_its_input_gets_drafts_accepted() {
+    let d = repeating_head();
+    let cpu = || CpuBackend::new(1).unwrap();
+    // fixture() joins the fixtures directory with this absolute path: the path itself.
+    let family = d.path().to_str().unwrap();
+    let counts = check_drafted_equals_undrafted(&cpu, family, DraftKind::Mtp, None, false);
+    assert!(counts.accepted > 0, "the tiny model repeats tokens greedily, and so does this head: {counts:?}");
+}
+
+#[test]
+fn mtp_drafting_without_mtp_layers_is_refused() {
+    let b = CpuBackend::new(1).unwrap();
+    let m = Model::open(&fixture("qwen3"), &b).unwrap();
+    let cfg = EngineConfig { draft: DraftConfig { kind: DraftKind::Mtp, num_tokens: 4 }, ..config(16, 64, 32, true) };
+    let err = spawn_with_drafter(m, None, b, cfg).err().expect("refused").to_string();
+    assert!(err.contains("no multi-token-prediction layers"), "{err}");
+    // And through the command line: one line, exit 2.
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["bench-draft", "--draft", "mtp", "--gen-len", "4", "--model"])
+        .arg(fixture("qwen3"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no multi-token-prediction layers") && !stderr.contains("panicked"), "{stderr}");
+}
+
+/// Spawning an MTP-drafting engine over `dir`: the refusal's text.
+fn spawn_error(dir: &Path) -> String {
+    let b = CpuBackend::new(1).unwrap();
+    let m = Model::open(dir, &b).unwrap();
+    let cfg = EngineConfig { draft: DraftConfig { kind: DraftKind::Mtp, num_tokens: 4 }, ..config(16, 64, 32, true) };
+    spawn_with_drafter(m, None, b, cfg).err().expect("refused").to_string()
+}
+
+#[test]
+fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
+    // eh_proj of the wrong width.
+    let d = copy_of("glm4_moe_mtp");
+    rewrite(d.path(), "model.layers.3.eh_proj.weight", Some(&[64, 64]));
+    let err = spawn_error(d.path());
+    assert!(err.contains("model.layers.3.eh_proj.weight") && err.contains("64"), "{err}");
+    // A missing norm.
+    let d = copy_of("glm4_moe_mtp");
+    rewrite(d.path(), "model.layers.3.hnorm.weight", None);
+    assert!(spawn_error(d.path()).contains("model.layers.3.hnorm.weight"));
+    // A tensor under the layer that nothing reads.
+    let d = copy_of("deepseek_v3_mtp");
+    rewrite(d.path(), "model.layers.3.extra_proj.weight", Some(&[4, 4]));
+    assert!(spawn_error(d.path()).contains("model.layers.3.extra_proj.weight"));
+    // Two depths.
+    let d = copy_of("glm4_moe_mtp");
+    let path = d.path().join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 2.into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(spawn_error(d.path()).contains("2 MTP depths"));
+}
+
+/// Replaces tensor `name` of `dir`'s checkpoint by zeros of `shape`, or removes it (`None`).
+fn rewrite(dir: &Path, name: &str, shape: Option<&[usize]>) {
+    let path: PathBuf = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let zeros = vec![0u8; shape.map_or(0, |s| s.iter().product::<usize>() * 2)];
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().filter(|(n, _)| n != name).map(|(n, v)| (n.to_string(), v)).collect();
+    if let Some(shape) = shape {
+        views.push((
+            name.into(),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, shape.to_vec(), &zeros).unwrap(),
+        ));
+    }
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+}

@@ -1,0 +1,155 @@
+//! Multi-token-prediction heads, read from the target's own checkpoint (DeepSeek V3's and
+//! GLM-4.x's `num_nextn_predict_layers` layers, `model.layers.{num_hidden_layers}.`): at
+//! position `p` a head takes the target's final hidden row there (after its final norm) and
+//! the embedding of the token at `p + 1`, each behind its own norm (`hnorm`, `enorm`), projects
+//! their concatenation back to the hidden width (`eh_proj`) and runs one decoder layer of the
+//! target's kind over it with its own KV pool; its norm (`shared_head.norm`) and head
+//! (`shared_head.head`, else the target's) give logits for the token at `p + 2`. The layer's
+//! output before that norm stands in for the target's hidden row at the next drafted position.
+//! The embedding is the head's own `embed_tokens` where the checkpoint has one, else the
+//! target's. A drafter proposes with it (the engine's `--draft mtp`); what it proposes changes
+//! speed only.
+
+use crate::blocks::{Block, CacheCounts, Caches};
+use crate::cache::Cache;
+use crate::decoder::{Batch, Decoder};
+use crate::error::ModelError;
+use crate::spec::{LayerKind, ModelSpec};
+use crate::weights::Loader;
+use tf_backend::{Backend, BackendError, KvShape, Round};
+
+/// A loaded MTP head (one depth).
+pub struct MtpHead<B: Backend> {
+    /// The target's spec with the MTP layer appended as layer `num_layers - 1`.
+    spec: ModelSpec,
+    /// Its own embedding table, where the checkpoint has one.
+    embed: Option<B::Mat>,
+    enorm: B::Vec,
+    hnorm: B::Vec,
+    /// `(hidden, 2 * hidden)`: the normed embedding and hidden row, concatenated, to the hidden width.
+    proj: B::Mat,
+    block: Block<B>,
+    norm: B::Vec,
+    /// Its own head, where the checkpoint has one.
+    head: Option<B::Mat>,
+    /// `(KV heads, head width)` of its one KV pool.
+    kv_shape: (usize, usize),
+    /// The backend's identity for these weights.
+    id: u64,
+}
+
+impl<B: Backend> MtpHead<B> {
+    /// Loads the first MTP depth of a checkpoint whose decoder is `target` (every tensor under
+    /// its prefix must be taken); refused by name where the checkpoint has none, or more than
+    /// one depth.
+    pub fn load(target: &ModelSpec, ld: &Loader<'_, B>) -> Result<MtpHead<B>, ModelError> {
+        let unsupported = |msg: String| ModelError::Backend(BackendError::Unsupported(msg));
+        let Some(m) = target.mtp else {
+            return Err(unsupported(format!(
+                "{} has no multi-token-prediction layers (num_nextn_predict_layers is 0 or absent): --draft mtp \
+                 needs a checkpoint that ships them",
+                target.architecture
+            )));
+        };
+        if m.num_layers != 1 {
+            return Err(unsupported(format!(
+                "{} MTP depths (num_nextn_predict_layers): drafting reads one depth, and only a checkpoint of one \
+                 is taken",
+                m.num_layers
+            )));
+        }
+        let layer = target.num_layers;
+        let mut spec = target.clone();
+        spec.num_layers = layer + 1;
+        spec.layer_kinds.push(LayerKind::Full);
+        if let Some(moe) = spec.moe.as_mut() {
+            moe.sparse_layers.push(m.sparse);
+        }
+        let hidden = spec.hidden_size;
+        let p = format!("{}{layer}.", spec.names.layers);
+        let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), hidden);
+        let own = |name: &str| {
+            let name = format!("{p}{name}.weight");
+            ld.has(&name).then(|| ld.mat(&name, spec.vocab_size, hidden)).transpose()
+        };
+        let block = Block::load(&spec, ld, layer, &mut CacheCounts::default())?;
+        let head = MtpHead {
+            embed: own("embed_tokens")?,
+            enorm: norm("enorm")?,
+            hnorm: norm("hnorm")?,
+            proj: ld.mat(&format!("{p}eh_proj.weight"), hidden, 2 * hidden)?,
+            block,
+            norm: norm("shared_head.norm")?,
+            head: own("shared_head.head")?,
+            kv_shape: spec.attn_shape(layer),
+            id: ld.fresh_id(),
+            spec,
+        };
+        ld.refuse_unused_under(&p)?;
+        Ok(head)
+    }
+
+    /// Its KV pool of `num_blocks` blocks of `block_size` tokens.
+    pub fn alloc_cache(&self, b: &B, num_blocks: usize, block_size: usize) -> Result<Cache<B>, ModelError> {
+        let (num_kv_heads, head_dim) = self.kv_shape;
+        b.check_kv_shapes(&[self.kv_shape])?;
+        let latent = self.spec.mla.is_some();
+        let kv = vec![b.kv(KvShape { num_blocks, block_size, num_kv_heads, head_dim, latent })?];
+        Ok(Cache { kv, state: Vec::new() })
+    }
+
+    /// Bytes of its KV cache per token in pools of `kv_dtype`.
+    pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
+        let parts = if self.spec.mla.is_some() { 1 } else { 2 };
+        parts * self.kv_shape.0 * self.kv_shape.1 * kv_dtype.size()
+    }
+
+    /// The head over `batch`: row `i` at position `p` takes the token `batch.ids[i]` (the one at
+    /// `p + 1`) and `hidden`'s row `i` (the target's final hidden row at `p`, or the head's own
+    /// output at `p - 1` when drafting further). Returns the logits of `batch.logits_rows` and
+    /// those rows' outputs before the head's norm (the hidden rows of the next step).
+    pub fn forward(
+        &self,
+        b: &B,
+        target: &Decoder<B>,
+        batch: &Batch<'_, B::Held>,
+        hidden: &B::Act,
+        cache: &mut Cache<B>,
+    ) -> (B::Act, B::Act) {
+        let s = &self.spec;
+        let (eps, one_plus) = (s.rms_norm_eps, s.norm_one_plus);
+        let positions = batch.meta.positions();
+        let round = Round {
+            replayable: false,
+            model: [self.id, 1],
+            ids: batch.ids,
+            held: None,
+            positions: &positions,
+            meta: batch.meta,
+            group: s.num_heads / s.num_kv_heads.max(1),
+        };
+        let state = &mut cache.state;
+        let h = b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
+            let table = self.embed.as_ref().unwrap_or(target.embed_table());
+            let e = b.rms_norm(&b.embed(table, r.ids, s.embed_scale), &self.enorm, eps, one_plus);
+            let g = b.rms_norm(hidden, &self.hnorm, eps, one_plus);
+            let mut x = b.matmul(&b.concat_heads(&e, &g, 1), &self.proj);
+            let mut caches = Caches { kv, state: &mut state[..], shared: Vec::new() };
+            if let Some(f) = self.block.run(b, s, &mut x, None, r.positions, r.meta, &mut caches) {
+                b.add_assign(&mut x, &f);
+            }
+            x
+        });
+        let rows = if batch.logits_rows.iter().copied().eq(0..b.shape(&h).0) {
+            h
+        } else {
+            b.select_rows(&h, batch.logits_rows)
+        };
+        let head = self.head.as_ref().unwrap_or(target.head_weight());
+        let logits = b
+            .norm_matmul_many(&rows, &self.norm, eps, one_plus, &[head])
+            .pop()
+            .unwrap_or_else(|| unreachable!("one weight, one output"));
+        (logits, rows)
+    }
+}

@@ -1,0 +1,207 @@
+"""MTP fixtures: existing tiny fixtures with one multi-token-prediction layer appended.
+
+Each one is written beside its source fixture (tests/fixtures/<source>/ must exist) as
+`tests/fixtures/<name>/`: the source's files with `num_nextn_predict_layers` 1 in config.json and
+the MTP layer's tensors added to model.safetensors as DeepSeek V3 and GLM-4.5 ship them, under
+`model.layers.{num_hidden_layers}.`: `enorm`, `hnorm`, `eh_proj` (hidden x 2 * hidden),
+`shared_head.norm`, optionally `embed_tokens` and `shared_head.head`, and one decoder layer of the
+family's kind (random, seeded, bfloat16 like the rest). The target's golden files are the
+source's (the decoder is unchanged; transformers does not read MTP layers).
+
+transformers runs no MTP layer, so `mtp_golden.safetensors` is computed here from transformers'
+own modules in float32, as vLLM's and SGLang's MTP modules compute it: for each golden prompt of
+n tokens, the target's final hidden states after its final norm (`model.model(...)
+.last_hidden_state`) at positions 0..n-2 and the embeddings of tokens 1..n-1, each normed
+(`hnorm`, `enorm`), concatenated (embedding first), projected by `eh_proj`, run through the
+family's decoder layer class (built with layer index num_hidden_layers, so its MLP is the routed
+experts) at positions 0..n-2 under a causal mask, then `shared_head.norm` and the head
+(`shared_head.head`, else the target's `lm_head`): `mtp_logits_{i}` is `[n - 1, vocab]` (none for a
+prompt of one token). No
+position is masked (vLLM zeroes the embedding at position 0; SGLang does not).
+
+Seeds are accepted only when every router call of those forwards separates its k-th and
+(k+1)-th biased score and its kept group by ROUTER_MARGIN, so an f32 implementation routes as
+transformers does.
+
+Called by make_fixtures.py (`--families glm4_moe_mtp deepseek_v3_mtp`), or alone:
+    python3 scripts/fixture_mtp.py [--out tests/fixtures] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+ROUTER_MARGIN = 0.002
+
+# name: (source fixture, whether the layer carries its own embed_tokens and shared_head.head, seed)
+MTP_FIXTURES = {
+    # GLM-4.5's layout: the head and embedding are the target's.
+    "glm4_moe_mtp": ("glm4_moe", False, 9101),
+    # DeepSeek V3's layout: the layer carries its own embed_tokens and shared_head.head (here
+    # perturbed copies of the target's, so reading the wrong table shows).
+    "deepseek_v3_mtp": ("deepseek_v3", True, 9202),
+}
+
+
+def decoder_layer_class(model):
+    return type(model.model.layers[-1])
+
+
+def random_layer(model, cfg, seed: int):
+    """A decoder layer of the target's kind at index num_hidden_layers, weights drawn as the
+    fixtures' perturbation draws them: matrices N(0, 0.02^2) * 2.5, norms 1 + N(0, 0.1^2), the
+    router's bias N(0, 0.15^2); rounded to bfloat16."""
+    g = torch.Generator().manual_seed(seed)
+    layer = decoder_layer_class(model)(cfg, layer_idx=cfg.num_hidden_layers).float().eval()
+    with torch.no_grad():
+        for name, p in sorted(layer.named_parameters(), key=lambda kv: kv[0]):
+            if p.dim() == 1:
+                v = 1.0 + 0.1 * torch.randn(p.shape, generator=g)
+            else:
+                v = 0.05 * torch.randn(p.shape, generator=g)
+            p.copy_(v.to(torch.bfloat16).float())
+        for name, b in sorted(layer.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((0.15 * torch.randn(b.shape, generator=g)).to(torch.bfloat16).float())
+    return layer
+
+
+def bf16_rand(shape, g, std: float, mean: float = 0.0) -> torch.Tensor:
+    return (mean + std * torch.randn(shape, generator=g)).to(torch.bfloat16)
+
+
+def checkpoint_names(layer) -> dict:
+    """The layer's tensors under the names checkpoints store: transformers keeps the experts
+    fused (`experts.gate_up_proj` [E, 2 * I, H], gate rows first; `experts.down_proj`
+    [E, H, I]) and saves them one per expert."""
+    out = {}
+    for k, v in layer.state_dict().items():
+        if k.endswith("inv_freq"):
+            continue
+        if k.endswith("experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            for e, w in enumerate(v):
+                gate, up = w.chunk(2, dim=0)
+                out[f"{base}{e}.gate_proj.weight"], out[f"{base}{e}.up_proj.weight"] = gate, up
+        elif k.endswith("experts.down_proj"):
+            base = k[: -len("down_proj")]
+            for e, w in enumerate(v):
+                out[f"{base}{e}.down_proj.weight"] = w
+        else:
+            out[k] = v
+    return out
+
+
+@torch.no_grad()
+def mtp_forward(model, layer, parts, ids: list[int], margins: list[float]):
+    """The MTP logits `[n - 1, vocab]` of prompt `ids` (module docstring); a prompt of one token has none."""
+    f = {k: v.float() for k, v in parts.items()}
+    x = torch.tensor([ids])
+    hidden = model.model(input_ids=x, use_cache=False).last_hidden_state[0, :-1]
+    table = f.get("embed_tokens.weight", model.model.embed_tokens.weight.float())
+    emb = table[x[0, 1:]]
+    eps = model.config.rms_norm_eps
+
+    def rms(v, w):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    h = torch.cat([rms(emb, f["enorm.weight"]), rms(hidden, f["hnorm.weight"])], dim=-1) @ f["eh_proj.weight"].T
+    n = h.shape[0]
+    pos = torch.arange(n)[None]
+    cos_sin = model.model.rotary_emb(h[None], pos)
+    mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+
+    def hook(mod, _inp, out):
+        # As scripts/fixture_families/glm4_moe.py's router_margin: the group choice and the
+        # k-th against the (k+1)-th biased score among the kept groups.
+        scores = out[0].float().sigmoid() + mod.e_score_correction_bias.float()
+        ng, tg, k = mod.num_group, mod.topk_group, mod.top_k
+        grouped = scores.view(-1, ng, scores.shape[-1] // ng)
+        gs = grouped.topk(2, dim=-1).values.sum(-1)
+        top_g = gs.topk(min(tg + 1, ng), dim=-1)
+        if tg < ng:
+            margins.append(float((top_g.values[:, tg - 1] - top_g.values[:, tg]).min()))
+        keep = torch.zeros_like(gs).scatter_(1, top_g.indices[:, :tg], 1.0).bool()
+        kept = grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).view(scores.shape)
+        top = kept.topk(k + 1, dim=-1).values
+        margins.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    routers = [m for m in layer.modules() if type(m).__name__.endswith("TopkRouter")]
+    assert routers, "the MTP layer routes"
+    handles = [m.register_forward_hook(hook) for m in routers]
+    out = layer(h[None], attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
+    for hd in handles:
+        hd.remove()
+    out = out[0] if isinstance(out, tuple) else out
+    head = f.get("shared_head.head.weight", model.lm_head.weight.float())
+    return rms(out[0], f["shared_head.norm.weight"]) @ head.T
+
+
+def build(name: str, out_root: Path) -> None:
+    source, own_tables, seed = MTP_FIXTURES[name]
+    src, out = out_root / source, out_root / name
+    cfg_json = json.loads((src / "config.json").read_text())
+    golden = json.loads((src / "golden.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    cfg = model.config
+    hidden, vocab = cfg.hidden_size, cfg.vocab_size
+    p = f"model.layers.{cfg.num_hidden_layers}."
+    for attempt in range(50):
+        g = torch.Generator().manual_seed(seed + 1000 * attempt)
+        layer = random_layer(model, cfg, seed + 1000 * attempt)
+        parts = {
+            "enorm.weight": bf16_rand([hidden], g, 0.1, 1.0),
+            "hnorm.weight": bf16_rand([hidden], g, 0.1, 1.0),
+            "eh_proj.weight": bf16_rand([hidden, 2 * hidden], g, 0.05),
+            "shared_head.norm.weight": bf16_rand([hidden], g, 0.1, 1.0),
+        }
+        if own_tables:
+            emb, head = model.model.embed_tokens.weight, model.lm_head.weight
+            parts["embed_tokens.weight"] = (emb + bf16_rand(emb.shape, g, 0.01).float()).to(torch.bfloat16)
+            parts["shared_head.head.weight"] = (head + bf16_rand(head.shape, g, 0.01).float()).to(torch.bfloat16)
+        margins: list[float] = []
+        logits = {
+            f"mtp_logits_{i}": mtp_forward(model, layer, parts, pr["ids"], margins).contiguous()
+            for i, pr in enumerate(golden["prompts"])
+            if len(pr["ids"]) >= 2
+        }
+        if min(margins) >= ROUTER_MARGIN:
+            break
+    else:
+        raise SystemExit(f"{name}: no seed separates the MTP layer's router choices by {ROUTER_MARGIN}")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    tensors = dict(load_file(src / "model.safetensors"))
+    tensors.update({p + k: v.to(torch.bfloat16).contiguous() for k, v in parts.items()})
+    tensors.update({p + k: v.to(torch.bfloat16).contiguous() for k, v in checkpoint_names(layer).items()})
+    save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps({**cfg_json, "num_nextn_predict_layers": 1}, indent=2) + "\n")
+    for f in ["generation_config.json", "tokenizer.json", "tokenizer_config.json", "golden.json", "golden.safetensors"]:
+        shutil.copy(src / f, out / f)
+    save_file(logits, str(out / "mtp_golden.safetensors"), metadata={"format": "pt"})
+    print(f"{name}: from {source}, seed {seed + 1000 * attempt}, own tables {own_tables}, min router margin {min(margins):.4f}")
+
+
+def main(names: list[str] | None, out_root: Path) -> None:
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    for name in names or list(MTP_FIXTURES):
+        build(name, out_root)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    root = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+    if args[:1] == ["--out"]:
+        root, args = Path(args[1]), args[2:]
+    main(args or None, root)
