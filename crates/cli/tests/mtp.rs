@@ -1,7 +1,8 @@
-//! Multi-token-prediction drafting (`--draft mtp`): the MTP heads of the glm4_moe_mtp and
-//! deepseek_v3_mtp fixtures against the reference scripts/fixture_mtp.py computes from
-//! transformers' modules, chunked == whole, drafted == undrafted, a head that repeats its input
-//! token getting drafts accepted, and what is refused.
+//! Multi-token-prediction drafting (`--draft mtp`): the MTP heads of the glm4_moe_mtp,
+//! deepseek_v3_mtp (NextN layout), qwen3_next_mtp and qwen3_5_mtp (`mtp.*`, over hybrid targets)
+//! fixtures against the reference scripts/fixture_mtp.py computes from transformers' modules,
+//! chunked == whole, drafted == undrafted, a head that repeats its input token getting drafts
+//! accepted, and what is refused.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +13,7 @@ use tf_formats::SafetensorsFile;
 use tf_models::{Batch, Model};
 use tf_testkit::{check_drafted_equals_undrafted, config, fixture, golden};
 
-const FIXTURES: [&str; 2] = ["glm4_moe_mtp", "deepseek_v3_mtp"];
+const FIXTURES: [&str; 4] = ["glm4_moe_mtp", "deepseek_v3_mtp", "qwen3_next_mtp", "qwen3_5_mtp"];
 
 /// Largest |ours - reference| allowed on an MTP logit (as the golden tests allow on the target's).
 const TOL: f32 = 1e-4;
@@ -24,7 +25,7 @@ fn mtp_logits<B: Backend>(b: &B, m: &Model<B>, ids: &[u32], chunk: usize) -> Vec
     let (n, blocks) = (ids.len(), ids.len().div_ceil(16));
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut cache = m.decoder.alloc_cache(b, blocks, 16, 1).unwrap();
-    let meta = AttnMeta::single(0, n, table.clone(), 16);
+    let meta = AttnMeta::single(0, n, table.clone(), 16); // (state slot 0 for the hybrids)
     let batch = Batch { ids, meta: &meta, logits_rows: &[n - 1], held: None };
     let (_, hidden) = m.decoder.forward_hidden(b, &batch, &mut cache);
     let hidden = b.download(&hidden);

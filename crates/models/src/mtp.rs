@@ -1,27 +1,30 @@
 //! Multi-token-prediction heads, read from the target's own checkpoint (DeepSeek V3's and
-//! GLM-4.x's `num_nextn_predict_layers` layers, `model.layers.{num_hidden_layers}.`): at
-//! position `p` a head takes the target's final hidden row there (after its final norm) and
-//! the embedding of the token at `p + 1`, each behind its own norm (`hnorm`, `enorm`), projects
-//! their concatenation back to the hidden width (`eh_proj`) and runs one decoder layer of the
-//! target's kind over it with its own KV pool; its norm (`shared_head.norm`) and head
-//! (`shared_head.head`, else the target's) give logits for the token at `p + 2`. The layer's
-//! output before that norm stands in for the target's hidden row at the next drafted position.
-//! The embedding is the head's own `embed_tokens` where the checkpoint has one, else the
-//! target's. A drafter proposes with it (the engine's `--draft mtp`); what it proposes changes
-//! speed only.
+//! GLM-4.x's `num_nextn_predict_layers` layers at `model.layers.{num_hidden_layers}.`, Qwen3.5's
+//! and Qwen3-Next's `mtp.*`; `MtpLayout` names them): at position `p` a head takes the target's
+//! final hidden row there (after its final norm) and the embedding of the token at `p + 1`,
+//! each behind its own norm (`hnorm` / `pre_fc_norm_hidden`, `enorm` / `pre_fc_norm_embedding`),
+//! projects their concatenation, embedding first, back to the hidden width (`eh_proj` / `fc`)
+//! and runs one decoder layer of the target's full-attention kind over it with its own KV pool;
+//! its norm (`shared_head.norm` / `mtp.norm`) and head (`shared_head.head`, else the target's)
+//! give logits for the token at `p + 2`. The row standing in for the target's hidden row at the
+//! next drafted position is the layer's output before that norm (NextN) or after it (Qwen). The
+//! embedding is the head's own where the checkpoint has one, else the target's. A drafter
+//! proposes with it (the engine's `--draft mtp`); what it proposes changes speed only.
 
 use crate::blocks::{Block, CacheCounts, Caches};
 use crate::cache::Cache;
 use crate::decoder::{Batch, Decoder};
 use crate::error::ModelError;
-use crate::spec::{LayerKind, ModelSpec};
+use crate::spec::{LayerKind, ModelSpec, MtpLayout};
 use crate::weights::Loader;
 use tf_backend::{Backend, BackendError, KvShape, Round};
 
 /// A loaded MTP head (one depth).
 pub struct MtpHead<B: Backend> {
-    /// The target's spec with the MTP layer appended as layer `num_layers - 1`.
+    /// The target's spec with the MTP layer at index `layer`.
     spec: ModelSpec,
+    /// Where the next step's hidden row is taken.
+    layout: MtpLayout,
     /// Its own embedding table, where the checkpoint has one.
     embed: Option<B::Mat>,
     enorm: B::Vec,
@@ -46,46 +49,61 @@ impl<B: Backend> MtpHead<B> {
         let unsupported = |msg: String| ModelError::Backend(BackendError::Unsupported(msg));
         let Some(m) = target.mtp else {
             return Err(unsupported(format!(
-                "{} has no multi-token-prediction layers (num_nextn_predict_layers is 0 or absent): --draft mtp \
-                 needs a checkpoint that ships them",
+                "{} has no multi-token-prediction layers (num_nextn_predict_layers or mtp_num_hidden_layers is 0 or \
+                 absent): --draft mtp needs a checkpoint that ships them",
                 target.architecture
             )));
         };
         if m.num_layers != 1 {
             return Err(unsupported(format!(
-                "{} MTP depths (num_nextn_predict_layers): drafting reads one depth, and only a checkpoint of one \
-                 is taken",
+                "{} MTP depths (num_nextn_predict_layers or mtp_num_hidden_layers): drafting reads one depth, and \
+                 only a checkpoint of one is taken",
                 m.num_layers
             )));
         }
-        let layer = target.num_layers;
+        // The layer's prefix and index, and the names of the head's own tensors.
+        let (layer, names) = match m.layout {
+            MtpLayout::NextN => (target.num_layers, ["enorm", "hnorm", "eh_proj", "shared_head.norm"]),
+            MtpLayout::Qwen => (0, ["pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm"]),
+        };
         let mut spec = target.clone();
         spec.num_layers = layer + 1;
+        spec.layer_kinds.resize(layer, LayerKind::Full);
         spec.layer_kinds.push(LayerKind::Full);
         if let Some(moe) = spec.moe.as_mut() {
+            moe.sparse_layers.resize(layer, false);
             moe.sparse_layers.push(m.sparse);
         }
+        let head_prefix = match m.layout {
+            MtpLayout::NextN => format!("{}{layer}.", spec.names.layers),
+            MtpLayout::Qwen => {
+                spec.names.layers = "mtp.layers.";
+                "mtp.".to_string()
+            }
+        };
+        let p = &head_prefix;
         let hidden = spec.hidden_size;
-        let p = format!("{}{layer}.", spec.names.layers);
         let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), hidden);
-        let own = |name: &str| {
+        let own = |name: &str, required: bool| {
             let name = format!("{p}{name}.weight");
-            ld.has(&name).then(|| ld.mat(&name, spec.vocab_size, hidden)).transpose()
+            (required || ld.has(&name)).then(|| ld.mat(&name, spec.vocab_size, hidden)).transpose()
         };
         let block = Block::load(&spec, ld, layer, &mut CacheCounts::default())?;
+        let [e, h, proj, out_norm] = names;
         let head = MtpHead {
-            embed: own("embed_tokens")?,
-            enorm: norm("enorm")?,
-            hnorm: norm("hnorm")?,
-            proj: ld.mat(&format!("{p}eh_proj.weight"), hidden, 2 * hidden)?,
+            embed: own("embed_tokens", m.own_embed)?,
+            enorm: norm(e)?,
+            hnorm: norm(h)?,
+            proj: ld.mat(&format!("{p}{proj}.weight"), hidden, 2 * hidden)?,
             block,
-            norm: norm("shared_head.norm")?,
-            head: own("shared_head.head")?,
+            norm: norm(out_norm)?,
+            head: own("shared_head.head", false)?,
             kv_shape: spec.attn_shape(layer),
             id: ld.fresh_id(),
+            layout: m.layout,
             spec,
         };
-        ld.refuse_unused_under(&p)?;
+        ld.refuse_unused_under(p)?;
         Ok(head)
     }
 
@@ -107,7 +125,7 @@ impl<B: Backend> MtpHead<B> {
     /// The head over `batch`: row `i` at position `p` takes the token `batch.ids[i]` (the one at
     /// `p + 1`) and `hidden`'s row `i` (the target's final hidden row at `p`, or the head's own
     /// output at `p - 1` when drafting further). Returns the logits of `batch.logits_rows` and
-    /// those rows' outputs before the head's norm (the hidden rows of the next step).
+    /// those rows' hidden rows for the next step (`MtpLayout` says which).
     pub fn forward(
         &self,
         b: &B,
@@ -146,10 +164,18 @@ impl<B: Backend> MtpHead<B> {
             b.select_rows(&h, batch.logits_rows)
         };
         let head = self.head.as_ref().unwrap_or(target.head_weight());
-        let logits = b
-            .norm_matmul_many(&rows, &self.norm, eps, one_plus, &[head])
-            .pop()
-            .unwrap_or_else(|| unreachable!("one weight, one output"));
-        (logits, rows)
+        match self.layout {
+            MtpLayout::NextN => {
+                let logits = b
+                    .norm_matmul_many(&rows, &self.norm, eps, one_plus, &[head])
+                    .pop()
+                    .unwrap_or_else(|| unreachable!("one weight, one output"));
+                (logits, rows)
+            }
+            MtpLayout::Qwen => {
+                let normed = b.rms_norm(&rows, &self.norm, eps, one_plus);
+                (b.matmul(&normed, head), normed)
+            }
+        }
     }
 }

@@ -243,13 +243,32 @@ pub struct ModelSpec {
 }
 
 /// A checkpoint's multi-token-prediction layers (DeepSeek V3's and GLM-4.x's
-/// `num_nextn_predict_layers`), loaded only for drafting (`crate::mtp`).
+/// `num_nextn_predict_layers`, Qwen3.5's and Qwen3-Next's `mtp_num_hidden_layers`), loaded
+/// only for drafting (`crate::mtp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MtpSpec {
-    /// How many depths the checkpoint holds, as `model.layers.{num_layers + j}.`.
+    /// How many depths the checkpoint holds.
     pub num_layers: usize,
     /// Whether their channel mixer is the routed experts (else the dense MLP).
     pub sparse: bool,
+    /// How the checkpoint names and arranges them.
+    pub layout: MtpLayout,
+    /// The head has its own embedding table (`mtp_use_dedicated_embeddings`); where false a
+    /// NextN layer may still carry one.
+    pub own_embed: bool,
+}
+
+/// How a checkpoint names its MTP layer and where the next drafting step reads its hidden row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MtpLayout {
+    /// DeepSeek V3 / GLM-4.x: `model.layers.{num_hidden_layers}.` holds `enorm`, `hnorm`,
+    /// `eh_proj`, `shared_head.norm` (and optionally `embed_tokens`, `shared_head.head`) beside
+    /// the layer's own tensors; the next step reads the layer's output before `shared_head.norm`.
+    NextN,
+    /// Qwen3.5 / Qwen3-Next: `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.fc`,
+    /// `mtp.norm` and the layer under `mtp.layers.0.`; the target's head reads the normed
+    /// output, and so does the next step.
+    Qwen,
 }
 
 /// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).

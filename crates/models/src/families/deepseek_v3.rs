@@ -94,7 +94,13 @@ mod tests {
         let moe = s.moe.expect("moe");
         assert_eq!((moe.n_group, moe.sparse_layers), (2, vec![false, true, true]));
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
-        assert_eq!(s.mtp, Some(crate::spec::MtpSpec { num_layers: 1, sparse: true }));
+        let mtp = crate::spec::MtpSpec {
+            num_layers: 1,
+            sparse: true,
+            layout: crate::spec::MtpLayout::NextN,
+            own_embed: false,
+        };
+        assert_eq!(s.mtp, Some(mtp));
         // mscale(4, 0.8)^2 / sqrt(40), and the rope's attention factor mscale(4, 1) / mscale(4, 0.8).
         let ms = |m: f32| 0.1 * m * 4f32.ln() + 1.0;
         assert!((s.attn_scale - ms(0.8) * ms(0.8) / 40f32.sqrt()).abs() < 1e-6);

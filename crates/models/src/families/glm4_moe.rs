@@ -10,7 +10,7 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, ModelSpec, MoeSpec, MtpSpec, SharedExperts, activation, partial_rope};
+use crate::spec::{Common, ModelSpec, MoeSpec, MtpLayout, MtpSpec, SharedExperts, activation, partial_rope};
 use serde_json::Value;
 use tf_backend::{Activation, MoeScoring};
 
@@ -61,7 +61,8 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
     let key = "num_nextn_predict_layers";
     let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
-    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse: spec.num_layers >= first_dense });
+    let sparse = spec.num_layers >= first_dense;
+    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse, layout: MtpLayout::NextN, own_embed: false });
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, GdnSpec, LayerKind, ModelSpec, activation, partial_rope};
+use crate::spec::{Common, GdnSpec, LayerKind, ModelSpec, MtpLayout, MtpSpec, activation, partial_rope};
 use serde_json::Value;
 use tf_backend::Activation;
 
@@ -15,6 +15,15 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         return Err(c.error("qwen3_5 with num_experts is the MoE family (Qwen3_5MoeForCausalLM)"));
     }
     hybrid_spec(c, arch, false)
+}
+
+/// Makes the MTP layer's MLP the experts where layer 0's is (its layer index is 0, as vLLM
+/// reads it).
+pub(crate) fn mtp_sparse_as_layer_zero(spec: &mut ModelSpec) {
+    let sparse = spec.moe.as_ref().is_some_and(|m| m.sparse_layers.first() == Some(&true));
+    if let Some(m) = spec.mtp.as_mut() {
+        m.sparse = sparse;
+    }
 }
 
 /// The spec shared by Qwen3.5 and Qwen3-Next: `fused` says the Gated DeltaNet projections are
@@ -31,8 +40,13 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
     spec.qk_norm = true;
     spec.norm_one_plus = true;
     spec.attn_output_gate = true;
-    // The multi-token-prediction head (`mtp.*`) is not a drafter yet: left unread, as transformers does.
+    // The multi-token-prediction head (`mtp.*`) is read only for drafting (`crate::mtp`); its
+    // MLP is sparse as layer 0's would be (set by the MoE families).
     spec.unread_prefixes = vec!["mtp.".to_string()];
+    let depths = c.opt_dim("mtp_num_hidden_layers")?.unwrap_or(0);
+    let own_embed = c.flag("mtp_use_dedicated_embeddings", false)?;
+    spec.mtp =
+        (depths > 0).then_some(MtpSpec { num_layers: depths, sparse: false, layout: MtpLayout::Qwen, own_embed });
     let gdn = GdnSpec {
         num_k_heads: c.opt_dim("linear_num_key_heads")?.unwrap_or(16),
         num_v_heads: c.opt_dim("linear_num_value_heads")?.unwrap_or(32),

@@ -13,5 +13,6 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     if spec.moe.is_none() {
         return Err(c.error("Qwen3.5-MoE needs experts"));
     }
+    super::qwen3_5::mtp_sparse_as_layer_zero(&mut spec);
     Ok(spec)
 }

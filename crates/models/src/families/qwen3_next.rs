@@ -19,6 +19,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let experts = c.opt_dim("num_experts")?.unwrap_or(512);
     let sparse = (0..spec.num_layers).map(|i| experts > 0 && !dense.contains(&i) && (i + 1).is_multiple_of(step));
     spec.moe = shared_gated_moe(c, sparse.collect(), c.flag("norm_topk_prob", true)?)?;
+    super::qwen3_5::mtp_sparse_as_layer_zero(&mut spec);
     Ok(spec)
 }
 
