@@ -24,6 +24,18 @@ pub fn activate(g: f32, act: Activation) -> f32 {
             let r = g.max(0.0);
             r * r
         }
+        Activation::SwigluOai => {
+            let g = g.min(crate::SWIGLU_OAI_LIMIT);
+            g * (1.0 / (1.0 + (-(g * crate::SWIGLU_OAI_ALPHA)).exp()))
+        }
+    }
+}
+
+/// One value of a gated MLP: `act(g) * u`, or for [`Activation::SwigluOai`] `act(g) * (clamp(u) + 1)`.
+pub fn glu_one(g: f32, u: f32, act: Activation) -> f32 {
+    match act {
+        Activation::SwigluOai => activate(g, act) * (u.clamp(-crate::SWIGLU_OAI_LIMIT, crate::SWIGLU_OAI_LIMIT) + 1.0),
+        _ => activate(g, act) * u,
     }
 }
 
@@ -184,7 +196,7 @@ impl Backend for RefBackend {
     }
 
     fn glu(&self, gate: &HostTensor, up: &HostTensor, act: Activation) -> HostTensor {
-        let data = gate.data.iter().zip(&up.data).map(|(&g, &u)| activate(g, act) * u).collect();
+        let data = gate.data.iter().zip(&up.data).map(|(&g, &u)| glu_one(g, u, act)).collect();
         HostTensor { data, rows: gate.rows, cols: gate.cols }
     }
 
@@ -229,6 +241,35 @@ impl Backend for RefBackend {
             }
         }
         out
+    }
+
+    fn check_block_sparse(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn index_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &crate::IndexParams,
+    ) -> crate::BlockPicks {
+        crate::sparse::write_index_keys(k, kv, meta, p);
+        crate::sparse::pick_blocks(q, kv, meta, p)
+    }
+
+    fn attention_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        picks: &crate::BlockPicks,
+    ) -> HostTensor {
+        crate::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
     }
 
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
