@@ -56,6 +56,7 @@ impl<B: Backend> Indexer<B> {
 
     /// Norms and rope of the projected queries `q` and keys `k`, the keys into the pool, and
     /// each row's chosen blocks.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
         b: &B,
