@@ -314,3 +314,20 @@ impl Backend for RefBackend {
         kv.write_blocks(blocks, bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clamped_swiglu_clamps_the_gate_above_and_the_up_value_both_ways() {
+        let act = Activation::SwigluOai;
+        let silu_like = |g: f32| g * (1.0 / (1.0 + (-(g * 1.702)).exp()));
+        assert_eq!(glu_one(1.0, 2.0, act), silu_like(1.0) * 3.0);
+        assert_eq!(glu_one(30.0, 2.0, act), silu_like(7.0) * 3.0, "gate clamped at 7");
+        assert_eq!(glu_one(-30.0, 2.0, act), silu_like(-30.0) * 3.0, "no lower clamp on the gate");
+        assert_eq!(glu_one(1.0, 9.0, act), silu_like(1.0) * 8.0, "up clamped at 7");
+        assert_eq!(glu_one(1.0, -9.0, act), silu_like(1.0) * -6.0, "and at -7");
+        assert_eq!(glu_one(1.0, 2.0, Activation::Silu), activate(1.0, Activation::Silu) * 2.0);
+    }
+}
