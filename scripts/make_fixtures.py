@@ -324,7 +324,9 @@ WEIGHT_STD = {
 # prompts, greedys) -> dict} of further golden.json fields, and ATTEMPTS: {family: n} to try n
 # seeds instead of DEFAULT_ATTEMPTS where its rules reject most; they may import this module's
 # helpers; PRECHECK: {family: fn(model, prompts) -> bool} rejects a seed before greedy decoding
-# (a necessary condition of its ACCEPT rule on the prompts alone, so most seeds cost little).
+# (a necessary condition of its ACCEPT rule on the prompts alone, so most seeds cost little);
+# RELOAD: {family: class} reloads its checkpoint with that class where AutoModelForCausalLM
+# does not take it (a vision-language class whose text part is the fixture).
 DEFAULT_ATTEMPTS = 200
 PRECHECK = {}
 ATTEMPTS = {}
@@ -332,6 +334,7 @@ EXTRA_PERTURB = {}
 GOLDEN_EXTRA = {"qwen3_moe": lambda *a: route_exact_positions(*a)}
 EXTRA_ACCEPT = {}
 LOADED_NAME = {}
+RELOAD = {}
 
 
 def load_family_modules() -> None:
@@ -350,6 +353,7 @@ def load_family_modules() -> None:
         LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
         ATTEMPTS.update(getattr(mod, "ATTEMPTS", {}))
         PRECHECK.update(getattr(mod, "PRECHECK", {}))
+        RELOAD.update(getattr(mod, "RELOAD", {}))
 
 
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
@@ -561,6 +565,11 @@ def check_saved_matches_loaded(saved: dict, loaded: dict) -> None:
             for e in range(w.shape[0]):
                 assert torch.equal(w[e], saved[f"{pre}{e}.up_proj.weight"].float()), (k, e)
                 used.add(f"{pre}{e}.up_proj.weight")
+        elif k.endswith(".gate_up_proj.weight"):  # a dense MLP fused in memory (MiniMax M3)
+            pre = k[: -len("gate_up_proj.weight")]
+            g, u = saved[f"{pre}gate_proj.weight"], saved[f"{pre}up_proj.weight"]
+            assert torch.equal(w, torch.cat([g, u], 0).float()), k
+            used |= {f"{pre}gate_proj.weight", f"{pre}up_proj.weight"}
         elif k.endswith("experts.down_proj"):
             pre = k[: -len("down_proj")]
             for e in range(w.shape[0]):
@@ -601,7 +610,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         fast.save_pretrained(out)
         del model
 
-        ref = AutoModelForCausalLM.from_pretrained(
+        ref = RELOAD.get(family, AutoModelForCausalLM).from_pretrained(
             out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
         ).eval()
         ref_w = {k: v.float() for k, v in ref.state_dict().items()}
@@ -689,7 +698,7 @@ def route_only(family: str, out_root: Path) -> None:
         return
     if {k: golden[k] for k in versions()} != versions():
         print(f"  {family}: warning: written by {[golden[k] for k in versions()]}, running {versions()}")
-    ref = AutoModelForCausalLM.from_pretrained(
+    ref = RELOAD.get(family, AutoModelForCausalLM).from_pretrained(
         out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
     ).eval()
     prompts, greedys = golden["prompts"], golden["greedy"]

@@ -17,6 +17,7 @@ pub mod rng;
 pub mod rope;
 pub mod router;
 pub mod short_conv;
+pub mod sparse;
 pub mod ssd;
 pub mod state;
 pub mod top_p;
@@ -34,6 +35,7 @@ pub use reference::RefBackend;
 pub use rope::Rope;
 pub use router::{MoeParams, MoeScoring};
 pub use short_conv::ShortConv;
+pub use sparse::{BlockPicks, IndexParams};
 pub use ssd::Ssd;
 pub use state::{HostState, StateShape};
 
@@ -60,7 +62,16 @@ pub enum Activation {
     GeluTanh,
     /// `relu(x)^2` (Nemotron-H's `relu2`).
     Relu2,
+    /// GPT-OSS's clamped SwiGLU, as MiniMax M3 has it: the gate clamped above at
+    /// [`SWIGLU_OAI_LIMIT`], `g * sigmoid(SWIGLU_OAI_ALPHA * g)`, times the up value clamped into
+    /// `±SWIGLU_OAI_LIMIT` plus one ([`reference::glu_one`]).
+    SwigluOai,
 }
+
+/// The sigmoid gain of [`Activation::SwigluOai`] (`swiglu_alpha`).
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+/// The clamp of [`Activation::SwigluOai`]'s gate and up values (`swiglu_limit`).
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
 /// Per-head norms of queries and keys (Qwen3, Gemma 3).
 pub struct QkNorm<'a, V> {
@@ -273,6 +284,48 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> Self::Act;
+    /// Refuses a model with indexed block-sparse attention (sparse.rs) where this backend has no
+    /// kernels for it: the default refuses by name; the host backends run it.
+    fn check_block_sparse(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "block-sparse attention over an indexer-key pool (MiniMax M3) has no {} kernels yet: \
+             run this model with --device cpu",
+            self.name()
+        )))
+    }
+    /// Writes this round's indexer keys `k` `[rows, head_dim]` into their slots of the
+    /// indexer-key pool `kv` where `p` says, then chooses each row's key blocks from its indexer
+    /// queries `q` `[rows, heads * head_dim]` (sparse.rs `pick_blocks`). The default picks every
+    /// block: it is never reached, as a backend that does not override it refuses such models
+    /// at load ([`Backend::check_block_sparse`]).
+    fn index_blocks(
+        &self,
+        q: &Self::Act,
+        k: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &IndexParams,
+    ) -> BlockPicks {
+        let _ = (q, k, kv);
+        BlockPicks::every_block(meta, p.num_heads, p.block_size)
+    }
+    /// [`Backend::attention`] where each query head sees only the keys of its indexer head's
+    /// picked blocks (sparse.rs `attention_blocks`). The default attends densely: never reached,
+    /// as for [`Backend::index_blocks`].
+    #[allow(clippy::too_many_arguments)]
+    fn attention_blocks(
+        &self,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        picks: &BlockPicks,
+    ) -> Self::Act {
+        let _ = picks;
+        self.attention(q, k, v, kv, meta, p)
+    }
     /// LFM2's double-gated short conv (short_conv.rs) of in-projection rows `bcx` `[rows, 3 * ch]`
     /// into `[rows, ch]`, each sequence's conv window in its slot of `st` (`meta.state_slots`):
     /// the reference's values. This default runs the reference on the host.

@@ -24,6 +24,18 @@ pub fn activate(g: f32, act: Activation) -> f32 {
             let r = g.max(0.0);
             r * r
         }
+        Activation::SwigluOai => {
+            let g = g.min(crate::SWIGLU_OAI_LIMIT);
+            g * (1.0 / (1.0 + (-(g * crate::SWIGLU_OAI_ALPHA)).exp()))
+        }
+    }
+}
+
+/// One value of a gated MLP: `act(g) * u`, or for [`Activation::SwigluOai`] `act(g) * (clamp(u) + 1)`.
+pub fn glu_one(g: f32, u: f32, act: Activation) -> f32 {
+    match act {
+        Activation::SwigluOai => activate(g, act) * (u.clamp(-crate::SWIGLU_OAI_LIMIT, crate::SWIGLU_OAI_LIMIT) + 1.0),
+        _ => activate(g, act) * u,
     }
 }
 
@@ -184,7 +196,7 @@ impl Backend for RefBackend {
     }
 
     fn glu(&self, gate: &HostTensor, up: &HostTensor, act: Activation) -> HostTensor {
-        let data = gate.data.iter().zip(&up.data).map(|(&g, &u)| activate(g, act) * u).collect();
+        let data = gate.data.iter().zip(&up.data).map(|(&g, &u)| glu_one(g, u, act)).collect();
         HostTensor { data, rows: gate.rows, cols: gate.cols }
     }
 
@@ -231,6 +243,35 @@ impl Backend for RefBackend {
         out
     }
 
+    fn check_block_sparse(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn index_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &crate::IndexParams,
+    ) -> crate::BlockPicks {
+        crate::sparse::write_index_keys(k, kv, meta, p);
+        crate::sparse::pick_blocks(q, kv, meta, p)
+    }
+
+    fn attention_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        picks: &crate::BlockPicks,
+    ) -> HostTensor {
+        crate::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
+    }
+
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
         let data = rows.iter().flat_map(|&r| x.row(r).iter().copied()).collect();
         HostTensor { data, rows: rows.len(), cols: x.cols }
@@ -271,5 +312,22 @@ impl Backend for RefBackend {
 
     fn write_kv_blocks(&self, kv: &mut HostKv, blocks: &[u32], bytes: &[u8]) {
         kv.write_blocks(blocks, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clamped_swiglu_clamps_the_gate_above_and_the_up_value_both_ways() {
+        let act = Activation::SwigluOai;
+        let silu_like = |g: f32| g * (1.0 / (1.0 + (-(g * 1.702)).exp()));
+        assert_eq!(glu_one(1.0, 2.0, act), silu_like(1.0) * 3.0);
+        assert_eq!(glu_one(30.0, 2.0, act), silu_like(7.0) * 3.0, "gate clamped at 7");
+        assert_eq!(glu_one(-30.0, 2.0, act), silu_like(-30.0) * 3.0, "no lower clamp on the gate");
+        assert_eq!(glu_one(1.0, 9.0, act), silu_like(1.0) * 8.0, "up clamped at 7");
+        assert_eq!(glu_one(1.0, -9.0, act), silu_like(1.0) * -6.0, "and at -7");
+        assert_eq!(glu_one(1.0, 2.0, Activation::Silu), activate(1.0, Activation::Silu) * 2.0);
     }
 }

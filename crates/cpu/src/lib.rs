@@ -255,6 +255,35 @@ impl Backend for CpuBackend {
         attention::attention(self, q, k, v, kv, meta, p)
     }
 
+    fn check_block_sparse(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn index_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &tf_backend::IndexParams,
+    ) -> tf_backend::BlockPicks {
+        tf_backend::sparse::write_index_keys(k, kv, meta, p);
+        tf_backend::sparse::pick_blocks(q, kv, meta, p)
+    }
+
+    fn attention_blocks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        picks: &tf_backend::BlockPicks,
+    ) -> HostTensor {
+        tf_backend::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
+    }
+
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
         ops::select_rows(x, rows)
     }

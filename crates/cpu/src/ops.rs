@@ -3,7 +3,7 @@
 
 use crate::CpuBackend;
 use rayon::prelude::*;
-use tf_backend::reference::activate;
+use tf_backend::reference::glu_one;
 use tf_backend::{Activation, HostMat, HostTensor, Rope};
 
 /// Below this many values an op stays on the calling thread (a pool round trip costs more).
@@ -103,7 +103,7 @@ pub(crate) fn glu(cpu: &CpuBackend, gate: &HostTensor, up: &HostTensor, act: Act
     let mut out = HostTensor::zeros(gate.rows, gate.cols);
     cpu.for_chunks(&mut out.data, |off, c| {
         for ((o, &g), &u) in c.iter_mut().zip(&gate.data[off..]).zip(&up.data[off..]) {
-            *o = activate(g, act) * u;
+            *o = glu_one(g, u, act);
         }
     });
     out

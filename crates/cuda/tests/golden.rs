@@ -41,7 +41,11 @@ fn families_without_cuda_attention_are_refused_naming_what_is_missing() {
     for family in NOT_ON_CUDA {
         let m = tf_models::Model::open(&fixture(family), &b).unwrap_or_else(|e| panic!("{family}: {e}"));
         let e = m.decoder.alloc_cache(&b, 4, 16, 1).err().map(|e| e.to_string()).unwrap_or_default();
-        let what = if family.starts_with("gemma4") { "KV pools of different shapes" } else { "latent KV pool (MLA)" };
+        let what = match family {
+            f if f.starts_with("gemma4") => "KV pools of different shapes",
+            f if f.starts_with("minimax_m3") => "block-sparse attention",
+            _ => "latent KV pool (MLA)",
+        };
         assert!(e.contains(what) && e.contains("--device cpu"), "{family}: {e}");
     }
 }

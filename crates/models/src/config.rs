@@ -102,6 +102,24 @@ impl RawConfig {
         }
     }
 
+    /// The text model's config inside a multimodal wrapper's: `text_config`'s fields, then the
+    /// wrapper's own fields it lacks (`architectures`, `quantization_config`, ...; not
+    /// `vision_config`), the head tied where either says so (as transformers ties it); `self`
+    /// as it is where there is no `text_config` object.
+    pub fn text_part(self) -> RawConfig {
+        let Some(Value::Object(text)) = self.map.get("text_config") else { return self };
+        let mut map = text.clone();
+        let tied = |m: &Map<String, Value>| m.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+        let tie = tied(&self.map) || tied(text);
+        for (k, v) in &self.map {
+            if k == "architectures" || !(map.contains_key(k) || k == "text_config" || k == "vision_config") {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        map.insert("tie_word_embeddings".into(), Value::Bool(tie));
+        RawConfig { file: self.file, map }
+    }
+
     /// `architectures[0]`, else `model_type`.
     pub fn architecture(&self) -> Option<&str> {
         self.get("architectures")
@@ -216,6 +234,18 @@ mod tests {
         assert_eq!(c.rope("sliding_attention", 1.0).unwrap(), (1e4, RopeScaling::Default));
         let old = cfg(r#"{"rope_theta": 1e6, "rope_local_base_freq": 10000.0}"#);
         assert_eq!(old.rope("sliding_attention", 1.0).unwrap(), (1e4, RopeScaling::Default));
+    }
+
+    #[test]
+    fn a_wrapper_gives_its_text_config_with_its_architecture() {
+        let c = cfg(r#"{"architectures": ["Vl"], "model_type": "vl", "tie_word_embeddings": true,
+            "text_config": {"model_type": "vl_text", "hidden_size": 64, "tie_word_embeddings": false},
+            "vision_config": {"hidden_size": 16}, "quantization_config": {"quant_method": "fp8"}}"#)
+        .text_part();
+        assert_eq!((c.architecture(), c.opt_str("model_type")), (Some("Vl"), Some("vl_text")));
+        assert_eq!(c.dim("hidden_size").unwrap(), 64);
+        assert!(c.flag("tie_word_embeddings", false).unwrap() && c.get("quantization_config").is_some());
+        assert!(c.get("vision_config").is_none() && c.get("text_config").is_none());
     }
 
     #[test]

@@ -50,18 +50,21 @@ impl<B: Backend> Decoder<B> {
         let embed = ld.mat(spec.names.embed, vocab, hidden)?;
         let lm_head = match spec.tie_word_embeddings {
             true => None,
-            false => Some(ld.mat("lm_head.weight", vocab, hidden)?),
+            false => Some(ld.mat(spec.names.lm_head, vocab, hidden)?),
         };
         let norm = ld.vec(spec.names.final_norm, hidden)?;
         let mut n = CacheCounts::default();
         let layers: Vec<Block<B>> =
             (0..spec.num_layers).map(|i| Block::load(&spec, ld, i, &mut n)).collect::<Result<_, _>>()?;
         let per_layer = PerLayer::load(&spec, ld)?;
-        ld.refuse_unused(spec.tie_word_embeddings, &spec.unread_prefixes)?;
+        ld.refuse_unused(spec.tie_word_embeddings.then_some(spec.names.lm_head), &spec.unread_prefixes)?;
         let replayable = layers.iter().all(|l| l.replayable()) && per_layer.is_none();
+        // The attention pools, then the indexer-key pools (of the attention pools' shape).
+        let index_shapes = std::iter::repeat_n((spec.num_kv_heads, spec.head_dim), spec.index_pools());
         let kv_shapes = (0..spec.num_layers)
             .filter(|&i| matches!(layers[i].cache(), CacheKind::Kv(_)))
             .map(|i| spec.attn_shape(i))
+            .chain(index_shapes)
             .collect();
         Ok(Decoder { spec, embed, lm_head, norm, layers, per_layer, kv_shapes, id: ld.fresh_id(), replayable })
     }
@@ -76,6 +79,9 @@ impl<B: Backend> Decoder<B> {
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
         b.check_kv_shapes(&self.kv_shapes)?;
+        if self.spec.index.is_some() {
+            b.check_block_sparse()?;
+        }
         let latent = self.spec.mla.is_some();
         let kv = (self.kv_shapes.iter())
             .map(|&(num_kv_heads, head_dim)| {
@@ -92,9 +98,13 @@ impl<B: Backend> Decoder<B> {
         self.layers.iter().filter_map(|l| l.state_shape(num_slots)).collect()
     }
 
-    /// The cache each layer owns, in layer order.
+    /// The cache each layer owns, in layer order, then one `Kv` per indexer-key pool (MiniMax
+    /// M3's, after the attention pools): the `Kv` entries count `Cache::kv`'s pools, which a
+    /// session saves and restores alike.
     pub fn cache_kinds(&self) -> Vec<CacheKind> {
-        self.layers.iter().map(|l| l.cache()).collect()
+        let first = self.kv_shapes.len() - self.spec.index_pools();
+        let index = (first..self.kv_shapes.len()).map(CacheKind::Kv);
+        self.layers.iter().map(|l| l.cache()).chain(index).collect()
     }
 
     /// Bytes of KV cache per token in pools of `kv_dtype` (the backend's `kv_dtype()`): K and

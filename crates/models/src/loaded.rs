@@ -91,7 +91,7 @@ impl<B: Backend> Model<B> {
         let config_path = dir.join("config.json");
         let config_bytes = read_regular(&config_path)
             .map_err(|e| ModelError::Config { file: config_path.clone(), msg: format!("cannot read: {e}") })?;
-        let config = RawConfig::from_bytes(&config_path, &config_bytes)?;
+        let config = crate::registry::text_config(RawConfig::from_bytes(&config_path, &config_bytes)?);
         let ckpt = Checkpoint::open(dir)?;
         let shapes = ckpt.files().iter().flat_map(|f| f.tensors().values().map(|t| t.shape.as_slice()));
         limits::check(&config, &TensorBounds::of(shapes))?;

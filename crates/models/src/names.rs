@@ -11,6 +11,8 @@ pub struct Names {
     pub layers: &'static str,
     /// The final norm's weight, whole name.
     pub final_norm: &'static str,
+    /// The untied head's weight, whole name.
+    pub lm_head: &'static str,
     /// A layer's token mixer's input norm.
     pub input_norm: &'static str,
     /// The FFN's input norm, or with sandwich norms the norm of the mixer's output.
@@ -37,6 +39,7 @@ impl Default for Names {
             embed: "model.embed_tokens.weight",
             layers: "model.layers.",
             final_norm: "model.norm.weight",
+            lm_head: "lm_head.weight",
             input_norm: "input_layernorm",
             post_mixer_norm: "post_attention_layernorm",
             pre_ffn_norm: "pre_feedforward_layernorm",

@@ -39,7 +39,22 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("minimax_m2", families::minimax_m2::spec),
     ("Qwen3NextForCausalLM", families::qwen3_next::spec),
     ("qwen3_next", families::qwen3_next::spec),
+    ("MiniMaxM3SparseForConditionalGeneration", families::minimax_m3::spec),
+    ("minimax_m3_vl", families::minimax_m3::spec),
 ];
+
+/// Multimodal wrappers whose text model runs from their `text_config` (the vision tower's
+/// tensors left unread; the server takes no images).
+const TEXT_OF: &[&str] = &["MiniMaxM3SparseForConditionalGeneration", "minimax_m3_vl"];
+
+/// The config the spec is built from: a multimodal wrapper's text part
+/// ([`RawConfig::text_part`]), any other config as it is.
+pub fn text_config(config: RawConfig) -> RawConfig {
+    match config.architecture().is_some_and(|a| TEXT_OF.contains(&a)) {
+        true => config.text_part(),
+        false => config,
+    }
+}
 
 /// The spec for the architecture `config` names.
 pub fn spec_for(config: &RawConfig) -> Result<ModelSpec, ModelError> {

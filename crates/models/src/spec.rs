@@ -80,6 +80,9 @@ pub struct SharedExperts {
     /// A `[1, hidden]` weight inside the MoE module whose sigmoid scales the output per token
     /// (Qwen3-Next `shared_expert_gate`).
     pub gate: Option<&'static str>,
+    /// Its gate, up and down projections' names where they differ from the routed experts'
+    /// (MiniMax M3: `w1/w3/w2` experts, `gate_proj/up_proj/down_proj` shared experts).
+    pub names: Option<[&'static str; 3]>,
 }
 
 impl MoeSpec {
@@ -240,6 +243,8 @@ pub struct ModelSpec {
     pub dense_beside_experts: bool,
     /// The multi-token-prediction layers the checkpoint holds after the decoder's (`mtp.rs`).
     pub mtp: Option<MtpSpec>,
+    /// The lightning indexer of block-sparse attention layers (MiniMax M3, `blocks/indexer.rs`).
+    pub index: Option<IndexSpec>,
 }
 
 /// A checkpoint's multi-token-prediction layers (DeepSeek V3's and GLM-4.x's
@@ -271,6 +276,26 @@ pub enum MtpLayout {
     Qwen,
 }
 
+/// Indexed block-sparse attention (MiniMax M3): an indexer per sparse layer scores blocks of
+/// keys, and each query attends only to its chosen blocks (tf_backend `sparse.rs`). Its keys
+/// live in indexer-key pools after the attention pools, of the attention pools' shape, each
+/// holding the keys of several layers side by side ([`ModelSpec::index_slot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// Indexer heads (`index_n_heads`), dividing the query heads.
+    pub num_heads: usize,
+    /// Width of an indexer head and of its one key head (`index_head_dim`).
+    pub head_dim: usize,
+    /// Keys per scored block (`index_block_size`).
+    pub block_size: usize,
+    /// Blocks each query keeps, the local ones included (`index_topk_blocks`).
+    pub topk: usize,
+    /// The most recent blocks each query always keeps (`index_local_blocks`).
+    pub local: usize,
+    /// Whether layer i's attention is block-sparse (`layer_types` `minimax_m3_sparse`).
+    pub layers: Vec<bool>,
+}
+
 /// Per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PerLayerInputSpec {
@@ -281,6 +306,40 @@ pub struct PerLayerInputSpec {
 }
 
 impl ModelSpec {
+    /// KV pools the attention layers own (before any indexer-key pool).
+    pub fn attn_pools(&self) -> usize {
+        (0..self.num_layers)
+            .filter(|&i| {
+                matches!(self.layer_kinds[i], LayerKind::Full | LayerKind::Sliding) && self.kv_source(i).is_none()
+            })
+            .count()
+    }
+
+    /// Indexer keys of one layer per half (K or V) of an indexer-key pool's slot, which is as
+    /// wide as an attention pool's (`num_kv_heads * head_dim`).
+    fn index_per_half(&self) -> usize {
+        self.index.as_ref().map_or(0, |x| self.num_kv_heads * self.head_dim / x.head_dim.max(1))
+    }
+
+    /// Indexer-key pools (after the attention pools in `Cache::kv`).
+    pub fn index_pools(&self) -> usize {
+        let sparse = self.index.as_ref().map_or(0, |x| x.layers.iter().filter(|&&s| s).count());
+        sparse.div_ceil(2 * self.index_per_half().max(1))
+    }
+
+    /// Where layer `i`'s indexer keys live, where it has an indexer: the indexer-key pool
+    /// (counted from the first one), whether in the slots' V half, and the first column there.
+    pub fn index_slot(&self, i: usize) -> Option<(usize, bool, usize)> {
+        let x = self.index.as_ref()?;
+        if !x.layers.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        let nth = x.layers[..i].iter().filter(|&&s| s).count();
+        let per_half = self.index_per_half().max(1);
+        let unit = nth % (2 * per_half);
+        Some((nth / (2 * per_half), unit >= per_half, (unit % per_half) * x.head_dim))
+    }
+
     /// The layer whose K/V layer `i` reads, where `i` is KV-shared: the last layer of its kind
     /// before the first shared one.
     pub fn kv_source(&self, i: usize) -> Option<usize> {
@@ -511,9 +570,22 @@ impl Common {
 
     /// The spec with the fields common to all families filled in; families adjust the rest.
     pub fn spec(self, c: &RawConfig, architecture: &str, rope: Rope, act: Activation) -> Result<ModelSpec, ModelError> {
+        let kinds = self.layer_kinds(c)?;
+        self.spec_with_kinds(c, architecture, rope, act, kinds)
+    }
+
+    /// [`Common::spec`] with the layer kinds a family read itself (its own `layer_types` names).
+    pub fn spec_with_kinds(
+        self,
+        c: &RawConfig,
+        architecture: &str,
+        rope: Rope,
+        act: Activation,
+        layer_kinds: Vec<LayerKind>,
+    ) -> Result<ModelSpec, ModelError> {
         Ok(ModelSpec {
             architecture: architecture.to_string(),
-            layer_kinds: self.layer_kinds(c)?,
+            layer_kinds,
             sliding_window: None,
             rope_sliding: rope.clone(),
             rope_full: rope,
@@ -550,6 +622,7 @@ impl Common {
             wide_mlp_from: None,
             dense_beside_experts: false,
             mtp: None,
+            index: None,
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

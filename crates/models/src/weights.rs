@@ -166,14 +166,14 @@ impl<'a, B: Backend> Loader<'a, B> {
     }
 
     /// Refuses a checkpoint holding tensors nothing took, apart from those HF checkpoints carry
-    /// harmlessly: rotary `inv_freq` buffers, `lm_head.weight` when the head is `tied`, and
-    /// names under the `unread` prefixes the family declares.
-    pub fn refuse_unused(&self, tied: bool, unread: &[String]) -> Result<(), ModelError> {
+    /// harmlessly: rotary `inv_freq` buffers, the head's weight `tied_head` where the head is
+    /// tied to the embedding, and names under the `unread` prefixes the family declares.
+    pub fn refuse_unused(&self, tied_head: Option<&str>, unread: &[String]) -> Result<(), ModelError> {
         let Some(names) = self.ckpt.names() else { return Ok(()) };
         let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let harmless = |n: &str| {
             n.ends_with(".rotary_emb.inv_freq")
-                || (tied && n == "lm_head.weight")
+                || tied_head == Some(n)
                 || unread.iter().any(|p| n.starts_with(p.as_str()))
         };
         let mut unused: Vec<String> = names.into_iter().filter(|n| !taken.contains(n) && !harmless(n)).collect();

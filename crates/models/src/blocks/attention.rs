@@ -6,6 +6,7 @@
 //! the K/V its source layer made this round, in the source's pool.
 
 use super::Caches;
+use super::indexer::Indexer;
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
 use crate::weights::Loader;
@@ -32,6 +33,9 @@ pub(crate) struct Attention<B: Backend> {
     pub(crate) source: Option<usize>,
     /// This layer's index, where a later KV-shared layer reads its K/V (kept for the round).
     keep_as: Option<usize>,
+    /// The lightning indexer of a block-sparse layer (MiniMax M3): each query attends only to
+    /// the key blocks it chooses.
+    pub(crate) indexer: Option<Indexer<B>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -90,7 +94,12 @@ impl<B: Backend> Attention<B> {
             false => None,
         };
         let keep_as = (0..s.num_layers).any(|j| s.kv_source(j) == Some(i)).then_some(i);
+        let indexer = match (&s.index, s.index_slot(i)) {
+            (Some(x), Some((pool, in_v, col))) => Some(Indexer::load(s, x, ld, p, (s.attn_pools() + pool, in_v, col))?),
+            _ => None,
+        };
         let me = Attention {
+            indexer,
             q,
             gate,
             kv_proj,
@@ -114,7 +123,8 @@ impl<B: Backend> Attention<B> {
     }
 
     /// Norms and rotary embedding of `q` and of `k` (from `kv`, or in a KV-shared layer its
-    /// source's of this round), attention over the cache, times `sigmoid` of the gate
+    /// source's of this round), attention over the cache (over the blocks the indexer chooses
+    /// from its projections `index`, where the layer has one), times `sigmoid` of the gate
     /// projection `gate` where the layer has one, before `o_proj`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
@@ -124,6 +134,7 @@ impl<B: Backend> Attention<B> {
         q: B::Act,
         kv: Option<(B::Act, B::Act)>,
         gate: Option<B::Act>,
+        index: Option<(B::Act, B::Act)>,
         pos: &[u32],
         meta: &AttnMeta,
         cache: &mut Caches<'_, B>,
@@ -131,7 +142,13 @@ impl<B: Backend> Attention<B> {
         let mut out = match kv {
             Some((k, v)) => {
                 let (q, k, v) = self.project(b, s, q, k, v, pos);
-                let out = b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn);
+                let out = match (&self.indexer, index) {
+                    (Some(ix), Some((iq, ik))) => {
+                        let picks = ix.run(b, s, iq, ik, pos, meta, &mut cache.kv[ix.pool]);
+                        b.attention_blocks(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn, &picks)
+                    }
+                    _ => b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn),
+                };
                 if let Some(i) = self.keep_as {
                     if cache.shared.len() <= i {
                         cache.shared.resize_with(i + 1, || None);

@@ -7,6 +7,7 @@ pub(crate) mod attention;
 pub(crate) mod dense_moe;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
+pub(crate) mod indexer;
 pub(crate) mod mamba2;
 pub(crate) mod mla;
 pub(crate) mod moe;
@@ -46,7 +47,8 @@ impl<B: Backend> TokenMixer<B> {
         match self {
             TokenMixer::Attention(a) => {
                 let kv = a.kv_proj.iter().flat_map(|(k, v)| [k, v]);
-                std::iter::once(&a.q).chain(kv).chain(a.gate.as_ref()).collect()
+                let index = a.indexer.iter().flat_map(|x| [&x.q, &x.k]);
+                std::iter::once(&a.q).chain(kv).chain(a.gate.as_ref()).chain(index).collect()
             }
             TokenMixer::Mla(a) => a.inputs.iter().collect(),
             TokenMixer::Gdn(g) => vec![&g.qkv, &g.z, &g.b, &g.a],
@@ -81,7 +83,7 @@ impl<B: Backend> TokenMixer<B> {
     /// Whether its ops read the host only through the round (no sliding window).
     pub(crate) fn replayable(&self) -> bool {
         match self {
-            TokenMixer::Attention(a) => !a.sliding,
+            TokenMixer::Attention(a) => !a.sliding && a.indexer.is_none(),
             TokenMixer::Mla(_) => true,
             TokenMixer::Gdn(_) => false,
             TokenMixer::Mamba2(_) => false,
@@ -110,7 +112,15 @@ impl<B: Backend> TokenMixer<B> {
                     }
                     None => None,
                 };
-                a.run(b, s, q, kv, x.next(), pos, meta, cache)
+                let gate = a.gate.as_ref().and_then(|_| x.next());
+                let index = match a.indexer {
+                    Some(_) => {
+                        let (Some(iq), Some(ik)) = (x.next(), x.next()) else { unreachable!("indexer q, k") };
+                        Some((iq, ik))
+                    }
+                    None => None,
+                };
+                a.run(b, s, q, kv, gate, index, pos, meta, cache)
             }
             TokenMixer::Mla(a) => a.run(b, s, x, pos, meta, &mut cache.kv[a.kv]),
             TokenMixer::Gdn(g) => {

@@ -63,6 +63,7 @@ impl<B: Backend> Moe<B> {
         let shared = match &m.shared {
             Some(sh) => {
                 let name = |w: &str| format!("{module}{}.{w}.weight", sh.module);
+                let [g, u, d] = sh.names.unwrap_or(m.expert_names);
                 let si = sh.intermediate_size;
                 let proj = if m.gated {
                     Proj::Gated(ld.gate_up(&name(g), &name(u), si, hidden)?)

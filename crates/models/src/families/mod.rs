@@ -9,6 +9,7 @@ pub mod lfm2_moe;
 pub mod lfm3;
 pub mod llama;
 pub mod minimax_m2;
+pub mod minimax_m3;
 pub mod nemotron_h;
 pub mod qwen3;
 pub mod qwen3_5;
