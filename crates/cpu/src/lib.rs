@@ -10,6 +10,7 @@ mod moe;
 mod ops;
 mod quant;
 mod simd;
+mod sparse;
 mod ssd;
 #[cfg(test)]
 mod testutil;
@@ -253,6 +254,20 @@ impl Backend for CpuBackend {
         p: &AttnParams,
     ) -> HostTensor {
         attention::attention(self, q, k, v, kv, meta, p)
+    }
+
+    fn sparse_attention(
+        &self,
+        q: &HostTensor,
+        index_q: &HostTensor,
+        index_w: &HostTensor,
+        rows: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        ix: &tf_backend::IndexParams,
+    ) -> HostTensor {
+        sparse::sparse_attention(self, q, index_q, index_w, rows, kv, meta, p, ix)
     }
 
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {

@@ -303,6 +303,24 @@ pub struct MlaSpec {
     /// The checkpoint's rope dims are interleaved pairs (`rope_interleave`): their projection
     /// rows are reordered at load to the rotate-half layout.
     pub rope_interleave: bool,
+    /// DeepSeek sparse attention's lightning indexer (DeepSeek V3.2, GLM-5), where the layers
+    /// attend over the keys it keeps; its key is cached after the latent row.
+    pub indexer: Option<IndexerSpec>,
+}
+
+/// The lightning indexer of DeepSeek sparse attention (`blocks/indexer.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexerSpec {
+    /// Indexer heads (`index_n_heads`).
+    pub n_heads: usize,
+    /// Width of an indexer head and of its cached key (`index_head_dim`); the first
+    /// `qk_rope_head_dim` dims are roped.
+    pub head_dim: usize,
+    /// Keys each query keeps (`index_topk`).
+    pub topk: usize,
+    /// The indexer's rope dims are interleaved pairs (GLM-5; DeepSeek V3.2's are rotate-half):
+    /// those rows of `wq_b`, `wk` and `k_norm` are reordered at load to the rotate-half layout.
+    pub rope_interleave: bool,
 }
 
 impl MlaSpec {
@@ -314,6 +332,11 @@ impl MlaSpec {
     /// Width of a cached latent row (`kv_lora_rank + qk_rope_head_dim`).
     pub fn latent_dim(&self) -> usize {
         self.kv_lora_rank + self.qk_rope_head_dim
+    }
+
+    /// Width of a cached slot: the latent row, then the indexer's key where there is one.
+    pub fn slot_dim(&self) -> usize {
+        self.latent_dim() + self.indexer.map_or(0, |ix| ix.head_dim)
     }
 }
 
@@ -492,9 +515,23 @@ impl Common {
 
     /// The spec with the fields common to all families filled in; families adjust the rest.
     pub fn spec(self, c: &RawConfig, architecture: &str, rope: Rope, act: Activation) -> Result<ModelSpec, ModelError> {
+        let kinds = self.layer_kinds(c)?;
+        self.spec_with_kinds(c, architecture, rope, act, kinds)
+    }
+
+    /// [`Common::spec`] with the layer kinds given, for a family whose `layer_types` names kinds
+    /// of its own.
+    pub fn spec_with_kinds(
+        self,
+        c: &RawConfig,
+        architecture: &str,
+        rope: Rope,
+        act: Activation,
+        layer_kinds: Vec<LayerKind>,
+    ) -> Result<ModelSpec, ModelError> {
         Ok(ModelSpec {
             architecture: architecture.to_string(),
-            layer_kinds: self.layer_kinds(c)?,
+            layer_kinds,
             sliding_window: None,
             rope_sliding: rope.clone(),
             rope_full: rope,

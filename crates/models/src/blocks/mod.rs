@@ -7,6 +7,7 @@ pub(crate) mod attention;
 pub(crate) mod dense_moe;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
+pub(crate) mod indexer;
 pub(crate) mod mamba2;
 pub(crate) mod mla;
 pub(crate) mod moe;
@@ -29,7 +30,8 @@ use tf_backend::{AttnMeta, Backend, StateShape};
 pub(crate) enum TokenMixer<B: Backend> {
     /// Attention over the paged KV cache.
     Attention(Attention<B>),
-    /// Multi-head latent attention over a latent KV pool (DeepSeek V3).
+    /// Multi-head latent attention over a latent KV pool (DeepSeek V3), or DeepSeek sparse
+    /// attention over the keys its indexer keeps (DeepSeek V3.2, GLM-5).
     Mla(Mla<B>),
     /// Gated DeltaNet over a conv window and a delta-rule state.
     Gdn(GatedDeltaNet<B>),
@@ -82,7 +84,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn replayable(&self) -> bool {
         match self {
             TokenMixer::Attention(a) => !a.sliding,
-            TokenMixer::Mla(_) => true,
+            TokenMixer::Mla(a) => !a.sparse(),
             TokenMixer::Gdn(_) => false,
             TokenMixer::Mamba2(_) => false,
             TokenMixer::ShortConv(_) => false,
