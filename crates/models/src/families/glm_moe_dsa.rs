@@ -6,7 +6,7 @@
 //! default) naming the dense layers. The two differ only in the indexer's rope: GLM-5's pairs
 //! are interleaved, DeepSeek V3.2's rotate-half. GLM's `indexer_types` "shared" layers (an
 //! earlier layer's top-k reused) are refused by name; the `num_nextn_predict_layers` MTP layers
-//! are left unread.
+//! are left unread (MTP drafting, `crate::mtp`, runs DeepSeek V3's dense latent attention only).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -62,6 +62,8 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let num_layers = common.num_layers;
     let mut spec = latent_spec(c, arch, common, mla, vec![LayerKind::Full; num_layers])?;
     experts_and_mtp(c, &mut spec)?;
+    // MTP drafting (`crate::mtp`) runs dense latent attention only: these MTP layers stay unread.
+    spec.mtp = None;
     let sparse = sparse_layers(c, num_layers)?;
     if let Some(moe) = spec.moe.as_mut() {
         moe.sparse_layers = sparse;
@@ -183,6 +185,7 @@ mod tests {
         assert_eq!((s.num_kv_heads, s.head_dim), (1, 32 + 16 + 32), "the slot: latent row, then the index key");
         assert_eq!(s.moe.expect("moe").sparse_layers, vec![false, true, true]);
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
+        assert_eq!(s.mtp, None, "the MTP layer is left unread, not a drafter");
         let v32 = spec(&config(r#"{"indexer_types": null}"#), "DeepseekV32ForCausalLM").expect("spec");
         assert!(!v32.mla.and_then(|m| m.indexer).expect("indexer").rope_interleave, "rotate-half indexer rope");
     }
