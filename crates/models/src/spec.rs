@@ -308,7 +308,7 @@ pub struct MlaSpec {
     pub indexer: Option<IndexerSpec>,
 }
 
-/// The lightning indexer of DeepSeek sparse attention (`blocks/indexer.rs`).
+/// The lightning indexer of DeepSeek sparse attention (`blocks/dsa_indexer.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexerSpec {
     /// Indexer heads (`index_n_heads`).

@@ -7,11 +7,11 @@
 //! (`kv_b_proj`'s value rows of head h) padded with zero columns over the rope dims takes its
 //! first `kv_lora_rank` values to `v_head_dim`, before `o_proj`. Prefill and decode run the
 //! same ops, so chunked == whole and concurrent == solo hold by construction. With a lightning
-//! indexer (DeepSeek sparse attention, `blocks/indexer.rs`) the pool's slot is the latent row
+//! indexer (DeepSeek sparse attention, `blocks/dsa_indexer.rs`) the pool's slot is the latent row
 //! then the indexer's key, and each query attends over the keys the indexer keeps
 //! (`Backend::sparse_attention`) instead of every causal key.
 
-use super::indexer::Indexer;
+use super::dsa_indexer::Indexer;
 use crate::error::ModelError;
 use crate::spec::{MlaSpec, ModelSpec};
 use crate::weights::Loader;

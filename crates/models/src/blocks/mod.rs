@@ -5,9 +5,9 @@
 
 pub(crate) mod attention;
 pub(crate) mod dense_moe;
+pub(crate) mod dsa_indexer;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
-pub(crate) mod indexer;
 pub(crate) mod mamba2;
 pub(crate) mod mla;
 pub(crate) mod moe;

@@ -1,7 +1,7 @@
 //! GLM-5 (`GlmMoeDsaForCausalLM`) and DeepSeek V3.2 (`DeepseekV32ForCausalLM`), one architecture:
 //! DeepSeek V3's latent attention (deepseek_v3.rs; rope always interleaved, the query always
 //! low-rank) with DeepSeek sparse attention, a lightning indexer per layer
-//! (`blocks/indexer.rs`: `index_n_heads` heads of `index_head_dim`, `index_topk` keys kept per
+//! (`blocks/dsa_indexer.rs`: `index_n_heads` heads of `index_head_dim`, `index_topk` keys kept per
 //! query), and GLM-4.5's experts with `mlp_layer_types` (else `first_k_dense_replace`, 3 by
 //! default) naming the dense layers. The two differ only in the indexer's rope: GLM-5's pairs
 //! are interleaved, DeepSeek V3.2's rotate-half. GLM's `indexer_types` "shared" layers (an
