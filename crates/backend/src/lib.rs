@@ -4,11 +4,13 @@
 pub mod attn;
 pub mod candidates;
 pub mod conv;
+pub mod dsa;
 pub mod fp8;
 pub mod gate_up;
 pub mod gdn;
 pub mod heads;
 pub mod host;
+pub mod layer_norm;
 pub mod logprobs;
 pub mod mask;
 pub mod on_host;
@@ -25,6 +27,7 @@ pub mod top_p;
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
 pub use conv::Conv1d;
+pub use dsa::{DsaParams, SparseQueries};
 pub use fp8::Fp8Scales;
 pub use gdn::Gdn;
 pub use heads::HeadWeights;
@@ -443,6 +446,44 @@ pub trait Backend: Send + Sync {
         let ((rows, ca), (_, cb)) = (self.shape(a), self.shape(b));
         let y = heads::concat_heads(&self.download(a), &self.download(b), rows, heads);
         self.upload(&y, rows, ca + cb)
+    }
+    /// LayerNorm with bias over each group of `w.len()` values (layer_norm.rs); the default runs
+    /// on the host.
+    fn layer_norm(&self, x: &Self::Act, w: &Self::Vec, b: &Self::Vec, eps: f32) -> Self::Act {
+        let (rows, cols) = self.shape(x);
+        let y = layer_norm::layer_norm(&self.download(x), &self.vec_values(w), &self.vec_values(b), eps);
+        self.upload(&y, rows, cols)
+    }
+    /// DeepSeek sparse attention (dsa.rs): writes this round's slot rows `rows` (`[rows, latent +
+    /// index key]`) into the latent pool `kv`, then for each query keeps the `ix.topk` causal keys
+    /// of the best index scores (`index_q` `[rows, H * D]`, `index_w` `[rows, H]`) and attends
+    /// over their latent rows alone with `q` (`[rows, heads * latent]`, `p.head_dim` the latent
+    /// width): `[rows, heads * latent]`. The default runs dsa.rs on the host over the round's
+    /// blocks, read and written back through [`Backend::read_kv_blocks`] (f32, bf16 or f16 pools).
+    #[allow(clippy::too_many_arguments)]
+    fn sparse_attention(
+        &self,
+        q: &Self::Act,
+        index_q: &Self::Act,
+        index_w: &Self::Act,
+        rows: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        ix: &DsaParams,
+    ) -> Self::Act {
+        let (n, width) = (self.shape(q).0, self.shape(rows).1);
+        let (blocks, local) = dsa::compact_blocks(meta);
+        let dtype = self.kv_dtype();
+        let bytes = self.read_kv_blocks(kv, &blocks);
+        let mut pool = on_host::decode_kv(&bytes[..bytes.len() / 2], dtype);
+        dsa::write_rows(&self.download(rows), &mut pool, width, &local);
+        let (qv, iq, iw) = (self.download(q), self.download(index_q), self.download(index_w));
+        let x = SparseQueries { q: &qv, index_q: &iq, index_w: &iw };
+        let out = dsa::sparse_attention(&x, &pool, width, &local, p, ix);
+        let half = on_host::encode_kv(&pool, dtype);
+        self.write_kv_blocks(kv, &blocks, &[half.as_slice(), half.as_slice()].concat());
+        self.upload(&out, n, p.num_heads * p.head_dim)
     }
     /// Refuses a model whose KV pools have these `(KV heads, head width)` shapes where this
     /// backend cannot run them in one model (the default takes any mix).

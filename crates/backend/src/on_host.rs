@@ -27,3 +27,26 @@ pub fn with_slots<B: Backend + ?Sized, R>(
     b.write_state(st, slots, &host.read_slots(&local.state_slots));
     out
 }
+
+/// KV pool bytes of `dtype` (f32, bf16 or f16, little-endian) as f32 values; other types give
+/// none.
+pub fn decode_kv(bytes: &[u8], dtype: tf_core::DType) -> Vec<f32> {
+    use tf_core::DType;
+    match dtype {
+        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        DType::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// f32 values as KV pool bytes of `dtype`, the inverse of [`decode_kv`] (rounded to nearest).
+pub fn encode_kv(values: &[f32], dtype: tf_core::DType) -> Vec<u8> {
+    use tf_core::DType;
+    match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        DType::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+        _ => Vec::new(),
+    }
+}

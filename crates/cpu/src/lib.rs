@@ -10,6 +10,7 @@ mod moe;
 mod ops;
 mod quant;
 mod simd;
+mod sparse;
 mod ssd;
 #[cfg(test)]
 mod testutil;
@@ -282,6 +283,20 @@ impl Backend for CpuBackend {
         picks: &tf_backend::BlockPicks,
     ) -> HostTensor {
         tf_backend::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
+    }
+
+    fn sparse_attention(
+        &self,
+        q: &HostTensor,
+        index_q: &HostTensor,
+        index_w: &HostTensor,
+        rows: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        ix: &tf_backend::DsaParams,
+    ) -> HostTensor {
+        sparse::sparse_attention(self, q, index_q, index_w, rows, kv, meta, p, ix)
     }
 
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {

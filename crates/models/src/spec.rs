@@ -381,6 +381,24 @@ pub struct MlaSpec {
     /// The checkpoint's rope dims are interleaved pairs (`rope_interleave`): their projection
     /// rows are reordered at load to the rotate-half layout.
     pub rope_interleave: bool,
+    /// DeepSeek sparse attention's lightning indexer (DeepSeek V3.2, GLM-5), where the layers
+    /// attend over the keys it keeps; its key is cached after the latent row.
+    pub indexer: Option<IndexerSpec>,
+}
+
+/// The lightning indexer of DeepSeek sparse attention (`blocks/dsa_indexer.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexerSpec {
+    /// Indexer heads (`index_n_heads`).
+    pub n_heads: usize,
+    /// Width of an indexer head and of its cached key (`index_head_dim`); the first
+    /// `qk_rope_head_dim` dims are roped.
+    pub head_dim: usize,
+    /// Keys each query keeps (`index_topk`).
+    pub topk: usize,
+    /// The indexer's rope dims are interleaved pairs (GLM-5; DeepSeek V3.2's are rotate-half):
+    /// those rows of `wq_b`, `wk` and `k_norm` are reordered at load to the rotate-half layout.
+    pub rope_interleave: bool,
 }
 
 impl MlaSpec {
@@ -392,6 +410,11 @@ impl MlaSpec {
     /// Width of a cached latent row (`kv_lora_rank + qk_rope_head_dim`).
     pub fn latent_dim(&self) -> usize {
         self.kv_lora_rank + self.qk_rope_head_dim
+    }
+
+    /// Width of a cached slot: the latent row, then the indexer's key where there is one.
+    pub fn slot_dim(&self) -> usize {
+        self.latent_dim() + self.indexer.map_or(0, |ix| ix.head_dim)
     }
 }
 

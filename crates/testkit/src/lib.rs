@@ -32,7 +32,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 13] = [
+pub const FAMILIES: [&str; 16] = [
     "llama",
     "qwen3",
     "gemma3",
@@ -41,6 +41,9 @@ pub const FAMILIES: [&str; 13] = [
     "minimax_m2",
     "deepseek_v3",
     "deepseek_v3_nolora",
+    "glm_moe_dsa",
+    "deepseek_v32",
+    "deepseek_v32_allkeys",
     "gemma4",
     "gemma4_kvshare",
     "gemma4_moe",
@@ -58,10 +61,21 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
-/// Fixture families the CUDA backend refuses (MLA's latent KV pool, Gemma 4's KV pools of two
-/// shapes, MiniMax M3's block-sparse attention: no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 7] =
-    ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare", "gemma4_moe", "minimax_m3", "minimax_m3_cover"];
+/// Fixture families the CUDA backend refuses (MLA's latent KV pool, DeepSeek sparse attention's
+/// latent pool with index keys, Gemma 4's KV pools of two shapes, MiniMax M3's block-sparse
+/// attention: no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 10] = [
+    "deepseek_v3",
+    "deepseek_v3_nolora",
+    "glm_moe_dsa",
+    "deepseek_v32",
+    "deepseek_v32_allkeys",
+    "gemma4",
+    "gemma4_kvshare",
+    "gemma4_moe",
+    "minimax_m3",
+    "minimax_m3_cover",
+];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {
@@ -74,13 +88,14 @@ pub fn cuda_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 8] = [
+pub const EARLY_EXIT: [(&str, usize); 9] = [
     ("gemma3", 2),
     ("qwen3", 1),
     ("qwen3_moe", 1),
     ("llama", 1),
     ("glm4_moe", 2),
     ("deepseek_v3", 2),
+    ("glm_moe_dsa", 2),
     ("gemma4", 2),
     ("gemma4_kvshare", 5),
 ];

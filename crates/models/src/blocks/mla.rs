@@ -6,8 +6,12 @@
 //! attention's output per head is the softmax-weighted latent row, full width, and `W_UV_h`
 //! (`kv_b_proj`'s value rows of head h) padded with zero columns over the rope dims takes its
 //! first `kv_lora_rank` values to `v_head_dim`, before `o_proj`. Prefill and decode run the
-//! same ops, so chunked == whole and concurrent == solo hold by construction.
+//! same ops, so chunked == whole and concurrent == solo hold by construction. With a lightning
+//! indexer (DeepSeek sparse attention, `blocks/dsa_indexer.rs`) the pool's slot is the latent row
+//! then the indexer's key, and each query attends over the keys the indexer keeps
+//! (`Backend::sparse_attention`) instead of every causal key.
 
+use super::dsa_indexer::Indexer;
 use crate::error::ModelError;
 use crate::spec::{MlaSpec, ModelSpec};
 use crate::weights::Loader;
@@ -20,7 +24,8 @@ const LATENT_NORM_EPS: f32 = 1e-6;
 /// One layer's latent attention: its projections, norms, absorbed weights; its pool is `kv`.
 pub(crate) struct Mla<B: Backend> {
     /// The projections of the normed input: `q_a_proj` (or `q_proj`'s nope and rope rows),
-    /// then `kv_a_proj_with_mqa`'s latent and rope rows.
+    /// then `kv_a_proj_with_mqa`'s latent and rope rows, then the indexer's `wk` and
+    /// `weights_proj` where there is one.
     pub(crate) inputs: Vec<B::Mat>,
     /// `q_a_layernorm` and `q_b_proj`'s nope and rope rows, where the query is low-rank.
     q_b: Option<(B::Vec, B::Mat, B::Mat)>,
@@ -31,6 +36,8 @@ pub(crate) struct Mla<B: Backend> {
     uv: Vec<f32>,
     m: MlaSpec,
     attn: AttnParams,
+    /// The lightning indexer choosing each query's keys (DeepSeek sparse attention).
+    indexer: Option<Indexer<B>>,
     /// Index of this layer's pool in `Cache::kv`.
     pub(crate) kv: usize,
 }
@@ -46,6 +53,12 @@ fn head_rows(heads: usize, width: usize, part: std::ops::Range<usize>, interleav
 }
 
 impl<B: Backend> Mla<B> {
+    /// Whether a lightning indexer picks the keys (its scores are read on the host by the
+    /// backends' default, so a round with it is not replayed from a recording).
+    pub(crate) fn sparse(&self) -> bool {
+        self.indexer.is_some()
+    }
+
     /// Loads layer prefix `p`'s latent attention (`{p}self_attn.*`) and its output projection.
     pub(crate) fn load(
         s: &ModelSpec,
@@ -79,6 +92,18 @@ impl<B: Backend> Mla<B> {
         inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, 0..lora, false))?);
         inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, lora..lora + rope, m.rope_interleave))?);
         let kv_norm = ld.vec(&format!("{a}kv_a_layernorm.weight"), lora)?;
+        let indexer = match (m.indexer, m.q_lora_rank) {
+            (Some(ix), Some(r)) => {
+                let (ix, proj) = Indexer::load(s, ix, rope, r, ld, &a)?;
+                inputs.extend(proj);
+                Some(ix)
+            }
+            (Some(_), None) => {
+                let msg = "the sparse attention's indexer reads the low-rank query: q_lora_rank is needed".to_string();
+                return Err(ModelError::Config { file: Default::default(), msg });
+            }
+            (None, _) => None,
+        };
         // kv_b_proj `[heads * (nope + v), lora]`: per head its key rows, then its value rows.
         let per = nope + m.v_head_dim;
         let kv_b = ld.host_values(&format!("{a}kv_b_proj.weight"), &[heads * per, lora])?;
@@ -101,7 +126,7 @@ impl<B: Backend> Mla<B> {
             softcap: None,
         };
         let out = ld.mat(&format!("{a}{}.weight", s.names.attn_out), hidden, heads * m.v_head_dim)?;
-        Ok((Mla { inputs, q_b, kv_norm, uk, uv, m, attn, kv }, out))
+        Ok((Mla { inputs, q_b, kv_norm, uk, uv, m, attn, indexer, kv }, out))
     }
 
     /// The latent attention over its projected inputs (`inputs`' order): `[rows, heads * v_head_dim]`.
@@ -117,14 +142,17 @@ impl<B: Backend> Mla<B> {
         let (heads, m, eps) = (s.num_heads, &self.m, LATENT_NORM_EPS);
         let mut x = x.into_iter();
         let mut next = || x.next().unwrap_or_else(|| unreachable!("one output per input projection"));
-        let (q_nope, mut q_pe) = match &self.q_b {
+        let (q_nope, mut q_pe, index_q) = match &self.q_b {
             Some((norm, q_nope, q_pe)) => {
                 let q_lat = b.rms_norm(&next(), norm, eps, false);
-                let mut q = b.matmul_many(&q_lat, &[q_nope, q_pe]).into_iter();
-                let mut take = || q.next().unwrap_or_else(|| unreachable!("two outputs"));
-                (take(), take())
+                let ws: Vec<&B::Mat> =
+                    [q_nope, q_pe].into_iter().chain(self.indexer.as_ref().map(|i| &i.wq_b)).collect();
+                let mut q = b.matmul_many(&q_lat, &ws).into_iter();
+                let mut take = || q.next().unwrap_or_else(|| unreachable!("one output per weight"));
+                let (nope, pe) = (take(), take());
+                (nope, pe, self.indexer.as_ref().map(|_| take()))
             }
-            None => (next(), next()),
+            None => (next(), next(), None),
         };
         let (c_kv, mut k_pe) = (next(), next());
         let c_kv = b.rms_norm(&c_kv, &self.kv_norm, eps, false);
@@ -133,8 +161,17 @@ impl<B: Backend> Mla<B> {
         let latent = b.concat_heads(&c_kv, &k_pe, 1); // (tokens, kv_lora_rank + rope)
         let uk = HeadWeights { host: &self.uk, heads, out: m.kv_lora_rank };
         let q = b.concat_heads(&b.head_matmul(&q_nope, &uk), &q_pe, heads); // (tokens, heads * latent)
-        // The pool keeps the latent row alone; its values are its keys.
-        let o = b.attention(&q, &latent, &latent, kv, meta, &self.attn);
+        let o = match (&self.indexer, index_q) {
+            (Some(ix), Some(mut index_q)) => {
+                let (wk_out, index_w) = (next(), next());
+                ix.rope_query(b, s, &mut index_q, pos);
+                // The slot is the latent row, then the indexer's key.
+                let slot = b.concat_heads(&latent, &ix.key(b, s, &wk_out, pos), 1);
+                b.sparse_attention(&q, &index_q, &index_w, &slot, kv, meta, &self.attn, &ix.params)
+            }
+            // The pool keeps the latent row alone; its values are its keys.
+            _ => b.attention(&q, &latent, &latent, kv, meta, &self.attn),
+        };
         b.head_matmul(&o, &HeadWeights { host: &self.uv, heads, out: m.v_head_dim })
     }
 }

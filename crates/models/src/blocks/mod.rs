@@ -5,6 +5,7 @@
 
 pub(crate) mod attention;
 pub(crate) mod dense_moe;
+pub(crate) mod dsa_indexer;
 pub(crate) mod ffn;
 pub(crate) mod gdn;
 pub(crate) mod indexer;
@@ -30,7 +31,8 @@ use tf_backend::{AttnMeta, Backend, StateShape};
 pub(crate) enum TokenMixer<B: Backend> {
     /// Attention over the paged KV cache.
     Attention(Attention<B>),
-    /// Multi-head latent attention over a latent KV pool (DeepSeek V3).
+    /// Multi-head latent attention over a latent KV pool (DeepSeek V3), or DeepSeek sparse
+    /// attention over the keys its indexer keeps (DeepSeek V3.2, GLM-5).
     Mla(Mla<B>),
     /// Gated DeltaNet over a conv window and a delta-rule state.
     Gdn(GatedDeltaNet<B>),
@@ -84,7 +86,7 @@ impl<B: Backend> TokenMixer<B> {
     pub(crate) fn replayable(&self) -> bool {
         match self {
             TokenMixer::Attention(a) => !a.sliding && a.indexer.is_none(),
-            TokenMixer::Mla(_) => true,
+            TokenMixer::Mla(a) => !a.sparse(),
             TokenMixer::Gdn(_) => false,
             TokenMixer::Mamba2(_) => false,
             TokenMixer::ShortConv(_) => false,

@@ -23,7 +23,27 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         qk_rope_head_dim: c.dim("qk_rope_head_dim")?,
         v_head_dim: c.dim("v_head_dim")?,
         rope_interleave: c.flag("rope_interleave", true)?,
+        indexer: None,
     };
+    let kinds = common.layer_kinds(c)?;
+    if kinds.iter().any(|k| *k != LayerKind::Full) {
+        return Err(c.error("deepseek_v3 layers are full attention only"));
+    }
+    let mut spec = latent_spec(c, arch, common, mla, kinds)?;
+    experts_and_mtp(c, &mut spec)?;
+    Ok(spec)
+}
+
+/// The spec of a latent-attention model of `kinds` (all full): `mla`'s rope (YaRN's factor on
+/// cos / sin) and softmax scale, one KV "head" per token as wide as `mla`'s slot. The experts
+/// are the caller's.
+pub(crate) fn latent_spec(
+    c: &RawConfig,
+    arch: &str,
+    common: Common,
+    mla: MlaSpec,
+    kinds: Vec<LayerKind>,
+) -> Result<ModelSpec, ModelError> {
     if !mla.qk_rope_head_dim.is_multiple_of(2) {
         return Err(c.error(format!("qk_rope_head_dim {} must be even for rope", mla.qk_rope_head_dim)));
     }
@@ -32,16 +52,12 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         return Err(c.error(format!("rope_theta {theta} makes no sense")));
     }
     let rope = Rope::new(mla.qk_rope_head_dim, theta, &scaling);
-    let mut spec = common.spec(c, arch, rope, activation(c, Activation::Silu)?)?;
-    if spec.layer_kinds.iter().any(|k| *k != LayerKind::Full) {
-        return Err(c.error("deepseek_v3 layers are full attention only"));
-    }
+    let mut spec = common.spec_with_kinds(c, arch, rope, activation(c, Activation::Silu)?, kinds)?;
     // One latent "KV head" per token: the pools and sessions see rows of this width.
     spec.num_kv_heads = 1;
-    spec.head_dim = mla.latent_dim();
+    spec.head_dim = mla.slot_dim();
     spec.attn_scale = softmax_scale(c, mla.qk_head_dim());
     spec.mla = Some(mla);
-    experts_and_mtp(c, &mut spec)?;
     Ok(spec)
 }
 

@@ -4,6 +4,7 @@ pub mod deepseek_v3;
 pub mod gemma3;
 pub mod gemma4;
 pub mod glm4_moe;
+pub mod glm_moe_dsa;
 pub mod lfm2;
 pub mod lfm2_moe;
 pub mod lfm3;

@@ -1,0 +1,107 @@
+//! GLM-5 / DeepSeek V3.2 checkpoints whose lightning indexer disagrees with their config (head
+//! count or width, a missing indexer tensor, a norm of another width) or whose config names an
+//! indexer option that is not run (`index_topk` out of range, shared indexer layers, no
+//! low-rank query) are refused by `tensorfold check` with exit code 2 and one line naming the
+//! tensor or field, and for a shape the shape expected and the shape found.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
+}
+
+/// A copy of `family`'s fixture whose config.json has `key` set to `value`.
+fn with_config(family: &str, key: &str, value: serde_json::Value) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(family)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let path = tmp.path().join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v[key] = value;
+    std::fs::write(&path, v.to_string()).unwrap();
+    tmp
+}
+
+/// A copy of the glm_moe_dsa fixture whose checkpoint lacks `name`, or (with `shape`) has it as a
+/// zero bf16 tensor of that shape.
+fn with_tensor(name: &str, shape: Option<&[usize]>) -> tempfile::TempDir {
+    let d = with_config("glm_moe_dsa", "num_nextn_predict_layers", 0.into());
+    let path = d.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let zeros = vec![0u8; shape.map_or(0, |s| s.iter().product::<usize>() * 2)];
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().filter(|(n, _)| n != name).map(|(n, v)| (n.to_string(), v)).collect();
+    if let Some(shape) = shape {
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, shape.to_vec(), &zeros).unwrap();
+        views.push((name.into(), view));
+    }
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+    d
+}
+
+/// `tensorfold check` on `dir`: its exit code and stderr.
+fn check(dir: &Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Asserts a clean one-line refusal holding every needle.
+fn refused(dir: &Path, needles: &[&str]) {
+    let (code, err) = check(dir);
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert_eq!(code, Some(2), "expected exit 2, stderr: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "'{n}' not in: {err}");
+    }
+}
+
+const IX: &str = "model.layers.0.self_attn.indexer.";
+
+#[test]
+fn the_fixtures_pass() {
+    for family in ["glm_moe_dsa", "deepseek_v32", "deepseek_v32_allkeys"] {
+        let (code, err) = check(&fixture(family));
+        assert_eq!(code, Some(0), "{family}: {err}");
+    }
+}
+
+#[test]
+fn indexer_dims_the_checkpoint_does_not_have() {
+    // 16 heads of 32: wq_b [512, 48], wk [32, 64], weights_proj [16, 64], k_norm [32].
+    let d = with_config("glm_moe_dsa", "index_n_heads", 8.into());
+    refused(d.path(), &[&format!("{IX}wq_b.weight"), "expected [256, 48]", "[512, 48]"]);
+    let d = with_config("deepseek_v32", "index_head_dim", 16.into());
+    refused(d.path(), &[&format!("{IX}wq_b.weight"), "expected [256, 48]", "[512, 48]"]);
+    let name = format!("{IX}weights_proj.weight");
+    refused(with_tensor(&name, Some(&[8, 64])).path(), &[&name, "expected [16, 64]", "[8, 64]"]);
+    let name = format!("{IX}k_norm.bias");
+    refused(with_tensor(&name, Some(&[16])).path(), &[&name, "expected [32]", "[16]"]);
+}
+
+#[test]
+fn missing_indexer_tensors() {
+    for t in ["wq_b.weight", "wk.weight", "k_norm.weight", "k_norm.bias", "weights_proj.weight"] {
+        let name = format!("{IX}{t}");
+        refused(with_tensor(&name, None).path(), &[&name, "missing"]);
+    }
+}
+
+#[test]
+fn indexer_options_that_are_not_run() {
+    let d = with_config("glm_moe_dsa", "index_topk", 0.into());
+    refused(d.path(), &["index_topk", "positive integer"]);
+    let d = with_config("deepseek_v32", "index_topk", (-8).into());
+    refused(d.path(), &["index_topk", "positive integer"]);
+    let d = with_config("glm_moe_dsa", "indexer_types", serde_json::json!(["full", "shared", "full"]));
+    refused(d.path(), &["indexer_types", "layer 1", "shared"]);
+    let d = with_config("glm_moe_dsa", "q_lora_rank", serde_json::Value::Null);
+    refused(d.path(), &["q_lora_rank", "indexer"]);
+    let d = with_config("deepseek_v32", "index_head_dim", 8.into());
+    refused(d.path(), &["index_head_dim 8", "qk_rope_head_dim 16"]);
+}
