@@ -11,9 +11,9 @@ use tf_cpu::CpuBackend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_formats::SafetensorsFile;
 use tf_models::{Batch, Model};
-use tf_testkit::{check_drafted_equals_undrafted, config, fixture, golden};
+use tf_testkit::{MTP_FIXTURES, check_drafted_equals_undrafted, config, fixture, golden};
 
-const FIXTURES: [&str; 4] = ["glm4_moe_mtp", "deepseek_v3_mtp", "qwen3_next_mtp", "qwen3_5_mtp"];
+const FIXTURES: [&str; 4] = [MTP_FIXTURES[0].0, MTP_FIXTURES[1].0, MTP_FIXTURES[2].0, MTP_FIXTURES[3].0];
 
 /// Largest |ours - reference| allowed on an MTP logit (as the golden tests allow on the target's).
 const TOL: f32 = 1e-4;

@@ -1,7 +1,7 @@
 //! The engine's exactness checks on the CUDA backend, the same tf-testkit checks the CPU tests
 //! run in CI: concurrent == solo, overlapped greedy rounds == waited ones, prefix-cache resumed
-//! == fresh, restored session == cold, and drafted == undrafted for the n-gram, early-exit and
-//! draft-model drafters; the families with recurrent layers (`HYBRIDS`) run every check too
+//! == fresh, restored session == cold, and drafted == undrafted for the n-gram, early-exit,
+//! draft-model and MTP drafters; the families with recurrent layers (`HYBRIDS`) run every check too
 //! (early exit after their first layer, and drafting for themselves). Without a GPU each test
 //! prints "skipped" and passes.
 
@@ -10,7 +10,7 @@ mod common;
 use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
-    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, check_concurrent_equals_solo, check_drafted_equals_undrafted,
+    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, MTP_FIXTURES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
     check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
     check_self_drafting_accepts_all, check_session_restore_equals_fresh, cuda_families, on_cuda,
 };
@@ -100,5 +100,16 @@ fn draft_model_equals_undrafted() {
     }
     for family in std::iter::once("qwen3").chain(HYBRIDS.iter().copied()) {
         check_self_drafting_accepts_all(&gpu, family);
+    }
+}
+
+#[test]
+fn mtp_drafted_equals_undrafted() {
+    let Some(gpu) = gpu() else { return };
+    for (fixture, source) in MTP_FIXTURES.into_iter().filter(|&(_, source)| on_cuda(source)) {
+        for seeded in [false, true] {
+            let c = check_drafted_equals_undrafted(&gpu, fixture, DraftKind::Mtp, None, seeded);
+            eprintln!("{fixture} (of {source}) seeded={seeded}: {c:?}");
+        }
     }
 }

@@ -51,6 +51,15 @@ pub const FAMILIES: [&str; 16] = [
     "minimax_m3_cover",
 ];
 
+/// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
+/// `--draft mtp` checks run over them.
+pub const MTP_FIXTURES: [(&str, &str); 4] = [
+    ("glm4_moe_mtp", "glm4_moe"),
+    ("deepseek_v3_mtp", "deepseek_v3"),
+    ("qwen3_next_mtp", "qwen3_next"),
+    ("qwen3_5_mtp", "qwen3_5"),
+];
+
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
 /// they run them.
