@@ -6,7 +6,7 @@
 //! three filters are off nothing is sorted or allocated.
 
 pub use tf_backend::logprobs::rank_value;
-use tf_backend::top_p::{Cut, by_ranked, cut};
+use tf_backend::top_p::{Cut, by_ranked, cut, weights};
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,9 +76,10 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
 /// `pool`, summed in candidate order) reaches `top_p`; never empty. `max` is the largest value
 /// in `pool`.
 fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
-    let total: f64 = pool.iter().map(|p| f64::from(p.0 - max).exp()).sum();
+    let w = weights(&pool, max);
+    let total: f64 = w.iter().sum();
     let target = f64::from(top_p) * total;
-    match cut(&mut pool, max, target, target) {
+    match cut(&mut pool, &w, max, target, target) {
         Cut::At(n) => pool.truncate(n),
         // Rounding left the sum a hair short of the target: keep everything.
         Cut::Open | Cut::Short => {}
