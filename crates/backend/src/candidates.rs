@@ -21,7 +21,7 @@
 use crate::logprobs::rank_value;
 use crate::mask::TokenMask;
 use crate::rng::{gumbel, uniform_block};
-use crate::top_p::{band_prefix, band_prefix_of, weights};
+use crate::top_p::{Weighed, band_prefix, band_prefix_of};
 
 /// The edits of one id before sampling, applied in this order: bias, repetition penalty,
 /// frequency penalty, presence penalty (the host sampler's order).
@@ -211,10 +211,10 @@ fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
     }
     let pool: Vec<(f32, u32)> = c.values.iter().zip(0..).map(|(&v, i)| (rank_value(q.scaled(v)), i)).collect();
     let max = pool.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
-    let w = weights(&pool, max);
     // The host's sum over the window, in id order (the filter's own).
-    let mass: f64 = w.iter().sum();
-    if let Some(at) = band_prefix_of(pool, &w, max, q.top_p, mass) {
+    let weighed = Weighed::new(&pool, max);
+    let mass = weighed.total;
+    if let Some(at) = band_prefix_of(pool, &weighed, q.top_p, mass) {
         keep_positions(c, &at, mass);
     }
 }

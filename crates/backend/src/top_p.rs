@@ -5,13 +5,14 @@
 //! over the whole band of targets at one token: then it is the host's cut, bit for bit.
 //!
 //! The cut itself ([`cut`]) is the first prefix, most likely first, whose mass summed in that
-//! order reaches a target. It is found without sorting the pool: a histogram of the weights
-//! over the distance below the maximum ([`BUCKETS`] buckets) locates the bucket where the mass
-//! crosses, and only that bucket is sorted and summed one weight at a time. Sums taken in
-//! another order lie within [`slack`] of the rank-order sum (both are sums of the same
-//! non-negative terms), so a crossing that clears the target by more than that is the
-//! rank-order sum's crossing; one within it (about one row in ten thousand on flat rows) is
-//! settled by sorting the pool as it grows ([`cut_sorted`]), which sums in rank order.
+//! order reaches a target. It is found without sorting the pool: the pass that makes the
+//! weights ([`Weighed`]) also sums them into a histogram over the distance below the maximum
+//! ([`BUCKETS`] buckets of [`BUCKET_WIDTH`]), which locates the bucket where the mass crosses;
+//! only that bucket is sorted and summed one weight at a time. Sums taken in another order lie
+//! within [`slack`] of the rank-order sum (both are sums of the same non-negative terms), so a
+//! crossing that clears the target by more than that is the rank-order sum's crossing; one
+//! within it (about one row in ten thousand on flat rows) is settled by sorting the pool as it
+//! grows ([`cut_sorted`]), which sums in rank order.
 
 use crate::logprobs::rank_value;
 use std::cmp::Ordering;
@@ -32,16 +33,17 @@ pub fn by_ranked(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
 const FIRST: usize = 256;
 /// Factor by which the sorted part grows.
 const GROWTH: usize = 4;
-/// Buckets of the histogram that locates the cut, spanning the pool's distances below its
-/// maximum.
-const BUCKETS: usize = 2048;
+/// Buckets of the histogram that locates the cut; the last also holds everything further down.
+const BUCKETS: usize = 4096;
+/// Distance below the maximum that one bucket spans: 1/128, so the buckets cover 32 (a cut
+/// further down, where weights are under e^-32, sorts the last bucket).
+const BUCKET_WIDTH: f32 = 1.0 / 128.0;
 
 /// Where the prefix mass of a pool, summed in rank order, first reaches a target known to lie in
 /// `[lo, hi]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
-    /// At this many of the most likely (the pool's first this many, in no set order):
-    /// settled for every target.
+    /// At this many of the most likely (the pool's first this many): settled for every target.
     At(usize),
     /// The prefix mass reached `lo` short of `hi` at one token: the band splits it.
     Open,
@@ -49,17 +51,53 @@ pub enum Cut {
     Short,
 }
 
-/// The weights of a pool (`(rank_value, position)` pairs, `max` its largest value): exp(v - max)
-/// in f64, the filter's own.
-pub fn weights(pool: &[(f32, u32)], max: f32) -> Vec<f64> {
-    pool.iter().map(|p| f64::from(p.0 - max).exp()).collect()
+/// A pool's weights (`(rank_value, position)` pairs, `max` their largest value): exp(v - max)
+/// in f64, the filter's own, their sum in pool order, and their histogram by distance below the
+/// maximum.
+pub struct Weighed {
+    /// The weights, in pool order.
+    pub w: Vec<f64>,
+    /// Their sum, one addition at a time in pool order (what `w.iter().sum()` gives).
+    pub total: f64,
+    /// The pool's largest value.
+    max: f32,
+    /// Entries per bucket.
+    count: Vec<usize>,
+    /// Weights per bucket, each summed in pool order.
+    mass: Vec<f64>,
 }
 
-/// The top-p cut of `pool` (`(rank_value, position)` pairs, `max` its largest value, `w` their
-/// [`weights`]). On [`Cut::At`]`(n)` the pool is reordered so its first `n` are the cut's (in no
-/// set order); `w` then no longer lines up with it.
-pub fn cut(pool: &mut [(f32, u32)], w: &[f64], max: f32, lo: f64, hi: f64) -> Cut {
-    match locate(pool, w, max, lo, hi) {
+/// Bucket of value `v` of a pool whose largest is `max`: never smaller for a smaller value, as
+/// every step rounds monotonically (-inf goes to the last).
+#[inline]
+fn bucket(max: f32, v: f32) -> usize {
+    (((max - v) * (1.0 / BUCKET_WIDTH)) as usize).min(BUCKETS - 1)
+}
+
+impl Weighed {
+    /// The weights of `pool`, whose largest value is `max`, made in one pass.
+    pub fn new(pool: &[(f32, u32)], max: f32) -> Weighed {
+        let (mut count, mut mass) = (vec![0usize; BUCKETS], vec![0.0f64; BUCKETS]);
+        let mut w = Vec::with_capacity(pool.len());
+        let mut total = 0.0f64;
+        for p in pool {
+            let wi = f64::from(p.0 - max).exp();
+            let b = bucket(max, p.0);
+            count[b] += 1;
+            mass[b] += wi;
+            total += wi;
+            w.push(wi);
+        }
+        Weighed { w, total, max, count, mass }
+    }
+}
+
+/// The top-p cut of `pool` (`(rank_value, position)` pairs) weighed by `weighed`. On
+/// [`Cut::At`]`(n)` the pool's first `n` are the cut's (in their earlier order where the
+/// histogram found it), and the pool is reordered; `weighed` then no longer lines up with it.
+pub fn cut(pool: &mut [(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Cut {
+    let max = weighed.max;
+    match locate(pool, weighed, lo, hi) {
         Some(Located::At(boundary, n)) => {
             // The prefix is every entry ranking at or before the boundary entry.
             let mut kept = 0;
@@ -77,8 +115,8 @@ pub fn cut(pool: &mut [(f32, u32)], w: &[f64], max: f32, lo: f64, hi: f64) -> Cu
     }
 }
 
-/// [`cut`] by sorting a growing most-likely part of the pool, summing in rank order as it goes;
-/// on [`Cut::At`]`(n)` the pool's first `n` are in rank order.
+/// [`cut`] by sorting a growing most-likely part of the pool (`max` its largest value),
+/// summing in rank order as it goes; on [`Cut::At`]`(n)` the pool's first `n` are in rank order.
 pub fn cut_sorted(pool: &mut [(f32, u32)], max: f32, lo: f64, hi: f64) -> Cut {
     // pool[..sorted] is in rank order and ranks above everything after it.
     let (mut sorted, mut mass) = (0, 0.0);
@@ -123,22 +161,11 @@ fn slack(n: usize) -> f64 {
     (n + 2) as f64 / (1u64 << 50) as f64
 }
 
-/// The cut of [`cut`] from a histogram of the pool's weights and a sort of the one bucket
-/// holding it (module docs); `None` when a sum lies within [`slack`] of `lo` or `hi`, or the
-/// cut leaves that bucket.
-fn locate(pool: &[(f32, u32)], w: &[f64], max: f32, lo: f64, hi: f64) -> Option<Located> {
-    let min = pool.iter().map(|p| p.0).filter(|v| v.is_finite()).fold(max, f32::min);
-    // Bucket of a value, by its distance below the maximum: never smaller for a smaller value,
-    // as every step rounds monotonically (-inf goes to the last, or to 0 with a zero scale).
-    let scale = BUCKETS as f32 / (max - min);
-    let scale = if scale.is_finite() { scale } else { 0.0 };
-    let bucket = |v: f32| (((max - v) * scale) as usize).min(BUCKETS - 1);
-    let (mut count, mut mass) = (vec![0usize; BUCKETS], vec![0.0f64; BUCKETS]);
-    for (p, &wi) in pool.iter().zip(w) {
-        let b = bucket(p.0);
-        count[b] += 1;
-        mass[b] += wi;
-    }
+/// The cut of [`cut`] from the histogram of `weighed` and a sort of the one bucket holding it
+/// (module docs); `None` when a sum lies within [`slack`] of `lo` or `hi`, or the cut leaves
+/// that bucket.
+fn locate(pool: &[(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Option<Located> {
+    let Weighed { w, max, count, mass, .. } = weighed;
     let slack = slack(pool.len() + BUCKETS);
     // Skip the buckets whose end stays under `lo` by more than the slack.
     let (mut above, mut first, mut b) = (0.0f64, 0usize, 0usize);
@@ -153,7 +180,7 @@ fn locate(pool: &[(f32, u32)], w: &[f64], max: f32, lo: f64, hi: f64) -> Option<
         return Some(Located::Short);
     }
     let mut region: Vec<((f32, u32), f64)> = Vec::with_capacity(count[b]);
-    region.extend(pool.iter().zip(w).filter(|(p, _)| bucket(p.0) == b).map(|(&p, &wi)| (p, wi)));
+    region.extend(pool.iter().zip(w).filter(|(p, _)| bucket(*max, p.0) == b).map(|(&p, &wi)| (p, wi)));
     region.sort_unstable_by(|x, y| by_ranked(&x.0, &y.0));
     let mut sum = above;
     for (k, &(p, wi)) in region.iter().enumerate() {
@@ -183,24 +210,23 @@ fn locate(pool: &[(f32, u32)], w: &[f64], max: f32, lo: f64, hi: f64) -> Option<
 pub fn band_prefix(x: &[f32], top_p: f32, window_mass: f64) -> Option<Vec<u32>> {
     let pool: Vec<(f32, u32)> = x.iter().zip(0..).map(|(&v, i)| (rank_value(v), i)).collect();
     let max = pool.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
-    let w = weights(&pool, max);
-    band_prefix_of(pool, &w, max, top_p, window_mass)
+    if !max.is_finite() {
+        return None;
+    }
+    let weighed = Weighed::new(&pool, max);
+    band_prefix_of(pool, &weighed, top_p, window_mass)
 }
 
-/// [`band_prefix`] of a pool made from `x` (`max` its largest value, `w` its [`weights`]).
-pub fn band_prefix_of(
-    mut pool: Vec<(f32, u32)>,
-    w: &[f64],
-    max: f32,
-    top_p: f32,
-    window_mass: f64,
-) -> Option<Vec<u32>> {
-    if !max.is_finite() || !window_mass.is_finite() {
+/// [`band_prefix`] of a pool made from `x` (`(rank_value, position)` pairs with a finite
+/// largest value) weighed by `weighed`.
+pub fn band_prefix_of(mut pool: Vec<(f32, u32)>, weighed: &Weighed, top_p: f32, window_mass: f64) -> Option<Vec<u32>> {
+    if !window_mass.is_finite() {
         return None;
     }
     let target = f64::from(top_p) * window_mass;
-    match cut(&mut pool, w, max, target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE)) {
+    match cut(&mut pool, weighed, target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE)) {
         Cut::At(n) => {
+            // In increasing order already unless the sort settled the cut.
             let mut kept: Vec<u32> = pool[..n].iter().map(|p| p.1).collect();
             kept.sort_unstable();
             Some(kept)
@@ -208,6 +234,7 @@ pub fn band_prefix_of(
         Cut::Open | Cut::Short => None,
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,16 +284,17 @@ mod tests {
         for kind in 0..4 {
             let base = pool(kind, 30_000);
             let max = base.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
-            let w = weights(&base, max);
-            let total: f64 = w.iter().sum();
+            let weighed = Weighed::new(&base, max);
+            let total = weighed.total;
+            assert_eq!(total.to_bits(), weighed.w.iter().sum::<f64>().to_bits(), "the pass sums as sum() does");
             for top_p in [1e-6, 0.01, 0.3, 0.5, 0.9, 0.95, 0.999, 1.0, 1.5] {
                 let target = top_p * total;
                 for (lo, hi) in [(target, target), (target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE))] {
                     let (mut a, mut b) = (base.clone(), base.clone());
-                    let got = cut(&mut a, &w, max, lo, hi);
+                    let got = cut(&mut a, &weighed, lo, hi);
                     let want = cut_sorted(&mut b, max, lo, hi);
                     assert_eq!(outcome(&a, got), outcome(&b, want), "kind {kind} top_p {top_p}");
-                    located += usize::from(locate(&base, &w, max, lo, hi).is_some());
+                    located += usize::from(locate(&base, &weighed, lo, hi).is_some());
                     tries += 1;
                 }
             }
@@ -278,7 +306,7 @@ mod tests {
     fn a_target_on_a_rank_order_prefix_mass_goes_to_the_sort() {
         let base = pool(0, 5000);
         let max = base.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
-        let w = weights(&base, max);
+        let weighed = Weighed::new(&base, max);
         let mut ranked = base.clone();
         ranked.sort_by(by_ranked);
         let mut prefix = Vec::new();
@@ -290,9 +318,9 @@ mod tests {
         for at in [0, 3, 256, 1023, 2048, 4998] {
             for step in [-1i64, 0, 1] {
                 let lo = f64::from_bits(prefix[at].to_bits().wrapping_add_signed(step));
-                assert!(locate(&base, &w, max, lo, lo).is_none(), "prefix {at} step {step} is within the slack");
+                assert!(locate(&base, &weighed, lo, lo).is_none(), "prefix {at} step {step} is within the slack");
                 let (mut a, mut b) = (base.clone(), base.clone());
-                let got = cut(&mut a, &w, max, lo, lo);
+                let got = cut(&mut a, &weighed, lo, lo);
                 let want = cut_sorted(&mut b, max, lo, lo);
                 assert_eq!(got, Cut::At(at + usize::from(step > 0) + 1));
                 assert_eq!(outcome(&a, got), outcome(&b, want), "prefix {at} step {step}");
