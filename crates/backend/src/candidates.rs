@@ -21,7 +21,7 @@
 use crate::logprobs::rank_value;
 use crate::mask::TokenMask;
 use crate::rng::{gumbel, uniform_block};
-use crate::top_p::band_prefix;
+use crate::top_p::{Weighed, band_prefix, band_prefix_of};
 
 /// The edits of one id before sampling, applied in this order: bias, repetition penalty,
 /// frequency penalty, presence penalty (the host sampler's order).
@@ -209,11 +209,21 @@ fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
     if q.top_p >= 1.0 || q.top_k > 0 || c.ids.is_empty() {
         return;
     }
-    let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
-    let max = x.iter().copied().map(rank_value).fold(f32::NEG_INFINITY, f32::max);
+    let pool: Vec<(f32, u32)> = c.values.iter().zip(0..).map(|(&v, i)| (rank_value(q.scaled(v)), i)).collect();
+    let max = pool.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
     // The host's sum over the window, in id order (the filter's own).
-    let mass: f64 = x.iter().map(|&v| f64::from(rank_value(v) - max).exp()).sum();
-    settle_top_p(c, q, mass);
+    let weighed = Weighed::new(&pool, max);
+    let mass = weighed.total;
+    if let Some(at) = band_prefix_of(pool, &weighed, q.top_p, mass) {
+        keep_positions(c, &at, mass);
+    }
+}
+
+/// Keeps the candidates at positions `at` (increasing), settled by `window_mass`.
+fn keep_positions(c: &mut Candidates, at: &[u32], window_mass: f64) {
+    c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
+    c.values = at.iter().map(|&i| c.values[i as usize]).collect();
+    c.window_mass = Some(window_mass);
 }
 
 /// Cuts a top-p row's candidates (the top of its window) to the prefix that `window_mass`, a
@@ -222,9 +232,7 @@ fn narrow_top_p(c: &mut Candidates, q: &RowQuery) {
 pub fn settle_top_p(c: &mut Candidates, q: &RowQuery, window_mass: f64) -> bool {
     let x: Vec<f32> = c.values.iter().map(|&v| q.scaled(v)).collect();
     let Some(at) = band_prefix(&x, q.top_p, window_mass) else { return false };
-    c.ids = at.iter().map(|&i| c.ids[i as usize]).collect();
-    c.values = at.iter().map(|&i| c.values[i as usize]).collect();
-    c.window_mass = Some(window_mass);
+    keep_positions(c, &at, window_mass);
     true
 }
 

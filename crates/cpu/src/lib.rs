@@ -9,6 +9,7 @@ mod matmul;
 mod moe;
 mod ops;
 mod quant;
+mod sample;
 mod simd;
 mod sparse;
 mod ssd;
@@ -20,8 +21,8 @@ pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Experts, Fp8Scales, HostKv, HostMat, HostState,
-    HostTensor, KvShape, MoeParams, Rope, StateShape,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, Fp8Scales, HostKv, HostMat,
+    HostState, HostTensor, KvShape, MoeParams, Rope, RowQuery, StateShape,
 };
 use tf_formats::TensorView;
 
@@ -107,6 +108,10 @@ impl Backend for CpuBackend {
 
     fn held_ids(&self, h: &Vec<u32>) -> Vec<u32> {
         h.clone()
+    }
+
+    fn sample_candidates(&self, x: &mut HostTensor, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
+        self.pool.install(|| sample::sample_candidates(x, rows, queries))
     }
 
     fn name(&self) -> String {

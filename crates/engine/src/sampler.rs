@@ -261,4 +261,8 @@ fn gumbel_argmax(ids: &[u32], x: &[f32], kept: &Kept, seed: u64, position: u64) 
 }
 
 #[cfg(test)]
+mod sorted;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod threshold_tests;

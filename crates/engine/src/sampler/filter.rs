@@ -6,7 +6,7 @@
 //! three filters are off nothing is sorted or allocated.
 
 pub use tf_backend::logprobs::rank_value;
-use tf_backend::top_p::{Cut, by_ranked, cut};
+use tf_backend::top_p::{Cut, Weighed, by_ranked, cut};
 
 /// The tokens that may be sampled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,11 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
     let top_p_on = top_p < 1.0;
     let min_p_on = min_p > 0.0;
     if !(top_k_on || top_p_on || min_p_on) {
+        return Kept::All;
+    }
+    // Candidates that a window mass settled are top-p's prefix already: without top-k or
+    // min-p every one is kept.
+    if window_mass.is_some() && !(top_k_on || min_p_on) {
         return Kept::All;
     }
     let max = x.iter().copied().map(rank_value).fold(f32::NEG_INFINITY, f32::max);
@@ -76,9 +81,9 @@ pub fn kept(x: &[f32], width: usize, top_k: u32, top_p: f32, min_p: f32, window_
 /// `pool`, summed in candidate order) reaches `top_p`; never empty. `max` is the largest value
 /// in `pool`.
 fn top_p_prefix(mut pool: Vec<Ranked>, top_p: f32, max: f32) -> Vec<Ranked> {
-    let total: f64 = pool.iter().map(|p| f64::from(p.0 - max).exp()).sum();
-    let target = f64::from(top_p) * total;
-    match cut(&mut pool, max, target, target) {
+    let weighed = Weighed::new(&pool, max);
+    let target = f64::from(top_p) * weighed.total;
+    match cut(&mut pool, &weighed, target, target) {
         Cut::At(n) => pool.truncate(n),
         // Rounding left the sum a hair short of the target: keep everything.
         Cut::Open | Cut::Short => {}
