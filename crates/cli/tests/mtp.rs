@@ -224,6 +224,13 @@ fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
     v["num_nextn_predict_layers"] = 2.into();
     std::fs::write(&path, v.to_string()).unwrap();
     assert!(spawn_error(d.path()).contains("2 MTP depths"));
+    // GLM-5's MTP layer carries an indexer, which the drafter does not run: refused saying so.
+    let d = copy_of("glm_moe_dsa");
+    let path = d.path().join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 1.into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(spawn_error(d.path()).contains("lightning indexer"));
 }
 
 /// Replaces tensor `name` of `dir`'s checkpoint by zeros of `shape`, or removes it (`None`).

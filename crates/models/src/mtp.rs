@@ -54,6 +54,9 @@ impl<B: Backend> MtpHead<B> {
                 target.architecture
             )));
         };
+        if let Some(why) = m.unsupported {
+            return Err(unsupported(format!("{}: --draft mtp: {why}", target.architecture)));
+        }
         if m.num_layers != 1 {
             return Err(unsupported(format!(
                 "{} MTP depths (num_nextn_predict_layers or mtp_num_hidden_layers): drafting reads one depth, and \

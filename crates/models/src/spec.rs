@@ -261,6 +261,8 @@ pub struct MtpSpec {
     /// The head has its own embedding table (`mtp_use_dedicated_embeddings`); where false a
     /// NextN layer may still carry one.
     pub own_embed: bool,
+    /// Why these layers do not draft, where the family knows they cannot yet (they stay unread).
+    pub unsupported: Option<&'static str>,
 }
 
 /// How a checkpoint names its MTP layer and where the next drafting step reads its hidden row.

@@ -111,6 +111,7 @@ mod tests {
         assert_eq!((moe.n_group, moe.sparse_layers), (2, vec![false, true, true]));
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
         let mtp = crate::spec::MtpSpec {
+            unsupported: None,
             num_layers: 1,
             sparse: true,
             layout: crate::spec::MtpLayout::NextN,

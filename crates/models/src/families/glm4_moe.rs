@@ -63,7 +63,8 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
     let mtp = if c.get(key).and_then(Value::as_u64) == Some(0) { 0 } else { c.opt_dim(key)?.unwrap_or(0) };
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
     let sparse = spec.num_layers >= first_dense;
-    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse, layout: MtpLayout::NextN, own_embed: false });
+    let layout = MtpLayout::NextN;
+    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse, layout, own_embed: false, unsupported: None });
     Ok(())
 }
 

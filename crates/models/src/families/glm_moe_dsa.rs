@@ -63,7 +63,9 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let mut spec = latent_spec(c, arch, common, mla, vec![LayerKind::Full; num_layers])?;
     experts_and_mtp(c, &mut spec)?;
     // MTP drafting (`crate::mtp`) runs dense latent attention only: these MTP layers stay unread.
-    spec.mtp = None;
+    if let Some(m) = spec.mtp.as_mut() {
+        m.unsupported = Some("its MTP layer carries a lightning indexer, which the MTP drafter does not run yet");
+    }
     let sparse = sparse_layers(c, num_layers)?;
     if let Some(moe) = spec.moe.as_mut() {
         moe.sparse_layers = sparse;

@@ -45,8 +45,13 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
     spec.unread_prefixes = vec!["mtp.".to_string()];
     let depths = c.opt_dim("mtp_num_hidden_layers")?.unwrap_or(0);
     let own_embed = c.flag("mtp_use_dedicated_embeddings", false)?;
-    spec.mtp =
-        (depths > 0).then_some(MtpSpec { num_layers: depths, sparse: false, layout: MtpLayout::Qwen, own_embed });
+    spec.mtp = (depths > 0).then_some(MtpSpec {
+        num_layers: depths,
+        sparse: false,
+        layout: MtpLayout::Qwen,
+        own_embed,
+        unsupported: None,
+    });
     let gdn = GdnSpec {
         num_k_heads: c.opt_dim("linear_num_key_heads")?.unwrap_or(16),
         num_v_heads: c.opt_dim("linear_num_value_heads")?.unwrap_or(32),
