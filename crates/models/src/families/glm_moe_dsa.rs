@@ -187,7 +187,7 @@ mod tests {
         assert_eq!((s.num_kv_heads, s.head_dim), (1, 32 + 16 + 32), "the slot: latent row, then the index key");
         assert_eq!(s.moe.expect("moe").sparse_layers, vec![false, true, true]);
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
-        assert_eq!(s.mtp, None, "the MTP layer is left unread, not a drafter");
+        assert!(s.mtp.and_then(|m| m.unsupported).is_some(), "the MTP layer is left unread, not a drafter");
         let v32 = spec(&config(r#"{"indexer_types": null}"#), "DeepseekV32ForCausalLM").expect("spec");
         assert!(!v32.mla.and_then(|m| m.indexer).expect("indexer").rope_interleave, "rotate-half indexer rope");
     }
