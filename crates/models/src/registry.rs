@@ -39,6 +39,10 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("minimax_m2", families::minimax_m2::spec),
     ("Qwen3NextForCausalLM", families::qwen3_next::spec),
     ("qwen3_next", families::qwen3_next::spec),
+    ("Step3p7ForConditionalGeneration", families::step3p7::spec),
+    ("step3p7", families::step3p7::spec),
+    ("Step3p5ForCausalLM", families::step3p7::spec),
+    ("step3p5", families::step3p7::spec),
 ];
 
 /// The spec for the architecture `config` names.

@@ -68,6 +68,9 @@ pub struct MoeSpec {
     /// Nemotron-H's `moe_latent_size`: routed experts run on `fc1_latent_proj(x)` and their sum
     /// goes through `fc2_latent_proj` (the router and shared experts read `x`).
     pub latent_size: Option<usize>,
+    /// The experts are stored stacked, one 3-D tensor per projection (`{module}.gate_proj.weight`
+    /// `[experts, inter, hidden]`, Step's `moe.*`), not as `experts.{e}.*`.
+    pub stacked: bool,
 }
 
 /// Shared experts: one MLP of `intermediate_size` over every token, added to the routed output.
@@ -80,6 +83,8 @@ pub struct SharedExperts {
     /// A `[1, hidden]` weight inside the MoE module whose sigmoid scales the output per token
     /// (Qwen3-Next `shared_expert_gate`).
     pub gate: Option<&'static str>,
+    /// The MLP sits in the layer beside the MoE module (Step's `share_expert`), not inside it.
+    pub beside: bool,
 }
 
 impl MoeSpec {
@@ -109,6 +114,7 @@ impl MoeSpec {
             gated: true,
             shared: None,
             latent_size: None,
+            stacked: false,
         }
     }
 
@@ -123,6 +129,7 @@ impl MoeSpec {
             norm_eps: self.norm_eps,
             scale: self.routed_scaling_factor,
             act,
+            clamp: None,
         }
     }
 }
@@ -142,6 +149,9 @@ pub struct ModelSpec {
     pub num_layers: usize,
     /// Query heads.
     pub num_heads: usize,
+    /// Query heads of each layer where they differ between layers (Step's sliding layers,
+    /// `num_sliding_attention_heads` / `per_layer_config`); empty: `num_heads` everywhere.
+    pub layer_heads: Vec<usize>,
     /// KV heads.
     pub num_kv_heads: usize,
     /// Width of a head.
@@ -240,6 +250,11 @@ pub struct ModelSpec {
     pub dense_beside_experts: bool,
     /// The multi-token-prediction layers the checkpoint holds after the decoder's (`mtp.rs`).
     pub mtp: Option<MtpSpec>,
+    /// Per layer, the clamp of the dense MLP's and the shared experts' gated activation
+    /// (`Backend::glu_clamped`; Step's `swiglu_limits_shared`); empty or `None`: no clamp.
+    pub mlp_clamp: Vec<Option<f32>>,
+    /// Per layer, the clamp of the routed experts' gated activation (Step's `swiglu_limits`).
+    pub expert_clamp: Vec<Option<f32>>,
 }
 
 /// A checkpoint's multi-token-prediction layers (DeepSeek V3's and GLM-4.x's
@@ -268,6 +283,21 @@ impl ModelSpec {
         let first = self.kv_shared_from.filter(|&f| i >= f)?;
         let kind = self.layer_kinds.get(i)?;
         (0..first).rev().find(|&j| self.layer_kinds.get(j) == Some(kind))
+    }
+
+    /// Query heads of layer `i`.
+    pub fn heads(&self, i: usize) -> usize {
+        self.layer_heads.get(i).copied().unwrap_or(self.num_heads)
+    }
+
+    /// The clamp of layer `i`'s dense MLP and shared experts, where it has one.
+    pub fn mlp_clamp(&self, i: usize) -> Option<f32> {
+        self.mlp_clamp.get(i).copied().flatten()
+    }
+
+    /// The clamp of layer `i`'s routed experts, where it has one.
+    pub fn expert_clamp(&self, i: usize) -> Option<f32> {
+        self.expert_clamp.get(i).copied().flatten()
     }
 
     /// Width of layer `i`'s dense MLP.
@@ -531,6 +561,9 @@ impl Common {
             wide_mlp_from: None,
             dense_beside_experts: false,
             mtp: None,
+            mlp_clamp: Vec::new(),
+            expert_clamp: Vec::new(),
+            layer_heads: Vec::new(),
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

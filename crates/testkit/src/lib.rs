@@ -32,7 +32,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 11] = [
+pub const FAMILIES: [&str; 12] = [
     "llama",
     "qwen3",
     "gemma3",
@@ -44,6 +44,7 @@ pub const FAMILIES: [&str; 11] = [
     "gemma4",
     "gemma4_kvshare",
     "gemma4_moe",
+    "step3p7",
 ];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
@@ -57,8 +58,9 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Fixture families the CUDA backend refuses (MLA's latent KV pool, Gemma 4's KV pools of two
-/// shapes: no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 5] = ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare", "gemma4_moe"];
+/// shapes: no CUDA attention; Step's clamped SwiGLU: no CUDA kernel).
+pub const NOT_ON_CUDA: [&str; 6] =
+    ["deepseek_v3", "deepseek_v3_nolora", "gemma4", "gemma4_kvshare", "gemma4_moe", "step3p7"];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {

@@ -52,6 +52,7 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
         module: "shared_experts",
         intermediate_size: n_shared * inter,
         gate: None,
+        beside: false,
     });
     if let Some(why) = moe.params(spec.act).check(num_experts, Some(num_experts)) {
         return Err(c.error(format!("router: {why}")));

@@ -41,6 +41,7 @@ pub(crate) fn shared_gated_moe(c: &RawConfig, sparse: Vec<bool>, norm: bool) -> 
             module: "shared_expert",
             intermediate_size: shared,
             gate: Some("shared_expert_gate"),
+            beside: false,
         });
     }
     Ok(Some(m))
