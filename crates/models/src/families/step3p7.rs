@@ -415,3 +415,87 @@ fn experts(t: &RawConfig, s: &ModelSpec, sparse: Vec<bool>) -> Result<Option<Moe
     }
     Ok(Some(m))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The step3p7 fixture's config: the released form of `text_config`.
+    const RELEASED: &str = include_str!("../../../../tests/fixtures/step3p7/config.json");
+
+    /// The same text config as transformers saves it (`Step3p7Config.to_dict()`).
+    const SAVED: &str = r#"{"bos_token_id":1,"eos_token_id":2,"head_dim":16,"hidden_act":"silu","hidden_size":64,
+        "intermediate_size":96,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"],
+        "max_position_embeddings":256,"mlp_bias":false,"mlp_layer_types":["dense","sparse","dense","sparse"],
+        "model_type":"step3p5","moe_intermediate_size":24,"moe_router_scaling_factor":2.5,
+        "mtp_layer_types":["full_attention"],"mtp_mlp_layer_types":["sparse"],"n_routed_experts":8,
+        "num_attention_heads":4,"num_experts_per_tok":2,"num_hidden_layers":4,"num_key_value_heads":2,
+        "num_nextn_predict_layers":1,"num_sliding_attention_heads":8,"pad_token_id":0,
+        "per_layer_config":{"0":{"num_attention_heads":8},"2":{"num_attention_heads":8}},"query_pre_attn_scalar":20,
+        "rms_norm_eps":1e-05,"rope_parameters":{"full_attention":{"rope_type":"llama3","rope_theta":50000.0,
+        "partial_rotary_factor":0.5,"factor":2.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+        "original_max_position_embeddings":16},"sliding_attention":{"rope_type":"default","rope_theta":10000.0,
+        "partial_rotary_factor":1.0}},"share_expert_dim":40,"sliding_window":4,"swiglu_limits":[0,0,0,0.8],
+        "swiglu_limits_shared":[0.8,0.8,0,0],"tie_word_embeddings":false,"vocab_size":512}"#;
+
+    fn parse(text: &str) -> RawConfig {
+        RawConfig::parse(Path::new("config.json"), text).expect("config")
+    }
+
+    /// A composite config holding `text` as its `text_config`.
+    fn composite(text: &str) -> RawConfig {
+        parse(&format!(r#"{{"architectures": ["Step3p7ForConditionalGeneration"], "text_config": {text}}}"#))
+    }
+
+    #[test]
+    fn the_released_form_reads_as_transformers_reads_it() {
+        let s = spec(&parse(RELEASED), "Step3p7ForConditionalGeneration").expect("spec");
+        use LayerKind::{Full, Sliding};
+        assert_eq!(s.layer_kinds, vec![Sliding, Full, Sliding, Full]);
+        assert_eq!((s.num_heads, s.num_kv_heads, s.head_dim), (4, 2, 16));
+        assert_eq!(s.layer_heads, vec![8, 4, 8, 4]);
+        assert_eq!(s.sliding_window, Some(4));
+        assert_eq!(s.attn_scale, 20f32.powf(-0.5));
+        assert!(s.qk_norm && s.norm_one_plus && s.attn_head_gate && !s.tie_word_embeddings);
+        assert_eq!(s.rope_full.inv_freq.len(), 4, "8 of 16 dims rotate on full layers");
+        assert_eq!(s.rope_sliding.inv_freq.len(), 8);
+        assert_eq!(s.expert_clamp, vec![None, None, None, Some(0.8)]);
+        assert_eq!(s.mlp_clamp, vec![Some(0.8), Some(0.8), None, None]);
+        let m = s.moe.as_ref().expect("moe");
+        assert_eq!(m.sparse_layers, vec![false, true, false, true]);
+        assert_eq!((m.num_experts, m.top_k, m.moe_intermediate_size, m.routed_scaling_factor), (8, 2, 24, 2.5));
+        assert_eq!((m.module, m.choice_bias, m.stacked, m.scoring), ("moe", Some("router_bias"), true, MoeScoring::Sigmoid));
+        let sh = m.shared.as_ref().expect("shared");
+        assert_eq!((sh.module, sh.intermediate_size, sh.beside), ("share_expert", 40, true));
+        assert_eq!(
+            s.unread_prefixes,
+            ["model.layers.4.", "vision_model.", "vit_large_projector."].map(String::from).to_vec()
+        );
+        assert_eq!((s.bos_token_id.clone(), s.eos_token_id.clone(), s.pad_token_id.clone()), (vec![1], vec![2], vec![0]));
+    }
+
+    #[test]
+    fn the_saved_form_and_the_flat_text_only_form_give_the_same_spec() {
+        let released = format!("{:?}", spec(&parse(RELEASED), "Step3p7ForConditionalGeneration").expect("spec"));
+        let saved = format!("{:?}", spec(&composite(SAVED), "Step3p7ForConditionalGeneration").expect("spec"));
+        assert_eq!(released, saved);
+        let mut flat = spec(&parse(SAVED), "Step3p5ForCausalLM").expect("spec");
+        assert_eq!(flat.unread_prefixes, vec!["model.layers.4.".to_string()]);
+        flat.architecture = "Step3p7ForConditionalGeneration".into();
+        flat.unread_prefixes.extend(["vision_model.".to_string(), "vit_large_projector.".to_string()]);
+        assert_eq!(format!("{flat:?}"), saved);
+    }
+
+    #[test]
+    fn transformers_defaults_apply_where_fields_are_absent() {
+        let s = spec(&composite(r#"{"num_hidden_layers": 5}"#), "step3p7").expect("spec");
+        assert_eq!((s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim), (4096, 64, 8, 128));
+        assert_eq!((s.rms_norm_eps, s.vocab_size, s.pad_token_id.clone()), (1e-5, 128815, vec![1]));
+        let m = s.moe.expect("moe");
+        assert_eq!(m.sparse_layers, vec![false, false, false, true, true], "MoE from layer 3 on");
+        assert_eq!((m.num_experts, m.top_k, m.moe_intermediate_size), (288, 8, 1280));
+        assert_eq!(s.layer_kinds, vec![LayerKind::Full; 5]);
+        assert!(spec(&parse("{}"), "Step3p7ForConditionalGeneration").is_err(), "no text_config");
+    }
+}
