@@ -85,7 +85,11 @@ fn options_it_does_not_run_are_refused_by_name() {
         ("rope_theta", serde_json::json!([1e4, 5e4, 2e4, 5e4, 5e4]), "rope_theta"),
         ("swiglu_limits", serde_json::json!([0, 0, 0]), "swiglu_limits"),
         ("swiglu_limits_shared", serde_json::json!([0, -1, 0, 0]), "swiglu_limits_shared"),
-        ("layer_types", serde_json::json!(["minimax_m3_sparse", "full_attention", "sliding_attention", "full_attention"]), "minimax_m3_sparse"),
+        (
+            "layer_types",
+            serde_json::json!(["minimax_m3_sparse", "full_attention", "sliding_attention", "full_attention"]),
+            "minimax_m3_sparse",
+        ),
         ("attention_other_setting", serde_json::json!({"num_attention_heads": 8, "head_dim": 32}), "head_dim"),
         ("moe_top_k", serde_json::json!(9), "router"),
         ("num_key_value_heads", serde_json::json!(4), "num_attention_groups"),

@@ -465,14 +465,20 @@ mod tests {
         let m = s.moe.as_ref().expect("moe");
         assert_eq!(m.sparse_layers, vec![false, true, false, true]);
         assert_eq!((m.num_experts, m.top_k, m.moe_intermediate_size, m.routed_scaling_factor), (8, 2, 24, 2.5));
-        assert_eq!((m.module, m.choice_bias, m.stacked, m.scoring), ("moe", Some("router_bias"), true, MoeScoring::Sigmoid));
+        assert_eq!(
+            (m.module, m.choice_bias, m.stacked, m.scoring),
+            ("moe", Some("router_bias"), true, MoeScoring::Sigmoid)
+        );
         let sh = m.shared.as_ref().expect("shared");
         assert_eq!((sh.module, sh.intermediate_size, sh.beside), ("share_expert", 40, true));
         assert_eq!(
             s.unread_prefixes,
             ["model.layers.4.", "vision_model.", "vit_large_projector."].map(String::from).to_vec()
         );
-        assert_eq!((s.bos_token_id.clone(), s.eos_token_id.clone(), s.pad_token_id.clone()), (vec![1], vec![2], vec![0]));
+        assert_eq!(
+            (s.bos_token_id.clone(), s.eos_token_id.clone(), s.pad_token_id.clone()),
+            (vec![1], vec![2], vec![0])
+        );
     }
 
     #[test]
