@@ -294,6 +294,6 @@ mod tests {
         assert_eq!(glu_clamped(20.0, 30.0, Activation::Silu, 7.0), 7.0 * 7.0);
         assert_eq!(glu_clamped(20.0, -30.0, Activation::Silu, 7.0), 7.0 * -7.0);
         // A negative activation is not raised to -limit (only `max` is applied to the gate).
-        assert_eq!(glu_clamped(-20.0, 1.0, Activation::Silu, 0.5), silu(-20.0));
+        assert_eq!(glu_clamped(-20.0, 0.25, Activation::Silu, 0.5), silu(-20.0) * 0.25);
     }
 }
