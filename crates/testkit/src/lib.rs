@@ -52,6 +52,11 @@ pub const FAMILIES: [&str; 12] = [
 /// they run them.
 pub const HYBRIDS: &[&str] = &["lfm2", "lfm3", "lfm2_moe", "nemotron_h", "nemotron_h_moe", "qwen3_5", "qwen3_next"];
 
+/// Fixture families (not hybrids) whose greedy continuations of the repetitive prompts do not
+/// repeat their motifs (Step's 4-token sliding window), so no n-gram draft is ever accepted;
+/// `check_self_drafting_accepts_all` runs their accept path instead.
+pub const NGRAM_UNACCEPTED: [&str; 1] = ["step3p7"];
+
 /// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
 pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
@@ -73,7 +78,7 @@ pub fn cuda_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 8] = [
+pub const EARLY_EXIT: [(&str, usize); 9] = [
     ("gemma3", 2),
     ("qwen3", 1),
     ("qwen3_moe", 1),
@@ -82,6 +87,7 @@ pub const EARLY_EXIT: [(&str, usize); 8] = [
     ("deepseek_v3", 2),
     ("gemma4", 2),
     ("gemma4_kvshare", 5),
+    ("step3p7", 2),
 ];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.
