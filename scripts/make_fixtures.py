@@ -325,16 +325,20 @@ WEIGHT_STD = {
 # seeds instead of DEFAULT_ATTEMPTS where its rules reject most; they may import this module's
 # helpers; PRECHECK: {family: fn(model, prompts) -> bool} rejects a seed before greedy decoding
 # (a necessary condition of its ACCEPT rule on the prompts alone, so most seeds cost little);
-# RELOAD: {family: class} reloads its checkpoint with that class where AutoModelForCausalLM
-# does not take it (a vision-language class whose text part is the fixture).
+# LOADER: {family: model class} to load the saved checkpoint with where AutoModelForCausalLM does
+# not (a composite model's text decoder, a vision-language class whose text part is the fixture), AFTER_SAVE: {family: fn(out, model)} to rewrite what
+# save_pretrained wrote into the layout released checkpoints have (before it is reloaded), and
+# CHECK_SAVED: {family: fn(saved, loaded)} in place of check_saved_matches_loaded.
 DEFAULT_ATTEMPTS = 200
+LOADER = {}
+AFTER_SAVE = {}
+CHECK_SAVED = {}
 PRECHECK = {}
 ATTEMPTS = {}
 EXTRA_PERTURB = {}
 GOLDEN_EXTRA = {"qwen3_moe": lambda *a: route_exact_positions(*a)}
 EXTRA_ACCEPT = {}
 LOADED_NAME = {}
-RELOAD = {}
 
 
 def load_family_modules() -> None:
@@ -353,7 +357,9 @@ def load_family_modules() -> None:
         LOADED_NAME.update(getattr(mod, "LOADED_NAME", {}))
         ATTEMPTS.update(getattr(mod, "ATTEMPTS", {}))
         PRECHECK.update(getattr(mod, "PRECHECK", {}))
-        RELOAD.update(getattr(mod, "RELOAD", {}))
+        LOADER.update(getattr(mod, "LOADER", {}))
+        AFTER_SAVE.update(getattr(mod, "AFTER_SAVE", {}))
+        CHECK_SAVED.update(getattr(mod, "CHECK_SAVED", {}))
 
 
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
@@ -608,9 +614,11 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         model.config.dtype = save_dtype
         model.save_pretrained(out)
         fast.save_pretrained(out)
+        if family in AFTER_SAVE:
+            AFTER_SAVE[family](out, model)
         del model
 
-        ref = RELOAD.get(family, AutoModelForCausalLM).from_pretrained(
+        ref = LOADER.get(family, AutoModelForCausalLM).from_pretrained(
             out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
         ).eval()
         ref_w = {k: v.float() for k, v in ref.state_dict().items()}
@@ -651,7 +659,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
     # are exactly the upcast of the saved ones.
     for k, v in saved.items():
         assert v.dtype == save_dtype, (k, v.dtype)
-    check_saved_matches_loaded(saved, ref_w)
+    CHECK_SAVED.get(family, check_saved_matches_loaded)(saved, ref_w)
 
     save_file(tensors, str(out / "golden.safetensors"), metadata={"format": "pt"})
     enc = [{"text": s, "ids": fast(s, add_special_tokens=True)["input_ids"]} for s in ENCODE_STRINGS]
@@ -698,7 +706,7 @@ def route_only(family: str, out_root: Path) -> None:
         return
     if {k: golden[k] for k in versions()} != versions():
         print(f"  {family}: warning: written by {[golden[k] for k in versions()]}, running {versions()}")
-    ref = RELOAD.get(family, AutoModelForCausalLM).from_pretrained(
+    ref = LOADER.get(family, AutoModelForCausalLM).from_pretrained(
         out, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
     ).eval()
     prompts, greedys = golden["prompts"], golden["greedy"]

@@ -268,4 +268,4 @@ PERTURB = {"minimax_m3": perturb_minimax_m3, "minimax_m3_cover": perturb_minimax
 ACCEPT = {"minimax_m3": accept_minimax_m3, "minimax_m3_cover": accept_minimax_m3_cover}
 LOADED_NAME = {"minimax_m3": loaded_name, "minimax_m3_cover": loaded_name}
 GOLDEN_EXTRA = {"minimax_m3": golden_extra, "minimax_m3_cover": golden_extra}
-RELOAD = {"minimax_m3": MiniMaxM3SparseForConditionalGeneration, "minimax_m3_cover": MiniMaxM3SparseForConditionalGeneration}
+LOADER = {"minimax_m3": MiniMaxM3SparseForConditionalGeneration, "minimax_m3_cover": MiniMaxM3SparseForConditionalGeneration}

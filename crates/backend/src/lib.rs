@@ -245,6 +245,20 @@ pub trait Backend: Send + Sync {
     }
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Self::Act, up: &Self::Act, act: Activation) -> Self::Act;
+    /// `min(act(gate), limit) * clamp(up, -limit, limit)`, elementwise (Step's `swiglu_limits`;
+    /// `limit` above 0); the default runs on the host ([`reference::glu_clamped`]).
+    fn glu_clamped(&self, gate: &Self::Act, up: &Self::Act, act: Activation, limit: f32) -> Self::Act {
+        let (rows, cols) = self.shape(gate);
+        let (g, u) = (self.download(gate), self.download(up));
+        let y: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| reference::glu_clamped(g, u, act, limit)).collect();
+        self.upload(&y, rows, cols)
+    }
+    /// Refuses a model whose MLPs clamp their gated activation ([`Backend::glu_clamped`], also
+    /// in the experts: [`MoeParams::clamp`]) where this backend has no such kernel (the default
+    /// runs them).
+    fn check_glu_clamped(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// A gate and an up weight (`[inter, in]` each) as one packed weight ([`gate_up`]'s row
     /// order), or `None` where this backend keeps them apart (the default).
     fn mat_gate_up(&self, gate: &TensorView, up: &TensorView) -> Result<Option<Self::Mat>, BackendError> {

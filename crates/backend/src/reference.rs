@@ -39,21 +39,28 @@ pub fn glu_one(g: f32, u: f32, act: Activation) -> f32 {
     }
 }
 
+/// `min(act(g), limit) * clamp(u, -limit, limit)`, in f32 (a clamped SwiGLU, Step's
+/// `swiglu_limits`).
+pub fn glu_clamped(g: f32, u: f32, act: Activation, limit: f32) -> f32 {
+    activate(g, act).min(limit) * u.max(-limit).min(limit)
+}
+
 pub use crate::router::route;
 
-/// Expert `e`'s activations before its down projection: `act(gate(x)) * up(x)`, or `act(up(x))`
-/// where the experts have no gate.
+/// Expert `e`'s activations before its down projection: `act(gate(x)) * up(x)` (clamped where
+/// `p.clamp` says), or `act(up(x))` where the experts have no gate.
 pub fn expert_hidden<B: Backend>(
     b: &B,
     x: &B::Act,
     experts: &Experts<B::Mat, B::Vec>,
     e: usize,
-    act: Activation,
+    p: &MoeParams,
 ) -> B::Act {
     let u = b.matmul(x, &experts.up[e]);
-    match experts.gate.get(e) {
-        Some(g) => b.glu(&b.matmul(x, g), &u, act),
-        None => b.activate(&u, act),
+    match (experts.gate.get(e), p.clamp) {
+        (Some(g), Some(limit)) => b.glu_clamped(&b.matmul(x, g), &u, p.act, limit),
+        (Some(g), None) => b.glu(&b.matmul(x, g), &u, p.act),
+        (None, _) => b.activate(&u, p.act),
     }
 }
 
@@ -311,7 +318,7 @@ impl Backend for RefBackend {
         for r in 0..x.rows {
             let xr = self.upload(x.row(r), 1, hidden);
             for (e, weight) in route(router_logits.row(r), experts.choice_bias.as_deref(), p) {
-                let y = self.matmul(&expert_hidden(self, &xr, experts, e, p.act), &experts.down[e]);
+                let y = self.matmul(&expert_hidden(self, &xr, experts, e, p), &experts.down[e]);
                 for (o, v) in out.data[r * hidden..(r + 1) * hidden].iter_mut().zip(&y.data) {
                     *o += weight * v;
                 }
@@ -347,5 +354,17 @@ mod tests {
         assert_eq!(glu_one(1.0, 9.0, act), silu_like(1.0) * 8.0, "up clamped at 7");
         assert_eq!(glu_one(1.0, -9.0, act), silu_like(1.0) * -6.0, "and at -7");
         assert_eq!(glu_one(1.0, 2.0, Activation::Silu), activate(1.0, Activation::Silu) * 2.0);
+    }
+
+    #[test]
+    fn clamped_glu_bounds_the_gate_above_and_the_up_both_ways() {
+        let silu = |g: f32| activate(g, Activation::Silu);
+        // Inside the limit: the plain SwiGLU.
+        assert_eq!(glu_clamped(0.5, -0.25, Activation::Silu, 7.0), silu(0.5) * -0.25);
+        // The gate's activation is capped, the up clamped to [-limit, limit].
+        assert_eq!(glu_clamped(20.0, 30.0, Activation::Silu, 7.0), 7.0 * 7.0);
+        assert_eq!(glu_clamped(20.0, -30.0, Activation::Silu, 7.0), 7.0 * -7.0);
+        // A negative activation is not raised to -limit (only `max` is applied to the gate).
+        assert_eq!(glu_clamped(-20.0, 0.25, Activation::Silu, 0.5), silu(-20.0) * 0.25);
     }
 }

@@ -45,6 +45,9 @@ pub struct MoeParams {
     pub scale: f32,
     /// The experts' activation (gated, or on its own where experts have no gate).
     pub act: Activation,
+    /// Gated experts clamp their activation at this limit (`Backend::glu_clamped`; Step's
+    /// `swiglu_limits`); `None`: no clamp.
+    pub clamp: Option<f32>,
 }
 
 impl MoeParams {
@@ -59,6 +62,7 @@ impl MoeParams {
             norm_eps: 0.0,
             scale: 1.0,
             act,
+            clamp: None,
         }
     }
 
@@ -169,6 +173,7 @@ mod tests {
             norm_eps: 1e-20,
             scale: 2.5,
             act: Activation::Silu,
+            clamp: None,
         }
     }
 

@@ -8,8 +8,8 @@ use tf_cpu::CpuBackend;
 use tf_engine::engine::{DraftConfig, DraftKind, DraftNet, EngineConfig, spawn_with_drafter};
 use tf_models::Model;
 use tf_testkit::{
-    DRAFT_MODELS, EARLY_EXIT, FAMILIES, check_drafted_equals_undrafted, check_self_drafting_accepts_all, config,
-    fixture,
+    DRAFT_MODELS, EARLY_EXIT, FAMILIES, NGRAM_UNACCEPTED, check_drafted_equals_undrafted,
+    check_self_drafting_accepts_all, config, fixture,
 };
 
 fn cpu() -> CpuBackend {
@@ -44,6 +44,9 @@ fn draft_model_equals_undrafted() {
         }
     }
     check_self_drafting_accepts_all(&cpu, "qwen3");
+    for family in NGRAM_UNACCEPTED {
+        check_self_drafting_accepts_all(&cpu, family);
+    }
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub(crate) fn moe(
         .map(|(e, rows)| {
             (!rows.is_empty()).then(|| {
                 let xe = cpu.select_rows(x, rows);
-                cpu.matmul(&expert_hidden(cpu, &xe, experts, e, p.act), &experts.down[e])
+                cpu.matmul(&expert_hidden(cpu, &xe, experts, e, p), &experts.down[e])
             })
         })
         .collect();
@@ -91,6 +91,7 @@ mod tests {
             norm_eps,
             scale: 2.5,
             act,
+            clamp: None,
         };
         let mut out = Vec::new();
         for norm in [true, false] {
@@ -100,6 +101,8 @@ mod tests {
         biased.choice_bias = Some(rng.vec(n).iter().map(|v| 0.3 * v).collect());
         out.push((sig(2, 3, 2, 1e-20, Activation::Silu), biased));
         out.push((sig(2, 1, 1, 1e-6, Activation::Silu), experts(rng, dtype, n, hidden, inter)));
+        let clamped = MoeParams { clamp: Some(0.05), ..sig(2, 1, 1, 0.0, Activation::Silu) };
+        out.push((clamped, experts(rng, dtype, n, hidden, inter)));
         let mut ungated = experts(rng, dtype, n, hidden, inter);
         ungated.gate.clear();
         out.push((sig(3, 1, 1, 1e-20, Activation::Relu2), ungated));

@@ -221,6 +221,14 @@ impl Backend for CudaBackend {
         self.ctx.dev.download(&v.data, v.len)
     }
 
+    fn check_glu_clamped(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "the clamped SwiGLU (Step's swiglu_limits / swiglu_limits_shared) has no CUDA kernel yet: run this \
+             model with --device cpu"
+                .into(),
+        ))
+    }
+
     fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
         match shapes.windows(2).any(|w| w[0] != w[1]) {
             false => Ok(()),

@@ -43,6 +43,8 @@ pub(crate) fn moe(
     p: &MoeParams,
 ) -> CudaAct {
     assert_eq!(experts.up.len(), router_logits.cols, "moe: router width vs experts");
+    // A clamped activation is refused at load (`check_glu_clamped`).
+    assert!(p.clamp.is_none(), "moe: clamped experts have no CUDA kernel");
     let gated = !experts.gate.is_empty();
     let bias = experts.choice_bias.as_ref();
     let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };

@@ -45,6 +45,7 @@ fn variants() -> Vec<(&'static str, MoeParams, Option<Vec<f32>>, bool)> {
         norm_eps,
         scale: 2.5,
         act,
+        clamp: None,
     };
     let bias: Vec<f32> = rand(E, 91, 0.3);
     vec![

@@ -46,6 +46,20 @@ impl RawConfig {
         ModelError::Config { file: self.file.clone(), msg: msg.into() }
     }
 
+    /// The object under `key` (a composite config's `text_config`) as a config read from the
+    /// same file, `None` when absent or not an object.
+    pub fn nested(&self, key: &str) -> Option<RawConfig> {
+        match self.get(key) {
+            Some(Value::Object(map)) => Some(RawConfig { file: self.file.clone(), map: map.clone() }),
+            _ => None,
+        }
+    }
+
+    /// A config of `map`'s fields read as from this config's file (values a family assembles).
+    pub fn with_fields(&self, map: Map<String, Value>) -> RawConfig {
+        RawConfig { file: self.file.clone(), map }
+    }
+
     /// The raw value of `key`, `None` when absent or null.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.map.get(key).filter(|v| !v.is_null())

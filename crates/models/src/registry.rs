@@ -45,6 +45,10 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("qwen3_next", families::qwen3_next::spec),
     ("MiniMaxM3SparseForConditionalGeneration", families::minimax_m3::spec),
     ("minimax_m3_vl", families::minimax_m3::spec),
+    ("Step3p7ForConditionalGeneration", families::step3p7::spec),
+    ("step3p7", families::step3p7::spec),
+    ("Step3p5ForCausalLM", families::step3p7::spec),
+    ("step3p5", families::step3p7::spec),
 ];
 
 /// Multimodal wrappers whose text model runs from their `text_config` (the vision tower's

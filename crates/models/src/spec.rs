@@ -68,6 +68,9 @@ pub struct MoeSpec {
     /// Nemotron-H's `moe_latent_size`: routed experts run on `fc1_latent_proj(x)` and their sum
     /// goes through `fc2_latent_proj` (the router and shared experts read `x`).
     pub latent_size: Option<usize>,
+    /// The experts are stored stacked, one 3-D tensor per projection (`{module}.gate_proj.weight`
+    /// `[experts, inter, hidden]`, Step's `moe.*`), not as `experts.{e}.*`.
+    pub stacked: bool,
 }
 
 /// Shared experts: one MLP of `intermediate_size` over every token, added to the routed output.
@@ -83,6 +86,8 @@ pub struct SharedExperts {
     /// Its gate, up and down projections' names where they differ from the routed experts'
     /// (MiniMax M3: `w1/w3/w2` experts, `gate_proj/up_proj/down_proj` shared experts).
     pub names: Option<[&'static str; 3]>,
+    /// The MLP sits in the layer beside the MoE module (Step's `share_expert`), not inside it.
+    pub beside: bool,
 }
 
 impl MoeSpec {
@@ -112,6 +117,7 @@ impl MoeSpec {
             gated: true,
             shared: None,
             latent_size: None,
+            stacked: false,
         }
     }
 
@@ -126,6 +132,7 @@ impl MoeSpec {
             norm_eps: self.norm_eps,
             scale: self.routed_scaling_factor,
             act,
+            clamp: None,
         }
     }
 }
@@ -145,6 +152,9 @@ pub struct ModelSpec {
     pub num_layers: usize,
     /// Query heads.
     pub num_heads: usize,
+    /// Query heads of each layer where they differ between layers (Step's sliding layers,
+    /// `num_sliding_attention_heads` / `per_layer_config`); empty: `num_heads` everywhere.
+    pub layer_heads: Vec<usize>,
     /// KV heads.
     pub num_kv_heads: usize,
     /// Width of a head.
@@ -245,6 +255,11 @@ pub struct ModelSpec {
     pub mtp: Option<MtpSpec>,
     /// The lightning indexer of block-sparse attention layers (MiniMax M3, `blocks/indexer.rs`).
     pub index: Option<IndexSpec>,
+    /// Per layer, the clamp of the dense MLP's and the shared experts' gated activation
+    /// (`Backend::glu_clamped`; Step's `swiglu_limits_shared`); empty or `None`: no clamp.
+    pub mlp_clamp: Vec<Option<f32>>,
+    /// Per layer, the clamp of the routed experts' gated activation (Step's `swiglu_limits`).
+    pub expert_clamp: Vec<Option<f32>>,
 }
 
 /// A checkpoint's multi-token-prediction layers (DeepSeek V3's and GLM-4.x's
@@ -348,6 +363,21 @@ impl ModelSpec {
         let first = self.kv_shared_from.filter(|&f| i >= f)?;
         let kind = self.layer_kinds.get(i)?;
         (0..first).rev().find(|&j| self.layer_kinds.get(j) == Some(kind))
+    }
+
+    /// Query heads of layer `i`.
+    pub fn heads(&self, i: usize) -> usize {
+        self.layer_heads.get(i).copied().unwrap_or(self.num_heads)
+    }
+
+    /// The clamp of layer `i`'s dense MLP and shared experts, where it has one.
+    pub fn mlp_clamp(&self, i: usize) -> Option<f32> {
+        self.mlp_clamp.get(i).copied().flatten()
+    }
+
+    /// The clamp of layer `i`'s routed experts, where it has one.
+    pub fn expert_clamp(&self, i: usize) -> Option<f32> {
+        self.expert_clamp.get(i).copied().flatten()
     }
 
     /// Width of layer `i`'s dense MLP.
@@ -648,6 +678,9 @@ impl Common {
             dense_beside_experts: false,
             mtp: None,
             index: None,
+            mlp_clamp: Vec::new(),
+            expert_clamp: Vec::new(),
+            layer_heads: Vec::new(),
             attention_bias: false,
             unread_prefixes: Vec::new(),
             vocab_size: self.vocab_size,

@@ -32,7 +32,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 16] = [
+pub const FAMILIES: [&str; 17] = [
     "llama",
     "qwen3",
     "gemma3",
@@ -49,6 +49,7 @@ pub const FAMILIES: [&str; 16] = [
     "gemma4_moe",
     "minimax_m3",
     "minimax_m3_cover",
+    "step3p7",
 ];
 
 /// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
@@ -65,6 +66,11 @@ pub const MTP_FIXTURES: [(&str, &str); 4] = [
 /// they run them.
 pub const HYBRIDS: &[&str] = &["lfm2", "lfm3", "lfm2_moe", "nemotron_h", "nemotron_h_moe", "qwen3_5", "qwen3_next"];
 
+/// Fixture families (not hybrids) whose greedy continuations of the repetitive prompts do not
+/// repeat their motifs (Step's 4-token sliding window), so no n-gram draft is ever accepted;
+/// `check_self_drafting_accepts_all` runs their accept path instead.
+pub const NGRAM_UNACCEPTED: [&str; 1] = ["step3p7"];
+
 /// Every fixture family: [`FAMILIES`] then [`HYBRIDS`].
 pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
@@ -72,8 +78,8 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
 
 /// Fixture families the CUDA backend refuses (MLA's latent KV pool, DeepSeek sparse attention's
 /// latent pool with index keys, Gemma 4's KV pools of two shapes, MiniMax M3's block-sparse
-/// attention: no CUDA attention).
-pub const NOT_ON_CUDA: [&str; 10] = [
+/// attention: no CUDA attention; Step's clamped SwiGLU: no CUDA kernel).
+pub const NOT_ON_CUDA: [&str; 11] = [
     "deepseek_v3",
     "deepseek_v3_nolora",
     "glm_moe_dsa",
@@ -84,6 +90,7 @@ pub const NOT_ON_CUDA: [&str; 10] = [
     "gemma4_moe",
     "minimax_m3",
     "minimax_m3_cover",
+    "step3p7",
 ];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
@@ -107,6 +114,7 @@ pub const EARLY_EXIT: [(&str, usize); 9] = [
     ("glm_moe_dsa", 2),
     ("gemma4", 2),
     ("gemma4_kvshare", 5),
+    ("step3p7", 2),
 ];
 
 /// Draft-model cases: (target, draft model), same vocabulary, different weights.

@@ -49,6 +49,7 @@ impl<B: Backend> Attention<B> {
     ) -> Result<(Self, B::Mat), ModelError> {
         let hidden = s.hidden_size;
         let (kv_heads, d) = s.attn_shape(i);
+        let heads = s.heads(i);
         let m = s.names.attn;
         // Per head, or over all of q's (k's) heads where the spec says so.
         let qk_norm = |name: &str, heads: usize| {
@@ -58,7 +59,7 @@ impl<B: Backend> Attention<B> {
         let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{m}.{name}.weight"), rows, cols);
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
-            num_heads: s.num_heads,
+            num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim: d,
             scale: s.attn_scale,
@@ -68,22 +69,21 @@ impl<B: Backend> Attention<B> {
         let (q, gate) = if s.attn_output_gate {
             // q_proj interleaves per head: the head's query rows, then its gate rows.
             let name = format!("{p}{m}.q_proj.weight");
-            let rows = |off: usize| -> Vec<usize> {
-                (0..s.num_heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect()
-            };
-            let n = 2 * s.num_heads * d;
+            let rows =
+                |off: usize| -> Vec<usize> { (0..heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect() };
+            let n = 2 * heads * d;
             (ld.mat_rows(&name, n, hidden, &rows(0))?, Some(ld.mat_rows(&name, n, hidden, &rows(d))?))
         } else if s.attn_head_gate {
             // One gate row per head, repeated over the head's width: the gate's matmul makes each
             // head's value once per output column (the same value), so `mul_sigmoid` applies it.
-            let rows: Vec<usize> = (0..s.num_heads).flat_map(|h| std::iter::repeat_n(h, d)).collect();
+            let rows: Vec<usize> = (0..heads).flat_map(|h| std::iter::repeat_n(h, d)).collect();
             // Checkpoints name it `gate_proj` (transformers loads it as `g_proj`).
             let name = ["gate_proj", "g_proj"].map(|n| format!("{p}{m}.{n}.weight"));
             let name = if ld.has(&name[0]) || !ld.has(&name[1]) { &name[0] } else { &name[1] };
-            let g = ld.mat_rows(name, s.num_heads, hidden, &rows)?;
-            (proj("q_proj", s.num_heads * d, hidden)?, Some(g))
+            let g = ld.mat_rows(name, heads, hidden, &rows)?;
+            (proj("q_proj", heads * d, hidden)?, Some(g))
         } else {
-            (proj("q_proj", s.num_heads * d, hidden)?, None)
+            (proj("q_proj", heads * d, hidden)?, None)
         };
         // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
         let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
@@ -108,18 +108,18 @@ impl<B: Backend> Attention<B> {
             bias: if s.attention_bias {
                 let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
                 let kvw = kv_heads * d;
-                Some([b("q_proj", s.num_heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
+                Some([b("q_proj", heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
             } else {
                 None
             },
-            q_norm: qk_norm(s.names.qk_norm[0], s.num_heads)?,
+            q_norm: qk_norm(s.names.qk_norm[0], heads)?,
             k_norm: if owns { qk_norm(s.names.qk_norm[1], kv_heads)? } else { None },
             v_norm: (s.v_norm && owns).then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
             kv,
         };
-        Ok((me, proj(s.names.attn_out, hidden, s.num_heads * d)?))
+        Ok((me, proj(s.names.attn_out, hidden, heads * d)?))
     }
 
     /// Norms and rotary embedding of `q` and of `k` (from `kv`, or in a KV-shared layer its

@@ -9,8 +9,9 @@ use tf_backend::Backend;
 
 /// One layer's channel mixer.
 pub(crate) enum Ffn<B: Backend> {
-    /// `down(act(gate(x)) * up(x))`.
-    Dense { gate_up: GateUp<B::Mat>, down: B::Mat },
+    /// `down(act(gate(x)) * up(x))`; with `clamp`, the activation clamped
+    /// (`Backend::glu_clamped`, gate and up kept apart).
+    Dense { gate_up: GateUp<B::Mat>, down: B::Mat, clamp: Option<f32> },
     /// `down(act(up(x)))`, without a gate (Nemotron-H's relu² MLP).
     Plain { up: B::Mat, down: B::Mat },
     /// Routed experts, and shared experts where the family has them.
@@ -36,7 +37,7 @@ impl<B: Backend> Ffn<B> {
             return Ok(Ffn::DenseMoe(Box::new(dense), Box::new(DenseMoe::load(s, m, ld, p)?)));
         }
         Ok(match (&s.moe, sparse) {
-            (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p)?)),
+            (Some(m), true) => Ffn::Moe(Box::new(Moe::load(s, m, ld, p, i)?)),
             _ if !s.mlp_gated => {
                 let (m, [_, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Plain {
@@ -46,10 +47,16 @@ impl<B: Backend> Ffn<B> {
             }
             _ => {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
-                Ffn::Dense {
-                    gate_up: ld.gate_up(&format!("{p}{m}.{g}.weight"), &format!("{p}{m}.{u}.weight"), width, hidden)?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
-                }
+                let (g, u) = (format!("{p}{m}.{g}.weight"), format!("{p}{m}.{u}.weight"));
+                let clamp = s.mlp_clamp(i);
+                let gate_up = match clamp {
+                    Some(_) => {
+                        ld.check_glu_clamped()?;
+                        GateUp::Apart(ld.mat(&g, width, hidden)?, ld.mat(&u, width, hidden)?)
+                    }
+                    None => ld.gate_up(&g, &u, width, hidden)?,
+                };
+                Ffn::Dense { gate_up, down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?, clamp }
             }
         })
     }
@@ -81,13 +88,16 @@ impl<B: Backend> Ffn<B> {
                     }
                 }
             }
-            Ffn::Dense { gate_up, down } => {
+            Ffn::Dense { gate_up, down, clamp } => {
                 let act = s.act;
                 let a = match (gate_up, &input) {
                     (GateUp::Apart(gate, up), _) => {
                         let [g, u]: [B::Act; 2] =
                             normed(h, &[gate, up]).try_into().unwrap_or_else(|_| unreachable!("two outputs"));
-                        b.glu(&g, &u, act)
+                        match clamp {
+                            Some(limit) => b.glu_clamped(&g, &u, act, *limit),
+                            None => b.glu(&g, &u, act),
+                        }
                     }
                     (GateUp::Packed(gu), FfnIn::Normed(x)) => b.matmul_glu(x, gu, act),
                     (GateUp::Packed(gu), FfnIn::Residual(nw)) => b.norm_matmul_glu(h, nw, eps, one_plus, gu, act),
@@ -103,7 +113,7 @@ impl<B: Backend> Ffn<B> {
             Ffn::DenseMoe(dense, moe) => {
                 // The dense part with its output normed apart (by `moe`), never added into h here.
                 let y = match &**dense {
-                    Ffn::Dense { gate_up, down } => {
+                    Ffn::Dense { gate_up, down, .. } => {
                         let a = match (gate_up, &input) {
                             (GateUp::Apart(gate, up), _) => {
                                 let [g, u]: [B::Act; 2] =

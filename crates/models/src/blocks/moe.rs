@@ -1,7 +1,9 @@
 //! The mixture-of-experts channel mixer: the router's logits, the routed experts
 //! (`Backend::moe`, every router variant of tf_backend router.rs), optional latent projections
 //! around them (Nemotron-H) and shared experts added after (GLM / DeepSeek `shared_experts`,
-//! Qwen3-Next's sigmoid-gated `shared_expert`).
+//! Qwen3-Next's sigmoid-gated `shared_expert`, Step's `share_expert` beside the MoE module);
+//! experts per expert (`experts.{e}.*`) or stacked (Step's `moe.gate_proj.weight`
+//! `[experts, inter, hidden]`); gated activations clamped where the spec says (Step).
 
 use crate::error::ModelError;
 use crate::spec::{ModelSpec, MoeSpec};
@@ -23,6 +25,8 @@ struct Shared<B: Backend> {
     proj: Proj<B::Mat>,
     down: B::Mat,
     gate: Option<B::Mat>,
+    /// The clamp of its gated activation.
+    clamp: Option<f32>,
 }
 
 /// An MLP's input projections: gate and up, or up alone.
@@ -32,8 +36,14 @@ enum Proj<M> {
 }
 
 impl<B: Backend> Moe<B> {
-    /// Loads layer prefix `p`'s experts as `m` names them.
-    pub(crate) fn load(s: &ModelSpec, m: &MoeSpec, ld: &Loader<'_, B>, p: &str) -> Result<Moe<B>, ModelError> {
+    /// Loads layer `i`'s experts (prefix `p`) as `m` names them.
+    pub(crate) fn load(
+        s: &ModelSpec,
+        m: &MoeSpec,
+        ld: &Loader<'_, B>,
+        p: &str,
+        i: usize,
+    ) -> Result<Moe<B>, ModelError> {
         let (hidden, ne, inter) = (s.hidden_size, m.num_experts, m.moe_intermediate_size);
         let module = format!("{p}{}.", m.module);
         let width = m.latent_size.unwrap_or(hidden);
@@ -46,6 +56,15 @@ impl<B: Backend> Moe<B> {
             experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
         }
         for e in 0..ne {
+            if m.stacked {
+                let name = |w: &str| format!("{module}{w}.weight");
+                if m.gated {
+                    experts.gate.push(ld.stacked_mat(&name(g), [ne, inter, width], e, 0..inter, None)?);
+                }
+                experts.up.push(ld.stacked_mat(&name(u), [ne, inter, width], e, 0..inter, None)?);
+                experts.down.push(ld.stacked_mat(&name(d), [ne, width, inter], e, 0..width, None)?);
+                continue;
+            }
             let name = |w: &str| format!("{module}experts.{e}.{w}.weight");
             if m.gated {
                 experts.gate.push(ld.mat(&name(g), inter, width)?);
@@ -62,10 +81,15 @@ impl<B: Backend> Moe<B> {
         };
         let shared = match &m.shared {
             Some(sh) => {
-                let name = |w: &str| format!("{module}{}.{w}.weight", sh.module);
+                let at = if sh.beside { p } else { &module };
+                let name = |w: &str| format!("{at}{}.{w}.weight", sh.module);
                 let [g, u, d] = sh.names.unwrap_or(m.expert_names);
                 let si = sh.intermediate_size;
-                let proj = if m.gated {
+                let clamp = s.mlp_clamp(i).filter(|_| m.gated);
+                let proj = if m.gated && clamp.is_some() {
+                    // Kept apart: the clamped activation runs on the two outputs.
+                    Proj::Gated(GateUp::Apart(ld.mat(&name(g), si, hidden)?, ld.mat(&name(u), si, hidden)?))
+                } else if m.gated {
                     Proj::Gated(ld.gate_up(&name(g), &name(u), si, hidden)?)
                 } else {
                     Proj::Ungated(ld.mat(&name(u), si, hidden)?)
@@ -74,11 +98,15 @@ impl<B: Backend> Moe<B> {
                     Some(gw) => Some(ld.mat(&format!("{module}{gw}.weight"), 1, hidden)?),
                     None => None,
                 };
-                Some(Shared { proj, down: ld.mat(&name(d), hidden, si)?, gate })
+                Some(Shared { proj, down: ld.mat(&name(d), hidden, si)?, gate, clamp })
             }
             None => None,
         };
-        Ok(Moe { router, experts, params: m.params(s.act), latent, shared })
+        if s.expert_clamp(i).is_some() || shared.as_ref().is_some_and(|sh| sh.clamp.is_some()) {
+            ld.check_glu_clamped()?;
+        }
+        let params = MoeParams { clamp: s.expert_clamp(i).filter(|_| m.gated), ..m.params(s.act) };
+        Ok(Moe { router, experts, params, latent, shared })
     }
 
     /// The mixer's output for normed rows `x`: routed experts, then shared experts added.
@@ -89,7 +117,7 @@ impl<B: Backend> Moe<B> {
             None => b.moe(x, &logits, &self.experts, &self.params),
         };
         if let Some(sh) = &self.shared {
-            let a = hidden(b, x, &sh.proj, self.params.act);
+            let a = hidden(b, x, &sh.proj, self.params.act, sh.clamp);
             let o = b.matmul(&a, &sh.down);
             match &sh.gate {
                 Some(g) => b.add_sigmoid_scaled(&mut y, &o, &b.matmul(x, g)),
@@ -100,10 +128,14 @@ impl<B: Backend> Moe<B> {
     }
 }
 
-/// An MLP's activations before its down projection.
-fn hidden<B: Backend>(b: &B, x: &B::Act, proj: &Proj<B::Mat>, act: Activation) -> B::Act {
+/// An MLP's activations before its down projection, the gated one clamped at `clamp` (its
+/// projections are then kept apart).
+fn hidden<B: Backend>(b: &B, x: &B::Act, proj: &Proj<B::Mat>, act: Activation, clamp: Option<f32>) -> B::Act {
     match proj {
-        Proj::Gated(GateUp::Apart(g, u)) => b.glu(&b.matmul(x, g), &b.matmul(x, u), act),
+        Proj::Gated(GateUp::Apart(g, u)) => match clamp {
+            Some(limit) => b.glu_clamped(&b.matmul(x, g), &b.matmul(x, u), act, limit),
+            None => b.glu(&b.matmul(x, g), &b.matmul(x, u), act),
+        },
         Proj::Gated(GateUp::Packed(gu)) => b.matmul_glu(x, gu, act),
         Proj::Ungated(u) => b.activate(&b.matmul(x, u), act),
     }

@@ -53,6 +53,7 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
         intermediate_size: n_shared * inter,
         gate: None,
         names: None,
+        beside: false,
     });
     if let Some(why) = moe.params(spec.act).check(num_experts, Some(num_experts)) {
         return Err(c.error(format!("router: {why}")));

@@ -44,6 +44,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         gated: true,
         shared: None,
         latent_size: None,
+        stacked: false,
     });
     Ok(spec)
 }

@@ -72,6 +72,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         intermediate_size: c.opt_dim("shared_intermediate_size")?.unwrap_or(3072),
         gate: None,
         names: Some(["gate_proj", "up_proj", "down_proj"]),
+        beside: false,
     });
     if let Some(why) = moe.params(spec.act).check(num_experts, Some(num_experts)) {
         return Err(c.error(format!("router: {why}")));

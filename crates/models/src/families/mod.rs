@@ -17,3 +17,4 @@ pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 pub mod qwen3_next;
+pub mod step3p7;

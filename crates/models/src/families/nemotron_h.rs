@@ -189,6 +189,7 @@ fn moe(c: &RawConfig, sparse_layers: Vec<bool>) -> Result<MoeSpec, ModelError> {
         intermediate_size: c.dim("moe_shared_expert_intermediate_size")?,
         gate: None,
         names: None,
+        beside: false,
     });
     m.latent_size = latent_size;
     Ok(m)

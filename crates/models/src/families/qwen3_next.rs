@@ -43,6 +43,7 @@ pub(crate) fn shared_gated_moe(c: &RawConfig, sparse: Vec<bool>, norm: bool) -> 
             intermediate_size: shared,
             gate: Some("shared_expert_gate"),
             names: None,
+            beside: false,
         });
     }
     Ok(Some(m))
