@@ -104,7 +104,7 @@ pub fn cuda_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Early-exit drafting cases: (family, layers that draft).
-pub const EARLY_EXIT: [(&str, usize); 9] = [
+pub const EARLY_EXIT: [(&str, usize); 10] = [
     ("gemma3", 2),
     ("qwen3", 1),
     ("qwen3_moe", 1),
