@@ -231,6 +231,8 @@ fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
     v["num_nextn_predict_layers"] = 1.into();
     std::fs::write(&path, v.to_string()).unwrap();
     assert!(spawn_error(d.path()).contains("lightning indexer"));
+    // Step's MTP layer: refused saying it is not a drafter yet, not that it is absent.
+    assert!(spawn_error(&fixture("step3p7")).contains("not a drafter yet"));
 }
 
 /// Replaces tensor `name` of `dir`'s checkpoint by zeros of `shape`, or removes it (`None`).

@@ -15,7 +15,7 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, SharedExperts};
+use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, MtpLayout, MtpSpec, SharedExperts};
 use serde_json::{Map, Value};
 use tf_backend::rope::RopeScaling;
 use tf_backend::{Activation, MoeScoring, Rope};
@@ -87,6 +87,16 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     spec.mlp_clamp = lists.limits("swiglu_limits_shared")?;
     spec.moe = experts(t, &spec, sparse)?;
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", n + j)).collect();
+    spec.mtp = (mtp > 0).then_some(MtpSpec {
+        num_layers: mtp,
+        sparse: false,
+        layout: MtpLayout::NextN,
+        own_embed: false,
+        unsupported: Some(
+            "Step's MTP layers (their post-normed output read by the head and the next depth, the main layers' \
+             clamps) are not a drafter yet",
+        ),
+    });
     if composite {
         spec.unread_prefixes.extend(["vision_model.".to_string(), "vit_large_projector.".to_string()]);
     }
