@@ -17,8 +17,16 @@ pub enum IntDot {
 }
 
 impl IntDot {
-    /// The fastest choice this CPU supports.
+    /// The default choice on this CPU: AVX2 where it has it. The VNNI choices give the same
+    /// bits but are not the default yet: measured alone they win at prefill's row counts and
+    /// lose at one row (docs/perf.md), and a whole-model run on a quiet machine has not
+    /// settled it; `CpuOptions::int_dot` takes them.
     pub fn detect() -> IntDot {
+        if IntDot::Avx2.available() { IntDot::Avx2 } else { IntDot::Portable }
+    }
+
+    /// The widest choice this CPU supports.
+    pub fn widest() -> IntDot {
         [IntDot::Avx512Vnni, IntDot::AvxVnni, IntDot::Avx2]
             .into_iter()
             .find(|d| d.available())
@@ -66,8 +74,10 @@ mod tests {
     fn detection_picks_an_available_choice_and_portable_always_is() {
         assert!(IntDot::detect().available());
         assert!(IntDot::Portable.available());
+        assert_eq!(IntDot::detect() == IntDot::Avx2, IntDot::Avx2.available(), "AVX2 is the default");
+        assert!(IntDot::widest().available());
         if IntDot::Avx512Vnni.available() {
-            assert_eq!(IntDot::detect(), IntDot::Avx512Vnni);
+            assert_eq!(IntDot::widest(), IntDot::Avx512Vnni);
         }
         assert_eq!(IntDot::AvxVnni.name(), "avx-vnni");
     }
