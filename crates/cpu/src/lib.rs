@@ -374,8 +374,12 @@ mod tests {
         assert_eq!(b.int_dot(), IntDot::detect());
         let portable = CpuBackend::with_simd(1, Simd::Portable).expect("portable");
         assert_eq!((portable.int_dot(), portable.name().as_str()), (IntDot::Portable, "cpu/portable"));
+        if IntDot::Avx2.available() {
+            assert_eq!(b.name(), "cpu/avx2", "AVX2's dots are the default");
+        }
         if IntDot::Avx512Vnni.available() {
-            assert_eq!(b.name(), "cpu/avx2+avx512-vnni");
+            let o = CpuOptions { int_dot: IntDot::Avx512Vnni, ..CpuOptions::new(1) };
+            assert_eq!(CpuBackend::with_options(o).expect("vnni").name(), "cpu/avx2+avx512-vnni");
         }
         let mixed = CpuOptions { simd: Simd::Portable, int_dot: IntDot::Avx2, ..CpuOptions::new(1) };
         let e = CpuBackend::with_options(mixed).err().map(|e| e.to_string()).unwrap_or_default();
