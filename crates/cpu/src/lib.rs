@@ -16,7 +16,7 @@ mod ssd;
 #[cfg(test)]
 mod testutil;
 
-pub use quant::QuantActs;
+pub use quant::{IntDot, QuantActs};
 pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -30,6 +30,7 @@ use tf_formats::TensorView;
 pub struct CpuBackend {
     pool: ThreadPool,
     simd: Simd,
+    int_dot: IntDot,
     quant_acts: QuantActs,
 }
 
@@ -40,14 +41,17 @@ pub struct CpuOptions {
     pub threads: usize,
     /// Instruction set; refused where the CPU lacks it.
     pub simd: Simd,
+    /// Instructions of the int8 path's integer dot products; refused where the CPU lacks them,
+    /// and anything but portable unless `simd` is AVX2.
+    pub int_dot: IntDot,
     /// How activations meet block-quantized weights.
     pub quant_acts: QuantActs,
 }
 
 impl CpuOptions {
-    /// `threads` workers, the best instruction set of this CPU, the default quantized numerics.
+    /// `threads` workers, the best instruction sets of this CPU, the default quantized numerics.
     pub fn new(threads: usize) -> CpuOptions {
-        CpuOptions { threads, simd: Simd::detect(), quant_acts: QuantActs::default() }
+        CpuOptions { threads, simd: Simd::detect(), int_dot: IntDot::detect(), quant_acts: QuantActs::default() }
     }
 }
 
@@ -57,9 +61,11 @@ impl CpuBackend {
         CpuBackend::with_options(CpuOptions::new(threads))
     }
 
-    /// A backend on `threads` worker threads with `simd`, refused where the CPU lacks it.
+    /// A backend on `threads` worker threads with `simd` (and the best integer dot products it
+    /// allows), refused where the CPU lacks it.
     pub fn with_simd(threads: usize, simd: Simd) -> Result<CpuBackend, BackendError> {
-        CpuBackend::with_options(CpuOptions { simd, ..CpuOptions::new(threads) })
+        let int_dot = if simd == Simd::Portable { IntDot::Portable } else { IntDot::detect() };
+        CpuBackend::with_options(CpuOptions { simd, int_dot, ..CpuOptions::new(threads) })
     }
 
     /// A backend with every option given.
@@ -70,12 +76,19 @@ impl CpuBackend {
         if !o.simd.available() {
             return Err(BackendError::Unsupported(format!("cpu backend: this CPU lacks {}", o.simd.name())));
         }
+        if !o.int_dot.available() {
+            return Err(BackendError::Unsupported(format!("cpu backend: this CPU lacks {}", o.int_dot.name())));
+        }
+        if o.int_dot != IntDot::Portable && o.simd != Simd::Avx2 {
+            let d = o.int_dot.name();
+            return Err(BackendError::Unsupported(format!("cpu backend: {d} dot products need the avx2 kernels")));
+        }
         let pool = ThreadPoolBuilder::new()
             .num_threads(o.threads)
             .thread_name(|i| format!("tf-cpu-{i}"))
             .build()
             .map_err(|e| BackendError::Device(format!("cpu backend: thread pool: {e}")))?;
-        Ok(CpuBackend { pool, simd: o.simd, quant_acts: o.quant_acts })
+        Ok(CpuBackend { pool, simd: o.simd, int_dot: o.int_dot, quant_acts: o.quant_acts })
     }
 
     /// Worker threads in the pool.
@@ -86,6 +99,11 @@ impl CpuBackend {
     /// The instruction set in use.
     pub fn simd(&self) -> Simd {
         self.simd
+    }
+
+    /// The integer dot products of the int8 path.
+    pub fn int_dot(&self) -> IntDot {
+        self.int_dot
     }
 
     /// How activations meet block-quantized weights.
@@ -114,8 +132,11 @@ impl Backend for CpuBackend {
         self.pool.install(|| sample::sample_candidates(x, rows, queries))
     }
 
+    /// `cpu/` and the instruction sets: `cpu/avx2`, `cpu/avx2+avx512-vnni` (the int8 path's dot
+    /// products where they differ), `cpu/portable`.
     fn name(&self) -> String {
-        "cpu".into()
+        let (s, d) = (self.simd.name(), self.int_dot.name());
+        if s == d || self.int_dot == IntDot::Portable { format!("cpu/{s}") } else { format!("cpu/{s}+{d}") }
     }
 
     fn mat(&self, t: &TensorView) -> Result<HostMat, BackendError> {
@@ -227,7 +248,7 @@ impl Backend for CpuBackend {
 
     fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
         match w.dtype {
-            tf_core::DType::Quant(_) => quant::matmul(&self.pool, self.simd, self.quant_acts, x, w),
+            tf_core::DType::Quant(_) => quant::matmul(&self.pool, self.simd, self.int_dot, self.quant_acts, x, w),
             tf_core::DType::F8E4M3 => fp8::matmul(&self.pool, self.simd, x, w),
             _ => matmul::matmul(&self.pool, self.simd, x, w),
         }
@@ -350,5 +371,18 @@ mod tests {
         assert_eq!(b.quant_acts(), QuantActs::Int8);
         let f = CpuBackend::with_options(CpuOptions { quant_acts: QuantActs::F32, ..CpuOptions::new(1) });
         assert_eq!(f.expect("f32 acts").quant_acts(), QuantActs::F32);
+        assert_eq!(b.int_dot(), IntDot::detect());
+        let portable = CpuBackend::with_simd(1, Simd::Portable).expect("portable");
+        assert_eq!((portable.int_dot(), portable.name().as_str()), (IntDot::Portable, "cpu/portable"));
+        if IntDot::Avx2.available() {
+            assert_eq!(b.name(), "cpu/avx2", "AVX2's dots are the default");
+        }
+        if IntDot::Avx512Vnni.available() {
+            let o = CpuOptions { int_dot: IntDot::Avx512Vnni, ..CpuOptions::new(1) };
+            assert_eq!(CpuBackend::with_options(o).expect("vnni").name(), "cpu/avx2+avx512-vnni");
+        }
+        let mixed = CpuOptions { simd: Simd::Portable, int_dot: IntDot::Avx2, ..CpuOptions::new(1) };
+        let e = CpuBackend::with_options(mixed).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("avx2 dot products need the avx2 kernels"), "{e}");
     }
 }

@@ -5,11 +5,14 @@
 //! `maddubs` (unsigned codes times signed activations) and one `madd` (by the group scales, or by
 //! ones), accumulated in i32 lanes over the block, then scaled in f32 once per block; offsets and
 //! k-quant mins go through the activations' per-16 sums. The integers and f32 steps are those of
-//! [`super::spec`]. A weight block is unpacked once per tile and met by all its rows.
+//! [`super::spec`]. A weight block is unpacked once per tile and met by all its rows. The integer
+//! steps come from [`super::dots`] (AVX2, AVX-VNNI or AVX-512 VNNI, one entry point each), the
+//! unpacking and f32 steps from here, so every instruction set gives the same bits.
 
 use super::act::{Q8K, Q8x2};
-use super::avx2_blocks::{self as blk, KType, QType, load32};
-use super::{Operands, ZERO_BLOCK};
+use super::avx2_blocks::{self as blk, KType, QType};
+use super::dots::{Dots, Madd, Vnni256, Vnni512};
+use super::{IntDot, Operands, ZERO_BLOCK};
 use crate::matmul::{BLOCK_BYTES, GRAIN};
 use crate::simd::hsum;
 use std::arch::x86_64::*;
@@ -65,10 +68,10 @@ impl<X> Args<X> {
     }
 }
 
-/// The integer path of k-quant `T` against [`Q8K`] rows.
-struct IntK<T>(PhantomData<T>);
-/// The integer path of 32-weight type `T` against [`Q8x2`] rows (pairs of blocks).
-struct Int32<T>(PhantomData<T>);
+/// The integer path of k-quant `T` against [`Q8K`] rows, integer steps by `D`.
+struct IntK<T, D = Madd>(PhantomData<(T, D)>);
+/// The integer path of 32-weight type `T` against [`Q8x2`] rows (pairs of blocks), steps by `D`.
+struct Int32<T, D = Madd>(PhantomData<(T, D)>);
 
 /// `_mm256_shuffle_epi8` control giving 16-bit element `2 k` in the low lane, `2 k + 1` in the high.
 #[inline(always)]
@@ -78,7 +81,7 @@ unsafe fn scale_pick(k: usize) -> __m256i {
     unsafe { _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)) }
 }
 
-impl<T: KType> Kernel for IntK<T> {
+impl<T: KType, D: Dots> Kernel for IntK<T, D> {
     type X = Q8K;
 
     /// One output at a time (its unpacked block then stays in registers), met by each row.
@@ -95,17 +98,15 @@ impl<T: KType> Kernel for IntK<T> {
                 let lo = _mm256_permute2x128_si256::<0x00>(sc, sc);
                 let hi = _mm256_permute2x128_si256::<0x11>(sc, sc);
                 let corr = if T::MIN { m } else { _mm256_mullo_epi16(sc, _mm256_set1_epi16(T::OFF)) };
-                let mut isum = [_mm256_setzero_si256(); R];
+                let mut isum = [D::k_zero(); R];
                 for p in 0..4 {
                     let (w0, w1) = T::pair(w, p);
                     let src = if p < 2 { lo } else { hi };
                     let s0 = _mm256_shuffle_epi8(src, scale_pick(2 * p % 4));
                     let s1 = _mm256_shuffle_epi8(src, scale_pick(2 * p % 4 + 1));
+                    let k = D::k_prep(w0, w1, s0, s1);
                     for (xr, is) in x.iter().zip(isum.iter_mut()) {
-                        let xp = xr.qs.as_ptr().add(64 * p).cast::<u8>();
-                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, load32(xp)), s0);
-                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, load32(xp.add(32))), s1);
-                        *is = _mm256_add_epi32(*is, _mm256_add_epi32(p0, p1));
+                        *is = D::k_step(*is, &k, xr.qs.as_ptr().add(64 * p).cast());
                     }
                 }
                 for (r, xr) in x.iter().enumerate() {
@@ -114,7 +115,8 @@ impl<T: KType> Kernel for IntK<T> {
                     if T::MIN {
                         *acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xr.d), _mm256_cvtepi32_ps(g), *acc);
                     }
-                    let i = if T::OFF != 0 { _mm256_sub_epi32(isum[r], g) } else { isum[r] };
+                    let i = D::k_lanes(isum[r]);
+                    let i = if T::OFF != 0 { _mm256_sub_epi32(i, g) } else { i };
                     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xr.d), _mm256_cvtepi32_ps(i), *acc);
                 }
             }
@@ -127,7 +129,7 @@ impl<T: KType> Kernel for IntK<T> {
     }
 }
 
-impl<T: QType> Kernel for Int32<T> {
+impl<T: QType, D: Dots> Kernel for Int32<T, D> {
     type X = Q8x2;
 
     /// Unit `j` is the block pair `2 j`, `2 j + 1` (an all-zero block past the row's end). One
@@ -135,7 +137,6 @@ impl<T: QType> Kernel for Int32<T> {
     #[inline(always)]
     unsafe fn block<const R: usize, const C: usize>(a: &Args<Q8x2>, r0: usize, o0: usize, j: usize, t: &mut Acc<R, C>) {
         unsafe {
-            let ones = _mm256_set1_epi16(1);
             let x: [&Q8x2; R] = std::array::from_fn(|r| &*a.x.add((r0 + r) * a.x_stride + j));
             for c in 0..C {
                 let wa = a.wblock(o0 + c, 2 * j, T::BYTES);
@@ -143,17 +144,11 @@ impl<T: QType> Kernel for Int32<T> {
                 _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(PREFETCH).cast());
                 let (lo, hi, d, [ma, mb]) = T::pair(wa, wb);
                 // Signed weights meet the activations through the sign trick: |w| * (sign(w) x).
-                let (alo, ahi) =
-                    if T::SIGNED { (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi)) } else { (lo, hi) };
+                let pw = D::p_prep(lo, hi, T::SIGNED);
                 for (r, xr) in x.iter().enumerate() {
-                    let xp = xr.qs.as_ptr().cast::<u8>();
-                    let (x0, x1) = (load32(xp), load32(xp.add(32)));
-                    let (x0, x1) =
-                        if T::SIGNED { (_mm256_sign_epi8(x0, lo), _mm256_sign_epi8(x1, hi)) } else { (x0, x1) };
-                    let i0 = _mm256_madd_epi16(_mm256_maddubs_epi16(alo, x0), ones);
-                    let i1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, x1), ones);
+                    let i = D::p_lanes(&pw, T::SIGNED, xr.qs.as_ptr().cast());
                     let s = _mm256_mul_ps(d, _mm256_loadu_ps(xr.d.as_ptr()));
-                    t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), t.v[r][c]);
+                    t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), t.v[r][c]);
                     if T::MIN {
                         t.m[r][c] = mb.mul_add(xr.s[1], ma.mul_add(xr.s[0], t.m[r][c]));
                     }
@@ -311,43 +306,127 @@ unsafe fn run<F: Kernel>(a: &Args<F::X>, rows: usize, outs: Range<usize>, f32_pa
     }
 }
 
-/// The integer path for a k-quant weight: output columns `outs` of every row into `dst`.
+/// The integer path for a k-quant weight: output columns `outs` of every row into `dst`, with
+/// the integer steps of `dot`.
 ///
 /// # Safety
-/// As for [`super::IntKernel::run`], with AVX2, FMA and F16C present.
+/// As for [`super::IntKernel::run`], with the CPU supporting `dot` (not portable).
+pub(super) unsafe fn run_k(
+    dot: IntDot,
+    q: QuantType,
+    o: &Operands<Q8K>,
+    rows: usize,
+    outs: Range<usize>,
+    dst: *mut f32,
+) {
+    // SAFETY: forwarded from the caller, who checked `dot`'s instructions.
+    unsafe {
+        match dot {
+            IntDot::Avx2 => run_k_avx2(q, o, rows, outs, dst),
+            IntDot::AvxVnni => run_k_vnni256(q, o, rows, outs, dst),
+            IntDot::Avx512Vnni => run_k_vnni512(q, o, rows, outs, dst),
+            IntDot::Portable => unreachable!("the portable integer path has no x86 kernel"),
+        }
+    }
+}
+
+/// [`run_k`] with AVX2 steps.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn run_k(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+unsafe fn run_k_avx2(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_k_with::<Madd>(q, o, rows, outs, dst) }
+}
+
+/// [`run_k`] with AVX-VNNI steps.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn run_k_vnni256(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_k_with::<Vnni256>(q, o, rows, outs, dst) }
+}
+
+/// [`run_k`] with AVX-512 VNNI steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn run_k_vnni512(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_k_with::<Vnni512>(q, o, rows, outs, dst) }
+}
+
+/// [`run_k`]'s body, inlined into each instruction set's entry.
+#[inline(always)]
+unsafe fn run_k_with<D: Dots>(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
     let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
-            QuantType::Q2K => run::<IntK<blk::Q2K>>(&a, rows, outs, false),
-            QuantType::Q3K => run::<IntK<blk::Q3K>>(&a, rows, outs, false),
-            QuantType::Q4K => run::<IntK<blk::Q4K>>(&a, rows, outs, false),
-            QuantType::Q5K => run::<IntK<blk::Q5K>>(&a, rows, outs, false),
-            QuantType::Q6K => run::<IntK<blk::Q6K>>(&a, rows, outs, false),
+            QuantType::Q2K => run::<IntK<blk::Q2K, D>>(&a, rows, outs, false),
+            QuantType::Q3K => run::<IntK<blk::Q3K, D>>(&a, rows, outs, false),
+            QuantType::Q4K => run::<IntK<blk::Q4K, D>>(&a, rows, outs, false),
+            QuantType::Q5K => run::<IntK<blk::Q5K, D>>(&a, rows, outs, false),
+            QuantType::Q6K => run::<IntK<blk::Q6K, D>>(&a, rows, outs, false),
             other => unreachable!("{other:?} is not a k-quant"),
         }
     }
 }
 
-/// The integer path for a 32-weight type: output columns `outs` of every row into `dst`.
+/// The integer path for a 32-weight type: output columns `outs` of every row into `dst`, with
+/// the integer steps of `dot`.
 ///
 /// # Safety
-/// As for [`super::IntKernel::run`], with AVX2, FMA and F16C present.
+/// As for [`super::IntKernel::run`], with the CPU supporting `dot` (not portable).
+pub(super) unsafe fn run_32(
+    dot: IntDot,
+    q: QuantType,
+    o: &Operands<Q8x2>,
+    rows: usize,
+    outs: Range<usize>,
+    dst: *mut f32,
+) {
+    // SAFETY: forwarded from the caller, who checked `dot`'s instructions.
+    unsafe {
+        match dot {
+            IntDot::Avx2 => run_32_avx2(q, o, rows, outs, dst),
+            IntDot::AvxVnni => run_32_vnni256(q, o, rows, outs, dst),
+            IntDot::Avx512Vnni => run_32_vnni512(q, o, rows, outs, dst),
+            IntDot::Portable => unreachable!("the portable integer path has no x86 kernel"),
+        }
+    }
+}
+
+/// [`run_32`] with AVX2 steps.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn run_32(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+unsafe fn run_32_avx2(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_32_with::<Madd>(q, o, rows, outs, dst) }
+}
+
+/// [`run_32`] with AVX-VNNI steps.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn run_32_vnni256(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_32_with::<Vnni256>(q, o, rows, outs, dst) }
+}
+
+/// [`run_32`] with AVX-512 VNNI steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn run_32_vnni512(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_32_with::<Vnni512>(q, o, rows, outs, dst) }
+}
+
+/// [`run_32`]'s body, inlined into each instruction set's entry.
+#[inline(always)]
+unsafe fn run_32_with<D: Dots>(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
     let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
-            QuantType::Q4_0 => run::<Int32<blk::Q4_0>>(&a, rows, outs, false),
-            QuantType::Q4_1 => run::<Int32<blk::Q4_1>>(&a, rows, outs, false),
-            QuantType::Q5_0 => run::<Int32<blk::Q5_0>>(&a, rows, outs, false),
-            QuantType::Q5_1 => run::<Int32<blk::Q5_1>>(&a, rows, outs, false),
-            QuantType::Q8_0 => run::<Int32<blk::Q8_0>>(&a, rows, outs, false),
+            QuantType::Q4_0 => run::<Int32<blk::Q4_0, D>>(&a, rows, outs, false),
+            QuantType::Q4_1 => run::<Int32<blk::Q4_1, D>>(&a, rows, outs, false),
+            QuantType::Q5_0 => run::<Int32<blk::Q5_0, D>>(&a, rows, outs, false),
+            QuantType::Q5_1 => run::<Int32<blk::Q5_1, D>>(&a, rows, outs, false),
+            QuantType::Q8_0 => run::<Int32<blk::Q8_0, D>>(&a, rows, outs, false),
             other => unreachable!("{other:?} is a k-quant"),
         }
     }

@@ -3,7 +3,8 @@
 //! Two numerics, chosen per backend by [`QuantActs`]:
 //! - `Int8` (llama.cpp's, the default): each activation row is quantized once per call to 8-bit
 //!   blocks ([`act`]), and each weight block meets them in integer dot products (`maddubs` /
-//!   `madd` on AVX2), scaled in f32 per block. The integers and the f32 steps are fixed per output
+//!   `madd` on AVX2, `dpbusd` / `dpwssd` with AVX-VNNI or AVX-512 VNNI: [`IntDot`], chosen once
+//!   per backend, all giving the same integers), scaled in f32 per block. The integers and the f32 steps are fixed per output
 //!   element ([`spec`]), so a row's result depends on that row alone, whatever the batch, tile or
 //!   threads. It is the default because the weights are already rounded to 2-8 bits, the 8-bit
 //!   activations add far less error than that, and it is what makes quantized weights as fast as
@@ -20,6 +21,9 @@ mod act;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_blocks;
+#[cfg(target_arch = "x86_64")]
+mod dots;
+mod isa;
 mod spec;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -27,6 +31,7 @@ pub(crate) mod tests;
 use crate::matmul::par_columns;
 use crate::simd::{Portable, Simd};
 use act::{ActBlock, Q8K, Q8x2, quantize_rows};
+pub use isa::IntDot;
 use rayon::ThreadPool;
 use std::ops::Range;
 use tf_backend::{HostMat, HostTensor};
@@ -55,7 +60,16 @@ impl QuantActs {
 }
 
 /// `x[rows, in] @ w[out, in]^T` for a quantized `w`.
-pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, acts: QuantActs, x: &HostTensor, w: &HostMat) -> HostTensor {
+///
+/// `dot` is available and not portable only where `simd` is AVX2 (the backend checks both).
+pub(crate) fn matmul(
+    pool: &ThreadPool,
+    simd: Simd,
+    dot: IntDot,
+    acts: QuantActs,
+    x: &HostTensor,
+    w: &HostMat,
+) -> HostTensor {
     let DType::Quant(q) = w.dtype else { panic!("quant matmul: weight dtype {} is not quantized", w.dtype) };
     assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);
     assert_eq!(x.data.len(), x.rows * x.cols, "matmul: x holds {} values for {}x{}", x.data.len(), x.rows, x.cols);
@@ -68,13 +82,20 @@ pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, acts: QuantActs, x: &HostTen
             // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
             unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
         }),
-        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, q, x, w),
-        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, q, x, w),
+        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, dot, q, x, w),
+        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, dot, q, x, w),
     }
 }
 
 /// The integer path: quantize the activation rows, then every output column from them.
-fn int8<A: ActBlock>(pool: &ThreadPool, avx2: bool, q: QuantType, x: &HostTensor, w: &HostMat) -> HostTensor
+fn int8<A: ActBlock>(
+    pool: &ThreadPool,
+    avx2: bool,
+    dot: IntDot,
+    q: QuantType,
+    x: &HostTensor,
+    w: &HostMat,
+) -> HostTensor
 where
     Kernels: IntKernel<A>,
 {
@@ -83,8 +104,8 @@ where
     let a = Operands { xq: &xq, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
     par_columns(pool, x.rows, w.rows, |outs, dst| {
         // SAFETY: each call writes only columns `outs` of the `[x.rows, w.rows]` output; the
-        // weight holds `w.rows` rows of `wb` blocks (checked above); `avx2` was detected.
-        unsafe { <Kernels as IntKernel<A>>::run(avx2, q, &a, x.rows, outs, dst.get()) }
+        // weight holds `w.rows` rows of `wb` blocks (checked above); `dot` was detected.
+        unsafe { <Kernels as IntKernel<A>>::run(dot, q, &a, x.rows, outs, dst.get()) }
     })
 }
 
@@ -116,16 +137,16 @@ pub(crate) trait IntKernel<A> {
     ///
     /// # Safety
     /// `dst` holds `rows * a.n` values and no one else writes columns `outs`; `a` is consistent;
-    /// `avx2` only where the CPU has AVX2, FMA and F16C.
-    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<A>, rows: usize, outs: Range<usize>, dst: *mut f32);
+    /// the CPU supports `dot`.
+    unsafe fn run(dot: IntDot, q: QuantType, a: &Operands<A>, rows: usize, outs: Range<usize>, dst: *mut f32);
 }
 
 impl IntKernel<Q8K> for Kernels {
-    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    unsafe fn run(dot: IntDot, q: QuantType, a: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
         #[cfg(target_arch = "x86_64")]
-        if avx2 {
+        if dot != IntDot::Portable {
             // SAFETY: forwarded from the caller.
-            return unsafe { avx2::run_k(q, a, rows, outs, dst) };
+            return unsafe { avx2::run_k(dot, q, a, rows, outs, dst) };
         }
         let f = spec::format(q);
         let block = |row: &[u8], j: usize| spec::unpack(q, &row[j * q.block_bytes()..]);
@@ -135,11 +156,11 @@ impl IntKernel<Q8K> for Kernels {
 }
 
 impl IntKernel<Q8x2> for Kernels {
-    unsafe fn run(avx2: bool, q: QuantType, a: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
+    unsafe fn run(dot: IntDot, q: QuantType, a: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
         #[cfg(target_arch = "x86_64")]
-        if avx2 {
+        if dot != IntDot::Portable {
             // SAFETY: forwarded from the caller.
-            return unsafe { avx2::run_32(q, a, rows, outs, dst) };
+            return unsafe { avx2::run_32(dot, q, a, rows, outs, dst) };
         }
         let (f, bb) = (spec::format(q), q.block_bytes());
         let pair = |row: &[u8], j: usize| {

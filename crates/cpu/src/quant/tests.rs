@@ -3,7 +3,7 @@
 use super::act::{ActBlock, Q8K, Q8x2, quantize_rows};
 use super::spec;
 use crate::testutil::{Rng, bits, rel_err, simds, sub};
-use crate::{CpuBackend, CpuOptions, QuantActs, Simd};
+use crate::{CpuBackend, CpuOptions, IntDot, QuantActs, Simd};
 use tf_backend::{Backend, HostMat, HostTensor, RefBackend};
 use tf_core::{DType, QuantType};
 use tf_formats::TensorBytes;
@@ -52,7 +52,91 @@ pub(crate) fn rand_qmat(rng: &mut Rng, q: QuantType, rows: usize, cols: usize) -
 }
 
 fn backend(threads: usize, simd: Simd, quant_acts: QuantActs) -> CpuBackend {
-    CpuBackend::with_options(CpuOptions { threads, simd, quant_acts }).expect("test backend")
+    let int_dot = if simd == Simd::Portable { IntDot::Portable } else { IntDot::detect() };
+    CpuBackend::with_options(CpuOptions { threads, simd, int_dot, quant_acts }).expect("test backend")
+}
+
+/// An int8-path backend with the integer dot products of `dot` (AVX2 kernels otherwise).
+fn dot_backend(threads: usize, dot: IntDot) -> CpuBackend {
+    let simd = if dot == IntDot::Portable { Simd::Portable } else { Simd::Avx2 };
+    CpuBackend::with_options(CpuOptions { threads, simd, int_dot: dot, quant_acts: QuantActs::Int8 }).expect("backend")
+}
+
+/// The VNNI choices this CPU has, each named with a skip message for those it lacks.
+fn vnni_dots() -> Vec<IntDot> {
+    let (have, lack): (Vec<IntDot>, Vec<IntDot>) =
+        [IntDot::AvxVnni, IntDot::Avx512Vnni].into_iter().partition(|d| d.available() && Simd::Avx2.available());
+    for d in lack {
+        eprintln!("skipped: this CPU lacks {}", d.name());
+    }
+    have
+}
+
+#[test]
+fn vnni_kernels_equal_the_avx2_kernels_bit_for_bit() {
+    // Same integers, same f32 steps: every block type, one to many blocks per row, every row
+    // count of the 8-row tiles and their leftovers, odd output counts, one and two threads.
+    let mut rng = Rng::new(59);
+    let dots = vnni_dots();
+    if dots.is_empty() {
+        return;
+    }
+    for threads in [1, 2] {
+        let avx2 = dot_backend(threads, IntDot::Avx2);
+        let vnni: Vec<CpuBackend> = dots.iter().map(|&d| dot_backend(threads, d)).collect();
+        for q in QUANTS {
+            for k in widths(q).into_iter().chain([q.block_len() * 2, q.block_len().max(64) * 5]) {
+                for (n, m) in [
+                    (1, 1),
+                    (3, 2),
+                    (7, 3),
+                    (5, 4),
+                    (9, 5),
+                    (2, 7),
+                    (11, 8),
+                    (6, 9),
+                    (13, 15),
+                    (4, 16),
+                    (37, 17),
+                    (3, 33),
+                ] {
+                    let (w, x) = (rand_qmat(&mut rng, q, n, k), rng.tensor(m, k));
+                    let want = bits(&avx2.matmul(&x, &w));
+                    for (d, b) in dots.iter().zip(&vnni) {
+                        assert_eq!(bits(&b.matmul(&x, &w)), want, "{d:?} {q:?} k={k} n={n} m={m} threads={threads}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn vnni_kernels_keep_extreme_codes_exact() {
+    // Codes and activations at their ends (Q8_0's -128, Q6_K's 63, activations of +-127): the
+    // sums the AVX2 `maddubs` keeps below i16 saturation are the VNNI sums too.
+    let mut rng = Rng::new(60);
+    let dots = vnni_dots();
+    for q in QUANTS {
+        let mut w = rand_qmat(&mut rng, q, 6, 2 * q.block_len().max(64));
+        let mut bytes = w.data.as_bytes().to_vec();
+        let bb = q.block_bytes();
+        for (i, block) in bytes.chunks_exact_mut(bb).enumerate() {
+            // Every code byte all ones or all zeros (the f16 fields keep their random values).
+            for (j, v) in block.iter_mut().enumerate() {
+                if !half_fields(q).iter().any(|&at| j == at || j == at + 1) {
+                    *v = if i % 2 == 0 { 0xFF } else { 0x80 };
+                }
+            }
+        }
+        w.data = TensorBytes::from_vec(&bytes);
+        let mut x = rng.tensor(9, w.cols);
+        x.data.iter_mut().enumerate().for_each(|(i, v)| *v = if i % 3 == 0 { -1.0 } else { 1.0 });
+        let want = bits(&dot_backend(1, IntDot::Portable).matmul(&x, &w));
+        for d in dots.iter().copied().chain([IntDot::Avx2].into_iter().filter(|d| d.available())) {
+            assert_eq!(bits(&dot_backend(2, d).matmul(&x, &w)), want, "{d:?} {q:?}");
+        }
+    }
 }
 
 /// Input widths per block length: one block, a few, and a long row.
