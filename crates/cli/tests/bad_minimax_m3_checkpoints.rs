@@ -3,59 +3,23 @@
 //! refused by `tensorfold check` with exit code 2 and one line naming the tensor (expected and
 //! found) or the field; the fixtures' vision tower is left unread.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod checkpoint_util;
 
-fn fixture(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
-}
+use checkpoint_util::{check, copy, edit_config, fixture, refused, set_tensor};
 
 /// A copy of the minimax_m3 fixture whose `text_config` has `key` set to `value`.
 fn with_config(key: &str, value: serde_json::Value) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture("minimax_m3")).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
-    }
-    let path = tmp.path().join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["text_config"][key] = value;
-    std::fs::write(&path, v.to_string()).unwrap();
-    tmp
-}
-
-/// A copy of the minimax_m3 fixture whose checkpoint has `name` as a zero bf16 tensor of
-/// `shape`, replacing the one of that name.
-fn with_tensor(name: &str, shape: &[usize]) -> tempfile::TempDir {
-    let d = with_config("index_n_heads", 2.into());
-    let path = d.path().join("model.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let zeros = vec![0u8; shape.iter().product::<usize>() * 2];
-    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        st.tensors().into_iter().filter(|(n, _)| n != name).map(|(n, v)| (n.to_string(), v)).collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, shape.to_vec(), &zeros).unwrap();
-    views.push((name.into(), view));
-    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+    let d = copy("minimax_m3");
+    edit_config(d.path(), |v| v["text_config"][key] = value);
     d
 }
 
-/// `tensorfold check` on `dir`: its exit code and stderr.
-fn check(dir: &Path) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir).output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// Asserts a clean one-line refusal holding every needle.
-fn refused(dir: &Path, needles: &[&str]) {
-    let (code, err) = check(dir);
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert_eq!(code, Some(2), "expected exit 2, stderr: {err}");
-    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "'{n}' not in: {err}");
-    }
+/// A copy of the minimax_m3 fixture (`index_n_heads` 2) whose checkpoint has `name` as a zero
+/// bf16 tensor of `shape`, replacing the one of that name.
+fn with_tensor(name: &str, shape: &[usize]) -> tempfile::TempDir {
+    let d = with_config("index_n_heads", 2.into());
+    set_tensor(d.path(), name, Some(shape));
+    d
 }
 
 const ATTN: &str = "language_model.model.layers.1.self_attn.";

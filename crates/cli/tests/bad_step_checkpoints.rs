@@ -3,42 +3,21 @@
 //! are refused by `tensorfold check` with exit code 2 and one line naming the tensor (expected
 //! and found shape) or the field.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod checkpoint_util;
 
+use checkpoint_util::{check, copy, edit_config, refused};
+use std::path::PathBuf;
+
+/// The step3p7 fixture.
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/step3p7")
+    checkpoint_util::fixture("step3p7")
 }
 
 /// A copy of the step3p7 fixture whose `text_config` `edit` changes.
 fn with_text_config(edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture()).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
-    }
-    let path = tmp.path().join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut v["text_config"]);
-    std::fs::write(&path, v.to_string()).unwrap();
-    tmp
-}
-
-/// `tensorfold check` on `dir`: its exit code and stderr.
-fn check(dir: &Path) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir).output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// Asserts a clean one-line refusal holding every needle.
-fn refused(dir: &Path, needles: &[&str]) {
-    let (code, err) = check(dir);
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert_eq!(code, Some(2), "expected exit 2, stderr: {err}");
-    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "'{n}' not in: {err}");
-    }
+    let d = copy("step3p7");
+    edit_config(d.path(), |v| edit(&mut v["text_config"]));
+    d
 }
 
 #[test]

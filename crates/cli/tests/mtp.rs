@@ -4,7 +4,10 @@
 //! chunked == whole, drafted == undrafted, a head that repeats its input token getting drafts
 //! accepted, and what is refused.
 
-use std::path::{Path, PathBuf};
+mod checkpoint_util;
+
+use checkpoint_util::{copy, set_tensor, with_config};
+use std::path::Path;
 use std::process::Command;
 use tf_backend::{AttnMeta, Backend, RefBackend};
 use tf_cpu::CpuBackend;
@@ -124,24 +127,14 @@ fn edit_tensors(dir: &Path, edit: Edit<'_>) {
     std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
 
-/// A copy of fixture `family`.
-fn copy_of(family: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture(family)).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
-    }
-    tmp
-}
-
 /// The glm4_moe_mtp fixture with an MTP head that repeats its input token: the layer adds
 /// nothing (its output projections are zero), `eh_proj` passes the normed embedding through and
 /// drops the hidden row, its norms are ones, and its own head (`shared_head.head`, added) is the
 /// embedding table, so each draft is the token fed (random embeddings are far more similar to
 /// themselves than to each other).
 fn repeating_head() -> tempfile::TempDir {
-    let d = copy_of("glm4_moe_mtp");
-    rewrite(d.path(), "model.layers.3.shared_head.head.weight", Some(&[512, 64]));
+    let d = copy("glm4_moe_mtp");
+    set_tensor(d.path(), "model.layers.3.shared_head.head.weight", Some(&[512, 64]));
     let bytes = std::fs::read(d.path().join("model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let embed = st.tensor("model.embed_tokens.weight").unwrap().data().to_vec();
@@ -205,50 +198,24 @@ fn spawn_error(dir: &Path) -> String {
 #[test]
 fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
     // eh_proj of the wrong width.
-    let d = copy_of("glm4_moe_mtp");
-    rewrite(d.path(), "model.layers.3.eh_proj.weight", Some(&[64, 64]));
+    let d = copy("glm4_moe_mtp");
+    set_tensor(d.path(), "model.layers.3.eh_proj.weight", Some(&[64, 64]));
     let err = spawn_error(d.path());
     assert!(err.contains("model.layers.3.eh_proj.weight") && err.contains("64"), "{err}");
     // A missing norm.
-    let d = copy_of("glm4_moe_mtp");
-    rewrite(d.path(), "model.layers.3.hnorm.weight", None);
+    let d = copy("glm4_moe_mtp");
+    set_tensor(d.path(), "model.layers.3.hnorm.weight", None);
     assert!(spawn_error(d.path()).contains("model.layers.3.hnorm.weight"));
     // A tensor under the layer that nothing reads.
-    let d = copy_of("deepseek_v3_mtp");
-    rewrite(d.path(), "model.layers.3.extra_proj.weight", Some(&[4, 4]));
+    let d = copy("deepseek_v3_mtp");
+    set_tensor(d.path(), "model.layers.3.extra_proj.weight", Some(&[4, 4]));
     assert!(spawn_error(d.path()).contains("model.layers.3.extra_proj.weight"));
     // Two depths.
-    let d = copy_of("glm4_moe_mtp");
-    let path = d.path().join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["num_nextn_predict_layers"] = 2.into();
-    std::fs::write(&path, v.to_string()).unwrap();
+    let d = with_config("glm4_moe_mtp", "num_nextn_predict_layers", 2.into());
     assert!(spawn_error(d.path()).contains("2 MTP depths"));
     // GLM-5's MTP layer carries an indexer, which the drafter does not run: refused saying so.
-    let d = copy_of("glm_moe_dsa");
-    let path = d.path().join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["num_nextn_predict_layers"] = 1.into();
-    std::fs::write(&path, v.to_string()).unwrap();
+    let d = with_config("glm_moe_dsa", "num_nextn_predict_layers", 1.into());
     assert!(spawn_error(d.path()).contains("lightning indexer"));
     // Step's MTP layer: refused saying it is not a drafter yet, not that it is absent.
     assert!(spawn_error(&fixture("step3p7")).contains("not a drafter yet"));
-}
-
-/// Replaces tensor `name` of `dir`'s checkpoint by zeros of `shape`, or removes it (`None`).
-fn rewrite(dir: &Path, name: &str, shape: Option<&[usize]>) {
-    let path: PathBuf = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let zeros = vec![0u8; shape.map_or(0, |s| s.iter().product::<usize>() * 2)];
-    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        st.tensors().into_iter().filter(|(n, _)| n != name).map(|(n, v)| (n.to_string(), v)).collect();
-    if let Some(shape) = shape {
-        views.push((
-            name.into(),
-            safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, shape.to_vec(), &zeros).unwrap(),
-        ));
-    }
-    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
