@@ -550,15 +550,14 @@ impl<B: Backend> Core<B> {
             None => (&ids[..], None),
         };
         let batch = Batch { ids, meta: &meta, logits_rows: &rows, held };
-        let Some(mtp) = self.mtp.as_mut() else {
+        // Only a round feeding a drafting sequence hands its hidden rows to the MTP drafter.
+        let Some(mtp) = self.mtp.as_mut().filter(|_| !mtp_rows.is_empty()) else {
             return self.model.decoder.forward(&self.backend, &batch, &mut self.cache);
         };
         let (logits, hidden) = self.model.decoder.forward_hidden(&self.backend, &batch, &mut self.cache);
-        if !mtp_rows.is_empty() {
-            let (host, w) = (self.backend.download(&hidden), self.model.decoder.spec.hidden_size);
-            for (seq, start, q, n) in mtp_rows {
-                mtp.record(seq, start, &host[q * w..(q + n) * w]);
-            }
+        let (host, w) = (self.backend.download(&hidden), self.model.decoder.spec.hidden_size);
+        for (seq, start, q, n) in mtp_rows {
+            mtp.record(seq, start, &host[q * w..(q + n) * w]);
         }
         logits
     }
