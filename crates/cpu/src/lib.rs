@@ -282,10 +282,6 @@ impl Backend for CpuBackend {
         attention::attention(self, q, k, v, kv, meta, p)
     }
 
-    fn check_block_sparse(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-
     fn index_blocks(
         &self,
         q: &HostTensor,

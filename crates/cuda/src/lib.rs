@@ -229,6 +229,17 @@ impl Backend for CudaBackend {
         ))
     }
 
+    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
+        match act {
+            Activation::SwigluOai => Err(BackendError::Unsupported(
+                "the clamped SwiGLU of MiniMax M3 (swiglu_alpha, swiglu_limit) has no CUDA kernel yet: run this \
+                 model with --device cpu"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
         match shapes.windows(2).any(|w| w[0] != w[1]) {
             false => Ok(()),

@@ -425,7 +425,7 @@ pub(crate) fn act_code(act: Activation) -> i32 {
         Activation::GeluTanh => 1,
         Activation::Relu2 => 2,
         // No kernel branch: its one family (MiniMax M3) is refused on CUDA at load, by name
-        // (`Backend::check_block_sparse`).
+        // (`Backend::check_activation`).
         Activation::SwigluOai => 3,
     }
 }
