@@ -61,6 +61,18 @@ pub const MTP_FIXTURES: [(&str, &str); 4] = [
     ("qwen3_5_mtp", "qwen3_5"),
 ];
 
+/// FP8 fixtures (scripts/fixture_fp8.py), each with the family it quantizes: block-scaled dense
+/// and MoE, compressed-tensors per channel, and the releases' layouts of GLM-4.5, MiniMax-M2 and
+/// DeepSeek-V3 (MLA).
+pub const FP8_FIXTURES: [(&str, &str); 6] = [
+    ("qwen3_fp8", "qwen3"),
+    ("qwen3_moe_fp8", "qwen3_moe"),
+    ("qwen3_ct_fp8", "qwen3"),
+    ("glm4_moe_fp8", "glm4_moe"),
+    ("minimax_m2_fp8", "minimax_m2"),
+    ("deepseek_v3_fp8", "deepseek_v3"),
+];
+
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
 /// whole over [`Runner`](tf_engine::Runner) like the others; the engine checks list them where
 /// they run them.
