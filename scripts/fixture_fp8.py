@@ -49,6 +49,9 @@ FP8_FIXTURES = {
     # `q_b_proj`, `kv_a_proj_with_mqa` and `kv_b_proj` included; [32, 48] blocks, so the rows
     # MLA splits (q_b's per-head nope / rope rows, kv_a's latent / rope rows) cross blocks.
     "deepseek_v3_fp8": ("deepseek_v3", "block", [32, 48], "linear"),
+    # DeepSeek-V3.2: MLA as above and the lightning indexer's `wq_b`, `wk` and `weights_proj` in
+    # FP8 (a release may keep `weights_proj` as stored: either loads).
+    "deepseek_v32_fp8": ("deepseek_v32", "block", [32, 48], "linear"),
 }
 
 

@@ -191,7 +191,7 @@ fn bad_fp8_checkpoints_are_refused_by_name() {
 
 #[test]
 fn good_fp8_fixtures_pass_check() {
-    for family in ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8", "glm4_moe_fp8", "minimax_m2_fp8", "deepseek_v3_fp8"] {
+    for (family, _) in tf_testkit::FP8_FIXTURES {
         let dir = copy(family);
         let out =
             Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir.path()).output().unwrap();

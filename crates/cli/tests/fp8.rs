@@ -66,7 +66,7 @@ fn fp8_equals_its_dequantized_f32_checkpoint_bit_for_bit() {
 
 #[test]
 fn concurrent_equals_solo_over_fp8_experts() {
-    for family in ["qwen3_moe_fp8", "glm4_moe_fp8", "deepseek_v3_fp8"] {
+    for family in ["qwen3_moe_fp8", "glm4_moe_fp8", "deepseek_v3_fp8", "deepseek_v32_fp8"] {
         check_concurrent_equals_solo(&|| CpuBackend::new(2).unwrap(), family, true);
     }
 }

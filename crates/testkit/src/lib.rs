@@ -62,15 +62,16 @@ pub const MTP_FIXTURES: [(&str, &str); 4] = [
 ];
 
 /// FP8 fixtures (scripts/fixture_fp8.py), each with the family it quantizes: block-scaled dense
-/// and MoE, compressed-tensors per channel, and the releases' layouts of GLM-4.5, MiniMax-M2 and
-/// DeepSeek-V3 (MLA).
-pub const FP8_FIXTURES: [(&str, &str); 6] = [
+/// and MoE, compressed-tensors per channel, and the releases' layouts of GLM-4.5, MiniMax-M2,
+/// DeepSeek-V3 (MLA) and DeepSeek-V3.2 (MLA and its indexer).
+pub const FP8_FIXTURES: [(&str, &str); 7] = [
     ("qwen3_fp8", "qwen3"),
     ("qwen3_moe_fp8", "qwen3_moe"),
     ("qwen3_ct_fp8", "qwen3"),
     ("glm4_moe_fp8", "glm4_moe"),
     ("minimax_m2_fp8", "minimax_m2"),
     ("deepseek_v3_fp8", "deepseek_v3"),
+    ("deepseek_v32_fp8", "deepseek_v32"),
 ];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
