@@ -54,9 +54,10 @@ pub const FAMILIES: [&str; 17] = [
 
 /// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
 /// `--draft mtp` checks run over them.
-pub const MTP_FIXTURES: [(&str, &str); 4] = [
+pub const MTP_FIXTURES: [(&str, &str); 5] = [
     ("glm4_moe_mtp", "glm4_moe"),
     ("deepseek_v3_mtp", "deepseek_v3"),
+    ("glm_moe_dsa_mtp", "glm_moe_dsa"),
     ("qwen3_next_mtp", "qwen3_next"),
     ("qwen3_5_mtp", "qwen3_5"),
 ];
