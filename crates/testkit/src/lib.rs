@@ -54,11 +54,12 @@ pub const FAMILIES: [&str; 17] = [
 
 /// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
 /// `--draft mtp` checks run over them.
-pub const MTP_FIXTURES: [(&str, &str); 4] = [
+pub const MTP_FIXTURES: [(&str, &str); 5] = [
     ("glm4_moe_mtp", "glm4_moe"),
     ("deepseek_v3_mtp", "deepseek_v3"),
     ("qwen3_next_mtp", "qwen3_next"),
     ("qwen3_5_mtp", "qwen3_5"),
+    ("step3p7_mtp", "step3p7"),
 ];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
