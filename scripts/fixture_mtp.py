@@ -25,11 +25,19 @@ concatenated (embedding first), projected (`eh_proj` / `fc`), run through the la
 head (`shared_head.head`, else the target's `lm_head`): `mtp_logits_{i}` is `[n - 1, vocab]`. No
 position is masked (vLLM zeroes the DeepSeek embedding at position 0; SGLang does not).
 
+Step (step3p7_mtp) is built and run by transformers' own MtpModel (`generate(use_mtp=True)`'s
+module; build_step): the source already carries an MTP layer at `model.layers.4.`, replaced by
+MtpModel's randomised layer under the released names; `mtp_logits_{i}` is its `forward_layer`
+then `_project_to_logits`: the output after `shared_head.norm` (its `post_norm`) times the
+target's `lm_head`, the layer with the clamps the config lists for decoder layer 0. The written
+checkpoint is loaded back through `MtpModel.from_pretrained` and must give the same logits.
+
 Seeds are accepted only when every router call of those forwards separates its choices by
-ROUTER_MARGIN, so an f32 implementation routes as transformers does.
+ROUTER_MARGIN, so an f32 implementation routes as transformers does (and, for Step, both
+clamps bite).
 
 Called by make_fixtures.py (`--families glm4_moe_mtp deepseek_v3_mtp glm_moe_dsa_mtp qwen3_next_mtp
-qwen3_5_mtp`),
+qwen3_5_mtp step3p7_mtp`),
 or alone:
     python3 scripts/fixture_mtp.py [--out tests/fixtures] [NAME ...]
 """
@@ -44,7 +52,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, Step3p7ForConditionalGeneration
+from transformers.modeling_layers import MtpModel
 
 ROUTER_MARGIN = 0.002
 
@@ -62,13 +71,23 @@ MTP_FIXTURES = {
     "qwen3_next_mtp": ("qwen3_next", "qwen", False, 9303),
     # Qwen3.5's `mtp.*`.
     "qwen3_5_mtp": ("qwen3_5", "qwen", False, 9404),
+    # Step 3.5 / 3.7's `model.layers.{num_hidden_layers}.` (the source already carries a random
+    # one there, replaced): built and run by transformers' own MtpModel (scripts/fixture_mtp.py
+    # build_step).
+    "step3p7_mtp": ("step3p7", "step", False, 9505),
 }
 
 # The head's own tensors per layout: (embedding norm, hidden norm, projection, output norm).
 HEAD_NAMES = {
     "nextn": ("enorm", "hnorm", "eh_proj", "shared_head.norm"),
     "qwen": ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm"),
+    "step": ("enorm", "hnorm", "eh_proj", "shared_head.norm"),
 }
+
+# Step: the clamp step3p7_mtp's config gives decoder layer 0's routed experts (`swiglu_limits[0]`;
+# layer 0 is dense, so the target is unchanged), which transformers' MTP layer 0 reads, as it
+# reads `swiglu_limits_shared[0]` (0.8 in the source) for its shared expert.
+STEP_EXPERT_CLAMP = 0.8
 
 
 def decoder_layer_class(model):
@@ -185,6 +204,9 @@ def mtp_forward(model, layer, parts, names, ids: list[int], margins: list[float]
 
 def build(name: str, out_root: Path) -> None:
     source, layout, own_tables, seed = MTP_FIXTURES[name]
+    if layout == "step":
+        build_step(name, out_root)
+        return
     src, out = out_root / source, out_root / name
     cfg_json = json.loads((src / "config.json").read_text())
     golden = json.loads((src / "golden.json").read_text())
@@ -242,6 +264,141 @@ def build(name: str, out_root: Path) -> None:
         f.chmod(0o644)
     margin = f", min router margin {min(margins):.4f}" if margins else ""
     print(f"{name}: from {source}, {layout}, seed {s}, own tables {own_tables}{margin}")
+
+# Step's checkpoint names for transformers' MTP layer tensors (`layers.0.*` of MtpModel), as
+# scripts/fixture_families/step3p7.py's check_saved_step3p7 reads them back.
+STEP_RENAMES = [
+    ("post_norm.", "shared_head.norm."),
+    ("mtp_block.mlp.gate.e_score_correction_bias", "moe.router_bias"),
+    ("mtp_block.mlp.gate.", "moe.gate."),
+    ("mtp_block.mlp.shared_experts.", "share_expert."),
+    ("mtp_block.", ""),
+]
+
+
+def step_checkpoint_names(layer, prefix: str) -> dict:
+    """The MtpLayer's tensors under the released names: stacked experts `moe.{gate,up}_proj`
+    [E, I, H] (transformers fuses them as `gate_up_proj` [E, 2I, H], gate rows first) and
+    `moe.down_proj` [E, H, I]."""
+    out = {}
+    for k, v in layer.state_dict().items():
+        if k.endswith("experts.gate_up_proj"):
+            gate, up = v.chunk(2, dim=1)
+            out[prefix + "moe.gate_proj.weight"], out[prefix + "moe.up_proj.weight"] = gate, up
+            continue
+        if k.endswith("experts.down_proj"):
+            out[prefix + "moe.down_proj.weight"] = v
+            continue
+        for old, new in STEP_RENAMES:
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        out[prefix + k] = v
+    return out
+
+
+@torch.no_grad()
+def step_logits(model, mtp, ids: list[int], margins: list[float], hits: dict):
+    """MtpModel's depth-0 logits `[n - 1, vocab]` of prompt `ids`: `forward_layer` over the
+    target's final hidden rows 0..n-2 and tokens 1..n-1 at positions 0..n-2 (generate() gives
+    them positions 1..n-1; rope is relative, the result the same), then `_project_to_logits`.
+    Records the router's choice margins and how many gate / up values pass each clamp."""
+    x = torch.tensor([ids])
+    hidden = model.model(input_ids=x, use_cache=False).last_hidden_state[:, :-1]
+    block = mtp.layers[0].mtp_block
+
+    def router(mod, _inp, out):
+        scores = out[0].float().sigmoid() + mod.e_score_correction_bias.float()
+        top = scores.topk(mod.top_k + 1, dim=-1).values
+        margins.append(float((top[:, mod.top_k - 1] - top[:, mod.top_k]).min()))
+
+    def clamp(name, limit, gate_up):
+        def fn(mod, inp, _out):
+            ws = [w for w in mod.gate_up_proj] if gate_up else [torch.cat([mod.gate_proj.weight, mod.up_proj.weight])]
+            for w in ws:
+                g, u = torch.nn.functional.linear(inp[0], w).chunk(2, dim=-1)
+                n = int((torch.nn.functional.silu(g) > limit).sum() + (u.abs() > limit).sum())
+                hits[name] = hits.get(name, 0) + n
+        return fn
+
+    mlp = block.mlp
+    handles = [
+        mlp.gate.register_forward_hook(router),
+        mlp.experts.register_forward_hook(clamp("experts", mlp.experts.limit, True)),
+        mlp.shared_experts.register_forward_hook(clamp("shared", mlp.shared_experts.limit, False)),
+    ]
+    try:
+        pos = torch.arange(len(ids) - 1)[None]
+        out = mtp.forward_layer(0, hidden, pos, None, input_ids=x[:, 1:])
+    finally:
+        for h in handles:
+            h.remove()
+    return mtp._project_to_logits(out)[0]
+
+
+def build_step(name: str, out_root: Path) -> None:
+    """step3p7_mtp: transformers' MtpModel over the step3p7 target (its config's
+    `swiglu_limits[0]` set to STEP_EXPERT_CLAMP), its layer drawn as random_layer draws (norms
+    around 0: `(1 + w)` norms), the golden from `forward_layer`; then the written checkpoint is
+    loaded back through `MtpModel.from_pretrained` and must give the same logits."""
+    source, _, _, seed = MTP_FIXTURES[name]
+    src, out = out_root / source, out_root / name
+    cfg_json = json.loads((src / "config.json").read_text())
+    golden = json.loads((src / "golden.json").read_text())
+    load = dict(dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
+    model = Step3p7ForConditionalGeneration.from_pretrained(src, **load).eval()
+    tc = model.config.get_text_config()
+    tc.swiglu_limits = [STEP_EXPERT_CLAMP] + list(tc.swiglu_limits[1:])
+    n = tc.num_hidden_layers
+    assert tc.num_nextn_predict_layers == 1 and tc.mtp_layer_types == ["full_attention"]
+    assert tc.mtp_mlp_layer_types == ["sparse"] and tc.mlp_layer_types[0] == "dense"
+    for attempt in range(50):
+        s = seed + 1000 * attempt
+        g = torch.Generator().manual_seed(s)
+        mtp = MtpModel(model, 1).float().eval()
+        layer = mtp.layers[0]
+        with torch.no_grad():
+            for _, p in sorted(layer.named_parameters(), key=lambda kv: kv[0]):
+                std = 0.1 if p.dim() == 1 else 0.05
+                p.copy_((std * torch.randn(p.shape, generator=g)).to(torch.bfloat16).float())
+            for k, b in sorted(layer.named_buffers(), key=lambda kv: kv[0]):
+                if k.endswith("e_score_correction_bias"):
+                    b.copy_((0.15 * torch.randn(b.shape, generator=g)).to(torch.bfloat16).float())
+        assert (layer.mtp_block.mlp.experts.limit, layer.mtp_block.mlp.shared_experts.limit) == (STEP_EXPERT_CLAMP, 0.8)
+        margins: list[float] = []
+        hits: dict = {}
+        logits = {
+            f"mtp_logits_{i}": step_logits(model, mtp, pr["ids"], margins, hits).contiguous()
+            for i, pr in enumerate(golden["prompts"])
+            if len(pr["ids"]) >= 2
+        }
+        if min(margins) >= ROUTER_MARGIN and all(hits.get(k, 0) > 0 for k in ["experts", "shared"]):
+            break
+    else:
+        raise SystemExit(f"{name}: no seed separates the router's choices by {ROUTER_MARGIN} with both clamps biting")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    prefix = f"model.layers.{n}."
+    tensors = {k: v for k, v in load_file(src / "model.safetensors").items() if not k.startswith(prefix)}
+    tensors.update({k: v.to(torch.bfloat16).contiguous() for k, v in step_checkpoint_names(layer, prefix).items()})
+    save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
+    text = cfg_json["text_config"]
+    text["swiglu_limits"] = [STEP_EXPERT_CLAMP] + text["swiglu_limits"][1:]
+    (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
+    for f in ["generation_config.json", "tokenizer.json", "tokenizer_config.json", "golden.json", "golden.safetensors"]:
+        shutil.copy(src / f, out / f)
+    save_file(logits, str(out / "mtp_golden.safetensors"), metadata={"format": "pt"})
+    for f in out.iterdir():
+        f.chmod(0o644)
+    # transformers' own load of what was written gives the same logits.
+    back = Step3p7ForConditionalGeneration.from_pretrained(out, **load).eval()
+    again = MtpModel.from_pretrained(back).float().eval()
+    for i, pr in enumerate(golden["prompts"]):
+        if len(pr["ids"]) >= 2:
+            got = step_logits(back, again, pr["ids"], [], {})
+            assert torch.equal(got, logits[f"mtp_logits_{i}"]), f"{name}: prompt {i} differs once reloaded"
+    print(f"{name}: from {source}, step, seed {s}, min router margin {min(margins):.4f}, clamp hits {hits}")
 
 
 def main(names: list[str] | None, out_root: Path) -> None:

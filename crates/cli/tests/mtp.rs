@@ -1,12 +1,13 @@
 //! Multi-token-prediction drafting (`--draft mtp`): the MTP heads of the glm4_moe_mtp,
 //! deepseek_v3_mtp (NextN layout), qwen3_next_mtp and qwen3_5_mtp (`mtp.*`, over hybrid targets)
-//! fixtures against the reference scripts/fixture_mtp.py computes from transformers' modules,
+//! and step3p7_mtp (Step's layout) fixtures against the reference scripts/fixture_mtp.py
+//! computes from transformers' modules,
 //! chunked == whole, drafted == undrafted, a head that repeats its input token getting drafts
 //! accepted, and what is refused.
 
 mod checkpoint_util;
 
-use checkpoint_util::{copy, set_tensor, with_config};
+use checkpoint_util::{copy, edit_config, set_tensor, with_config};
 use std::path::Path;
 use std::process::Command;
 use tf_backend::{AttnMeta, Backend, RefBackend};
@@ -16,7 +17,8 @@ use tf_formats::SafetensorsFile;
 use tf_models::{Batch, Model};
 use tf_testkit::{MTP_FIXTURES, check_drafted_equals_undrafted, config, fixture, golden};
 
-const FIXTURES: [&str; 4] = [MTP_FIXTURES[0].0, MTP_FIXTURES[1].0, MTP_FIXTURES[2].0, MTP_FIXTURES[3].0];
+const FIXTURES: [&str; 5] =
+    [MTP_FIXTURES[0].0, MTP_FIXTURES[1].0, MTP_FIXTURES[2].0, MTP_FIXTURES[3].0, MTP_FIXTURES[4].0];
 
 /// Largest |ours - reference| allowed on an MTP logit (as the golden tests allow on the target's).
 const TOL: f32 = 1e-4;
@@ -75,6 +77,54 @@ fn mtp_heads_match_the_reference() {
     check_reference(&CpuBackend::new(2).unwrap());
 }
 
+/// The largest |logit - carried row . lm_head row| over the longest golden prompt of `family`:
+/// how far the row the head hands the next step is from the one its head read.
+fn carried_row_vs_head(family: &str) -> f32 {
+    let b = CpuBackend::new(2).unwrap();
+    let dir = fixture(family);
+    let m = Model::open(&dir, &b).unwrap();
+    let head = m.load_mtp(&b).unwrap();
+    let g = golden(&dir);
+    let ids = m.vocab.check(g.prompts.iter().max_by_key(|p| p.len()).unwrap()).unwrap();
+    let ids = ids.as_slice();
+    let n = ids.len();
+    let table: Vec<u32> = (0..n.div_ceil(16) as u32).collect();
+    let mut cache = m.decoder.alloc_cache(&b, table.len(), 16, 1).unwrap();
+    let meta = AttnMeta::single(0, n, table.clone(), 16);
+    let (_, hidden) =
+        m.decoder.forward_hidden(&b, &Batch { ids, meta: &meta, logits_rows: &[n - 1], held: None }, &mut cache);
+    let w = m.decoder.spec.hidden_size;
+    let hidden = b.download(&hidden);
+    let mut mtp_cache = head.alloc_cache(&b, table.len(), 16).unwrap();
+    let meta = AttnMeta::single(0, n - 1, table, 16);
+    let rows: Vec<usize> = (0..n - 1).collect();
+    let batch = Batch { ids: &ids[1..], meta: &meta, logits_rows: &rows, held: None };
+    let h = b.upload(&hidden[..(n - 1) * w], n - 1, w);
+    let (logits, out) = head.forward(&b, &m.decoder, &batch, &h, &mut mtp_cache);
+    let (logits, out) = (b.download(&logits), b.download(&out));
+    let st = SafetensorsFile::open(&dir.join("model.safetensors")).unwrap();
+    let lm = st.tensor("lm_head.weight").unwrap().unwrap().to_f32();
+    let vocab = lm.len() / w;
+    let mut err = 0.0f32;
+    for r in 0..n - 1 {
+        for v in 0..vocab {
+            let dot: f32 = (0..w).map(|k| out[r * w + k] * lm[v * w + k]).sum();
+            err = err.max((dot - logits[r * vocab + v]).abs());
+        }
+    }
+    err
+}
+
+#[test]
+fn steps_mtp_layer_hands_the_next_step_the_row_its_head_read() {
+    // Step: the output after shared_head.norm, which the target's head read.
+    let err = carried_row_vs_head("step3p7_mtp");
+    assert!(err < 1e-4, "step3p7_mtp: {err}");
+    // GLM (NextN): the output before shared_head.norm, not what the head read.
+    let err = carried_row_vs_head("glm4_moe_mtp");
+    assert!(err > 1e-2, "glm4_moe_mtp: {err}");
+}
+
 #[test]
 fn mtp_in_chunks_equals_whole() {
     let b = CpuBackend::new(2).unwrap();
@@ -127,20 +177,22 @@ fn edit_tensors(dir: &Path, edit: Edit<'_>) {
     std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
 
-/// The glm4_moe_mtp fixture with an MTP head that repeats its input token: the layer adds
-/// nothing (its output projections are zero), `eh_proj` passes the normed embedding through and
-/// drops the hidden row, its norms are ones, and its own head (`shared_head.head`, added) is the
-/// embedding table, so each draft is the token fed (random embeddings are far more similar to
-/// themselves than to each other).
-fn repeating_head() -> tempfile::TempDir {
-    let d = copy("glm4_moe_mtp");
-    set_tensor(d.path(), "model.layers.3.shared_head.head.weight", Some(&[512, 64]));
+/// A copy of `family`'s fixture (its MTP layer `model.layers.{layer}.`) with an MTP head that
+/// repeats its input token: the layer adds nothing (its output projections are zero),
+/// `eh_proj` passes the normed embedding through and drops the hidden row, its norms scale by
+/// one (weights `one`: 1, or 0 for `(1 + w)` norms), and its own head (`shared_head.head`,
+/// added) is the embedding table, so each draft is the token fed (random embeddings are far
+/// more similar to themselves than to each other).
+fn repeating_head(family: &str, layer: usize, one: f32) -> tempfile::TempDir {
+    let d = copy(family);
+    let prefix = format!("model.layers.{layer}.");
+    set_tensor(d.path(), &format!("{prefix}shared_head.head.weight"), Some(&[512, 64]));
     let bytes = std::fs::read(d.path().join("model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let embed = st.tensor("model.embed_tokens.weight").unwrap().data().to_vec();
     let embed: Vec<f32> = embed.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
     edit_tensors(d.path(), &|name, shape, v| {
-        let Some(rest) = name.strip_prefix("model.layers.3.") else { return };
+        let Some(rest) = name.strip_prefix(prefix.as_str()) else { return };
         if rest == "eh_proj.weight" {
             let (rows, cols) = (shape[0], shape[1]);
             for r in 0..rows {
@@ -153,7 +205,7 @@ fn repeating_head() -> tempfile::TempDir {
         } else if rest == "shared_head.head.weight" {
             v.copy_from_slice(&embed);
         } else if ["enorm.weight", "hnorm.weight", "shared_head.norm.weight"].contains(&rest) {
-            v.iter_mut().for_each(|x| *x = 1.0);
+            v.iter_mut().for_each(|x| *x = one);
         }
     });
     d
@@ -161,12 +213,18 @@ fn repeating_head() -> tempfile::TempDir {
 
 #[test]
 fn a_head_repeating_its_input_gets_drafts_accepted() {
-    let d = repeating_head();
-    let cpu = || CpuBackend::new(1).unwrap();
-    // fixture() joins the fixtures directory with this absolute path: the path itself.
-    let family = d.path().to_str().unwrap();
-    let counts = check_drafted_equals_undrafted(&cpu, family, DraftKind::Mtp, None, false);
-    assert!(counts.accepted > 0, "the tiny model repeats tokens greedily, and so does this head: {counts:?}");
+    // GLM's layout, and Step's (`(1 + w)` norms; the head reads the normed output).
+    for (family, layer, one) in [("glm4_moe_mtp", 3, 1.0), ("step3p7_mtp", 4, 0.0)] {
+        let d = repeating_head(family, layer, one);
+        let cpu = || CpuBackend::new(1).unwrap();
+        // fixture() joins the fixtures directory with this absolute path: the path itself.
+        let path = d.path().to_str().unwrap();
+        let counts = check_drafted_equals_undrafted(&cpu, path, DraftKind::Mtp, None, false);
+        assert!(
+            counts.accepted > 0,
+            "{family}: the tiny model repeats tokens greedily, and so does this head: {counts:?}"
+        );
+    }
 }
 
 #[test]
@@ -218,6 +276,67 @@ fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
     set_tensor(d.path(), "model.layers.3.self_attn.indexer.wk.weight", Some(&[16, 64]));
     let err = spawn_error(d.path());
     assert!(err.contains("model.layers.3.self_attn.indexer.wk.weight") && err.contains("32"), "{err}");
-    // Step's MTP layer: refused saying it is not a drafter yet, not that it is absent.
-    assert!(spawn_error(&fixture("step3p7")).contains("not a drafter yet"));
+}
+
+#[test]
+fn step_mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
+    // eh_proj of the wrong width.
+    let d = copy("step3p7_mtp");
+    set_tensor(d.path(), "model.layers.4.eh_proj.weight", Some(&[64, 64]));
+    let err = spawn_error(d.path());
+    assert!(err.contains("model.layers.4.eh_proj.weight") && err.contains("128"), "{err}");
+    // A query projection of the sliding layers' 8 heads: the MTP layer has the full layers' 4.
+    let d = copy("step3p7_mtp");
+    set_tensor(d.path(), "model.layers.4.self_attn.q_proj.weight", Some(&[128, 64]));
+    let err = spawn_error(d.path());
+    assert!(err.contains("model.layers.4.self_attn.q_proj.weight") && err.contains("128"), "{err}");
+    // Stacked experts of the wrong width.
+    let d = copy("step3p7_mtp");
+    set_tensor(d.path(), "model.layers.4.moe.up_proj.weight", Some(&[8, 20, 64]));
+    assert!(spawn_error(d.path()).contains("model.layers.4.moe.up_proj.weight"));
+    // A missing head norm, and a tensor under the layer that nothing reads.
+    let d = copy("step3p7_mtp");
+    set_tensor(d.path(), "model.layers.4.shared_head.norm.weight", None);
+    assert!(spawn_error(d.path()).contains("model.layers.4.shared_head.norm.weight"));
+    let d = copy("step3p7_mtp");
+    set_tensor(d.path(), "model.layers.4.extra_proj.weight", Some(&[4, 4]));
+    assert!(spawn_error(d.path()).contains("model.layers.4.extra_proj.weight"));
+    // Per-layer lists without the MTP layer's entry: transformers cannot build it, refused saying so.
+    let d = copy("step3p7_mtp");
+    edit_config(d.path(), |v| {
+        let types = v["text_config"]["layer_types"].as_array_mut().unwrap();
+        types.pop();
+    });
+    assert!(spawn_error(d.path()).contains("no attention type"));
+}
+
+/// step3p7_mtp announcing 3 MTP depths, its per-layer lists padded to match (the two it lacks
+/// stay unread).
+fn three_step_depths() -> tempfile::TempDir {
+    let d = copy("step3p7_mtp");
+    edit_config(d.path(), |v| {
+        let t = &mut v["text_config"];
+        t["num_nextn_predict_layers"] = 3.into();
+        for key in ["layer_types", "rope_theta", "partial_rotary_factors", "swiglu_limits", "swiglu_limits_shared"] {
+            let list = t[key].as_array_mut().unwrap();
+            let last = list.last().unwrap().clone();
+            list.extend([last.clone(), last]);
+        }
+    });
+    d
+}
+
+#[test]
+fn a_step_checkpoint_of_three_depths_drafts_with_its_first() {
+    let b = CpuBackend::new(2).unwrap();
+    let one = Model::open(&fixture("step3p7_mtp"), &b).unwrap();
+    let d = three_step_depths();
+    let three = Model::open(d.path(), &b).unwrap();
+    let g = golden(&fixture("step3p7_mtp"));
+    let longest = g.prompts.iter().max_by_key(|p| p.len()).unwrap();
+    let ids = one.vocab.check(longest).unwrap();
+    let want = mtp_logits(&b, &one, ids.as_slice(), usize::MAX);
+    assert!(mtp_logits(&b, &three, ids.as_slice(), usize::MAX) == want);
+    let cpu = || CpuBackend::new(1).unwrap();
+    check_drafted_equals_undrafted(&cpu, d.path().to_str().unwrap(), DraftKind::Mtp, None, false);
 }

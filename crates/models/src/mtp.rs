@@ -1,13 +1,14 @@
-//! Multi-token-prediction heads, read from the target's own checkpoint (DeepSeek V3's and
-//! GLM-4.x's `num_nextn_predict_layers` layers at `model.layers.{num_hidden_layers}.`, Qwen3.5's
-//! and Qwen3-Next's `mtp.*`; `MtpLayout` names them): at position `p` a head takes the target's
-//! final hidden row there (after its final norm) and the embedding of the token at `p + 1`,
-//! each behind its own norm (`hnorm` / `pre_fc_norm_hidden`, `enorm` / `pre_fc_norm_embedding`),
-//! projects their concatenation, embedding first, back to the hidden width (`eh_proj` / `fc`)
-//! and runs one decoder layer of the target's full-attention kind over it with its own KV pool;
-//! its norm (`shared_head.norm` / `mtp.norm`) and head (`shared_head.head`, else the target's)
-//! give logits for the token at `p + 2`. The row standing in for the target's hidden row at the
-//! next drafted position is the layer's output before that norm (NextN) or after it (Qwen). The
+//! Multi-token-prediction heads, read from the target's own checkpoint (DeepSeek V3's, GLM-4.x's
+//! and Step 3.5 / 3.7's `num_nextn_predict_layers` layers at `model.layers.{num_hidden_layers}.`,
+//! Qwen3.5's and Qwen3-Next's `mtp.*`; `MtpLayout` names them): at position `p` a head takes the
+//! target's final hidden row there (after its final norm) and the embedding of the token at
+//! `p + 1`, each behind its own norm (`hnorm` / `pre_fc_norm_hidden`, `enorm` /
+//! `pre_fc_norm_embedding`), projects their concatenation, embedding first, back to the hidden
+//! width (`eh_proj` / `fc`) and runs one decoder layer of the target's (full attention, or
+//! Step's sliding kind where its config says so) over it with its own KV pool; its norm
+//! (`shared_head.norm` / `mtp.norm`) and head (`shared_head.head`, else the target's) give
+//! logits for the token at `p + 2`. The row standing in for the target's hidden row at the next
+//! drafted position is the layer's output before that norm (NextN) or after it (Qwen, Step). The
 //! embedding is the head's own where the checkpoint has one, else the target's. A drafter
 //! proposes with it (the engine's `--draft mtp`); what it proposes changes speed only.
 
@@ -43,8 +44,8 @@ pub struct MtpHead<B: Backend> {
 
 impl<B: Backend> MtpHead<B> {
     /// Loads the first MTP depth of a checkpoint whose decoder is `target` (every tensor under
-    /// its prefix must be taken); refused by name where the checkpoint has none, or more than
-    /// one depth.
+    /// its prefix must be taken); refused by name where the checkpoint has none, or (but for
+    /// Step's, whose first depth drafts) more than one depth.
     pub fn load(target: &ModelSpec, ld: &Loader<'_, B>) -> Result<MtpHead<B>, ModelError> {
         let unsupported = |msg: String| ModelError::Backend(BackendError::Unsupported(msg));
         let Some(m) = target.mtp else {
@@ -57,7 +58,7 @@ impl<B: Backend> MtpHead<B> {
         if let Some(why) = m.unsupported {
             return Err(unsupported(format!("{}: --draft mtp: {why}", target.architecture)));
         }
-        if m.num_layers != 1 {
+        if m.num_layers != 1 && m.layout != MtpLayout::Step {
             return Err(unsupported(format!(
                 "{} MTP depths (num_nextn_predict_layers or mtp_num_hidden_layers): drafting reads one depth, and \
                  only a checkpoint of one is taken",
@@ -66,19 +67,32 @@ impl<B: Backend> MtpHead<B> {
         }
         // The layer's prefix and index, and the names of the head's own tensors.
         let (layer, names) = match m.layout {
-            MtpLayout::NextN => (target.num_layers, ["enorm", "hnorm", "eh_proj", "shared_head.norm"]),
+            MtpLayout::NextN | MtpLayout::Step => {
+                (target.num_layers, ["enorm", "hnorm", "eh_proj", "shared_head.norm"])
+            }
             MtpLayout::Qwen => (0, ["pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm"]),
         };
         let mut spec = target.clone();
         spec.num_layers = layer + 1;
         spec.layer_kinds.resize(layer, LayerKind::Full);
-        spec.layer_kinds.push(LayerKind::Full);
+        spec.layer_kinds.push(m.kind);
+        // The full layers' query head count (no per-layer count reaches the MTP layer).
+        spec.layer_heads.truncate(layer);
         if let Some(moe) = spec.moe.as_mut() {
             moe.sparse_layers.resize(layer, false);
             moe.sparse_layers.push(m.sparse);
         }
+        // Step's depth 0 takes decoder layer 0's clamps; the others have none.
+        let clamps = match m.layout {
+            MtpLayout::Step => (target.mlp_clamp(0), target.expert_clamp(0)),
+            MtpLayout::NextN | MtpLayout::Qwen => (None, None),
+        };
+        spec.mlp_clamp.resize(layer, None);
+        spec.mlp_clamp.push(clamps.0);
+        spec.expert_clamp.resize(layer, None);
+        spec.expert_clamp.push(clamps.1);
         let head_prefix = match m.layout {
-            MtpLayout::NextN => format!("{}{layer}.", spec.names.layers),
+            MtpLayout::NextN | MtpLayout::Step => format!("{}{layer}.", spec.names.layers),
             MtpLayout::Qwen => {
                 spec.names.layers = "mtp.layers.";
                 "mtp.".to_string()
@@ -175,7 +189,7 @@ impl<B: Backend> MtpHead<B> {
                     .unwrap_or_else(|| unreachable!("one weight, one output"));
                 (logits, rows)
             }
-            MtpLayout::Qwen => {
+            MtpLayout::Qwen | MtpLayout::Step => {
                 let normed = b.rms_norm(&rows, &self.norm, eps, one_plus);
                 (b.matmul(&normed, head), normed)
             }

@@ -276,6 +276,8 @@ pub struct MtpSpec {
     /// The head has its own embedding table (`mtp_use_dedicated_embeddings`); where false a
     /// NextN layer may still carry one.
     pub own_embed: bool,
+    /// The first depth's attention kind (Step's may be a sliding layer; the others' are full).
+    pub kind: LayerKind,
     /// Why these layers do not draft, where the family knows they cannot yet (they stay unread).
     pub unsupported: Option<&'static str>,
 }
@@ -291,6 +293,12 @@ pub enum MtpLayout {
     /// `mtp.norm` and the layer under `mtp.layers.0.`; the target's head reads the normed
     /// output, and so does the next step.
     Qwen,
+    /// Step 3.5 / 3.7: NextN's names at `model.layers.{num_hidden_layers + j}.`, but the head
+    /// and the next step both read the output after `shared_head.norm`; depth `j`'s clamps are
+    /// those the config lists for decoder layer `j` (as transformers' MtpModel builds it), its
+    /// query head count the full layers'. Of several depths the first drafts (as vLLM's
+    /// proposer runs it); the others stay unread.
+    Step,
 }
 
 /// Indexed block-sparse attention (MiniMax M3): an indexer per sparse layer scores blocks of

@@ -54,12 +54,13 @@ pub const FAMILIES: [&str; 17] = [
 
 /// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
 /// `--draft mtp` checks run over them.
-pub const MTP_FIXTURES: [(&str, &str); 5] = [
+pub const MTP_FIXTURES: [(&str, &str); 6] = [
     ("glm4_moe_mtp", "glm4_moe"),
     ("deepseek_v3_mtp", "deepseek_v3"),
     ("glm_moe_dsa_mtp", "glm_moe_dsa"),
     ("qwen3_next_mtp", "qwen3_next"),
     ("qwen3_5_mtp", "qwen3_5"),
+    ("step3p7_mtp", "step3p7"),
 ];
 
 /// FP8 fixtures (scripts/fixture_fp8.py), each with the family it quantizes: block-scaled dense

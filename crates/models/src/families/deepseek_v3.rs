@@ -116,6 +116,7 @@ mod tests {
             sparse: true,
             layout: crate::spec::MtpLayout::NextN,
             own_embed: false,
+            kind: crate::spec::LayerKind::Full,
         };
         assert_eq!(s.mtp, Some(mtp));
         // mscale(4, 0.8)^2 / sqrt(40), and the rope's attention factor mscale(4, 1) / mscale(4, 0.8).

@@ -10,7 +10,7 @@
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
-use crate::spec::{Common, ModelSpec, MoeSpec, MtpLayout, MtpSpec, SharedExperts, activation, partial_rope};
+use crate::spec::{Common, LayerKind, ModelSpec, MoeSpec, MtpLayout, MtpSpec, SharedExperts, activation, partial_rope};
 use serde_json::Value;
 use tf_backend::{Activation, MoeScoring};
 
@@ -65,7 +65,9 @@ pub(crate) fn experts_and_mtp(c: &RawConfig, spec: &mut ModelSpec) -> Result<(),
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", spec.num_layers + j)).collect();
     let sparse = spec.num_layers >= first_dense;
     let layout = MtpLayout::NextN;
-    spec.mtp = (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse, layout, own_embed: false, unsupported: None });
+    let kind = LayerKind::Full;
+    spec.mtp =
+        (mtp > 0).then_some(MtpSpec { num_layers: mtp, sparse, layout, own_embed: false, kind, unsupported: None });
     Ok(())
 }
 

@@ -50,6 +50,7 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
         sparse: false,
         layout: MtpLayout::Qwen,
         own_embed,
+        kind: LayerKind::Full,
         unsupported: None,
     });
     let gdn = GdnSpec {

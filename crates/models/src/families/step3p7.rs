@@ -10,8 +10,9 @@
 //! chosen scores renormalised and scaled (`moe_router_scaling_factor`), plus the `share_expert`
 //! MLP of `share_expert_dim`; gate/up clamps per layer (`swiglu_limits` on the experts,
 //! `swiglu_limits_shared` on the shared expert and the dense MLP). The checkpoint's
-//! `num_nextn_predict_layers` MTP layers (`model.layers.{num_hidden_layers + j}.`) and its vision
-//! tower (`vision_model.*`, `vit_large_projector.*`) are left unread.
+//! `num_nextn_predict_layers` MTP layers (`model.layers.{num_hidden_layers + j}.`) are read only
+//! for drafting, the first of them (`MtpLayout::Step`, [`mtp_layer`]); its vision tower
+//! (`vision_model.*`, `vit_large_projector.*`) is left unread.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -87,20 +88,69 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     spec.mlp_clamp = lists.limits("swiglu_limits_shared")?;
     spec.moe = experts(t, &spec, sparse)?;
     spec.unread_prefixes = (0..mtp).map(|j| format!("model.layers.{}.", n + j)).collect();
-    spec.mtp = (mtp > 0).then_some(MtpSpec {
-        num_layers: mtp,
-        sparse: false,
-        layout: MtpLayout::NextN,
-        own_embed: false,
-        unsupported: Some(
-            "Step's MTP layers (their post-normed output read by the head and the next depth, the main layers' \
-             clamps) are not a drafter yet",
-        ),
-    });
+    if mtp > 0 {
+        spec.mtp = Some(mtp_layer(t, &lists, &spec)?);
+    }
     if composite {
         spec.unread_prefixes.extend(["vision_model.".to_string(), "vit_large_projector.".to_string()]);
     }
     Ok(spec)
+}
+
+/// The MTP layers as transformers' `get_mtp_config` builds the first: its attention kind from
+/// `mtp_layer_types` (saved form) or the padded entry of `layer_types` (released form, full
+/// where the list is absent), its channel mixer from `mtp_mlp_layer_types`, the padded entry of
+/// `mlp_layer_types`, or `moe_layers_enum` over the padded range (dense where none is given).
+/// Where transformers cannot build it (an unpadded list without its `mtp_*` split, a sparse
+/// layer beside a decoder without experts, a sliding one without a window) drafting is refused
+/// saying why.
+fn mtp_layer(t: &RawConfig, lists: &Lists<'_>, s: &ModelSpec) -> Result<MtpSpec, ModelError> {
+    let n = lists.n;
+    // The first MTP entry of `mtp_key`, else of `key` padded past the decoder's layers:
+    // `Some(None)` where `key` is absent, `None` where neither lists one.
+    let first = |key: &str, mtp_key: &str| -> Result<Option<Option<String>>, ModelError> {
+        let entry = |v: &Value, k: &str, i: usize| match v.as_array().and_then(|a| a.get(i)) {
+            Some(Value::String(x)) => Ok(Some(Some(x.clone()))),
+            Some(x) => Err(t.error(format!("'{k}' holds {x}"))),
+            None => Ok(None),
+        };
+        match (t.get(mtp_key), t.get(key)) {
+            (Some(v), _) => entry(v, mtp_key, 0),
+            (None, Some(v)) => entry(v, key, n),
+            (None, None) => Ok(Some(None)),
+        }
+    };
+    let mut why = None;
+    let kind = match first("layer_types", "mtp_layer_types")? {
+        Some(None) => LayerKind::Full,
+        Some(Some(k)) if k == FULL => LayerKind::Full,
+        Some(Some(k)) if k == SLIDING => LayerKind::Sliding,
+        Some(Some(k)) => return Err(t.error(format!("MTP layer type '{k}' is not supported for Step"))),
+        None => {
+            why = Some(
+                "Step's MTP layer has no attention type ('layer_types' lists none after the decoder's and there is no 'mtp_layer_types')",
+            );
+            LayerKind::Full
+        }
+    };
+    let sparse = match first("mlp_layer_types", "mtp_mlp_layer_types")? {
+        Some(Some(k)) if k == "sparse" => true,
+        Some(Some(k)) if k == "dense" => false,
+        Some(Some(k)) => return Err(t.error(format!("MTP mlp layer type '{k}' is not sparse or dense"))),
+        Some(None) => moe_set(t, n)?.contains(&n),
+        None => {
+            why = why.or(Some("Step's MTP layer has no mlp type ('mlp_layer_types' lists none after the decoder's and there is no 'mtp_mlp_layer_types')"));
+            false
+        }
+    };
+    if sparse && s.moe.is_none() {
+        why =
+            why.or(Some("Step's MTP layer is sparse but no decoder layer is, so there are no expert settings for it"));
+    }
+    if kind == LayerKind::Sliding && s.sliding_window.is_none() {
+        why = why.or(Some("Step's MTP layer is a sliding one but the config has no sliding_window"));
+    }
+    Ok(MtpSpec { num_layers: lists.mtp, sparse, layout: MtpLayout::Step, own_embed: false, kind, unsupported: why })
 }
 
 /// Refuses the options transformers reads that this decoder does not run.
@@ -227,8 +277,7 @@ impl Lists<'_> {
     }
 }
 
-/// Which layers are MoE: `mlp_layer_types` (`sparse` / `dense`), else `moe_layers_enum` (a
-/// comma-separated string or a list of layer indices), else every layer from 3 on.
+/// Which layers are MoE: `mlp_layer_types` (`sparse` / `dense`), else [`moe_set`].
 fn sparse_layers(t: &RawConfig, lists: &Lists<'_>) -> Result<Vec<bool>, ModelError> {
     if let Some(types) = lists.strings("mlp_layer_types")? {
         return types
@@ -240,9 +289,16 @@ fn sparse_layers(t: &RawConfig, lists: &Lists<'_>) -> Result<Vec<bool>, ModelErr
             })
             .collect();
     }
+    let set = moe_set(t, lists.n)?;
+    Ok((0..lists.n).map(|i| set.contains(&i)).collect())
+}
+
+/// The MoE layer indices of `moe_layers_enum` (a comma-separated string or a list), else every
+/// decoder layer from 3 on.
+fn moe_set(t: &RawConfig, n: usize) -> Result<Vec<usize>, ModelError> {
     let bad = |v: &Value| t.error(format!("moe_layers_enum holds {v}, not a layer index"));
-    let set: Vec<usize> = match t.get("moe_layers_enum") {
-        None => (3..lists.n).collect(),
+    Ok(match t.get("moe_layers_enum") {
+        None => (3..n).collect(),
         Some(Value::String(s)) => s
             .split(',')
             .map(str::trim)
@@ -257,8 +313,7 @@ fn sparse_layers(t: &RawConfig, lists: &Lists<'_>) -> Result<Vec<bool>, ModelErr
             })
             .collect::<Result<_, _>>()?,
         Some(v) => return Err(bad(v)),
-    };
-    Ok((0..lists.n).map(|i| set.contains(&i)).collect())
+    })
 }
 
 /// Query heads per layer: `per_layer_config`'s `num_attention_heads` where given (as
@@ -495,6 +550,41 @@ mod tests {
             (s.bos_token_id.clone(), s.eos_token_id.clone(), s.pad_token_id.clone()),
             (vec![1], vec![2], vec![0])
         );
+    }
+
+    #[test]
+    fn the_mtp_layer_is_built_as_transformers_builds_it() {
+        let mtp = |text: &str| spec(&composite(text), "step3p7").expect("spec").mtp.expect("mtp");
+        let s = spec(&parse(RELEASED), "Step3p7ForConditionalGeneration").expect("spec");
+        let want = MtpSpec {
+            num_layers: 1,
+            sparse: true,
+            layout: MtpLayout::Step,
+            own_embed: false,
+            kind: LayerKind::Full,
+            unsupported: None,
+        };
+        assert_eq!(s.mtp, Some(want), "padded lists: the entries after the decoder's");
+        assert_eq!(mtp(SAVED), want, "saved form: mtp_layer_types, mtp_mlp_layer_types");
+        // A sliding MTP layer from the padded list; moe_layers_enum not naming it: dense.
+        let padded = r#"{"num_hidden_layers": 2, "num_nextn_predict_layers": 3, "sliding_window": 8,
+            "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention", "full_attention"],
+            "moe_layers_enum": "1"}"#;
+        let m = mtp(padded);
+        assert_eq!((m.num_layers, m.kind, m.sparse, m.unsupported), (3, LayerKind::Sliding, false, None));
+        // No list at all: full and (layers 3.. are MoE) dense.
+        let m = mtp(r#"{"num_hidden_layers": 4, "num_nextn_predict_layers": 1}"#);
+        assert_eq!((m.kind, m.sparse, m.unsupported), (LayerKind::Full, false, None));
+        // Lists of the decoder's layers only: transformers cannot build the layer, drafting says why.
+        let m = mtp(r#"{"num_hidden_layers": 2, "num_nextn_predict_layers": 1,
+            "layer_types": ["full_attention", "full_attention"]}"#);
+        assert!(m.unsupported.is_some_and(|w| w.contains("mtp_layer_types")), "{m:?}");
+        let m =
+            mtp(r#"{"num_hidden_layers": 2, "num_nextn_predict_layers": 1, "mlp_layer_types": ["dense", "sparse"]}"#);
+        assert!(m.unsupported.is_some_and(|w| w.contains("mtp_mlp_layer_types")), "{m:?}");
+        // A sparse MTP layer beside a dense decoder.
+        let m = mtp(r#"{"num_hidden_layers": 2, "num_nextn_predict_layers": 1, "moe_layers_enum": "2"}"#);
+        assert!(m.unsupported.is_some_and(|w| w.contains("no expert settings")), "{m:?}");
     }
 
     #[test]
