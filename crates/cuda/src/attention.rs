@@ -4,9 +4,13 @@
 use crate::attn_meta::{CHUNK, MetaUpload, pack};
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
-use crate::smem::{ATTENTION_WG_SMEM, attention_smem, attention_split_smem};
+use crate::smem::{ATTENTION_WG_SMEM, HEAD_DIMS, attention_smem, attention_split_smem};
 use crate::tensor::{CudaAct, CudaKv, bf16_out, padded};
 use tf_backend::{AttnMeta, AttnParams};
+
+/// Metadata uploads kept: one per distinct packing a round's layers ask for (a packing depends on
+/// the layer's query heads a KV head), for this round and the one before.
+const KEEP_META: usize = 4;
 
 /// Whether a round runs on the warp-split decode kernel (kernels/attention_split.cu): one new
 /// token a sequence, at most 16 query heads a KV head (one warp's rows), head width 64 or 128,
@@ -65,7 +69,8 @@ pub(crate) fn attention(
         64 => &d.k.attention_d64,
         128 => &d.k.attention_d128,
         256 => &d.k.attention_d256,
-        other => panic!("attention: head_dim {other} is not supported on CUDA (16, 32, 64, 128, 256)"),
+        // Refused at the pool's allocation (ops.rs `kv`).
+        other => panic!("attention: head_dim {other} is not supported on CUDA ({HEAD_DIMS:?})"),
     };
     let width = p.num_heads * hd;
     let out = d.alloc::<f32>(q.rows * width);
@@ -73,16 +78,24 @@ pub(crate) fn attention(
 
     let mut c = b.caches();
     let packed = pack(meta, group);
-    // A round being recorded reads the metadata from its inputs (graph.rs), else from the cache.
+    // A round being recorded reads the metadata from its inputs (graph.rs), else from the cache,
+    // which keeps one upload per packing of the round (layers with other query heads a KV head
+    // pack other work items: Step's sliding layers, Gemma 4's full layers).
     let (base, m) = match b.capture.meta(&packed) {
         Some(base) => (base, packed.lay),
         None => {
-            if c.attn.as_ref().is_none_or(|m| m.packed != packed) {
-                let dev = d.upload(&packed.host);
-                c.attn = Some(MetaUpload { packed, dev });
-            }
-            let m = c.attn.as_ref().expect("just filled");
-            (ptr(&m.dev, &d.stream), m.packed.lay)
+            let i = match c.attn.iter().position(|m| m.packed == packed) {
+                Some(i) => i,
+                None => {
+                    if c.attn.len() >= KEEP_META {
+                        c.attn.remove(0);
+                    }
+                    let dev = d.upload(&packed.host);
+                    c.attn.push(MetaUpload { packed, dev });
+                    c.attn.len() - 1
+                }
+            };
+            (ptr(&c.attn[i].dev, &d.stream), c.attn[i].packed.lay)
         }
     };
     let at = |off: usize| base + 4 * off as u64;

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) struct Caches {
     pub(crate) positions: Option<(Vec<u32>, CudaSlice<u32>)>,
     pub(crate) ropes: Vec<(Vec<f32>, CudaSlice<f32>)>,
-    pub(crate) attn: Option<MetaUpload>,
+    /// The attention metadata of the latest packings (attention.rs: one per query-head group).
+    pub(crate) attn: Vec<MetaUpload>,
     /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
     pub(crate) experts: HashMap<Vec<u64>, Arc<CudaSlice<u64>>>,
 }
@@ -65,7 +66,8 @@ impl Ctx {
     /// uploads may have gone to the graph pool).
     pub(crate) fn clear_caches(&self) {
         let mut c = self.caches();
-        (c.positions, c.attn) = (None, None);
+        c.positions = None;
+        c.attn.clear();
         c.ropes.clear();
         c.experts.clear();
     }

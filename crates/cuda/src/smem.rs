@@ -23,6 +23,12 @@ const _: () = assert!(ATTENTION_WG_SMEM + 1024 <= 227 * 1024, "wgmma attention's
 /// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warpgroup.
 pub(crate) const WGMMA_THREADS: u32 = 384;
 
+/// The head widths the attention kernels are built for (kernels/attention.cu `ATTN_KERNEL`): a KV
+/// pool of another width is refused at allocation (ops.rs `kv`). 512 (Gemma 4's full layers,
+/// `global_head_dim`) would need more than a block's shared memory for two stages of K and V
+/// (`attention_smem(512)`) and twice the registers a warp's output rows hold at 256.
+pub(crate) const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+
 /// Dynamic shared memory of the attention kernel for head width `d` (two stages of K and V).
 pub(crate) fn attention_smem(d: usize) -> u32 {
     (2 * 2 * 64 * (d + 8) * 2) as u32

@@ -78,7 +78,6 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
-        b.check_kv_shapes(&self.kv_shapes)?;
         if self.spec.index.is_some() {
             b.check_block_sparse()?;
         }
