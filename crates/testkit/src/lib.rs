@@ -77,20 +77,15 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
 }
 
 /// Fixture families the CUDA backend refuses (MLA's latent KV pool, DeepSeek sparse attention's
-/// latent pool with index keys, Gemma 4's KV pools of two shapes, MiniMax M3's block-sparse
-/// attention: no CUDA attention; Step's clamped SwiGLU: no CUDA kernel).
-pub const NOT_ON_CUDA: [&str; 11] = [
+/// latent pool with index keys, MiniMax M3's block-sparse attention: no CUDA attention).
+pub const NOT_ON_CUDA: [&str; 7] = [
     "deepseek_v3",
     "deepseek_v3_nolora",
     "glm_moe_dsa",
     "deepseek_v32",
     "deepseek_v32_allkeys",
-    "gemma4",
-    "gemma4_kvshare",
-    "gemma4_moe",
     "minimax_m3",
     "minimax_m3_cover",
-    "step3p7",
 ];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
