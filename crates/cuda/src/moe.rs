@@ -9,8 +9,9 @@
 //! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
 //! download only the routing, then per expert a gather, the expert's gated MLP through the
 //! ordinary matmul kernels,
-//! and a weighted scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
-//! and both paths add a row's experts in increasing expert order, so each row's sum has the same
+//! and a weighted scatter-add. Both paths clamp the gated activation where `MoeParams::clamp`
+//! says (Step's `swiglu_limits`: ops.rs `glu_clamped`). The grouped GEMV gives an expert's rows
+//! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
 
 use crate::ctx::Ctx;
