@@ -111,6 +111,20 @@ def router_margin(model, prompts, greedys) -> float:
     return min(gaps)
 
 
+def router_choice_gaps(mod, out) -> torch.Tensor:
+    """The k-th vs (k+1)-th router log-probability of each token (transformers takes the top k of
+    the softmax, whose order is the logits'; the gap is the logits' gap): what a bf16 run's
+    rounding must not close (make_fixtures.py `route_exact_positions`)."""
+    k = mod.config.top_k_experts
+    top = out[0].double().log().topk(k + 1, dim=-1)
+    assert torch.equal(top.indices[:, :k].sort(-1).values, out[2].sort(-1).values)
+    return (top.values[:, k - 1] - top.values[:, k]).float()
+
+
+mf.ROUTER_CHOICE_GAPS["Gemma4TextRouter"] = router_choice_gaps
+GOLDEN_EXTRA = {"gemma4_moe": lambda *a: mf.route_exact_positions(*a)}
+
+
 def accept_gemma4_moe(model, prompts, greedys) -> bool:
     m = router_margin(model, prompts, greedys)
     print(f"  gemma4_moe: router margin {m:.4f}")

@@ -253,12 +253,6 @@ pub trait Backend: Send + Sync {
         let y: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| reference::glu_clamped(g, u, act, limit)).collect();
         self.upload(&y, rows, cols)
     }
-    /// Refuses a model whose MLPs clamp their gated activation ([`Backend::glu_clamped`], also
-    /// in the experts: [`MoeParams::clamp`]) where this backend has no such kernel (the default
-    /// runs them).
-    fn check_glu_clamped(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
     /// A gate and an up weight (`[inter, in]` each) as one packed weight ([`gate_up`]'s row
     /// order), or `None` where this backend keeps them apart (the default).
     fn mat_gate_up(&self, gate: &TensorView, up: &TensorView) -> Result<Option<Self::Mat>, BackendError> {
@@ -502,12 +496,6 @@ pub trait Backend: Send + Sync {
         let half = on_host::encode_kv(&pool, dtype);
         self.write_kv_blocks(kv, &blocks, &[half.as_slice(), half.as_slice()].concat());
         self.upload(&out, n, p.num_heads * p.head_dim)
-    }
-    /// Refuses a model whose KV pools have these `(KV heads, head width)` shapes where this
-    /// backend cannot run them in one model (the default takes any mix).
-    fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
-        let _ = shapes;
-        Ok(())
     }
     /// `x *= c` elementwise (Gemma 4's `layer_scalar`); the default runs on the host.
     fn scale(&self, x: &mut Self::Act, c: f32) {

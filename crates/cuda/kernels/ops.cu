@@ -337,10 +337,10 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     }
 }
 
-// act(g) * u for one element; act 0 SiLU, 1 GELU (tanh), 2 relu(g)^2. SiLU divides with
+// act(v) for one element; act 0 SiLU, 1 GELU (tanh), 2 relu(v)^2. SiLU divides with
 // __fdividef (within 2 ulp; no slow-path branch, so a store loop's values overlap:
 // gemm_wgmma.cu's GLU store).
-__device__ __forceinline__ float glu_one(float v, float u, int act) {
+__device__ __forceinline__ float act_one(float v, int act) {
     float a;
     if (act == 0) {
         a = __fdividef(v, 1.0f + expf(-v));
@@ -351,7 +351,17 @@ __device__ __forceinline__ float glu_one(float v, float u, int act) {
         const float r = fmaxf(v, 0.f);
         a = __fmul_rn(r, r);
     }
-    return a * u;
+    return a;
+}
+
+// act(g) * u for one element (act_one's codes).
+__device__ __forceinline__ float glu_one(float v, float u, int act) { return act_one(v, act) * u; }
+
+// min(act(g), limit) * clamp(u, -limit, limit) for one element (a clamped SwiGLU, Step's
+// swiglu_limits): tf_backend reference.rs `glu_clamped`'s operations in its order, f32 min/max
+// (a NaN operand gives the other, as Rust's f32::min / max do) and one rounded product.
+__device__ __forceinline__ float glu_clamped_one(float v, float u, int act, float limit) {
+    return __fmul_rn(fminf(act_one(v, act), limit), fminf(fmaxf(u, -limit), limit));
 }
 
 // y = act(gate) * up, or act(gate) alone where u is null (an MLP without a gate: Backend
@@ -379,6 +389,26 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
         y[i] = o;
         yb[(i / cols) * kp + i % cols] = f2bf(o);
     }
+}
+
+// y = glu_clamped_one(gate, up) elementwise over [rows, cols], also written as the bf16 copy
+// (row stride kp) the down projection reads: one value a thread.
+extern "C" __global__ void glu_clamped(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
+                                       u16* __restrict__ yb, int rows, int cols, int kp, int act, float limit) {
+    tf_pdl_enter();
+    const size_t n = (size_t)rows * cols, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float o = glu_clamped_one(g[i], u[i], act, limit);
+        y[i] = o;
+        yb[(i / cols) * kp + i % cols] = f2bf(o);
+    }
+}
+
+// x *= c elementwise (Gemma 4's layer_scalar): one rounded product a value.
+extern "C" __global__ void scale_inplace(float* __restrict__ x, size_t n, float c) {
+    tf_pdl_enter();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], c);
 }
 
 // Column of output column j's gate value in a packed gate/up matmul output row (its up value is

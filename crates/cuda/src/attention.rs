@@ -1,10 +1,10 @@
 //! Paged attention: the round's metadata (attn_meta.rs) uploaded once per round, the KV write,
 //! and the flash-attention kernels (kernels/attention*.cu) over work items of whole query tokens.
 
-use crate::attn_meta::{CHUNK, MetaUpload, pack};
+use crate::attn_meta::{CHUNK, pack};
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
-use crate::smem::{ATTENTION_WG_SMEM, attention_smem, attention_split_smem};
+use crate::smem::{ATTENTION_WG_SMEM, HEAD_DIMS, attention_smem, attention_split_smem};
 use crate::tensor::{CudaAct, CudaKv, bf16_out, padded};
 use tf_backend::{AttnMeta, AttnParams};
 
@@ -65,7 +65,8 @@ pub(crate) fn attention(
         64 => &d.k.attention_d64,
         128 => &d.k.attention_d128,
         256 => &d.k.attention_d256,
-        other => panic!("attention: head_dim {other} is not supported on CUDA (16, 32, 64, 128, 256)"),
+        // Refused at the pool's allocation (ops.rs `kv`).
+        other => panic!("attention: head_dim {other} is not supported on CUDA ({HEAD_DIMS:?})"),
     };
     let width = p.num_heads * hd;
     let out = d.alloc::<f32>(q.rows * width);
@@ -73,17 +74,12 @@ pub(crate) fn attention(
 
     let mut c = b.caches();
     let packed = pack(meta, group);
-    // A round being recorded reads the metadata from its inputs (graph.rs), else from the cache.
+    // A round being recorded reads the metadata from its inputs (graph.rs), else from the cache,
+    // which keeps one upload per packing of the round (layers with other query heads a KV head
+    // pack other work items: Step's sliding layers, Gemma 4's full layers).
     let (base, m) = match b.capture.meta(&packed) {
         Some(base) => (base, packed.lay),
-        None => {
-            if c.attn.as_ref().is_none_or(|m| m.packed != packed) {
-                let dev = d.upload(&packed.host);
-                c.attn = Some(MetaUpload { packed, dev });
-            }
-            let m = c.attn.as_ref().expect("just filled");
-            (ptr(&m.dev, &d.stream), m.packed.lay)
-        }
+        None => c.meta(d, packed),
     };
     let at = |off: usize| base + 4 * off as u64;
     let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));

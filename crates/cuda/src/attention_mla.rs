@@ -2,7 +2,7 @@
 //! latent rows written into the pool (K alone), then kernels/attention_mla.cu over one KV head
 //! shared by every query head, its values its keys; split mode folds chunks in a second kernel.
 
-use crate::attn_meta::{CHUNK, MetaUpload, pack};
+use crate::attn_meta::{CHUNK, pack};
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::smem::{MLA_HEADS, MLA_SMEM, MLA_THREADS, attention_mla_smem};
@@ -68,14 +68,7 @@ pub(crate) fn attention(
     let per_item = per_item.unwrap_or(1).max(1) as usize;
     let (base, m) = match b.capture.meta(&packed) {
         Some(base) => (base, packed.lay),
-        None => {
-            if c.attn.as_ref().is_none_or(|m| m.packed != packed) {
-                let dev = d.upload(&packed.host);
-                c.attn = Some(MetaUpload { packed, dev });
-            }
-            let m = c.attn.as_ref().expect("just filled");
-            (ptr(&m.dev, &d.stream), m.packed.lay)
-        }
+        None => c.meta(d, packed),
     };
     let at = |off: usize| base + 4 * off as u64;
     let kp = ptr(&kv.k, &d.stream);

@@ -2,9 +2,9 @@
 //! inputs of a graph capture in progress, and the kernel choices fixed at start. The launchers
 //! (ops.rs, matmul.rs, attention.rs, ...) take a `Ctx`, never the backend, so they sit below it.
 
-use crate::attn_meta::MetaUpload;
+use crate::attn_meta::{Layout, MetaUpload, Packed};
 use crate::capture::Active;
-use crate::device::Device;
+use crate::device::{Device, ptr};
 use crate::options::{CudaOptions, FP8_GEMV_ROWS, GLU_STORE_MIN_ROWS, SplitRule};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
@@ -16,9 +16,34 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) struct Caches {
     pub(crate) positions: Option<(Vec<u32>, CudaSlice<u32>)>,
     pub(crate) ropes: Vec<(Vec<f32>, CudaSlice<f32>)>,
-    pub(crate) attn: Option<MetaUpload>,
+    /// The attention metadata of the latest packings (attention.rs: one per query-head group).
+    pub(crate) attn: Vec<MetaUpload>,
     /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
     pub(crate) experts: HashMap<Vec<u64>, Arc<CudaSlice<u64>>>,
+}
+
+/// Metadata uploads kept: one per distinct packing a round's layers ask for (a packing depends on
+/// the layer's query heads a KV head, and latent attention packs by every query head), for this
+/// round and the one before.
+const KEEP_META: usize = 4;
+
+impl Caches {
+    /// The device address and layout of `packed`'s upload: the cached one where a packing equal
+    /// to it was uploaded, else a new upload (the oldest of [`KEEP_META`] goes).
+    pub(crate) fn meta(&mut self, dev: &Device, packed: Packed) -> (u64, Layout) {
+        let i = match self.attn.iter().position(|m| m.packed == packed) {
+            Some(i) => i,
+            None => {
+                if self.attn.len() >= KEEP_META {
+                    self.attn.remove(0);
+                }
+                let up = dev.upload(&packed.host);
+                self.attn.push(MetaUpload { packed, dev: up });
+                self.attn.len() - 1
+            }
+        };
+        (ptr(&self.attn[i].dev, &dev.stream), self.attn[i].packed.lay)
+    }
 }
 
 /// The kernel launchers' context.
@@ -65,7 +90,8 @@ impl Ctx {
     /// uploads may have gone to the graph pool).
     pub(crate) fn clear_caches(&self) {
         let mut c = self.caches();
-        (c.positions, c.attn) = (None, None);
+        c.positions = None;
+        c.attn.clear();
         c.ropes.clear();
         c.experts.clear();
     }

@@ -63,6 +63,8 @@ kernels!(
     rope,
     qk_norm_rope,
     glu,
+    glu_clamped,
+    scale_inplace,
     glu_packed,
     widen_bf16,
     select_rows,

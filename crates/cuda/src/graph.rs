@@ -32,7 +32,7 @@ use crate::ops;
 use crate::tensor::{CudaAct, CudaKv};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, result, sys};
 use std::sync::{Arc, Mutex};
-use tf_backend::Round;
+use tf_backend::{KvShape, Round};
 
 /// Recordings kept at most (the least recently used goes first): a serving batch takes many
 /// sizes, and a capture (plus instantiating the graph) costs more than a round run op by op.
@@ -154,11 +154,11 @@ pub(crate) fn forward_round(
         return f(r, kv);
     }
     let rows = r.ids.len();
-    // Every pool has the scratch block past its blocks (ops.rs `kv`); the pools share a shape.
-    let scratch = kv.first().map(|p| p.shape).filter(|s| kv.iter().all(|p| p.shape == *s));
-    let padded = match scratch {
-        Some(s) if bucket(rows) > rows && s.block_size == r.meta.block_size => {
-            u32::try_from(s.num_blocks).ok().map(|scratch| Padded::new(r, bucket(rows), scratch))
+    // Every pool has the scratch block past its blocks (ops.rs `kv`): one block index for all of
+    // them where they agree on blocks and block size, whatever their heads and widths.
+    let padded = match scratch_block(kv.iter().map(|p| p.shape)) {
+        Some((scratch, block_size)) if bucket(rows) > rows && block_size == r.meta.block_size => {
+            u32::try_from(scratch).ok().map(|scratch| Padded::new(r, bucket(rows), scratch))
         }
         _ => None,
     };
@@ -200,6 +200,15 @@ pub(crate) fn forward_round(
             f(r, kv)
         }
     }
+}
+
+/// The scratch block (the index past the pools' blocks) and the block size, where every pool of
+/// shape `pools` has the same blocks of the same size (KV pools of other heads or widths in one
+/// model, Gemma 4's, still do); `None` without pools or where they differ.
+fn scratch_block(mut pools: impl Iterator<Item = KvShape>) -> Option<(usize, usize)> {
+    let blocks = |p: KvShape| (p.num_blocks, p.block_size);
+    let first = blocks(pools.next()?);
+    pools.all(|p| blocks(p) == first).then_some(first)
 }
 
 /// Replays the recording of `key` with inputs `host` (whose first `rows` ids index `held` when
@@ -318,6 +327,36 @@ mod tests {
         assert!(!g.eligible(&round(&many, &ids, &ids)));
         assert!(Graphs::new(true, false, DEFAULT_MAX_ROWS + 8).eligible(&round(&many, &ids, &ids)));
         assert!(!Graphs::new(false, false, DEFAULT_MAX_ROWS).eligible(&round(&one, &[3, 4], &[300, 7])));
+    }
+
+    #[test]
+    fn pools_of_other_heads_and_widths_share_the_scratch_block_of_equal_block_counts() {
+        let pool = |num_kv_heads, head_dim, num_blocks, block_size| KvShape {
+            num_blocks,
+            block_size,
+            num_kv_heads,
+            head_dim,
+            latent: false,
+        };
+        // Gemma 4: sliding pools (2 heads of 16) and full pools (1 head of 32), as alloc_cache makes them.
+        let mixed = [pool(2, 16, 40, 16), pool(1, 32, 40, 16), pool(2, 16, 40, 16)];
+        assert_eq!(scratch_block(mixed.into_iter()), Some((40, 16)));
+        assert_eq!(scratch_block([pool(2, 16, 40, 16), pool(1, 32, 41, 16)].into_iter()), None);
+        assert_eq!(scratch_block([pool(2, 16, 40, 16), pool(2, 16, 40, 32)].into_iter()), None);
+        assert_eq!(scratch_block(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn decode_metadata_packs_alike_for_every_query_head_group() {
+        // A recording's inputs hold the metadata packed for the round's group (`Round::group`);
+        // layers of other groups (Step's sliding layers, Gemma 4's full layers) find it there only
+        // if a decode round packs the same for each group the attention takes (at most 64).
+        let m = meta(&[(300, 1), (7, 1), (0, 1), (600, 1)]);
+        let one = pack(&m, 1);
+        assert!((2..=64).all(|g| pack(&m, g) == one));
+        // Prefill rows pack by group (work items of whole query tokens): other uploads.
+        let pre = meta(&[(0, 40)]);
+        assert_ne!(pack(&pre, 1), pack(&pre, 8));
     }
 
     #[test]

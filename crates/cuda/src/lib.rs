@@ -223,14 +223,6 @@ impl Backend for CudaBackend {
         self.ctx.dev.download(&v.data, v.len)
     }
 
-    fn check_glu_clamped(&self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(
-            "the clamped SwiGLU (Step's swiglu_limits / swiglu_limits_shared) has no CUDA kernel yet: run this \
-             model with --device cpu"
-                .into(),
-        ))
-    }
-
     fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
         match act {
             Activation::SwigluOai => Err(BackendError::Unsupported(
@@ -239,16 +231,6 @@ impl Backend for CudaBackend {
                     .into(),
             )),
             _ => Ok(()),
-        }
-    }
-
-    fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
-        match shapes.windows(2).any(|w| w[0] != w[1]) {
-            false => Ok(()),
-            true => Err(BackendError::Unsupported(format!(
-                "KV pools of different shapes in one model (KV heads, head width: {shapes:?}; Gemma 4's full \
-                 layers) have no CUDA attention yet: run this model with --device cpu"
-            ))),
         }
     }
 
@@ -339,6 +321,14 @@ impl Backend for CudaBackend {
 
     fn glu(&self, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
         ops::glu(&self.ctx, gate, up, act)
+    }
+
+    fn glu_clamped(&self, gate: &CudaAct, up: &CudaAct, act: Activation, limit: f32) -> CudaAct {
+        ops::glu_clamped(&self.ctx, gate, up, act, limit)
+    }
+
+    fn scale(&self, x: &mut CudaAct, c: f32) {
+        ops::scale(&self.ctx, x, c)
     }
 
     fn mat_gate_up(&self, gate: &TensorView, up: &TensorView) -> Result<Option<CudaMat>, BackendError> {

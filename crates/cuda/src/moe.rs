@@ -9,14 +9,15 @@
 //! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
 //! download only the routing, then per expert a gather, the expert's gated MLP through the
 //! ordinary matmul kernels,
-//! and a weighted scatter-add. The grouped GEMV gives an expert's rows the bits the ordinary matmul gives them,
-//! and both paths add a row's experts in increasing expert order, so each row's sum has the same
+//! and a weighted scatter-add. Both paths clamp the gated activation where `MoeParams::clamp`
+//! says (Step's `swiglu_limits`: ops.rs `glu_clamped`). The grouped GEMV gives an expert's rows
+//! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
 
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::matmul::{gemv_row_groups, matmul};
-use crate::ops::{activate, bf16_of, gather, glu};
+use crate::ops::{activate, bf16_of, gather, glu_limited};
 use crate::smem::{gemv_fp8_smem, gemv_smem};
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
@@ -43,8 +44,6 @@ pub(crate) fn moe(
     p: &MoeParams,
 ) -> CudaAct {
     assert_eq!(experts.up.len(), router_logits.cols, "moe: router width vs experts");
-    // A clamped activation is refused at load (`check_glu_clamped`).
-    assert!(p.clamp.is_none(), "moe: clamped experts have no CUDA kernel");
     let gated = !experts.gate.is_empty();
     let bias = experts.choice_bias.as_ref();
     let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };
@@ -280,7 +279,7 @@ fn on_device(
     };
     let h = if gated {
         let gu = grouped(&xe, 0..2);
-        glu(b, &gu[0], &gu[1], p.act)
+        glu_limited(b, &gu[0], &gu[1], p.act, p.clamp)
     } else {
         activate(b, &grouped(&xe, 1..2)[0], p.act)
     };
@@ -336,7 +335,7 @@ fn by_expert<'a>(
         let [gate, up, down] = experts(e);
         let xe = gather(b, x, ri, n);
         let u = matmul(b, &xe, up);
-        let h = if gated { glu(b, &matmul(b, &xe, gate), &u, p.act) } else { activate(b, &u, p.act) };
+        let h = if gated { glu_limited(b, &matmul(b, &xe, gate), &u, p.act, p.clamp) } else { activate(b, &u, p.act) };
         let y = matmul(b, &h, down);
         let args = [
             Arg::P(ptr(&out, &d.stream)),

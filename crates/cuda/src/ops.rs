@@ -93,6 +93,21 @@ pub(crate) fn mat_gate_up(b: &Ctx, gate: &TensorView, up: &TensorView) -> Result
 /// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it). A latent
 /// pool (MLA) keeps K alone (attention_mla.rs reads its values from its keys).
 pub(crate) fn kv(b: &Ctx, shape: KvShape) -> Result<CudaKv, BackendError> {
+    if shape.latent && !crate::smem::latent_width_fits(shape.head_dim) {
+        return Err(BackendError::Unsupported(format!(
+            "a latent KV pool (MLA) of width {} has no CUDA attention kernel (an even width whose keys fit \
+             the kernel's shared memory): run this model with --device cpu",
+            shape.head_dim
+        )));
+    }
+    if !shape.latent && !crate::smem::HEAD_DIMS.contains(&shape.head_dim) {
+        return Err(BackendError::Unsupported(format!(
+            "a KV pool of head width {} has no CUDA attention kernel (widths {:?}; Gemma 4's full layers of \
+             global_head_dim 512 among others): run this model with --device cpu",
+            shape.head_dim,
+            crate::smem::HEAD_DIMS
+        )));
+    }
     let n = (shape.num_blocks + 1)
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
@@ -414,7 +429,51 @@ pub(crate) fn activate(b: &Ctx, x: &CudaAct, act: Activation) -> CudaAct {
     act_or_glu(b, x, None, act)
 }
 
-/// The kernels' code of an activation (ops.cu `glu_one`).
+/// `min(act(gate), limit) * clamp(up, -limit, limit)` elementwise (a clamped SwiGLU: kernels/ops.cu
+/// `glu_clamped`), with the bf16 copy the down projection reads.
+pub(crate) fn glu_clamped(b: &Ctx, gate: &CudaAct, up: &CudaAct, act: Activation, limit: f32) -> CudaAct {
+    assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "glu_clamped: shapes differ");
+    let d = &b.dev;
+    let n = gate.len();
+    let y = d.alloc::<f32>(n);
+    let yb = bf16_out(&b.dev, gate.rows, gate.cols);
+    if n > 0 {
+        let args = [
+            Arg::P(ptr(gate.data(&b.dev), &d.stream)),
+            Arg::P(ptr(up.data(&b.dev), &d.stream)),
+            Arg::P(ptr(&y, &d.stream)),
+            Arg::P(ptr(&yb, &d.stream)),
+            Arg::I(gate.rows as i32),
+            Arg::I(gate.cols as i32),
+            Arg::I(padded(gate.cols) as i32),
+            Arg::I(act_code(act)),
+            Arg::F(limit),
+        ];
+        d.launch(&d.k.glu_clamped, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    }
+    CudaAct::with_bf16(y, yb, gate.rows, gate.cols)
+}
+
+/// `act(gate) * up`, clamped at `limit` where one is given ([`glu_clamped`]), else [`glu`].
+pub(crate) fn glu_limited(b: &Ctx, gate: &CudaAct, up: &CudaAct, act: Activation, limit: Option<f32>) -> CudaAct {
+    match limit {
+        Some(l) => glu_clamped(b, gate, up, act, l),
+        None => glu(b, gate, up, act),
+    }
+}
+
+/// `x *= c` elementwise (kernels/ops.cu `scale_inplace`).
+pub(crate) fn scale(b: &Ctx, x: &mut CudaAct, c: f32) {
+    let (d, n) = (&b.dev, x.len());
+    if n == 0 {
+        return;
+    }
+    let args = [Arg::P(ptr(x.data(&b.dev), &d.stream)), Arg::Z(n), Arg::F(c)];
+    d.launch(&d.k.scale_inplace, (grid_for(n, BLOCK), 1, 1), BLOCK, 0, &args);
+    x.touched();
+}
+
+/// The kernels' code of an activation (ops.cu `act_one`).
 pub(crate) fn act_code(act: Activation) -> i32 {
     match act {
         Activation::Silu => 0,

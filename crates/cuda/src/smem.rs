@@ -23,6 +23,12 @@ const _: () = assert!(ATTENTION_WG_SMEM + 1024 <= 227 * 1024, "wgmma attention's
 /// Threads of a wgmma GEMM block: two consumer warpgroups and a producer warpgroup.
 pub(crate) const WGMMA_THREADS: u32 = 384;
 
+/// The head widths the attention kernels are built for (kernels/attention.cu `ATTN_KERNEL`): a KV
+/// pool of another width is refused at allocation (ops.rs `kv`). 512 (Gemma 4's full layers,
+/// `global_head_dim`) would need more than a block's shared memory for two stages of K and V
+/// (`attention_smem(512)`) and twice the registers a warp's output rows hold at 256.
+pub(crate) const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+
 /// Dynamic shared memory of the attention kernel for head width `d` (two stages of K and V).
 pub(crate) fn attention_smem(d: usize) -> u32 {
     (2 * 2 * 64 * (d + 8) * 2) as u32
@@ -49,6 +55,12 @@ pub(crate) const MLA_SMEM: u32 = 128 * 1024;
 /// per-head state, one block of keys in bf16 rows of `d + 2` and their pool slots.
 pub(crate) fn attention_mla_smem(d: usize, ht: usize) -> u32 {
     ((2 * ht * d + ht * MLA_KEYS + 5 * MLA_HEADS + MLA_KEYS) * 4 + MLA_KEYS * (d + 2) * 2) as u32
+}
+
+/// Whether the latent attention kernel takes a latent row of width `d`: even, and one head's
+/// tile within [`MLA_SMEM`].
+pub(crate) fn latent_width_fits(d: usize) -> bool {
+    d > 0 && d.is_multiple_of(2) && attention_mla_smem(d, 1) <= MLA_SMEM
 }
 
 /// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.

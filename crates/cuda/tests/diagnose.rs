@@ -116,6 +116,16 @@ impl Backend for Dual {
         self.check("glu", &r.0, &r.1);
         r
     }
+    fn glu_clamped(&self, g: &Self::Act, u: &Self::Act, act: Activation, limit: f32) -> Self::Act {
+        let r = (self.c.glu_clamped(&g.0, &u.0, act, limit), self.g.glu_clamped(&g.1, &u.1, act, limit));
+        self.check("glu_clamped", &r.0, &r.1);
+        r
+    }
+    fn scale(&self, x: &mut Self::Act, c: f32) {
+        self.c.scale(&mut x.0, c);
+        self.g.scale(&mut x.1, c);
+        self.check("scale", &x.0, &x.1);
+    }
     fn attention(
         &self,
         q: &Self::Act,
@@ -234,7 +244,8 @@ fn families_op_by_op_against_the_cpu() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"));
     let mut bad = Vec::new();
-    for family in ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "qwen3_5", "qwen3_next"] {
+    let families = ["llama", "qwen3", "gemma3", "qwen3_moe", "glm4_moe", "qwen3_5", "qwen3_next"];
+    for family in families.into_iter().chain(["gemma4", "gemma4_kvshare"]) {
         let m = Model::open(&root.join(family), &d).unwrap();
         let ids = m.vocab.check(&[5, 300, 17, 42, 99, 3, 7, 480]).unwrap();
         let mut r = Runner::new(&m, &d, 16).unwrap();

@@ -3,7 +3,7 @@
 //! rows (the same path, other experts sharing the GEMVs), and in a batch of more rows (routing
 //! downloaded, each expert through the ordinary matmuls); and it is the reference backend's MoE
 //! within bf16 tolerance; for every router variant (softmax top-k; sigmoid with a choice bias,
-//! expert groups and scaling; LFM2's eps; ungated relu2 experts).
+//! expert groups and scaling; LFM2's eps; ungated relu2 experts; Step's clamped SwiGLU).
 
 mod common;
 
@@ -55,6 +55,19 @@ fn variants() -> Vec<(&'static str, MoeParams, Option<Vec<f32>>, bool)> {
         ("sigmoid bias 4 groups top-2 groups top-4", sig(4, 4, 2, 1e-20, Activation::Silu), Some(bias.clone()), true),
         ("sigmoid lfm2 eps top-2", sig(2, 1, 1, 1e-6, Activation::Silu), Some(bias), true),
         ("sigmoid ungated relu2 top-3", sig(3, 1, 1, 1e-20, Activation::Relu2), None, false),
+        // Step's experts: the gated activation clamped (`swiglu_limits`), on both expert paths.
+        (
+            "sigmoid bias clamped 0.8 top-4",
+            MoeParams { clamp: Some(0.8), ..sig(4, 1, 1, 1e-20, Activation::Silu) },
+            Some(rand(E, 92, 0.3)),
+            true,
+        ),
+        (
+            "softmax clamped 7 top-2",
+            MoeParams { clamp: Some(7.0), ..MoeParams::softmax(2, true, Activation::Silu) },
+            None,
+            true,
+        ),
     ]
 }
 

@@ -443,21 +443,61 @@ fn round(seqs: &[(usize, usize)], block_size: usize, blocks_per_seq: usize) -> A
 /// round's ids reach it as the engine's overlapped rounds feed them: picked on the device (the
 /// argmax of one-hot rows, in reverse order) and named by row (`Round::held`).
 fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize, fed: bool) -> Vec<Vec<f32>> {
-    let (h, kvh, d, hidden, vocab, bs) = (8, 2, 128, 256, 64, 16);
-    let p = AttnParams { num_heads: h, num_kv_heads: kvh, head_dim: d, scale: 0.088, window: None, softcap: None };
-    let rope = Rope::new(d, 10000.0, &RopeScaling::Default);
+    run_layered_rounds(b, rounds, num_blocks, fed, &[(8, 2, 128)])
+}
+
+/// One attention layer of [`run_layered_rounds`]: its projections, norms, rope and pool shape.
+struct Layer {
+    p: AttnParams,
+    w: [tf_cuda::CudaMat; 4],
+    norms: [tf_cuda::CudaVec; 2],
+    rope: Rope,
+}
+
+/// [`run_rounds`] through a layer a `(query heads, KV heads, head width)` of `layers`, each over
+/// a KV pool of its own shape, the next layer reading the previous one's output (the round's
+/// group is the first layer's).
+fn run_layered_rounds(
+    b: &tf_cuda::CudaBackend,
+    rounds: &[AttnMeta],
+    num_blocks: usize,
+    fed: bool,
+    layers: &[(usize, usize, usize)],
+) -> Vec<Vec<f32>> {
+    let (hidden, vocab, bs) = (256, 64, 16);
     let w = |name, rows, cols, seed| b.mat(&weight(name, DType::BF16, rows, cols, &rand(rows * cols, seed, 0.5)));
-    let (table, wq, wk, wv, wo) = (
-        w("e", vocab, hidden, 1).unwrap(),
-        w("q", h * d, hidden, 2).unwrap(),
-        w("k", kvh * d, hidden, 3).unwrap(),
-        w("v", kvh * d, hidden, 4).unwrap(),
-        w("o", hidden, h * d, 5).unwrap(),
-    );
-    let (qn, kn) = (b.vec(&rand(d, 9, 1.0)), b.vec(&rand(d, 10, 1.0)));
+    let table = w("e", vocab, hidden, 1).unwrap();
+    let layers: Vec<Layer> = (layers.iter().enumerate())
+        .map(|(l, &(h, kvh, d))| {
+            let s = 10 * l as u64;
+            Layer {
+                p: AttnParams {
+                    num_heads: h,
+                    num_kv_heads: kvh,
+                    head_dim: d,
+                    scale: 0.088,
+                    window: None,
+                    softcap: None,
+                },
+                w: [
+                    w("q", h * d, hidden, 2 + s).unwrap(),
+                    w("k", kvh * d, hidden, 3 + s).unwrap(),
+                    w("v", kvh * d, hidden, 4 + s).unwrap(),
+                    w("o", hidden, h * d, 5 + s).unwrap(),
+                ],
+                norms: [b.vec(&rand(d, 9 + s, 1.0)), b.vec(&rand(d, 10 + s, 1.0))],
+                rope: Rope::new(d, 10000.0, &RopeScaling::Default),
+            }
+        })
+        .collect();
     let model = [b.fresh_id(), 1];
-    let mut kv =
-        vec![b.kv(KvShape { num_blocks, block_size: bs, num_kv_heads: kvh, head_dim: d, latent: false }).unwrap()];
+    let mut kv: Vec<_> = (layers.iter())
+        .map(|l| {
+            let (num_kv_heads, head_dim) = (l.p.num_kv_heads, l.p.head_dim);
+            b.kv(KvShape { num_blocks, block_size: bs, num_kv_heads, head_dim, latent: false }).unwrap()
+        })
+        .collect();
+    let group = layers[0].p.num_heads / layers[0].p.num_kv_heads;
     let mut outs = Vec::new();
     for (step, meta) in rounds.iter().enumerate() {
         let t = meta.slot_mapping.len();
@@ -474,17 +514,21 @@ fn run_rounds(b: &tf_cuda::CudaBackend, rounds: &[AttnMeta], num_blocks: usize, 
             assert_eq!(b.held_ids(h), ids.iter().rev().copied().collect::<Vec<_>>(), "round {step}: held ids");
         }
         let (ids, held) = if fed { (&picks, held.as_ref()) } else { (&ids, None) };
-        let r = Round { replayable: true, model, ids, held, positions: &positions, meta, group: h / kvh };
+        let r = Round { replayable: true, model, ids, held, positions: &positions, meta, group };
         let out = b.forward_round(&r, &mut kv, &mut |r, kv| {
-            let x = match r.held {
+            let mut x = match r.held {
                 Some(held) => b.embed_held(&table, held, r.ids, 1.0),
                 None => b.embed(&table, r.ids, 1.0),
             };
-            let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[&wq, &wk, &wv]).try_into().ok().unwrap();
-            let norms = QkNorm { q: &qn, k: &kn, eps: 1e-6, one_plus: false };
-            b.qk_norm_rope(&mut q, &mut k, Some(norms), r.positions, d, &rope);
-            let a = b.attention(&q, &k, &v, &mut kv[0], r.meta, &p);
-            b.matmul(&a, &wo)
+            for (l, pool) in layers.iter().zip(kv.iter_mut()) {
+                let [wq, wk, wv, wo] = &l.w;
+                let [mut q, mut k, v]: [_; 3] = b.matmul_many(&x, &[wq, wk, wv]).try_into().ok().unwrap();
+                let norms = QkNorm { q: &l.norms[0], k: &l.norms[1], eps: 1e-6, one_plus: false };
+                b.qk_norm_rope(&mut q, &mut k, Some(norms), r.positions, l.p.head_dim, &l.rope);
+                let a = b.attention(&q, &k, &v, pool, r.meta, &l.p);
+                x = b.matmul(&a, wo);
+            }
+            x
         });
         assert_eq!(b.shape(&out).0, t, "round {step}: the round's own rows come back");
         outs.push(b.download(&b.select_rows(&out, &rows)));
@@ -531,6 +575,155 @@ fn recorded_decode_rounds_equal_op_by_op() {
         assert!(r2 > replays + 40 && c2 > captures, "held: {c2} captures, {r2} replays");
         assert_eq!(off.graph_counts(), (0, 0));
     }
+}
+
+/// A model whose layers' KV pools differ in KV heads and head width (Gemma 4's sliding and full
+/// layers; Step's layers differ in query heads a KV head): decode rounds recorded (three rows
+/// padded to four, the pad rows in each pool's scratch block) and replayed give the bits of the
+/// same rounds run op by op, the layers' metadata packings found in the recording's inputs.
+#[test]
+fn recorded_rounds_over_pools_of_several_shapes_equal_op_by_op() {
+    let (Some(on), Some(off)) = (backend(), backend_no_graphs()) else { return };
+    let (bs, blocks) = (16, 24);
+    // Groups 4, 8 and 2; widths 128, 64 and 32.
+    let layers = [(8, 2, 128), (8, 1, 64), (4, 2, 32)];
+    let starts = [250usize, 17, 300];
+    let rounds: Vec<AttnMeta> = (0..=40)
+        .map(|step| {
+            let seqs: Vec<(usize, usize)> =
+                starts.iter().map(|&s| if step == 0 { (0, s) } else { (s + step - 1, 1) }).collect();
+            round(&seqs, bs, blocks)
+        })
+        .collect();
+    let want = run_layered_rounds(&off, &rounds, blocks * 3, false, &layers);
+    same_rounds(&run_layered_rounds(&on, &rounds, blocks * 3, false, &layers), &want, "three shapes");
+    let (captures, replays) = on.graph_counts();
+    assert!(captures >= 1 && replays > 30, "{captures} captures, {replays} replays");
+    same_rounds(&run_layered_rounds(&on, &rounds, blocks * 3, true, &layers), &want, "three shapes, held ids");
+}
+
+/// Attention layers of two pool shapes interleaved over the same rounds (their metadata packed
+/// apart: other query heads a KV head) give the bits each gives alone, within bf16 of the
+/// reference.
+#[test]
+fn attention_over_pools_of_two_shapes_in_one_round_equals_each_alone() {
+    let Some(b) = backend() else { return };
+    let p = |h, kvh, d: usize, window| AttnParams {
+        num_heads: h,
+        num_kv_heads: kvh,
+        head_dim: d,
+        scale: 1.0,
+        window,
+        softcap: None,
+    };
+    // Gemma 4's fixture: sliding layers of 2 KV heads of 16 (window 8), full layers of 1 of 32.
+    let seqs = vec![(5, 1), (0, 40), (20, 3), (64, 1)];
+    let cases = [AttnCase { p: p(4, 2, 16, Some(8)), seqs: seqs.clone() }, AttnCase { p: p(4, 1, 32, None), seqs }];
+    let alone: Vec<Vec<f32>> = cases.iter().map(|c| run_attention(&b, c, 7)).collect();
+    let (block_size, blocks) = (16, 40);
+    let mut pools: Vec<_> = cases
+        .iter()
+        .map(|c| {
+            let (num_kv_heads, head_dim) = (c.p.num_kv_heads, c.p.head_dim);
+            let shape =
+                KvShape { num_blocks: blocks * c.seqs.len(), block_size, num_kv_heads, head_dim, latent: false };
+            b.kv(shape).unwrap()
+        })
+        .collect();
+    let hist: Vec<(usize, usize)> = cases[0].seqs.iter().map(|&(s, _)| (0, s.max(1))).collect();
+    let mut got = vec![Vec::new(); cases.len()];
+    for (meta, seed) in [(round(&hist, block_size, blocks), 7), (round(&cases[0].seqs, block_size, blocks), 8)] {
+        let t = meta.slot_mapping.len();
+        // Layer order sliding, full, sliding, full: each pool written and read twice a round
+        // (the second time the same rows, as a KV-shared layer writes its source's again).
+        for _ in 0..2 {
+            for (i, (c, pool)) in cases.iter().zip(pools.iter_mut()).enumerate() {
+                let (h, kvh, d) = (c.p.num_heads, c.p.num_kv_heads, c.p.head_dim);
+                let q = b.upload(&rand(t * h * d, seed, 1.0), t, h * d);
+                let k = b.upload(&rand(t * kvh * d, seed + 100, 1.0), t, kvh * d);
+                let v = b.upload(&rand(t * kvh * d, seed + 200, 1.0), t, kvh * d);
+                got[i] = b.download(&b.attention(&q, &k, &v, pool, &meta, &c.p));
+            }
+        }
+    }
+    for (i, c) in cases.iter().enumerate() {
+        assert!(same_bits(&got[i], &alone[i]), "shape {i}: interleaved and alone differ");
+        let e = max_err(&got[i], &run_attention(&RefBackend, c, 7));
+        assert!(e < 3e-2, "shape {i}: max error {e} against the reference");
+    }
+}
+
+/// A KV pool of a head width the attention kernels lack (Gemma 4's full layers of
+/// `global_head_dim` 512) is refused at allocation, naming the width.
+#[test]
+fn kv_pools_of_widths_without_a_kernel_are_refused_by_name() {
+    let Some(b) = backend() else { return };
+    for head_dim in [16, 32, 64, 128, 256] {
+        assert!(b.kv(KvShape { num_blocks: 2, block_size: 16, num_kv_heads: 1, head_dim, latent: false }).is_ok());
+    }
+    for head_dim in [512, 96, 8] {
+        let e = b.kv(KvShape { num_blocks: 2, block_size: 16, num_kv_heads: 1, head_dim, latent: false });
+        let e = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(&format!("head width {head_dim}")) && e.contains("--device cpu"), "{head_dim}: {e}");
+    }
+}
+
+/// The clamped SwiGLU (Step's `swiglu_limits`) against the reference: values whose activation
+/// reaches the limit and whose up value is clamped are the same bits (`limit * ±limit`), the rest
+/// within the activation's few ulp; without a limit it is `glu`'s bits; each row the same alone;
+/// its bf16 copy is a fresh conversion's; `scale` is the reference's bits.
+#[test]
+fn clamped_glu_and_scale_match_the_reference() {
+    let Some(b) = backend() else { return };
+    let r = RefBackend;
+    let (rows, cols) = (6, 100);
+    let x = rand(rows * cols, 41, 12.0);
+    let y = rand(rows * cols, 42, 12.0);
+    let (xb, yb) = (b.upload(&x, rows, cols), b.upload(&y, rows, cols));
+    let (xr, yr) = (r.upload(&x, rows, cols), r.upload(&y, rows, cols));
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        for limit in [0.8f32, 7.0] {
+            let got = b.download(&b.glu_clamped(&xb, &yb, act, limit));
+            let want = r.download(&r.glu_clamped(&xr, &yr, act, limit));
+            let mut saturated = 0;
+            for i in 0..rows * cols {
+                let what = format!("{act:?} limit {limit}, value {i} ({}, {})", x[i], y[i]);
+                if want[i].abs() == limit * limit {
+                    saturated += 1;
+                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "{what}");
+                }
+                let close = (got[i] - want[i]).abs() <= 1e-4 + 1e-6 * want[i].abs();
+                assert!(close, "{what}: {} vs {}", got[i], want[i]);
+            }
+            assert!(saturated > 0, "{act:?} limit {limit}: no value saturated at both ends");
+            for row in [0, rows - 1] {
+                let span = row * cols..(row + 1) * cols;
+                let one = b.glu_clamped(
+                    &b.upload(&x[span.clone()], 1, cols),
+                    &b.upload(&y[span.clone()], 1, cols),
+                    act,
+                    limit,
+                );
+                assert!(same_bits(&b.download(&one), &got[span]), "{act:?} limit {limit}: row {row} alone");
+            }
+        }
+        let unclamped = b.download(&b.glu_clamped(&xb, &yb, act, f32::INFINITY));
+        assert!(same_bits(&unclamped, &b.download(&b.glu(&xb, &yb, act))), "{act:?}: no limit is glu");
+    }
+    let w = b.mat(&weight("w", DType::BF16, 64, cols, &rand(64 * cols, 43, 0.5))).unwrap();
+    let gl = b.glu_clamped(&xb, &yb, Activation::Silu, 0.8);
+    let fresh = b.upload(&b.download(&gl), rows, cols);
+    assert!(same_bits(&b.download(&b.matmul(&gl, &w)), &b.download(&b.matmul(&fresh, &w))), "bf16 copy");
+    let (mut sb, mut sr) = (b.upload(&x, rows, cols), r.upload(&x, rows, cols));
+    b.scale(&mut sb, 0.37);
+    r.scale(&mut sr, 0.37);
+    assert!(same_bits(&b.download(&sb), &r.download(&sr)), "scale");
+    // The scaled values feed a matmul through a fresh bf16 copy, not the stale one.
+    let mut sb2 = b.upload(&x, rows, cols);
+    let _ = b.matmul(&sb2, &w);
+    b.scale(&mut sb2, 0.37);
+    let fresh = b.upload(&b.download(&sb2), rows, cols);
+    assert!(same_bits(&b.download(&b.matmul(&sb2, &w)), &b.download(&b.matmul(&fresh, &w))), "scale's bf16 copy");
 }
 
 /// Rounds of 5 to 8 sequences (some waiting a round) are padded to one bucket of 8 rows: one

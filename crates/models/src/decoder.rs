@@ -78,7 +78,6 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
-        b.check_kv_shapes(&self.kv_shapes)?;
         b.check_activation(self.spec.act)?;
         let latent = self.spec.mla.is_some();
         let kv = (self.kv_shapes.iter())

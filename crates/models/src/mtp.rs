@@ -127,7 +127,6 @@ impl<B: Backend> MtpHead<B> {
     /// Its KV pool of `num_blocks` blocks of `block_size` tokens.
     pub fn alloc_cache(&self, b: &B, num_blocks: usize, block_size: usize) -> Result<Cache<B>, ModelError> {
         let (num_kv_heads, head_dim) = self.kv_shape;
-        b.check_kv_shapes(&[self.kv_shape])?;
         let latent = self.spec.mla.is_some();
         let kv = vec![b.kv(KvShape { num_blocks, block_size, num_kv_heads, head_dim, latent })?];
         Ok(Cache { kv, state: Vec::new() })

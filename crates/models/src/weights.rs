@@ -90,12 +90,6 @@ impl<'a, B: Backend> Loader<'a, B> {
         self
     }
 
-    /// Refuses a clamped gated activation (Step's `swiglu_limits`) where the backend has no
-    /// kernel for it.
-    pub fn check_glu_clamped(&self) -> Result<(), ModelError> {
-        Ok(self.backend.check_glu_clamped()?)
-    }
-
     /// Whether the checkpoint has `name`.
     pub fn has(&self, name: &str) -> bool {
         self.ckpt.contains(name)

@@ -49,11 +49,9 @@ impl<B: Backend> Ffn<B> {
                 let (m, [g, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 let (g, u) = (format!("{p}{m}.{g}.weight"), format!("{p}{m}.{u}.weight"));
                 let clamp = s.mlp_clamp(i);
+                // Kept apart where clamped: no fused gate/up path applies the clamp.
                 let gate_up = match clamp {
-                    Some(_) => {
-                        ld.check_glu_clamped()?;
-                        GateUp::Apart(ld.mat(&g, width, hidden)?, ld.mat(&u, width, hidden)?)
-                    }
+                    Some(_) => GateUp::Apart(ld.mat(&g, width, hidden)?, ld.mat(&u, width, hidden)?),
                     None => ld.gate_up(&g, &u, width, hidden)?,
                 };
                 Ffn::Dense { gate_up, down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?, clamp }

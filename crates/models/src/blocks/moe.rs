@@ -102,9 +102,6 @@ impl<B: Backend> Moe<B> {
             }
             None => None,
         };
-        if s.expert_clamp(i).is_some() || shared.as_ref().is_some_and(|sh| sh.clamp.is_some()) {
-            ld.check_glu_clamped()?;
-        }
         let params = MoeParams { clamp: s.expert_clamp(i).filter(|_| m.gated), ..m.params(s.act) };
         Ok(Moe { router, experts, params, latent, shared })
     }
