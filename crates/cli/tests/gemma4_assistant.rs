@@ -149,9 +149,11 @@ fn assistant_drafted_equals_undrafted() {
     }
 }
 
-/// Rewrites `dir`'s model.safetensors (all bf16) with `edit` applied to each tensor's f32
-/// values, given its name and shape.
-fn edit_tensors(dir: &Path, edit: &dyn Fn(&str, &[usize], &mut [f32])) {
+/// An edit of one tensor's f32 values, given its name and shape.
+type Edit<'a> = &'a dyn Fn(&str, &[usize], &mut [f32]);
+
+/// Rewrites `dir`'s model.safetensors (all bf16) with `edit` applied to each tensor's f32 values.
+fn edit_tensors(dir: &Path, edit: Edit<'_>) {
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
