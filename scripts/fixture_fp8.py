@@ -32,7 +32,7 @@ FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 N_GREEDY = 16
 
-# name: (source fixture, scale layout, block or None)
+# name: (source fixture, scale layout, block or None[, which weights: "proj" (default) or "linear"])
 FP8_FIXTURES = {
     # Qwen3-FP8's layout with [48, 48] blocks: 64- and 128-wide weights end in partial blocks.
     "qwen3_fp8": ("qwen3", "block", [48, 48]),
@@ -40,12 +40,27 @@ FP8_FIXTURES = {
     "qwen3_moe_fp8": ("qwen3_moe", "block", [48, 48]),
     # compressed-tensors float8, one bf16 scale per output channel.
     "qwen3_ct_fp8": ("qwen3", "channel", None),
+    # GLM-4.5-FP8's layout: attention (with its biases kept), the dense first layer, routed and
+    # shared experts in FP8; the sigmoid router and its correction bias as stored.
+    "glm4_moe_fp8": ("glm4_moe", "block", [48, 48], "linear"),
+    # MiniMax-M2's release layout: experts `w1` / `w2` / `w3` in FP8.
+    "minimax_m2_fp8": ("minimax_m2", "block", [48, 48], "linear"),
+    # DeepSeek-V3's release layout: every linear of the decoder layers in FP8, MLA's `q_a_proj`,
+    # `q_b_proj`, `kv_a_proj_with_mqa` and `kv_b_proj` included; [32, 48] blocks, so the rows
+    # MLA splits (q_b's per-head nope / rope rows, kv_a's latent / rope rows) cross blocks.
+    "deepseek_v3_fp8": ("deepseek_v3", "block", [32, 48], "linear"),
+    # DeepSeek-V3.2: MLA as above and the lightning indexer's `wq_b`, `wk` and `weights_proj` in
+    # FP8 (a release may keep `weights_proj` as stored: either loads).
+    "deepseek_v32_fp8": ("deepseek_v32", "block", [32, 48], "linear"),
 }
 
 
-def quantized(name: str) -> bool:
-    """The weights an FP8 release stores in FP8: decoder projections, not the router (`mlp.gate`),
+def quantized(name: str, w: torch.Tensor, which: str = "proj") -> bool:
+    """The weights an FP8 release stores in FP8: decoder projections ("proj": names ending in
+    `_proj.weight`; "linear": every 2-D weight of a decoder layer), never the router (`gate`),
     embeddings, norms or the head."""
+    if which == "linear":
+        return ".layers." in name and w.dim() == 2 and not name.endswith(".gate.weight")
     return ".layers." in name and name.endswith("_proj.weight")
 
 
@@ -79,9 +94,9 @@ def quantize_channels(w: torch.Tensor):
     return codes, scales, codes.float() * scales.float()
 
 
-def quant_config(layout: str, block, source_cfg: dict) -> dict:
+def quant_config(layout: str, block, source_cfg: dict, router: str | None) -> dict:
     if layout == "block":
-        ignore = ["lm_head"] + (["mlp.gate"] if "num_experts_per_tok" in source_cfg else [])
+        ignore = ["lm_head"] + ([router] if router and "num_experts_per_tok" in source_cfg else [])
         return {
             "activation_scheme": "dynamic",
             "fmt": "e4m3",
@@ -126,7 +141,7 @@ def golden_of(model_dir: Path, prompts):
 
 
 def build(name: str, out_root: Path) -> None:
-    source, layout, block = FP8_FIXTURES[name]
+    source, layout, block, *which = FP8_FIXTURES[name]
     src, out = out_root / source, out_root / name
     if out.exists():
         shutil.rmtree(out)
@@ -134,7 +149,7 @@ def build(name: str, out_root: Path) -> None:
     cfg = json.loads((src / "config.json").read_text())
     fp8, deq = {}, {}
     for k, w in load_file(src / "model.safetensors").items():
-        if not quantized(k):
+        if not quantized(k, w, *which):
             fp8[k], deq[k] = w, w.float()
             continue
         codes, scales, d = quantize_blocks(w, block) if layout == "block" else quantize_channels(w)
@@ -144,7 +159,9 @@ def build(name: str, out_root: Path) -> None:
     save_file(fp8, str(out / "model.safetensors"), metadata={"format": "pt"})
     save_file(deq, str(out / "dequantized" / "model.safetensors"), metadata={"format": "pt"})
     (out / "dequantized" / "config.json").write_text(json.dumps({**cfg, "dtype": "float32"}, indent=2) + "\n")
-    cfg["quantization_config"] = quant_config(layout, block, cfg)
+    # The router's module path within a layer (`mlp.gate`, `block_sparse_moe.gate`).
+    routers = [k.split(".layers.")[1].split(".", 1)[1][: -len(".weight")] for k in fp8 if k.endswith(".gate.weight")]
+    cfg["quantization_config"] = quant_config(layout, block, cfg, routers[0] if routers else None)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     for f in ["generation_config.json", "tokenizer.json", "tokenizer_config.json"]:
         shutil.copy(src / f, out / f)

@@ -28,7 +28,8 @@ position is masked (vLLM zeroes the DeepSeek embedding at position 0; SGLang doe
 Seeds are accepted only when every router call of those forwards separates its choices by
 ROUTER_MARGIN, so an f32 implementation routes as transformers does.
 
-Called by make_fixtures.py (`--families glm4_moe_mtp deepseek_v3_mtp qwen3_next_mtp qwen3_5_mtp`),
+Called by make_fixtures.py (`--families glm4_moe_mtp deepseek_v3_mtp glm_moe_dsa_mtp qwen3_next_mtp
+qwen3_5_mtp`),
 or alone:
     python3 scripts/fixture_mtp.py [--out tests/fixtures] [NAME ...]
 """
@@ -55,6 +56,8 @@ MTP_FIXTURES = {
     # DeepSeek V3's layout: the layer carries its own embed_tokens and shared_head.head (here
     # perturbed copies of the target's, so reading the wrong table shows).
     "deepseek_v3_mtp": ("deepseek_v3", "nextn", True, 9202),
+    # GLM-5's layout: the layer's sparse attention carries its own lightning indexer.
+    "glm_moe_dsa_mtp": ("glm_moe_dsa", "nextn", False, 9505),
     # Qwen3-Next's `mtp.*` (its layer 0 is dense, so the MTP layer is too).
     "qwen3_next_mtp": ("qwen3_next", "qwen", False, 9303),
     # Qwen3.5's `mtp.*`.
@@ -73,10 +76,15 @@ def decoder_layer_class(model):
 
 
 def layer_config(cfg, layout: str):
-    """The config and index the MTP layer is built with: NextN at index num_hidden_layers; Qwen
-    at index 0 with layer 0 made a full-attention layer."""
+    """The config and index the MTP layer is built with: NextN at index num_hidden_layers (the
+    per-layer lists, GLM-5's `indexer_types` and `mlp_layer_types`, extended by a full indexer
+    and a sparse MLP for it); Qwen at index 0 with layer 0 made a full-attention layer."""
     if layout == "nextn":
-        return cfg, cfg.num_hidden_layers
+        c = copy.deepcopy(cfg)
+        for key, kind in [("indexer_types", "full"), ("mlp_layer_types", "sparse")]:
+            if isinstance(getattr(c, key, None), list):
+                setattr(c, key, list(getattr(c, key)) + [kind])
+        return c, cfg.num_hidden_layers
     c = copy.deepcopy(cfg)
     c.layer_types = ["full_attention"] + list(c.layer_types[1:])
     return c, 0

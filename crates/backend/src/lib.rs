@@ -318,20 +318,16 @@ pub trait Backend: Send + Sync {
             self.name()
         )))
     }
-    /// Refuses a model with indexed block-sparse attention (sparse.rs) where this backend has no
-    /// kernels for it: the default refuses by name; the host backends run it.
-    fn check_block_sparse(&self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(format!(
-            "block-sparse attention over an indexer-key pool (MiniMax M3) has no {} kernels yet: \
-             run this model with --device cpu",
-            self.name()
-        )))
+    /// Refuses a model whose MLPs use `act` where this backend has no kernel for it (the default
+    /// runs every [`Activation`]).
+    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
+        let _ = act;
+        Ok(())
     }
     /// Writes this round's indexer keys `k` `[rows, head_dim]` into their slots of the
     /// indexer-key pool `kv` where `p` says, then chooses each row's key blocks from its indexer
-    /// queries `q` `[rows, heads * head_dim]` (sparse.rs `pick_blocks`). The default picks every
-    /// block: it is never reached, as a backend that does not override it refuses such models
-    /// at load ([`Backend::check_block_sparse`]).
+    /// queries `q` `[rows, heads * head_dim]` (sparse.rs `pick_blocks`). The default runs
+    /// sparse.rs on the host over the round's blocks ([`on_host::with_blocks`]).
     fn index_blocks(
         &self,
         q: &Self::Act,
@@ -340,12 +336,16 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &IndexParams,
     ) -> BlockPicks {
-        let _ = (q, k, kv);
-        BlockPicks::every_block(meta, p.num_heads, p.block_size)
+        let (q, k) = (on_host::host_tensor(self, q), on_host::host_tensor(self, k));
+        on_host::with_blocks(self, kv, meta, |pool, local| {
+            sparse::write_index_keys(&k, pool, local, p);
+            sparse::pick_blocks(&q, pool, local, p)
+        })
     }
     /// [`Backend::attention`] where each query head sees only the keys of its indexer head's
-    /// picked blocks (sparse.rs `attention_blocks`). The default attends densely: never reached,
-    /// as for [`Backend::index_blocks`].
+    /// picked blocks (sparse.rs `attention_blocks`). The default runs sparse.rs on the host over
+    /// the round's blocks ([`on_host::with_blocks`]): the pool's values in f32, the output
+    /// uploaded.
     #[allow(clippy::too_many_arguments)]
     fn attention_blocks(
         &self,
@@ -357,8 +357,12 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
         picks: &BlockPicks,
     ) -> Self::Act {
-        let _ = picks;
-        self.attention(q, k, v, kv, meta, p)
+        let (qh, kh, vh) =
+            (on_host::host_tensor(self, q), on_host::host_tensor(self, k), on_host::host_tensor(self, v));
+        let out = on_host::with_blocks(self, kv, meta, |pool, local| {
+            sparse::attention_blocks(&qh, &kh, &vh, pool, local, p, picks)
+        });
+        self.upload(&out.data, out.rows, out.cols)
     }
     /// LFM2's double-gated short conv (short_conv.rs) of in-projection rows `bcx` `[rows, 3 * ch]`
     /// into `[rows, ch]`, each sequence's conv window in its slot of `st` (`meta.state_slots`):

@@ -1,8 +1,10 @@
-//! The host-run defaults of the state ops (conv.rs, gdn.rs): a round's slots read from a
-//! backend's pool into a small host pool, the reference run over it, and the slots written back.
+//! The host-run defaults of the state ops (conv.rs, gdn.rs) and of block-sparse attention
+//! (sparse.rs): a round's slots or KV blocks read from a backend's pool into a small host pool,
+//! the reference run over it, and the slots or blocks written back.
 
 use crate::Backend;
-use crate::attn::AttnMeta;
+use crate::attn::{AttnMeta, KvShape};
+use crate::host::{HostKv, HostTensor};
 use crate::state::{HostState, StateShape};
 
 /// Runs `f` over a host copy of the slots of `meta`'s sequences (slot `i` for sequence `i` in
@@ -49,4 +51,35 @@ pub fn encode_kv(values: &[f32], dtype: tf_core::DType) -> Vec<u8> {
         DType::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
         _ => Vec::new(),
     }
+}
+
+/// Runs `f` over a host copy (f32) of the blocks `meta`'s sequences use in `kv`, renumbered as
+/// [`crate::dsa::compact_blocks`] does (the metadata `f` is handed names them), then writes
+/// them back: the host-run defaults of the block-sparse attention ops. The host pool has one
+/// "head" as wide as a slot, and keeps the K and V halves as the backend's pool does.
+pub fn with_blocks<B: Backend + ?Sized, R>(
+    b: &B,
+    kv: &mut B::Kv,
+    meta: &AttnMeta,
+    f: impl FnOnce(&mut HostKv, &AttnMeta) -> R,
+) -> R {
+    let (blocks, local) = crate::dsa::compact_blocks(meta);
+    let dtype = b.kv_dtype();
+    let bytes = b.read_kv_blocks(kv, &blocks);
+    let (k, v) = bytes.split_at(bytes.len() / 2);
+    let (k, v) = (decode_kv(k, dtype), decode_kv(v, dtype));
+    let block_size = meta.block_size.max(1);
+    let width = k.len() / (blocks.len() * block_size).max(1);
+    let shape = KvShape { num_blocks: blocks.len(), block_size, num_kv_heads: 1, head_dim: width, latent: false };
+    let mut host = HostKv { shape, k, v };
+    let out = f(&mut host, &local);
+    let (k, v) = (encode_kv(&host.k, dtype), encode_kv(&host.v, dtype));
+    b.write_kv_blocks(kv, &blocks, &[k, v].concat());
+    out
+}
+
+/// `x`'s values on the host as a [`HostTensor`].
+pub fn host_tensor<B: Backend + ?Sized>(b: &B, x: &B::Act) -> HostTensor {
+    let (rows, cols) = b.shape(x);
+    HostTensor { data: b.download(x), rows, cols }
 }

@@ -258,53 +258,6 @@ impl Backend for RefBackend {
         out
     }
 
-    fn check_block_sparse(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-
-    fn index_blocks(
-        &self,
-        q: &HostTensor,
-        k: &HostTensor,
-        kv: &mut HostKv,
-        meta: &AttnMeta,
-        p: &crate::IndexParams,
-    ) -> crate::BlockPicks {
-        crate::sparse::write_index_keys(k, kv, meta, p);
-        crate::sparse::pick_blocks(q, kv, meta, p)
-    }
-
-    fn attention_blocks(
-        &self,
-        q: &HostTensor,
-        k: &HostTensor,
-        v: &HostTensor,
-        kv: &mut HostKv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-        picks: &crate::BlockPicks,
-    ) -> HostTensor {
-        crate::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
-    }
-
-    fn sparse_attention(
-        &self,
-        q: &HostTensor,
-        index_q: &HostTensor,
-        index_w: &HostTensor,
-        rows: &HostTensor,
-        kv: &mut HostKv,
-        meta: &AttnMeta,
-        p: &AttnParams,
-        ix: &crate::DsaParams,
-    ) -> HostTensor {
-        let w = kv.slot_width();
-        crate::dsa::write_rows(&rows.data, &mut kv.k, w, meta);
-        let x = crate::SparseQueries { q: &q.data, index_q: &index_q.data, index_w: &index_w.data };
-        let data = crate::dsa::sparse_attention(&x, &kv.k, w, meta, p, ix);
-        HostTensor { data, rows: q.rows, cols: p.num_heads * p.head_dim }
-    }
-
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
         let data = rows.iter().flat_map(|&r| x.row(r).iter().copied()).collect();
         HostTensor { data, rows: rows.len(), cols: x.cols }

@@ -245,4 +245,36 @@ mod tests {
         assert_eq!(a.row(11), b.row(11), "block 0 dropped");
         assert_ne!(a.row(10), b.row(10), "block 0 kept");
     }
+
+    #[test]
+    fn the_trait_defaults_over_a_copy_of_the_round_blocks_equal_the_pool_in_place() {
+        // Two sequences in scattered pool blocks, the second a 3-token chunk after 6 cached.
+        let shape = KvShape { num_blocks: 16, block_size: 4, num_kv_heads: 2, head_dim: 8, latent: false };
+        let seqs = vec![
+            crate::SeqAttn { q_start: 0, q_len: 9, start_pos: 0, block_table: vec![11, 2, 7] },
+            crate::SeqAttn { q_start: 9, q_len: 3, start_pos: 6, block_table: vec![5, 14, 0] },
+        ];
+        let slot = |t: &[u32], j: usize| t[j / 4] as usize * 4 + j % 4;
+        let slot_mapping = (0..9)
+            .map(|j| slot(&seqs[0].block_table, j))
+            .chain((6..9).map(|j| slot(&seqs[1].block_table, j)))
+            .collect();
+        let meta = AttnMeta { seqs, slot_mapping, block_size: 4, state_slots: vec![0, 1] };
+        let (mut direct, mut defaults) = (HostKv::new(shape).expect("pool"), HostKv::new(shape).expect("pool"));
+        let cached = rows(64, 16, 9);
+        direct.k.copy_from_slice(&cached.data[..1024]);
+        direct.v.copy_from_slice(&cached.data);
+        defaults.k.copy_from_slice(&cached.data[..1024]);
+        defaults.v.copy_from_slice(&cached.data);
+        let ip = IndexParams { num_heads: 2, head_dim: 4, block_size: 3, topk: 2, local: 1, in_v: true, col: 8 };
+        let (iq, ik) = (rows(12, 8, 4), rows(12, 4, 5));
+        write_index_keys(&ik, &mut direct, &meta, &ip);
+        let want = pick_blocks(&iq, &direct, &meta, &ip);
+        assert_eq!(RefBackend.index_blocks(&iq, &ik, &mut defaults, &meta, &ip), want);
+        let p = AttnParams { num_heads: 4, num_kv_heads: 2, head_dim: 8, scale: 0.5, window: Some(7), softcap: None };
+        let (q, k, v) = (rows(12, 32, 6), rows(12, 16, 7), rows(12, 16, 8));
+        let out = attention_blocks(&q, &k, &v, &mut direct, &meta, &p, &want);
+        assert_eq!(RefBackend.attention_blocks(&q, &k, &v, &mut defaults, &meta, &p, &want), out);
+        assert_eq!((defaults.k, defaults.v), (direct.k, direct.v), "the same pool after the round");
+    }
 }

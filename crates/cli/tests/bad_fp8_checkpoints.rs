@@ -127,6 +127,30 @@ fn cases() -> Vec<(&'static str, Edit, Vec<&'static str>)> {
             vec!["model.layers.1.mlp.experts.3.down_proj.weight_scale_inv", "is NaN"],
         ),
         (
+            // MLA's absorbed kv_b_proj is dequantized on the host: its scales are checked first.
+            "deepseek_v3_fp8",
+            Edit::Tensors(&|t| {
+                let s = t.get_mut("model.layers.0.self_attn.kv_b_proj.weight_scale_inv").unwrap();
+                (s.1, s.2) = (vec![5, 2], [s.2.clone(), s.2.clone()].concat()[..40].to_vec());
+            }),
+            vec![
+                "model.layers.0.self_attn.kv_b_proj.weight_scale_inv",
+                "shape [5, 2] does not tile the [176, 32] weight",
+                "[6, 1]",
+            ],
+        ),
+        (
+            // q_b_proj is split by rows at load (per-head nope / rope parts): a bad scale still names it.
+            "deepseek_v3_fp8",
+            Edit::Tensors(&|t| first_scale(t, "model.layers.1.self_attn.q_b_proj.weight_scale_inv", f32::NAN)),
+            vec!["model.layers.1.self_attn.q_b_proj.weight_scale_inv", "is NaN"],
+        ),
+        (
+            "minimax_m2_fp8",
+            Edit::Tensors(&|t| drop(t.remove("model.layers.2.block_sparse_moe.experts.5.w2.weight_scale_inv"))),
+            vec!["model.layers.2.block_sparse_moe.experts.5.w2.weight_scale_inv", "is missing"],
+        ),
+        (
             "qwen3_ct_fp8",
             Edit::Tensors(&|t| {
                 let s = t.get_mut("model.layers.0.self_attn.q_proj.weight_scale").unwrap();
@@ -167,7 +191,7 @@ fn bad_fp8_checkpoints_are_refused_by_name() {
 
 #[test]
 fn good_fp8_fixtures_pass_check() {
-    for family in ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"] {
+    for (family, _) in tf_testkit::FP8_FIXTURES {
         let dir = copy(family);
         let out =
             Command::new(env!("CARGO_BIN_EXE_tensorfold")).args(["check", "--model"]).arg(dir.path()).output().unwrap();

@@ -10,11 +10,12 @@ use tf_engine::Runner;
 use tf_formats::{Checkpoint, SafetensorsFile};
 use tf_models::Model;
 use tf_models::weights::Loader;
-use tf_testkit::{argmax, check_concurrent_equals_solo, check_golden, fixture, golden};
+use tf_testkit::{FP8_FIXTURES, argmax, check_concurrent_equals_solo, check_golden, fixture, golden};
 
-/// The FP8 fixtures (scripts/fixture_fp8.py): block-scaled dense and MoE, compressed-tensors
-/// per channel.
-const FP8: [&str; 3] = ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"];
+/// The FP8 fixtures (scripts/fixture_fp8.py).
+fn fp8() -> impl Iterator<Item = &'static str> {
+    FP8_FIXTURES.iter().map(|&(f, _)| f)
+}
 
 /// As golden.rs: f32 rounding moves the fixtures' O(1) logits by up to ~2e-5.
 const TOL: f32 = 1e-4;
@@ -22,7 +23,7 @@ const TOL: f32 = 1e-4;
 #[test]
 fn golden_against_transformers_on_the_dequantized_weights() {
     let cpu = CpuBackend::new(2).unwrap();
-    for family in FP8 {
+    for family in fp8() {
         check_golden(&RefBackend, family, &|_| TOL);
         check_golden(&cpu, family, &|_| TOL);
     }
@@ -51,7 +52,7 @@ fn run<B: Backend>(b: &B, dir: &Path, prompts: &[Vec<i64>]) -> Vec<u32> {
 #[test]
 fn fp8_equals_its_dequantized_f32_checkpoint_bit_for_bit() {
     let cpu = CpuBackend::new(2).unwrap();
-    for family in FP8 {
+    for family in fp8() {
         let dir = fixture(family);
         let prompts = golden(&dir).prompts;
         let want = run(&cpu, &dir.join("dequantized"), &prompts);
@@ -65,7 +66,9 @@ fn fp8_equals_its_dequantized_f32_checkpoint_bit_for_bit() {
 
 #[test]
 fn concurrent_equals_solo_over_fp8_experts() {
-    check_concurrent_equals_solo(&|| CpuBackend::new(2).unwrap(), "qwen3_moe_fp8", true);
+    for family in ["qwen3_moe_fp8", "glm4_moe_fp8", "deepseek_v3_fp8", "deepseek_v32_fp8"] {
+        check_concurrent_equals_solo(&|| CpuBackend::new(2).unwrap(), family, true);
+    }
 }
 
 #[test]
@@ -95,4 +98,13 @@ fn fp8_weights_are_held_at_one_byte_each() {
     assert_eq!(q.held_bytes(), 128 * 64 + 6 * 4);
     let bf16: HostMat = ld.mat("model.embed_tokens.weight", 512, 64).unwrap();
     assert_eq!(bf16.held_bytes(), 2 * 512 * 64);
+    // MLA's query rows taken apart at load keep their codes: one byte a weight, a scale row each.
+    let dir = fixture("deepseek_v3_fp8");
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    let config = tf_models::config::RawConfig::read(&dir.join("config.json")).unwrap();
+    let ld = Loader::new(&ckpt, &dir, &cpu).with_fp8(tf_models::quant_config::fp8_config(&config).unwrap());
+    let rows: Vec<usize> = (0..160).step_by(2).collect();
+    let q: HostMat = ld.mat_rows("model.layers.0.self_attn.q_b_proj.weight", 160, 48, &rows).unwrap();
+    assert_eq!(q.dtype, tf_core::DType::F8E4M3);
+    assert_eq!(q.held_bytes(), 80 * 48 + 80 * 4);
 }

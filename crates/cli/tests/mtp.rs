@@ -213,9 +213,11 @@ fn mtp_layers_disagreeing_with_the_config_are_refused_naming_the_tensor() {
     // Two depths.
     let d = with_config("glm4_moe_mtp", "num_nextn_predict_layers", 2.into());
     assert!(spawn_error(d.path()).contains("2 MTP depths"));
-    // GLM-5's MTP layer carries an indexer, which the drafter does not run: refused saying so.
-    let d = with_config("glm_moe_dsa", "num_nextn_predict_layers", 1.into());
-    assert!(spawn_error(d.path()).contains("lightning indexer"));
+    // GLM-5's MTP layer carries its own lightning indexer, checked as the decoder's are.
+    let d = copy("glm_moe_dsa_mtp");
+    set_tensor(d.path(), "model.layers.3.self_attn.indexer.wk.weight", Some(&[16, 64]));
+    let err = spawn_error(d.path());
+    assert!(err.contains("model.layers.3.self_attn.indexer.wk.weight") && err.contains("32"), "{err}");
     // Step's MTP layer: refused saying it is not a drafter yet, not that it is absent.
     assert!(spawn_error(&fixture("step3p7")).contains("not a drafter yet"));
 }

@@ -290,10 +290,6 @@ impl Backend for CpuBackend {
         attention::attention_cached(self, q, kv, meta, p)
     }
 
-    fn check_block_sparse(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-
     fn index_blocks(
         &self,
         q: &HostTensor,

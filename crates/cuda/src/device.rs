@@ -4,8 +4,8 @@ use crate::error::{CudaError, drv, must};
 use crate::nvrtc;
 use crate::options::CudaOptions;
 use crate::smem::{
-    ATTENTION_WG_SMEM, GEMM_SMEM, MAX_SMEM, WGMMA_SMEM, attention_smem, attention_split_smem, gemv_fp8_smem, gemv_smem,
-    gemv_tma_smem,
+    ATTENTION_WG_SMEM, GEMM_SMEM, MAX_SMEM, MLA_SMEM, WGMMA_SMEM, attention_smem, attention_split_smem, gemv_fp8_smem,
+    gemv_smem, gemv_tma_smem,
 };
 use cudarc::driver::sys::{CUfunction_attribute, CUmemPool_attribute};
 use cudarc::driver::{
@@ -127,6 +127,9 @@ kernels!(
     attention_split_d128,
     attention_wg_d128,
     attention_combine,
+    attention_mla,
+    attention_mla_combine,
+    kv_write_latent,
     conv1d_state,
     gdn_rule_d16,
     gdn_rule_d32,
@@ -303,6 +306,7 @@ impl Device {
         for (f, d) in [(&k.attention_split_d64, 64), (&k.attention_split_d128, 128)] {
             drv(f.set_attribute(big, attention_split_smem(d) as i32), "raising split attention's shared memory")?;
         }
+        drv(k.attention_mla.set_attribute(big, MLA_SMEM as i32), "raising latent attention's shared memory")?;
         let num_sms = drv(
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
             "reading the SM count",

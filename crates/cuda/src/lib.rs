@@ -35,6 +35,7 @@
 //!                                                      the device, recurrent state ops (conv,
 //!                                                      delta rule, Mamba2's SSD scan and gated
 //!                                                      norm, LFM2's short conv)
+//! 6  attention_mla                                     attention over a latent (MLA) KV pool
 //! 7  moe, draw                                         mixture of experts (over matmul); sampled
 //!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
@@ -46,6 +47,7 @@
 //! machines without CUDA.
 
 mod attention;
+mod attention_mla;
 mod attn_meta;
 mod capture;
 mod ctx;
@@ -229,6 +231,17 @@ impl Backend for CudaBackend {
         ))
     }
 
+    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
+        match act {
+            Activation::SwigluOai => Err(BackendError::Unsupported(
+                "the clamped SwiGLU of MiniMax M3 (swiglu_alpha, swiglu_limit) has no CUDA kernel yet: run this \
+                 model with --device cpu"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn check_kv_shapes(&self, shapes: &[(usize, usize)]) -> Result<(), BackendError> {
         match shapes.windows(2).any(|w| w[0] != w[1]) {
             false => Ok(()),
@@ -361,7 +374,10 @@ impl Backend for CudaBackend {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> CudaAct {
-        attention::attention(&self.ctx, q, k, v, kv, meta, p)
+        match kv.shape.latent {
+            true => attention_mla::attention(&self.ctx, q, k, kv, meta, p),
+            false => attention::attention(&self.ctx, q, k, v, kv, meta, p),
+        }
     }
 
     fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {

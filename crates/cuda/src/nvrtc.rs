@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 18] = [
+const SOURCES: [&str; 19] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gdn.cu"),
@@ -27,6 +27,7 @@ const SOURCES: [&str; 18] = [
     include_str!("../kernels/attention.cu"),
     include_str!("../kernels/attention_split.cu"),
     include_str!("../kernels/attention_wg.cu"),
+    include_str!("../kernels/attention_mla.cu"),
 ];
 
 /// The whole program text.

@@ -90,21 +90,17 @@ pub(crate) fn mat_gate_up(b: &Ctx, gate: &TensorView, up: &TensorView) -> Result
 }
 
 /// One layer's zeroed bf16 KV pool: `shape.num_blocks` blocks and one more past them, the
-/// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it).
+/// scratch block graph_pad.rs's pad rows write and read (no sequence's table names it). A latent
+/// pool (MLA) keeps K alone (attention_mla.rs reads its values from its keys).
 pub(crate) fn kv(b: &Ctx, shape: KvShape) -> Result<CudaKv, BackendError> {
-    if shape.latent {
-        return Err(BackendError::Unsupported(
-            "a latent KV pool (MLA) has no CUDA attention yet: run this model with --device cpu".into(),
-        ));
-    }
     let n = (shape.num_blocks + 1)
         .checked_mul(shape.block_size)
         .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
         .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))?;
-    let (k, v): (CudaSlice<u16>, CudaSlice<u16>) = (b.dev.zeros(n), b.dev.zeros(n));
+    let (k, v): (CudaSlice<u16>, CudaSlice<u16>) = (b.dev.zeros(n), b.dev.zeros(if shape.latent { 1 } else { n }));
     let slots = (shape.num_blocks + 1) * shape.block_size;
     let maps = crate::tma::pool_run(shape.block_size)
-        .filter(|_| b.dev.wgmma && shape.head_dim == 128 && slots <= i32::MAX as usize)
+        .filter(|_| b.dev.wgmma && shape.head_dim == 128 && !shape.latent && slots <= i32::MAX as usize)
         .and_then(|run| {
             let map = |p: &CudaSlice<u16>| crate::tma::pool_map(ptr(p, &b.dev.stream), slots, shape.num_kv_heads, run);
             Some((map(&k)?, map(&v)?))
@@ -425,7 +421,7 @@ pub(crate) fn act_code(act: Activation) -> i32 {
         Activation::GeluTanh => 1,
         Activation::Relu2 => 2,
         // No kernel branch: its one family (MiniMax M3) is refused on CUDA at load, by name
-        // (`Backend::check_block_sparse`).
+        // (`Backend::check_activation`).
         Activation::SwigluOai => 3,
     }
 }
@@ -607,12 +603,14 @@ fn kv_block_len(kv: &CudaKv) -> usize {
     kv.shape.block_size * kv.shape.num_kv_heads * kv.shape.head_dim
 }
 
-/// K then V of `blocks`, as little-endian bf16 bytes.
+/// K then V of `blocks`, as little-endian bf16 bytes (a latent pool gives K twice, as the host
+/// pools do, so sessions see one layout on every backend).
 pub(crate) fn read_kv_blocks(b: &Ctx, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
     let n = kv_block_len(kv);
     let mut out = Vec::with_capacity(4 * blocks.len() * n);
     let mut buf = vec![0u16; n];
-    for pool in [&kv.k, &kv.v] {
+    let values = if kv.shape.latent { &kv.k } else { &kv.v };
+    for pool in [&kv.k, values] {
         for &blk in blocks {
             let start = blk as usize * n;
             must(b.dev.stream.memcpy_dtoh(&pool.slice(start..start + n), &mut buf), "reading KV blocks");
@@ -622,12 +620,14 @@ pub(crate) fn read_kv_blocks(b: &Ctx, kv: &CudaKv, blocks: &[u32]) -> Vec<u8> {
     out
 }
 
-/// Writes bytes laid out as [`read_kv_blocks`] gives them.
+/// Writes bytes laid out as [`read_kv_blocks`] gives them (a latent pool takes the K half and
+/// leaves the repeat).
 pub(crate) fn write_kv_blocks(b: &Ctx, kv: &mut CudaKv, blocks: &[u32], bytes: &[u8]) {
     let n = kv_block_len(kv);
     assert_eq!(bytes.len(), 4 * blocks.len() * n, "write_kv_blocks: byte count");
     let mut words = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-    for pool in [&mut kv.k, &mut kv.v] {
+    let pools = if kv.shape.latent { vec![&mut kv.k] } else { vec![&mut kv.k, &mut kv.v] };
+    for pool in pools {
         for &blk in blocks {
             let vals: Vec<u16> = words.by_ref().take(n).collect();
             let start = blk as usize * n;

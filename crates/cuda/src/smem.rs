@@ -34,6 +34,23 @@ pub(crate) fn attention_split_smem(d: usize) -> u32 {
     (4 * 2 * 64 * (d + 8) * 2 + 4 * 32 * 16 * 4 + 2 * 4 * 16 * 4) as u32
 }
 
+/// Keys a block of the latent attention kernel walks at once (kernels/attention_mla.cu `ML_KB`).
+pub(crate) const MLA_KEYS: usize = 32;
+/// Most query heads a latent attention CTA takes (kernels/attention_mla.cu `ML_HT`).
+pub(crate) const MLA_HEADS: usize = 16;
+/// Threads of a latent attention CTA (kernels/attention_mla.cu `ML_THREADS`).
+pub(crate) const MLA_THREADS: u32 = 256;
+/// The dynamic shared memory device.rs allows the latent attention kernel (A100's 163 KB a block
+/// holds it too).
+pub(crate) const MLA_SMEM: u32 = 128 * 1024;
+
+/// Dynamic shared memory of the latent attention kernel for `ht` heads of width `d`
+/// (kernels/attention_mla.cu `MlSmem`): queries and chunk outputs in f32, probabilities, the
+/// per-head state, one block of keys in bf16 rows of `d + 2` and their pool slots.
+pub(crate) fn attention_mla_smem(d: usize, ht: usize) -> u32 {
+    ((2 * ht * d + ht * MLA_KEYS + 5 * MLA_HEADS + MLA_KEYS) * 4 + MLA_KEYS * (d + 2) * 2) as u32
+}
+
 /// Warps per GEMV block (kernels/gemm.cu `GEMV_W`), one per K segment.
 pub(crate) const GEMV_WARPS: usize = 8;
 
@@ -121,5 +138,8 @@ mod tests {
         for d in [64, 128] {
             assert!(attention_split_smem(d) + 1024 <= LIMIT, "split attention d={d}");
         }
+        // DeepSeek V3 / GLM-5's latent row (512 + 64) takes a whole head tile; A100 holds it too.
+        assert!(attention_mla_smem(576, MLA_HEADS) <= MLA_SMEM && MLA_SMEM + 1024 <= 163 * 1024);
+        assert_eq!(attention_mla_smem(48, 4), (2 * 4 * 48 + 4 * 32 + 80 + 32) * 4 + 32 * 50 * 2);
     }
 }

@@ -181,6 +181,7 @@ pub struct CudaVec {
 pub struct CudaKv {
     pub(crate) shape: KvShape,
     pub(crate) k: CudaSlice<u16>,
+    /// Values; one unused element in a latent pool (`shape.latent`: its values are its keys).
     pub(crate) v: CudaSlice<u16>,
     /// Tensor maps of K and V for the wgmma prefill attention (Hopper, head width 128, block
     /// sizes `tma::pool_run` takes), else `None`.

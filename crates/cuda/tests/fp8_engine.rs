@@ -15,8 +15,10 @@ use tf_testkit::{
     check_overlapped_equals_waited,
 };
 
-/// Block-scaled dense and MoE, compressed-tensors per channel.
-const FP8: [&str; 3] = ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"];
+/// The FP8 fixtures (scripts/fixture_fp8.py) whose family runs on CUDA.
+fn fp8() -> impl Iterator<Item = &'static str> {
+    tf_testkit::FP8_FIXTURES.iter().filter(|&&(_, source)| tf_testkit::on_cuda(source)).map(|&(f, _)| f)
+}
 
 /// golden.rs's `REL_TOL` (a fraction of the prompt's largest |logit|): the GPU multiplies the
 /// bf16 rounding of each dequantized weight (a relative change under 2^-9, as a bf16
@@ -57,7 +59,7 @@ fn fp8_golden_logits_within_the_bf16_tolerance() {
 #[test]
 fn fp8_chunked_prefill_equals_whole_bit_for_bit() {
     let Some(b) = common::backend() else { return };
-    for family in FP8 {
+    for family in fp8() {
         check_family_chunked_equals_whole(&b, family);
     }
 }
@@ -65,7 +67,7 @@ fn fp8_chunked_prefill_equals_whole_bit_for_bit() {
 #[test]
 fn fp8_concurrent_equals_solo() {
     let Some(gpu) = gpu() else { return };
-    for family in FP8 {
+    for family in fp8() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
@@ -75,7 +77,7 @@ fn fp8_concurrent_equals_solo() {
 #[test]
 fn fp8_overlapped_rounds_equal_waited_rounds() {
     let Some(gpu) = gpu() else { return };
-    for family in FP8 {
+    for family in fp8() {
         check_overlapped_equals_waited(&gpu, family);
     }
 }
@@ -83,7 +85,7 @@ fn fp8_overlapped_rounds_equal_waited_rounds() {
 #[test]
 fn fp8_ngram_drafted_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
-    for family in FP8 {
+    for family in fp8() {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::Ngram, None, seeded);
         }

@@ -18,8 +18,10 @@ use tf_models::Model;
 use tf_models::config::RawConfig;
 use tf_testkit::{argmax, fixture, golden};
 
-/// The FP8 fixtures (scripts/fixture_fp8.py).
-const FP8: [&str; 3] = ["qwen3_fp8", "qwen3_moe_fp8", "qwen3_ct_fp8"];
+/// The FP8 fixtures (scripts/fixture_fp8.py) whose family runs on CUDA.
+fn fp8() -> impl Iterator<Item = &'static str> {
+    tf_testkit::FP8_FIXTURES.iter().filter(|&&(_, source)| tf_testkit::on_cuda(source)).map(|&(f, _)| f)
+}
 
 /// The safetensors name of a dtype the fixtures hold (besides FP8).
 fn st_dtype(d: DType) -> &'static str {
@@ -113,7 +115,7 @@ fn run<B: Backend>(b: &B, dir: &Path, prompts: &[Vec<i64>]) -> Vec<u32> {
 fn fp8_fixtures_equal_their_bf16_twins_bit_for_bit() {
     let Some(b) = common::backend() else { return };
     let root: PathBuf = std::env::temp_dir().join(format!("tf-fp8-twin-{}", std::process::id()));
-    for family in FP8 {
+    for family in fp8() {
         let dir = fixture(family);
         let out = root.join(family);
         twin(&dir, &out);

@@ -49,8 +49,7 @@ fn families_without_cuda_attention_are_refused_naming_what_is_missing() {
         let e = m.decoder.alloc_cache(&b, 4, 16, 1).err().map(|e| e.to_string()).unwrap_or_default();
         let what = match family {
             f if f.starts_with("gemma4") => "KV pools of different shapes",
-            f if f.starts_with("minimax_m3") => "block-sparse attention",
-            _ => "latent KV pool (MLA)",
+            _ => "clamped SwiGLU of MiniMax M3",
         };
         assert!(e.contains(what) && e.contains("--device cpu"), "{family}: {e}");
     }

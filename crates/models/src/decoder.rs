@@ -79,9 +79,7 @@ impl<B: Backend> Decoder<B> {
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
         b.check_kv_shapes(&self.kv_shapes)?;
-        if self.spec.index.is_some() {
-            b.check_block_sparse()?;
-        }
+        b.check_activation(self.spec.act)?;
         let latent = self.spec.mla.is_some();
         let kv = (self.kv_shapes.iter())
             .map(|&(num_kv_heads, head_dim)| {

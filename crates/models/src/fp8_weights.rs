@@ -56,3 +56,34 @@ pub fn needs_config<'a>(q: Option<&'a Fp8Config>, w: &TensorView) -> Result<&'a 
         msg: format!("dtype {} needs a quantization_config (quant_method fp8 or compressed-tensors)", DType::F8E4M3),
     })
 }
+
+/// The scales of rows `rows` (in that order) of a weight `cols` wide scaled by `s`: one block
+/// row per weight row (`[1, block width]` blocks), each the scales of the block row its weight
+/// row came from, so every code keeps its scale.
+pub fn select_rows(s: &Fp8Scales, cols: usize, rows: &[usize]) -> Fp8Scales {
+    let gc = cols.div_ceil(s.block[1].max(1));
+    let values = rows.iter().flat_map(|&r| s.values[r / s.block[0].max(1) * gc..][..gc].iter().copied()).collect();
+    Fp8Scales { block: [1, s.block[1]], values }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selected_rows_keep_each_code_with_its_scale() {
+        // A 5x5 weight in [2, 3] blocks: a 3x2 grid, the last row and column partial.
+        let s = Fp8Scales { block: [2, 3], values: vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0] };
+        let codes: Vec<u8> = (0..25).map(|i| 0x30 + i as u8).collect();
+        let rows = [4, 1, 2, 0];
+        let picked = select_rows(&s, 5, &rows);
+        assert_eq!(picked.block, [1, 3]);
+        assert!(picked.check("w", rows.len(), 5).is_ok());
+        for (i, &r) in rows.iter().enumerate() {
+            let (mut want, mut got) = ([0.0; 5], [0.0; 5]);
+            s.dequantize_row(&codes[r * 5..][..5], r, &mut want);
+            picked.dequantize_row(&codes[r * 5..][..5], i, &mut got);
+            assert_eq!(got, want, "row {r}");
+        }
+    }
+}

@@ -142,9 +142,14 @@ impl<'a, B: Backend> Loader<'a, B> {
         if t.dtype != tf_core::DType::F8E4M3 {
             return Ok(plain(t)?);
         }
+        Ok(self.backend.mat_fp8(t, &self.fp8_scales(t)?)?)
+    }
+
+    /// The checked scales of the FP8 weight `t`, taken from the checkpoint beside it.
+    fn fp8_scales(&self, t: &TensorView) -> Result<tf_backend::Fp8Scales, ModelError> {
         let q = crate::fp8_weights::needs_config(self.fp8.as_ref(), t)?;
         let s = self.take(&crate::fp8_weights::scale_name(q, &t.name))?;
-        Ok(self.backend.mat_fp8(t, &crate::fp8_weights::scales(q, t, &s)?)?)
+        crate::fp8_weights::scales(q, t, &s)
     }
 
     /// A weight matrix `[rows, cols]`.
@@ -218,10 +223,22 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok((self.backend.vec(&host), host))
     }
 
-    /// The f32 values on the host of the float tensor `name` of exactly `shape` (weights the
-    /// host-run defaults read: MLA's absorbed `kv_b_proj`), refused when FP8.
+    /// The f32 values on the host of the weight `name` of exactly `shape` (weights the
+    /// host-run defaults read: MLA's absorbed `kv_b_proj`); an FP8 weight's values are each
+    /// code times its block's scale, the values its matmuls multiply by.
     pub fn host_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.vec_values(name, shape)
+        let t = self.view(name, shape)?;
+        if t.dtype != tf_core::DType::F8E4M3 {
+            return self.vec_values(name, shape);
+        }
+        let scales = self.fp8_scales(&t)?;
+        let cols = shape.last().copied().unwrap_or(1).max(1);
+        let codes = t.data.as_bytes();
+        let mut out = vec![0.0; codes.len()];
+        for (r, (row, c)) in out.chunks_mut(cols).zip(codes.chunks(cols)).enumerate() {
+            scales.dequantize_row(c, r, row);
+        }
+        Ok(out)
     }
 
     /// The values of the tensor `name` of exactly `shape`, refused when FP8 (vectors have no
@@ -347,11 +364,14 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.backend.mat(&view)?)
     }
 
-    /// Rows `rows` (in that order) of the float weight `name` of exactly `[n, cols]`, as one
-    /// matrix (a fused projection reordered at load: Qwen3-Next's per-key-head `in_proj_qkvz`).
+    /// Rows `rows` (in that order) of the weight `name` of exactly `[n, cols]`, as one matrix
+    /// (a fused projection reordered at load: Qwen3-Next's per-key-head `in_proj_qkvz`, MLA's
+    /// query and latent parts). An FP8 weight's rows keep their codes, each with its block
+    /// row's scales ([`crate::fp8_weights::select_rows`]).
     pub fn mat_rows(&self, name: &str, n: usize, cols: usize, rows: &[usize]) -> Result<B::Mat, ModelError> {
         let t = self.view(name, &[n, cols])?;
-        if !t.dtype.is_float() {
+        let fp8 = t.dtype == tf_core::DType::F8E4M3;
+        if !t.dtype.is_float() && !fp8 {
             let msg = format!("dtype {} cannot be reordered by rows (a float type is needed)", t.dtype);
             return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
         }
@@ -373,6 +393,10 @@ impl<'a, B: Backend> Loader<'a, B> {
             data,
             file: t.file.clone(),
         };
+        if fp8 {
+            let scales = crate::fp8_weights::select_rows(&self.fp8_scales(&t)?, cols, rows);
+            return Ok(self.backend.mat_fp8(&view, &scales)?);
+        }
         Ok(self.backend.mat(&view)?)
     }
 }

@@ -152,7 +152,7 @@ pub struct ServeArgs {
     /// with `"draft": false`).
     ///
     /// Accepts: off, ngram (prompt lookup), mtp (the checkpoint's own multi-token-prediction
-    /// layer: DeepSeek V3, GLM-4.5 / 4.6, Qwen3.5, Qwen3-Next), early-exit:N (the model's first N
+    /// layer: DeepSeek V3, GLM-4.5 / 4.6, GLM-5, DeepSeek V3.2, Qwen3.5, Qwen3-Next), early-exit:N (the model's first N
     /// layers + head), model:DIR (a smaller checkpoint with the same vocabulary, or a Gemma 4
     /// assistant, `gemma4_assistant`, for a Gemma 4 model).
     #[arg(long, default_value = "off", value_parser = parse_draft)]

@@ -54,11 +54,25 @@ pub const FAMILIES: [&str; 17] = [
 
 /// Fixtures carrying an MTP layer (scripts/fixture_mtp.py), each with its source family: the
 /// `--draft mtp` checks run over them.
-pub const MTP_FIXTURES: [(&str, &str); 4] = [
+pub const MTP_FIXTURES: [(&str, &str); 5] = [
     ("glm4_moe_mtp", "glm4_moe"),
     ("deepseek_v3_mtp", "deepseek_v3"),
+    ("glm_moe_dsa_mtp", "glm_moe_dsa"),
     ("qwen3_next_mtp", "qwen3_next"),
     ("qwen3_5_mtp", "qwen3_5"),
+];
+
+/// FP8 fixtures (scripts/fixture_fp8.py), each with the family it quantizes: block-scaled dense
+/// and MoE, compressed-tensors per channel, and the releases' layouts of GLM-4.5, MiniMax-M2,
+/// DeepSeek-V3 (MLA) and DeepSeek-V3.2 (MLA and its indexer).
+pub const FP8_FIXTURES: [(&str, &str); 7] = [
+    ("qwen3_fp8", "qwen3"),
+    ("qwen3_moe_fp8", "qwen3_moe"),
+    ("qwen3_ct_fp8", "qwen3"),
+    ("glm4_moe_fp8", "glm4_moe"),
+    ("minimax_m2_fp8", "minimax_m2"),
+    ("deepseek_v3_fp8", "deepseek_v3"),
+    ("deepseek_v32_fp8", "deepseek_v32"),
 ];
 
 /// Fixture families with recurrent layers (per-sequence state slots): golden and chunked ==
@@ -76,22 +90,10 @@ pub fn all_families() -> impl Iterator<Item = &'static str> {
     FAMILIES.into_iter().chain(HYBRIDS.iter().copied())
 }
 
-/// Fixture families the CUDA backend refuses (MLA's latent KV pool, DeepSeek sparse attention's
-/// latent pool with index keys, Gemma 4's KV pools of two shapes, MiniMax M3's block-sparse
-/// attention: no CUDA attention; Step's clamped SwiGLU: no CUDA kernel).
-pub const NOT_ON_CUDA: [&str; 11] = [
-    "deepseek_v3",
-    "deepseek_v3_nolora",
-    "glm_moe_dsa",
-    "deepseek_v32",
-    "deepseek_v32_allkeys",
-    "gemma4",
-    "gemma4_kvshare",
-    "gemma4_moe",
-    "minimax_m3",
-    "minimax_m3_cover",
-    "step3p7",
-];
+/// Fixture families the CUDA backend refuses (Gemma 4's KV pools of two shapes, MiniMax M3's
+/// block-sparse attention: no CUDA attention; Step's clamped SwiGLU: no CUDA kernel).
+pub const NOT_ON_CUDA: [&str; 6] =
+    ["gemma4", "gemma4_kvshare", "gemma4_moe", "minimax_m3", "minimax_m3_cover", "step3p7"];
 
 /// Whether the CUDA backend runs `family` (not in [`NOT_ON_CUDA`]).
 pub fn on_cuda(family: &str) -> bool {

@@ -62,10 +62,6 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
     let num_layers = common.num_layers;
     let mut spec = latent_spec(c, arch, common, mla, vec![LayerKind::Full; num_layers])?;
     experts_and_mtp(c, &mut spec)?;
-    // MTP drafting (`crate::mtp`) runs dense latent attention only: these MTP layers stay unread.
-    if let Some(m) = spec.mtp.as_mut() {
-        m.unsupported = Some("its MTP layer carries a lightning indexer, which the MTP drafter does not run yet");
-    }
     let sparse = sparse_layers(c, num_layers)?;
     if let Some(moe) = spec.moe.as_mut() {
         moe.sparse_layers = sparse;
@@ -187,7 +183,8 @@ mod tests {
         assert_eq!((s.num_kv_heads, s.head_dim), (1, 32 + 16 + 32), "the slot: latent row, then the index key");
         assert_eq!(s.moe.expect("moe").sparse_layers, vec![false, true, true]);
         assert_eq!(s.unread_prefixes, vec!["model.layers.3.".to_string()]);
-        assert!(s.mtp.and_then(|m| m.unsupported).is_some(), "the MTP layer is left unread, not a drafter");
+        let m = s.mtp.expect("an MTP layer");
+        assert!(m.unsupported.is_none() && m.sparse, "the MTP layer drafts, its MLP the routed experts");
         let v32 = spec(&config(r#"{"indexer_types": null}"#), "DeepseekV32ForCausalLM").expect("spec");
         assert!(!v32.mla.and_then(|m| m.indexer).expect("indexer").rope_interleave, "rotate-half indexer rope");
     }
