@@ -22,6 +22,9 @@ Usage (from the repository root):
     python3 scripts/make_fixtures.py --families glm4_moe_mtp deepseek_v3_mtp
         # only the MTP fixtures, one layer appended to the glm4_moe / deepseek_v3 fixtures
         # already written (scripts/fixture_mtp.py)
+    python3 scripts/make_fixtures.py --families gemma4_assistant gemma4_assistant_ordered
+        # only the Gemma 4 assistant drafters of the gemma4 / gemma4_kvshare fixtures already
+        # written (scripts/fixture_gemma4_assistant.py)
     python3 scripts/make_fixtures.py --route-only --families qwen3_moe ...
         # only recomputes the families' GOLDEN_EXTRA fields (route_exact_positions) from the
         # fixtures already written, checks the reloaded model still gives their golden logits
@@ -749,9 +752,11 @@ def main():
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fixture_fp8  # noqa: E402
+    import fixture_gemma4_assistant  # noqa: E402
     import fixture_mtp  # noqa: E402
 
-    derived = {**fixture_fp8.FP8_FIXTURES, **fixture_mtp.MTP_FIXTURES}
+    assistants = fixture_gemma4_assistant.ASSISTANT_FIXTURES
+    derived = {**fixture_fp8.FP8_FIXTURES, **fixture_mtp.MTP_FIXTURES, **assistants}
     wanted = args.families or list(FAMILIES) + list(derived)
     base_tok = train_tokenizer()
     print("versions:", versions())
@@ -767,6 +772,10 @@ def main():
     mtp = [f for f in wanted if f in fixture_mtp.MTP_FIXTURES]
     if mtp:
         fixture_mtp.main(mtp, out_root)
+    # Gemma 4 assistants draft for the gemma4 fixtures written above (scripts/fixture_gemma4_assistant.py).
+    drafters = [f for f in wanted if f in assistants]
+    if drafters:
+        fixture_gemma4_assistant.main(drafters, out_root)
 
 
 if __name__ == "__main__":

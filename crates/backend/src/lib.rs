@@ -295,6 +295,23 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> Self::Act;
+    /// Attention of `q` over K/V already in `kv`, writing none: row `i` of each sequence sees the
+    /// positions `[window_start(start_pos + i), start_pos + i]` of its block table, as
+    /// [`Backend::attention`] would after writing them (a drafter reading the target's pools: the
+    /// Gemma 4 assistant). Runs only where [`Backend::check_attention_cached`] passed.
+    fn attention_cached(&self, q: &Self::Act, kv: &Self::Kv, meta: &AttnMeta, p: &AttnParams) -> Self::Act {
+        let _ = (q, kv, meta, p);
+        unreachable!("attention_cached runs only where check_attention_cached passed")
+    }
+    /// Refuses attention over K/V another model wrote ([`Backend::attention_cached`]) where this
+    /// backend has no kernel for it: the default refuses by name; the host backends run it.
+    fn check_attention_cached(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "attention over the target's KV pools (the Gemma 4 assistant drafter) has no {} kernel yet: \
+             run it with --device cpu",
+            self.name()
+        )))
+    }
     /// Refuses a model whose MLPs use `act` where this backend has no kernel for it (the default
     /// runs every [`Activation`]).
     fn check_activation(&self, act: Activation) -> Result<(), BackendError> {

@@ -217,6 +217,14 @@ impl Backend for RefBackend {
         p: &AttnParams,
     ) -> HostTensor {
         write_kv(k, v, kv, meta);
+        self.attention_cached(q, kv, meta, p)
+    }
+
+    fn check_attention_cached(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_cached(&self, q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) -> HostTensor {
         let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
         let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
         for s in &meta.seqs {

@@ -70,11 +70,11 @@ fn timed(h: &EngineHandle, prompt: &TokenIds, max_tokens: usize, draft: bool) ->
 fn bench_on<B: Backend + 'static>(a: &BenchDraftArgs, b: B) -> Result<(), Failure> {
     {
         let draft = DraftConfig { kind: kind(&a.draft)?, num_tokens: a.num_draft_tokens.max(1) };
+        let m = Model::open(&a.model, &b).map_err(refused)?;
         let dm = match a.draft.strip_prefix("model:") {
-            Some(d) => Some(DraftNet::Model(Box::new(Model::open(Path::new(d), &b).map_err(refused)?))),
+            Some(d) => Some(DraftNet::open(Path::new(d), &m, &b).map_err(refused)?),
             None => None,
         };
-        let m = Model::open(&a.model, &b).map_err(refused)?;
         let tok = m.tokenizer.clone().ok_or_else(|| refused("bench-draft needs a tokenizer"))?;
         let prompts = [("code-edit", CODE_TASK), ("free", FREE_TASK)]
             .map(|(name, text)| tok.encode(text, true).map(|ids| (name, ids)).map_err(refused));

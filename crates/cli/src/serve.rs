@@ -102,7 +102,7 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     load::cap_context(&mut model, a.max_model_len)?;
     let draft_dir = a.draft.strip_prefix("model:").map(Path::new);
     let drafter = match draft_dir {
-        Some(d) => Some(DraftNet::Model(Box::new(Model::open(d, &backend).map_err(refused)?))),
+        Some(d) => Some(DraftNet::open(d, &model, &backend).map_err(refused)?),
         // Loaded before the KV budget is measured, which its weights come out of.
         None if a.draft == "mtp" => Some(DraftNet::Mtp(Box::new(model.load_mtp(&backend).map_err(refused)?))),
         None => None,
@@ -121,7 +121,8 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
         + match &drafter {
             Some(DraftNet::Model(d)) => d.decoder.kv_bytes_per_token(backend.kv_dtype()),
             Some(DraftNet::Mtp(h)) => h.kv_bytes_per_token(backend.kv_dtype()),
-            None => 0,
+            // The assistant reads the target's pools and keeps none.
+            Some(DraftNet::Assistant(_)) | None => 0,
         };
     let block_bytes = (per_token * block_size) as u64;
     let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
@@ -178,7 +179,7 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
         Some(n) => DraftKind::EarlyExit(n),
         None if a.draft == "ngram" => DraftKind::Ngram,
         None if a.draft == "mtp" => DraftKind::Mtp,
-        None if draft_model.is_some() => DraftKind::Model,
+        None if draft_dir.is_some() => DraftKind::Model,
         None => DraftKind::Off,
     };
     let draft = DraftConfig { kind, num_tokens: a.num_draft_tokens as usize };

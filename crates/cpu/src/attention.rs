@@ -60,8 +60,20 @@ pub(crate) fn attention(
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> HostTensor {
-    check(q, k, v, kv, meta, p);
+    check(q, k, v, kv, meta);
     write_kv(k, v, kv, meta);
+    attention_cached(cpu, q, kv, meta, p)
+}
+
+/// Attends every (row tile, KV head) in parallel over the K/V already in the pool, writing none.
+pub(crate) fn attention_cached(
+    cpu: &CpuBackend,
+    q: &HostTensor,
+    kv: &HostKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+) -> HostTensor {
+    check_cached(q, kv, meta, p);
     let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
     let mut tasks = Vec::new();
     for (seq, s) in meta.seqs.iter().enumerate() {
@@ -101,17 +113,21 @@ pub(crate) fn attention(
 }
 
 /// Panics on shapes that disagree (a bug in the caller, never outside input).
-fn check(q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) {
+fn check(q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &HostKv, meta: &AttnMeta) {
+    assert_eq!((k.cols, v.cols), (kv.slot_width(), kv.slot_width()), "attention: k/v width");
+    assert_eq!((k.rows, v.rows, meta.slot_mapping.len()), (q.rows, q.rows, q.rows), "attention: row counts");
+}
+
+/// Panics on shapes that disagree with the pool (a bug in the caller, never outside input).
+fn check_cached(q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) {
     let heads_ok = p.num_kv_heads > 0 && p.head_dim > 0 && p.num_heads.is_multiple_of(p.num_kv_heads);
     assert!(heads_ok, "attention: {} heads over {} KV heads of width {}", p.num_heads, p.num_kv_heads, p.head_dim);
     assert_eq!(q.cols, p.num_heads * p.head_dim, "attention: q width");
-    assert_eq!((k.cols, v.cols), (kv.slot_width(), kv.slot_width()), "attention: k/v width");
     assert_eq!(
         (kv.shape.num_kv_heads, kv.shape.head_dim),
         (p.num_kv_heads, p.head_dim),
         "attention: KV heads or head_dim differ from the pool's"
     );
-    assert_eq!((k.rows, v.rows, meta.slot_mapping.len()), (q.rows, q.rows, q.rows), "attention: row counts");
     assert_eq!(meta.block_size, kv.shape.block_size, "attention: block size differs from the pool's");
     for s in &meta.seqs {
         assert!(s.q_start + s.q_len <= q.rows, "attention: a sequence's rows pass the batch");

@@ -282,6 +282,14 @@ impl Backend for CpuBackend {
         attention::attention(self, q, k, v, kv, meta, p)
     }
 
+    fn check_attention_cached(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_cached(&self, q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) -> HostTensor {
+        attention::attention_cached(self, q, kv, meta, p)
+    }
+
     fn index_blocks(
         &self,
         q: &HostTensor,

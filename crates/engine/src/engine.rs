@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use session_ops::PendingSave;
 pub use speculate::{DraftConfig, DraftKind};
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,8 +20,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, RowLogprobs, SeqAttn};
 use tf_core::TokenIds;
-use tf_models::{Batch, Cache, Model, MtpHead};
+use tf_models::{Batch, Cache, Gemma4Assistant, Model, MtpHead};
 
+mod assistant;
 mod constrain;
 mod draft_model;
 mod mtp;
@@ -30,6 +32,7 @@ mod prompt_logprobs;
 mod session_ops;
 mod speculate;
 mod state;
+use assistant::AssistantDrafter;
 use draft_model::DraftModel;
 use mtp::MtpDrafter;
 pub use state::{state_bytes, state_layout};
@@ -295,13 +298,26 @@ pub fn spawn<B: Backend + 'static>(
     spawn_with_drafter(model, None, backend, cfg)
 }
 
-/// What drafts for [`DraftKind::Model`] (a smaller checkpoint of the same vocabulary) or
-/// [`DraftKind::Mtp`] (the target's multi-token-prediction head).
+/// What drafts for [`DraftKind::Model`] (a smaller checkpoint of the same vocabulary, or a
+/// Gemma 4 assistant) or [`DraftKind::Mtp`] (the target's multi-token-prediction head).
 pub enum DraftNet<B: Backend> {
     /// A draft model.
     Model(Box<Model<B>>),
     /// The target checkpoint's MTP head ([`Model::load_mtp`]).
     Mtp(Box<MtpHead<B>>),
+    /// A Gemma 4 assistant reading the target's KV pools (engine/assistant.rs).
+    Assistant(Box<Gemma4Assistant<B>>),
+}
+
+impl<B: Backend> DraftNet<B> {
+    /// The draft checkpoint `dir` for `target` (`--draft model:DIR`): a Gemma 4 assistant where
+    /// its config's `model_type` is `gemma4_assistant`, else a draft model.
+    pub fn open(dir: &Path, target: &Model<B>, backend: &B) -> Result<DraftNet<B>, tf_models::ModelError> {
+        Ok(match tf_models::assistant::is_assistant(dir) {
+            true => DraftNet::Assistant(Box::new(Gemma4Assistant::open(dir, &target.decoder, backend)?)),
+            false => DraftNet::Model(Box::new(Model::open(dir, backend)?)),
+        })
+    }
 }
 
 /// Starts the engine thread with what `cfg.draft.kind` drafts with: a draft model for
@@ -317,10 +333,13 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     let num_slots = layout.map_or(0, |l| l.num_slots());
     let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, num_slots)?;
     let refuse = |msg: &str| tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into()));
-    let (draft_model, mtp) = match (cfg.draft.kind, drafter) {
-        (DraftKind::Model, Some(DraftNet::Model(d))) => (Some(DraftModel::new(&model, *d, &backend, &cfg)?), None),
+    let (draft_model, mtp, assistant) = match (cfg.draft.kind, drafter) {
+        (DraftKind::Model, Some(DraftNet::Model(d))) => {
+            (Some(DraftModel::new(&model, *d, &backend, &cfg)?), None, None)
+        }
+        (DraftKind::Model, Some(DraftNet::Assistant(a))) => (None, None, Some(AssistantDrafter::new(&model, *a))),
         (DraftKind::Model, _) => return Err(refuse("--draft model needs a draft checkpoint")),
-        (DraftKind::Mtp, Some(DraftNet::Model(_))) => {
+        (DraftKind::Mtp, Some(DraftNet::Model(_) | DraftNet::Assistant(_))) => {
             return Err(refuse("--draft mtp drafts with the target's own MTP head, not a draft model"));
         }
         (DraftKind::Mtp, head) => {
@@ -328,9 +347,9 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
                 Some(DraftNet::Mtp(h)) => *h,
                 _ => model.load_mtp(&backend)?,
             };
-            (None, Some(MtpDrafter::new(&model, head, &backend, &cfg)?))
+            (None, Some(MtpDrafter::new(&model, head, &backend, &cfg)?), None)
         }
-        _ => (None, None),
+        _ => (None, None, None),
     };
     let (tx, rx) = channel();
     let stats = Arc::new(EngineStats::default());
@@ -348,6 +367,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         drafter,
         draft_model,
         mtp,
+        assistant,
         model,
         backend,
         cache,
@@ -374,6 +394,8 @@ struct Core<B: Backend> {
     draft_model: Option<DraftModel<B>>,
     /// The MTP drafter (`DraftKind::Mtp`).
     mtp: Option<MtpDrafter<B>>,
+    /// The Gemma 4 assistant drafter (`DraftKind::Model` with a `gemma4_assistant` checkpoint).
+    assistant: Option<AssistantDrafter<B>>,
     model: Model<B>,
     backend: B,
     cache: Cache<B>,
@@ -484,6 +506,9 @@ impl<B: Backend> Core<B> {
         if let Some(d) = self.mtp.as_mut() {
             d.forget(id);
         }
+        if let Some(d) = self.assistant.as_mut() {
+            d.forget(id);
+        }
         if let Some(save) = self.saves.remove(&id) {
             let _ = save.reply.send(Err("the engine stopped before the session was saved".into()));
         }
@@ -502,8 +527,10 @@ impl<B: Backend> Core<B> {
         let (mut ids, mut seqs, mut slots, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut q_start = 0;
         let mut prompt_rows = Vec::new();
-        // (sequence, first position, first row, rows) of the entries whose hidden rows the MTP drafter keeps
+        // (sequence, first position, first row, rows) of the entries whose hidden rows the MTP
+        // drafter or the assistant keeps
         let mut mtp_rows = Vec::new();
+        let keeps_rows = self.mtp.is_some() || self.assistant.is_some();
         for e in plan {
             let Some(s) = self.sched.seq(e.seq) else {
                 continue;
@@ -526,7 +553,7 @@ impl<B: Backend> Core<B> {
                     .map(|p| s.block_table[p / block_size] as usize * block_size + p % block_size),
             );
             seqs.push(SeqAttn { q_start, q_len: e.num_tokens, start_pos: e.start, block_table: s.block_table.clone() });
-            if self.mtp.is_some() && self.active.get(&e.seq).is_some_and(|a| a.draft_k > 0) {
+            if keeps_rows && self.active.get(&e.seq).is_some_and(|a| a.draft_k > 0) {
                 mtp_rows.push((e.seq, e.start, q_start, e.num_tokens));
             }
             q_start += e.num_tokens;
@@ -550,14 +577,20 @@ impl<B: Backend> Core<B> {
             None => (&ids[..], None),
         };
         let batch = Batch { ids, meta: &meta, logits_rows: &rows, held };
-        // Only a round feeding a drafting sequence hands its hidden rows to the MTP drafter.
-        let Some(mtp) = self.mtp.as_mut().filter(|_| !mtp_rows.is_empty()) else {
+        // Only a round feeding a drafting sequence hands its hidden rows to the drafter.
+        if mtp_rows.is_empty() {
             return self.model.decoder.forward(&self.backend, &batch, &mut self.cache);
-        };
+        }
         let (logits, hidden) = self.model.decoder.forward_hidden(&self.backend, &batch, &mut self.cache);
         let (host, w) = (self.backend.download(&hidden), self.model.decoder.spec.hidden_size);
         for (seq, start, q, n) in mtp_rows {
-            mtp.record(seq, start, &host[q * w..(q + n) * w]);
+            let rows = &host[q * w..(q + n) * w];
+            if let Some(mtp) = self.mtp.as_mut() {
+                mtp.record(seq, start, rows);
+            }
+            if let Some(a) = self.assistant.as_mut() {
+                a.record(seq, start, rows);
+            }
         }
         logits
     }

@@ -60,6 +60,12 @@ impl RawConfig {
         RawConfig { file: self.file.clone(), map }
     }
 
+    /// The same config without the fields `keys`.
+    pub fn without(&self, keys: &[&str]) -> RawConfig {
+        let map = self.map.iter().filter(|(k, _)| !keys.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone()));
+        RawConfig { file: self.file.clone(), map: map.collect() }
+    }
+
     /// The raw value of `key`, `None` when absent or null.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.map.get(key).filter(|v| !v.is_null())

@@ -1,5 +1,6 @@
 //! Model families over the `Backend` ops: config parsing, validated loading, the shared decoder.
 
+pub mod assistant;
 pub(crate) mod blocks;
 pub mod cache;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod rope_check;
 pub mod spec;
 pub mod weights;
 
+pub use assistant::Gemma4Assistant;
 pub use cache::{Cache, CacheKind};
 pub use decoder::{Batch, Decoder};
 pub use error::ModelError;

@@ -245,6 +245,9 @@ pub struct ModelSpec {
     /// every later layer attend over the K/V of the last earlier layer of their kind
     /// ([`ModelSpec::kv_source`]), with no K/V projections and no pool of their own.
     pub kv_shared_from: Option<usize>,
+    /// Every attention layer reads K/V another model wrote, from the pool it is handed, with
+    /// no K/V projections and writing none (the Gemma 4 assistant, `crate::assistant`).
+    pub kv_read_only: bool,
     /// Layers from this one on have MLPs twice `intermediate_size` wide (Gemma 4's
     /// `use_double_wide_mlp` on its KV-shared layers).
     pub wide_mlp_from: Option<usize>,
@@ -682,6 +685,7 @@ impl Common {
             per_layer_input: None,
             layer_scalar: false,
             kv_shared_from: None,
+            kv_read_only: false,
             wide_mlp_from: None,
             dense_beside_experts: false,
             mtp: None,

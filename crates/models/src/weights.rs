@@ -246,6 +246,32 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(t.to_f32())
     }
 
+    /// The integer tensor `name` (I64) of exactly `[len]` on the host, each value below `bound`
+    /// (an index table: the Gemma 4 assistant's `token_ordering`).
+    pub fn index_values(&self, name: &str, len: usize, bound: usize) -> Result<Vec<u32>, ModelError> {
+        let t = self.take(name)?;
+        let dtype = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if t.shape != [len] {
+            return Err(ModelError::Shape {
+                file: t.file.clone(),
+                tensor: name.to_string(),
+                expected: vec![len],
+                found: t.shape.clone(),
+            });
+        }
+        if t.dtype != tf_core::DType::I64 {
+            return Err(dtype(format!("dtype {} is not I64, an index table's type", t.dtype)));
+        }
+        let values = t.data.as_bytes().chunks_exact(8).map(|c| {
+            let v = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            u32::try_from(v).ok().filter(|&u| (u as usize) < bound).ok_or(v)
+        });
+        values
+            .enumerate()
+            .map(|(i, v)| v.map_err(|v| dtype(format!("value {v} at {i} is outside 0..{bound}"))))
+            .collect()
+    }
+
     /// `values` as a weight vector on the backend (a vector the family makes: ones, a scaled norm).
     pub fn backend_vec(&self, values: &[f32]) -> B::Vec {
         self.backend.vec(values)

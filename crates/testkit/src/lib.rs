@@ -157,8 +157,9 @@ pub fn engine_with_drafter<B: Backend + 'static>(
 ) -> EngineHandle {
     let backend = new_backend();
     let open = |f: &str| Model::open(&fixture(f), &backend).unwrap_or_else(|e| panic!("{f}: {e}"));
-    let (model, draft_model) = (open(family), drafter.map(open));
-    let drafter = draft_model.map(|d| DraftNet::Model(Box::new(d)));
+    let model = open(family);
+    let open_drafter = |d: &str| DraftNet::open(&fixture(d), &model, &backend).unwrap_or_else(|e| panic!("{d}: {e}"));
+    let drafter = drafter.map(open_drafter);
     spawn_with_drafter(model, drafter, backend, cfg).unwrap_or_else(|e| panic!("{family}: engine: {e}")).0
 }
 

@@ -30,7 +30,7 @@ struct MtpSeq {
 
 /// A sequence's final hidden rows of the target, kept from one position on.
 #[derive(Default)]
-struct HiddenRows {
+pub(super) struct HiddenRows {
     /// The position of `rows`' first row.
     base: usize,
     /// Rows from `base` on, `width` values each.
@@ -40,7 +40,7 @@ struct HiddenRows {
 impl HiddenRows {
     /// Keeps `rows` at positions from `start` on, over any kept there before; rows kept before
     /// `start` stay where they join on, else they are dropped.
-    fn record(&mut self, width: usize, start: usize, rows: &[f32]) {
+    pub(super) fn record(&mut self, width: usize, start: usize, rows: &[f32]) {
         let kept = self.rows.len() / width;
         if start >= self.base && start <= self.base + kept {
             self.rows.truncate((start - self.base) * width);
@@ -52,7 +52,7 @@ impl HiddenRows {
     }
 
     /// The rows at positions `from..to` (zeros where none is kept), dropping those before `to`.
-    fn take(&mut self, width: usize, from: usize, to: usize) -> Vec<f32> {
+    pub(super) fn take(&mut self, width: usize, from: usize, to: usize) -> Vec<f32> {
         let kept = self.base..self.base + self.rows.len() / width;
         let mut out = Vec::with_capacity(to.saturating_sub(from) * width);
         for p in from..to {

@@ -26,7 +26,8 @@ pub enum DraftKind {
     /// The target's first N layers plus its head (no extra weights); their K/V go to the
     /// target's own pools and are rewritten by the verify round.
     EarlyExit(usize),
-    /// A smaller checkpoint with the same vocabulary, with its own KV pool.
+    /// A smaller checkpoint with the same vocabulary, with its own KV pool, or a Gemma 4
+    /// assistant reading the target's pools (assistant.rs).
     Model,
     /// The target checkpoint's multi-token-prediction head over the target's hidden rows, with
     /// its own KV pool (mtp.rs).
@@ -69,6 +70,9 @@ impl<B: Backend> Core<B> {
         }
         if self.mtp.is_some() {
             return self.mtp_drafts();
+        }
+        if self.assistant.is_some() {
+            return self.assistant_drafts();
         }
         let Some(drafter) = self.drafter.as_mut() else { return };
         let t = Instant::now();

@@ -3,7 +3,9 @@
 //! norm, V from the K projection, a head shape per layer): q, k and v from the block's normed
 //! input (plus their biases), rotary embedding, paged attention, then `sigmoid(gate)` times the
 //! output where the layer has a gate. A KV-shared layer (Gemma 4) has q alone and attends over
-//! the K/V its source layer made this round, in the source's pool.
+//! the K/V its source layer made this round, in the source's pool; a layer of a model reading
+//! another's pools (`ModelSpec::kv_read_only`, the Gemma 4 assistant) has q alone and attends
+//! over what that pool holds, writing none.
 
 use super::Caches;
 use super::indexer::Indexer;
@@ -88,7 +90,7 @@ impl<B: Backend> Attention<B> {
         // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
         let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
         let source = s.kv_source(i);
-        let owns = source.is_none();
+        let owns = source.is_none() && !s.kv_read_only;
         let kv_proj = match owns {
             true => Some((proj("k_proj", kv_heads * d, hidden)?, proj(v_name, kv_heads * d, hidden)?)),
             false => None,
@@ -156,6 +158,11 @@ impl<B: Backend> Attention<B> {
                     cache.shared[i] = Some((k, v));
                 }
                 out
+            }
+            // Another model's K/V, read where `meta` says (the Gemma 4 assistant).
+            None if self.source.is_none() => {
+                let q = self.project_q(b, s, q, pos);
+                b.attention_cached(&q, &cache.kv[self.kv], meta, &self.attn)
             }
             None => {
                 let q = self.project_q(b, s, q, pos);
