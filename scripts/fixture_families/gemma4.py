@@ -12,6 +12,10 @@ gemma4_kvshare: the same with 6 layers (sliding, full, three times) whose last 2
 (`num_kv_shared_layers` 2: layer 4 reads layer 2's K/V, layer 5 layer 3's; no K/V projections of
 their own) with MLPs twice as wide (`use_double_wide_mlp`).
 
+gemma4_wide: gemma4 with full layers of `global_head_dim` 64 (one KV head): their KV slots are
+twice as wide as the sliding layers' (64 against 2 x 16), as the released checkpoints' are (512
+against 256), so the KV pools of one model differ in width (sessions, preemption, prefix hits).
+
 gemma4_moe: 4 layers of the same attention with the MoE block (`enable_moe_block`: 8 experts of
 32, top-2, beside the dense MLP in every layer; random `router.scale` and
 `router.per_expert_scale`) and no per-layer inputs (`hidden_size_per_layer_input` 0, as the
@@ -76,6 +80,10 @@ def make_gemma4_kvshare():
         num_kv_shared_layers=2,
         use_double_wide_mlp=True,
     )
+
+
+def make_gemma4_wide():
+    return make_gemma4(global_head_dim=64)
 
 
 def make_gemma4_moe():
@@ -158,6 +166,7 @@ FAMILIES = {
     # family: (builder, seed, tokenizer adds BOS)
     "gemma4": (make_gemma4, 9000, True),
     "gemma4_kvshare": (make_gemma4_kvshare, 9500, True),
+    "gemma4_wide": (make_gemma4_wide, 9600, True),
     "gemma4_moe": (make_gemma4_moe, 9700, True),
 }
 
@@ -165,8 +174,14 @@ WEIGHT_STD = {
     #          embed, lm_head, router, in-proj, out-proj
     "gemma4": (0.3, None, 0.3, 0.2, 0.15),
     "gemma4_kvshare": (0.3, None, 0.3, 0.2, 0.15),
+    "gemma4_wide": (0.3, None, 0.3, 0.2, 0.15),
     "gemma4_moe": (0.3, None, 0.3, 0.2, 0.15),
 }
 
-PERTURB = {"gemma4": perturb_gemma4, "gemma4_kvshare": perturb_gemma4, "gemma4_moe": perturb_gemma4}
+PERTURB = {
+    "gemma4": perturb_gemma4,
+    "gemma4_kvshare": perturb_gemma4,
+    "gemma4_wide": perturb_gemma4,
+    "gemma4_moe": perturb_gemma4,
+}
 ACCEPT = {"gemma4_moe": accept_gemma4_moe}

@@ -36,7 +36,7 @@ pub fn run(a: &SessionArgs) -> Result<(), Failure> {
     println!("kv dtype: {}", h.kv_dtype);
     println!("tokens: {}", h.num_tokens);
     println!("block size: {}", h.block_size);
-    println!("layers: {}, kv heads: {}, head dim: {}", h.num_layers, h.num_kv_heads, h.head_dim);
+    println!("kv layers: {}, slot widths: {:?}", h.kv_widths.len(), h.kv_widths);
     println!("state layers: {} ({} bytes)", h.state.len(), h.state.iter().map(|s| s.slot_bytes()).sum::<usize>());
     let hex: String = h.digest.iter().map(|b| format!("{b:02x}")).collect();
     println!("sha-256: {hex} (verified)");

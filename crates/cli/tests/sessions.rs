@@ -21,6 +21,23 @@ fn restored_session_equals_fresh_after_restart() {
 }
 
 #[test]
+fn a_model_whose_pools_differ_in_width_saves_each_at_its_own() {
+    // gemma4_wide's full layers keep 64 values a slot, its sliding layers 32 (the restore itself
+    // is checked with every family above).
+    let e = engine(&cpu, "gemma4_wide", config(64, 256, 64, true));
+    assert_eq!(e.session_layout.kv_widths, [32, 64, 32, 64]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = confined_path(dir.path(), "wide").unwrap();
+    let ids = e.session_layout.vocab.check(&ramp(40, 3)).unwrap();
+    assert_eq!(e.save_session(ids, path.clone()), Ok(32));
+    let h = session::inspect(&path).unwrap();
+    assert_eq!((h.kv_widths, h.num_tokens), (vec![32, 64, 32, 64], 32));
+    let bytes = std::fs::read(&path).unwrap().len();
+    let kv = 2 * 32 * (32 + 64 + 32 + 64) * e.session_layout.kv_dtype.size();
+    assert_eq!(bytes, session::HEADER + 32 * 4 + 4 * session::KV_WIDTH_BYTES + kv);
+}
+
+#[test]
 fn bad_session_files_are_refused_and_the_engine_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let h = engine(&cpu, "qwen3", config(64, 256, 64, true));

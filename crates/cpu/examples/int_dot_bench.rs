@@ -3,7 +3,8 @@
 //! machine falls on all alike; the fastest round of each (the least disturbed by that load) and
 //! its ratio to AVX2's.
 //!
-//! `cargo run -p tf-cpu --release --example int_dot_bench [threads] [rounds]`
+//! `cargo run -p tf-cpu --release --example int_dot_bench [threads] [rounds] [rows,rows,...]`
+//! (rows default 128,1: prefill and decode).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -13,7 +14,7 @@ use tf_cpu::{CpuBackend, CpuOptions, IntDot};
 use tf_formats::TensorBytes;
 
 /// `(type, out, in)`: the matrices of Gemma 3 270M Q4_K_M (gate / up, down, attention output,
-/// the tied output head), each timed at 128 rows (prefill) and at 1 (decode).
+/// the tied output head), each timed at every row count asked for.
 const MATS: [(QuantType, usize, usize); 5] = [
     (QuantType::Q5_0, 2048, 640),
     (QuantType::Q4K, 640, 2048),
@@ -26,6 +27,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2);
     let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let row_counts: Vec<usize> = args
+        .next()
+        .map(|s| s.split(',').filter_map(|r| r.parse().ok()).filter(|&r| r > 0).collect())
+        .unwrap_or_else(|| vec![128, 1]);
     let dots: Vec<IntDot> =
         [IntDot::Avx2, IntDot::AvxVnni, IntDot::Avx512Vnni].into_iter().filter(|d| d.available()).collect();
     if dots.is_empty() {
@@ -43,7 +48,7 @@ fn main() {
         (seed >> 33) as u8
     };
     for (q, out, inp) in MATS {
-        for rows in [128, 1] {
+        for &rows in &row_counts {
             let mut bytes: Vec<u8> = (0..out * inp / q.block_len() * q.block_bytes()).map(|_| byte()).collect();
             // Small finite f16 scales everywhere these types keep one (bytes 0..4 and the last 2).
             let h = half::f16::from_f32(0.01).to_le_bytes();

@@ -4,8 +4,8 @@
 //! extending it is served exactly as a fresh one.
 //! A session file is outside input: it is opened without following links and read only when it
 //! is a regular file, and every byte is checked ([`verify`]: header, exact size, SHA-256 of the
-//! payload, finite K/V and state, ids below the embedding rows, state shapes equal to the
-//! model's) before any of it reaches the engine; names
+//! payload, finite K/V and state, ids below the embedding rows, KV slot widths and state shapes
+//! equal to the model's) before any of it reaches the engine; names
 //! are confined to one directory and files are replaced through an exclusive temporary.
 
 mod verify;
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use tf_backend::{Backend, StateShape};
 use tf_core::safe_file::{self, SafeFileError};
 use tf_core::{DType, TokenIds, Vocab};
-use tf_models::{CacheKind, Model};
+use tf_models::Model;
 use thiserror::Error;
 pub use verify::verify;
 use verify::{digest_of, dtype_code};
@@ -24,14 +24,19 @@ use verify::{digest_of, dtype_code};
 pub const MAGIC: &[u8; 8] = b"TFSESS\0\x01";
 /// Format version written and accepted (2: the header carries the payload's SHA-256; 3: and
 /// the state layers' shapes and slots; 4: the model fingerprint covers every byte of every
-/// tensor, where version 3's sampled only both ends of each).
-pub const VERSION: u32 = 4;
+/// tensor, where version 3's sampled only both ends of each; 5: each KV layer's slot width in a
+/// table after the state table, so pools of several widths (Gemma 4) are saved).
+pub const VERSION: u32 = 5;
 /// Where the SHA-256 starts: after magic, version, fingerprint, dtype, 4 dims, token count,
 /// state layer count.
 const DIGEST_AT: usize = 8 + 4 + 8 + 1 + 4 * 4 + 8 + 4;
 /// Bytes of one state layer's shape in the table after the ids (conv channels, conv width,
 /// recurrent values: u32 each).
 pub const STATE_SHAPE_BYTES: usize = 12;
+/// Bytes of one KV layer's slot width in the table after the state table (u32).
+pub const KV_WIDTH_BYTES: usize = 4;
+/// Most KV layers a session file may name.
+pub const MAX_KV_LAYERS: usize = 4096;
 /// Most state layers a session file may name.
 pub const MAX_STATE_LAYERS: usize = 4096;
 /// Bytes before the ids: the fields above and the 32-byte digest.
@@ -71,12 +76,8 @@ pub struct SessionLayout {
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
-    /// Attention layers (with a KV pool).
-    pub num_layers: usize,
-    /// KV heads.
-    pub num_kv_heads: usize,
-    /// Head width.
-    pub head_dim: usize,
+    /// Each KV pool's slot width (`KV heads * head width`), in the order of the model's pools.
+    pub kv_widths: Vec<usize>,
     /// Tokens per block.
     pub block_size: usize,
     /// Most tokens a session may hold (pool and context).
@@ -106,12 +107,8 @@ pub struct SessionHeader {
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
-    /// Attention layers.
-    pub num_layers: usize,
-    /// KV heads.
-    pub num_kv_heads: usize,
-    /// Head width.
-    pub head_dim: usize,
+    /// Each KV layer's slot width (from the table after the state table).
+    pub kv_widths: Vec<usize>,
     /// Tokens per block.
     pub block_size: usize,
     /// Tokens saved (a whole number of blocks).
@@ -126,14 +123,10 @@ impl SessionLayout {
     /// The layout of `model`'s KV pool in `block_size`-token blocks of `kv_dtype`, sessions of at
     /// most `max_tokens`.
     pub fn of<B: Backend>(model: &Model<B>, kv_dtype: DType, block_size: usize, max_tokens: usize) -> SessionLayout {
-        let spec = &model.decoder.spec;
-        let kv_layers = model.decoder.cache_kinds().iter().filter(|k| matches!(k, CacheKind::Kv(_))).count();
         SessionLayout {
             fingerprint: model.fingerprint,
             kv_dtype,
-            num_layers: kv_layers,
-            num_kv_heads: spec.num_kv_heads,
-            head_dim: spec.head_dim,
+            kv_widths: model.decoder.kv_widths(),
             block_size,
             max_tokens,
             vocab: model.vocab,
@@ -141,9 +134,9 @@ impl SessionLayout {
         }
     }
 
-    /// Bytes of K (or V) of one block of one layer.
-    pub fn half_block_bytes(&self) -> usize {
-        self.block_size * self.num_kv_heads * self.head_dim * self.kv_dtype.size()
+    /// Bytes of K (or V) of one block of KV layer `layer`.
+    pub fn half_block_bytes(&self, layer: usize) -> usize {
+        self.block_size * self.kv_widths.get(layer).copied().unwrap_or(0) * self.kv_dtype.size()
     }
 }
 
@@ -165,7 +158,10 @@ fn header_fields(layout: &SessionLayout, num_tokens: usize) -> Vec<u8> {
     head.extend_from_slice(&VERSION.to_le_bytes());
     head.extend_from_slice(&layout.fingerprint.to_le_bytes());
     head.push(dtype_code(layout.kv_dtype));
-    for d in [layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size] {
+    // The dims field's middle two: the first pool's slot width and 1 (the widths' table after the
+    // state table has every layer's).
+    let first = layout.kv_widths.first().copied().unwrap_or(0);
+    for d in [layout.kv_widths.len(), first, 1, layout.block_size] {
         head.extend_from_slice(&(d as u32).to_le_bytes());
     }
     head.extend_from_slice(&(num_tokens as u64).to_le_bytes());
@@ -182,13 +178,19 @@ fn state_table(state: &[StateShape]) -> Vec<u8> {
         .collect()
 }
 
+/// The KV width table: each KV layer's slot width.
+fn width_table(widths: &[usize]) -> Vec<u8> {
+    widths.iter().flat_map(|&w| (w as u32).to_le_bytes()).collect()
+}
+
 /// Writes a session file: through an exclusive temporary beside it, synced, renamed over it
 /// (never following a link at the target, the temporary or the folder).
 pub fn write(path: &Path, layout: &SessionLayout, session: &CheckedSession) -> Result<(), SessionError> {
     let ids: Vec<u8> = session.ids.as_slice().iter().flat_map(|id| id.to_le_bytes()).collect();
     let mut head = header_fields(layout, session.ids.len());
     let table = state_table(&layout.state);
-    let parts: Vec<&[u8]> = [ids.as_slice(), table.as_slice()]
+    let widths = width_table(&layout.kv_widths);
+    let parts: Vec<&[u8]> = [ids.as_slice(), table.as_slice(), widths.as_slice()]
         .into_iter()
         .chain(session.layers.iter().map(Vec::as_slice))
         .chain(session.state.iter().map(Vec::as_slice))
@@ -255,9 +257,7 @@ mod tests {
         SessionLayout {
             fingerprint: 42,
             kv_dtype: DType::F32,
-            num_layers: 2,
-            num_kv_heads: 1,
-            head_dim: 2,
+            kv_widths: vec![2, 2],
             block_size: 2,
             max_tokens: 8,
             vocab: Vocab::new(10).unwrap(),
@@ -266,10 +266,11 @@ mod tests {
     }
 
     fn session(l: &SessionLayout) -> CheckedSession {
-        let per_layer = 2 * 2 * l.half_block_bytes();
         CheckedSession {
             ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(),
-            layers: (0..2).map(|i| (0..per_layer).map(|b| (b + i) as u8).collect()).collect(),
+            layers: (0..l.kv_widths.len())
+                .map(|i| (0..2 * 2 * l.half_block_bytes(i)).map(|b| (b + i) as u8).collect())
+                .collect(),
             state: l
                 .state
                 .iter()
@@ -349,9 +350,7 @@ mod tests {
         let want = SessionHeader {
             fingerprint: 42,
             kv_dtype: DType::F32,
-            num_layers: 2,
-            num_kv_heads: 1,
-            head_dim: 2,
+            kv_widths: vec![2, 2],
             block_size: 2,
             num_tokens: 4,
             digest: h.digest,
@@ -378,9 +377,41 @@ mod tests {
         odd[37..45].copy_from_slice(&3u64.to_le_bytes());
         refuse(&odd, "multiple of the block size");
         let mut huge = bytes.clone();
-        huge[21..37].copy_from_slice(&[0xff; 16]);
+        huge[25..37].copy_from_slice(&[0xff; 12]);
         huge[37..45].copy_from_slice(&(u64::MAX - u64::from(u32::MAX)).to_le_bytes());
         refuse(&huge, "overflow");
+        let mut layers = bytes.clone();
+        layers[21..25].copy_from_slice(&u32::MAX.to_le_bytes());
+        refuse(&layers, "4294967295 KV layers: at most 4096");
+        // The width table disagreeing with the header's first layer, or naming a zero width.
+        let widths = HEADER + 16;
+        let mut first = bytes.clone();
+        first[widths..widths + 4].copy_from_slice(&3u32.to_le_bytes());
+        reseal(&mut first);
+        refuse(&first, "disagrees with the width table's 3");
+        let mut zero_width = bytes.clone();
+        zero_width[widths + 4..widths + 8].fill(0);
+        reseal(&mut zero_width);
+        refuse(&zero_width, "KV layer 1 has a slot width of 0");
+    }
+
+    #[test]
+    fn pools_of_several_widths_round_trip_and_other_widths_are_refused() {
+        // Gemma 4's shape: sliding layers narrower than the full one.
+        let dir = tempfile::tempdir().unwrap();
+        let l = SessionLayout { kv_widths: vec![2, 6, 2], ..layout() };
+        let p = confined_path(dir.path(), "mixed").unwrap();
+        let s = session(&l);
+        assert_eq!(s.layers.iter().map(Vec::len).collect::<Vec<_>>(), [64, 192, 64]);
+        write(&p, &l, &s).unwrap();
+        assert_eq!(read(&p, &l).unwrap(), s);
+        assert_eq!(inspect(&p).unwrap().kv_widths, [2, 6, 2]);
+        let other = SessionLayout { kv_widths: vec![2, 2, 6], ..layout() };
+        let e = read(&p, &other).unwrap_err().to_string();
+        assert!(e.contains("KV slot widths [2, 6, 2] differ from the running [2, 2, 6]"), "{e}");
+        let fewer = SessionLayout { kv_widths: vec![2, 6], ..layout() };
+        let e = read(&p, &fewer).unwrap_err().to_string();
+        assert!(e.contains("3 layers") && e.contains("2 layers"), "{e}");
     }
 
     #[test]
@@ -403,15 +434,15 @@ mod tests {
     #[test]
     fn a_corrupted_payload_is_refused_by_read_and_inspect() {
         let dir = tempfile::tempdir().unwrap();
-        let l = SessionLayout { num_kv_heads: 2, head_dim: 16, ..layout() };
+        let l = SessionLayout { kv_widths: vec![32, 32], ..layout() };
         let p = confined_path(dir.path(), "c").unwrap();
-        let per_layer = 2 * 2 * l.half_block_bytes();
+        let per_layer = 2 * 2 * l.half_block_bytes(0);
         let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 7 + i) % 61) as u8).collect()).collect();
         let s = CheckedSession { ids: l.vocab.check(&[1, 2, 3, 4]).unwrap(), layers, state: Vec::new() };
         write(&p, &l, &s).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(read(&p, &l).unwrap(), s);
-        let (len, kv) = (bytes.len(), HEADER + 16);
+        let (len, kv) = (bytes.len(), HEADER + 16 + 2 * KV_WIDTH_BYTES);
         let mut flipped = bytes.clone();
         flipped[len / 2 - 32..len / 2 + 32].iter_mut().for_each(|b| *b ^= 0xa5);
         let mut nan = bytes.clone();
@@ -457,7 +488,7 @@ mod tests {
             write(&p, &l, &session(&l)).unwrap();
             assert!(read(&p, &l).is_ok(), "{dtype}");
             let mut bytes = std::fs::read(&p).unwrap();
-            let at = HEADER + 16 + 2;
+            let at = HEADER + 16 + 2 * KV_WIDTH_BYTES + 2;
             bytes[at..at + 2].copy_from_slice(&inf.to_le_bytes());
             reseal(&mut bytes);
             let (r, i) = refusals(&p, &bytes, &l);
@@ -483,6 +514,9 @@ mod tests {
         bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
         let (r, i) = refusals(&p, &bytes, &l);
         assert!(r.contains("format version 3 names its model by a fingerprint over samples") && r == i, "{r} / {i}");
+        bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+        let (r, i) = refusals(&p, &bytes, &l);
+        assert!(r.contains("format version 4 has no KV width table") && r == i, "{r} / {i}");
     }
 
     #[test]

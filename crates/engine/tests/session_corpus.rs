@@ -17,17 +17,15 @@ fn saved(dtype: DType, state: &[StateShape]) -> Vec<u8> {
     let l = SessionLayout {
         fingerprint: 0x5eed,
         kv_dtype: dtype,
-        num_layers: 2,
-        num_kv_heads: 1,
-        head_dim: 4,
+        kv_widths: vec![4, 8],
         block_size: 2,
         max_tokens: 8,
         vocab,
         state: state.to_vec(),
     };
-    let per_layer = 2 * 2 * l.half_block_bytes();
     // Small positive values in every dtype: the top byte of each element stays below 0x3f.
-    let layers = (0..2).map(|i| (0..per_layer).map(|b| ((b * 5 + i) % 0x3f) as u8).collect()).collect();
+    let layers =
+        (0..2).map(|i| (0..2 * 2 * l.half_block_bytes(i)).map(|b| ((b * 5 + i) % 0x3f) as u8).collect()).collect();
     let state =
         state.iter().map(|s| (0..s.slot_len()).flat_map(|v| (v as f32 - 2.5).to_le_bytes()).collect()).collect();
     let s = CheckedSession { ids: vocab.check(&[1, 2, 3, 4]).unwrap(), layers, state };
@@ -61,7 +59,9 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         }
         b
     };
-    let kv = HEADER + 16;
+    // The widths' table (2 layers) after the (empty) state table, then the K/V.
+    let widths = HEADER + 16;
+    let kv = widths + 8;
     vec![
         ("valid_f32.tfsession", good.clone()),
         ("valid_f16.tfsession", saved(DType::F16, &[])),
@@ -81,6 +81,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("bad_state_count_resealed.tfsession", edit_hybrid(&|b| b[45..49].copy_from_slice(&u32::MAX.to_le_bytes()))),
         ("bad_version_2.tfsession", edit(&|b| b[8..12].copy_from_slice(&2u32.to_le_bytes()), false)),
         ("bad_version_3.tfsession", edit(&|b| b[8..12].copy_from_slice(&3u32.to_le_bytes()), false)),
+        ("bad_version_4.tfsession", edit(&|b| b[8..12].copy_from_slice(&4u32.to_le_bytes()), false)),
+        ("bad_width_zero_resealed.tfsession", edit(&|b| b[widths + 4..widths + 8].fill(0), true)),
+        (
+            "bad_width_first_resealed.tfsession",
+            edit(&|b| b[widths..widths + 4].copy_from_slice(&5u32.to_le_bytes()), true),
+        ),
+        ("bad_width_count_resealed.tfsession", edit(&|b| b[21..25].copy_from_slice(&3u32.to_le_bytes()), true)),
         (
             "bad_payload_flipped.tfsession",
             edit(&|b| b[len / 2 - 8..len / 2 + 8].iter_mut().for_each(|x| *x ^= 0xa5), false),

@@ -111,10 +111,10 @@ impl<B: Backend> Decoder<B> {
         parts * self.kv_shapes.iter().map(|(h, d)| h * d).sum::<usize>() * kv_dtype.size()
     }
 
-    /// Whether every KV pool's slot is as wide as `num_kv_heads * head_dim` of the spec (the
-    /// one width a session file records); Gemma 4's wider full layers make it false.
-    pub fn kv_width_uniform(&self) -> bool {
-        self.kv_shapes.iter().all(|(h, d)| h * d == self.spec.num_kv_heads * self.spec.head_dim)
+    /// Each KV pool's slot width (`KV heads * head width`: the values K, or V, holds per token),
+    /// in the order of `Cache::kv` (Gemma 4's full layers are wider than its sliding ones).
+    pub fn kv_widths(&self) -> Vec<usize> {
+        self.kv_shapes.iter().map(|(h, d)| h * d).collect()
     }
 
     /// Bytes of state one sequence holds (every recurrent layer's slot, f32).

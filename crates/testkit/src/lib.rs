@@ -32,7 +32,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 17] = [
+pub const FAMILIES: [&str; 18] = [
     "llama",
     "qwen3",
     "gemma3",
@@ -46,6 +46,7 @@ pub const FAMILIES: [&str; 17] = [
     "deepseek_v32_allkeys",
     "gemma4",
     "gemma4_kvshare",
+    "gemma4_wide",
     "gemma4_moe",
     "minimax_m3",
     "minimax_m3_cover",

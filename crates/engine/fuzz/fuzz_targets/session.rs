@@ -17,9 +17,7 @@ fn check(data: &[u8]) {
     let layout = SessionLayout {
         fingerprint: h.fingerprint,
         kv_dtype: h.kv_dtype,
-        num_layers: h.num_layers,
-        num_kv_heads: h.num_kv_heads,
-        head_dim: h.head_dim,
+        kv_widths: h.kv_widths.clone(),
         block_size: h.block_size,
         max_tokens: h.num_tokens,
         vocab,
@@ -29,9 +27,9 @@ fn check(data: &[u8]) {
         Ok((again, Some(s))) => {
             assert_eq!(again, h);
             assert_eq!(s.ids.len(), h.num_tokens);
-            assert_eq!(s.layers.len(), h.num_layers);
-            let per_layer = 2 * h.num_tokens * h.num_kv_heads * h.head_dim * h.kv_dtype.size();
-            assert!(s.layers.iter().all(|l| l.len() == per_layer));
+            assert_eq!(s.layers.len(), h.kv_widths.len());
+            let per_layer = |w: usize| 2 * h.num_tokens * w * h.kv_dtype.size();
+            assert!(s.layers.iter().zip(&h.kv_widths).all(|(l, &w)| l.len() == per_layer(w)));
             assert_eq!(s.state.len(), h.state.len());
             assert!(s.state.iter().zip(&h.state).all(|(b, shape)| b.len() == shape.slot_bytes()));
         }

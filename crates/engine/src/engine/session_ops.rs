@@ -18,10 +18,6 @@ pub(super) struct PendingSave {
 
 impl<B: Backend> Core<B> {
     pub(super) fn admit_save(&mut self, ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>>) {
-        if let Err(msg) = self.session_widths() {
-            let _ = reply.send(Err(msg));
-            return;
-        }
         let bs = self.sched.pool().block_size();
         let full = ids.len() / bs * bs;
         if full == 0 || full > self.max_seq_tokens {
@@ -62,10 +58,8 @@ impl<B: Backend> Core<B> {
 
     /// Puts each block of `s` not already cached into a fresh pool block and caches it.
     pub(super) fn restore(&mut self, s: &CheckedSession) -> Result<usize, String> {
-        self.session_widths()?;
         let layout = self.session_layout();
         let bs = layout.block_size;
-        let half = layout.half_block_bytes();
         let num_blocks = s.ids.len() / bs;
         if s.state.len() != self.cache.state.len() {
             return Err(format!(
@@ -87,7 +81,8 @@ impl<B: Backend> Core<B> {
             let Some(block) = self.sched.pool_mut().allocate(1) else {
                 return Err(format!("the KV pool has no free block for block {i} of {num_blocks}"));
             };
-            for (kv, layer) in self.cache.kv.iter_mut().zip(&s.layers) {
+            for ((kv, layer), l) in self.cache.kv.iter_mut().zip(&s.layers).zip(0..) {
+                let half = layout.half_block_bytes(l);
                 let k = &layer[i * half..(i + 1) * half];
                 let v = &layer[(num_blocks + i) * half..(num_blocks + i + 1) * half];
                 self.backend.write_kv_blocks(kv, &block, &[k, v].concat());
@@ -105,16 +100,6 @@ impl<B: Backend> Core<B> {
         }
         self.publish();
         Ok(s.ids.len())
-    }
-
-    /// A session file records one KV slot width for every layer: refused where pools differ.
-    fn session_widths(&self) -> Result<(), String> {
-        match self.model.decoder.kv_width_uniform() {
-            true => Ok(()),
-            false => Err("sessions are not supported for a model whose KV pools differ in width \
-                          (Gemma 4's wider full-attention layers)"
-                .into()),
-        }
     }
 
     fn session_layout(&self) -> session::SessionLayout {

@@ -1,12 +1,13 @@
 //! The one check every session file goes through before any of it is used, by `restore`,
 //! `generate --session` and `session inspect` alike: magic and version, a self-consistent header
 //! (and, given a model, one that matches it), the exact size the header and the state shape
-//! table imply, the SHA-256 of every other byte, K/V and state values all finite, and (given a
-//! model) state shapes equal to its own and ids below its embedding rows.
+//! and KV width tables imply, the SHA-256 of every other byte, K/V and state values all finite,
+//! and (given a model) KV slot widths and state shapes equal to its own and ids below its
+//! embedding rows.
 
 use super::{
-    CheckedSession, DIGEST_AT, HEADER, MAGIC, MAX_STATE_LAYERS, STATE_SHAPE_BYTES, SessionError, SessionHeader,
-    SessionLayout, VERSION,
+    CheckedSession, DIGEST_AT, HEADER, KV_WIDTH_BYTES, MAGIC, MAX_KV_LAYERS, MAX_STATE_LAYERS, STATE_SHAPE_BYTES,
+    SessionError, SessionHeader, SessionLayout, VERSION,
 };
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -98,6 +99,11 @@ pub fn verify<R: Read>(
                  not every byte, and is no longer read: save the session again"
                 .into()));
         }
+        4 => {
+            return Err(bad(
+                "format version 4 has no KV width table and is no longer read: save the session again".into()
+            ));
+        }
         v => return Err(bad(format!("format version {v} (this build reads {VERSION})"))),
     }
     if got < HEADER {
@@ -106,13 +112,18 @@ pub fn verify<R: Read>(
     let code = head[20];
     let kv_dtype = dtype_of(code).ok_or_else(|| bad(format!("unknown KV dtype code {code}")))?;
     let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
-    let [num_layers, num_kv_heads, head_dim, block_size] = dims;
+    // The first KV layer's slot width as (heads, width) over its two fields; the width table
+    // after the state table has every layer's.
+    let [num_layers, first_heads, first_dim, block_size] = dims;
     let (fingerprint, n, num_state) = (u64_at(12), u64_at(37), u32_at(45));
     if dims.contains(&0) {
         return Err(bad(format!("KV layout {dims:?} has a zero dimension")));
     }
     if num_state > MAX_STATE_LAYERS as u64 {
         return Err(bad(format!("{num_state} state layers: at most {MAX_STATE_LAYERS}")));
+    }
+    if num_layers > MAX_KV_LAYERS as u64 {
+        return Err(bad(format!("{num_layers} KV layers: at most {MAX_KV_LAYERS}")));
     }
     if n == 0 || !n.is_multiple_of(block_size) {
         return Err(bad(format!("{n} tokens: must be a positive multiple of the block size {block_size}")));
@@ -121,9 +132,15 @@ pub fn verify<R: Read>(
         if fingerprint != l.fingerprint {
             return Err(bad("saved from another model (fingerprint differs)".into()));
         }
-        let want = [l.num_layers, l.num_kv_heads, l.head_dim, l.block_size].map(|d| d as u64);
-        if code != dtype_code(l.kv_dtype) || dims != want {
-            return Err(bad(format!("KV layout {dims:?} dtype {code} differs from the running {want:?}")));
+        let want = [l.kv_widths.len(), l.block_size].map(|d| d as u64);
+        if code != dtype_code(l.kv_dtype) || [num_layers, block_size] != want {
+            return Err(bad(format!(
+                "KV layout ({num_layers} layers, blocks of {block_size}) dtype {code} differs from the running \
+                 ({} layers, blocks of {}) dtype {}",
+                want[0],
+                want[1],
+                dtype_code(l.kv_dtype)
+            )));
         }
         if num_state != l.state.len() as u64 {
             return Err(bad(format!("{num_state} state layers, the running model has {}", l.state.len())));
@@ -135,10 +152,9 @@ pub fn verify<R: Read>(
             )));
         }
     }
-    let per_layer =
-        [2, n, num_kv_heads, head_dim, kv_dtype.size() as u64].iter().try_fold(1u64, |a, &x| a.checked_mul(x));
     let table_len = num_state * STATE_SHAPE_BYTES as u64;
-    let before_table = n.checked_mul(4).and_then(|ids| ids.checked_add(HEADER as u64 + table_len));
+    let widths_len = num_layers * KV_WIDTH_BYTES as u64;
+    let before_table = n.checked_mul(4).and_then(|ids| ids.checked_add(HEADER as u64 + table_len + widths_len));
     let at_least = before_table.ok_or_else(|| bad(format!("{n} tokens overflow any file size")))?;
     if len < at_least {
         return Err(bad(format!("file is {len} bytes, expected at least {at_least} (truncated or padded)")));
@@ -152,19 +168,41 @@ pub fn verify<R: Read>(
     let mut table = vec![0u8; size(table_len)?];
     src.read_exact(&mut table).map_err(io)?;
     hasher.update(&table);
+    let mut width_table = vec![0u8; size(widths_len)?];
+    src.read_exact(&mut width_table).map_err(io)?;
+    hasher.update(&width_table);
     let state = state_shapes(&table);
     if let Some(l) = against
         && state != l.state
     {
         return Err(bad(format!("state layer shapes {state:?} differ from the running {:?}", l.state)));
     }
+    let widths: Vec<u64> = width_table
+        .chunks_exact(KV_WIDTH_BYTES)
+        .map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
+    if let Some(i) = widths.iter().position(|&w| w == 0) {
+        return Err(bad(format!("KV layer {i} has a slot width of 0")));
+    }
+    if widths.first().is_some_and(|&w| Some(w) != first_heads.checked_mul(first_dim)) {
+        return Err(bad(format!(
+            "the header's first KV layer ({first_heads} x {first_dim}) disagrees with the width table's {}",
+            widths[0]
+        )));
+    }
+    if let Some(l) = against
+        && widths.iter().map(|&w| w as usize).ne(l.kv_widths.iter().copied())
+    {
+        return Err(bad(format!("KV slot widths {widths:?} differ from the running {:?}", l.kv_widths)));
+    }
+    let layer_bytes = |w: u64| [2, n, w, kv_dtype.size() as u64].iter().try_fold(1u64, |a, &x| a.checked_mul(x));
     let slot_bytes = |s: &StateShape| {
         let conv = (s.conv_channels as u64).checked_mul(s.conv_width as u64)?;
         conv.checked_add(s.rec_len as u64)?.checked_mul(4)
     };
     let state_bytes = state.iter().try_fold(0u64, |a, s| a.checked_add(slot_bytes(s)?));
-    let expected = per_layer
-        .and_then(|p| p.checked_mul(num_layers))
+    let kv_bytes = widths.iter().try_fold(0u64, |a, &w| a.checked_add(layer_bytes(w)?));
+    let expected = kv_bytes
         .and_then(|kv| kv.checked_add(at_least)?.checked_add(state_bytes?))
         .ok_or_else(|| bad(format!("{n} tokens of this layout overflow any file size")))?;
     if len != expected {
@@ -173,20 +211,18 @@ pub fn verify<R: Read>(
     let header = SessionHeader {
         fingerprint,
         kv_dtype,
-        num_layers: size(num_layers)?,
-        num_kv_heads: size(num_kv_heads)?,
-        head_dim: size(head_dim)?,
+        kv_widths: widths.iter().map(|&w| size(w)).collect::<Result<_, _>>()?,
         block_size: size(block_size)?,
         num_tokens: size(n)?,
         digest: head[DIGEST_AT..HEADER].try_into().unwrap_or([0; 32]),
         state,
     };
-    let per_layer = size(per_layer.unwrap_or(0))?;
     // With a model the layers are kept; without, one buffer is reused.
     let mut layers = Vec::new();
     let mut scratch = Vec::new();
     let mut non_finite = None;
-    for layer in 0..header.num_layers {
+    for (layer, &w) in widths.iter().enumerate() {
+        let per_layer = size(layer_bytes(w).unwrap_or(0))?;
         let buf = if against.is_some() {
             layers.push(vec![0u8; per_layer]);
             layers.last_mut().map_or(&mut scratch, |b| b)
