@@ -94,31 +94,44 @@ pub fn write_index_keys(k: &HostTensor, kv: &mut HostKv, meta: &AttnMeta, p: &In
 /// Each row's chosen blocks from its indexer queries `q` `[rows, heads * head_dim]` against the
 /// keys in `kv` (this round's written first).
 pub fn pick_blocks(q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &IndexParams) -> BlockPicks {
-    let (half, w) = keys(kv, p);
-    let (d, bs) = (p.head_dim, p.block_size);
     let mut picks = Vec::with_capacity(q.rows * p.num_heads);
     for s in &meta.seqs {
         for i in 0..s.q_len {
-            let pos = s.start_pos + i;
-            let own = pos / bs;
-            let row = q.row(s.q_start + i);
-            for h in 0..p.num_heads {
-                let qh = &row[h * d..][..d];
-                let scores: Vec<f32> = (0..=own)
-                    .map(|b| {
-                        (b * bs..((b + 1) * bs).min(pos + 1))
-                            .map(|j| {
-                                let key = &half[slot(&s.block_table, meta.block_size, j) * w + p.col..][..d];
-                                qh.iter().zip(key).map(|(a, b)| a * b).sum::<f32>()
-                            })
-                            .fold(f32::NEG_INFINITY, f32::max)
-                    })
-                    .collect();
-                picks.push(choose(&scores, own, p.topk, p.local));
-            }
+            picks.extend(pick_row(q.row(s.q_start + i), s.start_pos + i, &s.block_table, kv, meta.block_size, p));
         }
     }
-    BlockPicks { num_heads: p.num_heads, block_size: bs, picks }
+    BlockPicks { num_heads: p.num_heads, block_size: p.block_size, picks }
+}
+
+/// One query row's chosen blocks per indexer head ([`pick_blocks`]'s row `row` at position
+/// `pos` of the sequence whose pool blocks are `block_table`, `pool_block` tokens each).
+pub fn pick_row(
+    row: &[f32],
+    pos: usize,
+    block_table: &[u32],
+    kv: &HostKv,
+    pool_block: usize,
+    p: &IndexParams,
+) -> Vec<Vec<u32>> {
+    let (half, w) = keys(kv, p);
+    let (d, bs) = (p.head_dim, p.block_size);
+    let own = pos / bs;
+    (0..p.num_heads)
+        .map(|h| {
+            let qh = &row[h * d..][..d];
+            let scores: Vec<f32> = (0..=own)
+                .map(|b| {
+                    (b * bs..((b + 1) * bs).min(pos + 1))
+                        .map(|j| {
+                            let key = &half[slot(block_table, pool_block, j) * w + p.col..][..d];
+                            qh.iter().zip(key).map(|(a, b)| a * b).sum::<f32>()
+                        })
+                        .fold(f32::NEG_INFINITY, f32::max)
+                })
+                .collect();
+            choose(&scores, own, p.topk, p.local)
+        })
+        .collect()
 }
 
 /// Writes K/V as [`crate::Backend::attention`] does, then attends each query head over the keys
@@ -134,41 +147,61 @@ pub fn attention_blocks(
     picks: &BlockPicks,
 ) -> HostTensor {
     write_kv(k, v, kv, meta);
-    let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
-    let per_pick = p.num_heads / picks.num_heads.max(1);
-    let bs = picks.block_size;
-    let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
+    let n = p.num_heads * p.head_dim;
+    let mut out = HostTensor::zeros(q.rows, n);
     for s in &meta.seqs {
         for i in 0..s.q_len {
-            let (row, pos) = (s.q_start + i, s.start_pos + i);
-            let first = window_start(pos, p.window);
-            for h in 0..p.num_heads {
-                let blocks = &picks.picks[row * picks.num_heads + h / per_pick.max(1)];
-                let slots: Vec<usize> = (blocks.iter())
-                    .flat_map(|&b| (b as usize * bs).max(first)..((b as usize + 1) * bs).min(pos + 1))
-                    .map(|j| slot(&s.block_table, meta.block_size, j))
-                    .collect();
-                let qh = &q.row(row)[h * d..(h + 1) * d];
-                let kvh = (h / group) * d;
-                let scores: Vec<f32> = (slots.iter())
-                    .map(|&sl| {
-                        let x = qh.iter().zip(&kv.k[sl * w + kvh..][..d]).map(|(a, b)| a * b).sum::<f32>() * p.scale;
-                        p.softcap.map_or(x, |c| c * (x / c).tanh())
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f32 = exps.iter().sum();
-                let o = &mut out.data[row * p.num_heads * d + h * d..][..d];
-                for (&e, &sl) in exps.iter().zip(&slots) {
-                    for (oi, vi) in o.iter_mut().zip(&kv.values()[sl * w + kvh..][..d]) {
-                        *oi += e / sum * vi;
-                    }
-                }
-            }
+            let row = s.q_start + i;
+            let o = &mut out.data[row * n..(row + 1) * n];
+            attend_row(q.row(row), row, s.start_pos + i, &s.block_table, kv, meta.block_size, p, picks, o);
         }
     }
     out
+}
+
+/// One query row's output `o` (`[heads * head_dim]`, zeroed) in [`attention_blocks`] (its K/V
+/// already written): row `row` of `picks`, at position `pos` of the sequence whose pool blocks
+/// are `block_table`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_row(
+    q: &[f32],
+    row: usize,
+    pos: usize,
+    block_table: &[u32],
+    kv: &HostKv,
+    pool_block: usize,
+    p: &AttnParams,
+    picks: &BlockPicks,
+    o: &mut [f32],
+) {
+    let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
+    let per_pick = p.num_heads / picks.num_heads.max(1);
+    let bs = picks.block_size;
+    let first = window_start(pos, p.window);
+    for h in 0..p.num_heads {
+        let blocks = &picks.picks[row * picks.num_heads + h / per_pick.max(1)];
+        let slots: Vec<usize> = (blocks.iter())
+            .flat_map(|&b| (b as usize * bs).max(first)..((b as usize + 1) * bs).min(pos + 1))
+            .map(|j| slot(block_table, pool_block, j))
+            .collect();
+        let qh = &q[h * d..(h + 1) * d];
+        let kvh = (h / group) * d;
+        let scores: Vec<f32> = (slots.iter())
+            .map(|&sl| {
+                let x = qh.iter().zip(&kv.k[sl * w + kvh..][..d]).map(|(a, b)| a * b).sum::<f32>() * p.scale;
+                p.softcap.map_or(x, |c| c * (x / c).tanh())
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f32 = exps.iter().sum();
+        let oh = &mut o[h * d..(h + 1) * d];
+        for (&e, &sl) in exps.iter().zip(&slots) {
+            for (oi, vi) in oh.iter_mut().zip(&kv.values()[sl * w + kvh..][..d]) {
+                *oi += e / sum * vi;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! invariant bit for bit (docs/architecture.md, the four promises). Host types are the reference backend's.
 
 mod attention;
+mod block_sparse;
 mod fp8;
 mod gdn;
 mod matmul;
@@ -298,8 +299,7 @@ impl Backend for CpuBackend {
         meta: &AttnMeta,
         p: &tf_backend::IndexParams,
     ) -> tf_backend::BlockPicks {
-        tf_backend::sparse::write_index_keys(k, kv, meta, p);
-        tf_backend::sparse::pick_blocks(q, kv, meta, p)
+        block_sparse::index_blocks(self, q, k, kv, meta, p)
     }
 
     fn attention_blocks(
@@ -312,7 +312,7 @@ impl Backend for CpuBackend {
         p: &AttnParams,
         picks: &tf_backend::BlockPicks,
     ) -> HostTensor {
-        tf_backend::sparse::attention_blocks(q, k, v, kv, meta, p, picks)
+        block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
     }
 
     fn sparse_attention(
