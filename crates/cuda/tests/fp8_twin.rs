@@ -18,9 +18,13 @@ use tf_models::Model;
 use tf_models::config::RawConfig;
 use tf_testkit::{argmax, fixture, golden};
 
-/// The FP8 fixtures (scripts/fixture_fp8.py) whose family runs on CUDA.
+/// The FP8 fixtures (scripts/fixture_fp8.py) whose family runs on CUDA, but not the MLA ones:
+/// their absorbed `kv_b_proj` is dequantized on the host to code x scale in f32, where the twin
+/// holds its bf16 rounding, so the two differ there by design.
 fn fp8() -> impl Iterator<Item = &'static str> {
-    tf_testkit::FP8_FIXTURES.iter().filter(|&&(_, source)| tf_testkit::on_cuda(source)).map(|&(f, _)| f)
+    (tf_testkit::FP8_FIXTURES.iter())
+        .filter(|&&(_, source)| tf_testkit::on_cuda(source) && !source.starts_with("deepseek_v3"))
+        .map(|&(f, _)| f)
 }
 
 /// The safetensors name of a dtype the fixtures hold (besides FP8).
