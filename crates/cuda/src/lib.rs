@@ -223,17 +223,6 @@ impl Backend for CudaBackend {
         self.ctx.dev.download(&v.data, v.len)
     }
 
-    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
-        match act {
-            Activation::SwigluOai => Err(BackendError::Unsupported(
-                "the clamped SwiGLU of MiniMax M3 (swiglu_alpha, swiglu_limit) has no CUDA kernel yet: run this \
-                 model with --device cpu"
-                    .into(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
         ops::kv(&self.ctx, shape)
     }
