@@ -359,6 +359,17 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn check_attention_cached(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_cached(&self, q: &CudaAct, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {
+        match kv.shape.latent {
+            true => attention_mla::attention_cached(&self.ctx, q, kv, meta, p),
+            false => attention::attention_cached(&self.ctx, q, kv, meta, p),
+        }
+    }
+
     fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {
         ops::select_rows(&self.ctx, x, rows)
     }
