@@ -312,12 +312,6 @@ pub trait Backend: Send + Sync {
             self.name()
         )))
     }
-    /// Refuses a model whose MLPs use `act` where this backend has no kernel for it (the default
-    /// runs every [`Activation`]).
-    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
-        let _ = act;
-        Ok(())
-    }
     /// Writes this round's indexer keys `k` `[rows, head_dim]` into their slots of the
     /// indexer-key pool `kv` where `p` says, then chooses each row's key blocks from its indexer
     /// queries `q` `[rows, heads * head_dim]` (sparse.rs `pick_blocks`). The default runs

@@ -337,9 +337,22 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope(float* __restrict
     }
 }
 
-// act(v) for one element; act 0 SiLU, 1 GELU (tanh), 2 relu(v)^2. SiLU divides with
-// __fdividef (within 2 ulp; no slow-path branch, so a store loop's values overlap:
-// gemm_wgmma.cu's GLU store).
+// The clamped SwiGLU's (MiniMax M3's, GPT-OSS's) sigmoid gain and clamp: tf_backend
+// SWIGLU_OAI_ALPHA and SWIGLU_OAI_LIMIT.
+#define SWIGLU_OAI_ALPHA 1.702f
+#define SWIGLU_OAI_LIMIT 7.0f
+
+// The clamped SwiGLU's gate: g = min(v, limit), then g * (1 / (1 + exp(-(g * alpha)))), as
+// tf_backend reference.rs `activate` makes it: each operation rounded on its own (no fused
+// multiply-add), the reciprocal correctly rounded, fminf's NaN rule Rust's f32::min's.
+__device__ __forceinline__ float swiglu_oai_gate(float v) {
+    const float g = fminf(v, SWIGLU_OAI_LIMIT);
+    return __fmul_rn(g, __frcp_rn(__fadd_rn(1.0f, expf(-__fmul_rn(g, SWIGLU_OAI_ALPHA)))));
+}
+
+// act(v) for one element; act 0 SiLU, 1 GELU (tanh), 2 relu(v)^2, 3 the clamped SwiGLU's gate
+// (swiglu_oai_gate). SiLU divides with __fdividef (within 2 ulp; no slow-path branch, so a
+// store loop's values overlap: gemm_wgmma.cu's GLU store).
 __device__ __forceinline__ float act_one(float v, int act) {
     float a;
     if (act == 0) {
@@ -347,6 +360,8 @@ __device__ __forceinline__ float act_one(float v, int act) {
     } else if (act == 1) {
         const float c = 0.7978845608028654f;
         a = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    } else if (act == 3) {
+        a = swiglu_oai_gate(v);
     } else {
         const float r = fmaxf(v, 0.f);
         a = __fmul_rn(r, r);
@@ -354,8 +369,15 @@ __device__ __forceinline__ float act_one(float v, int act) {
     return a;
 }
 
-// act(g) * u for one element (act_one's codes).
-__device__ __forceinline__ float glu_one(float v, float u, int act) { return act_one(v, act) * u; }
+// act(g) * u for one element (act_one's codes); for act 3 act(g) * (clamp(u, -limit, limit) + 1),
+// reference.rs `glu_one`: Rust's clamp keeps a NaN, so the comparisons are written out.
+__device__ __forceinline__ float glu_one(float v, float u, int act) {
+    if (act == 3) {
+        const float c = u < -SWIGLU_OAI_LIMIT ? -SWIGLU_OAI_LIMIT : (u > SWIGLU_OAI_LIMIT ? SWIGLU_OAI_LIMIT : u);
+        return __fmul_rn(swiglu_oai_gate(v), __fadd_rn(c, 1.0f));
+    }
+    return act_one(v, act) * u;
+}
 
 // min(act(g), limit) * clamp(u, -limit, limit) for one element (a clamped SwiGLU, Step's
 // swiglu_limits): tf_backend reference.rs `glu_clamped`'s operations in its order, f32 min/max
@@ -365,8 +387,9 @@ __device__ __forceinline__ float glu_clamped_one(float v, float u, int act, floa
 }
 
 // y = act(gate) * up, or act(gate) alone where u is null (an MLP without a gate: Backend
-// activate); also writes the bf16 copy (row stride kp). With cols a multiple of 4 each thread
-// takes 4 consecutive values of a row (16-byte loads and stores), else one.
+// activate; act_one, not glu_one with an up of 1, which act 3 would offset); also writes the
+// bf16 copy (row stride kp). With cols a multiple of 4 each thread takes 4 consecutive values of
+// a row (16-byte loads and stores), else one.
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ y,
                                u16* __restrict__ yb, int rows, int cols, int kp, int act) {
     tf_pdl_enter();
@@ -374,9 +397,14 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
     size_t stride = (size_t)gridDim.x * blockDim.x;
     if (cols % 4 == 0) {
         for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n / 4; q += stride) {
-            float4 gv = ((const float4*)g)[q], uv = u ? ((const float4*)u)[q] : make_float4(1.f, 1.f, 1.f, 1.f);
-            float4 o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
-                                   glu_one(gv.w, uv.w, act));
+            float4 gv = ((const float4*)g)[q], o;
+            if (u) {
+                float4 uv = ((const float4*)u)[q];
+                o = make_float4(glu_one(gv.x, uv.x, act), glu_one(gv.y, uv.y, act), glu_one(gv.z, uv.z, act),
+                                glu_one(gv.w, uv.w, act));
+            } else {
+                o = make_float4(act_one(gv.x, act), act_one(gv.y, act), act_one(gv.z, act), act_one(gv.w, act));
+            }
             ((float4*)y)[q] = o;
             size_t i = q * 4;
             uint2 b = make_uint2(pack_bf2(o.x, o.y), pack_bf2(o.z, o.w));
@@ -385,7 +413,7 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
         return;
     }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float o = glu_one(g[i], u ? u[i] : 1.f, act);
+        float o = u ? glu_one(g[i], u[i], act) : act_one(g[i], act);
         y[i] = o;
         yb[(i / cols) * kp + i % cols] = f2bf(o);
     }

@@ -43,6 +43,19 @@ pub(crate) fn attention(
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> CudaAct {
+    assert_eq!((k.cols, meta.slot_mapping.len()), (p.head_dim, k.rows), "latent attention: latent rows");
+    let pool_slots = (kv.shape.num_blocks + 1) * kv.shape.block_size;
+    assert!(meta.slot_mapping.iter().all(|&s| s < pool_slots), "latent attention: slot outside the pool");
+    attend(b, q, Some(k), kv, meta, p)
+}
+
+/// [`attention`] over the latent rows already in `kv`, writing none (the slot mapping is not read).
+pub(crate) fn attention_cached(b: &Ctx, q: &CudaAct, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {
+    attend(b, q, None, kv, meta, p)
+}
+
+/// The latent attention kernel over `kv`, writing the round's latent rows `write` first where given.
+fn attend(b: &Ctx, q: &CudaAct, write: Option<&CudaAct>, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {
     let d = &b.dev;
     let (hd, heads) = (p.head_dim, p.num_heads);
     assert!(kv.shape.latent && p.num_kv_heads == 1, "latent attention: one KV head in a latent pool");
@@ -50,10 +63,7 @@ pub(crate) fn attention(
     assert!(hd > 0 && hd.is_multiple_of(2), "latent attention: width {hd} is not even");
     assert_eq!((kv.shape.head_dim, kv.shape.num_kv_heads), (hd, 1), "latent attention: KV pool shape");
     assert_eq!(meta.block_size, kv.shape.block_size, "latent attention: block size");
-    assert_eq!((q.cols, k.cols), (heads * hd, hd), "latent attention: q/latent widths");
-    assert_eq!(meta.slot_mapping.len(), k.rows, "latent attention: one slot per latent row");
-    let pool_slots = (kv.shape.num_blocks + 1) * kv.shape.block_size;
-    assert!(meta.slot_mapping.iter().all(|&s| s < pool_slots), "latent attention: slot outside the pool");
+    assert_eq!(q.cols, heads * hd, "latent attention: q width");
     let Some(ht) = head_tile(heads, hd) else {
         panic!("latent attention: width {hd} does not fit the kernel's shared memory on CUDA")
     };
@@ -72,7 +82,9 @@ pub(crate) fn attention(
     };
     let at = |off: usize| base + 4 * off as u64;
     let kp = ptr(&kv.k, &d.stream);
-    if k.rows > 0 {
+    if let Some(k) = write
+        && k.rows > 0
+    {
         let args = [Arg::P(ptr(k.data(&b.dev), &d.stream)), Arg::P(at(m.slots_off)), Arg::P(kp), Arg::I(hd as i32)];
         d.launch(&d.k.kv_write_latent, (k.rows as u32, 1, 1), 128, 0, &args);
     }

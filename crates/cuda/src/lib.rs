@@ -223,17 +223,6 @@ impl Backend for CudaBackend {
         self.ctx.dev.download(&v.data, v.len)
     }
 
-    fn check_activation(&self, act: Activation) -> Result<(), BackendError> {
-        match act {
-            Activation::SwigluOai => Err(BackendError::Unsupported(
-                "the clamped SwiGLU of MiniMax M3 (swiglu_alpha, swiglu_limit) has no CUDA kernel yet: run this \
-                 model with --device cpu"
-                    .into(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     fn kv(&self, shape: KvShape) -> Result<CudaKv, BackendError> {
         ops::kv(&self.ctx, shape)
     }
@@ -367,6 +356,17 @@ impl Backend for CudaBackend {
         match kv.shape.latent {
             true => attention_mla::attention(&self.ctx, q, k, kv, meta, p),
             false => attention::attention(&self.ctx, q, k, v, kv, meta, p),
+        }
+    }
+
+    fn check_attention_cached(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_cached(&self, q: &CudaAct, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {
+        match kv.shape.latent {
+            true => attention_mla::attention_cached(&self.ctx, q, kv, meta, p),
+            false => attention::attention_cached(&self.ctx, q, kv, meta, p),
         }
     }
 

@@ -473,14 +473,12 @@ pub(crate) fn scale(b: &Ctx, x: &mut CudaAct, c: f32) {
     x.touched();
 }
 
-/// The kernels' code of an activation (ops.cu `act_one`).
+/// The kernels' code of an activation (ops.cu `act_one`, `glu_one`).
 pub(crate) fn act_code(act: Activation) -> i32 {
     match act {
         Activation::Silu => 0,
         Activation::GeluTanh => 1,
         Activation::Relu2 => 2,
-        // No kernel branch: its one family (MiniMax M3) is refused on CUDA at load, by name
-        // (`Backend::check_activation`).
         Activation::SwigluOai => 3,
     }
 }

@@ -1,12 +1,11 @@
 //! The fixture families on the GPU: logits against transformers (float32) within a bf16
-//! tolerance, identical greedy continuations, and chunked prefill == whole prefill bit for bit;
-//! the families the backend lacks an op for (`NOT_ON_CUDA`) are refused naming it.
+//! tolerance, identical greedy continuations, and chunked prefill == whole prefill bit for bit.
 //! The engine-level checks (concurrent == solo and the rest) are in engine.rs.
 
 mod common;
 
 use common::backend;
-use tf_testkit::{NOT_ON_CUDA, check_chunked_equals_whole, check_golden_rounded, cuda_families, fixture};
+use tf_testkit::{check_chunked_equals_whole, check_golden_rounded, cuda_families};
 
 /// Largest |ours - transformers| allowed, as a fraction of the prompt's largest |logit|. The GPU
 /// rounds activations entering bf16 matmuls, attention's Q/K/V and probabilities to bf16 (as a
@@ -33,14 +32,4 @@ fn golden_cuda_backend() {
 fn chunked_prefill_equals_whole_bit_for_bit() {
     let Some(b) = backend() else { return };
     check_chunked_equals_whole(&b, cuda_families());
-}
-
-#[test]
-fn families_without_cuda_attention_are_refused_naming_what_is_missing() {
-    let Some(b) = backend() else { return };
-    for family in NOT_ON_CUDA {
-        let m = tf_models::Model::open(&fixture(family), &b).unwrap_or_else(|e| panic!("{family}: {e}"));
-        let e = m.decoder.alloc_cache(&b, 4, 16, 1).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("clamped SwiGLU of MiniMax M3") && e.contains("--device cpu"), "{family}: {e}");
-    }
 }

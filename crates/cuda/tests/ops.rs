@@ -98,7 +98,7 @@ fn packed_gate_up_case(b: &tf_cuda::CudaBackend) {
         let (g, u) = (b.mat(&gt).unwrap(), b.mat(&ut).unwrap());
         let down = b.mat(&weight("d", DType::BF16, 48, inter, &rand(48 * inter, 24, 0.5))).unwrap();
         let nw = b.vec(&rand(k, 25, 1.0));
-        for act in [Activation::Silu, Activation::GeluTanh] {
+        for act in [Activation::Silu, Activation::GeluTanh, Activation::SwigluOai] {
             for m in [1, 3, 8, 12, 20, 32, 33, 64, 130, 300, 700] {
                 let x = b.upload(&rand(m * k, 23 + m as u64, 1.0), m, k);
                 let want = b.glu(&b.matmul(&x, &g), &b.matmul(&x, &u), act);
@@ -724,6 +724,39 @@ fn clamped_glu_and_scale_match_the_reference() {
     b.scale(&mut sb2, 0.37);
     let fresh = b.upload(&b.download(&sb2), rows, cols);
     assert!(same_bits(&b.download(&b.matmul(&sb2, &w)), &b.download(&b.matmul(&fresh, &w))), "scale's bf16 copy");
+}
+
+/// MiniMax M3's clamped SwiGLU (`Activation::SwigluOai`, kernels/ops.cu `glu_one` code 3) against
+/// the reference, four values a thread and one: within CUDA's `expf` (a few ulp; the host
+/// emulation, ops_emu.rs, checks the operations bit for bit); `activate` (no up operand) is the
+/// gate alone, not the gate times (0 + 1) offset; each row the same bits alone.
+#[test]
+fn clamped_swiglu_matches_the_reference() {
+    let Some(b) = backend() else { return };
+    let r = RefBackend;
+    let act = Activation::SwigluOai;
+    for (rows, cols) in [(6, 100), (5, 7)] {
+        let (x, y) = (rand(rows * cols, 51, 12.0), rand(rows * cols, 52, 12.0));
+        let (xb, yb) = (b.upload(&x, rows, cols), b.upload(&y, rows, cols));
+        let (xr, yr) = (r.upload(&x, rows, cols), r.upload(&y, rows, cols));
+        let cases = [
+            ("glu", b.download(&b.glu(&xb, &yb, act)), r.download(&r.glu(&xr, &yr, act))),
+            ("activate", b.download(&b.activate(&xb, act)), r.download(&r.activate(&xr, act))),
+        ];
+        for (what, got, want) in &cases {
+            for i in 0..rows * cols {
+                let close = (got[i] - want[i]).abs() <= 1e-4 + 1e-6 * want[i].abs();
+                assert!(close, "{what} {rows}x{cols} value {i} ({}, {}): {} vs {}", x[i], y[i], got[i], want[i]);
+            }
+        }
+        let saturated = (0..rows * cols).filter(|&i| x[i] > 7.0 && y[i].abs() > 7.0).count();
+        assert!(rows * cols < 100 || saturated > 0, "{rows}x{cols}: no value saturated at both ends");
+        for row in [0, rows - 1] {
+            let span = row * cols..(row + 1) * cols;
+            let one = b.glu(&b.upload(&x[span.clone()], 1, cols), &b.upload(&y[span.clone()], 1, cols), act);
+            assert!(same_bits(&b.download(&one), &cases[0].1[span]), "{rows}x{cols}: row {row} alone");
+        }
+    }
 }
 
 /// Rounds of 5 to 8 sequences (some waiting a round) are padded to one bucket of 8 rows: one

@@ -78,7 +78,6 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
-        b.check_activation(self.spec.act)?;
         let latent = self.spec.mla.is_some();
         let kv = (self.kv_shapes.iter())
             .map(|&(num_kv_heads, head_dim)| {
