@@ -573,15 +573,14 @@ mod tests {
         write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
         let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
         assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
-        // FP8 projections: the latent attention's, reordered and absorbed at load, are refused by name.
+        // FP8 projections, the latent attention's included (split by rows or absorbed at load).
         config["quantization_config"] = json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
             "weight_block_size": FP8_BLOCK});
         write_json(&dir.path().join("config.json"), &config).expect("write");
         let tensors = stored(tensor_list(&spec), DType::BF16, true);
         write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
-        let e = tf_models::Model::open(dir.path(), &tf_backend::RefBackend).err().map(|e| e.to_string());
-        let e = e.unwrap_or_default();
-        assert!(e.contains("model.layers.0.self_attn.q_b_proj.weight") && e.contains("f8_e4m3"), "{e}");
+        let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
     }
 
     #[test]
