@@ -544,6 +544,12 @@ pub trait Backend: Send + Sync {
         }
         *x = self.upload(&xs, rows, cols);
     }
+    /// Runs `f` where the host work it spreads over threads (rayon) shares this backend's own
+    /// threads: the CPU backend's pool, so a server given `--threads N` keeps to N; other
+    /// backends run it on the caller's (rayon's global pool).
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        f()
+    }
 
     /// Element type of the KV pool (what a saved session stores).
     fn kv_dtype(&self) -> tf_core::DType;

@@ -142,8 +142,9 @@ impl Picker {
                 self.rows += all.len() as u64;
                 self.candidates += all.iter().map(|c| c.ids.len() as u64).sum::<u64>();
                 let t = std::time::Instant::now();
-                let ids: Vec<u32> =
-                    all.par_iter().enumerate().map(|(r, c)| sample_from(c, cols, &params(r), position)).collect();
+                let ids: Vec<u32> = b.install(|| {
+                    all.par_iter().enumerate().map(|(r, c)| sample_from(c, cols, &params(r), position)).collect()
+                });
                 self.draw_s += t.elapsed().as_secs_f64();
                 ids.first().copied().unwrap_or(0) as usize
             }

@@ -315,6 +315,10 @@ impl Backend for CpuBackend {
         block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
     }
 
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
     fn sparse_attention(
         &self,
         q: &HostTensor,
@@ -363,6 +367,14 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn install_runs_on_the_backends_own_threads() {
+        let one = CpuBackend::new(1).unwrap();
+        assert_eq!(one.install(rayon::current_num_threads), 1);
+        let two = CpuBackend::new(2).unwrap();
+        assert_eq!(two.install(rayon::current_num_threads), 2);
+    }
 
     #[test]
     fn construction_checks_its_options() {

@@ -694,7 +694,10 @@ impl<B: Backend> Core<B> {
             .collect();
         let v = &self.model.vocab;
         let choose = |job: &Option<SampleJob<'_>>| job.as_ref().map(|j| j.choose(v));
-        if jobs.len() > 1 { jobs.par_iter().map(choose).collect() } else { jobs.iter().map(choose).collect() }
+        match jobs.len() > 1 {
+            true => self.backend.install(|| jobs.par_iter().map(choose).collect()),
+            false => jobs.iter().map(choose).collect(),
+        }
     }
 
     /// Samples, reports and checks the end of sequence `id`; the token when it goes on.

@@ -22,10 +22,13 @@ impl<B: Backend> Core<B> {
         }
         let want: HashMap<SeqId, &[u32]> =
             plan.iter().filter(|e| e.wants_logits).map(|e| (e.seq, e.draft.as_slice())).collect();
-        self.active.par_iter_mut().for_each(|(id, a)| {
-            if let (Some(draft), Some(c)) = (want.get(id), a.req.constraint.as_mut()) {
-                a.masks = row_masks(c.as_mut(), draft).into();
-            }
+        let active = &mut self.active;
+        self.backend.install(|| {
+            active.par_iter_mut().for_each(|(id, a)| {
+                if let (Some(draft), Some(c)) = (want.get(id), a.req.constraint.as_mut()) {
+                    a.masks = row_masks(c.as_mut(), draft).into();
+                }
+            })
         });
     }
 }

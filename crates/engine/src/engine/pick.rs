@@ -81,7 +81,7 @@ impl<B: Backend> Core<B> {
         let pick =
             |(c, &(params, position)): (_, &Job<'_>)| v.sampled(sample_from(c, width, params, position) as usize);
         let tokens: Vec<u32> = if jobs.len() > 1 {
-            candidates.par_iter().zip(&jobs).map(pick).collect()
+            self.backend.install(|| candidates.par_iter().zip(&jobs).map(pick).collect())
         } else {
             candidates.iter().zip(&jobs).map(pick).collect()
         };
