@@ -482,7 +482,7 @@ pub trait Backend: Send + Sync {
     /// of the best index scores (`index_q` `[rows, H * D]`, `index_w` `[rows, H]`) and attends
     /// over their latent rows alone with `q` (`[rows, heads * latent]`, `p.head_dim` the latent
     /// width): `[rows, heads * latent]`. The default runs dsa.rs on the host over the round's
-    /// blocks, read and written back through [`Backend::read_kv_blocks`] (f32, bf16 or f16 pools).
+    /// blocks ([`on_host::with_blocks`]: f32, bf16 or f16 pools; a latent pool takes back its K half).
     #[allow(clippy::too_many_arguments)]
     fn sparse_attention(
         &self,
@@ -496,16 +496,13 @@ pub trait Backend: Send + Sync {
         ix: &DsaParams,
     ) -> Self::Act {
         let (n, width) = (self.shape(q).0, self.shape(rows).1);
-        let (blocks, local) = dsa::compact_blocks(meta);
-        let dtype = self.kv_dtype();
-        let bytes = self.read_kv_blocks(kv, &blocks);
-        let mut pool = on_host::decode_kv(&bytes[..bytes.len() / 2], dtype);
-        dsa::write_rows(&self.download(rows), &mut pool, width, &local);
-        let (qv, iq, iw) = (self.download(q), self.download(index_q), self.download(index_w));
-        let x = SparseQueries { q: &qv, index_q: &iq, index_w: &iw };
-        let out = dsa::sparse_attention(&x, &pool, width, &local, p, ix);
-        let half = on_host::encode_kv(&pool, dtype);
-        self.write_kv_blocks(kv, &blocks, &[half.as_slice(), half.as_slice()].concat());
+        let (slots, qv, iq, iw) =
+            (self.download(rows), self.download(q), self.download(index_q), self.download(index_w));
+        let out = on_host::with_blocks(self, kv, meta, |pool, local| {
+            dsa::write_rows(&slots, &mut pool.k, width, local);
+            let x = SparseQueries { q: &qv, index_q: &iq, index_w: &iw };
+            dsa::sparse_attention(&x, &pool.k, width, local, p, ix)
+        });
         self.upload(&out, n, p.num_heads * p.head_dim)
     }
     /// `x *= c` elementwise (Gemma 4's `layer_scalar`); the default runs on the host.
