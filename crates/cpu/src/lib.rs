@@ -2,6 +2,7 @@
 //! pool the backend owns, and one reduction order per output element, so every op is batch
 //! invariant bit for bit (docs/architecture.md, the four promises). Host types are the reference backend's.
 
+mod act_fn;
 mod attention;
 mod block_sparse;
 mod fp8;

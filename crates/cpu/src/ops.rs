@@ -1,9 +1,8 @@
 //! Row-wise and elementwise ops (embedding, RMSNorm, RoPE, GLU, softcap, row selection); each
 //! row's result depends on that row alone, so splitting work across threads changes no bit.
 
-use crate::CpuBackend;
+use crate::{CpuBackend, Simd, act_fn};
 use rayon::prelude::*;
-use tf_backend::reference::glu_one;
 use tf_backend::{Activation, HostMat, HostTensor, Rope};
 
 /// Below this many values an op stays on the calling thread (a pool round trip costs more).
@@ -97,15 +96,12 @@ pub(crate) fn rope(cpu: &CpuBackend, x: &mut HostTensor, positions: &[u32], head
     });
 }
 
-/// `act(gate) * up`, elementwise.
+/// `act(gate) * up`, elementwise, on the vectorized activations ([`crate::act_fn`]).
 pub(crate) fn glu(cpu: &CpuBackend, gate: &HostTensor, up: &HostTensor, act: Activation) -> HostTensor {
     assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "glu: shapes differ");
     let mut out = HostTensor::zeros(gate.rows, gate.cols);
-    cpu.for_chunks(&mut out.data, |off, c| {
-        for ((o, &g), &u) in c.iter_mut().zip(&gate.data[off..]).zip(&up.data[off..]) {
-            *o = glu_one(g, u, act);
-        }
-    });
+    let avx2 = cpu.simd == Simd::Avx2;
+    cpu.for_chunks(&mut out.data, |off, c| act_fn::glu_slice(avx2, act, &gate.data[off..], &up.data[off..], c));
     out
 }
 
@@ -198,12 +194,18 @@ mod tests {
     }
 
     #[test]
-    fn glu_softcap_add_and_select_equal_the_reference_exactly() {
+    fn softcap_add_and_select_equal_the_reference_exactly_and_glu_stays_within_ulps_of_it() {
         let mut rng = Rng::new(23);
         let b = cpu(2, Simd::detect());
         let (g, u) = (rng.tensor(BIG.0, BIG.1), rng.tensor(BIG.0, BIG.1));
-        for act in [Activation::Silu, Activation::GeluTanh] {
-            assert_eq!(bits(&b.glu(&g, &u, act)), bits(&RefBackend.glu(&g, &u, act)));
+        for act in [Activation::Silu, Activation::GeluTanh, Activation::SwigluOai, Activation::Relu2] {
+            let (got, want) = (b.glu(&g, &u, act), RefBackend.glu(&g, &u, act));
+            for ((x, y), (gv, uv)) in got.data.iter().zip(&want.data).zip(g.data.iter().zip(&u.data)) {
+                let tol = 8.0 * f32::EPSILON * y.abs() + 2.0 * f32::EPSILON * (gv * uv).abs();
+                assert!((x - y).abs() <= tol, "{act:?}: {x} vs {y}");
+            }
+            let portable = cpu(1, Simd::Portable).glu(&g, &u, act);
+            assert_eq!(bits(&got), bits(&portable), "{act:?}: the AVX2 lanes are the portable path's bits");
         }
         let (mut x1, mut x2) = (g.clone(), g.clone());
         b.add_assign(&mut x1, &u);
