@@ -63,6 +63,10 @@ pub struct DeviceArgs {
     /// logits move slightly) or `f32` (exactly dequantized weights in f32).
     #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
     pub quant_acts: String,
+    /// Instructions of the CPU's int8 dot products (all give the same bits): `auto` (this CPU's
+    /// default), `avx2`, `avx-vnni`, `avx512-vnni`, or `mixed-vnni` (chosen per matmul shape).
+    #[arg(long, default_value = "auto", value_parser = INT_DOTS)]
+    pub int_dot: String,
     /// CUDA developer switches.
     #[command(flatten)]
     pub cuda: crate::device::CudaArgs,
@@ -349,3 +353,6 @@ pub fn at_least_zero<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
 fn integer(s: &str) -> Result<i128, String> {
     s.trim().parse::<i128>().map_err(|_| format!("'{s}' is not an integer"))
 }
+
+/// The values of `--int-dot`.
+pub const INT_DOTS: [&str; 5] = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"];

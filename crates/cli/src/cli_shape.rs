@@ -15,6 +15,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "device",
             "threads",
             "quant_acts",
+            "int_dot",
             "cuda_graphs",
             "trace",
             "trace_out",

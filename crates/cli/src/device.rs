@@ -3,7 +3,7 @@
 use crate::args::DeviceArgs;
 use crate::exit::{Failure, refused};
 use tf_backend::{Backend, RefBackend};
-use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
+use tf_cpu::{CpuBackend, CpuOptions, IntDot, QuantActs};
 
 /// Developer switches of the CUDA backend (ignored on other devices).
 #[derive(clap::Args, Clone, Debug)]
@@ -86,14 +86,19 @@ pub fn threads(dev: &DeviceArgs) -> usize {
     dev.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
-/// The CPU backend `dev` describes (threads, quantized-activation numerics).
+/// The CPU backend `dev` describes (threads, quantized-activation numerics, integer dot products).
 pub fn cpu(dev: &DeviceArgs) -> Result<CpuBackend, Failure> {
     let quant_acts = match dev.quant_acts.as_str() {
         "f32" => QuantActs::F32,
         "int8" => QuantActs::Int8,
         other => return Err(refused(format!("--quant-acts {other}: expected int8 or f32"))),
     };
-    CpuBackend::with_options(CpuOptions { quant_acts, ..CpuOptions::new(threads(dev)) }).map_err(refused)
+    let base = CpuOptions::new(threads(dev));
+    let int_dot = match dev.int_dot.as_str() {
+        "auto" => base.int_dot,
+        name => IntDot::from_name(name).ok_or_else(|| refused(format!("--int-dot {name}: unknown")))?,
+    };
+    CpuBackend::with_options(CpuOptions { quant_acts, int_dot, ..base }).map_err(refused)
 }
 
 /// The GPU ordinal of `cuda` / `cuda:N`, or `None` for other devices.

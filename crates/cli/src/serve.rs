@@ -51,6 +51,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         device: a.device.clone(),
         threads: a.threads.map(|t| t as usize),
         quant_acts: a.quant_acts.clone(),
+        int_dot: a.int_dot.clone(),
         cuda: Default::default(),
     };
     dispatch_owned(&dev, "serve", Serve { a: &a, server, progress })

@@ -391,8 +391,10 @@ mod tests {
         assert_eq!(b.int_dot(), IntDot::detect());
         let portable = CpuBackend::with_simd(1, Simd::Portable).expect("portable");
         assert_eq!((portable.int_dot(), portable.name().as_str()), (IntDot::Portable, "cpu/portable"));
-        if IntDot::Avx2.available() {
-            assert_eq!(b.name(), "cpu/avx2", "AVX2's dots are the default");
+        if IntDot::Mixed.available() {
+            assert_eq!(b.name(), "cpu/avx2+mixed-vnni", "the per-shape VNNI mix is the default where there is VNNI");
+        } else if IntDot::Avx2.available() {
+            assert_eq!(b.name(), "cpu/avx2", "AVX2's dots are the default without VNNI");
         }
         if IntDot::Avx512Vnni.available() {
             let o = CpuOptions { int_dot: IntDot::Avx512Vnni, ..CpuOptions::new(1) };

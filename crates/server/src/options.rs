@@ -102,6 +102,13 @@ pub struct ServeArgs {
     /// Accepts: int8, f32.
     #[arg(long, default_value = "int8", value_parser = ["int8", "f32"])]
     pub quant_acts: String,
+    /// Instructions of the CPU's int8 dot products; every choice gives the same bits, only the
+    /// speed differs. `mixed-vnni` picks per matmul shape (k-quant prefill on AVX-512 VNNI, the
+    /// rest on AVX-VNNI); the choice is named in the banner (`device cpu/avx2+...`).
+    ///
+    /// Accepts: auto, avx2, avx-vnni, avx512-vnni, mixed-vnni (refused where the CPU lacks it).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"])]
+    pub int_dot: String,
     /// Memory for the KV cache (the draft model's included); the block count it gives is reported
     /// at start. Given, it wins over `--gpu-memory-utilization`.
     ///

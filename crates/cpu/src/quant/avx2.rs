@@ -325,7 +325,7 @@ pub(super) unsafe fn run_k(
             IntDot::Avx2 => run_k_avx2(q, o, rows, outs, dst),
             IntDot::AvxVnni => run_k_vnni256(q, o, rows, outs, dst),
             IntDot::Avx512Vnni => run_k_vnni512(q, o, rows, outs, dst),
-            IntDot::Portable => unreachable!("the portable integer path has no x86 kernel"),
+            IntDot::Portable | IntDot::Mixed => unreachable!("no x86 kernel for {dot:?}: picked per call before"),
         }
     }
 }
@@ -388,7 +388,7 @@ pub(super) unsafe fn run_32(
             IntDot::Avx2 => run_32_avx2(q, o, rows, outs, dst),
             IntDot::AvxVnni => run_32_vnni256(q, o, rows, outs, dst),
             IntDot::Avx512Vnni => run_32_vnni512(q, o, rows, outs, dst),
-            IntDot::Portable => unreachable!("the portable integer path has no x86 kernel"),
+            IntDot::Portable | IntDot::Mixed => unreachable!("no x86 kernel for {dot:?}: picked per call before"),
         }
     }
 }

@@ -14,15 +14,17 @@ pub enum IntDot {
     AvxVnni,
     /// AVX-512 F/BW/VNNI on 512-bit registers: two 32-weight chunks per instruction.
     Avx512Vnni,
+    /// Chosen per matmul ([`IntDot::pick`]): k-quant weights against 4 rows or more on AVX-512
+    /// VNNI, everything else on AVX-VNNI (AVX2 where a CPU lacks it), as measured fastest
+    /// (docs/perf.md). Needs one of the two VNNI sets.
+    Mixed,
 }
 
 impl IntDot {
-    /// The default choice on this CPU: AVX2 where it has it. The VNNI choices give the same
-    /// bits but are not the default yet: measured alone they win at prefill's row counts and
-    /// lose at one row (docs/perf.md), and a whole-model run on a quiet machine has not
-    /// settled it; `CpuOptions::int_dot` takes them.
+    /// The default choice on this CPU: the per-shape VNNI mix where it has VNNI (measured
+    /// fastest on whole models, docs/perf.md), else AVX2 where it has it.
     pub fn detect() -> IntDot {
-        if IntDot::Avx2.available() { IntDot::Avx2 } else { IntDot::Portable }
+        [IntDot::Mixed, IntDot::Avx2].into_iter().find(|d| d.available()).unwrap_or(IntDot::Portable)
     }
 
     /// The widest choice this CPU supports.
@@ -31,6 +33,29 @@ impl IntDot {
             .into_iter()
             .find(|d| d.available())
             .unwrap_or(IntDot::Portable)
+    }
+
+    /// The instructions of one matmul over `rows` activation rows, k-quant weights or not: `self`,
+    /// or for [`IntDot::Mixed`] its per-shape choice. Every choice gives the same bits.
+    pub fn pick(self, k_quant: bool, rows: usize) -> IntDot {
+        if self != IntDot::Mixed {
+            return self;
+        }
+        if k_quant && rows >= 4 && IntDot::Avx512Vnni.available() {
+            IntDot::Avx512Vnni
+        } else if IntDot::AvxVnni.available() {
+            IntDot::AvxVnni
+        } else {
+            IntDot::Avx2
+        }
+    }
+
+    /// Every choice, in the order of [`IntDot::name`]'s names.
+    pub const ALL: [IntDot; 5] = [IntDot::Portable, IntDot::Avx2, IntDot::AvxVnni, IntDot::Avx512Vnni, IntDot::Mixed];
+
+    /// The choice named `name` ([`IntDot::name`]).
+    pub fn from_name(name: &str) -> Option<IntDot> {
+        IntDot::ALL.into_iter().find(|d| d.name() == name)
     }
 
     /// Whether this CPU supports `self` (every non-portable choice also needs AVX2, FMA and F16C).
@@ -47,6 +72,7 @@ impl IntDot {
                         && is_x86_feature_detected!("avx512bw")
                         && is_x86_feature_detected!("avx512vnni")
                 }
+                IntDot::Mixed => IntDot::AvxVnni.available() || IntDot::Avx512Vnni.available(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -62,6 +88,7 @@ impl IntDot {
             IntDot::Avx2 => "avx2",
             IntDot::AvxVnni => "avx-vnni",
             IntDot::Avx512Vnni => "avx512-vnni",
+            IntDot::Mixed => "mixed-vnni",
         }
     }
 }
@@ -74,11 +101,40 @@ mod tests {
     fn detection_picks_an_available_choice_and_portable_always_is() {
         assert!(IntDot::detect().available());
         assert!(IntDot::Portable.available());
-        assert_eq!(IntDot::detect() == IntDot::Avx2, IntDot::Avx2.available(), "AVX2 is the default");
+        let want = if IntDot::Mixed.available() {
+            IntDot::Mixed
+        } else if IntDot::Avx2.available() {
+            IntDot::Avx2
+        } else {
+            IntDot::Portable
+        };
+        assert_eq!(IntDot::detect(), want, "the VNNI mix, else AVX2");
         assert!(IntDot::widest().available());
         if IntDot::Avx512Vnni.available() {
             assert_eq!(IntDot::widest(), IntDot::Avx512Vnni);
         }
         assert_eq!(IntDot::AvxVnni.name(), "avx-vnni");
+        for d in IntDot::ALL {
+            assert_eq!(IntDot::from_name(d.name()), Some(d));
+        }
+    }
+
+    #[test]
+    fn mixed_picks_a_concrete_available_choice_per_shape() {
+        for d in [IntDot::Portable, IntDot::Avx2, IntDot::AvxVnni, IntDot::Avx512Vnni] {
+            assert_eq!(d.pick(true, 128), d, "a concrete choice is kept");
+        }
+        if !IntDot::Mixed.available() {
+            return;
+        }
+        for (k, rows) in [(true, 1), (true, 3), (true, 4), (true, 128), (false, 1), (false, 128)] {
+            let d = IntDot::Mixed.pick(k, rows);
+            assert!(d.available() && d != IntDot::Mixed && d != IntDot::Portable, "{k} {rows}: {d:?}");
+        }
+        if IntDot::Avx512Vnni.available() {
+            assert_eq!(IntDot::Mixed.pick(true, 4), IntDot::Avx512Vnni);
+            assert_ne!(IntDot::Mixed.pick(true, 3), IntDot::Avx512Vnni);
+            assert_ne!(IntDot::Mixed.pick(false, 128), IntDot::Avx512Vnni);
+        }
     }
 }

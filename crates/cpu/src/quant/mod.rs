@@ -82,8 +82,8 @@ pub(crate) fn matmul(
             // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
             unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
         }),
-        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, dot, q, x, w),
-        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, dot, q, x, w),
+        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, dot.pick(true, x.rows), q, x, w),
+        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, dot.pick(false, x.rows), q, x, w),
     }
 }
 

@@ -62,10 +62,12 @@ fn dot_backend(threads: usize, dot: IntDot) -> CpuBackend {
     CpuBackend::with_options(CpuOptions { threads, simd, int_dot: dot, quant_acts: QuantActs::Int8 }).expect("backend")
 }
 
-/// The VNNI choices this CPU has, each named with a skip message for those it lacks.
+/// The VNNI choices this CPU has (the per-shape mix among them), each named with a skip message
+/// for those it lacks.
 fn vnni_dots() -> Vec<IntDot> {
-    let (have, lack): (Vec<IntDot>, Vec<IntDot>) =
-        [IntDot::AvxVnni, IntDot::Avx512Vnni].into_iter().partition(|d| d.available() && Simd::Avx2.available());
+    let (have, lack): (Vec<IntDot>, Vec<IntDot>) = [IntDot::AvxVnni, IntDot::Avx512Vnni, IntDot::Mixed]
+        .into_iter()
+        .partition(|d| d.available() && Simd::Avx2.available());
     for d in lack {
         eprintln!("skipped: this CPU lacks {}", d.name());
     }
