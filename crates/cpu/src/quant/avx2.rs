@@ -48,6 +48,8 @@ pub(super) struct Args<X> {
     /// Activations: row `r` of `X` units starts at `x + r * x_stride`.
     x: *const X,
     x_stride: usize,
+    /// [`super::Operands::xu`] (same indexing as `x`), or null where the kernel does not use it.
+    xu: *const [u8; 64],
     /// Weight rows of `row_bytes`.
     w: *const u8,
     row_bytes: usize,
@@ -143,10 +145,16 @@ impl<T: QType, D: Dots> Kernel for Int32<T, D> {
                 let wb = if 2 * j + 1 < a.wb { wa.add(T::BYTES) } else { ZERO_BLOCK.as_ptr() };
                 _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(PREFETCH).cast());
                 let (lo, hi, d, [ma, mb]) = T::pair(wa, wb);
-                // Signed weights meet the activations through the sign trick: |w| * (sign(w) x).
-                let pw = D::p_prep(lo, hi, T::SIGNED);
+                // Signed weights meet the activations through the sign trick, |w| * (sign(w) x),
+                // or on VNNI as (x + 128) w - 128 w.
+                let offset = T::SIGNED && D::OFFSET;
+                let pw = D::p_prep(lo, hi, T::SIGNED && !offset);
+                let sw = if offset { Some(D::s_prep(lo, hi)) } else { None };
                 for (r, xr) in x.iter().enumerate() {
-                    let i = D::p_lanes(&pw, T::SIGNED, xr.qs.as_ptr().cast());
+                    let i = match &sw {
+                        Some(sw) => D::s_lanes(sw, a.xu.add((r0 + r) * a.x_stride + j).cast()),
+                        None => D::p_lanes(&pw, T::SIGNED, xr.qs.as_ptr().cast()),
+                    };
                     let s = _mm256_mul_ps(d, _mm256_loadu_ps(xr.d.as_ptr()));
                     t.v[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), t.v[r][c]);
                     if T::MIN {
@@ -355,7 +363,7 @@ unsafe fn run_k_vnni512(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Rang
 #[inline(always)]
 unsafe fn run_k_with<D: Dots>(q: QuantType, o: &Operands<Q8K>, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
-    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
+    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, xu: std::ptr::null(), w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
@@ -418,7 +426,10 @@ unsafe fn run_32_vnni512(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Ra
 #[inline(always)]
 unsafe fn run_32_with<D: Dots>(q: QuantType, o: &Operands<Q8x2>, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let (w, row_bytes, nb, wb, n) = (o.w.as_ptr(), o.row_bytes, o.nb, o.wb, o.n);
-    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, w, row_bytes, nb, wb, n, dst };
+    // The signed types' VNNI steps read `xu`, made by the caller for them.
+    let xu = if o.xu.is_empty() { std::ptr::null() } else { o.xu.as_ptr() };
+    assert!(!D::OFFSET || !matches!(q, QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0) || !xu.is_null());
+    let a = Args { x: o.xq.as_ptr(), x_stride: o.nb, xu, w, row_bytes, nb, wb, n, dst };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {
@@ -455,7 +466,17 @@ pub(super) struct F32Args<'a> {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run_f32(q: QuantType, f: &F32Args, rows: usize, outs: Range<usize>, dst: *mut f32) {
     let nb = f.k / q.block_len();
-    let a = Args { x: f.x, x_stride: f.k, w: f.w.as_ptr(), row_bytes: f.row_bytes, nb, wb: nb, n: f.n, dst };
+    let a = Args {
+        x: f.x,
+        x_stride: f.k,
+        xu: std::ptr::null(),
+        w: f.w.as_ptr(),
+        row_bytes: f.row_bytes,
+        nb,
+        wb: nb,
+        n: f.n,
+        dst,
+    };
     // SAFETY: forwarded from the caller.
     unsafe {
         match q {

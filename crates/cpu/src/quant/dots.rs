@@ -11,9 +11,10 @@
 //!   step in one register; the 16 lanes are folded to the AVX2 form's 8 (lane `l` plus lane
 //!   `l + 8`, the two chunks AVX2 adds) before the f32 steps.
 //!
-//! Signed weights (Q4_0, Q5_0, Q8_0) use the sign trick `|w| * (sign(w) x)`; the 512-bit form
-//! negates `x` where `w < 0` by a mask (AVX-512 has no `sign`), and leaves `x` where `w == 0`,
-//! whose product is 0 either way.
+//! Signed weights (Q4_0, Q5_0, Q8_0) use the sign trick `|w| * (sign(w) x)` on AVX2; the VNNI
+//! forms instead meet them with the activations plus 128 as unsigned bytes (made once per call)
+//! and start each lane at `-128 * (sum of its codes)`, made once per output: the same i32 lane
+//! with two fewer instructions per row ([`Dots::s_lanes`]).
 //!
 //! # Safety
 //! Every function needs the instructions its type names; callers are `#[target_feature]`
@@ -43,6 +44,17 @@ pub(super) trait Dots {
     /// `madd(maddubs(lo, x[0..32]), 1) + madd(maddubs(hi, x[32..64]), 1)`, with the sign trick
     /// where `signed`.
     unsafe fn p_lanes(p: &Self::P, signed: bool, xp: *const u8) -> __m256i;
+    /// Whether signed codes meet unsigned activations `x + 128` ([`Dots::s_prep`]) in place of
+    /// the sign trick: `dpbusd` sums u8 x i8 quads without an i16 step, so `(x + 128) w` cannot
+    /// saturate, and `sum (x + 128) w - 128 sum w` is the sign trick's lane exactly.
+    const OFFSET: bool;
+    /// Signed codes for unsigned activations, with `-128 * (sum of codes)` per lane, prepared once
+    /// per output.
+    type S: Copy;
+    /// Signed codes `lo`, `hi` as [`Dots::p_prep`] takes them.
+    unsafe fn s_prep(lo: __m256i, hi: __m256i) -> Self::S;
+    /// [`Dots::p_lanes`]' signed lanes from `xup`: 64 bytes of `x + 128` in `x`'s order.
+    unsafe fn s_lanes(s: &Self::S, xup: *const u8) -> __m256i;
 }
 
 /// AVX2: `maddubs` then `madd`.
@@ -98,6 +110,14 @@ impl Dots for Madd {
             _mm256_add_epi32(i0, i1)
         }
     }
+    const OFFSET: bool = false;
+    type S = ();
+    unsafe fn s_prep(_: __m256i, _: __m256i) {
+        unreachable!("AVX2's maddubs would saturate on x + 128")
+    }
+    unsafe fn s_lanes(_: &(), _: *const u8) -> __m256i {
+        unreachable!("AVX2's maddubs would saturate on x + 128")
+    }
 }
 
 impl Dots for Vnni256 {
@@ -135,6 +155,20 @@ impl Dots for Vnni256 {
             let (a1, x1) = signed_pair(hi, load32(xp.add(32)), signed);
             _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a0, x0), a1, x1)
         }
+    }
+    const OFFSET: bool = true;
+    type S = [__m256i; 3];
+    #[inline(always)]
+    unsafe fn s_prep(lo: __m256i, hi: __m256i) -> [__m256i; 3] {
+        unsafe {
+            let c = _mm256_set1_epi8(-128);
+            let sum = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), c, lo), c, hi);
+            [lo, hi, _mm256_sub_epi32(_mm256_setzero_si256(), sum)]
+        }
+    }
+    #[inline(always)]
+    unsafe fn s_lanes(&[lo, hi, neg]: &[__m256i; 3], xup: *const u8) -> __m256i {
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(neg, load32(xup), lo), load32(xup.add(32)), hi) }
     }
 }
 
@@ -186,5 +220,19 @@ impl Dots for Vnni512 {
             let x = if signed { _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x) } else { x };
             fold(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a, x))
         }
+    }
+    const OFFSET: bool = true;
+    type S = [__m512i; 2];
+    #[inline(always)]
+    unsafe fn s_prep(lo: __m256i, hi: __m256i) -> [__m512i; 2] {
+        unsafe {
+            let w = join(lo, hi);
+            let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), w);
+            [w, _mm512_sub_epi32(_mm512_setzero_si512(), sum)]
+        }
+    }
+    #[inline(always)]
+    unsafe fn s_lanes(&[w, neg]: &[__m512i; 2], xup: *const u8) -> __m256i {
+        unsafe { fold(_mm512_dpbusd_epi32(neg, _mm512_loadu_si512(xup.cast()), w)) }
     }
 }

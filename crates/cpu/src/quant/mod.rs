@@ -101,7 +101,11 @@ where
 {
     let xq = quantize_rows::<A>(pool, avx2, &x.data, x.cols);
     let (nb, wb) = (x.cols.div_ceil(A::LEN), x.cols / q.block_len());
-    let a = Operands { xq: &xq, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
+    // The VNNI kernels meet signed weight codes with unsigned activations (`x + 128`).
+    let vnni = matches!(dot, IntDot::AvxVnni | IntDot::Avx512Vnni);
+    let f = spec::format(q);
+    let xu = if vnni && !f.k && !f.min { A::offset_codes(&xq) } else { Vec::new() };
+    let a = Operands { xq: &xq, xu: &xu, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
     par_columns(pool, x.rows, w.rows, |outs, dst| {
         // SAFETY: each call writes only columns `outs` of the `[x.rows, w.rows]` output; the
         // weight holds `w.rows` rows of `wb` blocks (checked above); `dot` was detected.
@@ -113,6 +117,9 @@ where
 pub(crate) struct Operands<'a, A> {
     /// Activation blocks, row after row.
     pub xq: &'a [A],
+    /// Each activation block's codes plus 128 as unsigned bytes, in its code order, where the
+    /// kernel asks for them (signed 32-weight types on VNNI); else empty.
+    pub xu: &'a [[u8; 64]],
     /// Activation blocks per row.
     pub nb: usize,
     /// Weight blocks per row.
