@@ -256,6 +256,14 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// Quantized weights share one quantization of `x` (its rows made once for all of them).
+    fn matmul_many(&self, x: &HostTensor, ws: &[&HostMat]) -> Vec<HostTensor> {
+        if ws.iter().all(|w| matches!(w.dtype, tf_core::DType::Quant(_))) {
+            return quant::matmul_many(&self.pool, self.simd, self.int_dot, self.quant_acts, x, ws);
+        }
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
+
     fn rms_norm(&self, x: &HostTensor, w: &Vec<f32>, eps: f32, one_plus: bool) -> HostTensor {
         ops::rms_norm(self, x, w, eps, one_plus)
     }

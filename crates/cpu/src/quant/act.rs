@@ -42,10 +42,6 @@ pub(crate) trait ActBlock: Copy + Send + Sync {
     const ZERO: Self;
     /// Quantizes `x` (`LEN` values; fewer, for a last block padded with zeros).
     fn quantize(x: &[f32]) -> Self;
-    /// Each block's codes plus 128 as unsigned bytes (`Q8x2` only; others have none).
-    fn offset_codes(_: &[Self]) -> Vec<[u8; 64]> {
-        Vec::new()
-    }
 }
 
 /// Rounds to the nearest integer, ties to even, for `|v| <= 2^22`: exact and vectorisable.
@@ -66,13 +62,16 @@ fn quantize_into(x: &[f32], qs: &mut [i8]) -> f32 {
     d
 }
 
+impl Q8x2 {
+    /// Each block's codes plus 128 as unsigned bytes, in code order.
+    pub(crate) fn offset_codes(blocks: &[Q8x2]) -> Vec<[u8; 64]> {
+        blocks.iter().map(|b| b.qs.map(|q| (q as u8) ^ 0x80)).collect()
+    }
+}
+
 impl ActBlock for Q8x2 {
     const LEN: usize = 64;
     const ZERO: Q8x2 = Q8x2 { d: [0.0; 8], s: [0.0; 2], qs: [0; 64] };
-
-    fn offset_codes(blocks: &[Q8x2]) -> Vec<[u8; 64]> {
-        blocks.iter().map(|b| b.qs.map(|q| (q as u8) ^ 0x80)).collect()
-    }
 
     #[inline(always)]
     fn quantize(x: &[f32]) -> Q8x2 {

@@ -34,6 +34,7 @@ use act::{ActBlock, Q8K, Q8x2, quantize_rows};
 pub use isa::IntDot;
 use rayon::ThreadPool;
 use std::ops::Range;
+use std::sync::OnceLock;
 use tf_backend::{HostMat, HostTensor};
 use tf_core::{DType, QuantType};
 
@@ -59,6 +60,24 @@ impl QuantActs {
     }
 }
 
+/// One activation tensor's quantized forms, each made at most once and shared by every weight
+/// that meets it (q / k / v, gate / up: [`matmul_many`]); a weight's result is the same as from
+/// its own [`matmul`].
+pub(crate) struct Prepared<'x> {
+    x: &'x HostTensor,
+    k: OnceLock<Vec<Q8K>>,
+    b32: OnceLock<Vec<Q8x2>>,
+    /// The 32-weight blocks' codes plus 128 (signed types on VNNI).
+    xu: OnceLock<Vec<[u8; 64]>>,
+}
+
+impl<'x> Prepared<'x> {
+    /// Nothing made yet.
+    pub(crate) fn new(x: &'x HostTensor) -> Prepared<'x> {
+        Prepared { x, k: OnceLock::new(), b32: OnceLock::new(), xu: OnceLock::new() }
+    }
+}
+
 /// `x[rows, in] @ w[out, in]^T` for a quantized `w`.
 ///
 /// `dot` is available and not portable only where `simd` is AVX2 (the backend checks both).
@@ -70,6 +89,32 @@ pub(crate) fn matmul(
     x: &HostTensor,
     w: &HostMat,
 ) -> HostTensor {
+    matmul_prepared(pool, simd, dot, acts, &Prepared::new(x), w)
+}
+
+/// [`matmul`] of one `x` by each of `ws`, its activations quantized once for all of them.
+pub(crate) fn matmul_many(
+    pool: &ThreadPool,
+    simd: Simd,
+    dot: IntDot,
+    acts: QuantActs,
+    x: &HostTensor,
+    ws: &[&HostMat],
+) -> Vec<HostTensor> {
+    let p = Prepared::new(x);
+    ws.iter().map(|w| matmul_prepared(pool, simd, dot, acts, &p, w)).collect()
+}
+
+/// [`matmul`] with `p`'s activations.
+fn matmul_prepared(
+    pool: &ThreadPool,
+    simd: Simd,
+    dot: IntDot,
+    acts: QuantActs,
+    p: &Prepared,
+    w: &HostMat,
+) -> HostTensor {
+    let x = p.x;
     let DType::Quant(q) = w.dtype else { panic!("quant matmul: weight dtype {} is not quantized", w.dtype) };
     assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);
     assert_eq!(x.data.len(), x.rows * x.cols, "matmul: x holds {} values for {}x{}", x.data.len(), x.rows, x.cols);
@@ -82,34 +127,41 @@ pub(crate) fn matmul(
             // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
             unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
         }),
-        QuantActs::Int8 if spec::format(q).k => int8::<Q8K>(pool, avx2, dot.pick(true, x.rows), q, x, w),
-        QuantActs::Int8 => int8::<Q8x2>(pool, avx2, dot.pick(false, x.rows), q, x, w),
+        QuantActs::Int8 if spec::format(q).k => {
+            let xq = p.k.get_or_init(|| quantize_rows::<Q8K>(pool, avx2, &x.data, x.cols));
+            int8(pool, dot.pick(true, x.rows), q, x.rows, xq, &[], w)
+        }
+        QuantActs::Int8 => {
+            let xq = p.b32.get_or_init(|| quantize_rows::<Q8x2>(pool, avx2, &x.data, x.cols));
+            let dot = dot.pick(false, x.rows);
+            // The VNNI kernels meet signed weight codes with unsigned activations (`x + 128`).
+            let f = spec::format(q);
+            let signed_vnni = matches!(dot, IntDot::AvxVnni | IntDot::Avx512Vnni) && !f.min;
+            let xu: &[[u8; 64]] = if signed_vnni { p.xu.get_or_init(|| Q8x2::offset_codes(xq)) } else { &[] };
+            int8(pool, dot, q, x.rows, xq, xu, w)
+        }
     }
 }
 
-/// The integer path: quantize the activation rows, then every output column from them.
+/// The integer path: every output column from the quantized activation rows `xq` (and `xu`).
 fn int8<A: ActBlock>(
     pool: &ThreadPool,
-    avx2: bool,
     dot: IntDot,
     q: QuantType,
-    x: &HostTensor,
+    rows: usize,
+    xq: &[A],
+    xu: &[[u8; 64]],
     w: &HostMat,
 ) -> HostTensor
 where
     Kernels: IntKernel<A>,
 {
-    let xq = quantize_rows::<A>(pool, avx2, &x.data, x.cols);
-    let (nb, wb) = (x.cols.div_ceil(A::LEN), x.cols / q.block_len());
-    // The VNNI kernels meet signed weight codes with unsigned activations (`x + 128`).
-    let vnni = matches!(dot, IntDot::AvxVnni | IntDot::Avx512Vnni);
-    let f = spec::format(q);
-    let xu = if vnni && !f.k && !f.min { A::offset_codes(&xq) } else { Vec::new() };
-    let a = Operands { xq: &xq, xu: &xu, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
-    par_columns(pool, x.rows, w.rows, |outs, dst| {
-        // SAFETY: each call writes only columns `outs` of the `[x.rows, w.rows]` output; the
+    let (nb, wb) = (w.cols.div_ceil(A::LEN), w.cols / q.block_len());
+    let a = Operands { xq, xu, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
+    par_columns(pool, rows, w.rows, |outs, dst| {
+        // SAFETY: each call writes only columns `outs` of the `[rows, w.rows]` output; the
         // weight holds `w.rows` rows of `wb` blocks (checked above); `dot` was detected.
-        unsafe { <Kernels as IntKernel<A>>::run(dot, q, &a, x.rows, outs, dst.get()) }
+        unsafe { <Kernels as IntKernel<A>>::run(dot, q, &a, rows, outs, dst.get()) }
     })
 }
 

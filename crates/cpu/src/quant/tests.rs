@@ -337,3 +337,30 @@ fn embedding_rows_of_a_quantized_table_are_dequantized() {
     let ids = [3, 0, 10, 3];
     assert_eq!(bits(&b.embed(&table, &ids, 0.5)), bits(&RefBackend.embed(&table, &ids, 0.5)));
 }
+
+#[test]
+fn matmul_many_equals_one_matmul_per_weight_bit_for_bit() {
+    // One quantization of x shared by weights of both activation kinds (k-quants and 32-weight
+    // types, signed and not), on every choice of dot products and both numerics.
+    let mut rng = Rng::new(61);
+    let k = 512;
+    let ws: Vec<HostMat> = QUANTS.iter().enumerate().map(|(i, &q)| rand_qmat(&mut rng, q, 5 + i, k)).collect();
+    let refs: Vec<&HostMat> = ws.iter().collect();
+    let mut dots: Vec<IntDot> = vnni_dots();
+    dots.extend([IntDot::Avx2, IntDot::Portable].into_iter().filter(|d| d.available()));
+    for rows in [1, 4, 9] {
+        let x = rng.tensor(rows, k);
+        for &d in &dots {
+            for acts in [QuantActs::Int8, QuantActs::F32] {
+                let simd = if d == IntDot::Portable { Simd::Portable } else { Simd::Avx2 };
+                let b = CpuBackend::with_options(CpuOptions { threads: 2, simd, int_dot: d, quant_acts: acts })
+                    .expect("backend");
+                let many = b.matmul_many(&x, &refs);
+                assert_eq!(many.len(), ws.len());
+                for (got, w) in many.iter().zip(&ws) {
+                    assert_eq!(bits(got), bits(&b.matmul(&x, w)), "{d:?} {acts:?} {:?} rows={rows}", w.dtype);
+                }
+            }
+        }
+    }
+}
