@@ -63,6 +63,33 @@ pub(crate) fn par_columns(
     out
 }
 
+/// One `[rows, ns[i]]` output per `i`, filled by `f(i, outs, dst)` over chunks of each output's
+/// columns, all in one parallel pass (one wake-up of the pool for several matmuls).
+///
+/// Each call must write only columns `outs` of output `i`. Chunk edges are those of
+/// [`par_columns`]; they move work between threads and never change a value.
+pub(crate) fn par_columns_many(
+    pool: &ThreadPool,
+    rows: usize,
+    ns: &[usize],
+    f: impl Fn(usize, Range<usize>, OutPtr) + Send + Sync,
+) -> Vec<HostTensor> {
+    let mut outs: Vec<HostTensor> = ns.iter().map(|&n| HostTensor::zeros(rows, n)).collect();
+    if rows == 0 {
+        return outs;
+    }
+    let threads = pool.current_num_threads();
+    let mut tasks: Vec<(usize, Range<usize>)> = Vec::new();
+    for (i, &n) in ns.iter().enumerate() {
+        let count = (threads * TASKS_PER_THREAD).min(n.div_ceil(GRAIN));
+        let edge = |t: usize| if t == count { n } else { (t * n / count).next_multiple_of(GRAIN).min(n) };
+        tasks.extend((0..count).map(|t| (i, edge(t)..edge(t + 1))).filter(|(_, r)| !r.is_empty()));
+    }
+    let dsts: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.data.as_mut_ptr())).collect();
+    pool.install(|| tasks.into_par_iter().for_each(|(i, cols)| f(i, cols, dsts[i])));
+    outs
+}
+
 /// `x[rows, in] @ w[out, in]^T`, parallel over chunks of output features.
 pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, x: &HostTensor, w: &HostMat) -> HostTensor {
     assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);

@@ -28,7 +28,7 @@ mod spec;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::matmul::par_columns;
+use crate::matmul::{par_columns, par_columns_many};
 use crate::simd::{Portable, Simd};
 use act::{ActBlock, Q8K, Q8x2, quantize_rows};
 pub use isa::IntDot;
@@ -92,7 +92,8 @@ pub(crate) fn matmul(
     matmul_prepared(pool, simd, dot, acts, &Prepared::new(x), w)
 }
 
-/// [`matmul`] of one `x` by each of `ws`, its activations quantized once for all of them.
+/// [`matmul`] of one `x` by each of `ws`, its activations quantized once for all of them and
+/// every product's columns in one parallel pass.
 pub(crate) fn matmul_many(
     pool: &ThreadPool,
     simd: Simd,
@@ -102,7 +103,29 @@ pub(crate) fn matmul_many(
     ws: &[&HostMat],
 ) -> Vec<HostTensor> {
     let p = Prepared::new(x);
-    ws.iter().map(|w| matmul_prepared(pool, simd, dot, acts, &p, w)).collect()
+    if acts != QuantActs::Int8 {
+        return ws.iter().map(|w| matmul_prepared(pool, simd, dot, acts, &p, w)).collect();
+    }
+    let avx2 = cfg!(target_arch = "x86_64") && simd == Simd::Avx2;
+    let jobs: Vec<Job> = ws.iter().map(|w| int8_job(pool, avx2, dot, &p, w)).collect();
+    let ns: Vec<usize> = ws.iter().map(|w| w.rows).collect();
+    par_columns_many(pool, x.rows, &ns, |i, outs, dst| jobs[i](outs, dst.get()))
+}
+
+/// Output columns of one weight's int8 product into a `[rows, n]` buffer. Its callers (this
+/// module's `par_columns` and `par_columns_many` closures) pass `dst` at such a buffer, which
+/// outlives the call, and `outs` columns that no other call writes.
+type Job<'a> = Box<dyn Fn(Range<usize>, *mut f32) + Send + Sync + 'a>;
+
+/// Checks `w` against `x`; its block type.
+fn check(x: &HostTensor, w: &HostMat) -> QuantType {
+    let DType::Quant(q) = w.dtype else { panic!("quant matmul: weight dtype {} is not quantized", w.dtype) };
+    assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);
+    assert_eq!(x.data.len(), x.rows * x.cols, "matmul: x holds {} values for {}x{}", x.data.len(), x.rows, x.cols);
+    assert!(w.cols.is_multiple_of(q.block_len()), "matmul: {} inputs are not whole {} blocks", w.cols, q.name());
+    let need = w.rows * w.row_bytes();
+    assert!(w.data.as_bytes().len() >= need, "matmul: weight holds {} bytes, needs {need}", w.data.as_bytes().len());
+    q
 }
 
 /// [`matmul`] with `p`'s activations.
@@ -115,53 +138,56 @@ fn matmul_prepared(
     w: &HostMat,
 ) -> HostTensor {
     let x = p.x;
-    let DType::Quant(q) = w.dtype else { panic!("quant matmul: weight dtype {} is not quantized", w.dtype) };
-    assert_eq!(x.cols, w.cols, "matmul: x has {} columns, the weight {} inputs", x.cols, w.cols);
-    assert_eq!(x.data.len(), x.rows * x.cols, "matmul: x holds {} values for {}x{}", x.data.len(), x.rows, x.cols);
-    assert!(w.cols.is_multiple_of(q.block_len()), "matmul: {} inputs are not whole {} blocks", w.cols, q.name());
-    let need = w.rows * w.row_bytes();
-    assert!(w.data.as_bytes().len() >= need, "matmul: weight holds {} bytes, needs {need}", w.data.as_bytes().len());
+    let q = check(x, w);
     let avx2 = cfg!(target_arch = "x86_64") && simd == Simd::Avx2;
     match acts {
         QuantActs::F32 => par_columns(pool, x.rows, w.rows, |outs, dst| {
             // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
             unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
         }),
-        QuantActs::Int8 if spec::format(q).k => {
-            let xq = p.k.get_or_init(|| quantize_rows::<Q8K>(pool, avx2, &x.data, x.cols));
-            int8(pool, dot.pick(true, x.rows), q, x.rows, xq, &[], w)
-        }
         QuantActs::Int8 => {
-            let xq = p.b32.get_or_init(|| quantize_rows::<Q8x2>(pool, avx2, &x.data, x.cols));
-            let dot = dot.pick(false, x.rows);
-            // The VNNI kernels meet signed weight codes with unsigned activations (`x + 128`).
-            let f = spec::format(q);
-            let signed_vnni = matches!(dot, IntDot::AvxVnni | IntDot::Avx512Vnni) && !f.min;
-            let xu: &[[u8; 64]] = if signed_vnni { p.xu.get_or_init(|| Q8x2::offset_codes(xq)) } else { &[] };
-            int8(pool, dot, q, x.rows, xq, xu, w)
+            let job = int8_job(pool, avx2, dot, p, w);
+            par_columns(pool, x.rows, w.rows, |outs, dst| job(outs, dst.get()))
         }
     }
 }
 
-/// The integer path: every output column from the quantized activation rows `xq` (and `xu`).
-fn int8<A: ActBlock>(
-    pool: &ThreadPool,
+/// The integer path of `w`: its activations from `p` (made there once), then a job writing any
+/// columns of the `[rows, w.rows]` output.
+fn int8_job<'a>(pool: &ThreadPool, avx2: bool, dot: IntDot, p: &'a Prepared, w: &'a HostMat) -> Job<'a> {
+    let x = p.x;
+    let q = check(x, w);
+    let f = spec::format(q);
+    if f.k {
+        let xq = p.k.get_or_init(|| quantize_rows::<Q8K>(pool, avx2, &x.data, x.cols));
+        return int8(dot.pick(true, x.rows), q, x.rows, xq, &[], w);
+    }
+    let xq = p.b32.get_or_init(|| quantize_rows::<Q8x2>(pool, avx2, &x.data, x.cols));
+    let dot = dot.pick(false, x.rows);
+    // The VNNI kernels meet signed weight codes with unsigned activations (`x + 128`).
+    let signed_vnni = matches!(dot, IntDot::AvxVnni | IntDot::Avx512Vnni) && !f.min;
+    let xu: &[[u8; 64]] = if signed_vnni { p.xu.get_or_init(|| Q8x2::offset_codes(xq)) } else { &[] };
+    int8(dot, q, x.rows, xq, xu, w)
+}
+
+/// The integer path's job: output columns from the quantized activation rows `xq` (and `xu`).
+fn int8<'a, A: ActBlock>(
     dot: IntDot,
     q: QuantType,
     rows: usize,
-    xq: &[A],
-    xu: &[[u8; 64]],
-    w: &HostMat,
-) -> HostTensor
+    xq: &'a [A],
+    xu: &'a [[u8; 64]],
+    w: &'a HostMat,
+) -> Job<'a>
 where
     Kernels: IntKernel<A>,
 {
     let (nb, wb) = (w.cols.div_ceil(A::LEN), w.cols / q.block_len());
     let a = Operands { xq, xu, nb, wb, w: w.data.as_bytes(), row_bytes: w.row_bytes(), n: w.rows };
-    par_columns(pool, rows, w.rows, |outs, dst| {
-        // SAFETY: each call writes only columns `outs` of the `[rows, w.rows]` output; the
-        // weight holds `w.rows` rows of `wb` blocks (checked above); `dot` was detected.
-        unsafe { <Kernels as IntKernel<A>>::run(dot, q, &a, rows, outs, dst.get()) }
+    Box::new(move |outs, dst| {
+        // SAFETY: the caller writes only columns `outs` of a `[rows, w.rows]` output at `dst`;
+        // the weight holds `w.rows` rows of `wb` blocks (checked); `dot` was detected.
+        unsafe { <Kernels as IntKernel<A>>::run(dot, q, &a, rows, outs, dst) }
     })
 }
 
