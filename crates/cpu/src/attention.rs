@@ -92,16 +92,17 @@ pub(crate) fn attention_cached(
         m: vec![0.0; ROW_TILE * group],
         l: vec![0.0; ROW_TILE * group],
     };
-    let results: Vec<Vec<f32>> = cpu.pool.install(|| {
-        tasks
-            .par_iter()
-            .map_init(init, |scratch, t| {
-                let mut o = vec![0.0; (t.i1 - t.i0) * group * d];
-                attend_dispatch(simd, &job, &meta.seqs[t.seq], t, &mut o, scratch);
-                o
-            })
-            .collect()
-    });
+    let run = |scratch: &mut Scratch, t: &Task| {
+        let mut o = vec![0.0; (t.i1 - t.i0) * group * d];
+        attend_dispatch(simd, &job, &meta.seqs[t.seq], t, &mut o, scratch);
+        o
+    };
+    // One task (a decode row of one KV head) runs here: waking the pool for it costs more.
+    let results: Vec<Vec<f32>> = if tasks.len() == 1 {
+        vec![run(&mut init(), &tasks[0])]
+    } else {
+        cpu.pool.install(|| tasks.par_iter().map_init(init, run).collect())
+    };
     let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
     for (t, o) in tasks.iter().zip(&results) {
         let first = meta.seqs[t.seq].q_start + t.i0;
