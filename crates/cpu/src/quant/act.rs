@@ -47,17 +47,48 @@ pub(crate) trait ActBlock: Copy + Send + Sync {
 /// Rounds to the nearest integer, ties to even, for `|v| <= 2^22`: exact and vectorisable.
 #[inline(always)]
 fn round(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
     (v + MAGIC) - MAGIC
+}
+
+/// `1.5 * 2^23`: added to a value of magnitude up to 2^22, it leaves that value rounded to an
+/// integer (ties to even) in the sum's low mantissa bits.
+const MAGIC: f32 = 12_582_912.0;
+
+/// The largest magnitude in `x` (0 for none; NaN ignored) and whether `x` holds a NaN, over
+/// eight independent lanes so that the compiler vectorizes it: a maximum is exact, so any order
+/// gives the sequential fold's value.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> (f32, bool) {
+    let (mut lanes, mut nan) = ([0.0f32; 8], [false; 8]);
+    let (chunks, tail) = x.as_chunks::<8>();
+    for c in chunks {
+        for ((m, n), v) in lanes.iter_mut().zip(&mut nan).zip(c) {
+            *m = m.max(v.abs());
+            *n |= v.is_nan();
+        }
+    }
+    for ((m, n), v) in lanes.iter_mut().zip(&mut nan).zip(tail) {
+        *m = m.max(v.abs());
+        *n |= v.is_nan();
+    }
+    (lanes.iter().fold(0.0f32, |m, &v| m.max(v)), nan.iter().any(|&n| n))
 }
 
 /// Quantizes `x` into `qs` (same length) with one scale, returned.
 #[inline(always)]
 fn quantize_into(x: &[f32], qs: &mut [i8]) -> f32 {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let (amax, nan) = abs_max(x);
     let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
-    for (q, &v) in qs.iter_mut().zip(x) {
-        *q = round(v * id) as i32 as i8;
+    if !nan && amax.is_finite() && id.is_finite() {
+        // Every `v * id` lies within 128 of 0, so `round`'s sum holds the integer in its low
+        // mantissa bits: the same value as `round(v * id) as i32`, without a saturating cast.
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = ((v * id + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) as i8;
+        }
+    } else {
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = round(v * id) as i32 as i8;
+        }
     }
     d
 }
@@ -171,6 +202,32 @@ mod tests {
         assert_eq!((p.d[0], p.d[4], p.s[1]), (a.d, 0.0, 0.0));
         assert_eq!((&p.qs[..16], &p.qs[32..48]), (&a.qs[..16], &a.qs[16..32]));
         assert!(p.qs[16..32].iter().chain(&p.qs[48..]).all(|&q| q == 0));
+    }
+
+    #[test]
+    fn quantizing_equals_the_rounding_cast_on_any_values() {
+        // The bit-extracting path against `round(v * id) as i32 as i8` for every value, and
+        // the blocks it leaves to that cast (NaN, infinities, scales past f32's range).
+        let old = |x: &[f32]| {
+            let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+            (d, x.iter().map(|&v| round(v * id) as i32 as i8).collect::<Vec<i8>>())
+        };
+        let mut rng = Rng::new(24);
+        let mut cases: Vec<Vec<f32>> =
+            (0..200).map(|i| rng.vec(32).iter().map(|v| v * (1.0 + i as f32)).collect()).collect();
+        cases.push(vec![0.0; 32]);
+        cases.push((0..32).map(|i| (i as f32 - 16.0) * 0.5).collect());
+        cases.push((0..32).map(|i| if i == 3 { f32::NAN } else { i as f32 }).collect());
+        cases.push((0..32).map(|i| if i == 5 { f32::INFINITY } else { -(i as f32) }).collect());
+        cases.push((0..32).map(|i| i as f32 * 1e-39).collect());
+        cases.push((0..32).map(|i| (i as f32 - 7.0) * 3e38).collect());
+        for x in &cases {
+            let mut qs = [0i8; 32];
+            let d = quantize_into(x, &mut qs);
+            let (dw, qw) = old(x);
+            assert_eq!((d.to_bits(), &qs[..]), (dw.to_bits(), &qw[..]), "{x:?}");
+        }
     }
 
     #[test]
