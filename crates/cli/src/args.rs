@@ -65,7 +65,7 @@ pub struct DeviceArgs {
     pub quant_acts: String,
     /// Instructions of the CPU's int8 dot products (all give the same bits): `auto` (this CPU's
     /// default), `avx2`, `avx-vnni`, `avx512-vnni`, or `mixed-vnni` (chosen per matmul shape).
-    #[arg(long, default_value = "auto", value_parser = INT_DOTS)]
+    #[arg(long, default_value = "auto", value_parser = tf_server::options::INT_DOTS)]
     pub int_dot: String,
     /// CUDA developer switches.
     #[command(flatten)]
@@ -353,6 +353,3 @@ pub fn at_least_zero<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
 fn integer(s: &str) -> Result<i128, String> {
     s.trim().parse::<i128>().map_err(|_| format!("'{s}' is not an integer"))
 }
-
-/// The values of `--int-dot`.
-pub const INT_DOTS: [&str; 5] = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"];

@@ -107,7 +107,7 @@ pub struct ServeArgs {
     /// rest on AVX-VNNI); the choice is named in the banner (`device cpu/avx2+...`).
     ///
     /// Accepts: auto, avx2, avx-vnni, avx512-vnni, mixed-vnni (refused where the CPU lacks it).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"])]
+    #[arg(long, default_value = "auto", value_parser = INT_DOTS)]
     pub int_dot: String,
     /// Memory for the KV cache (the draft model's included); the block count it gives is reported
     /// at start. Given, it wins over `--gpu-memory-utilization`.
@@ -413,6 +413,9 @@ fn parse_draft(s: &str) -> Result<String, String> {
         || s.strip_prefix("early-exit:").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n >= 1);
     if ok { Ok(s.to_string()) } else { Err(format!("'{s}': expected off, ngram, mtp, early-exit:N or model:DIR")) }
 }
+
+/// The values of `--int-dot` (every command's and `serve`'s).
+pub const INT_DOTS: [&str; 5] = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"];
 
 #[cfg(test)]
 mod tests {

@@ -138,14 +138,17 @@ fn matmul_prepared(
     w: &HostMat,
 ) -> HostTensor {
     let x = p.x;
-    let q = check(x, w);
     let avx2 = cfg!(target_arch = "x86_64") && simd == Simd::Avx2;
     match acts {
-        QuantActs::F32 => par_columns(pool, x.rows, w.rows, |outs, dst| {
-            // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
-            unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
-        }),
+        QuantActs::F32 => {
+            let q = check(x, w);
+            par_columns(pool, x.rows, w.rows, |outs, dst| {
+                // SAFETY: each call writes only columns `outs` of the output; shapes were checked.
+                unsafe { run_f32(avx2, q, x, w, outs, dst.get()) }
+            })
+        }
         QuantActs::Int8 => {
+            // `int8_job` checks the shapes.
             let job = int8_job(pool, avx2, dot, p, w);
             par_columns(pool, x.rows, w.rows, |outs, dst| job(outs, dst.get()))
         }
