@@ -536,14 +536,14 @@ def route_choice_gaps(model, prompts, greedys) -> list[torch.Tensor]:
     return out
 
 
-def route_exact_positions(model, prompts, greedys) -> dict:
+def route_exact_positions(model, prompts, greedys, margin: float = ROUTE_MARGIN) -> dict:
     """golden.json's `route_exact_positions`: per prompt, how many leading positions of prompt +
     greedy continuation route with a choice gap of at least ROUTE_MARGIN in every MoE layer. A
     bf16 run can flip a narrower choice, and the causal model's outputs before it cannot depend
     on it, so a bf16 backend is compared on those positions only."""
-    exact = [int((g >= ROUTE_MARGIN).long().cumprod(0).sum()) for g in route_choice_gaps(model, prompts, greedys)]
+    exact = [int((g >= margin).long().cumprod(0).sum()) for g in route_choice_gaps(model, prompts, greedys)]
     print(f"  route_exact_positions {exact} (prompt lengths {[len(p['ids']) for p in prompts]})")
-    return {"route_exact_positions": exact, "route_margin": ROUTE_MARGIN}
+    return {"route_exact_positions": exact, "route_margin": margin}
 
 
 def versions():

@@ -130,7 +130,11 @@ def router_choice_gaps(mod, out) -> torch.Tensor:
 
 
 mf.ROUTER_CHOICE_GAPS["Gemma4TextRouter"] = router_choice_gaps
-GOLDEN_EXTRA = {"gemma4_moe": lambda *a: mf.route_exact_positions(*a)}
+# The routing gap a bf16 run is compared past: transformers run in bf16 moves the first MoE
+# layer's router log-probabilities by up to 0.087 on gemma4_moe's golden forwards (its router is
+# peaked, ROUTER_STD), far past make_fixtures.py's ROUTE_MARGIN.
+BF16_ROUTE_MARGIN = 0.1
+GOLDEN_EXTRA = {"gemma4_moe": lambda *a: mf.route_exact_positions(*a, margin=BF16_ROUTE_MARGIN)}
 
 
 def accept_gemma4_moe(model, prompts, greedys) -> bool:

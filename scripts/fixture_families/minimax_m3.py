@@ -38,6 +38,9 @@ PAD, BOS, EOS = 0, 1, 2
 ROUTER_MARGIN = 0.002  # k-th vs (k+1)-th biased score, every choice of the f32 golden forwards
 INDEX_MARGIN = 0.002  # last kept vs first dropped block score, every row of the golden forwards
 BF16_MARGIN = 0.004
+# The block-score gap a bf16 run is compared past: transformers run in bf16 moves the first
+# sparse layer's block scores (up to about 13) by up to 0.23 on minimax_m3's golden forwards.
+BF16_INDEX_MARGIN = 0.5
 
 
 def config(block_size: int, topk: int) -> MiniMaxM3VLConfig:
@@ -242,10 +245,16 @@ def accept_minimax_m3_cover(model, prompts, greedys) -> bool:
 
 
 def golden_extra(model, prompts, greedys) -> dict:
-    exact = [int((g >= BF16_MARGIN).long().cumprod(0).sum()) for g in router_gaps(model, prompts, greedys)]
-    margins = [float(g.min()) for g in index_gaps(model, prompts, greedys)]
+    """`route_exact_positions`: each prompt's leading positions whose router choices clear
+    BF16_MARGIN and whose block choices clear BF16_INDEX_MARGIN (a bf16 run can flip a narrower
+    one; the causal outputs before it cannot depend on it)."""
+    routers, blocks = router_gaps(model, prompts, greedys), index_gaps(model, prompts, greedys)
+    exact = [
+        int(((r >= BF16_MARGIN) & (b >= BF16_INDEX_MARGIN)).long().cumprod(0).sum()) for r, b in zip(routers, blocks)
+    ]
+    margins = [float(g.min()) for g in blocks]
     print(f"  route_exact_positions {exact}, block selection margins {margins}")
-    out = {"route_exact_positions": exact, "route_margin": BF16_MARGIN}
+    out = {"route_exact_positions": exact, "route_margin": BF16_MARGIN, "index_bf16_margin": BF16_INDEX_MARGIN}
     finite = [round(m, 4) for m in margins if m != float("inf")]
     if finite:
         out["index_min_selection_margin"] = min(finite)

@@ -324,7 +324,8 @@ pub trait Backend: Send + Sync {
         meta: &AttnMeta,
         p: &IndexParams,
     ) -> BlockPicks {
-        let (q, k) = (on_host::host_tensor(self, q), on_host::host_tensor(self, k));
+        let q = on_host::host_tensor(self, q);
+        let k = on_host::rounded_tensor(on_host::host_tensor(self, k), self.kv_dtype());
         on_host::with_blocks(self, kv, meta, |pool, local| {
             sparse::write_index_keys(&k, pool, local, p);
             sparse::pick_blocks(&q, pool, local, p)
@@ -345,8 +346,10 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
         picks: &BlockPicks,
     ) -> Self::Act {
-        let (qh, kh, vh) =
-            (on_host::host_tensor(self, q), on_host::host_tensor(self, k), on_host::host_tensor(self, v));
+        let dtype = self.kv_dtype();
+        let qh = on_host::host_tensor(self, q);
+        let kh = on_host::rounded_tensor(on_host::host_tensor(self, k), dtype);
+        let vh = on_host::rounded_tensor(on_host::host_tensor(self, v), dtype);
         let out = on_host::with_blocks(self, kv, meta, |pool, local| {
             sparse::attention_blocks(&qh, &kh, &vh, pool, local, p, picks)
         });
@@ -496,8 +499,8 @@ pub trait Backend: Send + Sync {
         ix: &DsaParams,
     ) -> Self::Act {
         let (n, width) = (self.shape(q).0, self.shape(rows).1);
-        let (slots, qv, iq, iw) =
-            (self.download(rows), self.download(q), self.download(index_q), self.download(index_w));
+        let slots = on_host::rounded(&self.download(rows), self.kv_dtype());
+        let (qv, iq, iw) = (self.download(q), self.download(index_q), self.download(index_w));
         let out = on_host::with_blocks(self, kv, meta, |pool, local| {
             dsa::write_rows(&slots, &mut pool.k, width, local);
             let x = SparseQueries { q: &qv, index_q: &iq, index_w: &iw };

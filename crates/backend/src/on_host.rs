@@ -53,9 +53,28 @@ pub fn encode_kv(values: &[f32], dtype: tf_core::DType) -> Vec<u8> {
     }
 }
 
+/// `values` as a pool of `dtype` stores them (rounded to nearest, then read back as f32): the
+/// rows a host default writes into its copy of the round's blocks, so this round's queries
+/// see the values later rounds read back from the backend's pool (chunked == whole).
+pub fn rounded(values: &[f32], dtype: tf_core::DType) -> Vec<f32> {
+    match dtype {
+        tf_core::DType::F32 => values.to_vec(),
+        _ => decode_kv(&encode_kv(values, dtype), dtype),
+    }
+}
+
+/// [`rounded`] of a host tensor.
+pub fn rounded_tensor(x: HostTensor, dtype: tf_core::DType) -> HostTensor {
+    match dtype {
+        tf_core::DType::F32 => x,
+        _ => HostTensor { data: rounded(&x.data, dtype), ..x },
+    }
+}
+
 /// Runs `f` over a host copy (f32) of the blocks `meta`'s sequences use in `kv`, renumbered as
 /// [`crate::dsa::compact_blocks`] does (the metadata `f` is handed names them), then writes
-/// them back: the host-run defaults of the block-sparse attention ops. The host pool has one
+/// them back: the host-run defaults of the block-sparse attention ops. Rows `f` writes must be
+/// [`rounded`] to the pool's dtype first. The host pool has one
 /// "head" as wide as a slot, and keeps the K and V halves as the backend's pool does.
 pub fn with_blocks<B: Backend + ?Sized, R>(
     b: &B,
@@ -82,4 +101,24 @@ pub fn with_blocks<B: Backend + ?Sized, R>(
 pub fn host_tensor<B: Backend + ?Sized>(b: &B, x: &B::Act) -> HostTensor {
     let (rows, cols) = b.shape(x);
     HostTensor { data: b.download(x), rows, cols }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_core::DType;
+
+    #[test]
+    fn rows_are_rounded_as_the_pool_stores_them() {
+        let x = [1.0f32 + 1.0 / 512.0 + 1.0 / 4096.0, -3.3, 65519.0, f32::MIN_POSITIVE];
+        let pooled = |d| decode_kv(&encode_kv(&x, d), d);
+        for d in [DType::BF16, DType::F16] {
+            let r = rounded(&x, d);
+            assert_eq!(r, pooled(d), "{d:?}: the values a later round reads back");
+            assert_ne!(r, x.to_vec(), "{d:?}: rounding changes them");
+        }
+        assert_eq!(rounded(&x, DType::F32), x.to_vec());
+        let t = HostTensor { data: x.to_vec(), rows: 2, cols: 2 };
+        assert_eq!(rounded_tensor(t, DType::BF16).data, pooled(DType::BF16));
+    }
 }
