@@ -16,6 +16,7 @@ pub mod mask;
 pub mod on_host;
 pub mod reference;
 pub mod rng;
+pub mod rng_lanes;
 pub mod rope;
 pub mod router;
 pub mod short_conv;

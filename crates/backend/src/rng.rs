@@ -4,11 +4,11 @@
 //! Gumbel noise made from it, which backends use to narrow a sampled row's candidates.
 
 /// Round multipliers of Philox4x32.
-const MUL: [u32; 2] = [0xD251_1F53, 0xCD9E_8D57];
+pub(crate) const MUL: [u32; 2] = [0xD251_1F53, 0xCD9E_8D57];
 /// Key schedule increments (Weyl sequence) of Philox4x32.
-const BUMP: [u32; 2] = [0x9E37_79B9, 0xBB67_AE85];
+pub(crate) const BUMP: [u32; 2] = [0x9E37_79B9, 0xBB67_AE85];
 /// Counter word that separates the Gumbel-noise stream from any other use of the same seed.
-const GUMBEL_STREAM: u32 = 0;
+pub(crate) const GUMBEL_STREAM: u32 = 0;
 /// 2^-23: the spacing of the unit values made from the top 23 bits of a draw.
 const UNIT: f32 = 1.0 / 8_388_608.0;
 

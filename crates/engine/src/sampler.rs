@@ -21,6 +21,7 @@ pub use params::{GREEDY_BELOW, ParamError, SamplingParams};
 use crate::rng::{GUMBEL_BOUND, gumbel, uniform, uniform_block};
 use filter::{TOP_P_WINDOW, kept, rank_value};
 use tf_backend::candidates::select;
+use tf_backend::rng_lanes::uniform_blocks;
 use tf_backend::{Candidates, LogitEdit, RaceKey, RowQuery};
 
 /// The window the Gumbel race needs: an id can win only if its scaled logit plus at most
@@ -239,25 +240,74 @@ fn gumbel_argmax(ids: &[u32], x: &[f32], kept: &Kept, seed: u64, position: u64) 
         Kept::Only(at) if !at.is_empty() => argmax_ranked(x, at.iter().copied()),
         _ => return ids.first().copied().unwrap_or(0),
     };
-    let id_of = |j: u32| ids[j as usize];
-    let top_noise = gumbel(uniform(seed, position, id_of(top)));
-    let mut race = Race { best: (x[top as usize] + top_noise, id_of(top)), table: &SKIP_TABLE };
-    // Consecutive candidates often share a Philox block of four ids: draw each block once.
-    let mut block = (u32::MAX, [0.0f32; 4]);
-    let mut enter = |j: u32| {
-        let (i, xi) = (id_of(j), x[j as usize]);
-        if j != top && race.may_win(xi) {
-            if block.0 != i / 4 {
-                block = (i / 4, uniform_block(seed, position, i / 4));
-            }
-            race.offer(i, xi, block.1[(i % 4) as usize]);
-        }
-    };
+    let top_noise = gumbel(uniform(seed, position, ids[top as usize]));
+    let mut race = Race { best: (x[top as usize] + top_noise, ids[top as usize]), table: &SKIP_TABLE };
+    let draw = Draw { ids, x, top, seed, position };
     match kept {
-        Kept::All => (0..x.len() as u32).for_each(&mut enter),
-        Kept::Only(at) => at.iter().copied().for_each(&mut enter),
+        Kept::All => draw.run(&mut race, 0..x.len() as u32),
+        Kept::Only(at) => draw.run(&mut race, at.iter().copied()),
     }
     race.best.1
+}
+
+/// Candidates gathered before their uniforms are drawn together.
+const CHUNK: usize = 512;
+/// Fewest gathered candidates worth drawing their blocks' uniforms in bulk.
+const BULK_MIN: usize = 16;
+
+/// One row's race inputs ([`gumbel_argmax`]).
+struct Draw<'a> {
+    ids: &'a [u32],
+    x: &'a [f32],
+    top: u32,
+    seed: u64,
+    position: u64,
+}
+
+impl Draw<'_> {
+    /// Enters the candidates at positions `js` (increasing) into `race`, a chunk at a time: the
+    /// ones that may still win are gathered, then their uniforms drawn, in bulk
+    /// ([`tf_backend::rng_lanes`]) where their ids are dense, else a Philox block at a time.
+    /// Offering a candidate the race has since outgrown changes nothing (its skip or its score
+    /// says so), so the winner is the one-by-one race's.
+    fn run(&self, race: &mut Race, mut js: impl Iterator<Item = u32>) {
+        let mut chunk = [0u32; CHUNK];
+        let mut blocks = vec![[0.0f32; 4]; 2 * CHUNK];
+        loop {
+            let mut n = 0;
+            for j in js.by_ref() {
+                if j != self.top && race.may_win(self.x[j as usize]) {
+                    chunk[n] = j;
+                    n += 1;
+                    if n == CHUNK {
+                        break;
+                    }
+                }
+            }
+            if n == 0 {
+                return;
+            }
+            let chunk = &chunk[..n];
+            let first = self.ids[chunk[0] as usize] / 4;
+            let span = (self.ids[chunk[n - 1] as usize] / 4 - first) as usize + 1;
+            if n >= BULK_MIN && span <= blocks.len() {
+                uniform_blocks(self.seed, self.position, first, &mut blocks[..span]);
+                for &j in chunk {
+                    let i = self.ids[j as usize];
+                    race.offer(i, self.x[j as usize], blocks[(i / 4 - first) as usize][(i % 4) as usize]);
+                }
+            } else {
+                let mut block = (u32::MAX, [0.0f32; 4]);
+                for &j in chunk {
+                    let i = self.ids[j as usize];
+                    if block.0 != i / 4 {
+                        block = (i / 4, uniform_block(self.seed, self.position, i / 4));
+                    }
+                    race.offer(i, self.x[j as usize], block.1[(i % 4) as usize]);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
