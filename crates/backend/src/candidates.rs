@@ -176,9 +176,27 @@ pub fn apply_edits(row: &mut [f32], q: &RowQuery) {
 /// lowest) is not finite: then every id is a candidate.
 pub fn threshold(row: &[f32], q: &RowQuery) -> Option<f32> {
     // NaN ranks below every number; scaling is monotone, so the scaled max is the max scaled.
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    let max = q.scaled(max);
+    let max = q.scaled(row_max(row));
     max.is_finite().then_some(max - q.window)
+}
+
+/// Lanes of [`row_max`]: maxima kept side by side so they fit vector registers.
+const MAX_LANES: usize = 16;
+
+/// The largest value of `row` (NaN never, -inf for an empty or all-NaN row): each lane keeps
+/// the largest of its values, then the lanes are folded. Only the zero's sign can depend on
+/// the order (-0 and +0 compare equal), which no caller tells apart.
+pub fn row_max(row: &[f32]) -> f32 {
+    let keep = |m: f32, x: f32| if x > m { x } else { m };
+    let mut lanes = [f32::NEG_INFINITY; MAX_LANES];
+    let mut chunks = row.chunks_exact(MAX_LANES);
+    for c in chunks.by_ref() {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = keep(*m, x);
+        }
+    }
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| keep(m, x));
+    lanes.iter().fold(tail, |m, &x| keep(m, x))
 }
 
 /// The candidates of an already edited row under `q` (its edits are not applied again).
@@ -186,12 +204,26 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
     let mut c = Candidates::default();
     match threshold(row, q) {
         Some(t) => {
-            for (i, &x) in row.iter().enumerate() {
-                if q.scaled(x) >= t {
-                    c.ids.push(i as u32);
-                    c.values.push(x);
-                }
+            // A top-p row (without top-k) narrowed in passes over the row (top_p_row.rs).
+            if q.top_p < 1.0
+                && q.top_k == 0
+                && let Some(narrowed) = crate::top_p_row::narrow_row(row, q, t, row_max(row))
+            {
+                return narrowed;
             }
+            // Counted first, then written whether kept or not with the count moving on only
+            // for the kept: no branch to mispredict on rows that keep most of their ids.
+            let kept = row.iter().filter(|&&x| q.scaled(x) >= t).count();
+            let (mut ids, mut values) = (vec![0u32; kept + 1], vec![0.0f32; kept + 1]);
+            let mut n = 0;
+            for (i, &x) in row.iter().enumerate() {
+                ids[n] = i as u32;
+                values[n] = x;
+                n += usize::from(q.scaled(x) >= t);
+            }
+            ids.truncate(n);
+            values.truncate(n);
+            (c.ids, c.values) = (ids, values);
             keep_top_k(&mut c, q);
             narrow_top_p(&mut c, q);
         }
@@ -342,6 +374,22 @@ mod tests {
         let c = candidates(&mut row, &q);
         assert_eq!(row, [f32::NEG_INFINITY, 1.0, 2.0]);
         assert_eq!(c.ids, [2]);
+    }
+
+    #[test]
+    fn the_row_max_skips_nan_over_lanes_and_tail() {
+        for n in [0usize, 1, 15, 16, 17, 40, 1000] {
+            let mut row: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
+            let want = row.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            assert_eq!(row_max(&row), want, "{n}");
+            if n > 3 {
+                row[n / 2] = f32::NAN;
+                row[n - 1] = f32::INFINITY;
+                assert_eq!(row_max(&row), f32::INFINITY);
+                row.iter_mut().for_each(|x| *x = f32::NAN);
+                assert_eq!(row_max(&row), f32::NEG_INFINITY);
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod sparse;
 pub mod ssd;
 pub mod state;
 pub mod top_p;
+pub mod top_p_row;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};

@@ -34,7 +34,7 @@ const FIRST: usize = 256;
 /// Factor by which the sorted part grows.
 const GROWTH: usize = 4;
 /// Buckets of the histogram that locates the cut; the last also holds everything further down.
-const BUCKETS: usize = 4096;
+pub(crate) const BUCKETS: usize = 4096;
 /// Distance below the maximum that one bucket spans: 1/128, so the buckets cover 32 (a cut
 /// further down, where weights are under e^-32, sorts the last bucket).
 const BUCKET_WIDTH: f32 = 1.0 / 128.0;
@@ -70,7 +70,7 @@ pub struct Weighed {
 /// Bucket of value `v` of a pool whose largest is `max`: never smaller for a smaller value, as
 /// every step rounds monotonically (-inf goes to the last).
 #[inline]
-fn bucket(max: f32, v: f32) -> usize {
+pub(crate) fn bucket(max: f32, v: f32) -> usize {
     (((max - v) * (1.0 / BUCKET_WIDTH)) as usize).min(BUCKETS - 1)
 }
 
@@ -99,11 +99,16 @@ pub fn cut(pool: &mut [(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Cut 
     let max = weighed.max;
     match locate(pool, weighed, lo, hi) {
         Some(Located::At(boundary, n)) => {
-            // The prefix is every entry ranking at or before the boundary entry.
+            // The prefix is every entry ranking at or before the boundary entry (by_ranked on
+            // total-order keys: a larger value, or the same value at a lower position).
+            let (bk, bp) = (crate::candidates::rank_key(boundary.0), boundary.1);
             let mut kept = 0;
             for i in 0..pool.len() {
-                if by_ranked(&pool[i], &boundary) != Ordering::Greater {
-                    pool.swap(kept, i);
+                let p = pool[i];
+                let k = crate::candidates::rank_key(p.0);
+                if k > bk || (k == bk && p.1 <= bp) {
+                    pool[i] = pool[kept];
+                    pool[kept] = p;
                     kept += 1;
                 }
             }
@@ -143,7 +148,7 @@ pub fn cut_sorted(pool: &mut [(f32, u32)], max: f32, lo: f64, hi: f64) -> Cut {
 }
 
 /// The cut as [`locate`] finds it.
-enum Located {
+pub(crate) enum Located {
     /// At the entry given, the `n`-th most likely.
     At((f32, u32), usize),
     /// As [`Cut::Open`].
@@ -166,7 +171,22 @@ fn slack(n: usize) -> f64 {
 /// that bucket.
 fn locate(pool: &[(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Option<Located> {
     let Weighed { w, max, count, mass, .. } = weighed;
-    let slack = slack(pool.len() + BUCKETS);
+    locate_in(count, mass, pool.len(), lo, hi, |b| {
+        pool.iter().zip(w).filter(|(p, _)| bucket(*max, p.0) == b).map(|(&p, &wi)| (p, wi)).collect()
+    })
+}
+
+/// [`locate`] over a histogram (`count`, `mass` by bucket) of `n` entries, `region(b)` listing
+/// bucket `b`'s entries with their weights.
+pub(crate) fn locate_in(
+    count: &[usize],
+    mass: &[f64],
+    n: usize,
+    lo: f64,
+    hi: f64,
+    region: impl FnOnce(usize) -> Vec<((f32, u32), f64)>,
+) -> Option<Located> {
+    let slack = slack(n + BUCKETS);
     // Skip the buckets whose end stays under `lo` by more than the slack.
     let (mut above, mut first, mut b) = (0.0f64, 0usize, 0usize);
     while b < BUCKETS {
@@ -179,8 +199,7 @@ fn locate(pool: &[(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Option<Lo
     if b == BUCKETS {
         return Some(Located::Short);
     }
-    let mut region: Vec<((f32, u32), f64)> = Vec::with_capacity(count[b]);
-    region.extend(pool.iter().zip(w).filter(|(p, _)| bucket(*max, p.0) == b).map(|(&p, &wi)| (p, wi)));
+    let mut region = region(b);
     region.sort_unstable_by(|x, y| by_ranked(&x.0, &y.0));
     let mut sum = above;
     for (k, &(p, wi)) in region.iter().enumerate() {
