@@ -5,6 +5,7 @@ pub mod attn;
 pub mod candidates;
 pub mod conv;
 pub mod dsa;
+pub mod fast_exp;
 pub mod fp8;
 pub mod gate_up;
 pub mod gdn;

@@ -171,22 +171,24 @@ fn slack(n: usize) -> f64 {
 /// that bucket.
 fn locate(pool: &[(f32, u32)], weighed: &Weighed, lo: f64, hi: f64) -> Option<Located> {
     let Weighed { w, max, count, mass, .. } = weighed;
-    locate_in(count, mass, pool.len(), lo, hi, |b| {
+    locate_in(count, mass, pool.len(), lo, hi, 0.0, |b| {
         pool.iter().zip(w).filter(|(p, _)| bucket(*max, p.0) == b).map(|(&p, &wi)| (p, wi)).collect()
     })
 }
 
 /// [`locate`] over a histogram (`count`, `mass` by bucket) of `n` entries, `region(b)` listing
-/// bucket `b`'s entries with their weights.
+/// bucket `b`'s entries with their weights, whose sums may lie a further `extra` (relative)
+/// from the exact weights' (fast_exp.rs).
 pub(crate) fn locate_in(
     count: &[usize],
     mass: &[f64],
     n: usize,
     lo: f64,
     hi: f64,
+    extra: f64,
     region: impl FnOnce(usize) -> Vec<((f32, u32), f64)>,
 ) -> Option<Located> {
-    let slack = slack(n + BUCKETS);
+    let slack = slack(n + BUCKETS) + extra;
     // Skip the buckets whose end stays under `lo` by more than the slack.
     let (mut above, mut first, mut b) = (0.0f64, 0usize, 0usize);
     while b < BUCKETS {

@@ -6,6 +6,7 @@
 //! not settle gives `None`, and the caller takes that general path.
 
 use crate::candidates::{Candidates, RowQuery, rank_key};
+use crate::fast_exp;
 use crate::logprobs::rank_value;
 use crate::top_p::{BUCKETS, Located, MASS_TOLERANCE, bucket, locate_in};
 
@@ -14,22 +15,13 @@ use crate::top_p::{BUCKETS, Located, MASS_TOLERANCE, bucket, locate_in};
 /// mass; `None` where the histogram leaves the cut open.
 pub fn narrow_row(row: &[f32], q: &RowQuery, t: f32, max: f32) -> Option<Candidates> {
     let top = rank_value(q.scaled(max));
-    let in_window = |x: f32| {
-        let s = q.scaled(x);
-        (s >= t).then(|| rank_value(s))
-    };
-    // The weights in id order: their sum (window_mass) and histogram.
-    let (mut count, mut mass) = (vec![0usize; BUCKETS], vec![0.0f64; BUCKETS]);
-    let (mut total, mut window) = (0.0f64, 0usize);
-    for &x in row {
-        if let Some(v) = in_window(x) {
-            let w = f64::from(v - top).exp();
-            let b = bucket(top, v);
-            count[b] += 1;
-            mass[b] += w;
-            total += w;
-            window += 1;
-        }
+    // The weights (fast_exp.rs) in id order: their sum (window_mass) and histogram.
+    let Weights { count, mass, total, window, buckets } = weigh(row, q.temperature, t, top);
+    // The fast sum lies within this of the exact one (each sum's rounding, n 2^-53 of the total
+    // at most, and the weights' error); the band of targets must hold the exact target.
+    let total_error = 2.0 * window as f64 / (1u64 << 53) as f64 + fast_exp::REL_ERROR;
+    if total_error >= MASS_TOLERANCE / 4.0 {
+        return None;
     }
     if !total.is_finite() {
         return None;
@@ -37,24 +29,35 @@ pub fn narrow_row(row: &[f32], q: &RowQuery, t: f32, max: f32) -> Option<Candida
     let target = f64::from(q.top_p) * total;
     let (lo, hi) = (target * (1.0 - MASS_TOLERANCE), target * (1.0 + MASS_TOLERANCE));
     let region = |b: usize| {
-        row.iter()
-            .zip(0u32..)
-            .filter_map(|(&x, id)| in_window(x).filter(|&v| bucket(top, v) == b).map(|v| (v, id)))
-            .map(|(v, id)| ((v, id), f64::from(v - top).exp()))
+        let b = b as u16;
+        (0u32..)
+            .zip(&buckets)
+            .filter(|&(_, &bi)| bi == b)
+            .map(|(id, _)| {
+                let v = rank_value(q.scaled(row[id as usize]));
+                ((v, id), fast_exp::exp(f64::from(v - top)))
+            })
             .collect()
     };
-    let Some(Located::At((bv, bid), n)) = locate_in(&count, &mass, window, lo, hi, region) else { return None };
+    // Prefix sums of fast weights lie within their error (and 2^-60 of a sum at least 1, for
+    // the weights under 2^-1000) of libm's.
+    let extra = fast_exp::REL_ERROR + 1.0 / (1u64 << 60) as f64;
+    let Some(Located::At((bv, bid), n)) = locate_in(&count, &mass, window, lo, hi, extra, region) else {
+        return None;
+    };
     // The prefix: every window id ranking at or before the boundary (a larger value, or the
     // same value at a lower id), written whether kept or not with the count moving on only for
     // the kept.
-    let bk = rank_key(bv);
+    let (bk, bb) = (rank_key(bv), bucket(top, bv) as u16);
     let (mut ids, mut values) = (vec![0u32; n + 1], vec![0.0f32; n + 1]);
     let mut kept = 0;
-    for (&x, id) in row.iter().zip(0u32..) {
-        let keep = in_window(x).is_some_and(|v| {
-            let k = rank_key(v);
-            k > bk || (k == bk && id <= bid)
-        });
+    for ((&x, &b), id) in row.iter().zip(&buckets).zip(0u32..) {
+        // Buckets before the boundary's hold larger values; within it the ranks decide.
+        let keep = b < bb
+            || (b == bb && {
+                let k = rank_key(rank_value(q.scaled(x)));
+                k > bk || (k == bk && id <= bid)
+            });
         ids[kept] = id;
         values[kept] = x;
         kept += usize::from(keep);
@@ -68,4 +71,95 @@ pub fn narrow_row(row: &[f32], q: &RowQuery, t: f32, max: f32) -> Option<Candida
     ids.truncate(n);
     values.truncate(n);
     Some(Candidates { ids, values, window_mass: Some(total), settled: false })
+}
+
+/// A row's window weighed (pass one of [`narrow_row`]).
+struct Weights {
+    /// Window entries per bucket (top_p.rs `bucket`).
+    count: Vec<usize>,
+    /// Their weights' sum per bucket, in id order.
+    mass: Vec<f64>,
+    /// Every weight's sum, over lanes.
+    total: f64,
+    /// Entries in the window.
+    window: usize,
+    /// Each row entry's bucket, [`OUTSIDE`] for those outside the window.
+    buckets: Vec<u16>,
+}
+
+/// The bucket mark of a row entry outside the window.
+const OUTSIDE: u16 = u16::MAX;
+
+/// Row values weighed together, in vector lanes.
+const CHUNK: usize = 256;
+/// Lanes of the weights' sum.
+const SUM_LANES: usize = 8;
+
+/// The fast weights `exp(v - top)` (fast_exp.rs) of `row`'s window (scaled values, by
+/// `temperature` where there is one, at or above `t`), their histogram and sum.
+fn weigh(row: &[f32], temperature: Option<f32>, t: f32, top: f32) -> Weights {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F, the only feature the function is compiled for.
+            return unsafe { weigh_avx512(row, temperature, t, top) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, the features the function is compiled for.
+            return unsafe { weigh_avx2(row, temperature, t, top) };
+        }
+    }
+    weigh_lanes(row, temperature, t, top)
+}
+
+/// [`weigh_lanes`] compiled for AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weigh_avx512(row: &[f32], temperature: Option<f32>, t: f32, top: f32) -> Weights {
+    weigh_lanes(row, temperature, t, top)
+}
+
+/// [`weigh_lanes`] compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_avx2(row: &[f32], temperature: Option<f32>, t: f32, top: f32) -> Weights {
+    weigh_lanes(row, temperature, t, top)
+}
+
+/// [`weigh`]: each chunk's values and weights computed in lanes (-inf and 0 outside the
+/// window), then entered into the histogram one by one.
+#[inline(always)]
+fn weigh_lanes(row: &[f32], temperature: Option<f32>, t: f32, top: f32) -> Weights {
+    let (mut count, mut mass) = (vec![0usize; BUCKETS], vec![0.0f64; BUCKETS]);
+    let mut sums = [0.0f64; SUM_LANES];
+    let mut window = 0;
+    let mut buckets = vec![OUTSIDE; row.len()];
+    let (mut v, mut w) = ([0.0f32; CHUNK], [0.0f64; CHUNK]);
+    for (xs, bs) in row.chunks(CHUNK).zip(buckets.chunks_mut(CHUNK)) {
+        for ((x, v), w) in xs.iter().zip(&mut v).zip(&mut w) {
+            let s = match temperature {
+                Some(temp) => x / temp,
+                None => *x,
+            };
+            let inside = s >= t;
+            *v = if inside { s } else { f32::NEG_INFINITY };
+            *w = if inside { fast_exp::exp(f64::from(s - top)) } else { 0.0 };
+        }
+        let n = xs.len();
+        for ws in w[..n].chunks(SUM_LANES) {
+            for (sum, &wi) in sums.iter_mut().zip(ws) {
+                *sum += wi;
+            }
+        }
+        for ((&vi, &wi), bi) in v[..n].iter().zip(&w[..n]).zip(bs) {
+            if vi != f32::NEG_INFINITY {
+                let b = bucket(top, vi);
+                count[b] += 1;
+                mass[b] += wi;
+                window += 1;
+                *bi = b as u16;
+            }
+        }
+    }
+    Weights { count, mass, total: sums.iter().sum(), window, buckets }
 }
