@@ -292,9 +292,19 @@ impl Draw<'_> {
             let span = (self.ids[chunk[n - 1] as usize] / 4 - first) as usize + 1;
             if n >= BULK_MIN && span <= blocks.len() {
                 uniform_blocks(self.seed, self.position, first, &mut blocks[..span]);
-                for &j in chunk {
-                    let i = self.ids[j as usize];
-                    race.offer(i, self.x[j as usize], blocks[(i / 4 - first) as usize][(i % 4) as usize]);
+                let flat = blocks.as_flattened();
+                let (mut xs, mut us, mut pass) = ([0.0f32; CHUNK], [0.0f32; CHUNK], [false; CHUNK]);
+                for ((&j, x), u) in chunk.iter().zip(&mut xs).zip(&mut us) {
+                    *x = self.x[j as usize];
+                    *u = flat[(self.ids[j as usize] - 4 * first) as usize];
+                }
+                // Those the skip table rules out against the best score so far stay out of the
+                // race: against a later, higher best it rules them out too.
+                survivors(race.best.0, &xs[..n], &us[..n], &mut pass[..n], race.table);
+                for (k, &j) in chunk.iter().enumerate() {
+                    if pass[k] {
+                        race.offer(self.ids[j as usize], xs[k], us[k]);
+                    }
                 }
             } else {
                 let mut block = (u32::MAX, [0.0f32; 4]);
@@ -307,6 +317,52 @@ impl Draw<'_> {
                 }
             }
         }
+    }
+}
+
+/// Marks `pass[k]` false where the skip table rules candidate `k` (scaled logit `xs[k]`, uniform
+/// `us[k]`) out against best score `best`, as [`Race::offer`] would, true elsewhere; in vector
+/// lanes where the CPU has them.
+fn survivors(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F, the only feature the function is compiled for.
+            return unsafe { survivors_avx512(best, xs, us, pass, table) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, the only feature the function is compiled for.
+            return unsafe { survivors_avx2(best, xs, us, pass, table) };
+        }
+    }
+    survivors_lanes(best, xs, us, pass, table)
+}
+
+/// [`survivors_lanes`] compiled for AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn survivors_avx512(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
+    survivors_lanes(best, xs, us, pass, table)
+}
+
+/// [`survivors_lanes`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn survivors_avx2(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
+    survivors_lanes(best, xs, us, pass, table)
+}
+
+/// [`survivors`], one candidate a lane.
+#[inline(always)]
+fn survivors_lanes(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
+    if best.abs() >= SKIP_MAX_MAGNITUDE || best.is_nan() {
+        pass.fill(true);
+        return;
+    }
+    for ((&x, &u), p) in xs.iter().zip(us).zip(pass) {
+        let steps = ((best - x) * SKIP_STEPS) as i32;
+        let j = (steps - 1).clamp(0, SKIP_LEN as i32 - 1) as usize;
+        *p = !(steps >= 1 && u <= table[j]);
     }
 }
 
