@@ -244,7 +244,7 @@ fn gumbel_argmax(ids: &[u32], x: &[f32], kept: &Kept, seed: u64, position: u64) 
     let mut race = Race { best: (x[top as usize] + top_noise, ids[top as usize]), table: &SKIP_TABLE };
     let draw = Draw { ids, x, top, seed, position };
     match kept {
-        Kept::All => draw.run(&mut race, 0..x.len() as u32),
+        Kept::All => draw.run_all(&mut race),
         Kept::Only(at) => draw.run(&mut race, at.iter().copied()),
     }
     race.best.1
@@ -265,6 +265,37 @@ struct Draw<'a> {
 }
 
 impl Draw<'_> {
+    /// Enters every candidate into `race`, a chunk of consecutive positions at a time: their
+    /// uniforms drawn in bulk where their ids are dense, then those that may still win and that
+    /// the skip table does not rule out (against the best score so far) offered. The top is
+    /// offered again, which changes nothing.
+    fn run_all(&self, race: &mut Race) {
+        let mut blocks = vec![[0.0f32; 4]; 2 * CHUNK];
+        let (mut us, mut pass) = ([0.0f32; CHUNK], [false; CHUNK]);
+        for start in (0..self.ids.len()).step_by(CHUNK) {
+            let end = (start + CHUNK).min(self.ids.len());
+            let (ids, xs) = (&self.ids[start..end], &self.x[start..end]);
+            let first = ids[0] / 4;
+            let span = (ids[ids.len() - 1] / 4 - first) as usize + 1;
+            if span > blocks.len() {
+                self.run(race, start as u32..end as u32);
+                continue;
+            }
+            uniform_blocks(self.seed, self.position, first, &mut blocks[..span]);
+            let flat = blocks.as_flattened();
+            let n = ids.len();
+            for (&i, u) in ids.iter().zip(&mut us[..n]) {
+                *u = flat[(i - 4 * first) as usize];
+            }
+            survivors(race.best.0, xs, &us[..n], &mut pass[..n], race.table);
+            for (k, &i) in ids.iter().enumerate() {
+                if pass[k] {
+                    race.offer(i, xs[k], us[k]);
+                }
+            }
+        }
+    }
+
     /// Enters the candidates at positions `js` (increasing) into `race`, a chunk at a time: the
     /// ones that may still win are gathered, then their uniforms drawn, in bulk
     /// ([`tf_backend::rng_lanes`]) where their ids are dense, else a Philox block at a time.
@@ -320,9 +351,9 @@ impl Draw<'_> {
     }
 }
 
-/// Marks `pass[k]` false where the skip table rules candidate `k` (scaled logit `xs[k]`, uniform
-/// `us[k]`) out against best score `best`, as [`Race::offer`] would, true elsewhere; in vector
-/// lanes where the CPU has them.
+/// Marks `pass[k]` false where candidate `k` (scaled logit `xs[k]`, uniform `us[k]`) cannot win
+/// against best score `best` ([`Race::may_win`]) or the skip table rules it out, as
+/// [`Race::offer`] would, true elsewhere; in vector lanes where the CPU has them.
 fn survivors(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -356,13 +387,16 @@ unsafe fn survivors_avx2(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], t
 #[inline(always)]
 fn survivors_lanes(best: f32, xs: &[f32], us: &[f32], pass: &mut [bool], table: &[f32; SKIP_LEN]) {
     if best.abs() >= SKIP_MAX_MAGNITUDE || best.is_nan() {
-        pass.fill(true);
+        for (&x, p) in xs.iter().zip(pass) {
+            *p = x + GUMBEL_BOUND >= best;
+        }
         return;
     }
     for ((&x, &u), p) in xs.iter().zip(us).zip(pass) {
         let steps = ((best - x) * SKIP_STEPS) as i32;
         let j = (steps - 1).clamp(0, SKIP_LEN as i32 - 1) as usize;
-        *p = !(steps >= 1 && u <= table[j]);
+        // Race::may_win, then the skip table (NaN never passes).
+        *p = x + GUMBEL_BOUND >= best && !(steps >= 1 && u <= table[j]);
     }
 }
 
