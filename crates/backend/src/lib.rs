@@ -15,6 +15,7 @@ pub mod layer_norm;
 pub mod logprobs;
 pub mod mask;
 pub mod on_host;
+pub mod race;
 pub mod reference;
 pub mod rng;
 pub mod rng_lanes;

@@ -3,11 +3,14 @@
 //! histogram ([`crate::top_p::Weighed`]'s, over the window's values in id order), the one bucket
 //! holding the cut (top_p.rs `locate_in`), then the kept ids. The candidates are those of the
 //! window narrowed by top_p.rs `band_prefix_of`, bit for bit; a row whose cut the histogram does
-//! not settle gives `None`, and the caller takes that general path.
+//! not settle gives `None`, and the caller takes that general path. A keyed row without min-p
+//! is then drawn where it is (race.rs, the host's race and noise), its winner sent settled.
 
+use crate::candidates::RaceKey;
 use crate::candidates::{Candidates, RowQuery, rank_key};
 use crate::fast_exp;
 use crate::logprobs::rank_value;
+use crate::race::RowRace;
 use crate::top_p::{BUCKETS, Located, MASS_TOLERANCE, bucket, locate_in};
 
 /// The candidates of edited `row` whose window starts at scaled value `t` and whose largest
@@ -46,21 +49,45 @@ pub fn narrow_row(row: &[f32], q: &RowQuery, t: f32, max: f32) -> Option<Candida
         return None;
     };
     // The prefix: every window id ranking at or before the boundary (a larger value, or the
-    // same value at a lower id), written whether kept or not with the count moving on only for
-    // the kept.
+    // same value at a lower id).
     let (bk, bb) = (rank_key(bv), bucket(top, bv) as u16);
-    let (mut ids, mut values) = (vec![0u32; n + 1], vec![0.0f32; n + 1]);
-    let mut kept = 0;
-    for ((&x, &b), id) in row.iter().zip(&buckets).zip(0u32..) {
+    let kept_at = |x: f32, b: u16, id: u32| {
         // Buckets before the boundary's hold larger values; within it the ranks decide.
-        let keep = b < bb
+        b < bb
             || (b == bb && {
                 let k = rank_key(rank_value(q.scaled(x)));
                 k > bk || (k == bk && id <= bid)
-            });
+            })
+    };
+    match q.race.filter(|_| q.min_p <= 0.0) {
+        Some(key) => draw(row, q, &buckets, kept_at, n, top, key).map(|id| Candidates {
+            ids: vec![id],
+            values: vec![row[id as usize]],
+            window_mass: Some(total),
+            settled: true,
+        }),
+        None => {
+            let (ids, values) = prefix(row, &buckets, kept_at, n)?;
+            Some(Candidates { ids, values, window_mass: Some(total), settled: false })
+        }
+    }
+}
+
+/// The ids and values of the `n` entries of `row` that `kept_at(value, bucket, id)` keeps,
+/// written whether kept or not with the count moving on only for the kept; `None` unless
+/// exactly `n` are.
+fn prefix(
+    row: &[f32],
+    buckets: &[u16],
+    kept_at: impl Fn(f32, u16, u32) -> bool,
+    n: usize,
+) -> Option<(Vec<u32>, Vec<f32>)> {
+    let (mut ids, mut values) = (vec![0u32; n + 1], vec![0.0f32; n + 1]);
+    let mut kept = 0;
+    for ((&x, &b), id) in row.iter().zip(buckets).zip(0u32..) {
         ids[kept] = id;
         values[kept] = x;
-        kept += usize::from(keep);
+        kept += usize::from(kept_at(x, b, id));
         if kept > n {
             return None;
         }
@@ -70,7 +97,37 @@ pub fn narrow_row(row: &[f32], q: &RowQuery, t: f32, max: f32) -> Option<Candida
     }
     ids.truncate(n);
     values.truncate(n);
-    Some(Candidates { ids, values, window_mass: Some(total), settled: false })
+    Some((ids, values))
+}
+
+/// The race's winner (race.rs) over the `n` entries of `row` that `kept_at` keeps, entered run
+/// by run in id order without listing them; `None` unless exactly `n` are kept. The race starts
+/// from the first entry at the largest scaled value `top` (any kept entry would do).
+fn draw(
+    row: &[f32],
+    q: &RowQuery,
+    buckets: &[u16],
+    kept_at: impl Fn(f32, u16, u32) -> bool,
+    n: usize,
+    top: f32,
+    key: RaceKey,
+) -> Option<u32> {
+    let first = row.iter().position(|&x| rank_value(q.scaled(x)) == top)?;
+    let mut race = RowRace::new(first as u32, top, key.seed, key.position);
+    let (mut xs, mut keep) = ([0.0f32; RowRace::RUN], [false; RowRace::RUN]);
+    let mut kept = 0;
+    for (start, (run, bs)) in
+        (0u32..).step_by(RowRace::RUN).zip(row.chunks(RowRace::RUN).zip(buckets.chunks(RowRace::RUN)))
+    {
+        let len = run.len();
+        for (k, (&x, &b)) in run.iter().zip(bs).enumerate() {
+            xs[k] = q.scaled(x);
+            keep[k] = kept_at(x, b, start + k as u32);
+        }
+        kept += keep[..len].iter().filter(|&&k| k).count();
+        race.enter_run(start, &xs[..len], &keep[..len]);
+    }
+    (kept == n).then(|| race.winner())
 }
 
 /// A row's window weighed (pass one of [`narrow_row`]).
@@ -162,4 +219,71 @@ fn weigh_lanes(row: &[f32], temperature: Option<f32>, t: f32, top: f32) -> Weigh
         }
     }
     Weights { count, mass, total: sums.iter().sum(), window, buckets }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidates::{row_max, threshold};
+    use crate::rng::{gumbel, uniform};
+
+    fn query(top_p: f32, temperature: Option<f32>, race: Option<RaceKey>) -> RowQuery {
+        RowQuery {
+            edits: Vec::new(),
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            temperature,
+            window: 40.0,
+            race,
+            top_k: 0,
+            top_p,
+            min_p: 0.0,
+            mask: None,
+        }
+    }
+
+    #[test]
+    fn a_drawn_row_sends_the_winner_of_the_race_over_its_prefix() {
+        let (mut drawn, mut compared) = (0, 0);
+        for (kind, n) in [(0u64, 40_000usize), (1, 5000), (2, 3000)] {
+            // Flat, spread, and tied in eight levels.
+            let row: Vec<f32> = (0..n as u32)
+                .map(|i| {
+                    let u = uniform(kind, 3, i);
+                    match kind {
+                        0 => 0.3 * u,
+                        1 => 12.0 * u,
+                        _ => (u * 8.0).floor() * 0.5,
+                    }
+                })
+                .collect();
+            for (top_p, temperature) in [(0.95f32, Some(0.8f32)), (0.5, None), (0.99, Some(1.7))] {
+                for position in 0..6u64 {
+                    let key = RaceKey { seed: 11 + kind, position };
+                    let (plain, keyed) = (query(top_p, temperature, None), query(top_p, temperature, Some(key)));
+                    let Some(t) = threshold(&row, &plain) else { continue };
+                    let max = row_max(&row);
+                    let (Some(prefix), Some(won)) =
+                        (narrow_row(&row, &plain, t, max), narrow_row(&row, &keyed, t, max))
+                    else {
+                        continue;
+                    };
+                    compared += 1;
+                    assert!(won.settled && !prefix.settled && won.ids.len() == 1);
+                    assert_eq!(won.window_mass, prefix.window_mass);
+                    // The brute race over the prefix: every id's noise, ties to the lower id.
+                    let score = |id: u32| plain.scaled(row[id as usize]) + gumbel(uniform(key.seed, position, id));
+                    let best = prefix.ids.iter().copied().fold(None::<(f32, u32)>, |b, id| match b {
+                        Some((s, _)) if score(id) <= s => b,
+                        _ => Some((score(id), id)),
+                    });
+                    assert_eq!(Some(won.ids[0]), best.map(|b| b.1), "kind {kind} top_p {top_p} position {position}");
+                    assert_eq!(won.values, vec![row[won.ids[0] as usize]]);
+                    drawn += usize::from(prefix.ids.len() > 1000);
+                }
+            }
+        }
+        assert!(compared >= 40 && drawn >= 10, "{compared} rows compared, {drawn} with wide prefixes");
+    }
 }

@@ -1,7 +1,8 @@
 //! Tests of the sampler as a whole: greedy, seeded Gumbel-max, filters, bias and penalties.
 
 use super::*;
-use crate::rng::{to_unit, uniform};
+use crate::rng::{GUMBEL_BOUND, gumbel, to_unit, uniform};
+use tf_backend::logprobs::rank_value;
 use tf_core::{TokenIds, Vocab};
 
 fn no_history() -> History {
