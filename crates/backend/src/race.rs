@@ -10,10 +10,9 @@ use crate::rng::{GUMBEL_BOUND, gumbel, uniform, uniform_block};
 use crate::rng_lanes::uniform_blocks;
 
 /// `argmax(x_i + g_i)` over the kept candidates (ids `ids`, scaled logits `x`; positions `kept`,
-/// increasing, or every one for `None`), ties to the
-/// lowest id, with `g_i` Gumbel noise of `uniform(seed, position, id)`. Candidates that cannot
-/// win are skipped, which never changes the answer: those further than `GUMBEL_BOUND` below
-/// the best score get no draw at all.
+/// increasing, or every one for `None`), ties to the lowest id, with `g_i` Gumbel noise of
+/// `uniform(seed, position, id)`. Candidates that cannot win are skipped, which never changes
+/// the answer: those further than `GUMBEL_BOUND` below the best score get no draw at all.
 pub fn gumbel_argmax(ids: &[u32], x: &[f32], kept: Option<&[u32]>, seed: u64, position: u64) -> u32 {
     // Start from the largest logit so the bounds prune from the first candidate on.
     let top = match kept {
@@ -101,7 +100,7 @@ pub struct RowRace {
 }
 
 impl RowRace {
-    /// Longest run [`RowRace::enter_run`] takes.
+    /// Run length [`RowRace::enter_run`] takes at once (longer runs go a piece at a time).
     pub const RUN: usize = CHUNK;
 
     /// A race keyed by (`seed`, `position`) started from candidate `id` with scaled logit `x`.
@@ -111,10 +110,17 @@ impl RowRace {
         RowRace { race, seed, position, blocks, us, pass }
     }
 
-    /// Enters ids `first .. first + xs.len()` (at most [`RowRace::RUN`]) whose `keep` is set,
-    /// `xs` their scaled logits: the ones that may win and that the skip table does not rule
-    /// out against the best score so far are offered.
+    /// Enters ids `first .. first + xs.len()` whose `keep` is set (as long as `xs`), `xs` their
+    /// scaled logits: the ones that may win and that the skip table does not rule out against
+    /// the best score so far are offered.
     pub fn enter_run(&mut self, first: u32, xs: &[f32], keep: &[bool]) {
+        for ((k, xs), keep) in (0u32..).step_by(CHUNK).zip(xs.chunks(CHUNK)).zip(keep.chunks(CHUNK)) {
+            self.enter_piece(first + k, xs, keep);
+        }
+    }
+
+    /// [`RowRace::enter_run`] of at most [`RowRace::RUN`] ids.
+    fn enter_piece(&mut self, first: u32, xs: &[f32], keep: &[bool]) {
         let n = xs.len();
         if n == 0 {
             return;
