@@ -548,6 +548,12 @@ pub trait Backend: Send + Sync {
         }
         *x = self.upload(&xs, rows, cols);
     }
+    /// Where a long-lived loop that drives this backend (an engine's) runs: on one of the
+    /// backend's own threads where it has them (the CPU backend's pool), so the parallel ops it
+    /// starts need no hand-off between threads; `None` (the default) runs it on the caller's.
+    fn home(&self) -> Option<Home> {
+        None
+    }
     /// Runs `f` where the host work it spreads over threads (rayon) shares this backend's own
     /// threads: the CPU backend's pool, so a server given `--threads N` keeps to N; other
     /// backends run it on the caller's (rayon's global pool).
@@ -621,6 +627,10 @@ pub trait Backend: Send + Sync {
         f(round, kv)
     }
 }
+
+/// A backend's own threads, as [`Backend::home`] hands them out: runs the loop it is given on
+/// one of them and returns when the loop does.
+pub type Home = std::sync::Arc<dyn Fn(&mut (dyn FnMut() + Send)) + Send + Sync>;
 
 /// The part of a round's forward a backend may record ([`Backend::forward_round`]): it runs over
 /// the round it is handed and the KV pools.

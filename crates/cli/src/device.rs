@@ -109,8 +109,12 @@ fn cuda_ordinal(device: &str) -> Option<Result<usize, Failure>> {
     }
 }
 
-/// Runs `job` on the backend `dev` names.
-pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failure> {
+/// Runs `job` on the backend `dev` names (on the CPU backend's own threads, so the parallel ops
+/// it starts need no hand-off between threads).
+pub fn dispatch<T: OnBackend + Send>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failure>
+where
+    T::Out: Send,
+{
     match dev.device.as_str() {
         "auto" => {
             #[cfg(feature = "cuda")]
@@ -119,9 +123,9 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
             {
                 return job.run(&b);
             }
-            job.run(&cpu(dev)?)
+            on_cpu(&cpu(dev)?, job)
         }
-        "cpu" => job.run(&cpu(dev)?),
+        "cpu" => on_cpu(&cpu(dev)?, job),
         "ref" => job.run(&RefBackend),
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]
@@ -133,6 +137,14 @@ pub fn dispatch<T: OnBackend>(dev: &DeviceArgs, job: T) -> Result<T::Out, Failur
             None => Err(refused(format!("--device {other}: expected cpu, ref, cuda[:N] or auto"))),
         },
     }
+}
+
+/// `job` run on `b`'s own threads (`Backend::install`).
+fn on_cpu<T: OnBackend + Send>(b: &CpuBackend, job: T) -> Result<T::Out, Failure>
+where
+    T::Out: Send,
+{
+    b.install(|| job.run(b))
 }
 
 /// A command body that owns its backends (each engine thread takes one).

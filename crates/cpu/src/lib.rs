@@ -30,7 +30,7 @@ use tf_formats::TensorView;
 
 /// The fast CPU implementation of [`Backend`], over the reference backend's host types.
 pub struct CpuBackend {
-    pool: ThreadPool,
+    pool: std::sync::Arc<ThreadPool>,
     simd: Simd,
     int_dot: IntDot,
     quant_acts: QuantActs,
@@ -90,7 +90,7 @@ impl CpuBackend {
             .thread_name(|i| format!("tf-cpu-{i}"))
             .build()
             .map_err(|e| BackendError::Device(format!("cpu backend: thread pool: {e}")))?;
-        Ok(CpuBackend { pool, simd: o.simd, int_dot: o.int_dot, quant_acts: o.quant_acts })
+        Ok(CpuBackend { pool: std::sync::Arc::new(pool), simd: o.simd, int_dot: o.int_dot, quant_acts: o.quant_acts })
     }
 
     /// Worker threads in the pool.
@@ -328,6 +328,11 @@ impl Backend for CpuBackend {
         self.pool.install(f)
     }
 
+    fn home(&self) -> Option<tf_backend::Home> {
+        let pool = self.pool.clone();
+        Some(std::sync::Arc::new(move |f: &mut (dyn FnMut() + Send)| pool.install(f)))
+    }
+
     fn sparse_attention(
         &self,
         q: &HostTensor,
@@ -383,6 +388,25 @@ mod tests {
         assert_eq!(one.install(rayon::current_num_threads), 1);
         let two = CpuBackend::new(2).unwrap();
         assert_eq!(two.install(rayon::current_num_threads), 2);
+    }
+
+    #[test]
+    fn a_loop_sent_home_runs_on_a_pool_thread_and_its_parallel_ops_inline() {
+        for threads in [1, 2] {
+            let b = CpuBackend::new(threads).unwrap();
+            let home = b.home().expect("the CPU backend has threads of its own");
+            let (mut on_pool, mut width, mut sum) = (false, 0, 0.0f32);
+            home(&mut || {
+                on_pool = rayon::current_thread_index().is_some();
+                width = rayon::current_num_threads();
+                // A matmul started from the loop (nested install, then the pool's tasks).
+                let x = HostTensor { data: vec![1.0; 4 * 64], rows: 4, cols: 64 };
+                let w = crate::testutil::mat(tf_core::DType::F32, 300, 64, &[0.5; 64 * 300]);
+                sum = b.matmul(&x, &w).data.iter().sum();
+            });
+            assert!(on_pool && width == threads, "{threads} threads");
+            assert_eq!(sum, 4.0 * 300.0 * 32.0);
+        }
     }
 
     #[test]

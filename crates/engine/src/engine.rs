@@ -381,9 +381,22 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         in_flight: None,
         prompt_rows: Vec::new(),
     };
+    // The loop runs on the backend's own threads where it has them (Backend::home).
+    let home = core.backend.home();
     let thread = std::thread::Builder::new()
         .name("tensorfold-engine".into())
-        .spawn(move || core.run(rx))
+        .spawn(move || {
+            let mut rx = Some(rx);
+            let mut body = || {
+                if let Some(rx) = rx.take() {
+                    core.run(rx)
+                }
+            };
+            match home {
+                Some(home) => home(&mut body),
+                None => body(),
+            }
+        })
         .map_err(|e| tf_models::ModelError::Backend(tf_backend::BackendError::Device(e.to_string())))?;
     Ok((handle, thread))
 }
