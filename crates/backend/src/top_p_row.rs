@@ -6,8 +6,7 @@
 //! not settle gives `None`, and the caller takes that general path. A keyed row without min-p
 //! is then drawn where it is (race.rs, the host's race and noise), its winner sent settled.
 
-use crate::candidates::RaceKey;
-use crate::candidates::{Candidates, RowQuery, rank_key};
+use crate::candidates::{Candidates, RaceKey, RowQuery, rank_key};
 use crate::fast_exp;
 use crate::logprobs::rank_value;
 use crate::race::RowRace;
