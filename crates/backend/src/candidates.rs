@@ -211,6 +211,9 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
             {
                 return narrowed;
             }
+            if q.top_k > 0 {
+                return top_k_row(row, q, t);
+            }
             // Counted first, then written whether kept or not with the count moving on only
             // for the kept: no branch to mispredict on rows that keep most of their ids.
             let kept = row.iter().filter(|&&x| q.scaled(x) >= t).count();
@@ -230,6 +233,28 @@ pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
         None => {
             c.ids = (0..row.len() as u32).collect();
             c.values = row.to_vec();
+        }
+    }
+    c
+}
+
+/// A top-k row's candidates ([`keep_top_k`] over the window whose scaled values start at `t`)
+/// without listing the window: its rank keys, their `q.top_k`-th largest, then the window's ids
+/// at or above it (every tie of it stays).
+fn top_k_row(row: &[f32], q: &RowQuery, t: f32) -> Candidates {
+    let in_window = |x: f32| {
+        let s = q.scaled(x);
+        (s >= t).then(|| rank_key(s))
+    };
+    let mut keys: Vec<u32> = row.iter().filter_map(|&x| in_window(x)).collect();
+    let k = q.top_k as usize;
+    // Fewer than k in the window: all of it.
+    let kth = if k < keys.len() { *keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a)).1 } else { 0 };
+    let mut c = Candidates::default();
+    for (i, &x) in row.iter().enumerate() {
+        if in_window(x).is_some_and(|key| key >= kth) {
+            c.ids.push(i as u32);
+            c.values.push(x);
         }
     }
     c
