@@ -175,8 +175,13 @@ pub fn apply_edits(row: &mut [f32], q: &RowQuery) {
 /// The scaled threshold of an edited row, or `None` when its largest value (NaN ranking
 /// lowest) is not finite: then every id is a candidate.
 pub fn threshold(row: &[f32], q: &RowQuery) -> Option<f32> {
+    threshold_at(row_max(row), q)
+}
+
+/// [`threshold`] of a row whose largest value is `max`.
+fn threshold_at(max: f32, q: &RowQuery) -> Option<f32> {
     // NaN ranks below every number; scaling is monotone, so the scaled max is the max scaled.
-    let max = q.scaled(row_max(row));
+    let max = q.scaled(max);
     max.is_finite().then_some(max - q.window)
 }
 
@@ -202,12 +207,13 @@ pub fn row_max(row: &[f32]) -> f32 {
 /// The candidates of an already edited row under `q` (its edits are not applied again).
 pub fn select(row: &[f32], q: &RowQuery) -> Candidates {
     let mut c = Candidates::default();
-    match threshold(row, q) {
+    let max = row_max(row);
+    match threshold_at(max, q) {
         Some(t) => {
             // A top-p row (without top-k) narrowed in passes over the row (top_p_row.rs).
             if q.top_p < 1.0
                 && q.top_k == 0
-                && let Some(narrowed) = crate::top_p_row::narrow_row(row, q, t, row_max(row))
+                && let Some(narrowed) = crate::top_p_row::narrow_row(row, q, t, max)
             {
                 return narrowed;
             }
