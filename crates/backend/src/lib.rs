@@ -3,6 +3,7 @@
 
 pub mod attn;
 pub mod candidates;
+pub mod collective;
 pub mod conv;
 pub mod dsa;
 pub mod fast_exp;
@@ -25,11 +26,13 @@ pub mod short_conv;
 pub mod sparse;
 pub mod ssd;
 pub mod state;
+pub mod thread_group;
 pub mod top_p;
 pub mod top_p_row;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
+pub use collective::{Collective, GroupError};
 pub use conv::Conv1d;
 pub use dsa::{DsaParams, SparseQueries};
 pub use fp8::Fp8Scales;
@@ -45,6 +48,7 @@ pub use short_conv::ShortConv;
 pub use sparse::{BlockPicks, IndexParams};
 pub use ssd::Ssd;
 pub use state::{HostState, StateShape};
+pub use thread_group::ThreadGroup;
 
 use tf_formats::TensorView;
 use thiserror::Error;

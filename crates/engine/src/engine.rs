@@ -453,6 +453,11 @@ impl<B: Backend> Core<B> {
                     self.round(&plan);
                 }
             }
+            // A tensor-parallel group that broke (a rank left, hung or refused a plan) ends
+            // the engine: every request gets the reason.
+            if let Some(why) = self.model.decoder.fault() {
+                return self.fail_all(&why);
+            }
             self.publish();
         }
     }
@@ -501,6 +506,21 @@ impl<B: Backend> Core<B> {
             self.active.iter().filter(|(_, a)| a.req.cancel.load(Ordering::Relaxed)).map(|(&id, _)| id).collect();
         for id in gone {
             self.finish(id, FinishReason::Cancelled);
+        }
+    }
+
+    /// Ends every request and pending save with the error `why`.
+    fn fail_all(&mut self, why: &str) {
+        let ids: Vec<SeqId> = self.active.keys().chain(self.saves.keys()).copied().collect();
+        for id in ids {
+            if let Some(a) = self.active.get_mut(&id) {
+                (a.req.sink)(Event::Error(why.to_string()));
+            }
+            self.active.remove(&id);
+            if let Some(save) = self.saves.remove(&id) {
+                let _ = save.reply.send(Err(why.to_string()));
+            }
+            self.sched.remove(id);
         }
     }
 

@@ -6,7 +6,9 @@ use crate::blocks::{Block, CacheCounts, Caches};
 use crate::cache::{Cache, CacheKind};
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
+use crate::tp::{Pass, Plan, RoundPlan, TpLink};
 use crate::weights::Loader;
+use std::sync::Arc;
 use tf_backend::{AttnMeta, Backend, KvShape, Round, StateShape};
 
 /// One round's flat batch: ids of every advanced token, attention metadata, rows to project.
@@ -41,16 +43,26 @@ pub struct Decoder<B: Backend> {
     /// sliding windows (experts route on the backend; a backend whose expert path must read the
     /// host for a round spoils that round's recording and runs it op by op).
     replayable: bool,
+    /// The tensor-parallel group of a sharded load: rank 0 sends each round's plan before
+    /// running it, and gathers the vocabulary-parallel head's logits.
+    tp: Option<Arc<TpLink>>,
+    /// Query heads per KV head on this rank (`Round::group`).
+    group: usize,
 }
 
 impl<B: Backend> Decoder<B> {
     /// Loads and validates every tensor the spec needs.
     pub fn load(spec: ModelSpec, ld: &Loader<'_, B>) -> Result<Decoder<B>, ModelError> {
         let (vocab, hidden) = (spec.vocab_size, spec.hidden_size);
+        if let Some(sh) = ld.shard() {
+            crate::tp::check(&spec, sh.size())?;
+        }
         let embed = ld.mat(spec.names.embed, vocab, hidden)?;
-        let lm_head = match spec.tie_word_embeddings {
-            true => None,
-            false => Some(ld.mat(spec.names.lm_head, vocab, hidden)?),
+        // Sharded, each rank holds its part of the vocabulary's head rows (tied: of the table).
+        let lm_head = match (spec.tie_word_embeddings, ld.shard()) {
+            (true, None) => None,
+            (true, Some(_)) => Some(ld.mat_split_rows(spec.names.embed, vocab, hidden, 1)?),
+            (false, _) => Some(ld.mat_split_rows(spec.names.lm_head, vocab, hidden, 1)?),
         };
         let norm = ld.vec(spec.names.final_norm, hidden)?;
         let mut n = CacheCounts::default();
@@ -64,9 +76,55 @@ impl<B: Backend> Decoder<B> {
         let kv_shapes = (0..spec.num_layers)
             .filter(|&i| matches!(layers[i].cache(), CacheKind::Kv(_)))
             .map(|i| spec.attn_shape(i))
+            .map(|(kv_heads, d)| (ld.kv_part(kv_heads).len(), d))
             .chain(index_shapes)
             .collect();
-        Ok(Decoder { spec, embed, lm_head, norm, layers, per_layer, kv_shapes, id: ld.fresh_id(), replayable })
+        let tp = ld.shard().map(|sh| sh.link.clone());
+        let group = ld.part(spec.num_heads).len() / ld.kv_part(spec.num_kv_heads).len().max(1);
+        let id = ld.fresh_id();
+        Ok(Decoder { spec, embed, lm_head, norm, layers, per_layer, kv_shapes, id, replayable, tp, group })
+    }
+
+    /// The first failure of its tensor-parallel group, if any (after which its outputs are
+    /// not to be used).
+    pub fn fault(&self) -> Option<String> {
+        self.tp.as_ref().and_then(|t| t.fault())
+    }
+
+    /// Ranks its weights are sharded over (1 unsharded).
+    pub fn tp_size(&self) -> usize {
+        self.tp.as_ref().map_or(1, |t| t.group().size())
+    }
+
+    /// The tensor-parallel link, where sharded.
+    pub(crate) fn tp_link(&self) -> Option<&Arc<TpLink>> {
+        self.tp.as_ref()
+    }
+
+    /// On rank 0 of a group, sends `plan` to the other ranks.
+    fn announce(&self, plan: impl FnOnce() -> Plan) {
+        if let Some(t) = self.tp.as_ref().filter(|t| t.is_leader()) {
+            t.send_plan(&plan().encode());
+        }
+    }
+
+    /// The plan of round `batch` in pass `pass`: its ids resolved on the host.
+    fn round_plan(&self, b: &B, batch: &Batch<'_, B::Held>, pass: Pass) -> Plan {
+        let ids = match batch.held {
+            Some(held) => {
+                let held = b.held_ids(held);
+                batch.ids.iter().map(|&i| held[i as usize]).collect()
+            }
+            None => batch.ids.to_vec(),
+        };
+        Plan::Round(RoundPlan {
+            pass,
+            ids,
+            logits_rows: batch.logits_rows.to_vec(),
+            block_size: batch.meta.block_size,
+            seqs: batch.meta.seqs.clone(),
+            state_slots: batch.meta.state_slots.clone(),
+        })
     }
 
     /// The cache pools: a KV pool of `num_blocks` blocks of `block_size` tokens per attention
@@ -78,6 +136,7 @@ impl<B: Backend> Decoder<B> {
         block_size: usize,
         num_slots: usize,
     ) -> Result<Cache<B>, ModelError> {
+        self.announce(|| Plan::Alloc { num_blocks, block_size, num_slots });
         let latent = self.spec.mla.is_some();
         let kv = (self.kv_shapes.iter())
             .map(|&(num_kv_heads, head_dim)| {
@@ -123,12 +182,25 @@ impl<B: Backend> Decoder<B> {
 
     /// Runs one round; returns logits `(logits_rows, vocab)`.
     pub fn forward(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>) -> B::Act {
-        self.forward_layers(b, batch, cache, self.layers.len())
+        self.announce(|| self.round_plan(b, batch, Pass::Full));
+        self.run_pass(b, batch, cache, self.layers.len())
     }
 
     /// Runs only the first `num_layers` layers, then the final norm and head (early-exit
     /// drafting); their K/V land in the same pools as a full forward would put them.
     pub fn forward_layers(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>, num_layers: usize) -> B::Act {
+        self.announce(|| self.round_plan(b, batch, Pass::Layers(num_layers)));
+        self.run_pass(b, batch, cache, num_layers)
+    }
+
+    /// The first `num_layers` layers, the final norm and head of round `batch` (no plan sent).
+    pub(crate) fn run_pass(
+        &self,
+        b: &B,
+        batch: &Batch<'_, B::Held>,
+        cache: &mut Cache<B>,
+        num_layers: usize,
+    ) -> B::Act {
         let h = self.residual(b, batch, cache, num_layers);
         self.head(b, &h, batch.logits_rows)
     }
@@ -137,6 +209,12 @@ impl<B: Backend> Decoder<B> {
     /// hidden states an MTP head reads (`crate::mtp`). The logits are the same bits as
     /// `forward`'s.
     pub fn forward_hidden(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>) -> (B::Act, B::Act) {
+        self.announce(|| self.round_plan(b, batch, Pass::Hidden));
+        self.run_hidden(b, batch, cache)
+    }
+
+    /// [`Decoder::forward_hidden`] without a plan sent.
+    pub(crate) fn run_hidden(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>) -> (B::Act, B::Act) {
         let h = self.residual(b, batch, cache, self.layers.len());
         let s = &self.spec;
         let normed = b.rms_norm(&h, &self.norm, s.rms_norm_eps, s.norm_one_plus);
@@ -156,7 +234,6 @@ impl<B: Backend> Decoder<B> {
     /// The residual stream after the first `num_layers` layers of round `batch`.
     fn residual(&self, b: &B, batch: &Batch<'_, B::Held>, cache: &mut Cache<B>, num_layers: usize) -> B::Act {
         let positions = batch.meta.positions();
-        let s = &self.spec;
         let round = Round {
             replayable: self.replayable,
             model: [self.id, num_layers as u64],
@@ -164,7 +241,7 @@ impl<B: Backend> Decoder<B> {
             held: batch.held,
             positions: &positions,
             meta: batch.meta,
-            group: s.num_heads / s.num_kv_heads.max(1),
+            group: self.group,
         };
         let state = &mut cache.state;
         b.forward_round(&round, &mut cache.kv, &mut |r, kv| {
@@ -218,6 +295,9 @@ impl<B: Backend> Decoder<B> {
         if let Some(cap) = s.final_softcap {
             b.softcap(&mut logits, cap);
         }
-        logits
+        match &self.tp {
+            Some(t) => t.gather_cols(b, logits, s.vocab_size),
+            None => logits,
+        }
     }
 }

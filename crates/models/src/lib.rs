@@ -19,6 +19,7 @@ pub mod quant_config;
 pub mod registry;
 pub mod rope_check;
 pub mod spec;
+pub mod tp;
 pub mod weights;
 
 pub use assistant::Gemma4Assistant;

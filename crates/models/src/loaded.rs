@@ -88,6 +88,34 @@ impl<B: Backend> Model<B> {
 
     /// Loads a Hugging Face checkpoint directory.
     pub fn open_dir(dir: &Path, backend: &B, progress: &LoadProgress) -> Result<Model<B>, ModelError> {
+        Model::open_dir_with(dir, backend, progress, None)
+    }
+
+    /// Loads rank `shard`'s part of a tensor-parallel model (`crate::tp`): a Hugging Face
+    /// directory whose family `tp::check` accepts at the group's size; a GGUF file is refused.
+    pub fn open_shard(
+        path: &Path,
+        backend: &B,
+        progress: &LoadProgress,
+        shard: crate::tp::Shard,
+    ) -> Result<Model<B>, ModelError> {
+        let loaded = match crate::locate::locate(path) {
+            Ok(crate::locate::ModelPath::HfDir) => Model::open_dir_with(path, backend, progress, Some(shard)),
+            Ok(crate::locate::ModelPath::Gguf) => Err(ModelError::Backend(tf_backend::BackendError::Unsupported(
+                format!("{}: GGUF files are not sharded over tensor-parallel ranks yet", path.display()),
+            ))),
+            Err(e) => Err(e),
+        };
+        progress.finish();
+        loaded
+    }
+
+    fn open_dir_with(
+        dir: &Path,
+        backend: &B,
+        progress: &LoadProgress,
+        shard: Option<crate::tp::Shard>,
+    ) -> Result<Model<B>, ModelError> {
         let config_path = dir.join("config.json");
         let config_bytes = read_regular(&config_path)
             .map_err(|e| ModelError::Config { file: config_path.clone(), msg: format!("cannot read: {e}") })?;
@@ -125,7 +153,8 @@ impl<B: Backend> Model<B> {
         let (count, bytes) = tensors.fold((0, 0), |(n, b), len| (n + 1, b + len));
         progress.set_totals(count, bytes);
         let fp8 = crate::quant_config::fp8_config(&config)?;
-        let decoder = Decoder::load(spec, &Loader::new(&ckpt, dir, backend).with_progress(progress).with_fp8(fp8))?;
+        let ld = Loader::new(&ckpt, dir, backend).with_progress(progress).with_fp8(fp8).with_shard(shard);
+        let decoder = Decoder::load(spec, &ld)?;
         let parts = ckpt
             .files()
             .iter()
@@ -143,6 +172,10 @@ impl<B: Backend> Model<B> {
     /// (`crate::mtp`) onto `backend`: the drafter of `--draft mtp`. A GGUF file or a checkpoint
     /// without one is refused by name.
     pub fn load_mtp(&self, backend: &B) -> Result<MtpHead<B>, ModelError> {
+        if self.decoder.tp_size() > 1 {
+            let msg = "the MTP head reads the whole head and embedding, which a tensor-parallel rank does not hold";
+            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into())));
+        }
         if crate::locate::locate(&self.dir)? != crate::locate::ModelPath::HfDir {
             let msg = format!("{}: a GGUF file holds no MTP layers this loader reads", self.dir.display());
             return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));

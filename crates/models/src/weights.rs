@@ -65,6 +65,8 @@ pub struct Loader<'a, B: Backend> {
     progress: Option<&'a tf_core::LoadProgress>,
     /// The checkpoint's FP8 config, which FP8 weights need.
     fp8: Option<Fp8Config>,
+    /// This rank's part of a tensor-parallel load: the `*_split` methods take its slice.
+    shard: Option<crate::tp::Shard>,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
@@ -75,7 +77,15 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A loader over `ckpt` (from `dir`) for `backend`.
     pub fn new(ckpt: &'a dyn TensorSource, dir: &Path, backend: &'a B) -> Loader<'a, B> {
-        Loader { ckpt, dir: dir.to_path_buf(), backend, taken: Mutex::default(), progress: None, fp8: None }
+        Loader {
+            ckpt,
+            dir: dir.to_path_buf(),
+            backend,
+            taken: Mutex::default(),
+            progress: None,
+            fp8: None,
+            shard: None,
+        }
     }
 
     /// The same loader, counting each tensor it takes in `progress`.
@@ -88,6 +98,111 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn with_fp8(mut self, fp8: Option<Fp8Config>) -> Loader<'a, B> {
         self.fp8 = fp8;
         self
+    }
+
+    /// The same loader, taking `shard`'s part of each split weight.
+    pub fn with_shard(mut self, shard: Option<crate::tp::Shard>) -> Loader<'a, B> {
+        self.shard = shard;
+        self
+    }
+
+    /// The tensor-parallel shard this loader takes, if any.
+    pub fn shard(&self) -> Option<&crate::tp::Shard> {
+        self.shard.as_ref()
+    }
+
+    /// This rank's part of `n` items (all of them without a shard).
+    pub fn part(&self, n: usize) -> std::ops::Range<usize> {
+        self.shard.as_ref().map_or(0..n, |s| s.part(n))
+    }
+
+    /// The weight `name` of `[rows, cols]` cut by rows (a column-parallel projection): this
+    /// rank's part of its `rows / unit` units of `unit` rows (heads of `unit` width); the whole
+    /// weight without a shard.
+    pub fn mat_split_rows(&self, name: &str, rows: usize, cols: usize, unit: usize) -> Result<B::Mat, ModelError> {
+        self.mat_part_rows(name, rows, cols, unit, self.part(rows / unit.max(1)))
+    }
+
+    /// Units `units` of the `rows / unit` units of `unit` rows of the weight `name` of `[rows,
+    /// cols]` (every unit: the weight as it is).
+    pub fn mat_part_rows(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        unit: usize,
+        units: std::ops::Range<usize>,
+    ) -> Result<B::Mat, ModelError> {
+        let unit = unit.max(1);
+        if units == (0..rows / unit) {
+            return self.mat(name, rows, cols);
+        }
+        self.mat_rows(name, rows, cols, &(units.start * unit..units.end * unit).collect::<Vec<_>>())
+    }
+
+    /// This rank's KV heads of `n`: its part where the ranks split them, else the one head its
+    /// query heads read (`n` dividing the ranks: each head held by several ranks, as vLLM
+    /// replicates them).
+    pub fn kv_part(&self, n: usize) -> std::ops::Range<usize> {
+        match &self.shard {
+            Some(s) if n < s.size() => {
+                let h = s.rank() * n / s.size();
+                h..h + 1
+            }
+            _ => self.part(n),
+        }
+    }
+
+    /// The weight `name` of `[rows, cols]` cut by columns (a row-parallel projection, whose
+    /// outputs the ranks sum): this rank's part of its `cols / unit` units.
+    pub fn mat_split_cols(&self, name: &str, rows: usize, cols: usize, unit: usize) -> Result<B::Mat, ModelError> {
+        match &self.shard {
+            None => self.mat(name, rows, cols),
+            Some(_) => {
+                let units = self.part(cols / unit.max(1));
+                self.mat_cols(name, rows, cols, units.start * unit, units.len() * unit)
+            }
+        }
+    }
+
+    /// The vector `name` of `len` values cut like a column-parallel projection's rows: units
+    /// `units` of `unit` values.
+    pub fn vec_part(
+        &self,
+        name: &str,
+        len: usize,
+        unit: usize,
+        units: std::ops::Range<usize>,
+    ) -> Result<B::Vec, ModelError> {
+        let all = self.vec_values(name, &[len])?;
+        let unit = unit.max(1);
+        let part = all.get(units.start * unit..units.end * unit).ok_or_else(|| ModelError::Dtype {
+            file: self.dir.clone(),
+            tensor: name.to_string(),
+            msg: format!("units {units:?} of {unit} values are outside its {len}"),
+        })?;
+        Ok(self.backend.vec(part))
+    }
+
+    /// [`Loader::gate_up`] of this rank's rows of both.
+    pub fn gate_up_split(&self, gate: &str, up: &str, rows: usize, cols: usize) -> Result<GateUp<B::Mat>, ModelError> {
+        if self.shard.is_none() {
+            return self.gate_up(gate, up, rows, cols);
+        }
+        let keep = self.unit_rows(rows, 1);
+        let (g, u) = (self.view(gate, &[rows, cols])?, self.view(up, &[rows, cols])?);
+        let (g, u) = (self.rows_view(&g, rows, cols, &keep)?, self.rows_view(&u, rows, cols, &keep)?);
+        Ok(match self.backend.mat_gate_up(&g, &u)? {
+            Some(gu) => GateUp::Packed(gu),
+            None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
+        })
+    }
+
+    /// The rows of this rank's part of `rows / unit` units of `unit` rows.
+    fn unit_rows(&self, rows: usize, unit: usize) -> Vec<usize> {
+        let unit = unit.max(1);
+        let units = self.part(rows / unit);
+        (units.start * unit..units.end * unit).collect()
     }
 
     /// Whether the checkpoint has `name`.
@@ -364,8 +479,18 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// row's scales ([`crate::fp8_weights::select_rows`]).
     pub fn mat_rows(&self, name: &str, n: usize, cols: usize, rows: &[usize]) -> Result<B::Mat, ModelError> {
         let t = self.view(name, &[n, cols])?;
-        let fp8 = t.dtype == tf_core::DType::F8E4M3;
-        if !t.dtype.is_float() && !fp8 {
+        let view = self.rows_view(&t, n, cols, rows)?;
+        if t.dtype == tf_core::DType::F8E4M3 {
+            let scales = crate::fp8_weights::select_rows(&self.fp8_scales(&t)?, cols, rows);
+            return Ok(self.backend.mat_fp8(&view, &scales)?);
+        }
+        Ok(self.backend.mat(&view)?)
+    }
+
+    /// Rows `rows` (in that order) of `t` `[n, cols]` as a tensor of its dtype (float or FP8).
+    fn rows_view(&self, t: &TensorView, n: usize, cols: usize, rows: &[usize]) -> Result<TensorView, ModelError> {
+        let name = &t.name;
+        if !t.dtype.is_float() && t.dtype != tf_core::DType::F8E4M3 {
             let msg = format!("dtype {} cannot be reordered by rows (a float type is needed)", t.dtype);
             return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
         }
@@ -379,18 +504,12 @@ impl<'a, B: Backend> Loader<'a, B> {
             })?;
             bytes.extend_from_slice(part);
         }
-        let data = tf_formats::TensorBytes::from_vec(&bytes);
-        let view = TensorView {
+        Ok(TensorView {
             name: t.name.clone(),
             dtype: t.dtype,
             shape: vec![rows.len(), cols],
-            data,
+            data: tf_formats::TensorBytes::from_vec(&bytes),
             file: t.file.clone(),
-        };
-        if fp8 {
-            let scales = crate::fp8_weights::select_rows(&self.fp8_scales(&t)?, cols, rows);
-            return Ok(self.backend.mat_fp8(&view, &scales)?);
-        }
-        Ok(self.backend.mat(&view)?)
+        })
     }
 }

@@ -9,16 +9,23 @@
 use crate::{Output, Req, config, engine, mixed_request, run, run_each};
 use std::sync::atomic::Ordering;
 use tf_backend::Backend;
+use tf_engine::engine::{EngineConfig, EngineHandle};
 
 /// Groups of the 17 mixed requests run together: 2, 5 and all 17.
 const GROUPS: [&[usize]; 3] = [&[0, 1], &[2, 3, 4, 5, 6], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]];
 
 /// 17 mixed requests equal their solo outputs bit for bit: grouped, cached, chunked, preempted.
 pub fn check_concurrent_equals_solo<B: Backend + 'static>(new_backend: &dyn Fn() -> B, family: &str, seeded: bool) {
+    check_concurrent_equals_solo_on(&|cfg| engine(new_backend, family, cfg), family, seeded);
+}
+
+/// [`check_concurrent_equals_solo`] on the engines `open` starts for `family` (a
+/// tensor-parallel group's, say).
+pub fn check_concurrent_equals_solo_on(open: &dyn Fn(EngineConfig) -> EngineHandle, family: &str, seeded: bool) {
     let reqs: Vec<Req> = (0..17).map(|i| mixed_request(i, seeded)).collect();
-    let plain = engine(new_backend, family, config(256, 256, 512, false));
+    let plain = open(config(256, 256, 512, false));
     let solo = run_each(&plain, &reqs);
-    let cached = engine(new_backend, family, config(256, 256, 7, true));
+    let cached = open(config(256, 256, 7, true));
     assert_eq!(run_each(&cached, &reqs), solo, "{family} seeded={seeded}: solo, chunked and cached");
     for (name, h) in [("no prefix cache", &plain), ("prefix cache", &cached)] {
         for group in GROUPS {
@@ -38,7 +45,7 @@ pub fn check_concurrent_equals_solo<B: Backend + 'static>(new_backend: &dyn Fn()
     assert!(from_candidates > 0, "{family} seeded={seeded}: rows from candidates ({from_candidates})");
     let hits = cached.stats.prefix_hit_tokens.load(Ordering::Relaxed);
     assert!(hits > 0, "{family}: the prefix cache served the repeated prompts");
-    let tight = engine(new_backend, family, config(12, 256, 5, true));
+    let tight = open(config(12, 256, 5, true));
     let together = run(&tight, &reqs);
     for (i, out) in together.iter().enumerate() {
         assert_same(out, &solo[i], &format!("{family} seeded={seeded}: request {i} under preemption"));

@@ -9,8 +9,9 @@ mod golden;
 mod logprobs;
 mod overlapped;
 mod resumed;
+mod tp;
 
-pub use concurrent::check_concurrent_equals_solo;
+pub use concurrent::{check_concurrent_equals_solo, check_concurrent_equals_solo_on};
 pub use constrained::{ModThree, check_constrained_exact, run_constrained};
 pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
 pub use golden::{
@@ -20,6 +21,7 @@ pub use golden::{
 pub use logprobs::check_logprobs_are_the_raw_rows;
 pub use overlapped::check_overlapped_equals_waited;
 pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
+pub use tp::{check_tp_matches_one_rank, tp_engine, tp_model};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -10,6 +10,10 @@ use std::sync::mpsc::Sender;
 use tf_backend::Backend;
 use tf_core::TokenIds;
 
+/// Why a tensor-parallel engine saves and restores no session: each rank holds its heads' K/V.
+const TP_SESSIONS: &str =
+    "sessions are not saved or restored under --tensor-parallel-size > 1 yet (each rank holds its own heads' KV)";
+
 /// A save waiting for its sequence's K/V to be computed.
 pub(super) struct PendingSave {
     pub(super) path: PathBuf,
@@ -18,6 +22,10 @@ pub(super) struct PendingSave {
 
 impl<B: Backend> Core<B> {
     pub(super) fn admit_save(&mut self, ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>>) {
+        if self.model.decoder.tp_size() > 1 {
+            let _ = reply.send(Err(TP_SESSIONS.into()));
+            return;
+        }
         let bs = self.sched.pool().block_size();
         let full = ids.len() / bs * bs;
         if full == 0 || full > self.max_seq_tokens {
@@ -58,6 +66,9 @@ impl<B: Backend> Core<B> {
 
     /// Puts each block of `s` not already cached into a fresh pool block and caches it.
     pub(super) fn restore(&mut self, s: &CheckedSession) -> Result<usize, String> {
+        if self.model.decoder.tp_size() > 1 {
+            return Err(TP_SESSIONS.into());
+        }
         let layout = self.session_layout();
         let bs = layout.block_size;
         let num_blocks = s.ids.len() / bs;

@@ -50,8 +50,11 @@ impl<B: Backend> Attention<B> {
         kv: usize,
     ) -> Result<(Self, B::Mat), ModelError> {
         let hidden = s.hidden_size;
-        let (kv_heads, d) = s.attn_shape(i);
-        let heads = s.heads(i);
+        // The checkpoint's head counts, and this rank's (all of them without a shard).
+        let (all_kv_heads, d) = s.attn_shape(i);
+        let all_heads = s.heads(i);
+        let (head_part, kv_part) = (ld.part(all_heads), ld.kv_part(all_kv_heads));
+        let (heads, kv_heads) = (head_part.len(), kv_part.len());
         let m = s.names.attn;
         // Per head, or over all of q's (k's) heads where the spec says so.
         let qk_norm = |name: &str, heads: usize| {
@@ -59,6 +62,10 @@ impl<B: Backend> Attention<B> {
             if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), width).map(Some) } else { Ok(None) }
         };
         let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{m}.{name}.weight"), rows, cols);
+        // Cut by heads: heads `part`'s rows of a projection of `heads` heads.
+        let head_rows = |name: &str, heads: usize, part: std::ops::Range<usize>| {
+            ld.mat_part_rows(&format!("{p}{m}.{name}.weight"), heads * d, hidden, d, part)
+        };
         let sliding = s.layer_kinds[i] == LayerKind::Sliding;
         let attn = AttnParams {
             num_heads: heads,
@@ -85,14 +92,17 @@ impl<B: Backend> Attention<B> {
             let g = ld.mat_rows(name, heads, hidden, &rows)?;
             (proj("q_proj", heads * d, hidden)?, Some(g))
         } else {
-            (proj("q_proj", heads * d, hidden)?, None)
+            (head_rows("q_proj", all_heads, head_part.clone())?, None)
         };
         // Full layers with `full_v_from_k` have no `v_proj`: V is the K projection's output.
         let v_name = if s.full_v_from_k && !sliding { "k_proj" } else { "v_proj" };
         let source = s.kv_source(i);
         let owns = source.is_none() && !s.kv_read_only;
         let kv_proj = match owns {
-            true => Some((proj("k_proj", kv_heads * d, hidden)?, proj(v_name, kv_heads * d, hidden)?)),
+            true => Some((
+                head_rows("k_proj", all_kv_heads, kv_part.clone())?,
+                head_rows(v_name, all_kv_heads, kv_part.clone())?,
+            )),
             false => None,
         };
         let keep_as = (0..s.num_layers).any(|j| s.kv_source(j) == Some(i)).then_some(i);
@@ -108,9 +118,13 @@ impl<B: Backend> Attention<B> {
             source,
             keep_as,
             bias: if s.attention_bias {
-                let b = |name: &str, n| ld.vec(&format!("{p}{m}.{name}.bias"), n);
-                let kvw = kv_heads * d;
-                Some([b("q_proj", heads * d)?, b("k_proj", kvw)?, b("v_proj", kvw)?])
+                let b = |name: &str, n, part| ld.vec_part(&format!("{p}{m}.{name}.bias"), n, d, part);
+                let kvw = all_kv_heads * d;
+                Some([
+                    b("q_proj", all_heads * d, head_part.clone())?,
+                    b("k_proj", kvw, kv_part.clone())?,
+                    b("v_proj", kvw, kv_part.clone())?,
+                ])
             } else {
                 None
             },
@@ -121,7 +135,8 @@ impl<B: Backend> Attention<B> {
             sliding,
             kv,
         };
-        Ok((me, proj(s.names.attn_out, hidden, heads * d)?))
+        let out = ld.mat_split_cols(&format!("{p}{m}.{}.weight", s.names.attn_out), hidden, all_heads * d, d)?;
+        Ok((me, out))
     }
 
     /// Norms and rotary embedding of `q` and of `k` (from `kv`, or in a KV-shared layer its

@@ -2,8 +2,10 @@
 
 use super::dense_moe::DenseMoe;
 use super::moe::Moe;
+use super::{project, project_add};
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
+use crate::tp::TpLink;
 use crate::weights::{GateUp, Loader};
 use tf_backend::Backend;
 
@@ -41,8 +43,8 @@ impl<B: Backend> Ffn<B> {
             _ if !s.mlp_gated => {
                 let (m, [_, u, d]) = (s.names.mlp, s.names.gate_up_down);
                 Ffn::Plain {
-                    up: ld.mat(&format!("{p}{m}.{u}.weight"), width, hidden)?,
-                    down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?,
+                    up: ld.mat_split_rows(&format!("{p}{m}.{u}.weight"), width, hidden, 1)?,
+                    down: ld.mat_split_cols(&format!("{p}{m}.{d}.weight"), hidden, width, 1)?,
                 }
             }
             _ => {
@@ -51,16 +53,21 @@ impl<B: Backend> Ffn<B> {
                 let clamp = s.mlp_clamp(i);
                 // Kept apart where clamped: no fused gate/up path applies the clamp.
                 let gate_up = match clamp {
-                    Some(_) => GateUp::Apart(ld.mat(&g, width, hidden)?, ld.mat(&u, width, hidden)?),
-                    None => ld.gate_up(&g, &u, width, hidden)?,
+                    Some(_) => GateUp::Apart(
+                        ld.mat_split_rows(&g, width, hidden, 1)?,
+                        ld.mat_split_rows(&u, width, hidden, 1)?,
+                    ),
+                    None => ld.gate_up_split(&g, &u, width, hidden)?,
                 };
-                Ffn::Dense { gate_up, down: ld.mat(&format!("{p}{m}.{d}.weight"), hidden, width)?, clamp }
+                let down = ld.mat_split_cols(&format!("{p}{m}.{d}.weight"), hidden, width, 1)?;
+                Ffn::Dense { gate_up, down, clamp }
             }
         })
     }
 
     /// The mixer on `input`; a dense MLP without `post` norm adds its output into `h` in the down
-    /// projection's store and returns `None`, the others return their output.
+    /// projection's store and returns `None`, the others return their output. Sharded (`tp`),
+    /// each output is summed over the ranks before any norm or add.
     pub(crate) fn run(
         &self,
         b: &B,
@@ -68,6 +75,7 @@ impl<B: Backend> Ffn<B> {
         h: &mut B::Act,
         input: FfnIn<'_, B>,
         post: Option<&B::Vec>,
+        tp: Option<&TpLink>,
     ) -> Option<B::Act> {
         let (eps, one_plus) = (s.rms_norm_eps, s.norm_one_plus);
         let normed = |h: &B::Act, ws: &[&B::Mat]| match &input {
@@ -79,9 +87,9 @@ impl<B: Backend> Ffn<B> {
                 let u = normed(h, &[up]).pop().unwrap_or_else(|| unreachable!("one output"));
                 let a = b.activate(&u, s.act);
                 match post {
-                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    Some(post) => Some(b.rms_norm(&project(b, &a, down, tp), post, eps, one_plus)),
                     None => {
-                        b.matmul_add(&a, down, h);
+                        project_add(b, &a, down, h, tp);
                         None
                     }
                 }
@@ -101,9 +109,9 @@ impl<B: Backend> Ffn<B> {
                     (GateUp::Packed(gu), FfnIn::Residual(nw)) => b.norm_matmul_glu(h, nw, eps, one_plus, gu, act),
                 };
                 match post {
-                    Some(post) => Some(b.rms_norm(&b.matmul(&a, down), post, eps, one_plus)),
+                    Some(post) => Some(b.rms_norm(&project(b, &a, down, tp), post, eps, one_plus)),
                     None => {
-                        b.matmul_add(&a, down, h);
+                        project_add(b, &a, down, h, tp);
                         None
                     }
                 }
@@ -138,7 +146,10 @@ impl<B: Backend> Ffn<B> {
                     FfnIn::Normed(x) => x,
                     FfnIn::Residual(nw) => b.rms_norm(h, nw, eps, one_plus),
                 };
-                let y = moe.run(b, &x);
+                let mut y = moe.run(b, &x);
+                if let Some(tp) = tp {
+                    tp.all_reduce(b, &mut y);
+                }
                 Some(match post {
                     Some(post) => b.rms_norm(&y, post, eps, one_plus),
                     None => y,

@@ -18,6 +18,7 @@ pub(crate) mod short_conv;
 use crate::cache::CacheKind;
 use crate::error::ModelError;
 use crate::spec::{LayerKind, ModelSpec};
+use crate::tp::TpLink;
 use crate::weights::Loader;
 use attention::Attention;
 use ffn::{Ffn, FfnIn};
@@ -25,6 +26,7 @@ use gdn::GatedDeltaNet;
 use mamba2::Mamba2;
 use mla::Mla;
 use short_conv::ShortConvMixer;
+use std::sync::Arc;
 use tf_backend::{AttnMeta, Backend, StateShape};
 
 /// A layer's token mixer.
@@ -155,6 +157,26 @@ pub(crate) struct Block<B: Backend> {
     /// The token mixer's input norm (in a channel-only layer, the channel mixer's).
     input_norm: B::Vec,
     parts: Parts<B>,
+    /// The group whose ranks sum this layer's row-parallel outputs, where it is sharded.
+    tp: Option<Arc<TpLink>>,
+}
+
+/// `x w`, summed over the ranks first where `w` is a row-parallel shard (`tp`).
+pub(crate) fn project<B: Backend>(b: &B, x: &B::Act, w: &B::Mat, tp: Option<&TpLink>) -> B::Act {
+    let mut y = b.matmul(x, w);
+    if let Some(tp) = tp {
+        tp.all_reduce(b, &mut y);
+    }
+    y
+}
+
+/// `h += x w`, the product summed over the ranks first where `w` is a row-parallel shard
+/// (unsharded, in the matmul's store: `Backend::matmul_add`).
+pub(crate) fn project_add<B: Backend>(b: &B, x: &B::Act, w: &B::Mat, h: &mut B::Act, tp: Option<&TpLink>) {
+    match tp {
+        Some(_) => b.add_assign(h, &project(b, x, w, tp)),
+        None => b.matmul_add(x, w, h),
+    }
 }
 
 /// What a layer runs after its first norm.
@@ -240,6 +262,7 @@ impl<B: Backend> Block<B> {
                 return Ok(Block {
                     input_norm: norm(s.names.input_norm)?,
                     parts: Parts::Channel(Ffn::load(s, ld, &p, i)?),
+                    tp: None,
                 });
             }
             LayerKind::ChannelOnly => {
@@ -259,7 +282,7 @@ impl<B: Backend> Block<B> {
             }
         };
         if s.one_part_layers {
-            return Ok(Block { input_norm: norm(s.names.input_norm)?, parts: Parts::Mixer { mixer, out } });
+            return Ok(Block { input_norm: norm(s.names.input_norm)?, parts: Parts::Mixer { mixer, out }, tp: None });
         }
         Ok(Block {
             input_norm: norm(s.names.input_norm)?,
@@ -271,6 +294,7 @@ impl<B: Backend> Block<B> {
                 post_ffn_norm: if s.sandwich_norms { Some(norm(s.names.post_ffn_norm)?) } else { None },
                 ffn: Ffn::load(s, ld, &p, i)?,
             },
+            tp: ld.shard().map(|sh| sh.link.clone()),
         })
     }
 
@@ -312,6 +336,7 @@ impl<B: Backend> Block<B> {
         cache: &mut Caches<'_, B>,
     ) -> Option<B::Act> {
         let (eps, one_plus) = (s.rms_norm_eps, s.norm_one_plus);
+        let tp = self.tp.as_deref();
         let mixer = match &self.parts {
             Parts::Pair { mixer, .. } | Parts::Mixer { mixer, .. } => mixer,
             Parts::Channel(ffn) => {
@@ -319,7 +344,7 @@ impl<B: Backend> Block<B> {
                     Some(f) => FfnIn::Normed(b.add_rms_norm(h, &f, &self.input_norm, eps, one_plus)),
                     None => FfnIn::Residual(&self.input_norm),
                 };
-                return ffn.run(b, s, h, input, None);
+                return ffn.run(b, s, h, input, None, None);
             }
         };
         let ins = mixer.inputs();
@@ -333,7 +358,7 @@ impl<B: Backend> Block<B> {
                 (out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn)
             }
             Parts::Mixer { out, .. } => {
-                b.matmul_add(&mixed, out, h);
+                project_add(b, &mixed, out, h, tp);
                 return None;
             }
             Parts::Channel(_) => unreachable!("returned above"),
@@ -341,14 +366,14 @@ impl<B: Backend> Block<B> {
         // The FFN's input: norms of h after the mixer's output is added.
         let ffn_in = match pre_ffn_norm {
             Some(pre) => {
-                let a = b.rms_norm(&b.matmul(&mixed, out), post_mixer_norm, eps, one_plus);
+                let a = b.rms_norm(&project(b, &mixed, out, tp), post_mixer_norm, eps, one_plus);
                 FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
             }
             None => {
-                b.matmul_add(&mixed, out, h);
+                project_add(b, &mixed, out, h, tp);
                 FfnIn::Residual(post_mixer_norm)
             }
         };
-        ffn.run(b, s, h, ffn_in, post_ffn_norm.as_ref())
+        ffn.run(b, s, h, ffn_in, post_ffn_norm.as_ref(), tp)
     }
 }

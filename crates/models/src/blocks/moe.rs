@@ -66,11 +66,12 @@ impl<B: Backend> Moe<B> {
                 continue;
             }
             let name = |w: &str| format!("{module}experts.{e}.{w}.weight");
+            // Sharded, each rank holds every expert's part of its intermediate rows.
             if m.gated {
-                experts.gate.push(ld.mat(&name(g), inter, width)?);
+                experts.gate.push(ld.mat_split_rows(&name(g), inter, width, 1)?);
             }
-            experts.up.push(ld.mat(&name(u), inter, width)?);
-            experts.down.push(ld.mat(&name(d), width, inter)?);
+            experts.up.push(ld.mat_split_rows(&name(u), inter, width, 1)?);
+            experts.down.push(ld.mat_split_cols(&name(d), width, inter, 1)?);
         }
         let latent = match m.latent_size {
             Some(l) => Some((
@@ -88,17 +89,21 @@ impl<B: Backend> Moe<B> {
                 let clamp = s.mlp_clamp(i).filter(|_| m.gated);
                 let proj = if m.gated && clamp.is_some() {
                     // Kept apart: the clamped activation runs on the two outputs.
-                    Proj::Gated(GateUp::Apart(ld.mat(&name(g), si, hidden)?, ld.mat(&name(u), si, hidden)?))
+                    let (g, u) = (&name(g), &name(u));
+                    Proj::Gated(GateUp::Apart(
+                        ld.mat_split_rows(g, si, hidden, 1)?,
+                        ld.mat_split_rows(u, si, hidden, 1)?,
+                    ))
                 } else if m.gated {
-                    Proj::Gated(ld.gate_up(&name(g), &name(u), si, hidden)?)
+                    Proj::Gated(ld.gate_up_split(&name(g), &name(u), si, hidden)?)
                 } else {
-                    Proj::Ungated(ld.mat(&name(u), si, hidden)?)
+                    Proj::Ungated(ld.mat_split_rows(&name(u), si, hidden, 1)?)
                 };
                 let gate = match sh.gate {
                     Some(gw) => Some(ld.mat(&format!("{module}{gw}.weight"), 1, hidden)?),
                     None => None,
                 };
-                Some(Shared { proj, down: ld.mat(&name(d), hidden, si)?, gate, clamp })
+                Some(Shared { proj, down: ld.mat_split_cols(&name(d), hidden, si, 1)?, gate, clamp })
             }
             None => None,
         };

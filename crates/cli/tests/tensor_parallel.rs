@@ -1,0 +1,129 @@
+//! Tensor parallelism on the CPU backend, ranks as threads (`tf_models::tp`): concurrent equals
+//! solo at 2 and 4 ranks through the real engine, TP = N against one rank within a stated
+//! tolerance, for a dense and an MoE fixture; a follower refuses a malformed, oversized or
+//! out-of-range plan without a crash, and the group's other ranks see it break; families and
+//! shapes the sharding does not cover are refused at load by name.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tf_backend::{Collective, ThreadGroup};
+use tf_core::LoadProgress;
+use tf_cpu::CpuBackend;
+use tf_models::tp::plan::{MAX_PLAN_BYTES, Pass, Plan, RoundPlan};
+use tf_models::tp::{MakeBackend, Shard, TpLink, open_group};
+use tf_models::{Model, ModelError};
+use tf_testkit::{check_concurrent_equals_solo_on, check_tp_matches_one_rank, fixture, tp_engine};
+
+/// One thread per rank: the test machine has two cores.
+fn make() -> MakeBackend<CpuBackend> {
+    Arc::new(|_| CpuBackend::new(1).map_err(|e| ModelError::Backend(tf_backend::BackendError::Device(e.to_string()))))
+}
+
+/// A dense and an MoE family.
+const FAMILIES: [&str; 2] = ["qwen3", "qwen3_moe"];
+
+#[test]
+fn concurrent_equals_solo_at_two_and_four_ranks() {
+    let make = make();
+    for family in FAMILIES {
+        for size in [2, 4] {
+            check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, size, cfg), family, false);
+        }
+    }
+}
+
+#[test]
+fn seeded_concurrent_equals_solo_at_two_ranks() {
+    let make = make();
+    for family in FAMILIES {
+        check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, true);
+    }
+}
+
+/// The row-parallel sums add each rank's partial products, so the bits differ from one rank's
+/// single reduction by f32 rounding: within 1e-5 of the largest logit (seen: a few 1e-7).
+#[test]
+fn n_ranks_match_one_rank_within_tolerance() {
+    let make = make();
+    for family in ["qwen3", "qwen3_moe", "llama", "glm4_moe"] {
+        for size in [2, 4] {
+            let worst = check_tp_matches_one_rank(&make, family, size, 1e-5);
+            eprintln!("{family} at {size} ranks: largest logit difference {worst:e} of the largest logit");
+        }
+    }
+}
+
+/// Rank 1 of `family` at 2 ranks on its own thread, following plans that the test sends from a
+/// bare rank 0 handle (dropped after them, closing the group, where `close`); returns the
+/// follower's result and the handle if kept.
+fn follower_with(family: &str, plans: &[Vec<u8>], close: bool) -> (Result<(), ModelError>, Option<ThreadGroup>) {
+    let mut groups = ThreadGroup::new(2, Duration::from_secs(60));
+    let link = TpLink::new(Box::new(groups.pop().expect("rank 1")));
+    let leader = groups.pop().expect("rank 0");
+    let path = fixture(family);
+    let follower = std::thread::spawn(move || {
+        let b = CpuBackend::new(1).expect("cpu");
+        let model = Model::open_shard(&path, &b, &LoadProgress::default(), Shard { link }).expect("rank 1 loads");
+        model.decoder.follow(&b)
+    });
+    for p in plans {
+        leader.send_plan(p).expect("send");
+    }
+    let leader = (!close).then_some(leader);
+    let out = follower.join().expect("the follower does not panic");
+    (out, leader)
+}
+
+fn alloc() -> Vec<u8> {
+    Plan::Alloc { num_blocks: 4, block_size: 16, num_slots: 1 }.encode()
+}
+
+fn round(ids: Vec<u32>, block: u32) -> Vec<u8> {
+    let n = ids.len();
+    let seqs = vec![tf_backend::SeqAttn { q_start: 0, q_len: n, start_pos: 0, block_table: vec![block] }];
+    let r = RoundPlan { pass: Pass::Full, ids, logits_rows: vec![n - 1], block_size: 16, seqs, state_slots: vec![] };
+    Plan::Round(r).encode()
+}
+
+#[test]
+fn a_follower_refuses_bad_plans_without_a_crash_and_the_group_breaks() {
+    let cases: [(&str, Vec<Vec<u8>>, &str); 5] = [
+        ("garbage", vec![b"not a plan at all".to_vec()], "no plan magic"),
+        ("oversized", vec![vec![0; MAX_PLAN_BYTES + 1]], "limit"),
+        ("token id out of range", vec![alloc(), round(vec![1, 2, 512], 0)], "token id 512"),
+        ("block out of range", vec![alloc(), round(vec![1, 2, 3], 4)], "block 4"),
+        ("round before alloc", vec![round(vec![1, 2, 3], 0)], "before the pools"),
+    ];
+    for (what, plans, says) in cases {
+        let (out, leader) = follower_with("qwen3", &plans, false);
+        let err = out.expect_err(what).to_string();
+        assert!(err.contains(says), "{what}: {err}");
+        // Rank 0's next collective fails at once with the follower's reason, not a hang.
+        let leader = leader.expect("kept");
+        let broken = leader.all_reduce(&mut [0.0]).expect_err("the group is broken");
+        assert!(broken.to_string().contains(says), "{what}: {broken}");
+    }
+}
+
+#[test]
+fn rank_0_ends_the_followers_by_closing_the_group() {
+    let (out, _) = follower_with("qwen3", &[alloc()], true);
+    assert!(out.is_ok(), "{out:?}");
+}
+
+#[test]
+fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
+    let refused = |family: &str, size: usize| {
+        let b = CpuBackend::new(1).expect("cpu");
+        match open_group(&fixture(family), &b, &LoadProgress::default(), size, make(), Duration::from_secs(60)) {
+            Ok(_) => panic!("{family} at {size} ranks loaded"),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert!(refused("gemma4", 2).contains("per-layer inputs"));
+    assert!(refused("deepseek_v3", 2).contains("latent attention"));
+    let next = refused("qwen3_next", 2);
+    assert!(next.contains("not sharded"), "{next}");
+    // 4 query heads, 2 KV heads: 3 ranks split neither.
+    assert!(refused("qwen3", 3).contains("KV heads"));
+}

@@ -1,0 +1,58 @@
+//! Which specs a tensor-parallel load can shard, refused by name otherwise: attention layers
+//! of the plain kind (heads and KV heads split evenly), dense and routed MLPs (their widths
+//! split evenly), replicated norms, routers and embedding.
+
+use crate::error::ModelError;
+use crate::spec::{LayerKind, ModelSpec};
+
+/// Refuses `spec` at `size` ranks unless every part of it can be cut into `size` even parts.
+pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
+    let refuse = |what: String| {
+        Err(ModelError::Backend(tf_backend::BackendError::Unsupported(format!(
+            "--tensor-parallel-size {size}: {} {what}",
+            spec.architecture
+        ))))
+    };
+    let features: [(bool, &str); 12] = [
+        (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
+        (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
+        (spec.per_layer_input.is_some(), "has per-layer inputs, which are not sharded yet"),
+        (spec.kv_shared_from.is_some() || spec.kv_read_only, "shares KV between layers, which is not sharded yet"),
+        (spec.attn_output_gate || spec.attn_head_gate, "gates its attention output, which is not sharded yet"),
+        (spec.qk_norm_full, "norms q and k over all heads at once, which needs every head on one rank"),
+        (spec.full_attn_shape.is_some(), "has full layers of another head shape, which are not sharded yet"),
+        (spec.dense_beside_experts, "runs a dense MLP beside its experts, which is not sharded yet"),
+        (spec.one_part_layers, "has one-part layers, which are not sharded yet"),
+        (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
+        (spec.moe.as_ref().is_some_and(|m| m.stacked), "stacks its experts in one tensor, which is not sharded yet"),
+        (spec.moe.as_ref().is_some_and(|m| m.latent_size.is_some()), "projects its experts' input to a latent width"),
+    ];
+    if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
+        return refuse(what.to_string());
+    }
+    if let Some(k) = spec.layer_kinds.iter().find(|k| !matches!(k, LayerKind::Full | LayerKind::Sliding)) {
+        return refuse(format!("has {k:?} layers; only attention layers are sharded yet"));
+    }
+    // KV heads split evenly, or each held by `size / num_kv_heads` ranks.
+    let kv = spec.num_kv_heads;
+    if kv == 0 || (!kv.is_multiple_of(size) && !size.is_multiple_of(kv)) {
+        return refuse(format!("has {kv} KV heads, which neither split evenly over {size} ranks nor divide them"));
+    }
+    let mut even = vec![("num_attention_heads", spec.num_heads), ("intermediate_size", spec.intermediate_size)];
+    if spec.wide_mlp_from.is_some() {
+        even.push(("2 * intermediate_size", 2 * spec.intermediate_size));
+    }
+    if let Some(m) = &spec.moe {
+        even.push(("moe_intermediate_size", m.moe_intermediate_size));
+        if let Some(sh) = &m.shared {
+            even.push(("shared experts' intermediate_size", sh.intermediate_size));
+        }
+    }
+    if let Some((name, n)) = even.iter().find(|(_, n)| !n.is_multiple_of(size)) {
+        return refuse(format!("has {name} {n}, which {size} ranks cannot split evenly"));
+    }
+    if spec.vocab_size < size {
+        return refuse(format!("has {} vocabulary rows, fewer than the ranks", spec.vocab_size));
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! A decoder's tie to its tensor-parallel group: the all-reduce after each row-parallel
+//! projection, the gather of the vocabulary-parallel head's logits onto rank 0, and the first
+//! failure the group reported (after which no collective is tried: the engine reads the fault
+//! after the round and ends).
+
+use std::sync::{Arc, Mutex};
+use tf_backend::{Backend, Collective};
+
+/// One rank's place in a tensor-parallel load: which part of each split weight it holds.
+#[derive(Clone)]
+pub struct Shard {
+    /// The group, as this rank sees it.
+    pub link: Arc<TpLink>,
+}
+
+impl Shard {
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.link.group.rank()
+    }
+
+    /// Ranks in the group.
+    pub fn size(&self) -> usize {
+        self.link.group.size()
+    }
+
+    /// This rank's part of `n` items cut into `size` contiguous parts (even where `size`
+    /// divides `n`).
+    pub fn part(&self, n: usize) -> std::ops::Range<usize> {
+        let (r, s) = (self.rank(), self.size());
+        n * r / s..n * (r + 1) / s
+    }
+}
+
+/// The group and its first failure.
+pub struct TpLink {
+    group: Box<dyn Collective>,
+    fault: Mutex<Option<String>>,
+}
+
+impl TpLink {
+    /// A link over `group`.
+    pub fn new(group: Box<dyn Collective>) -> Arc<TpLink> {
+        Arc::new(TpLink { group, fault: Mutex::new(None) })
+    }
+
+    /// The group.
+    pub fn group(&self) -> &dyn Collective {
+        &*self.group
+    }
+
+    /// Whether this rank plans the rounds.
+    pub fn is_leader(&self) -> bool {
+        self.group.rank() == 0
+    }
+
+    /// The first failure the group reported, if any.
+    pub fn fault(&self) -> Option<String> {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records `why` as the group's failure (the first one stays).
+    pub fn fail(&self, why: String) {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(why);
+    }
+
+    /// Runs `f` on the group unless it already failed, recording its failure.
+    fn run<T>(&self, f: impl FnOnce(&dyn Collective) -> Result<T, tf_backend::GroupError>) -> Option<T> {
+        if self.fault().is_some() {
+            return None;
+        }
+        f(&*self.group).map_err(|e| self.fail(e.to_string())).ok()
+    }
+
+    /// `x` summed over the ranks in rank order (after a failure: left as it is).
+    pub fn all_reduce<B: Backend>(&self, b: &B, x: &mut B::Act) {
+        let (rows, cols) = b.shape(x);
+        let mut host = b.download(x);
+        if self.run(|g| g.all_reduce(&mut host)).is_some() {
+            *x = b.upload(&host, rows, cols);
+        }
+    }
+
+    /// On rank 0, each row of every rank's `x` side by side in rank order (the whole
+    /// vocabulary's `total` logits; zeros after a failure, which the engine reads before
+    /// using them); elsewhere `x` itself.
+    pub fn gather_cols<B: Backend>(&self, b: &B, x: B::Act, total: usize) -> B::Act {
+        let rows = b.shape(&x).0;
+        let host = b.download(&x);
+        let zeros = || b.upload(&vec![0.0; rows * total], rows, total);
+        // No row wanted (a prompt chunk before its last): every rank skips the gather alike.
+        if rows == 0 {
+            return zeros();
+        }
+        let Some(parts) = self.run(|g| g.gather(&host)) else {
+            return if self.is_leader() { zeros() } else { x };
+        };
+        if parts.is_empty() {
+            return x;
+        }
+        let widths: Vec<usize> = parts.iter().map(|p| p.len() / rows.max(1)).collect();
+        if parts.iter().zip(&widths).any(|(p, w)| p.len() != w * rows) || widths.iter().sum::<usize>() != total {
+            self.fail(format!("the ranks' logits are not {rows} whole rows of {total} columns"));
+            return zeros();
+        }
+        let total: usize = widths.iter().sum();
+        let mut out = Vec::with_capacity(rows * total);
+        for r in 0..rows {
+            for (p, w) in parts.iter().zip(&widths) {
+                out.extend_from_slice(&p[r * w..(r + 1) * w]);
+            }
+        }
+        b.upload(&out, rows, total)
+    }
+
+    /// Sends `plan` to the followers (rank 0).
+    pub fn send_plan(&self, plan: &[u8]) {
+        self.run(|g| g.send_plan(plan));
+    }
+}
