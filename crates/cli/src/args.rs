@@ -170,6 +170,9 @@ pub struct GenerateArgs {
     /// Directory of `--session` files (`DIR/NAME.tfsession`).
     #[arg(long, default_value = ".", requires = "session")]
     pub session_dir: PathBuf,
+    /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub tensor_parallel_size: usize,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,
@@ -266,6 +269,9 @@ pub struct BenchArgs {
     /// Write results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub tensor_parallel_size: usize,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,

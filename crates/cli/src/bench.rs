@@ -151,9 +151,10 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 
 impl OnBackend for Bench<'_> {
     type Out = ();
-    fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let (a, lim, cublas) = (self.0, self.1, self.2);
-        let m = Model::open(&a.model, b).map_err(refused)?;
+        let dev = crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?;
+        let m = crate::tp::open(&a.model, b, &Default::default(), &dev, a.tensor_parallel_size)?;
         let rows = m.vocab.rows();
         let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
         let fp8 = crate::bench_fp8::Fp8Bytes::of(&a.model);
@@ -286,7 +287,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         }
         _ => None,
     };
-    dispatch(&a.dev, Bench(a, lim, cublas))
+    dispatch(&crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?, Bench(a, lim, cublas))
 }
 
 /// The reference round's weights of the checkpoint directory `model` (a dense model; none for

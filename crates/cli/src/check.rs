@@ -11,7 +11,7 @@ struct Check<'a>(&'a CheckArgs);
 
 impl OnBackend for Check<'_> {
     type Out = ();
-    fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let m = Model::open(&self.0.model, b).map_err(|e| refused(tf_formats::inert(&e.to_string())))?;
         let s = &m.decoder.spec;
         println!(

@@ -78,7 +78,7 @@ pub trait OnBackend {
     /// What the command produces.
     type Out;
     /// Runs on `b`.
-    fn run<B: Backend>(self, b: &B) -> Result<Self::Out, Failure>;
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<Self::Out, Failure>;
 }
 
 /// Number of CPU threads to use.

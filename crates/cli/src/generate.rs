@@ -80,10 +80,11 @@ impl Generate<'_> {
 
 impl OnBackend for Generate<'_> {
     type Out = ();
-    fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let a = self.0;
         let params = self.params()?;
-        let mut m = Model::open(&a.model, b).map_err(refused)?;
+        let dev = crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?;
+        let mut m = crate::tp::open(&a.model, b, &Default::default(), &dev, a.tensor_parallel_size)?;
         crate::load::cap_context(&mut m, a.max_model_len.map(|n| n as u64))?;
         let prompt = self.prompt(&m)?;
         let stop_ids = self.stop_ids(&m)?;
@@ -114,7 +115,10 @@ impl OnBackend for Generate<'_> {
 /// Runs `generate` (through the engine when `--session` is given).
 pub fn run(a: &GenerateArgs) -> Result<(), Failure> {
     match a.session {
+        Some(_) if a.tensor_parallel_size > 1 => {
+            Err(refused("--session is not saved or restored under --tensor-parallel-size > 1 yet"))
+        }
         Some(_) => crate::generate_session::run(a),
-        None => dispatch(&a.dev, Generate(a)),
+        None => dispatch(&crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?, Generate(a)),
     }
 }

@@ -34,12 +34,14 @@ pub fn wait_for(file: Option<&Path>) {
     }
 }
 
-/// Loads `path` onto `backend`, counting in `progress`, with a line through `say` every few
-/// seconds until it is done.
-pub fn open_reporting<B: Backend>(
+/// Loads `path` onto `backend` (rank 0 of `ranks.1` ranks of device `ranks.0`, where above 1:
+/// crate::tp), counting in `progress`, with a line through `say` every few seconds until it is
+/// done.
+pub fn open_reporting<B: Backend + 'static>(
     path: &Path,
     backend: &B,
     progress: &LoadProgress,
+    ranks: (&crate::args::DeviceArgs, usize),
     say: fn(&str),
 ) -> Result<Model<B>, Failure> {
     let (done, wait) = channel::<()>();
@@ -50,11 +52,10 @@ pub fn open_reporting<B: Backend>(
                 say(&line(progress.snapshot(), start.elapsed()));
             }
         });
-        let model = Model::open_with_progress(path, backend, progress);
+        let model = crate::tp::open(path, backend, progress, ranks.0, ranks.1);
         drop(done);
         model
     })
-    .map_err(refused)
 }
 
 /// One progress line.

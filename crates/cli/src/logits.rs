@@ -12,7 +12,7 @@ struct Logits<'a>(&'a LogitsArgs);
 
 impl OnBackend for Logits<'_> {
     type Out = ();
-    fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let a = self.0;
         let raw = parse_ids(&a.ids).map_err(refused)?;
         let m = Model::open(&a.model, b).map_err(refused)?;

@@ -39,6 +39,7 @@ mod run_repl;
 mod serve;
 mod session_inspect;
 mod synth;
+mod tp;
 mod version;
 
 use clap::FromArgMatches;

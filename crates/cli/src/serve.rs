@@ -54,7 +54,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         int_dot: a.int_dot.clone(),
         cuda: Default::default(),
     };
-    dispatch_owned(&dev, "serve", Serve { a: &a, server, progress })
+    let dev = crate::tp::rank_device(&dev, tp_size(&a))?;
+    dispatch_owned(&dev.clone(), "serve", Serve { a: &a, server, progress, dev })
 }
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`).
@@ -79,6 +80,8 @@ fn bind(host: &str, port: u16) -> Result<TcpListener, Failure> {
 /// `serve`'s body over whichever backend `--device` names.
 struct Serve<'a> {
     a: &'a ServeArgs,
+    /// Each rank's device options (`--tensor-parallel-size`).
+    dev: DeviceArgs,
     server: tf_server::Starting,
     progress: Arc<LoadProgress>,
 }
@@ -91,12 +94,13 @@ impl OnOwnedBackend for Serve<'_> {
 }
 
 fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Failure> {
-    let Serve { a, server, progress } = job;
+    let Serve { a, server, progress, dev } = job;
     let dir =
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
     load::wait_for(a.load_when_exists.as_deref());
     let free_before = backend.memory_info().map(|(free, _)| free);
-    let mut model = load::open_reporting(dir, &backend, &progress, |l| tracing::info!("{l}"))?;
+    let ranks = (&dev, tp_size(a));
+    let mut model = load::open_reporting(dir, &backend, &progress, ranks, |l| tracing::info!("{l}"))?;
     if a.skip_tokenizer_init {
         model.tokenizer = None;
     }
@@ -164,7 +168,12 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
             model.decoder.spec.num_layers,
             dir.display()
         ),
-        format!("device {}, weights {}", backend.name(), mib(weight_bytes)),
+        match model.decoder.tp_size() {
+            1 => format!("device {}, weights {}", backend.name(), mib(weight_bytes)),
+            n => {
+                format!("device {} x {n} tensor-parallel ranks, rank 0's weights {}", backend.name(), mib(weight_bytes))
+            }
+        },
         format!(
             "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source}{state_note})",
             num_blocks * block_size,
@@ -198,6 +207,11 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
     engine.shutdown();
     let _ = thread.join();
     result.map_err(|e| failed(format!("serve on {}:{}: {e}", a.host, a.port)))
+}
+
+/// `--tensor-parallel-size`.
+fn tp_size(a: &ServeArgs) -> usize {
+    usize::try_from(a.tensor_parallel_size).unwrap_or(usize::MAX)
 }
 
 /// Bytes for the KV cache, and what set them: `--kv-memory`, else `share` of the device memory

@@ -14,7 +14,7 @@ struct AgainstModel<'a>(&'a InspectArgs, SessionHeader);
 
 impl OnBackend for AgainstModel<'_> {
     type Out = ();
-    fn run<B: Backend>(self, b: &B) -> Result<(), Failure> {
+    fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let (a, h) = (self.0, self.1);
         let Some(dir) = &a.model else { return Ok(()) };
         let m = Model::open(dir, b).map_err(refused)?;

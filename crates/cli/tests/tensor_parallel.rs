@@ -127,3 +127,22 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     // 4 query heads, 2 KV heads: 3 ranks split neither.
     assert!(refused("qwen3", 3).contains("KV heads"));
 }
+
+/// A follower gone mid-serve: the next round's collective fails at once, the engine ends every
+/// request with the reason and records it (which ends `serve`), with no hang.
+#[test]
+fn a_follower_that_leaves_ends_the_engine_with_an_error() {
+    let mut groups = ThreadGroup::new(2, Duration::from_secs(60));
+    let rank1 = groups.pop().expect("rank 1");
+    let link = TpLink::new(Box::new(groups.pop().expect("rank 0")));
+    let b = CpuBackend::new(1).expect("cpu");
+    let model = Model::open_shard(&fixture("qwen3"), &b, &LoadProgress::default(), Shard { link }).expect("loads");
+    let (h, thread) = tf_engine::engine::spawn(model, b, tf_testkit::config(64, 256, 512, false)).expect("engine");
+    drop(rank1);
+    let req = tf_testkit::mixed_request(0, false);
+    let failed = std::panic::catch_unwind(|| tf_testkit::run(&h, &[req])).expect_err("the request fails");
+    let msg = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("rank 1 left"), "{msg}");
+    assert!(h.stats.fault().is_some_and(|f| f.contains("rank 1 left")));
+    thread.join().expect("the engine thread ends");
+}

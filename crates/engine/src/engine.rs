@@ -189,6 +189,15 @@ pub struct EngineStats {
     pub draft_verifies: AtomicU64,
     /// Time spent drafting, microseconds.
     pub draft_micros: AtomicU64,
+    /// Why the engine stopped on its own (a tensor-parallel group broke), once it has.
+    pub fault: std::sync::Mutex<Option<String>>,
+}
+
+impl EngineStats {
+    /// Why the engine stopped on its own, if it has.
+    pub fn fault(&self) -> Option<String> {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 enum Command {
@@ -509,8 +518,9 @@ impl<B: Backend> Core<B> {
         }
     }
 
-    /// Ends every request and pending save with the error `why`.
+    /// Ends every request and pending save with the error `why`, which the stats keep.
     fn fail_all(&mut self, why: &str) {
+        *self.stats.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
         let ids: Vec<SeqId> = self.active.keys().chain(self.saves.keys()).copied().collect();
         for id in ids {
             if let Some(a) = self.active.get_mut(&id) {

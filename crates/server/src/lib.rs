@@ -50,6 +50,8 @@ use tf_engine::engine::EngineHandle;
 
 /// How long in-flight responses get to end after a shutdown signal before the server exits.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How often the server looks whether the engine stopped on its own (its fault ends the server).
+const FAULT_POLL: Duration = Duration::from_millis(200);
 
 /// A server that answers on its listener while the model loads (`/health` 503 with the load's
 /// progress, other routes 503), then serves the model once [`Starting::serve`] gets it.
@@ -132,9 +134,20 @@ async fn serve(
     stop: tokio::sync::watch::Sender<bool>,
     signals: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let stats = state.engine.stats.clone();
+    let fault = async move {
+        loop {
+            if let Some(why) = stats.fault() {
+                return why;
+            }
+            tokio::time::sleep(FAULT_POLL).await;
+        }
+    };
+    let mut failed = None;
     tokio::select! {
         _ = &mut connections => return Ok(()),
         _ = signals => {}
+        why = fault => failed = Some(why),
     }
     // Logged before the engine cancels them, and before the runtime can stop.
     tracing::info!("shutting down: {} requests in flight cancelled", state.requests_in_flight());
@@ -142,5 +155,8 @@ async fn serve(
     state.engine.shutdown();
     let _ = stop.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, connections).await;
-    Ok(())
+    match failed {
+        Some(why) => Err(std::io::Error::other(format!("the engine stopped: {why}"))),
+        None => Ok(()),
+    }
 }

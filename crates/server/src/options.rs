@@ -95,6 +95,15 @@ pub struct ServeArgs {
     /// Accepts: an integer >= 1. Default: all cores.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub threads: Option<u64>,
+    /// Ranks to shard the model over (tensor parallelism): each rank holds its part of every
+    /// layer's heads and MLP rows and of the vocabulary, with its own KV cache (`--kv-memory`
+    /// each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as CPU
+    /// threads (`--device cpu`, the threads shared out); GPU ranks are not built yet. Sessions and
+    /// `--draft mtp` are refused above 1.
+    ///
+    /// Accepts: an integer >= 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tensor_parallel_size: u64,
     /// Activations of quantized (GGUF) matmuls on the CPU: `int8` quantizes them to 8-bit blocks
     /// as llama.cpp does (faster; logits move slightly), `f32` multiplies the exactly dequantized
     /// weights in f32 (what the golden test checks).
