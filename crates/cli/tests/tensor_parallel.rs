@@ -1,6 +1,6 @@
 //! Tensor parallelism on the CPU backend, ranks as threads (`tf_models::tp`): concurrent equals
 //! solo at 2 and 4 ranks through the real engine, TP = N against one rank within a stated
-//! tolerance, for a dense and an MoE fixture; a follower refuses a malformed, oversized or
+//! tolerance, for dense, MoE and hybrid fixtures; a follower refuses a malformed, oversized or
 //! out-of-range plan without a crash, and the group's other ranks see it break; families and
 //! shapes the sharding does not cover are refused at load by name.
 
@@ -9,18 +9,22 @@ use std::time::Duration;
 use tf_backend::{Collective, ThreadGroup};
 use tf_core::LoadProgress;
 use tf_cpu::CpuBackend;
+use tf_engine::engine::DraftKind;
 use tf_models::tp::plan::{MAX_PLAN_BYTES, Pass, Plan, RoundPlan};
 use tf_models::tp::{MakeBackend, Shard, TpLink, open_group};
 use tf_models::{Model, ModelError};
-use tf_testkit::{check_concurrent_equals_solo_on, check_tp_matches_one_rank, fixture, tp_engine};
+use tf_testkit::{
+    check_concurrent_equals_solo_on, check_drafted_equals_undrafted_on, check_tp_matches_one_rank, fixture, tp_engine,
+};
 
 /// One thread per rank: the test machine has two cores.
 fn make() -> MakeBackend<CpuBackend> {
     Arc::new(|_| CpuBackend::new(1).map_err(|e| ModelError::Backend(tf_backend::BackendError::Device(e.to_string()))))
 }
 
-/// A dense and an MoE family.
-const FAMILIES: [&str; 2] = ["qwen3", "qwen3_moe"];
+/// A dense family, an MoE one, and a hybrid MoE one (Gated DeltaNet and gated attention layers,
+/// fused inputs, a sigmoid-gated shared expert).
+const FAMILIES: [&str; 3] = ["qwen3", "qwen3_moe", "qwen3_next"];
 
 #[test]
 fn concurrent_equals_solo_at_two_and_four_ranks() {
@@ -40,12 +44,26 @@ fn seeded_concurrent_equals_solo_at_two_ranks() {
     }
 }
 
+/// Speculative decoding on rank 0 (n-gram, and early exit: the first layers' forward on every
+/// rank) returns what undrafted requests do, greedy and seeded, under preemption too.
+#[test]
+fn drafted_equals_undrafted_at_two_ranks() {
+    let make = make();
+    for family in FAMILIES {
+        for kind in [DraftKind::Ngram, DraftKind::EarlyExit(1)] {
+            for seeded in [false, true] {
+                check_drafted_equals_undrafted_on(&|cfg| tp_engine(&make, family, 2, cfg), family, kind, seeded);
+            }
+        }
+    }
+}
+
 /// The row-parallel sums add each rank's partial products, so the bits differ from one rank's
 /// single reduction by f32 rounding: within 1e-5 of the largest logit (seen: a few 1e-7).
 #[test]
 fn n_ranks_match_one_rank_within_tolerance() {
     let make = make();
-    for family in ["qwen3", "qwen3_moe", "llama", "glm4_moe"] {
+    for family in ["qwen3", "qwen3_moe", "llama", "gemma3", "glm4_moe", "qwen3_5", "qwen3_next"] {
         for size in [2, 4] {
             let worst = check_tp_matches_one_rank(&make, family, size, 1e-5);
             eprintln!("{family} at {size} ranks: largest logit difference {worst:e} of the largest logit");
@@ -122,8 +140,10 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     };
     assert!(refused("gemma4", 2).contains("per-layer inputs"));
     assert!(refused("deepseek_v3", 2).contains("latent attention"));
-    let next = refused("qwen3_next", 2);
-    assert!(next.contains("not sharded"), "{next}");
+    let mamba = refused("nemotron_h", 2);
+    assert!(mamba.contains("not sharded"), "{mamba}");
+    let conv = refused("lfm2", 2);
+    assert!(conv.contains("Conv layers"), "{conv}");
     // 4 query heads, 2 KV heads: 3 ranks split neither.
     assert!(refused("qwen3", 3).contains("KV heads"));
 }

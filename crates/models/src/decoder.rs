@@ -148,6 +148,20 @@ impl<B: Backend> Decoder<B> {
         Ok(Cache { kv, state })
     }
 
+    /// Copies state slot `from` to `to` for each of `copies` in order, in every state pool (on
+    /// every rank of a tensor-parallel group).
+    pub fn copy_state(&self, b: &B, cache: &mut Cache<B>, copies: &[(u32, u32)]) {
+        if copies.is_empty() {
+            return;
+        }
+        self.announce(|| Plan::CopyState(copies.to_vec()));
+        for &(from, to) in copies {
+            for st in &mut cache.state {
+                b.copy_state(st, from, to);
+            }
+        }
+    }
+
     /// The shape of each recurrent layer's state pool with `num_slots` slots, in layer order.
     pub fn state_shapes(&self, num_slots: usize) -> Vec<StateShape> {
         self.layers.iter().filter_map(|l| l.state_shape(num_slots)).collect()

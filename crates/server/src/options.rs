@@ -96,8 +96,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub threads: Option<u64>,
     /// Ranks to shard the model over (tensor parallelism): each rank holds its part of every
-    /// layer's heads and MLP rows and of the vocabulary, with its own KV cache (`--kv-memory`
-    /// each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as CPU
+    /// layer's heads and MLP rows and of the vocabulary, with its own KV cache and state pools
+    /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as CPU
     /// threads (`--device cpu`, the threads shared out); GPU ranks are not built yet. Sessions and
     /// `--draft mtp` are refused above 1.
     ///

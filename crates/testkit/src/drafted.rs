@@ -35,12 +35,37 @@ pub fn check_drafted_equals_undrafted<B: Backend + 'static>(
 ) -> DraftCounts {
     let what =
         format!("{family} {kind:?}{} seeded={seeded}", draft_model.map(|d| format!("({d})")).unwrap_or_default());
+    let plain = engine(new_backend, family, config(256, 128, 32, true));
+    let open = |cfg| engine_with_drafter(new_backend, family, draft_model, cfg);
+    drafted_equals_undrafted(&plain, &open, family, kind, seeded, &what)
+}
+
+/// [`check_drafted_equals_undrafted`] for a drafter of the target's own (n-gram, early exit),
+/// on the engines `open` starts for `family` (a tensor-parallel group's, say).
+pub fn check_drafted_equals_undrafted_on(
+    open: &dyn Fn(EngineConfig) -> EngineHandle,
+    family: &str,
+    kind: DraftKind,
+    seeded: bool,
+) -> DraftCounts {
+    let plain = open(config(256, 128, 32, true));
+    drafted_equals_undrafted(&plain, open, family, kind, seeded, &format!("{family} {kind:?} seeded={seeded}"))
+}
+
+/// The check over the undrafted engine `plain` and drafting engines from `open`.
+fn drafted_equals_undrafted(
+    plain: &EngineHandle,
+    open: &dyn Fn(EngineConfig) -> EngineHandle,
+    family: &str,
+    kind: DraftKind,
+    seeded: bool,
+    what: &str,
+) -> DraftCounts {
     let reqs = |draft: &dyn Fn(usize) -> bool| -> Vec<Req> {
         (0..NUM_REQUESTS).map(|i| repetitive_request(i, seeded, draft(i))).collect()
     };
-    let plain = engine(new_backend, family, config(256, 128, 32, true));
-    let want = run_each(&plain, &reqs(&|_| false));
-    let spec = engine_with_drafter(new_backend, family, draft_model, drafting(256, kind));
+    let want = run_each(plain, &reqs(&|_| false));
+    let spec = open(drafting(256, kind));
     let drafted = reqs(&|_| true);
     for (i, (got, w)) in run_each(&spec, &drafted).iter().zip(&want).enumerate() {
         assert_same(got, w, &format!("{what}: request {i} alone"));
@@ -60,7 +85,7 @@ pub fn check_drafted_equals_undrafted<B: Backend + 'static>(
     {
         assert!(counts.accepted > 0, "{what}: drafts were accepted, so the accept path ran");
     }
-    let tight = engine_with_drafter(new_backend, family, draft_model, drafting(10, kind));
+    let tight = open(drafting(10, kind));
     assert_eq!(run(&tight, &drafted), want, "{what}: 10-block pool");
     assert!(tight.stats.preemptions.load(Ordering::Relaxed) > 0, "{what}: the 10-block pool preempted");
     counts

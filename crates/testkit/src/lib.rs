@@ -13,7 +13,9 @@ mod tp;
 
 pub use concurrent::{check_concurrent_equals_solo, check_concurrent_equals_solo_on};
 pub use constrained::{ModThree, check_constrained_exact, run_constrained};
-pub use drafted::{DraftCounts, check_drafted_equals_undrafted, check_self_drafting_accepts_all};
+pub use drafted::{
+    DraftCounts, check_drafted_equals_undrafted, check_drafted_equals_undrafted_on, check_self_drafting_accepts_all,
+};
 pub use golden::{
     Golden, argmax, check_chunked_equals_whole, check_family_chunked_equals_whole, check_golden, check_golden_rounded,
     golden,

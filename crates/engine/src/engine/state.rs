@@ -28,11 +28,8 @@ pub fn state_bytes<B: Backend>(model: &Model<B>, draft_model: Option<&Model<B>>,
 impl<B: Backend> Core<B> {
     /// Runs the state slot copies the scheduler queued, in order, on every state layer's pool.
     pub(super) fn apply_state_copies(&mut self) {
-        for (from, to) in self.sched.take_state_copies() {
-            for st in &mut self.cache.state {
-                self.backend.copy_state(st, from, to);
-            }
-        }
+        let copies = self.sched.take_state_copies();
+        self.model.decoder.copy_state(&self.backend, &mut self.cache, &copies);
     }
 
     /// The live state slot of each of `plan`'s sequences the scheduler holds, in order; empty

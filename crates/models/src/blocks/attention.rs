@@ -61,7 +61,6 @@ impl<B: Backend> Attention<B> {
             let width = if s.qk_norm_full { heads * d } else { d };
             if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), width).map(Some) } else { Ok(None) }
         };
-        let proj = |name: &str, rows, cols| ld.mat(&format!("{p}{m}.{name}.weight"), rows, cols);
         // Cut by heads: heads `part`'s rows of a projection of `heads` heads.
         let head_rows = |name: &str, heads: usize, part: std::ops::Range<usize>| {
             ld.mat_part_rows(&format!("{p}{m}.{name}.weight"), heads * d, hidden, d, part)
@@ -78,19 +77,20 @@ impl<B: Backend> Attention<B> {
         let (q, gate) = if s.attn_output_gate {
             // q_proj interleaves per head: the head's query rows, then its gate rows.
             let name = format!("{p}{m}.q_proj.weight");
-            let rows =
-                |off: usize| -> Vec<usize> { (0..heads).flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect() };
-            let n = 2 * heads * d;
+            let rows = |off: usize| -> Vec<usize> {
+                head_part.clone().flat_map(|h| h * 2 * d + off..h * 2 * d + off + d).collect()
+            };
+            let n = 2 * all_heads * d;
             (ld.mat_rows(&name, n, hidden, &rows(0))?, Some(ld.mat_rows(&name, n, hidden, &rows(d))?))
         } else if s.attn_head_gate {
             // One gate row per head, repeated over the head's width: the gate's matmul makes each
             // head's value once per output column (the same value), so `mul_sigmoid` applies it.
-            let rows: Vec<usize> = (0..heads).flat_map(|h| std::iter::repeat_n(h, d)).collect();
+            let rows: Vec<usize> = head_part.clone().flat_map(|h| std::iter::repeat_n(h, d)).collect();
             // Checkpoints name it `gate_proj` (transformers loads it as `g_proj`).
             let name = ["gate_proj", "g_proj"].map(|n| format!("{p}{m}.{n}.weight"));
             let name = if ld.has(&name[0]) || !ld.has(&name[1]) { &name[0] } else { &name[1] };
-            let g = ld.mat_rows(name, heads, hidden, &rows)?;
-            (proj("q_proj", heads * d, hidden)?, Some(g))
+            let g = ld.mat_rows(name, all_heads, hidden, &rows)?;
+            (head_rows("q_proj", all_heads, head_part.clone())?, Some(g))
         } else {
             (head_rows("q_proj", all_heads, head_part.clone())?, None)
         };

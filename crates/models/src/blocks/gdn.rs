@@ -45,8 +45,25 @@ pub(crate) fn fused_rows(g: &GdnSpec) -> [Vec<usize>; 4] {
     [[q, k, v].concat(), z, b, a]
 }
 
+/// This rank's value heads and the key heads they read: the value heads split evenly, the key
+/// heads too where the ranks divide them, else the one key head this rank's value heads share
+/// (each key head then held by several ranks, as KV heads are).
+pub(crate) fn shard_heads<B: Backend>(
+    ld: &Loader<'_, B>,
+    g: &GdnSpec,
+) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    let vh = ld.part(g.num_v_heads);
+    let r = (g.num_v_heads / g.num_k_heads.max(1)).max(1);
+    let kh = match ld.shard() {
+        Some(sh) if g.num_k_heads < sh.size() => vh.start / r..vh.start / r + 1,
+        _ => ld.part(g.num_k_heads),
+    };
+    (vh, kh)
+}
+
 impl<B: Backend> GatedDeltaNet<B> {
-    /// Loads layer `{p}linear_attn.*` and its output projection `out_proj`.
+    /// Loads layer `{p}linear_attn.*` and its output projection `out_proj` (sharded: this rank's
+    /// value heads and the key heads they read, `shard_heads`).
     pub(crate) fn load(
         s: &ModelSpec,
         ld: &Loader<'_, B>,
@@ -58,16 +75,40 @@ impl<B: Backend> GatedDeltaNet<B> {
         let (hv, vd) = (g.num_v_heads, g.num_v_heads * g.head_v_dim);
         let name = |n: &str| format!("{p}linear_attn.{n}");
         let ch = g.conv_channels();
+        let (vh, kh) = shard_heads(ld, &g);
+        // Every row of q, k, v, z, b and a in the order the backend reads (a fused checkpoint's
+        // reordered), then this rank's of them.
+        let [qkv_rows, z_rows, b_rows, a_rows] = match g.fused_inputs {
+            true => fused_rows(&g),
+            false => [(0..ch).collect(), (0..vd).collect(), (0..hv).collect(), (0..hv).collect()],
+        };
+        let (qk, kd, dv) = (g.num_k_heads * g.head_k_dim, g.head_k_dim, g.head_v_dim);
+        let pick = |rows: &[usize], range: std::ops::Range<usize>| rows[range].to_vec();
+        let local_qkv = [
+            pick(&qkv_rows, kh.start * kd..kh.end * kd),
+            pick(&qkv_rows, qk + kh.start * kd..qk + kh.end * kd),
+            pick(&qkv_rows, 2 * qk + vh.start * dv..2 * qk + vh.end * dv),
+        ]
+        .concat();
+        let local_z = pick(&z_rows, vh.start * dv..vh.end * dv);
+        let (local_b, local_a) = (pick(&b_rows, vh.clone()), pick(&a_rows, vh.clone()));
+        let sharded = ld.shard().is_some();
         let (qkv, z, b, a) = if g.fused_inputs {
-            let [qkv, z, b, a] = fused_rows(&g);
             let (nqkvz, nba) = (ch + vd, 2 * hv);
             let qkvz = name("in_proj_qkvz.weight");
             let ba = name("in_proj_ba.weight");
             (
-                ld.mat_rows(&qkvz, nqkvz, hidden, &qkv)?,
-                ld.mat_rows(&qkvz, nqkvz, hidden, &z)?,
-                ld.mat_rows(&ba, nba, hidden, &b)?,
-                ld.mat_rows(&ba, nba, hidden, &a)?,
+                ld.mat_rows(&qkvz, nqkvz, hidden, &local_qkv)?,
+                ld.mat_rows(&qkvz, nqkvz, hidden, &local_z)?,
+                ld.mat_rows(&ba, nba, hidden, &local_b)?,
+                ld.mat_rows(&ba, nba, hidden, &local_a)?,
+            )
+        } else if sharded {
+            (
+                ld.mat_rows(&name("in_proj_qkv.weight"), ch, hidden, &local_qkv)?,
+                ld.mat_rows(&name("in_proj_z.weight"), vd, hidden, &local_z)?,
+                ld.mat_rows(&name("in_proj_b.weight"), hv, hidden, &local_b)?,
+                ld.mat_rows(&name("in_proj_a.weight"), hv, hidden, &local_a)?,
             )
         } else {
             (
@@ -77,19 +118,38 @@ impl<B: Backend> GatedDeltaNet<B> {
                 ld.mat(&name("in_proj_a.weight"), hv, hidden)?,
             )
         };
+        // The conv is depthwise: this rank's channels are those of its q, k and v rows, in the
+        // order the backend reads (q, k, v: the unfused checkpoint's channel order).
+        let (conv, _) = ld.vec_shaped(&name("conv1d.weight"), &[ch, 1, g.conv_kernel])?;
+        let conv = match sharded {
+            false => conv,
+            true => {
+                let all = ld.host_values(&name("conv1d.weight"), &[ch, 1, g.conv_kernel])?;
+                let channels = [
+                    (kh.start * kd..kh.end * kd).collect::<Vec<_>>(),
+                    (qk + kh.start * kd..qk + kh.end * kd).collect(),
+                    (2 * qk + vh.start * dv..2 * qk + vh.end * dv).collect(),
+                ]
+                .concat();
+                let k = g.conv_kernel;
+                let part: Vec<f32> = channels.iter().flat_map(|&c| all[c * k..(c + 1) * k].iter().copied()).collect();
+                ld.backend_vec(&part)
+            }
+        };
+        let local = GdnSpec { num_k_heads: kh.len(), num_v_heads: vh.len(), ..g };
         let me = GatedDeltaNet {
             qkv,
             z,
             b,
             a,
-            conv: ld.vec_shaped(&name("conv1d.weight"), &[ch, 1, g.conv_kernel])?.0,
-            a_log: ld.vec(&name("A_log"), hv)?,
-            dt_bias: ld.vec(&name("dt_bias"), hv)?,
+            conv,
+            a_log: ld.vec_part(&name("A_log"), hv, 1, vh.clone())?,
+            dt_bias: ld.vec_part(&name("dt_bias"), hv, 1, vh.clone())?,
             norm: ld.vec(&name("norm.weight"), g.head_v_dim)?,
-            spec: g,
+            spec: local,
             state,
         };
-        Ok((me, ld.mat(&name("out_proj.weight"), hidden, vd)?))
+        Ok((me, ld.mat_split_cols(&name("out_proj.weight"), hidden, vd, dv)?))
     }
 
     /// The shape of its state pool: the conv window over q, k, v, then `[Hv, Dk, Dv]`.

@@ -13,12 +13,11 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 12] = [
+    let features: [(bool, &str); 11] = [
         (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
         (spec.per_layer_input.is_some(), "has per-layer inputs, which are not sharded yet"),
         (spec.kv_shared_from.is_some() || spec.kv_read_only, "shares KV between layers, which is not sharded yet"),
-        (spec.attn_output_gate || spec.attn_head_gate, "gates its attention output, which is not sharded yet"),
         (spec.qk_norm_full, "norms q and k over all heads at once, which needs every head on one rank"),
         (spec.full_attn_shape.is_some(), "has full layers of another head shape, which are not sharded yet"),
         (spec.dense_beside_experts, "runs a dense MLP beside its experts, which is not sharded yet"),
@@ -30,8 +29,18 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
     }
-    if let Some(k) = spec.layer_kinds.iter().find(|k| !matches!(k, LayerKind::Full | LayerKind::Sliding)) {
-        return refuse(format!("has {k:?} layers; only attention layers are sharded yet"));
+    let sharded = |k: &LayerKind| matches!(k, LayerKind::Full | LayerKind::Sliding | LayerKind::GatedDeltaNet);
+    if let Some(k) = spec.layer_kinds.iter().find(|k| !sharded(k)) {
+        return refuse(format!("has {k:?} layers; attention and Gated DeltaNet layers are sharded, not these yet"));
+    }
+    // Value heads split evenly; key heads too, or each held by several ranks.
+    if let Some(g) = &spec.gdn {
+        let (hk, hv) = (g.num_k_heads, g.num_v_heads);
+        if !hv.is_multiple_of(size) || hk == 0 || (!hk.is_multiple_of(size) && !size.is_multiple_of(hk)) {
+            return refuse(format!(
+                "has {hk} key and {hv} value heads of Gated DeltaNet, which {size} ranks cannot split"
+            ));
+        }
     }
     // KV heads split evenly, or each held by `size / num_kv_heads` ranks.
     let kv = spec.num_kv_heads;

@@ -48,6 +48,10 @@ impl<B: Backend> Decoder<B> {
                         }
                     }
                 }
+                Plan::CopyState(copies) => {
+                    let Some((cache, _)) = pools.as_mut() else { unreachable!("decode refuses a copy before Alloc") };
+                    self.copy_state(b, cache, &copies);
+                }
                 Plan::Round(r) => {
                     let Some((cache, _)) = pools.as_mut() else { unreachable!("decode refuses a round before Alloc") };
                     let meta = r.meta();

@@ -28,6 +28,9 @@ pub enum Plan {
     Alloc { num_blocks: usize, block_size: usize, num_slots: usize },
     /// Run one round.
     Round(RoundPlan),
+    /// Copy state slots `(from, to)`, in order, in every state pool
+    /// ([`crate::Decoder::copy_state`]).
+    CopyState(Vec<(u32, u32)>),
 }
 
 /// One round: what a [`crate::Batch`] holds, ids resolved on rank 0.
@@ -101,6 +104,14 @@ impl Plan {
                 put(r.state_slots.len(), &mut w);
                 r.state_slots.iter().for_each(|&s| put(s as usize, &mut w));
             }
+            Plan::CopyState(copies) => {
+                w.push(2);
+                put(copies.len(), &mut w);
+                for &(from, to) in copies {
+                    put(from as usize, &mut w);
+                    put(to as usize, &mut w);
+                }
+            }
         }
         w
     }
@@ -123,6 +134,19 @@ impl Plan {
                 Plan::Alloc { num_blocks, block_size: block_size as usize, num_slots }
             }
             Some(1) => Plan::Round(round(&mut r, bounds)?),
+            Some(2) => {
+                let Some((_, _, num_slots)) = bounds.pools else {
+                    return bad("a state copy before the pools were allocated");
+                };
+                let n = r.count(8)?;
+                let copies = (0..n).map(|_| Ok((r.u32()?, r.u32()?))).collect::<Result<Vec<_>, PlanError>>()?;
+                if let Some(&(from, to)) =
+                    copies.iter().find(|&&(f, t)| f as usize >= num_slots || t as usize >= num_slots)
+                {
+                    return bad(format!("a state copy {from} -> {to} of {num_slots} slots"));
+                }
+                Plan::CopyState(copies)
+            }
             Some(t) => return bad(format!("unknown plan tag {t}")),
             None => return bad("truncated before its tag"),
         };
@@ -266,6 +290,10 @@ mod tests {
         assert_eq!(Plan::decode(&p.encode(), &BOUNDS), Ok(p));
         let a = Plan::Alloc { num_blocks: 8, block_size: 4, num_slots: 2 };
         assert_eq!(Plan::decode(&a.encode(), &Bounds { pools: None, ..BOUNDS }), Ok(a));
+        let c = Plan::CopyState(vec![(0, 1), (1, 0)]);
+        assert_eq!(Plan::decode(&c.encode(), &BOUNDS), Ok(c));
+        let bad = Plan::CopyState(vec![(0, 2)]).encode();
+        assert!(Plan::decode(&bad, &BOUNDS).expect_err("slot 2 of 2").0.contains("0 -> 2"));
     }
 
     #[test]
