@@ -36,6 +36,15 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
     }
 }
 
+/// The other recurrent kinds: short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers).
+#[test]
+fn conv_and_mamba_hybrids_concurrent_equals_solo_at_two_ranks() {
+    let make = make();
+    for family in ["lfm2_moe", "nemotron_h"] {
+        check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
+    }
+}
+
 #[test]
 fn seeded_concurrent_equals_solo_at_two_ranks() {
     let make = make();
@@ -63,8 +72,10 @@ fn drafted_equals_undrafted_at_two_ranks() {
 #[test]
 fn n_ranks_match_one_rank_within_tolerance() {
     let make = make();
-    for family in ["qwen3", "qwen3_moe", "llama", "gemma3", "glm4_moe", "qwen3_5", "qwen3_next"] {
-        for size in [2, 4] {
+    let families =
+        ["qwen3", "qwen3_moe", "llama", "gemma3", "glm4_moe", "qwen3_5", "qwen3_next", "lfm2", "lfm2_moe", "lfm3"];
+    for (family, sizes) in families.iter().map(|f| (*f, &[2, 4][..])).chain([("nemotron_h", &[2][..])]) {
+        for &size in sizes {
             let worst = check_tp_matches_one_rank(&make, family, size, 1e-5);
             eprintln!("{family} at {size} ranks: largest logit difference {worst:e} of the largest logit");
         }
@@ -140,10 +151,10 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     };
     assert!(refused("gemma4", 2).contains("per-layer inputs"));
     assert!(refused("deepseek_v3", 2).contains("latent attention"));
-    let mamba = refused("nemotron_h", 2);
-    assert!(mamba.contains("not sharded"), "{mamba}");
-    let conv = refused("lfm2", 2);
-    assert!(conv.contains("Conv layers"), "{conv}");
+    let latent = refused("nemotron_h_moe", 2);
+    assert!(latent.contains("latent width"), "{latent}");
+    // 2 Mamba2 groups: 4 ranks cannot each hold whole groups.
+    assert!(refused("nemotron_h", 4).contains("n_groups"));
     // 4 query heads, 2 KV heads: 3 ranks split neither.
     assert!(refused("qwen3", 3).contains("KV heads"));
 }

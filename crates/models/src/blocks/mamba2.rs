@@ -39,26 +39,45 @@ impl<B: Backend> Mamba2<B> {
     ) -> Result<(Self, B::Mat), ModelError> {
         let (hidden, heads, inner, conv_dim) = (s.hidden_size, m.num_heads, m.inner(), m.conv_dim());
         let name = |n: &str| format!("{p}{n}");
+        // This rank's groups and their heads (all of them unsharded): rows of z and x by head,
+        // of B and C by group, of dt by head.
+        let (groups, hs) = (ld.part(m.n_groups), ld.part(heads));
+        let (pd, gn) = (m.head_dim, m.state_size);
+        let x_rows: Vec<usize> = (hs.start * pd..hs.end * pd).collect();
+        let group_rows = |off: usize| (off + groups.start * gn..off + groups.end * gn).collect::<Vec<_>>();
+        let xbc_channels = [x_rows.clone(), group_rows(inner), group_rows(inner + m.n_groups * gn)].concat();
         // in_proj's rows: z, then x B C, then dt.
         let (in_proj, rows) = (name("in_proj.weight"), inner + conv_dim + heads);
-        let part =
-            |from: usize, len: usize| ld.mat_rows(&in_proj, rows, hidden, &(from..from + len).collect::<Vec<_>>());
-        let (z, xbc, dt) = (part(0, inner)?, part(inner, conv_dim)?, part(inner + conv_dim, heads)?);
+        let pick = |r: Vec<usize>| ld.mat_rows(&in_proj, rows, hidden, &r);
+        let z = pick(x_rows.clone())?;
+        let xbc = pick(xbc_channels.iter().map(|c| inner + c).collect())?;
+        let dt = pick(hs.clone().map(|h| inner + conv_dim + h).collect())?;
+        let k = m.conv_kernel;
+        let conv = ld.host_values(&name("conv1d.weight"), &[conv_dim, 1, k])?;
+        let conv: Vec<f32> = xbc_channels.iter().flat_map(|&c| conv[c * k..(c + 1) * k].iter().copied()).collect();
+        let conv_bias = match m.conv_bias {
+            true => {
+                let all = ld.host_values(&name("conv1d.bias"), &[conv_dim])?;
+                Some(ld.backend_vec(&xbc_channels.iter().map(|&c| all[c]).collect::<Vec<f32>>()))
+            }
+            false => None,
+        };
+        let local = MambaSpec { num_heads: hs.len(), n_groups: groups.len(), ..m };
         let me = Mamba2 {
             z,
             xbc,
             dt,
-            conv_weight: ld.vec_shaped(&name("conv1d.weight"), &[conv_dim, 1, m.conv_kernel])?.0,
-            conv_bias: if m.conv_bias { Some(ld.vec(&name("conv1d.bias"), conv_dim)?) } else { None },
-            a_log: ld.vec(&name("A_log"), heads)?,
-            d: ld.vec(&name("D"), heads)?,
-            dt_bias: ld.vec(&name("dt_bias"), heads)?,
-            norm: ld.vec(&name("norm.weight"), inner)?,
-            m,
+            conv_weight: ld.backend_vec(&conv),
+            conv_bias,
+            a_log: ld.vec_part(&name("A_log"), heads, 1, hs.clone())?,
+            d: ld.vec_part(&name("D"), heads, 1, hs.clone())?,
+            dt_bias: ld.vec_part(&name("dt_bias"), heads, 1, hs.clone())?,
+            norm: ld.vec_part(&name("norm.weight"), inner, pd, hs.clone())?,
+            m: local,
             eps: s.rms_norm_eps,
             state,
         };
-        Ok((me, ld.mat(&name("out_proj.weight"), hidden, inner)?))
+        Ok((me, ld.mat_split_cols(&name("out_proj.weight"), hidden, inner, pd)?))
     }
 
     /// Its state pool's shape with `num_slots` slots: the conv window over `xBC`, then the

@@ -262,7 +262,7 @@ impl<B: Backend> Block<B> {
                 return Ok(Block {
                     input_norm: norm(s.names.input_norm)?,
                     parts: Parts::Channel(Ffn::load(s, ld, &p, i)?),
-                    tp: None,
+                    tp: ld.shard().map(|sh| sh.link.clone()),
                 });
             }
             LayerKind::ChannelOnly => {
@@ -282,7 +282,8 @@ impl<B: Backend> Block<B> {
             }
         };
         if s.one_part_layers {
-            return Ok(Block { input_norm: norm(s.names.input_norm)?, parts: Parts::Mixer { mixer, out }, tp: None });
+            let tp = ld.shard().map(|sh| sh.link.clone());
+            return Ok(Block { input_norm: norm(s.names.input_norm)?, parts: Parts::Mixer { mixer, out }, tp });
         }
         Ok(Block {
             input_norm: norm(s.names.input_norm)?,
@@ -344,7 +345,7 @@ impl<B: Backend> Block<B> {
                     Some(f) => FfnIn::Normed(b.add_rms_norm(h, &f, &self.input_norm, eps, one_plus)),
                     None => FfnIn::Residual(&self.input_norm),
                 };
-                return ffn.run(b, s, h, input, None, None);
+                return ffn.run(b, s, h, input, None, tp);
             }
         };
         let ins = mixer.inputs();

@@ -20,7 +20,8 @@ pub(crate) struct ShortConvMixer<B: Backend> {
 }
 
 impl<B: Backend> ShortConvMixer<B> {
-    /// Loads layer `i`'s short conv (`{p}conv.*`) and its output projection `out_proj`.
+    /// Loads layer `i`'s short conv (`{p}conv.*`) and its output projection `out_proj`
+    /// (sharded: this rank's channels of B, C and x, of the conv, and of `out_proj`'s columns).
     pub(crate) fn load(
         s: &ModelSpec,
         ld: &Loader<'_, B>,
@@ -30,15 +31,30 @@ impl<B: Backend> ShortConvMixer<B> {
     ) -> Result<(Self, B::Mat), ModelError> {
         let ch = s.hidden_size;
         let name = |n: &str| format!("{p}conv.{n}");
-        let me = ShortConvMixer {
-            in_proj: ld.mat(&name("in_proj.weight"), 3 * ch, ch)?,
-            weight: ld.vec_shaped(&name("conv.weight"), &[ch, 1, conv.kernel])?,
-            bias: if conv.bias { Some(ld.vec_shaped(&name("conv.bias"), &[ch])?) } else { None },
-            kernel: conv.kernel,
-            channels: ch,
-            state,
+        let part = ld.part(ch);
+        let (in_proj, weight, bias) = match ld.shard() {
+            None => (
+                ld.mat(&name("in_proj.weight"), 3 * ch, ch)?,
+                ld.vec_shaped(&name("conv.weight"), &[ch, 1, conv.kernel])?,
+                if conv.bias { Some(ld.vec_shaped(&name("conv.bias"), &[ch])?) } else { None },
+            ),
+            Some(_) => {
+                let rows: Vec<usize> = (0..3).flat_map(|k| part.clone().map(move |c| k * ch + c)).collect();
+                let k = conv.kernel;
+                let w = ld.host_values(&name("conv.weight"), &[ch, 1, k])?[part.start * k..part.end * k].to_vec();
+                let bias = match conv.bias {
+                    true => Some(ld.host_values(&name("conv.bias"), &[ch])?[part.clone()].to_vec()),
+                    false => None,
+                };
+                (
+                    ld.mat_rows(&name("in_proj.weight"), 3 * ch, ch, &rows)?,
+                    (ld.backend_vec(&w), w),
+                    bias.map(|b| (ld.backend_vec(&b), b)),
+                )
+            }
         };
-        Ok((me, ld.mat(&name("out_proj.weight"), ch, ch)?))
+        let me = ShortConvMixer { in_proj, weight, bias, kernel: conv.kernel, channels: part.len(), state };
+        Ok((me, ld.mat_split_cols(&name("out_proj.weight"), ch, ch, 1)?))
     }
 
     /// Its state pool's shape with `num_slots` slots: a window of `kernel - 1` rows, nothing after.

@@ -1,9 +1,10 @@
-//! Which specs a tensor-parallel load can shard, refused by name otherwise: attention layers
-//! of the plain kind (heads and KV heads split evenly), dense and routed MLPs (their widths
-//! split evenly), replicated norms, routers and embedding.
+//! Which specs a tensor-parallel load can shard, refused by name otherwise: attention (heads
+//! split, KV heads split or shared), Gated DeltaNet (value heads split), Mamba2 (groups and
+//! their heads split), short conv (channels split), dense and routed MLPs (their widths split),
+//! all evenly; norms, routers and embedding replicated.
 
 use crate::error::ModelError;
-use crate::spec::{LayerKind, ModelSpec};
+use crate::spec::ModelSpec;
 
 /// Refuses `spec` at `size` ranks unless every part of it can be cut into `size` even parts.
 pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
@@ -13,7 +14,7 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 11] = [
+    let features: [(bool, &str); 10] = [
         (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
         (spec.per_layer_input.is_some(), "has per-layer inputs, which are not sharded yet"),
@@ -21,17 +22,12 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         (spec.qk_norm_full, "norms q and k over all heads at once, which needs every head on one rank"),
         (spec.full_attn_shape.is_some(), "has full layers of another head shape, which are not sharded yet"),
         (spec.dense_beside_experts, "runs a dense MLP beside its experts, which is not sharded yet"),
-        (spec.one_part_layers, "has one-part layers, which are not sharded yet"),
         (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
         (spec.moe.as_ref().is_some_and(|m| m.stacked), "stacks its experts in one tensor, which is not sharded yet"),
         (spec.moe.as_ref().is_some_and(|m| m.latent_size.is_some()), "projects its experts' input to a latent width"),
     ];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
-    }
-    let sharded = |k: &LayerKind| matches!(k, LayerKind::Full | LayerKind::Sliding | LayerKind::GatedDeltaNet);
-    if let Some(k) = spec.layer_kinds.iter().find(|k| !sharded(k)) {
-        return refuse(format!("has {k:?} layers; attention and Gated DeltaNet layers are sharded, not these yet"));
     }
     // Value heads split evenly; key heads too, or each held by several ranks.
     if let Some(g) = &spec.gdn {
@@ -48,6 +44,14 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         return refuse(format!("has {kv} KV heads, which neither split evenly over {size} ranks nor divide them"));
     }
     let mut even = vec![("num_attention_heads", spec.num_heads), ("intermediate_size", spec.intermediate_size)];
+    if let Some(m) = &spec.mamba {
+        // Each rank holds whole groups (the gated norm is per group) and their heads.
+        even.push(("n_groups (Mamba2)", m.n_groups));
+        even.push(("mamba_num_heads", m.num_heads));
+    }
+    if spec.conv.is_some() {
+        even.push(("hidden_size (the short conv's channels)", spec.hidden_size));
+    }
     if spec.wide_mlp_from.is_some() {
         even.push(("2 * intermediate_size", 2 * spec.intermediate_size));
     }
