@@ -14,7 +14,7 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 10] = [
+    let features: [(bool, &str); 9] = [
         (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
         (spec.per_layer_input.is_some(), "has per-layer inputs, which are not sharded yet"),
@@ -24,7 +24,6 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         (spec.dense_beside_experts, "runs a dense MLP beside its experts, which is not sharded yet"),
         (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
         (spec.moe.as_ref().is_some_and(|m| m.stacked), "stacks its experts in one tensor, which is not sharded yet"),
-        (spec.moe.as_ref().is_some_and(|m| m.latent_size.is_some()), "projects its experts' input to a latent width"),
     ];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
