@@ -67,6 +67,18 @@ fn drafted_equals_undrafted_at_two_ranks() {
     }
 }
 
+/// The target's MTP head drafting on rank 0 (unsharded, with the whole head) returns what
+/// undrafted requests do: a MoE target and a hybrid one.
+#[test]
+fn mtp_drafted_equals_undrafted_at_two_ranks() {
+    let make = make();
+    for family in ["glm4_moe_mtp", "qwen3_5_mtp"] {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted_on(&|cfg| tp_engine(&make, family, 2, cfg), family, DraftKind::Mtp, seeded);
+        }
+    }
+}
+
 /// The row-parallel sums add each rank's partial products, so the bits differ from one rank's
 /// single reduction by f32 rounding: within 1e-5 of the largest logit (seen: a few 1e-7).
 #[test]

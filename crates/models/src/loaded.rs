@@ -169,13 +169,10 @@ impl<B: Backend> Model<B> {
     }
 
     /// Loads the multi-token-prediction head its checkpoint holds beside the decoder
-    /// (`crate::mtp`) onto `backend`: the drafter of `--draft mtp`. A GGUF file or a checkpoint
+    /// (`crate::mtp`) onto `backend`, unsharded (with the whole head where the decoder is
+    /// sharded): the drafter of `--draft mtp`. A GGUF file or a checkpoint
     /// without one is refused by name.
     pub fn load_mtp(&self, backend: &B) -> Result<MtpHead<B>, ModelError> {
-        if self.decoder.tp_size() > 1 {
-            let msg = "the MTP head reads the whole head and embedding, which a tensor-parallel rank does not hold";
-            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into())));
-        }
         if crate::locate::locate(&self.dir)? != crate::locate::ModelPath::HfDir {
             let msg = format!("{}: a GGUF file holds no MTP layers this loader reads", self.dir.display());
             return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
@@ -183,7 +180,14 @@ impl<B: Backend> Model<B> {
         let config = RawConfig::read(&self.dir.join("config.json"))?;
         let ckpt = Checkpoint::open(&self.dir)?;
         let fp8 = crate::quant_config::fp8_config(&config)?;
-        MtpHead::load(&self.decoder.spec, &Loader::new(&ckpt, &self.dir, backend).with_fp8(fp8))
+        let ld = Loader::new(&ckpt, &self.dir, backend).with_fp8(fp8);
+        let mut head = MtpHead::load(&self.decoder.spec, &ld)?;
+        // Sharded, the target's head is split over the ranks: the drafter (rank 0's alone,
+        // unsharded) keeps the whole of it.
+        if self.decoder.tp_size() > 1 {
+            head.own_target_head(&self.decoder.spec, &ld)?;
+        }
+        Ok(head)
     }
 }
 

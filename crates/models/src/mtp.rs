@@ -124,6 +124,17 @@ impl<B: Backend> MtpHead<B> {
         Ok(head)
     }
 
+    /// Takes the target's whole head from the checkpoint as its own, where it has none: the
+    /// drafter of a tensor-parallel target (on rank 0, unsharded) whose head each rank holds
+    /// only a part of.
+    pub(crate) fn own_target_head(&mut self, target: &ModelSpec, ld: &Loader<'_, B>) -> Result<(), ModelError> {
+        if self.head.is_none() {
+            let name = if target.tie_word_embeddings { target.names.embed } else { target.names.lm_head };
+            self.head = Some(ld.mat(name, target.vocab_size, target.hidden_size)?);
+        }
+        Ok(())
+    }
+
     /// Its KV pool of `num_blocks` blocks of `block_size` tokens.
     pub fn alloc_cache(&self, b: &B, num_blocks: usize, block_size: usize) -> Result<Cache<B>, ModelError> {
         let (num_kv_heads, head_dim) = self.kv_shape;

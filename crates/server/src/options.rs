@@ -98,8 +98,8 @@ pub struct ServeArgs {
     /// Ranks to shard the model over (tensor parallelism): each rank holds its part of every
     /// layer's heads and MLP rows and of the vocabulary, with its own KV cache and state pools
     /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as CPU
-    /// threads (`--device cpu`, the threads shared out); GPU ranks are not built yet. Sessions and
-    /// `--draft mtp` are refused above 1.
+    /// threads (`--device cpu`, the threads shared out); GPU ranks are not built yet. Sessions are
+    /// refused above 1.
     ///
     /// Accepts: an integer >= 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
