@@ -177,11 +177,11 @@ fn round(r: &mut Reader<'_>, bounds: &Bounds) -> Result<RoundPlan, PlanError> {
         return bad("a round before the pools were allocated");
     };
     let pass = match (r.u32()?, r.u32()? as usize) {
-        (0, _) => Pass::Full,
+        (0, 0) => Pass::Full,
         (1, n) if (1..=bounds.num_layers).contains(&n) => Pass::Layers(n),
         (1, n) => return bad(format!("{n} layers of {}", bounds.num_layers)),
-        (2, _) => Pass::Hidden,
-        (p, _) => return bad(format!("unknown pass {p}")),
+        (2, 0) => Pass::Hidden,
+        (p, n) => return bad(format!("unknown pass {p} (layers {n})")),
     };
     let block_size = r.u32()? as usize;
     if block_size != pool_block_size {
