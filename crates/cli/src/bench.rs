@@ -260,6 +260,7 @@ impl OnBackend for Bench<'_> {
                 );
             }
         }
+        crate::tp::healthy(&m)?;
         if let Some(path) = &a.json {
             let doc = json!({"model": a.model, "backend": b.name(), "threads": threads(&a.dev),
                 "architecture": m.decoder.spec.architecture,

@@ -98,6 +98,7 @@ impl OnBackend for Generate<'_> {
         let mut history = History::new(&prompt);
         let mut generated = TokenIds::new();
         for i in 0..max_tokens {
+            crate::tp::healthy(&m)?;
             let id = sample(&mut logits, &params, &history, (prompt.len() + i) as u64);
             generated.push_sampled(id);
             history.push(id);

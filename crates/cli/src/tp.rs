@@ -59,3 +59,12 @@ pub fn open<B: Backend + 'static>(
         tf_models::tp::open_group(path, backend, progress, size, *make, COLLECTIVE_TIMEOUT).map_err(refused)?;
     Ok(model)
 }
+
+/// Fails with the group's reason once a tensor-parallel group broke (its logits are not to be
+/// used: a rank left, hung or refused a plan).
+pub fn healthy<B: Backend>(model: &Model<B>) -> Result<(), Failure> {
+    match model.decoder.fault() {
+        Some(why) => Err(crate::exit::failed(why)),
+        None => Ok(()),
+    }
+}

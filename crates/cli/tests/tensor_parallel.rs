@@ -84,8 +84,23 @@ fn mtp_drafted_equals_undrafted_at_two_ranks() {
 #[test]
 fn n_ranks_match_one_rank_within_tolerance() {
     let make = make();
-    let families =
-        ["qwen3", "qwen3_moe", "llama", "gemma3", "glm4_moe", "qwen3_5", "qwen3_next", "lfm2", "lfm2_moe", "lfm3"];
+    let families = [
+        "qwen3",
+        "qwen3_moe",
+        "llama",
+        "gemma3",
+        "glm4_moe",
+        "qwen3_5",
+        "qwen3_next",
+        "lfm2",
+        "lfm2_moe",
+        "lfm3",
+        // FP8 weights: block scales, per-channel scales, FP8 experts.
+        "qwen3_fp8",
+        "qwen3_ct_fp8",
+        "qwen3_moe_fp8",
+        "glm4_moe_fp8",
+    ];
     for (family, sizes) in
         families.iter().map(|f| (*f, &[2, 4][..])).chain([("nemotron_h", &[2][..]), ("nemotron_h_moe", &[2][..])])
     {

@@ -66,9 +66,43 @@ pub fn select_rows(s: &Fp8Scales, cols: usize, rows: &[usize]) -> Fp8Scales {
     Fp8Scales { block: [1, s.block[1]], values }
 }
 
+/// Scales of columns `start..start + width` of an FP8 weight of `[rows, cols]` with scales `s`:
+/// whole column blocks where `start` and `width` fall on block edges (or the slice ends the
+/// weight), else one scale column per weight column.
+pub fn select_cols(s: &Fp8Scales, rows: usize, cols: usize, start: usize, width: usize) -> Fp8Scales {
+    let [gr, gc] = s.grid(rows, cols);
+    let bw = s.block[1].max(1);
+    let aligned = start.is_multiple_of(bw) && (width.is_multiple_of(bw) || start + width == cols);
+    let (block_w, scale_of): (usize, Box<dyn Fn(usize) -> usize>) = match aligned {
+        true => (bw, Box::new(move |j| start / bw + j)),
+        false => (1, Box::new(move |j| (start + j) / bw)),
+    };
+    let n = width.div_ceil(block_w);
+    let values = (0..gr).flat_map(|r| (0..n).map(|j| s.values[r * gc + scale_of(j)]).collect::<Vec<_>>()).collect();
+    Fp8Scales { block: [s.block[0], block_w], values }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selected_columns_keep_each_code_with_its_scale() {
+        // A 5x7 weight in [2, 3] blocks: a 3x3 grid, the last row and column partial.
+        let s = Fp8Scales { block: [2, 3], values: (0..9).map(|i| (1 << i) as f32).collect() };
+        let codes: Vec<u8> = (0..35).map(|i| 0x30 + i as u8).collect();
+        for (start, width) in [(0, 3), (3, 4), (1, 4), (2, 2), (6, 1), (0, 7)] {
+            let picked = select_cols(&s, 5, 7, start, width);
+            assert!(picked.check("w", 5, width).is_ok(), "{start}+{width}");
+            for r in 0..5 {
+                let mut want = [0.0; 7];
+                s.dequantize_row(&codes[r * 7..][..7], r, &mut want);
+                let mut got = vec![0.0; width];
+                picked.dequantize_row(&codes[r * 7 + start..][..width], r, &mut got);
+                assert_eq!(got, want[start..start + width], "row {r} of {start}+{width}");
+            }
+        }
+    }
 
     #[test]
     fn selected_rows_keep_each_code_with_its_scale() {

@@ -191,6 +191,9 @@ impl<'a, B: Backend> Loader<'a, B> {
         }
         let keep = self.unit_rows(rows, 1);
         let (g, u) = (self.view(gate, &[rows, cols])?, self.view(up, &[rows, cols])?);
+        if [g.dtype, u.dtype].contains(&tf_core::DType::F8E4M3) {
+            return Ok(GateUp::Apart(self.mat_rows(gate, rows, cols, &keep)?, self.mat_rows(up, rows, cols, &keep)?));
+        }
         let (g, u) = (self.rows_view(&g, rows, cols, &keep)?, self.rows_view(&u, rows, cols, &keep)?);
         Ok(match self.backend.mat_gate_up(&g, &u)? {
             Some(gu) => GateUp::Packed(gu),
@@ -438,8 +441,10 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.backend.mat_f32(&view)?)
     }
 
-    /// Columns `start..start + width` of the float weight `name` of exactly `[rows, n]`, as one
-    /// `[rows, width]` matrix (one layer's slice of a table packing every layer side by side).
+    /// Columns `start..start + width` of the float or FP8 weight `name` of exactly `[rows, n]`,
+    /// as one `[rows, width]` matrix (one layer's slice of a table packing every layer side by
+    /// side; a row-parallel shard). An FP8 weight's columns keep their codes, each with its
+    /// block's scale ([`crate::fp8_weights::select_cols`]).
     pub fn mat_cols(
         &self,
         name: &str,
@@ -450,7 +455,8 @@ impl<'a, B: Backend> Loader<'a, B> {
     ) -> Result<B::Mat, ModelError> {
         let t = self.view(name, &[rows, n])?;
         let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
-        if !t.dtype.is_float() {
+        let fp8 = t.dtype == tf_core::DType::F8E4M3;
+        if !t.dtype.is_float() && !fp8 {
             return Err(bad(format!("dtype {} cannot be sliced by columns (a float type is needed)", t.dtype)));
         }
         if start.checked_add(width).is_none_or(|end| end > n) {
@@ -470,6 +476,10 @@ impl<'a, B: Backend> Loader<'a, B> {
             data: tf_formats::TensorBytes::from_vec(&bytes),
             file: t.file.clone(),
         };
+        if fp8 {
+            let scales = crate::fp8_weights::select_cols(&self.fp8_scales(&t)?, rows, n, start, width);
+            return Ok(self.backend.mat_fp8(&view, &scales)?);
+        }
         Ok(self.backend.mat(&view)?)
     }
 
