@@ -36,11 +36,12 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
     }
 }
 
-/// The other recurrent kinds: short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers).
+/// The other recurrent kinds, short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers),
+/// and Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts).
 #[test]
-fn conv_and_mamba_hybrids_concurrent_equals_solo_at_two_ranks() {
+fn more_families_concurrent_equals_solo_at_two_ranks() {
     let make = make();
-    for family in ["lfm2_moe", "nemotron_h"] {
+    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe"] {
         check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
     }
 }
@@ -95,6 +96,11 @@ fn n_ranks_match_one_rank_within_tolerance() {
         "lfm2",
         "lfm2_moe",
         "lfm3",
+        // Per-layer inputs, KV sharing, V from K, dense MLP beside stacked experts.
+        "gemma4",
+        "gemma4_kvshare",
+        "gemma4_wide",
+        "gemma4_moe",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
         "qwen3_fp8",
         "qwen3_ct_fp8",
@@ -178,7 +184,6 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
             Err(e) => e.to_string(),
         }
     };
-    assert!(refused("gemma4", 2).contains("per-layer inputs"));
     assert!(refused("deepseek_v3", 2).contains("latent attention"));
     // 2 Mamba2 groups: 4 ranks cannot each hold whole groups.
     assert!(refused("nemotron_h", 4).contains("n_groups"));

@@ -322,7 +322,12 @@ impl<B: Backend> DraftNet<B> {
     /// The draft checkpoint `dir` for `target` (`--draft model:DIR`): a Gemma 4 assistant where
     /// its config's `model_type` is `gemma4_assistant`, else a draft model.
     pub fn open(dir: &Path, target: &Model<B>, backend: &B) -> Result<DraftNet<B>, tf_models::ModelError> {
+        let sharded = target.decoder.tp_size() > 1;
         Ok(match tf_models::assistant::is_assistant(dir) {
+            true if sharded => {
+                let msg = "a Gemma 4 assistant reads the target's KV pools, which a tensor-parallel rank holds only a part of";
+                return Err(tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into())));
+            }
             true => DraftNet::Assistant(Box::new(Gemma4Assistant::open(dir, &target.decoder, backend)?)),
             false => DraftNet::Model(Box::new(Model::open(dir, backend)?)),
         })

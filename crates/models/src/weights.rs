@@ -406,28 +406,50 @@ impl<'a, B: Backend> Loader<'a, B> {
         rows: std::ops::Range<usize>,
         scale: Option<f32>,
     ) -> Result<B::Mat, ModelError> {
-        let [n, r, cols] = shape;
+        self.stacked_part(name, shape, e, rows, 0..shape[2], scale)
+    }
+
+    /// [`Loader::stacked_mat`] of columns `cols` of those rows (a row-parallel shard of a
+    /// stacked expert's down projection).
+    pub fn stacked_part(
+        &self,
+        name: &str,
+        shape: [usize; 3],
+        e: usize,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        scale: Option<f32>,
+    ) -> Result<B::Mat, ModelError> {
+        let [n, r, width] = shape;
         let t = self.view(name, &shape)?;
         let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
         if !t.dtype.is_float() {
             return Err(bad(format!("dtype {} cannot be split per expert (a float type is needed)", t.dtype)));
         }
-        if e >= n || rows.end > r || rows.start > rows.end {
-            return Err(bad(format!("rows {rows:?} of matrix {e} are outside its [{n}, {r}, {cols}]")));
+        if e >= n || rows.end > r || rows.start > rows.end || cols.end > width || cols.start > cols.end {
+            return Err(bad(format!(
+                "rows {rows:?}, columns {cols:?} of matrix {e} are outside its [{n}, {r}, {width}]"
+            )));
         }
         let size = t.dtype.size();
-        let (from, to) = ((e * r + rows.start) * cols * size, (e * r + rows.end) * cols * size);
-        let part = t.data.as_bytes().get(from..to).ok_or_else(|| bad(format!("matrix {e} is outside the data")))?;
+        let src = t.data.as_bytes();
+        let mut part = Vec::with_capacity(rows.len() * cols.len() * size);
+        for row in rows.clone() {
+            let at = ((e * r + row) * width + cols.start) * size;
+            let bytes =
+                src.get(at..at + cols.len() * size).ok_or_else(|| bad(format!("matrix {e} is outside the data")))?;
+            part.extend_from_slice(bytes);
+        }
         let (dtype, data) = match scale {
-            None => (t.dtype, tf_formats::TensorBytes::from_vec(part)),
+            None => (t.dtype, tf_formats::TensorBytes::from_vec(&part)),
             Some(c) => {
-                let v = tf_formats::TensorBytes::from_vec(part).to_f32(t.dtype);
+                let v = tf_formats::TensorBytes::from_vec(&part).to_f32(t.dtype);
                 let bytes: Vec<u8> = v.iter().flat_map(|x| (x * c).to_le_bytes()).collect();
                 (tf_core::DType::F32, tf_formats::TensorBytes::from_vec(&bytes))
             }
         };
         let view =
-            TensorView { name: t.name.clone(), dtype, shape: vec![rows.len(), cols], data, file: t.file.clone() };
+            TensorView { name: t.name.clone(), dtype, shape: vec![rows.len(), cols.len()], data, file: t.file.clone() };
         Ok(self.backend.mat(&view)?)
     }
 

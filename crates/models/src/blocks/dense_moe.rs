@@ -7,6 +7,7 @@
 
 use crate::error::ModelError;
 use crate::spec::{ModelSpec, MoeSpec};
+use crate::tp::TpLink;
 use crate::weights::Loader;
 use tf_backend::{Backend, Experts, MoeParams};
 
@@ -39,10 +40,13 @@ impl<B: Backend> DenseMoe<B> {
         let router = ld.mat_f32_from(&proj_name, ne, hidden, &folded)?;
         let (gu, down) = (format!("{p}experts.gate_up_proj"), format!("{p}experts.down_proj"));
         let mut experts = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None };
+        // Sharded, each rank holds every expert's part of its intermediate rows.
+        let part = ld.part(inter);
+        let up_rows = inter + part.start..inter + part.end;
         for (e, &pe) in per_expert.iter().enumerate() {
-            experts.gate.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, 0..inter, None)?);
-            experts.up.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, inter..2 * inter, None)?);
-            experts.down.push(ld.stacked_mat(&down, [ne, hidden, inter], e, 0..hidden, Some(pe))?);
+            experts.gate.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, part.clone(), None)?);
+            experts.up.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, up_rows.clone(), None)?);
+            experts.down.push(ld.stacked_part(&down, [ne, hidden, inter], e, 0..hidden, part.clone(), Some(pe))?);
         }
         let norm = |name: &str| ld.vec(&format!("{p}{name}.weight"), hidden);
         Ok(DenseMoe {
@@ -57,11 +61,15 @@ impl<B: Backend> DenseMoe<B> {
     }
 
     /// `post_dense(dense) + post_experts(experts(pre(h)))` for the dense MLP's output `dense`
-    /// and the residual stream `h`.
-    pub(crate) fn run(&self, b: &B, s: &ModelSpec, dense: &B::Act, h: &B::Act) -> B::Act {
+    /// and the residual stream `h` (sharded, the experts' output summed over the ranks before
+    /// its norm, as `dense` was).
+    pub(crate) fn run(&self, b: &B, s: &ModelSpec, dense: &B::Act, h: &B::Act, tp: Option<&TpLink>) -> B::Act {
         let eps = s.rms_norm_eps;
         let logits = b.matmul(&b.rms_norm(h, &self.ones, eps, false), &self.router);
-        let y = b.moe(&b.rms_norm(h, &self.pre, eps, false), &logits, &self.experts, &self.params);
+        let mut y = b.moe(&b.rms_norm(h, &self.pre, eps, false), &logits, &self.experts, &self.params);
+        if let Some(tp) = tp {
+            tp.all_reduce(b, &mut y);
+        }
         let mut out = b.rms_norm(dense, &self.post_dense, eps, false);
         b.add_assign(&mut out, &b.rms_norm(&y, &self.post_experts, eps, false));
         out

@@ -131,11 +131,11 @@ impl<B: Backend> Ffn<B> {
                                 b.norm_matmul_glu(h, nw, eps, one_plus, gu, s.act)
                             }
                         };
-                        b.matmul(&a, down)
+                        project(b, &a, down, tp)
                     }
                     _ => unreachable!("loaded as a dense MLP"),
                 };
-                let y = moe.run(b, s, &y, h);
+                let y = moe.run(b, s, &y, h, tp);
                 Some(match post {
                     Some(post) => b.rms_norm(&y, post, eps, one_plus),
                     None => y,

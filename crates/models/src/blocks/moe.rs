@@ -58,11 +58,12 @@ impl<B: Backend> Moe<B> {
         for e in 0..ne {
             if m.stacked {
                 let name = |w: &str| format!("{module}{w}.weight");
+                let part = ld.part(inter);
                 if m.gated {
-                    experts.gate.push(ld.stacked_mat(&name(g), [ne, inter, width], e, 0..inter, None)?);
+                    experts.gate.push(ld.stacked_mat(&name(g), [ne, inter, width], e, part.clone(), None)?);
                 }
-                experts.up.push(ld.stacked_mat(&name(u), [ne, inter, width], e, 0..inter, None)?);
-                experts.down.push(ld.stacked_mat(&name(d), [ne, width, inter], e, 0..width, None)?);
+                experts.up.push(ld.stacked_mat(&name(u), [ne, inter, width], e, part.clone(), None)?);
+                experts.down.push(ld.stacked_part(&name(d), [ne, width, inter], e, 0..width, part, None)?);
                 continue;
             }
             let name = |w: &str| format!("{module}experts.{e}.{w}.weight");

@@ -1,7 +1,7 @@
 //! Which specs a tensor-parallel load can shard, refused by name otherwise: attention (heads
 //! split, KV heads split or shared), Gated DeltaNet (value heads split), Mamba2 (groups and
 //! their heads split), short conv (channels split), dense and routed MLPs (their widths split),
-//! all evenly; norms, routers and embedding replicated.
+//! all evenly; norms, routers, embedding and per-layer inputs replicated.
 
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
@@ -14,16 +14,11 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 9] = [
+    let features: [(bool, &str); 4] = [
         (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
-        (spec.per_layer_input.is_some(), "has per-layer inputs, which are not sharded yet"),
-        (spec.kv_shared_from.is_some() || spec.kv_read_only, "shares KV between layers, which is not sharded yet"),
         (spec.qk_norm_full, "norms q and k over all heads at once, which needs every head on one rank"),
-        (spec.full_attn_shape.is_some(), "has full layers of another head shape, which are not sharded yet"),
-        (spec.dense_beside_experts, "runs a dense MLP beside its experts, which is not sharded yet"),
         (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
-        (spec.moe.as_ref().is_some_and(|m| m.stacked), "stacks its experts in one tensor, which is not sharded yet"),
     ];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
@@ -37,10 +32,12 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             ));
         }
     }
-    // KV heads split evenly, or each held by `size / num_kv_heads` ranks.
-    let kv = spec.num_kv_heads;
-    if kv == 0 || (!kv.is_multiple_of(size) && !size.is_multiple_of(kv)) {
-        return refuse(format!("has {kv} KV heads, which neither split evenly over {size} ranks nor divide them"));
+    // KV heads split evenly, or each held by `size / num_kv_heads` ranks (full layers' too,
+    // where they have a count of their own).
+    for kv in [Some(spec.num_kv_heads), spec.full_attn_shape.map(|(kv, _)| kv)].into_iter().flatten() {
+        if kv == 0 || (!kv.is_multiple_of(size) && !size.is_multiple_of(kv)) {
+            return refuse(format!("has {kv} KV heads, which neither split evenly over {size} ranks nor divide them"));
+        }
     }
     let mut even = vec![("num_attention_heads", spec.num_heads), ("intermediate_size", spec.intermediate_size)];
     if let Some(m) = &spec.mamba {
