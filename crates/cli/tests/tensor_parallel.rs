@@ -37,11 +37,12 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
 }
 
 /// The other recurrent kinds, short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers),
-/// and Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts).
+/// Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts) and
+/// MiniMax M2 (q and k normed over every rank's heads).
 #[test]
 fn more_families_concurrent_equals_solo_at_two_ranks() {
     let make = make();
-    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe"] {
+    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2"] {
         check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
     }
 }
@@ -101,11 +102,14 @@ fn n_ranks_match_one_rank_within_tolerance() {
         "gemma4_kvshare",
         "gemma4_wide",
         "gemma4_moe",
+        // q and k normed over all heads at once.
+        "minimax_m2",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
         "qwen3_fp8",
         "qwen3_ct_fp8",
         "qwen3_moe_fp8",
         "glm4_moe_fp8",
+        "minimax_m2_fp8",
     ];
     for (family, sizes) in
         families.iter().map(|f| (*f, &[2, 4][..])).chain([("nemotron_h", &[2][..]), ("nemotron_h_moe", &[2][..])])

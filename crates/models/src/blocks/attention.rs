@@ -38,6 +38,8 @@ pub(crate) struct Attention<B: Backend> {
     /// The lightning indexer of a block-sparse layer (MiniMax M3): each query attends only to
     /// the key blocks it chooses.
     pub(crate) indexer: Option<Indexer<B>>,
+    /// The group a sharded layer's whole-row q / k norms sum their squares over.
+    tp: Option<std::sync::Arc<crate::tp::TpLink>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -57,9 +59,14 @@ impl<B: Backend> Attention<B> {
         let (heads, kv_heads) = (head_part.len(), kv_part.len());
         let m = s.names.attn;
         // Per head, or over all of q's (k's) heads where the spec says so.
-        let qk_norm = |name: &str, heads: usize| {
-            let width = if s.qk_norm_full { heads * d } else { d };
-            if s.qk_norm { ld.vec(&format!("{p}{m}.{name}.weight"), width).map(Some) } else { Ok(None) }
+        // Over all heads: this rank's heads' part of the weight (`TpLink::rms_norm_across`).
+        let qk_norm = |name: &str, heads: usize, part: std::ops::Range<usize>| {
+            let name = format!("{p}{m}.{name}.weight");
+            match (s.qk_norm, s.qk_norm_full) {
+                (false, _) => Ok(None),
+                (true, true) => ld.vec_part(&name, heads * d, d, part).map(Some),
+                (true, false) => ld.vec(&name, d).map(Some),
+            }
         };
         // Cut by heads: heads `part`'s rows of a projection of `heads` heads.
         let head_rows = |name: &str, heads: usize, part: std::ops::Range<usize>| {
@@ -128,8 +135,9 @@ impl<B: Backend> Attention<B> {
             } else {
                 None
             },
-            q_norm: qk_norm(s.names.qk_norm[0], heads)?,
-            k_norm: if owns { qk_norm(s.names.qk_norm[1], kv_heads)? } else { None },
+            q_norm: qk_norm(s.names.qk_norm[0], all_heads, head_part.clone())?,
+            k_norm: if owns { qk_norm(s.names.qk_norm[1], all_kv_heads, kv_part.clone())? } else { None },
+            tp: ld.shard().map(|sh| sh.link.clone()),
             v_norm: (s.v_norm && owns).then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
@@ -236,9 +244,17 @@ impl<B: Backend> Attention<B> {
             v = b.rms_norm(&v, ones, s.rms_norm_eps, false);
         }
         if let (Some(n), true) = (&norms, s.qk_norm_full) {
-            // Whole-row norms first, then the rope alone.
-            q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
-            k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
+            // Whole-row norms first (over every rank's heads where sharded), then the rope alone.
+            match &self.tp {
+                Some(tp) => {
+                    q = tp.rms_norm_across(b, &q, n.q, n.eps, n.one_plus);
+                    k = tp.rms_norm_across(b, &k, n.k, n.eps, n.one_plus);
+                }
+                None => {
+                    q = b.rms_norm(&q, n.q, n.eps, n.one_plus);
+                    k = b.rms_norm(&k, n.k, n.eps, n.one_plus);
+                }
+            }
             if s.attn_rope {
                 b.qk_norm_rope(&mut q, &mut k, None, pos, d, rope);
             }

@@ -14,10 +14,9 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 4] = [
+    let features: [(bool, &str); 3] = [
         (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
-        (spec.qk_norm_full, "norms q and k over all heads at once, which needs every head on one rank"),
         (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
     ];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {

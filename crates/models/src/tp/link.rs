@@ -113,6 +113,29 @@ impl TpLink {
         b.upload(&out, rows, total)
     }
 
+    /// The RMS norm of each row of `x` over every rank's columns (a norm over all heads, of
+    /// which this rank holds `cols`), scaled by this rank's weights `w` (`1 + w` where
+    /// `one_plus`): each row's sum of squares is summed over the ranks first. A rank holding a
+    /// head several ranks hold (KV heads fewer than the ranks) counts it as each of them does,
+    /// so the mean divides by `size * cols` either way. After a failure, `x` as it is.
+    pub fn rms_norm_across<B: Backend>(&self, b: &B, x: &B::Act, w: &B::Vec, eps: f32, one_plus: bool) -> B::Act {
+        let (rows, cols) = b.shape(x);
+        let mut host = b.download(x);
+        let mut sums: Vec<f32> = host.chunks_exact(cols.max(1)).map(|r| r.iter().map(|v| v * v).sum()).collect();
+        if self.run(|g| g.all_reduce(&mut sums)).is_none() {
+            return b.upload(&host, rows, cols);
+        }
+        let n = (self.group.size() * cols) as f32;
+        let w = b.vec_values(w);
+        for (row, ss) in host.chunks_exact_mut(cols.max(1)).zip(&sums) {
+            let inv = 1.0 / (ss / n + eps).sqrt();
+            for (v, &s) in row.iter_mut().zip(&w) {
+                *v = *v * inv * if one_plus { 1.0 + s } else { s };
+            }
+        }
+        b.upload(&host, rows, cols)
+    }
+
     /// Sends `plan` to the followers (rank 0).
     pub fn send_plan(&self, plan: &[u8]) {
         self.run(|g| g.send_plan(plan));
