@@ -38,11 +38,11 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
 
 /// The other recurrent kinds, short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers),
 /// Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts) and
-/// MiniMax M2 (q and k normed over every rank's heads).
+/// MiniMax M2 (q and k normed over every rank's heads) and DeepSeek V3 (latent attention).
 #[test]
 fn more_families_concurrent_equals_solo_at_two_ranks() {
     let make = make();
-    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2"] {
+    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2", "deepseek_v3"] {
         check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
     }
 }
@@ -74,7 +74,7 @@ fn drafted_equals_undrafted_at_two_ranks() {
 #[test]
 fn mtp_drafted_equals_undrafted_at_two_ranks() {
     let make = make();
-    for family in ["glm4_moe_mtp", "qwen3_5_mtp"] {
+    for family in ["glm4_moe_mtp", "qwen3_5_mtp", "deepseek_v3_mtp"] {
         for seeded in [false, true] {
             check_drafted_equals_undrafted_on(&|cfg| tp_engine(&make, family, 2, cfg), family, DraftKind::Mtp, seeded);
         }
@@ -104,12 +104,16 @@ fn n_ranks_match_one_rank_within_tolerance() {
         "gemma4_moe",
         // q and k normed over all heads at once.
         "minimax_m2",
+        // Multi-head latent attention: query heads split, the latent whole on every rank.
+        "deepseek_v3",
+        "deepseek_v3_nolora",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
         "qwen3_fp8",
         "qwen3_ct_fp8",
         "qwen3_moe_fp8",
         "glm4_moe_fp8",
         "minimax_m2_fp8",
+        "deepseek_v3_fp8",
     ];
     for (family, sizes) in
         families.iter().map(|f| (*f, &[2, 4][..])).chain([("nemotron_h", &[2][..]), ("nemotron_h_moe", &[2][..])])
@@ -188,7 +192,7 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
             Err(e) => e.to_string(),
         }
     };
-    assert!(refused("deepseek_v3", 2).contains("latent attention"));
+    assert!(refused("deepseek_v32", 2).contains("sparse attention"));
     // 2 Mamba2 groups: 4 ranks cannot each hold whole groups.
     assert!(refused("nemotron_h", 4).contains("n_groups"));
     // 4 query heads, 2 KV heads: 3 ranks split neither.

@@ -42,14 +42,20 @@ pub(crate) struct Mla<B: Backend> {
     pub(crate) kv: usize,
 }
 
-/// Rows of a per-head projection `[heads * width, ..]` taking each head's `part` (offsets into
-/// the head), the rope dims de-interleaved (`0, 2, .., 1, 3, ..`) where `interleave` says.
-fn head_rows(heads: usize, width: usize, part: std::ops::Range<usize>, interleave: bool) -> Vec<usize> {
+/// Rows of heads `heads` of a per-head projection `[heads * width, ..]` taking each head's
+/// `part` (offsets into the head), the rope dims de-interleaved (`0, 2, .., 1, 3, ..`) where
+/// `interleave` says.
+fn head_rows(
+    heads: std::ops::Range<usize>,
+    width: usize,
+    part: std::ops::Range<usize>,
+    interleave: bool,
+) -> Vec<usize> {
     let local: Vec<usize> = match interleave {
         true => part.clone().step_by(2).chain(part.clone().skip(1).step_by(2)).collect(),
         false => part.collect(),
     };
-    (0..heads).flat_map(|h| local.iter().map(move |&r| h * width + r)).collect()
+    heads.flat_map(|h| local.iter().map(move |&r| h * width + r)).collect()
 }
 
 impl<B: Backend> Mla<B> {
@@ -59,7 +65,9 @@ impl<B: Backend> Mla<B> {
         self.indexer.is_some()
     }
 
-    /// Loads layer prefix `p`'s latent attention (`{p}self_attn.*`) and its output projection.
+    /// Loads layer prefix `p`'s latent attention (`{p}self_attn.*`) and its output projection
+    /// (sharded: this rank's query heads, their `W_UK` and `W_UV`, and `o_proj`'s columns; the
+    /// latent projection and its cache whole on every rank).
     pub(crate) fn load(
         s: &ModelSpec,
         m: MlaSpec,
@@ -68,10 +76,11 @@ impl<B: Backend> Mla<B> {
         kv: usize,
     ) -> Result<(Self, B::Mat), ModelError> {
         let (hidden, heads) = (s.hidden_size, s.num_heads);
+        let hp = ld.part(heads);
         let (nope, rope, lora) = (m.qk_nope_head_dim, m.qk_rope_head_dim, m.kv_lora_rank);
         let a = format!("{p}{}.", s.names.attn);
         let qk = m.qk_head_dim();
-        let q_rows = |part, il| head_rows(heads, qk, part, il);
+        let q_rows = |part, il| head_rows(hp.clone(), qk, part, il);
         let (mut inputs, q_b) = match m.q_lora_rank {
             Some(r) => {
                 let name = format!("{a}q_b_proj.weight");
@@ -89,8 +98,13 @@ impl<B: Backend> Mla<B> {
             }
         };
         let name = format!("{a}kv_a_proj_with_mqa.weight");
-        inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, 0..lora, false))?);
-        inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(1, 0, lora..lora + rope, m.rope_interleave))?);
+        inputs.push(ld.mat_rows(&name, lora + rope, hidden, &head_rows(0..1, 0, 0..lora, false))?);
+        inputs.push(ld.mat_rows(
+            &name,
+            lora + rope,
+            hidden,
+            &head_rows(0..1, 0, lora..lora + rope, m.rope_interleave),
+        )?);
         let kv_norm = ld.vec(&format!("{a}kv_a_layernorm.weight"), lora)?;
         let indexer = match (m.indexer, m.q_lora_rank) {
             (Some(ix), Some(r)) => {
@@ -109,7 +123,7 @@ impl<B: Backend> Mla<B> {
         let kv_b = ld.host_values(&format!("{a}kv_b_proj.weight"), &[heads * per, lora])?;
         let mut uk = Vec::with_capacity(heads * lora * nope);
         let mut uv = Vec::with_capacity(heads * m.v_head_dim * (lora + rope));
-        for h in 0..heads {
+        for h in hp.clone() {
             let row = |i: usize| &kv_b[(h * per + i) * lora..][..lora];
             uk.extend((0..lora).flat_map(|o| (0..nope).map(move |i| row(i)[o])));
             for o in 0..m.v_head_dim {
@@ -118,14 +132,15 @@ impl<B: Backend> Mla<B> {
             }
         }
         let attn = AttnParams {
-            num_heads: heads,
+            num_heads: hp.len(),
             num_kv_heads: 1,
             head_dim: m.latent_dim(),
             scale: s.attn_scale,
             window: None,
             softcap: None,
         };
-        let out = ld.mat(&format!("{a}{}.weight", s.names.attn_out), hidden, heads * m.v_head_dim)?;
+        let out_name = format!("{a}{}.weight", s.names.attn_out);
+        let out = ld.mat_split_cols(&out_name, hidden, heads * m.v_head_dim, m.v_head_dim)?;
         Ok((Mla { inputs, q_b, kv_norm, uk, uv, m, attn, indexer, kv }, out))
     }
 
@@ -139,7 +154,7 @@ impl<B: Backend> Mla<B> {
         meta: &AttnMeta,
         kv: &mut B::Kv,
     ) -> B::Act {
-        let (heads, m, eps) = (s.num_heads, &self.m, LATENT_NORM_EPS);
+        let (heads, m, eps) = (self.attn.num_heads, &self.m, LATENT_NORM_EPS);
         let mut x = x.into_iter();
         let mut next = || x.next().unwrap_or_else(|| unreachable!("one output per input projection"));
         let (q_nope, mut q_pe, index_q) = match &self.q_b {
@@ -182,8 +197,9 @@ mod tests {
 
     #[test]
     fn rope_rows_deinterleave_per_head() {
-        assert_eq!(head_rows(2, 6, 2..6, true), vec![2, 4, 3, 5, 8, 10, 9, 11]);
-        assert_eq!(head_rows(2, 6, 0..2, false), vec![0, 1, 6, 7]);
-        assert_eq!(head_rows(1, 0, 3..5, false), vec![3, 4]);
+        assert_eq!(head_rows(0..2, 6, 2..6, true), vec![2, 4, 3, 5, 8, 10, 9, 11]);
+        assert_eq!(head_rows(0..2, 6, 0..2, false), vec![0, 1, 6, 7]);
+        assert_eq!(head_rows(0..1, 0, 3..5, false), vec![3, 4]);
+        assert_eq!(head_rows(1..2, 6, 0..2, false), vec![6, 7]);
     }
 }

@@ -15,7 +15,7 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         ))))
     };
     let features: [(bool, &str); 3] = [
-        (spec.mla.is_some(), "has multi-head latent attention, which is not sharded yet"),
+        (spec.mla.is_some_and(|m| m.indexer.is_some()), "has DeepSeek sparse attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
         (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
     ];
