@@ -74,7 +74,7 @@ fn drafted_equals_undrafted_at_two_ranks() {
 #[test]
 fn mtp_drafted_equals_undrafted_at_two_ranks() {
     let make = make();
-    for family in ["glm4_moe_mtp", "qwen3_5_mtp", "deepseek_v3_mtp"] {
+    for family in ["glm4_moe_mtp", "qwen3_5_mtp", "deepseek_v3_mtp", "step3p7_mtp"] {
         for seeded in [false, true] {
             check_drafted_equals_undrafted_on(&|cfg| tp_engine(&make, family, 2, cfg), family, DraftKind::Mtp, seeded);
         }
@@ -107,6 +107,8 @@ fn n_ranks_match_one_rank_within_tolerance() {
         // Multi-head latent attention: query heads split, the latent whole on every rank.
         "deepseek_v3",
         "deepseek_v3_nolora",
+        // Query heads per layer kind, stacked experts, a shared expert.
+        "step3p7",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
         "qwen3_fp8",
         "qwen3_ct_fp8",

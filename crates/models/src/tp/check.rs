@@ -14,10 +14,9 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 3] = [
+    let features: [(bool, &str); 2] = [
         (spec.mla.is_some_and(|m| m.indexer.is_some()), "has DeepSeek sparse attention, which is not sharded yet"),
         (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
-        (spec.layer_heads.iter().any(|&h| h != spec.num_heads), "varies its head count by layer"),
     ];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
@@ -39,6 +38,8 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         }
     }
     let mut even = vec![("num_attention_heads", spec.num_heads), ("intermediate_size", spec.intermediate_size)];
+    // A layer's own query head count (Step's sliding layers).
+    even.extend(spec.layer_heads.iter().map(|&h| ("a layer's query heads", h)));
     if let Some(m) = &spec.mamba {
         // Each rank holds whole groups (the gated norm is per group) and their heads.
         even.push(("n_groups (Mamba2)", m.n_groups));
