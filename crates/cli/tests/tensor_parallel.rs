@@ -38,11 +38,14 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
 
 /// The other recurrent kinds, short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers),
 /// Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts) and
-/// MiniMax M2 (q and k normed over every rank's heads) and DeepSeek V3 (latent attention).
+/// MiniMax M2 (q and k normed over every rank's heads), DeepSeek V3 (latent attention) and GLM-5
+/// (DeepSeek sparse attention).
 #[test]
 fn more_families_concurrent_equals_solo_at_two_ranks() {
     let make = make();
-    for family in ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2", "deepseek_v3"] {
+    let families =
+        ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2", "deepseek_v3", "glm_moe_dsa"];
+    for family in families {
         check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
     }
 }
@@ -74,7 +77,7 @@ fn drafted_equals_undrafted_at_two_ranks() {
 #[test]
 fn mtp_drafted_equals_undrafted_at_two_ranks() {
     let make = make();
-    for family in ["glm4_moe_mtp", "qwen3_5_mtp", "deepseek_v3_mtp", "step3p7_mtp"] {
+    for family in ["glm4_moe_mtp", "qwen3_5_mtp", "deepseek_v3_mtp", "step3p7_mtp", "glm_moe_dsa_mtp"] {
         for seeded in [false, true] {
             check_drafted_equals_undrafted_on(&|cfg| tp_engine(&make, family, 2, cfg), family, DraftKind::Mtp, seeded);
         }
@@ -107,6 +110,10 @@ fn n_ranks_match_one_rank_within_tolerance() {
         // Multi-head latent attention: query heads split, the latent whole on every rank.
         "deepseek_v3",
         "deepseek_v3_nolora",
+        // DeepSeek sparse attention: the indexer whole on every rank, so every rank keeps the same keys.
+        "deepseek_v32",
+        "deepseek_v32_allkeys",
+        "glm_moe_dsa",
         // Query heads per layer kind, stacked experts, a shared expert.
         "step3p7",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
@@ -194,7 +201,7 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
             Err(e) => e.to_string(),
         }
     };
-    assert!(refused("deepseek_v32", 2).contains("sparse attention"));
+    assert!(refused("minimax_m3", 2).contains("sparse attention"));
     // 2 Mamba2 groups: 4 ranks cannot each hold whole groups.
     assert!(refused("nemotron_h", 4).contains("n_groups"));
     // 4 query heads, 2 KV heads: 3 ranks split neither.

@@ -14,10 +14,7 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 2] = [
-        (spec.mla.is_some_and(|m| m.indexer.is_some()), "has DeepSeek sparse attention, which is not sharded yet"),
-        (spec.index.is_some(), "has block-sparse attention, which is not sharded yet"),
-    ];
+    let features: [(bool, &str); 1] = [(spec.index.is_some(), "has block-sparse attention, which is not sharded yet")];
     if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
         return refuse(what.to_string());
     }
