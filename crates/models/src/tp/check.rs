@@ -14,9 +14,9 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    let features: [(bool, &str); 1] = [(spec.index.is_some(), "has block-sparse attention, which is not sharded yet")];
-    if let Some((_, what)) = features.iter().find(|(has, _)| *has) {
-        return refuse(what.to_string());
+    if spec.index.is_some() {
+        let why = "has block-sparse attention, whose indexer keys share pools shaped like the attention's";
+        return refuse(format!("{why}: not sharded yet"));
     }
     // Value heads split evenly; key heads too, or each held by several ranks.
     if let Some(g) = &spec.gdn {
