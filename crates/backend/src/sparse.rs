@@ -45,6 +45,14 @@ pub struct BlockPicks {
 }
 
 impl BlockPicks {
+    /// The picks of indexer heads `heads` alone (a tensor-parallel rank's, whose query heads
+    /// read those).
+    pub fn heads(&self, heads: std::ops::Range<usize>) -> BlockPicks {
+        let n = self.num_heads.max(1);
+        let picks = self.picks.chunks(n).flat_map(|row| row[heads.clone()].iter().cloned()).collect();
+        BlockPicks { num_heads: heads.len(), block_size: self.block_size, picks }
+    }
+
     /// Every block up to each row's own, for every head: dense causal attention.
     pub fn every_block(meta: &AttnMeta, num_heads: usize, block_size: usize) -> BlockPicks {
         let bs = block_size.max(1);

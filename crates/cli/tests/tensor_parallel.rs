@@ -38,13 +38,21 @@ fn concurrent_equals_solo_at_two_and_four_ranks() {
 
 /// The other recurrent kinds, short conv (LFM2 MoE) and Mamba2 (Nemotron-H, one-part layers),
 /// Gemma 4 (KV-shared layers, per-layer inputs, a dense MLP beside stacked experts) and
-/// MiniMax M2 (q and k normed over every rank's heads), DeepSeek V3 (latent attention) and GLM-5
-/// (DeepSeek sparse attention).
+/// MiniMax M2 (q and k normed over every rank's heads), DeepSeek V3 (latent attention), GLM-5
+/// (DeepSeek sparse attention) and MiniMax M3 (block-sparse attention).
 #[test]
 fn more_families_concurrent_equals_solo_at_two_ranks() {
     let make = make();
-    let families =
-        ["lfm2_moe", "nemotron_h", "gemma4_kvshare", "gemma4_moe", "minimax_m2", "deepseek_v3", "glm_moe_dsa"];
+    let families = [
+        "lfm2_moe",
+        "nemotron_h",
+        "gemma4_kvshare",
+        "gemma4_moe",
+        "minimax_m2",
+        "deepseek_v3",
+        "glm_moe_dsa",
+        "minimax_m3",
+    ];
     for family in families {
         check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
     }
@@ -114,6 +122,10 @@ fn n_ranks_match_one_rank_within_tolerance() {
         "deepseek_v32",
         "deepseek_v32_allkeys",
         "glm_moe_dsa",
+        // MiniMax M3's block-sparse attention: the indexer whole on every rank, each rank's query
+        // heads reading their indexer heads' picks.
+        "minimax_m3",
+        "minimax_m3_cover",
         // Query heads per layer kind, stacked experts, a shared expert.
         "step3p7",
         // FP8 weights: block scales, per-channel scales, FP8 experts.
@@ -201,7 +213,6 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
             Err(e) => e.to_string(),
         }
     };
-    assert!(refused("minimax_m3", 2).contains("sparse attention"));
     // 2 Mamba2 groups: 4 ranks cannot each hold whole groups.
     assert!(refused("nemotron_h", 4).contains("n_groups"));
     // 4 query heads, 2 KV heads: 3 ranks split neither.

@@ -38,6 +38,9 @@ pub(crate) struct Attention<B: Backend> {
     /// The lightning indexer of a block-sparse layer (MiniMax M3): each query attends only to
     /// the key blocks it chooses.
     pub(crate) indexer: Option<Indexer<B>>,
+    /// The indexer heads this rank's query heads read, where sharded (the indexer whole on
+    /// every rank).
+    index_heads: Option<std::ops::Range<usize>>,
     /// The group a sharded layer's whole-row q / k norms sum their squares over.
     tp: Option<std::sync::Arc<crate::tp::TpLink>>,
 }
@@ -138,6 +141,11 @@ impl<B: Backend> Attention<B> {
             q_norm: qk_norm(s.names.qk_norm[0], all_heads, head_part.clone())?,
             k_norm: if owns { qk_norm(s.names.qk_norm[1], all_kv_heads, kv_part.clone())? } else { None },
             tp: ld.shard().map(|sh| sh.link.clone()),
+            index_heads: match (&s.index, ld.shard()) {
+                // Split like KV heads: evenly, or the one this rank's query heads read.
+                (Some(x), Some(_)) => Some(ld.kv_part(x.num_heads)),
+                _ => None,
+            },
             v_norm: (s.v_norm && owns).then(|| ld.backend_vec(&vec![1.0; d])),
             attn,
             sliding,
@@ -169,7 +177,11 @@ impl<B: Backend> Attention<B> {
                 let (q, k, v) = self.project(b, s, q, k, v, pos);
                 let out = match (&self.indexer, index) {
                     (Some(ix), Some((iq, ik))) => {
-                        let picks = ix.run(b, s, iq, ik, pos, meta, &mut cache.kv[ix.pool]);
+                        let mut picks = ix.run(b, s, iq, ik, pos, meta, &mut cache.kv[ix.pool]);
+                        // Sharded, this rank's query heads read its part of the indexer heads.
+                        if let Some(part) = &self.index_heads {
+                            picks = picks.heads(part.clone());
+                        }
                         b.attention_blocks(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn, &picks)
                     }
                     _ => b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn),

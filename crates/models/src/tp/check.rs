@@ -1,7 +1,7 @@
-//! Which specs a tensor-parallel load can shard, refused by name otherwise: attention (heads
-//! split, KV heads split or shared), Gated DeltaNet (value heads split), Mamba2 (groups and
-//! their heads split), short conv (channels split), dense and routed MLPs (their widths split),
-//! all evenly; norms, routers, embedding and per-layer inputs replicated.
+//! Which shapes a tensor-parallel load can shard, refused by name otherwise: attention (heads
+//! split, KV and indexer heads split or shared), Gated DeltaNet (value heads split), Mamba2
+//! (groups and their heads split), short conv (channels split), dense and routed MLPs (their
+//! widths split), all evenly; norms, routers, embeddings and indexers replicated.
 
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
@@ -14,10 +14,6 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             spec.architecture
         ))))
     };
-    if spec.index.is_some() {
-        let why = "has block-sparse attention, whose indexer keys share pools shaped like the attention's";
-        return refuse(format!("{why}: not sharded yet"));
-    }
     // Value heads split evenly; key heads too, or each held by several ranks.
     if let Some(g) = &spec.gdn {
         let (hk, hv) = (g.num_k_heads, g.num_v_heads);
@@ -27,11 +23,16 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
             ));
         }
     }
-    // KV heads split evenly, or each held by `size / num_kv_heads` ranks (full layers' too,
-    // where they have a count of their own).
-    for kv in [Some(spec.num_kv_heads), spec.full_attn_shape.map(|(kv, _)| kv)].into_iter().flatten() {
-        if kv == 0 || (!kv.is_multiple_of(size) && !size.is_multiple_of(kv)) {
-            return refuse(format!("has {kv} KV heads, which neither split evenly over {size} ranks nor divide them"));
+    // KV heads split evenly, or each held by `size / n` ranks (full layers' own count too, and
+    // MiniMax M3's indexer heads, which each rank's query heads read alike).
+    let shared = [
+        ("KV heads", Some(spec.num_kv_heads)),
+        ("full layers' KV heads", spec.full_attn_shape.map(|(kv, _)| kv)),
+        ("indexer heads", spec.index.as_ref().map(|x| x.num_heads)),
+    ];
+    for (what, n) in shared.into_iter().filter_map(|(w, n)| n.map(|n| (w, n))) {
+        if n == 0 || (!n.is_multiple_of(size) && !size.is_multiple_of(n)) {
+            return refuse(format!("has {n} {what}, which neither split evenly over {size} ranks nor divide them"));
         }
     }
     let mut even = vec![("num_attention_heads", spec.num_heads), ("intermediate_size", spec.intermediate_size)];
