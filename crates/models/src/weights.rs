@@ -194,11 +194,7 @@ impl<'a, B: Backend> Loader<'a, B> {
         if [g.dtype, u.dtype].contains(&tf_core::DType::F8E4M3) {
             return Ok(GateUp::Apart(self.mat_rows(gate, rows, cols, &keep)?, self.mat_rows(up, rows, cols, &keep)?));
         }
-        let (g, u) = (self.rows_view(&g, rows, cols, &keep)?, self.rows_view(&u, rows, cols, &keep)?);
-        Ok(match self.backend.mat_gate_up(&g, &u)? {
-            Some(gu) => GateUp::Packed(gu),
-            None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
-        })
+        self.pack(&self.rows_view(&g, rows, cols, &keep)?, &self.rows_view(&u, rows, cols, &keep)?)
     }
 
     /// The rows of this rank's part of `rows / unit` units of `unit` rows.
@@ -282,9 +278,14 @@ impl<'a, B: Backend> Loader<'a, B> {
             let mat = |t: &TensorView| self.weight(t, |t| self.backend.mat(t));
             return Ok(GateUp::Apart(mat(&g)?, mat(&u)?));
         }
-        Ok(match self.backend.mat_gate_up(&g, &u)? {
+        self.pack(&g, &u)
+    }
+
+    /// Gate `g` and up `u` in one weight where the backend packs them, else apart.
+    fn pack(&self, g: &TensorView, u: &TensorView) -> Result<GateUp<B::Mat>, ModelError> {
+        Ok(match self.backend.mat_gate_up(g, u)? {
             Some(gu) => GateUp::Packed(gu),
-            None => GateUp::Apart(self.backend.mat(&g)?, self.backend.mat(&u)?),
+            None => GateUp::Apart(self.backend.mat(g)?, self.backend.mat(u)?),
         })
     }
 
@@ -328,13 +329,6 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.backend.vec(&self.vec_values(name, &[len])?))
     }
 
-    /// A float tensor of exactly `shape` as one weight vector (row-major), with its values on
-    /// the host (conv kernels `[channels, 1, kernel]`, which the host-run defaults read).
-    pub fn vec_shaped(&self, name: &str, shape: &[usize]) -> Result<(B::Vec, Vec<f32>), ModelError> {
-        let host = self.vec_values(name, shape)?;
-        Ok((self.backend.vec(&host), host))
-    }
-
     /// The f32 values on the host of the weight `name` of exactly `shape` (weights the
     /// host-run defaults read: MLA's absorbed `kv_b_proj`); an FP8 weight's values are each
     /// code times its block's scale, the values its matmuls multiply by.
@@ -351,6 +345,31 @@ impl<'a, B: Backend> Loader<'a, B> {
             scales.dequantize_row(c, r, row);
         }
         Ok(out)
+    }
+
+    /// The float tensor `name` of exactly `shape` as rows of `width` values, keeping rows
+    /// `channels` in that order (a depthwise conv's channels of this rank; every row for all of
+    /// them), as one weight vector and its values on the host.
+    pub fn vec_channels(
+        &self,
+        name: &str,
+        shape: &[usize],
+        channels: &[usize],
+        width: usize,
+    ) -> Result<(B::Vec, Vec<f32>), ModelError> {
+        let all = self.vec_values(name, shape)?;
+        let part: Vec<f32> = channels
+            .iter()
+            .map(|&c| {
+                all.get(c * width..(c + 1) * width).ok_or_else(|| ModelError::Dtype {
+                    file: self.dir.clone(),
+                    tensor: name.to_string(),
+                    msg: format!("channel {c} is outside its {} values", all.len()),
+                })
+            })
+            .collect::<Result<Vec<&[f32]>, _>>()?
+            .concat();
+        Ok((self.backend.vec(&part), part))
     }
 
     /// The values of the tensor `name` of exactly `shape`, refused when FP8 (vectors have no

@@ -120,22 +120,13 @@ impl<B: Backend> GatedDeltaNet<B> {
         };
         // The conv is depthwise: this rank's channels are those of its q, k and v rows, in the
         // order the backend reads (q, k, v: the unfused checkpoint's channel order).
-        let (conv, _) = ld.vec_shaped(&name("conv1d.weight"), &[ch, 1, g.conv_kernel])?;
-        let conv = match sharded {
-            false => conv,
-            true => {
-                let all = ld.host_values(&name("conv1d.weight"), &[ch, 1, g.conv_kernel])?;
-                let channels = [
-                    (kh.start * kd..kh.end * kd).collect::<Vec<_>>(),
-                    (qk + kh.start * kd..qk + kh.end * kd).collect(),
-                    (2 * qk + vh.start * dv..2 * qk + vh.end * dv).collect(),
-                ]
-                .concat();
-                let k = g.conv_kernel;
-                let part: Vec<f32> = channels.iter().flat_map(|&c| all[c * k..(c + 1) * k].iter().copied()).collect();
-                ld.backend_vec(&part)
-            }
-        };
+        let channels = [
+            (kh.start * kd..kh.end * kd).collect::<Vec<_>>(),
+            (qk + kh.start * kd..qk + kh.end * kd).collect(),
+            (2 * qk + vh.start * dv..2 * qk + vh.end * dv).collect(),
+        ]
+        .concat();
+        let (conv, _) = ld.vec_channels(&name("conv1d.weight"), &[ch, 1, g.conv_kernel], &channels, g.conv_kernel)?;
         let local = GdnSpec { num_k_heads: kh.len(), num_v_heads: vh.len(), ..g };
         let me = GatedDeltaNet {
             qkv,

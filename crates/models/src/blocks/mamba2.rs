@@ -53,13 +53,9 @@ impl<B: Backend> Mamba2<B> {
         let xbc = pick(xbc_channels.iter().map(|c| inner + c).collect())?;
         let dt = pick(hs.clone().map(|h| inner + conv_dim + h).collect())?;
         let k = m.conv_kernel;
-        let conv = ld.host_values(&name("conv1d.weight"), &[conv_dim, 1, k])?;
-        let conv: Vec<f32> = xbc_channels.iter().flat_map(|&c| conv[c * k..(c + 1) * k].iter().copied()).collect();
+        let (conv_weight, _) = ld.vec_channels(&name("conv1d.weight"), &[conv_dim, 1, k], &xbc_channels, k)?;
         let conv_bias = match m.conv_bias {
-            true => {
-                let all = ld.host_values(&name("conv1d.bias"), &[conv_dim])?;
-                Some(ld.backend_vec(&xbc_channels.iter().map(|&c| all[c]).collect::<Vec<f32>>()))
-            }
+            true => Some(ld.vec_channels(&name("conv1d.bias"), &[conv_dim], &xbc_channels, 1)?.0),
             false => None,
         };
         let local = MambaSpec { num_heads: hs.len(), n_groups: groups.len(), ..m };
@@ -67,7 +63,7 @@ impl<B: Backend> Mamba2<B> {
             z,
             xbc,
             dt,
-            conv_weight: ld.backend_vec(&conv),
+            conv_weight,
             conv_bias,
             a_log: ld.vec_part(&name("A_log"), heads, 1, hs.clone())?,
             d: ld.vec_part(&name("D"), heads, 1, hs.clone())?,

@@ -32,26 +32,18 @@ impl<B: Backend> ShortConvMixer<B> {
         let ch = s.hidden_size;
         let name = |n: &str| format!("{p}conv.{n}");
         let part = ld.part(ch);
-        let (in_proj, weight, bias) = match ld.shard() {
-            None => (
-                ld.mat(&name("in_proj.weight"), 3 * ch, ch)?,
-                ld.vec_shaped(&name("conv.weight"), &[ch, 1, conv.kernel])?,
-                if conv.bias { Some(ld.vec_shaped(&name("conv.bias"), &[ch])?) } else { None },
-            ),
+        let in_proj = match ld.shard() {
+            None => ld.mat(&name("in_proj.weight"), 3 * ch, ch)?,
             Some(_) => {
                 let rows: Vec<usize> = (0..3).flat_map(|k| part.clone().map(move |c| k * ch + c)).collect();
-                let k = conv.kernel;
-                let w = ld.host_values(&name("conv.weight"), &[ch, 1, k])?[part.start * k..part.end * k].to_vec();
-                let bias = match conv.bias {
-                    true => Some(ld.host_values(&name("conv.bias"), &[ch])?[part.clone()].to_vec()),
-                    false => None,
-                };
-                (
-                    ld.mat_rows(&name("in_proj.weight"), 3 * ch, ch, &rows)?,
-                    (ld.backend_vec(&w), w),
-                    bias.map(|b| (ld.backend_vec(&b), b)),
-                )
+                ld.mat_rows(&name("in_proj.weight"), 3 * ch, ch, &rows)?
             }
+        };
+        let channels: Vec<usize> = part.clone().collect();
+        let weight = ld.vec_channels(&name("conv.weight"), &[ch, 1, conv.kernel], &channels, conv.kernel)?;
+        let bias = match conv.bias {
+            true => Some(ld.vec_channels(&name("conv.bias"), &[ch], &channels, 1)?),
+            false => None,
         };
         let me = ShortConvMixer { in_proj, weight, bias, kernel: conv.kernel, channels: part.len(), state };
         Ok((me, ld.mat_split_cols(&name("out_proj.weight"), ch, ch, 1)?))
