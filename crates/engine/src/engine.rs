@@ -89,6 +89,8 @@ pub enum Event {
         prompt_tokens: usize,
         /// Generated tokens.
         completion_tokens: usize,
+        /// Prompt tokens served from the prefix cache when it was first scheduled (0 if it never was).
+        cached_tokens: usize,
     },
     /// The request was refused by the engine; no more events follow.
     Error(String),
@@ -296,6 +298,8 @@ struct Active {
     prompt_lp: Option<Vec<PromptLogprob>>,
     /// When the engine took it, until its first round is planned.
     queued: Option<Instant>,
+    /// Prompt tokens the prefix cache served at its first round (reported when it ends).
+    cached_tokens: usize,
 }
 
 /// Starts the engine thread for `model` on `backend`.
@@ -511,7 +515,8 @@ impl<B: Backend> Core<B> {
         let prompt_lp = req.prompt_logprobs.map(|_| Vec::new());
         let masks = VecDeque::new();
         let queued = Some(Instant::now());
-        let a = Active { req, history, generated: 0, draft_k, whole_until: 0, masks, prompt_lp, queued };
+        let a =
+            Active { req, history, generated: 0, draft_k, whole_until: 0, masks, prompt_lp, queued, cached_tokens: 0 };
         self.active.insert(id, a);
     }
 
@@ -561,7 +566,8 @@ impl<B: Backend> Core<B> {
             let _ = save.reply.send(Err("the engine stopped before the session was saved".into()));
         }
         if let Some(mut a) = self.active.remove(&id) {
-            let done = Event::Done { reason, prompt_tokens: a.req.prompt.len(), completion_tokens: a.generated };
+            let (prompt_tokens, cached_tokens) = (a.req.prompt.len(), a.cached_tokens);
+            let done = Event::Done { reason, prompt_tokens, completion_tokens: a.generated, cached_tokens };
             (a.req.sink)(done);
         }
     }
@@ -586,6 +592,7 @@ impl<B: Backend> Core<B> {
             if let Some(a) = self.active.get_mut(&e.seq)
                 && let Some(t) = a.queued.take()
             {
+                a.cached_tokens = s.cached_tokens;
                 (a.req.sink)(Event::Scheduled(t.elapsed()));
             }
             if fed.is_none() {

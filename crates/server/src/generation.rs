@@ -83,6 +83,8 @@ struct SeqState {
     /// The engine sent its last event.
     done: bool,
     completion_tokens: usize,
+    /// Prompt tokens the engine served from its prefix cache (known at its end).
+    cached_tokens: usize,
     /// The prompt's first token.
     first: u32,
     /// When its first and its latest token came (metrics).
@@ -102,6 +104,8 @@ pub struct Generation {
     /// Nothing is generated (`max_tokens: 0`): the engine's one token is dropped.
     score_only: bool,
     open: usize,
+    /// Sequences per prompt (`n`): consecutive sequences share a prompt.
+    per_prompt: usize,
     _admission: Admission,
     tally: Option<Tally>,
 }
@@ -132,6 +136,7 @@ impl Generation {
                 finished: false,
                 done: false,
                 completion_tokens: 0,
+                cached_tokens: 0,
                 first: spec.prompt.as_slice().first().copied().unwrap_or(0),
                 first_at: None,
                 last_at: None,
@@ -171,6 +176,7 @@ impl Generation {
             started,
             score_only: opts.score_only,
             open,
+            per_prompt: opts.n.max(1),
             _admission: admission,
             tally: None,
         };
@@ -208,6 +214,12 @@ impl Generation {
         self.seqs.iter().map(|s| s.completion_tokens).sum()
     }
 
+    /// Prompt tokens served from the prefix cache, each prompt counted once (as usage counts
+    /// prompt tokens): the fewest any of its sequences got.
+    pub fn cached_tokens(&self) -> usize {
+        self.seqs.chunks(self.per_prompt).map(|g| g.iter().map(|s| s.cached_tokens).min().unwrap_or(0)).sum()
+    }
+
     fn on_event(&mut self, i: usize, event: Event) {
         let Some(s) = self.seqs.get_mut(i) else { return };
         if matches!(event, Event::Token(_)) {
@@ -223,8 +235,9 @@ impl Generation {
             Event::Scheduled(waited) => self.state.metrics.queue.observe(waited),
             Event::Token(_) if self.score_only => {}
             Event::Token(t) => self.on_token(i, t),
-            Event::Done { reason, .. } => {
+            Event::Done { reason, cached_tokens, .. } => {
                 s.done = true;
+                s.cached_tokens = cached_tokens;
                 self.open -= 1;
                 let m = &self.state.metrics;
                 m.e2e.observe(self.started.elapsed());

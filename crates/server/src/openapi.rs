@@ -129,6 +129,7 @@ const REPLIES: &[&str] = &[
     "ErrorReply",
     "ErrorDetail",
     "Usage",
+    "PromptTokensDetails",
     "Completion",
     "CompletionChoice",
     "ChatCompletion",

@@ -53,9 +53,12 @@ impl Reply {
         }
     }
 
-    fn usage(&self, completion_tokens: usize) -> Value {
+    /// OpenAI's usage: with the prompt tokens the prefix cache served (`generation`'s).
+    fn usage(&self, generation: &Generation) -> Value {
+        let completion_tokens = generation.completion_tokens();
         json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
-               "total_tokens": self.prompt_tokens + completion_tokens})
+               "total_tokens": self.prompt_tokens + completion_tokens,
+               "prompt_tokens_details": {"cached_tokens": generation.cached_tokens()}})
     }
 
     /// Logprobs of `tokens` in the route's shape; `offset` is the text length before them.
@@ -170,7 +173,7 @@ impl Reply {
             .collect();
         let mut doc = json!({"id": self.id, "object": self.object(false), "created": self.created,
                              "model": self.model, "choices": choices,
-                             "usage": self.usage(generation.completion_tokens())});
+                             "usage": self.usage(&generation)});
         if let (Api::Chat, Some(n)) = (self.api, self.opts.prompt_logprobs) {
             doc["prompt_logprobs"] = self.prompt_logprobs(prompt.first().and_then(|p| p.as_ref()).map(|p| &p.1[..]), n);
         }
@@ -349,7 +352,7 @@ impl StreamState {
                     self.phase = Phase::Done;
                     if self.reply.opts.include_usage {
                         let r = &self.reply;
-                        let usage = r.usage(self.generation.completion_tokens());
+                        let usage = r.usage(&self.generation);
                         return Some(sse(&json!({"id": r.id, "object": r.object(true), "created": r.created,
                                                 "model": r.model, "choices": [], "usage": usage})));
                     }

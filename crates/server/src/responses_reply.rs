@@ -73,9 +73,10 @@ impl ResponseReply {
     }
 
     /// The response object with `status`, `output` and, once known, `usage`.
-    fn object(&self, status: &str, output: Vec<Value>, completion_tokens: Option<usize>) -> Value {
-        let usage = completion_tokens.map(|c| {
-            json!({"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+    fn object(&self, status: &str, output: Vec<Value>, generation: Option<&Generation>) -> Value {
+        let usage = generation.map(|g| {
+            let c = g.completion_tokens();
+            json!({"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": g.cached_tokens()},
                    "output_tokens": c, "output_tokens_details": {"reasoning_tokens": 0},
                    "total_tokens": self.prompt_tokens + c})
         });
@@ -132,7 +133,7 @@ impl ResponseReply {
             }
         }
         let status = status_of(finish);
-        Ok(self.object(status, self.items(&text, status), Some(generation.completion_tokens())))
+        Ok(self.object(status, self.items(&text, status), Some(&generation)))
     }
 
     /// Streams `generation` as the Responses API's events.
@@ -242,7 +243,7 @@ impl EventStream {
             }
             self.push("response.output_item.done", json!({"output_index": i, "item": item}));
         }
-        let done = self.reply.object(status, items, Some(self.generation.completion_tokens()));
+        let done = self.reply.object(status, items, Some(&self.generation));
         let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
         self.push(kind, json!({"response": done}));
         self.done = true;

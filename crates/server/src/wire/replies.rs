@@ -36,6 +36,15 @@ pub struct Usage {
     completion_tokens: u64,
     /// Their sum.
     total_tokens: u64,
+    /// Where the prompt tokens came from.
+    prompt_tokens_details: PromptTokensDetails,
+}
+
+/// Where a reply's prompt tokens came from.
+#[derive(ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache (each prompt counted once).
+    cached_tokens: u64,
 }
 
 /// A `/v1/completions` reply (not streamed).
