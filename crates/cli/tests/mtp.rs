@@ -3,19 +3,21 @@
 //! and step3p7_mtp (Step's layout) fixtures against the reference scripts/fixture_mtp.py
 //! computes from transformers' modules,
 //! chunked == whole, drafted == undrafted, a head that repeats its input token getting drafts
-//! accepted, and what is refused.
+//! accepted, the head's own prefix cache (blocks of the K/V it wrote for an earlier request,
+//! never blocks it fed zero rows), and what is refused.
 
 mod checkpoint_util;
 
 use checkpoint_util::{copy, edit_config, set_tensor, with_config};
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use tf_backend::{AttnMeta, Backend, RefBackend};
 use tf_cpu::CpuBackend;
 use tf_engine::engine::{DraftConfig, DraftKind, EngineConfig, spawn_with_drafter};
 use tf_formats::SafetensorsFile;
 use tf_models::{Batch, Model};
-use tf_testkit::{MTP_FIXTURES, check_drafted_equals_undrafted, config, fixture, golden};
+use tf_testkit::{MTP_FIXTURES, Req, check_drafted_equals_undrafted, config, engine, fixture, golden, run, sampling};
 
 const FIXTURES: [&str; 5] =
     [MTP_FIXTURES[0].0, MTP_FIXTURES[1].0, MTP_FIXTURES[2].0, MTP_FIXTURES[3].0, MTP_FIXTURES[4].0];
@@ -147,6 +149,37 @@ fn mtp_drafted_equals_undrafted() {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&cpu, family, DraftKind::Mtp, None, seeded);
         }
+    }
+}
+
+/// Greedy, drafting, 20 tokens after a 64-token prefix (four blocks) shared by every `tail`.
+fn after_prefix(tail: i64, draft: bool) -> Req {
+    let mut prompt: Vec<i64> = (0..64).map(|j| (j * 37 + 11) % 400).collect();
+    prompt.extend([tail, tail + 3, tail + 7]);
+    Req { prompt, params: sampling(None, 0.0, 0, 1.0), max_tokens: 20, top_logprobs: None, draft }
+}
+
+#[test]
+fn mtp_head_reuses_its_own_blocks_after_a_prefix_hit() {
+    let cpu = || CpuBackend::new(1).unwrap();
+    let cfg = EngineConfig { draft: DraftConfig { kind: DraftKind::Mtp, num_tokens: 3 }, ..config(256, 128, 32, true) };
+    let cached = |h: &tf_engine::engine::EngineHandle| h.stats.draft_cached_tokens.load(Ordering::Relaxed);
+    for family in FIXTURES {
+        let cold = engine(&cpu, family, cfg);
+        let want = run(&cold, &[after_prefix(9, true)]);
+        assert_eq!(cached(&cold), 0, "{family}: nothing cached before");
+        let warm = engine(&cpu, family, cfg);
+        run(&warm, &[after_prefix(5, true)]);
+        assert_eq!(run(&warm, &[after_prefix(9, true)]), want, "{family}: after a hit");
+        // The fourth block's last position was fed the token after the prefix, which differs.
+        assert_eq!(cached(&warm), 48, "{family}: the head took three blocks it wrote before");
+
+        // The target's own hit leaves the head zero rows for the prefix: it caches none of them.
+        let weak = engine(&cpu, family, cfg);
+        run(&weak, &[after_prefix(5, false)]);
+        assert_eq!(run(&weak, &[after_prefix(9, true)]), want, "{family}: drafting after an undrafted request");
+        run(&weak, &[after_prefix(9, true)]);
+        assert_eq!(cached(&weak), 0, "{family}: blocks fed zero rows are never reused");
     }
 }
 

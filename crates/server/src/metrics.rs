@@ -125,6 +125,7 @@ impl ServerMetrics {
             ("tensorfold_draft_accepted_tokens_total", &engine.draft_accepted),
             ("tensorfold_draft_verify_rounds_total", &engine.draft_verifies),
             ("tensorfold_draft_time_microseconds_total", &engine.draft_micros),
+            ("tensorfold_draft_cached_tokens_total", &engine.draft_cached_tokens),
         ];
         for (name, a) in counters {
             let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", load(a));

@@ -5,9 +5,17 @@
 //! row at `p`, for every `p` up to the one before the last committed token, whose logits give
 //! the first draft token. Each further draft token is one step at the next position, fed the
 //! previous draft token and the head's own output row. The head keeps its own KV pool; the
-//! positions a draft step wrote are written again by the next catch-up. A position whose
-//! target row this engine never computed (a prefix-cache hit, a restored session) is fed a
-//! zero row: the drafts there are weaker, the output is the same.
+//! positions a draft step wrote are written again by the next catch-up.
+//!
+//! The head's pool has a prefix cache of its own: the K/V at position `p` are a function of the
+//! tokens up to `p + 1` (the target's row at `p` and the token fed there), so a full block of the
+//! head's is keyed by a hash chained over its tokens and the one after it, and is registered once
+//! every position in it was fed the target's own row. A sequence's first catch-up takes the
+//! longest such chain of its committed tokens, so after a target prefix-cache hit the head reads
+//! the K/V it wrote for the earlier request rather than recomputing them. A position whose target
+//! row this engine never computed and whose block the head has not cached (a restored session, a
+//! block evicted from the head's pool) is fed a zero row: the drafts there are weaker, the output
+//! is the same.
 
 use super::{Core, EngineConfig};
 use crate::block_pool::{BlockId, BlockPool};
@@ -26,6 +34,10 @@ struct MtpSeq {
     num_valid: usize,
     /// The target's rows the head has not read yet.
     rows: HiddenRows,
+    /// The chained keys of the full blocks before `num_valid`, in order (registered where clean).
+    keys: Vec<u64>,
+    /// Blocks with a position fed a zero row (never registered).
+    weak: Vec<bool>,
 }
 
 /// A sequence's final hidden rows of the target, kept from one position on.
@@ -38,6 +50,11 @@ pub(super) struct HiddenRows {
 }
 
 impl HiddenRows {
+    /// The positions whose rows are kept.
+    fn kept(&self, width: usize) -> std::ops::Range<usize> {
+        self.base..self.base + self.rows.len() / width
+    }
+
     /// Keeps `rows` at positions from `start` on, over any kept there before; rows kept before
     /// `start` stay where they join on, else they are dropped.
     pub(super) fn record(&mut self, width: usize, start: usize, rows: &[f32]) {
@@ -53,7 +70,7 @@ impl HiddenRows {
 
     /// The rows at positions `from..to` (zeros where none is kept), dropping those before `to`.
     pub(super) fn take(&mut self, width: usize, from: usize, to: usize) -> Vec<f32> {
-        let kept = self.base..self.base + self.rows.len() / width;
+        let kept = self.kept(width);
         let mut out = Vec::with_capacity(to.saturating_sub(from) * width);
         for p in from..to {
             match kept.contains(&p) {
@@ -121,11 +138,56 @@ impl<B: Backend> MtpDrafter<B> {
         }
     }
 
-    /// The rows `from..to` of sequence `id` (zeros where none is kept), dropping those before `to`.
+    /// The rows `from..to` of sequence `id` (zeros where none is kept), dropping those before `to`;
+    /// the blocks of the positions fed zeros are marked weak.
     fn take_rows(&mut self, id: u64, from: usize, to: usize) -> Vec<f32> {
-        match self.seqs.get_mut(&id) {
-            Some(s) => s.rows.take(self.width, from, to),
-            None => vec![0.0; to.saturating_sub(from) * self.width],
+        let bs = self.pool.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else { return vec![0.0; to.saturating_sub(from) * self.width] };
+        let kept = s.rows.kept(self.width);
+        for p in (from..to).filter(|p| !kept.contains(p)) {
+            let b = p / bs;
+            if s.weak.len() <= b {
+                s.weak.resize(b + 1, false);
+            }
+            s.weak[b] = true;
+        }
+        s.rows.take(self.width, from, to)
+    }
+
+    /// Points sequence `id`, which the head has not read yet, at the cached blocks of the longest
+    /// chain of `tokens` (its committed tokens); returns the positions they hold.
+    fn take_cached(&mut self, id: u64, tokens: &[u32]) -> usize {
+        let bs = self.pool.block_size();
+        let s = self.seqs.entry(id).or_default();
+        if s.num_valid > 0 || !s.block_table.is_empty() {
+            return 0;
+        }
+        let mut parent = 0;
+        // Block i holds the token after it, and one position is left to feed for the first draft.
+        while (s.keys.len() + 1) * bs + 1 < tokens.len() {
+            let i = s.keys.len();
+            let key = self.pool.chain_hash(parent, &tokens[i * bs..=(i + 1) * bs]);
+            let Some(b) = self.pool.acquire_cached(key) else { break };
+            s.block_table.push(b);
+            s.keys.push(key);
+            parent = key;
+        }
+        s.num_valid = s.keys.len() * bs;
+        s.num_valid
+    }
+
+    /// Registers sequence `id`'s full blocks before its `num_valid` that no zero row was fed,
+    /// keyed by `tokens` (its committed tokens, reaching at least `num_valid`).
+    fn register_full(&mut self, id: u64, tokens: &[u32]) {
+        let bs = self.pool.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        while (s.keys.len() + 1) * bs <= s.num_valid && (s.keys.len() + 1) * bs < tokens.len() {
+            let i = s.keys.len();
+            let key = self.pool.chain_hash(s.keys.last().copied().unwrap_or(0), &tokens[i * bs..=(i + 1) * bs]);
+            if !s.weak.get(i).copied().unwrap_or(false) {
+                self.pool.register(s.block_table[i], key);
+            }
+            s.keys.push(key);
         }
     }
 }
@@ -152,6 +214,8 @@ impl<B: Backend> Core<B> {
         let mut jobs: Vec<Job> = Vec::new();
         for &(id, start, k, _) in &want {
             let Some(seq) = self.sched.seq(id) else { continue };
+            let hit = mtp.take_cached(id, &seq.tokens[..=start]);
+            self.stats.draft_cached_tokens.fetch_add(hit as u64, Ordering::Relaxed);
             // The last committed token is at `start`; the target's rows reach `start - 1`.
             let first = mtp.seqs.get(&id).map_or(0, |s| s.num_valid).min(start);
             if first == start || !mtp.reserve(id, start + k - 1) {
@@ -201,6 +265,9 @@ impl<B: Backend> Core<B> {
         for (job, draft) in jobs.into_iter().zip(drafts) {
             if let Some(ms) = mtp.seqs.get_mut(&job.id) {
                 ms.num_valid = job.first + job.feed.len();
+            }
+            if let Some(seq) = self.sched.seq(job.id) {
+                mtp.register_full(job.id, &seq.tokens);
             }
             self.sched.set_draft(job.id, draft);
         }
