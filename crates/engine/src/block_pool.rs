@@ -125,6 +125,19 @@ impl BlockPool {
         Some(b)
     }
 
+    /// Takes references to the cached blocks of the longest chain of `windows` (each block's
+    /// tokens in order, the first one's parent 0): their ids and hashes.
+    pub fn acquire_chain<'a>(&mut self, windows: impl IntoIterator<Item = &'a [u32]>) -> (Vec<BlockId>, Vec<u64>) {
+        let (mut blocks, mut hashes) = (Vec::new(), Vec::new());
+        for w in windows {
+            let hash = self.chain_hash(hashes.last().copied().unwrap_or(0), w);
+            let Some(b) = self.acquire_cached(hash) else { break };
+            blocks.push(b);
+            hashes.push(hash);
+        }
+        (blocks, hashes)
+    }
+
     /// Makes a full block findable by `hash` (unless another block already holds that content).
     pub fn register(&mut self, block: BlockId, hash: u64) {
         if self.hash_of[block as usize].is_none() && !self.cached.contains_key(&hash) {
@@ -206,6 +219,22 @@ mod tests {
         let _ = p.allocate(2).unwrap();
         assert_eq!(p.take_evicted(), vec![h]);
         assert!(p.take_evicted().is_empty());
+    }
+
+    #[test]
+    fn a_chain_is_taken_up_to_its_first_missing_block() {
+        let mut p = BlockPool::new(4, 2);
+        let a = p.allocate(3).unwrap();
+        let h0 = p.chain_hash(0, &[1, 2]);
+        let h1 = p.chain_hash(h0, &[3, 4]);
+        p.register(a[0], h0);
+        p.register(a[1], h1);
+        p.register(a[2], p.chain_hash(0, &[5, 6])); // right tokens, wrong parent for block 2
+        p.release(&a);
+        let windows: [&[u32]; 3] = [&[1, 2], &[3, 4], &[5, 6]];
+        assert_eq!(p.acquire_chain(windows), (vec![a[0], a[1]], vec![h0, h1]));
+        assert_eq!(p.num_free(), 2, "the two taken blocks are referenced");
+        assert_eq!(p.acquire_chain([&[9u32, 9][..]]), (vec![], vec![]));
     }
 
     #[test]

@@ -191,7 +191,7 @@ pub struct EngineStats {
     pub draft_verifies: AtomicU64,
     /// Time spent drafting, microseconds.
     pub draft_micros: AtomicU64,
-    /// Positions whose K/V an MTP drafter took from its own prefix cache (engine/mtp.rs).
+    /// Positions whose K/V a draft model or MTP head took from its own prefix cache.
     pub draft_cached_tokens: AtomicU64,
     /// Why the engine stopped on its own (a tensor-parallel group broke), once it has.
     pub fault: std::sync::Mutex<Option<String>>,

@@ -4,6 +4,11 @@
 //! drafting sequences together. Its proposals only affect speed: verification is exact. A
 //! draft model with per-sequence state gives each sequence a live and a scratch slot: the state
 //! after the catch-up is saved before the draft tokens advance it and put back after.
+//!
+//! A draft model without state has a prefix cache of its own, as the target's: a full block
+//! below what it has read is keyed by a hash chained over its tokens, and a sequence's first
+//! catch-up takes the longest cached chain of its committed tokens instead of computing it again
+//! (a long shared system prompt is read by the draft model once).
 
 use super::{Core, EngineConfig};
 use crate::block_pool::{BlockId, BlockPool};
@@ -23,6 +28,8 @@ struct DraftSeq {
     num_valid: usize,
     /// Its live state slot (a draft model with state).
     slot: Option<u32>,
+    /// The chained hashes of its full blocks before `num_valid`, in order (each registered).
+    hashes: Vec<u64>,
 }
 
 /// The draft model, its KV pool and its sequences.
@@ -82,6 +89,34 @@ impl<B: Backend> DraftModel<B> {
         }
     }
 
+    /// Points sequence `id`, which the draft model has not read yet, at the cached blocks of the
+    /// longest chain of `tokens` (its committed tokens), leaving at least one to feed; returns
+    /// the positions they hold. None for a draft model with state.
+    fn take_cached(&mut self, id: u64, tokens: &[u32]) -> usize {
+        let bs = self.pool.block_size();
+        let s = self.seqs.entry(id).or_default();
+        if self.state.is_some() || s.num_valid > 0 || !s.block_table.is_empty() {
+            return 0;
+        }
+        let blocks = tokens.len().saturating_sub(1) / bs;
+        (s.block_table, s.hashes) = self.pool.acquire_chain(tokens.chunks_exact(bs).take(blocks));
+        s.num_valid = s.hashes.len() * bs;
+        s.num_valid
+    }
+
+    /// Registers sequence `id`'s full blocks before its `num_valid` (`tokens`: its committed
+    /// tokens). None for a draft model with state.
+    fn register_full(&mut self, id: u64, tokens: &[u32]) {
+        let bs = self.pool.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        while self.state.is_none() && (s.hashes.len() + 1) * bs <= s.num_valid.min(tokens.len()) {
+            let i = s.hashes.len();
+            let hash = self.pool.chain_hash(s.hashes.last().copied().unwrap_or(0), &tokens[i * bs..(i + 1) * bs]);
+            self.pool.register(s.block_table[i], hash);
+            s.hashes.push(hash);
+        }
+    }
+
     /// Gives `id` blocks for `tokens` positions; false (and forgets it) when the pool is short.
     fn reserve(&mut self, id: u64, tokens: usize) -> bool {
         let need = self.pool.blocks_for(tokens).saturating_sub(self.seqs.get(&id).map_or(0, |s| s.block_table.len()));
@@ -114,20 +149,24 @@ impl<B: Backend> Core<B> {
         let t = Instant::now();
         let mut want = self.draft_candidates();
         let Some(dm) = self.draft_model.as_mut() else { return };
+        let bs = dm.pool.block_size();
         // (seq, tokens to feed first, their first position, k)
         let mut jobs: Vec<(u64, Vec<u32>, usize, usize)> = Vec::new();
         for &(id, start, k, _) in &want {
             let Some(seq) = self.sched.seq(id) else { continue };
-            let known = dm.seqs.get(&id).map_or(0, |s| s.num_valid);
-            // A state holds exactly `known` tokens: it cannot go back, only start again.
-            let valid = if dm.state.is_some() && known > start { 0 } else { known.min(start) };
+            let hit = dm.take_cached(id, &seq.tokens[..=start]);
+            self.stats.draft_cached_tokens.fetch_add(hit as u64, Ordering::Relaxed);
+            let (known, cached) = dm.seqs.get(&id).map_or((0, 0), |s| (s.num_valid, s.hashes.len() * bs));
+            // A state holds exactly `known` tokens: it cannot go back, only start again. Registered
+            // blocks (perhaps shared) are written again only at `start`, whose logits the first
+            // draft needs, and then with the same bits.
+            let valid = if dm.state.is_some() && known > start { 0 } else { known.min(start).max(cached.min(start)) };
             if !dm.reserve(id, start + k) {
                 continue;
             }
             jobs.push((id, seq.tokens[valid..=start].to_vec(), valid, k));
         }
         want.clear();
-        let bs = dm.pool.block_size();
         let vocab = dm.model.vocab;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
         for step in 0.. {
@@ -181,6 +220,9 @@ impl<B: Backend> Core<B> {
             }
             if let Some(ds) = dm.seqs.get_mut(&id) {
                 ds.num_valid = first + feed.len();
+            }
+            if let Some(seq) = self.sched.seq(id) {
+                dm.register_full(id, &seq.tokens);
             }
             self.sched.set_draft(id, draft);
         }

@@ -162,16 +162,10 @@ impl<B: Backend> MtpDrafter<B> {
         if s.num_valid > 0 || !s.block_table.is_empty() {
             return 0;
         }
-        let mut parent = 0;
-        // Block i holds the token after it, and one position is left to feed for the first draft.
-        while (s.keys.len() + 1) * bs + 1 < tokens.len() {
-            let i = s.keys.len();
-            let key = self.pool.chain_hash(parent, &tokens[i * bs..=(i + 1) * bs]);
-            let Some(b) = self.pool.acquire_cached(key) else { break };
-            s.block_table.push(b);
-            s.keys.push(key);
-            parent = key;
-        }
+        // Block i's key holds the token after it, and one position is left to feed for the
+        // first draft.
+        let blocks = tokens.len().saturating_sub(2) / bs;
+        (s.block_table, s.keys) = self.pool.acquire_chain((0..blocks).map(|i| &tokens[i * bs..=(i + 1) * bs]));
         s.num_valid = s.keys.len() * bs;
         s.num_valid
     }
