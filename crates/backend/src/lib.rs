@@ -578,6 +578,11 @@ pub trait Backend: Send + Sync {
         let data = self.download(x);
         data.chunks(cols.max(1)).map(|row| host::argmax(row) as u32).collect()
     }
+    /// [`Backend::argmax_rows`] for a step inside a round (a drafter's): the same ids, and no
+    /// round ends here for the backend's tracing.
+    fn argmax_rows_in_round(&self, x: &Self::Act) -> Vec<u32> {
+        self.argmax_rows(x)
+    }
     /// [`Backend::argmax_rows`] without waiting for it: the ids stay where they were picked and
     /// their copy to the host is queued. [`Backend::held_ids`] reads them; a later round may
     /// embed them first ([`Round::held`]), so the device need not idle while the host looks.

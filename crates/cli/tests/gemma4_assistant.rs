@@ -25,7 +25,8 @@ const TOL: f32 = 1e-4;
 
 /// The logits `[2, vocab]` and argmax tokens of the first two draft steps after a prefill of
 /// `ids[..n - 1]`, `ids[n - 1]` the last token; the second step fed `feed` (the reference's
-/// first draft token).
+/// first draft token). The ids the engine drafts with (`step_ids`, picked where the logits are)
+/// must be those argmax tokens.
 fn two_steps<B: Backend>(b: &B, t: &Model<B>, a: &Gemma4Assistant<B>, ids: &[u32], feed: u32) -> (Vec<f32>, [u32; 2]) {
     let n = ids.len();
     let blocks = n.div_ceil(16);
@@ -42,6 +43,8 @@ fn two_steps<B: Backend>(b: &B, t: &Model<B>, a: &Gemma4Assistant<B>, ids: &[u32
         let meta = Gemma4Assistant::<B>::step_meta(vec![(n - 1, table.clone())], 16);
         let (logits, next) = a.step(b, &t.decoder, &[token], &positions, &h, &meta, &mut cache.kv);
         tokens[step] = tf_engine::sampler::argmax(&logits);
+        let (picked, _) = a.step_ids(b, &t.decoder, &[token], &positions, &h, &meta, &mut cache.kv);
+        assert_eq!(picked, [tokens[step]], "step {step}: the drafted id is the logits' argmax");
         out.extend(logits);
         h = next;
     }

@@ -507,6 +507,10 @@ impl Backend for CudaBackend {
         ids
     }
 
+    fn argmax_rows_in_round(&self, x: &CudaAct) -> Vec<u32> {
+        ops::argmax_rows(&self.ctx, x)
+    }
+
     fn argmax_rows_held(&self, x: &CudaAct) -> CudaHeld {
         held::argmax_rows_held(&self.ctx, &self.held_spare, x)
     }

@@ -136,6 +136,9 @@ fn two_steps<B: Backend>(b: &B, t: &Model<B>, a: &Gemma4Assistant<B>, ids: &[u32
     for token in [ids[n - 1], feed] {
         let meta = Gemma4Assistant::<B>::step_meta(vec![(n - 1, table.clone())], 16);
         let (logits, next) = a.step(b, &t.decoder, &[token], &positions, &h, &meta, &mut cache.kv);
+        // The ids the engine drafts with are picked on the device: the logits' first largest.
+        let (picked, _) = a.step_ids(b, &t.decoder, &[token], &positions, &h, &meta, &mut cache.kv);
+        assert_eq!(picked, [tf_backend::host::argmax(&logits) as u32]);
         out.extend(logits);
         h = next;
     }

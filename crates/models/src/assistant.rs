@@ -23,7 +23,7 @@ use crate::families::gemma4;
 use crate::spec::ModelSpec;
 use crate::weights::Loader;
 use std::path::Path;
-use tf_backend::{AttnMeta, Backend, SeqAttn};
+use tf_backend::{AttnMeta, Backend, RowQuery, SeqAttn, TokenMask};
 use tf_formats::Checkpoint;
 
 /// The `model_type` of an assistant checkpoint's config.
@@ -161,6 +161,57 @@ impl<B: Backend> Gemma4Assistant<B> {
         meta: &AttnMeta,
         pools: &mut [B::Kv],
     ) -> (Vec<f32>, B::Act) {
+        let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
+        let mut logits = b.download(&b.matmul(&normed, &self.head));
+        if let Some(o) = &self.ordered {
+            let vocab = self.spec.vocab_size;
+            for (row, kept) in logits.chunks_exact_mut(vocab).zip(o.kept_rows(b, &normed)) {
+                o.mask(row, &kept);
+            }
+        }
+        (logits, next)
+    }
+
+    /// [`Gemma4Assistant::step`]'s draft tokens: each row's first largest logit (among its kept
+    /// tokens where the head is ordered), picked where the logits are, so only the ids (and an
+    /// ordered head's centroid logits) cross to the host on a device that picks in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_ids(
+        &self,
+        b: &B,
+        target: &Decoder<B>,
+        ids: &[u32],
+        positions: &[u32],
+        hidden: &B::Act,
+        meta: &AttnMeta,
+        pools: &mut [B::Kv],
+    ) -> (Vec<u32>, B::Act) {
+        let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
+        let mut logits = b.matmul(&normed, &self.head);
+        let Some(o) = &self.ordered else { return (b.argmax_rows_in_round(&logits), next) };
+        let width = b.shape(&logits).1;
+        let queries: Vec<RowQuery> = o
+            .kept_rows(b, &normed)
+            .into_iter()
+            .map(|kept| greedy_within(TokenMask::from_ids(width, kept.into_iter().map(|t| t as u32))))
+            .collect();
+        let rows: Vec<usize> = (0..queries.len()).collect();
+        let picks = b.sample_candidates(&mut logits, &rows, &queries);
+        (picks.iter().map(|c| c.ids.first().copied().unwrap_or(0)).collect(), next)
+    }
+
+    /// The final-normed rows whose head gives the logits, and the hidden rows the next step feeds.
+    #[allow(clippy::too_many_arguments)]
+    fn step_rows(
+        &self,
+        b: &B,
+        target: &Decoder<B>,
+        ids: &[u32],
+        positions: &[u32],
+        hidden: &B::Act,
+        meta: &AttnMeta,
+        pools: &mut [B::Kv],
+    ) -> (B::Act, B::Act) {
         let s = &self.spec;
         let e = b.embed(target.embed_table(), ids, target.spec.embed_scale);
         let mut x = b.matmul(&b.concat_heads(&e, hidden, 1), &self.pre);
@@ -180,36 +231,56 @@ impl<B: Backend> Gemma4Assistant<B> {
         }
         let normed = b.rms_norm(&x, &self.norm, s.rms_norm_eps, s.norm_one_plus);
         let next = b.matmul(&normed, &self.post);
-        let mut logits = b.download(&b.matmul(&normed, &self.head));
-        if let Some(o) = &self.ordered {
-            let centroids = b.download(&b.matmul(&normed, &o.centroids));
-            let vocab = s.vocab_size;
-            let num_centroids = centroids.len() / ids.len().max(1);
-            for (row, c) in logits.chunks_exact_mut(vocab).zip(centroids.chunks_exact(num_centroids)) {
-                o.mask(row, c);
-            }
-        }
-        (logits, next)
+        (normed, next)
     }
 }
 
 impl<B: Backend> Ordered<B> {
-    /// Keeps the logits of the tokens of `centroid_logits`' `top_k` best centroids in `row`
-    /// and sets every other to their minimum less 1.
-    fn mask(&self, row: &mut [f32], centroid_logits: &[f32]) {
-        let mut order: Vec<usize> = (0..centroid_logits.len()).collect();
-        order.sort_by(|&a, &b| centroid_logits[b].total_cmp(&centroid_logits[a]).then(a.cmp(&b)));
-        let kept: Vec<usize> = order[..self.top_k]
-            .iter()
-            .flat_map(|&c| self.ordering[c * self.per_centroid..(c + 1) * self.per_centroid].iter())
-            .map(|&t| t as usize)
-            .collect();
+    /// Per row of `normed`, the tokens of its `top_k` best centroids (ties to the lower centroid).
+    fn kept_rows(&self, b: &B, normed: &B::Act) -> Vec<Vec<usize>> {
+        let centroids = b.download(&b.matmul(normed, &self.centroids));
+        let num_centroids = centroids.len() / b.shape(normed).0.max(1);
+        centroids
+            .chunks_exact(num_centroids.max(1))
+            .map(|c| {
+                let mut order: Vec<usize> = (0..c.len()).collect();
+                order.sort_by(|&a, &b| c[b].total_cmp(&c[a]).then(a.cmp(&b)));
+                order[..self.top_k.min(c.len())]
+                    .iter()
+                    .flat_map(|&c| self.ordering[c * self.per_centroid..(c + 1) * self.per_centroid].iter())
+                    .map(|&t| t as usize)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Keeps the logits of the `kept` tokens in `row` and sets every other to their minimum
+    /// less 1.
+    fn mask(&self, row: &mut [f32], kept: &[usize]) {
         let fill = kept.iter().map(|&t| row[t]).fold(f32::INFINITY, f32::min) - 1.0;
         let values: Vec<f32> = kept.iter().map(|&t| row[t]).collect();
         row.fill(fill);
         for (&t, v) in kept.iter().zip(values) {
             row[t] = v;
         }
+    }
+}
+
+/// A greedy query allowing only `mask`'s ids: its first candidate is the row's first largest
+/// allowed logit.
+fn greedy_within(mask: TokenMask) -> RowQuery {
+    RowQuery {
+        edits: Vec::new(),
+        repetition_penalty: 1.0,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
+        temperature: None,
+        window: 0.0,
+        race: None,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        mask: Some(mask),
     }
 }
 

@@ -10,7 +10,6 @@
 
 use super::Core;
 use super::mtp::HiddenRows;
-use crate::sampler::argmax;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -89,9 +88,9 @@ impl<B: Backend> Core<B> {
             let positions: Vec<u32> = live.iter().map(|&i| jobs[i].pos as u32).collect();
             let seqs = live.iter().map(|&i| (jobs[i].pos, jobs[i].block_table.clone())).collect();
             let meta = Gemma4Assistant::<B>::step_meta(seqs, bs);
-            let (logits, out) = ad.net.step(b, &self.model.decoder, &ids, &positions, &h, &meta, &mut self.cache.kv);
-            for (row, &i) in logits.chunks_exact(vocab.rows()).zip(&live) {
-                drafts[i].push(vocab.sampled(argmax(row) as usize));
+            let (best, out) = ad.net.step_ids(b, &self.model.decoder, &ids, &positions, &h, &meta, &mut self.cache.kv);
+            for (&id, &i) in best.iter().zip(&live) {
+                drafts[i].push(vocab.sampled(id as usize));
             }
             h = out;
         }

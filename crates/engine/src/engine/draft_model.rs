@@ -12,7 +12,6 @@
 
 use super::{Core, EngineConfig};
 use crate::block_pool::{BlockId, BlockPool};
-use crate::sampler::argmax;
 use crate::state_pool::{StateLayout, StatePool};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -206,10 +205,10 @@ impl<B: Backend> Core<B> {
             let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = dm.model.decoder.forward(&self.backend, &batch, &mut dm.cache);
-            let logits = self.backend.download(&logits);
-            let width = vocab.rows();
-            for (row, &i) in live.iter().enumerate() {
-                drafts[i].push(vocab.sampled(argmax(&logits[row * width..(row + 1) * width]) as usize));
+            // Only the ids cross to the host on a device that picks them in place.
+            let best = self.backend.argmax_rows_in_round(&logits);
+            for (&id, &i) in best.iter().zip(&live) {
+                drafts[i].push(vocab.sampled(id as usize));
             }
         }
         for ((id, feed, first, k), draft) in jobs.into_iter().zip(drafts) {

@@ -19,7 +19,6 @@
 
 use super::{Core, EngineConfig};
 use crate::block_pool::{BlockId, BlockPool};
-use crate::sampler::argmax;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -249,10 +248,10 @@ impl<B: Backend> Core<B> {
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let hidden = self.backend.upload(&hidden, ids.len(), w);
             let (logits, out) = mtp.head.forward(&self.backend, &self.model.decoder, &batch, &hidden, &mut mtp.cache);
-            let (logits, out) = (self.backend.download(&logits), self.backend.download(&out));
-            let width = vocab.rows();
-            for (row, &i) in live.iter().enumerate() {
-                drafts[i].push(vocab.sampled(argmax(&logits[row * width..(row + 1) * width]) as usize));
+            // Only the ids cross to the host on a device that picks them in place.
+            let (best, out) = (self.backend.argmax_rows_in_round(&logits), self.backend.download(&out));
+            for (row, (&id, &i)) in best.iter().zip(&live).enumerate() {
+                drafts[i].push(vocab.sampled(id as usize));
                 carried[i] = out[row * w..(row + 1) * w].to_vec();
             }
         }

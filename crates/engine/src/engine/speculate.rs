@@ -9,7 +9,6 @@
 
 use super::Core;
 use crate::draft::{Drafter, NgramDrafter};
-use crate::sampler::argmax;
 use crate::scheduler::RoundEntry;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -183,11 +182,10 @@ impl<B: Backend> Core<B> {
             let meta = AttnMeta { state_slots, seqs, slot_mapping: slots, block_size: bs };
             let batch = Batch { ids: &ids, meta: &meta, logits_rows: &rows, held: None };
             let logits = self.model.decoder.forward_layers(&self.backend, &batch, &mut self.cache, layers);
-            let logits = self.backend.download(&logits);
-            let vocab = self.model.vocab.rows();
-            for (row, &i) in live.iter().enumerate() {
-                let best = argmax(&logits[row * vocab..(row + 1) * vocab]);
-                drafts[i].push(self.model.vocab.sampled(best as usize));
+            // Only the ids cross to the host on a device that picks them in place.
+            let best = self.backend.argmax_rows_in_round(&logits);
+            for (&id, &i) in best.iter().zip(&live) {
+                drafts[i].push(self.model.vocab.sampled(id as usize));
             }
         }
         for ((id, ..), draft) in want.into_iter().zip(drafts) {
