@@ -117,6 +117,17 @@ pub struct Experts<M, V> {
     /// Added to the scores for choosing experts only (`e_score_correction_bias`, LFM2's
     /// `expert_bias`), one value per expert.
     pub choice_bias: Option<V>,
+    /// The router's index of the first expert held (`gate`, `up`, `down` hold experts
+    /// `first..first + up.len()`): 0, or under expert parallelism this rank's first. A token's
+    /// chosen experts outside them add nothing here (another rank adds them).
+    pub first: usize,
+}
+
+impl<M, V> Experts<M, V> {
+    /// The router's indices of the experts held.
+    pub fn held(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.up.len()
+    }
 }
 
 /// The operations a model family may use. Activations are `[rows, cols]` row-major f32 (or the

@@ -278,7 +278,9 @@ impl Backend for RefBackend {
         let mut out = HostTensor::zeros(x.rows, hidden);
         for r in 0..x.rows {
             let xr = self.upload(x.row(r), 1, hidden);
-            for (e, weight) in route(router_logits.row(r), experts.choice_bias.as_deref(), p) {
+            let routes = route(router_logits.row(r), experts.choice_bias.as_deref(), p);
+            for (e, weight) in routes.into_iter().filter(|(e, _)| experts.held().contains(e)) {
+                let e = e - experts.first;
                 let y = self.matmul(&expert_hidden(self, &xr, experts, e, p), &experts.down[e]);
                 for (o, v) in out.data[r * hidden..(r + 1) * hidden].iter_mut().zip(&y.data) {
                     *o += weight * v;

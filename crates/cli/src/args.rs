@@ -173,6 +173,10 @@ pub struct GenerateArgs {
     /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub tensor_parallel_size: usize,
+    /// Split a MoE model's routed experts whole over the ranks (expert parallelism) instead of
+    /// every expert's intermediate rows.
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,
@@ -272,6 +276,10 @@ pub struct BenchArgs {
     /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub tensor_parallel_size: usize,
+    /// Split a MoE model's routed experts whole over the ranks (expert parallelism) instead of
+    /// every expert's intermediate rows.
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,

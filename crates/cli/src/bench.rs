@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use std::time::Instant;
 use tf_backend::{AttnMeta, Backend, SeqAttn};
 use tf_engine::sampler::SamplingParams;
+use tf_models::tp::GroupShape;
 use tf_models::{Batch, Cache, Model};
 
 /// Tokens per KV block.
@@ -154,7 +155,8 @@ impl OnBackend for Bench<'_> {
     fn run<B: Backend + 'static>(self, b: &B) -> Result<(), Failure> {
         let (a, lim, cublas) = (self.0, self.1, self.2);
         let dev = crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?;
-        let m = crate::tp::open(&a.model, b, &Default::default(), &dev, a.tensor_parallel_size)?;
+        let shape = GroupShape { size: a.tensor_parallel_size, expert_parallel: a.enable_expert_parallel };
+        let m = crate::tp::open(&a.model, b, &Default::default(), &dev, shape)?;
         let rows = m.vocab.rows();
         let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
         let fp8 = crate::bench_fp8::Fp8Bytes::of(&a.model);

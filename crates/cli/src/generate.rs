@@ -10,6 +10,7 @@ use tf_core::TokenIds;
 use tf_engine::Runner;
 use tf_engine::sampler::{History, SamplingParams, sample};
 use tf_models::Model;
+use tf_models::tp::GroupShape;
 
 /// `generate`'s arguments, checked against the model.
 pub struct Generate<'a>(pub &'a GenerateArgs);
@@ -84,7 +85,8 @@ impl OnBackend for Generate<'_> {
         let a = self.0;
         let params = self.params()?;
         let dev = crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?;
-        let mut m = crate::tp::open(&a.model, b, &Default::default(), &dev, a.tensor_parallel_size)?;
+        let shape = GroupShape { size: a.tensor_parallel_size, expert_parallel: a.enable_expert_parallel };
+        let mut m = crate::tp::open(&a.model, b, &Default::default(), &dev, shape)?;
         crate::load::cap_context(&mut m, a.max_model_len.map(|n| n as u64))?;
         let prompt = self.prompt(&m)?;
         let stop_ids = self.stop_ids(&m)?;

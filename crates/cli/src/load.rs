@@ -41,7 +41,7 @@ pub fn open_reporting<B: Backend + 'static>(
     path: &Path,
     backend: &B,
     progress: &LoadProgress,
-    ranks: (&crate::args::DeviceArgs, usize),
+    ranks: (&crate::args::DeviceArgs, tf_models::tp::GroupShape),
     say: fn(&str),
 ) -> Result<Model<B>, Failure> {
     let (done, wait) = channel::<()>();

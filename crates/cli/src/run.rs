@@ -95,7 +95,10 @@ fn start<B: Backend + 'static>(
 ) -> Result<(crate::run_chat::Model, std::thread::JoinHandle<()>), Failure> {
     let path = a.model.as_deref().or(a.model_positional.as_deref()).ok_or_else(|| refused("give MODEL"))?;
     load::require_tokenizer(path, false)?;
-    let mut model = load::open_reporting(path, &backend, &LoadProgress::default(), (&a.dev, 1), |l| eprintln!("{l}"))?;
+    let mut model =
+        load::open_reporting(path, &backend, &LoadProgress::default(), (&a.dev, Default::default()), |l| {
+            eprintln!("{l}")
+        })?;
     let ctx = a.max_model_len.unwrap_or(model.decoder.spec.max_position_embeddings.min(DEFAULT_CONTEXT));
     load::cap_context(&mut model, Some(ctx as u64))?;
     let mut info = crate::serve::named_model_info(&model, path.display().to_string());

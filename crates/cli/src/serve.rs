@@ -99,7 +99,7 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
         a.model.as_deref().ok_or_else(|| refused("--model is required (on the command line or in the profile)"))?;
     load::wait_for(a.load_when_exists.as_deref());
     let free_before = backend.memory_info().map(|(free, _)| free);
-    let ranks = (&dev, tp_size(a));
+    let ranks = (&dev, tf_models::tp::GroupShape { size: tp_size(a), expert_parallel: a.enable_expert_parallel });
     let mut model = load::open_reporting(dir, &backend, &progress, ranks, |l| tracing::info!("{l}"))?;
     if a.skip_tokenizer_init {
         model.tokenizer = None;

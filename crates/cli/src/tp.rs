@@ -12,7 +12,7 @@ use std::time::Duration;
 use tf_backend::Backend;
 use tf_core::LoadProgress;
 use tf_cpu::CpuBackend;
-use tf_models::tp::MakeBackend;
+use tf_models::tp::{GroupShape, MakeBackend};
 use tf_models::{Model, ModelError};
 
 /// How long a rank waits for the others at a collective before the group is broken.
@@ -34,15 +34,16 @@ pub fn rank_device(dev: &DeviceArgs, size: usize) -> Result<DeviceArgs, Failure>
     Ok(DeviceArgs { threads: Some((threads / size).max(1)), ..dev.clone() })
 }
 
-/// `path` loaded onto `backend` (rank 0, with `size` ranks: each other rank's CPU backend made
-/// from `dev` on its own thread), counting in `progress`.
+/// `path` loaded onto `backend` (rank 0, with `shape.size` ranks: each other rank's CPU backend
+/// made from `dev` on its own thread), counting in `progress`.
 pub fn open<B: Backend + 'static>(
     path: &Path,
     backend: &B,
     progress: &LoadProgress,
     dev: &DeviceArgs,
-    size: usize,
+    shape: GroupShape,
 ) -> Result<Model<B>, Failure> {
+    let size = shape.size;
     if size <= 1 {
         return Model::open_with_progress(path, backend, progress).map_err(refused);
     }
@@ -56,7 +57,7 @@ pub fn open<B: Backend + 'static>(
         .map_err(|_| refused(format!("--tensor-parallel-size {size} needs --device cpu")))?;
     // The followers end when rank 0's model is dropped (the group closes).
     let (model, _followers) =
-        tf_models::tp::open_group(path, backend, progress, size, *make, COLLECTIVE_TIMEOUT).map_err(refused)?;
+        tf_models::tp::open_group(path, backend, progress, shape, *make, COLLECTIVE_TIMEOUT).map_err(refused)?;
     Ok(model)
 }
 

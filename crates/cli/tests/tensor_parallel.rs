@@ -2,8 +2,12 @@
 //! solo at 2 and 4 ranks through the real engine, TP = N against one rank within a stated
 //! tolerance, for dense, MoE and hybrid fixtures; a follower refuses a malformed, oversized or
 //! out-of-range plan without a crash, and the group's other ranks see it break; families and
-//! shapes the sharding does not cover are refused at load by name.
+//! shapes the sharding does not cover are refused at load by name. Expert parallelism (the
+//! routed experts whole, split over the ranks) likewise, for every MoE layout.
 
+mod checkpoint_util;
+
+use checkpoint_util::{copy, edit_config};
 use std::sync::Arc;
 use std::time::Duration;
 use tf_backend::{Collective, ThreadGroup};
@@ -11,7 +15,7 @@ use tf_core::LoadProgress;
 use tf_cpu::CpuBackend;
 use tf_engine::engine::DraftKind;
 use tf_models::tp::plan::{MAX_PLAN_BYTES, Pass, Plan, RoundPlan};
-use tf_models::tp::{MakeBackend, Shard, TpLink, open_group};
+use tf_models::tp::{GroupShape, MakeBackend, Shard, TpLink, open_group};
 use tf_models::{Model, ModelError};
 use tf_testkit::{
     check_concurrent_equals_solo_on, check_drafted_equals_undrafted_on, check_tp_matches_one_rank, fixture, tp_engine,
@@ -146,6 +150,77 @@ fn n_ranks_match_one_rank_within_tolerance() {
     }
 }
 
+/// `size` ranks, each holding its part of the routed experts whole.
+fn experts_over(size: usize) -> GroupShape {
+    GroupShape { size, expert_parallel: true }
+}
+
+/// Expert parallelism: each rank runs its whole experts for every token and the ranks' outputs
+/// are summed, so only the f32 rounding of that sum differs from one rank (within 1e-5 of the
+/// largest logit): every MoE layout (per-expert and stacked weights, a router bias with groups,
+/// shared and sigmoid-gated shared experts, latent experts, Gemma 4's experts beside a dense
+/// MLP, FP8 experts).
+#[test]
+fn expert_parallel_matches_one_rank_within_tolerance() {
+    let make = make();
+    let families = [
+        "qwen3_moe",
+        "glm4_moe",
+        "lfm2_moe",
+        "gemma4_moe",
+        "minimax_m2",
+        "deepseek_v3",
+        "step3p7",
+        "qwen3_next",
+        "qwen3_moe_fp8",
+        "glm4_moe_fp8",
+    ];
+    for (family, sizes) in families.iter().map(|f| (*f, &[2, 4][..])).chain([("nemotron_h_moe", &[2][..])]) {
+        for &size in sizes {
+            let worst = check_tp_matches_one_rank(&make, family, experts_over(size), 1e-5);
+            eprintln!("{family}, experts over {size} ranks: largest logit difference {worst:e} of the largest logit");
+        }
+    }
+    // The switch takes effect: whole experts sum their outputs in another order than every
+    // expert's row parts do.
+    let logits = |shape: GroupShape| {
+        let b = CpuBackend::new(1).expect("cpu");
+        let (model, _followers) = tf_testkit::tp_model(&b, &make, "qwen3_moe", shape);
+        let prompt = &tf_testkit::golden(&fixture("qwen3_moe")).prompts[0];
+        let ids = model.vocab.check(prompt).expect("ids");
+        tf_engine::Runner::new(&model, &b, ids.len()).expect("runner").prefill(&ids, ids.len(), true)
+    };
+    assert_ne!(logits(experts_over(2)), logits(2.into()), "expert parallelism loads whole experts");
+}
+
+#[test]
+fn expert_parallel_concurrent_equals_solo() {
+    let make = make();
+    for (family, size) in [("qwen3_moe", 4), ("gemma4_moe", 2), ("glm4_moe", 2)] {
+        let shape = experts_over(size);
+        check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, shape, cfg), family, false);
+    }
+    check_drafted_equals_undrafted_on(
+        &|cfg| tp_engine(&make, "qwen3_moe", experts_over(2), cfg),
+        "qwen3_moe",
+        DraftKind::Ngram,
+        true,
+    );
+}
+
+#[test]
+fn expert_parallel_with_fewer_experts_than_ranks_is_refused_by_name() {
+    let d = copy("qwen3_moe");
+    edit_config(d.path(), |c| c["num_local_experts"] = 2.into());
+    let b = CpuBackend::new(1).expect("cpu");
+    let err = match open_group(d.path(), &b, &LoadProgress::default(), experts_over(4), make(), Duration::from_secs(60))
+    {
+        Ok(_) => panic!("2 experts loaded over 4 ranks"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("2 routed experts, fewer than the ranks"), "{err}");
+}
+
 /// Rank 1 of `family` at 2 ranks on its own thread, following plans that the test sends from a
 /// bare rank 0 handle (dropped after them, closing the group, where `close`); returns the
 /// follower's result and the handle if kept.
@@ -156,7 +231,7 @@ fn follower_with(family: &str, plans: &[Vec<u8>], close: bool) -> (Result<(), Mo
     let path = fixture(family);
     let follower = std::thread::spawn(move || {
         let b = CpuBackend::new(1).expect("cpu");
-        let model = Model::open_shard(&path, &b, &LoadProgress::default(), Shard { link }).expect("rank 1 loads");
+        let model = Model::open_shard(&path, &b, &LoadProgress::default(), Shard::new(link)).expect("rank 1 loads");
         model.decoder.follow(&b)
     });
     for p in plans {
@@ -208,7 +283,7 @@ fn rank_0_ends_the_followers_by_closing_the_group() {
 fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     let refused = |family: &str, size: usize| {
         let b = CpuBackend::new(1).expect("cpu");
-        match open_group(&fixture(family), &b, &LoadProgress::default(), size, make(), Duration::from_secs(60)) {
+        match open_group(&fixture(family), &b, &LoadProgress::default(), size.into(), make(), Duration::from_secs(60)) {
             Ok(_) => panic!("{family} at {size} ranks loaded"),
             Err(e) => e.to_string(),
         }
@@ -227,7 +302,7 @@ fn a_follower_that_leaves_ends_the_engine_with_an_error() {
     let rank1 = groups.pop().expect("rank 1");
     let link = TpLink::new(Box::new(groups.pop().expect("rank 0")));
     let b = CpuBackend::new(1).expect("cpu");
-    let model = Model::open_shard(&fixture("qwen3"), &b, &LoadProgress::default(), Shard { link }).expect("loads");
+    let model = Model::open_shard(&fixture("qwen3"), &b, &LoadProgress::default(), Shard::new(link)).expect("loads");
     let (h, thread) = tf_engine::engine::spawn(model, b, tf_testkit::config(64, 256, 512, false)).expect("engine");
     drop(rank1);
     let req = tf_testkit::mixed_request(0, false);

@@ -13,15 +13,21 @@ pub(crate) fn moe(
     experts: &Experts<HostMat, Vec<f32>>,
     p: &MoeParams,
 ) -> HostTensor {
-    let num_experts = experts.up.len();
+    let (num_experts, held) = (experts.up.len(), experts.held());
     assert_eq!(logits.rows, x.rows, "moe: {} router rows for {} rows", logits.rows, x.rows);
-    assert_eq!(logits.cols, num_experts, "moe: {} router logits for {num_experts} experts", logits.cols);
+    assert!(held.end <= logits.cols, "moe: experts {held:?} held of {} router logits", logits.cols);
     assert!(
         (experts.gate.is_empty() || experts.gate.len() == num_experts) && experts.down.len() == num_experts,
         "moe: expert lists differ in length"
     );
     let bias = experts.choice_bias.as_deref();
-    let routes: Vec<Vec<(usize, f32)>> = (0..x.rows).map(|r| route(logits.row(r), bias, p)).collect();
+    // Each row's chosen experts that are held here, indexed among them.
+    let routes: Vec<Vec<(usize, f32)>> = (0..x.rows)
+        .map(|r| {
+            let chosen = route(logits.row(r), bias, p).into_iter();
+            chosen.filter(|(e, _)| held.contains(e)).map(|(e, w)| (e - held.start, w)).collect()
+        })
+        .collect();
     // Rows of each expert, ascending.
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); num_experts];
     for (r, chosen) in routes.iter().enumerate() {
@@ -70,6 +76,7 @@ mod tests {
             up: (0..n).map(|_| rand_mat(rng, dtype, inter, hidden)).collect(),
             down: (0..n).map(|_| rand_mat(rng, dtype, hidden, inter)).collect(),
             choice_bias: None,
+            first: 0,
         }
     }
 

@@ -43,7 +43,8 @@ pub(crate) fn moe(
     experts: &Experts<CudaMat, CudaVec>,
     p: &MoeParams,
 ) -> CudaAct {
-    assert_eq!(experts.up.len(), router_logits.cols, "moe: router width vs experts");
+    // Expert parallelism runs on host ranks only (the CLI refuses it elsewhere): every expert here.
+    assert!(experts.first == 0 && experts.up.len() == router_logits.cols, "moe: router width vs experts");
     let gated = !experts.gate.is_empty();
     let bias = experts.choice_bias.as_ref();
     let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };

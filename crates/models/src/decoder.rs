@@ -55,7 +55,7 @@ impl<B: Backend> Decoder<B> {
     pub fn load(spec: ModelSpec, ld: &Loader<'_, B>) -> Result<Decoder<B>, ModelError> {
         let (vocab, hidden) = (spec.vocab_size, spec.hidden_size);
         if let Some(sh) = ld.shard() {
-            crate::tp::check(&spec, sh.size())?;
+            crate::tp::check(&spec, sh.size(), sh.expert_parallel)?;
         }
         let embed = ld.mat(spec.names.embed, vocab, hidden)?;
         // Sharded, each rank holds its part of the vocabulary's head rows (tied: of the table).

@@ -116,6 +116,16 @@ impl<'a, B: Backend> Loader<'a, B> {
         self.shard.as_ref().map_or(0..n, |s| s.part(n))
     }
 
+    /// The routed experts of `n` this rank holds, and the part of each one's `inter`
+    /// intermediate rows: every expert's part under tensor parallelism, this rank's experts
+    /// whole under expert parallelism.
+    pub fn experts_part(&self, n: usize, inter: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        match &self.shard {
+            Some(s) if s.expert_parallel => (s.part(n), 0..inter),
+            _ => (0..n, self.part(inter)),
+        }
+    }
+
     /// The weight `name` of `[rows, cols]` cut by rows (a column-parallel projection): this
     /// rank's part of its `rows / unit` units of `unit` rows (heads of `unit` width); the whole
     /// weight without a shard.
@@ -156,13 +166,22 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// The weight `name` of `[rows, cols]` cut by columns (a row-parallel projection, whose
     /// outputs the ranks sum): this rank's part of its `cols / unit` units.
     pub fn mat_split_cols(&self, name: &str, rows: usize, cols: usize, unit: usize) -> Result<B::Mat, ModelError> {
-        match &self.shard {
-            None => self.mat(name, rows, cols),
-            Some(_) => {
-                let units = self.part(cols / unit.max(1));
-                self.mat_cols(name, rows, cols, units.start * unit, units.len() * unit)
-            }
+        let units = self.part(cols / unit.max(1));
+        self.mat_part_cols(name, rows, cols, units.start * unit..units.end * unit)
+    }
+
+    /// Columns `part` of the weight `name` of `[rows, cols]` (every column: the weight as it is).
+    pub fn mat_part_cols(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        part: std::ops::Range<usize>,
+    ) -> Result<B::Mat, ModelError> {
+        if part == (0..cols) {
+            return self.mat(name, rows, cols);
         }
+        self.mat_cols(name, rows, cols, part.start, part.len())
     }
 
     /// The vector `name` of `len` values cut like a column-parallel projection's rows: units
@@ -287,6 +306,14 @@ impl<'a, B: Backend> Loader<'a, B> {
             Some(gu) => GateUp::Packed(gu),
             None => GateUp::Apart(self.backend.mat(g)?, self.backend.mat(u)?),
         })
+    }
+
+    /// Marks every tensor named under `prefix` as another rank's (expert parallelism: that rank
+    /// reads and checks them), so that this rank neither reads them nor reports them unused.
+    pub fn leave_under(&self, prefix: &str) {
+        let Some(names) = self.ckpt.names() else { return };
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        taken.extend(names.into_iter().filter(|n| n.starts_with(prefix)));
     }
 
     /// Refuses a checkpoint holding tensors nothing took, apart from those HF checkpoints carry

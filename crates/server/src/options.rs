@@ -104,6 +104,14 @@ pub struct ServeArgs {
     /// Accepts: an integer >= 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub tensor_parallel_size: u64,
+    /// With `--tensor-parallel-size` above 1, a MoE model's routed experts are split whole over
+    /// the ranks (expert parallelism: each rank runs its experts for every token, the outputs
+    /// summed as before) instead of each expert's intermediate rows; shared experts stay split
+    /// by rows. Needs at least one routed expert a rank; nothing changes for dense models.
+    ///
+    /// Accepts: a bare switch.
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
     /// Activations of quantized (GGUF) matmuls on the CPU: `int8` quantizes them to 8-bit blocks
     /// as llama.cpp does (faster; logits move slightly), `f32` multiplies the exactly dequantized
     /// weights in f32 (what the golden test checks).

@@ -8,48 +8,51 @@ use tf_core::LoadProgress;
 use tf_engine::Runner;
 use tf_engine::engine::{EngineConfig, EngineHandle, spawn};
 use tf_models::Model;
-use tf_models::tp::{Followers, MakeBackend, open_group};
+use tf_models::tp::{Followers, GroupShape, MakeBackend, open_group};
 
 /// How long a collective waits for a rank in the tests.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// `family`'s fixture sharded over `size` ranks: rank 0's model on `backend`, rank `r`'s on
-/// `make(r)` on its own thread.
+/// `family`'s fixture sharded over `shape`'s ranks (a count, or a [`GroupShape`]): rank 0's
+/// model on `backend`, rank `r`'s on `make(r)` on its own thread.
 pub fn tp_model<B: Backend + 'static>(
     backend: &B,
     make: &MakeBackend<B>,
     family: &str,
-    size: usize,
+    shape: impl Into<GroupShape>,
 ) -> (Model<B>, Followers) {
-    open_group(&fixture(family), backend, &LoadProgress::default(), size, make.clone(), TIMEOUT)
-        .unwrap_or_else(|e| panic!("{family} at {size} ranks: {e}"))
+    let shape = shape.into();
+    open_group(&fixture(family), backend, &LoadProgress::default(), shape, make.clone(), TIMEOUT)
+        .unwrap_or_else(|e| panic!("{family} at {shape:?}: {e}"))
 }
 
-/// An engine on rank 0 of `family` sharded over `size` ranks (rank 0's backend `make(0)`).
+/// An engine on rank 0 of `family` sharded over `shape`'s ranks (rank 0's backend `make(0)`).
 pub fn tp_engine<B: Backend + 'static>(
     make: &MakeBackend<B>,
     family: &str,
-    size: usize,
+    shape: impl Into<GroupShape>,
     cfg: EngineConfig,
 ) -> EngineHandle {
     let backend = make(0).unwrap_or_else(|e| panic!("rank 0's backend: {e}"));
-    let (model, _followers) = tp_model(&backend, make, family, size);
+    let (model, _followers) = tp_model(&backend, make, family, shape);
     spawn(model, backend, cfg).unwrap_or_else(|e| panic!("{family}: engine: {e}")).0
 }
 
-/// Every golden prompt's logits at `size` ranks within `rel` of one rank's (relative to the
+/// Every golden prompt's logits at `shape`'s ranks within `rel` of one rank's (relative to the
 /// prompt's largest logit), and each row's greedy pick the same wherever one rank's top two
 /// logits are further apart than twice the difference. Returns the largest relative difference.
 pub fn check_tp_matches_one_rank<B: Backend + 'static>(
     make: &MakeBackend<B>,
     family: &str,
-    size: usize,
+    shape: impl Into<GroupShape>,
     rel: f32,
 ) -> f32 {
+    let shape = shape.into();
+    let size = shape.size;
     let one_backend = make(0).unwrap_or_else(|e| panic!("backend: {e}"));
     let one = Model::open(&fixture(family), &one_backend).unwrap_or_else(|e| panic!("{family}: {e}"));
     let backend = make(0).unwrap_or_else(|e| panic!("backend: {e}"));
-    let (tp, followers) = tp_model(&backend, make, family, size);
+    let (tp, followers) = tp_model(&backend, make, family, shape);
     let vocab = one.vocab.rows();
     let mut worst = 0f32;
     for prompt in golden(&fixture(family)).prompts {

@@ -39,11 +39,13 @@ impl<B: Backend> DenseMoe<B> {
         let folded: Vec<f32> = proj.iter().enumerate().map(|(i, w)| w * (scale[i % hidden] * c)).collect();
         let router = ld.mat_f32_from(&proj_name, ne, hidden, &folded)?;
         let (gu, down) = (format!("{p}experts.gate_up_proj"), format!("{p}experts.down_proj"));
-        let mut experts = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None };
-        // Sharded, each rank holds every expert's part of its intermediate rows.
-        let part = ld.part(inter);
+        // Sharded, each rank holds every expert's part of its intermediate rows, or (expert
+        // parallelism) its part of the experts whole.
+        let (held, part) = ld.experts_part(ne, inter);
+        let mut experts =
+            Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None, first: held.start };
         let up_rows = inter + part.start..inter + part.end;
-        for (e, &pe) in per_expert.iter().enumerate() {
+        for (e, &pe) in per_expert.iter().enumerate().filter(|(e, _)| held.contains(e)) {
             experts.gate.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, part.clone(), None)?);
             experts.up.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, up_rows.clone(), None)?);
             experts.down.push(ld.stacked_part(&down, [ne, hidden, inter], e, 0..hidden, part.clone(), Some(pe))?);

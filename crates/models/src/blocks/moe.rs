@@ -51,28 +51,35 @@ impl<B: Backend> Moe<B> {
         // The router first: a config whose expert count disagrees is refused naming it.
         // In f32 on every backend, as transformers routes.
         let router = ld.mat_f32(&format!("{module}{}.weight", m.router), ne, hidden)?;
-        let mut experts = Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None };
+        // Sharded, each rank holds every expert's part of its intermediate rows, or (expert
+        // parallelism) its part of the experts whole.
+        let (held, part) = ld.experts_part(ne, inter);
+        let mut experts =
+            Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None, first: held.start };
         if let Some(bias) = m.choice_bias {
             experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
         }
-        for e in 0..ne {
+        if !m.stacked {
+            for e in (0..ne).filter(|e| !held.contains(e)) {
+                ld.leave_under(&format!("{module}experts.{e}."));
+            }
+        }
+        for e in held {
             if m.stacked {
                 let name = |w: &str| format!("{module}{w}.weight");
-                let part = ld.part(inter);
                 if m.gated {
                     experts.gate.push(ld.stacked_mat(&name(g), [ne, inter, width], e, part.clone(), None)?);
                 }
                 experts.up.push(ld.stacked_mat(&name(u), [ne, inter, width], e, part.clone(), None)?);
-                experts.down.push(ld.stacked_part(&name(d), [ne, width, inter], e, 0..width, part, None)?);
+                experts.down.push(ld.stacked_part(&name(d), [ne, width, inter], e, 0..width, part.clone(), None)?);
                 continue;
             }
             let name = |w: &str| format!("{module}experts.{e}.{w}.weight");
-            // Sharded, each rank holds every expert's part of its intermediate rows.
             if m.gated {
-                experts.gate.push(ld.mat_split_rows(&name(g), inter, width, 1)?);
+                experts.gate.push(ld.mat_part_rows(&name(g), inter, width, 1, part.clone())?);
             }
-            experts.up.push(ld.mat_split_rows(&name(u), inter, width, 1)?);
-            experts.down.push(ld.mat_split_cols(&name(d), width, inter, 1)?);
+            experts.up.push(ld.mat_part_rows(&name(u), inter, width, 1, part.clone())?);
+            experts.down.push(ld.mat_part_cols(&name(d), width, inter, part.clone())?);
         }
         let latent = match m.latent_size {
             Some(l) => Some((

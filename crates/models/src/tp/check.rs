@@ -1,13 +1,15 @@
 //! Which shapes a tensor-parallel load can shard, refused by name otherwise: attention (heads
 //! split, KV and indexer heads split or shared), Gated DeltaNet (value heads split), Mamba2
 //! (groups and their heads split), short conv (channels split), dense and routed MLPs (their
-//! widths split), all evenly; norms, routers, embeddings and indexers replicated.
+//! widths split), all evenly, or the routed experts whole (expert parallelism, any count of at
+//! least the ranks); norms, routers, embeddings and indexers replicated.
 
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
 
-/// Refuses `spec` at `size` ranks unless every part of it can be cut into `size` even parts.
-pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
+/// Refuses `spec` at `size` ranks unless every part of it can be cut into `size` even parts
+/// (with `expert_parallel`, the routed experts into `size` parts of at least one whole expert).
+pub fn check(spec: &ModelSpec, size: usize, expert_parallel: bool) -> Result<(), ModelError> {
     let refuse = |what: String| {
         Err(ModelError::Backend(tf_backend::BackendError::Unsupported(format!(
             "--tensor-parallel-size {size}: {} {what}",
@@ -50,7 +52,11 @@ pub fn check(spec: &ModelSpec, size: usize) -> Result<(), ModelError> {
         even.push(("2 * intermediate_size", 2 * spec.intermediate_size));
     }
     if let Some(m) = &spec.moe {
-        even.push(("moe_intermediate_size", m.moe_intermediate_size));
+        if !expert_parallel {
+            even.push(("moe_intermediate_size", m.moe_intermediate_size));
+        } else if m.num_experts < size {
+            return refuse(format!("has {} routed experts, fewer than the ranks to split them over", m.num_experts));
+        }
         if let Some(sh) = &m.shared {
             even.push(("shared experts' intermediate_size", sh.intermediate_size));
         }

@@ -11,9 +11,17 @@ use tf_backend::{Backend, Collective};
 pub struct Shard {
     /// The group, as this rank sees it.
     pub link: Arc<TpLink>,
+    /// Expert parallelism: each rank holds its part of the routed experts whole, instead of
+    /// every expert's part of its intermediate rows.
+    pub expert_parallel: bool,
 }
 
 impl Shard {
+    /// Rank `link`'s shard, experts split by their intermediate rows.
+    pub fn new(link: Arc<TpLink>) -> Shard {
+        Shard { link, expert_parallel: false }
+    }
+
     /// This rank.
     pub fn rank(&self) -> usize {
         self.link.group.rank()

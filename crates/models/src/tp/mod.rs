@@ -1,7 +1,8 @@
 //! Tensor parallelism (Megatron-style): q, k, v and gate / up cut by rows (heads and
 //! intermediate rows split across ranks), o and down cut by columns with their outputs summed
-//! over the ranks in rank order, experts split by their intermediate rows, the head split by
-//! vocabulary rows and gathered onto rank 0; embedding, norms and routers replicated. Rank 0
+//! over the ranks in rank order, experts split by their intermediate rows (or, with expert
+//! parallelism, whole experts split over the ranks), the head split by vocabulary rows and
+//! gathered onto rank 0; embedding, norms and routers replicated. Rank 0
 //! runs the engine and sends each round's plan (plan.rs) to the others, which check it and run
 //! their shard (follow.rs). `tf_backend::ThreadGroup` is the in-process group (start.rs).
 
@@ -14,4 +15,4 @@ mod start;
 pub use check::check;
 pub use link::{Shard, TpLink};
 pub use plan::{Pass, Plan, RoundPlan};
-pub use start::{Followers, MakeBackend, open_group};
+pub use start::{Followers, GroupShape, MakeBackend, open_group};

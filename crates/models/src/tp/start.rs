@@ -38,17 +38,41 @@ impl Followers {
     }
 }
 
-/// Loads `path` sharded over `size` ranks as threads: rank 0 onto `backend` here, rank `r`
-/// onto `make(r)` on its thread. Collectives wait at most `timeout` for a rank. Returns rank
-/// 0's model and the followers once every rank has loaded; any rank's load error otherwise.
+/// How a group shards: its ranks, and whether the routed experts are split whole over them.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupShape {
+    /// Ranks.
+    pub size: usize,
+    /// Expert parallelism ([`Shard::expert_parallel`]).
+    pub expert_parallel: bool,
+}
+
+impl From<usize> for GroupShape {
+    /// `size` ranks, experts split by rows.
+    fn from(size: usize) -> GroupShape {
+        GroupShape { size, expert_parallel: false }
+    }
+}
+
+impl Default for GroupShape {
+    /// One rank.
+    fn default() -> GroupShape {
+        GroupShape { size: 1, expert_parallel: false }
+    }
+}
+
+/// Loads `path` sharded over `shape.size` ranks as threads: rank 0 onto `backend` here, rank
+/// `r` onto `make(r)` on its thread. Collectives wait at most `timeout` for a rank. Returns
+/// rank 0's model and the followers once every rank has loaded; any rank's load error otherwise.
 pub fn open_group<B: Backend + 'static>(
     path: &Path,
     backend: &B,
     progress: &LoadProgress,
-    size: usize,
+    shape: GroupShape,
     make: MakeBackend<B>,
     timeout: Duration,
 ) -> Result<(Model<B>, Followers), ModelError> {
+    let GroupShape { size, expert_parallel } = shape;
     let mut links: Vec<Arc<TpLink>> =
         ThreadGroup::new(size.max(1), timeout).into_iter().map(|g| TpLink::new(Box::new(g))).collect();
     let leader = links.remove(0);
@@ -58,7 +82,8 @@ pub fn open_group<B: Backend + 'static>(
         let (rank, path, make, ready_tx) = (i + 1, PathBuf::from(path), make.clone(), ready_tx.clone());
         let spawned = std::thread::Builder::new().name(format!("tensorfold-rank-{rank}")).spawn(move || {
             let loaded = make(rank).and_then(|b| {
-                Model::open_shard(&path, &b, &LoadProgress::default(), Shard { link: link.clone() }).map(|m| (b, m))
+                Model::open_shard(&path, &b, &LoadProgress::default(), Shard { link: link.clone(), expert_parallel })
+                    .map(|m| (b, m))
             });
             let (b, model) = match loaded {
                 Ok(x) => x,
@@ -82,7 +107,7 @@ pub fn open_group<B: Backend + 'static>(
     }
     drop(ready_tx);
     let followers = Followers { threads };
-    let model = Model::open_shard(path, backend, progress, Shard { link: leader })?;
+    let model = Model::open_shard(path, backend, progress, Shard { link: leader, expert_parallel })?;
     for _ in 1..size {
         match ready.recv() {
             Ok(Ok(())) => {}
