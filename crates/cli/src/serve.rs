@@ -148,6 +148,7 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
         )));
     }
     let mut info = model_info(&model, a, dir);
+    info.reasoning = a.reasoning_parser.as_deref().map(reasoning_parser).transpose()?;
     let chat = crate::chat_template::serve_template(a.chat_template.as_deref(), &mut model, &mut info)?;
     for warning in &chat.warnings {
         tracing::warn!("{warning}");
@@ -291,6 +292,12 @@ fn model_info<B: Backend>(model: &Model<B>, a: &ServeArgs, dir: &Path) -> ModelI
     named_model_info(model, name)
 }
 
+/// The `--reasoning-parser` called `name`, or a refusal naming the ones there are.
+fn reasoning_parser(name: &str) -> Result<tf_server::reasoning::ReasoningParser, Failure> {
+    tf_server::reasoning::ReasoningParser::named(name)
+        .ok_or_else(|| refused(format!("--reasoning-parser {name}: known parsers are qwen3 and deepseek_r1")))
+}
+
 /// What the chat side keeps of the model, under `name` (serve's and run's).
 pub(crate) fn named_model_info<B: Backend>(model: &Model<B>, name: String) -> ModelInfo {
     let tok = model.tokenizer.as_ref();
@@ -303,6 +310,7 @@ pub(crate) fn named_model_info<B: Backend>(model: &Model<B>, name: String) -> Mo
         bos_token: text_of(model.bos_id),
         eos_token: text_of(tok.and_then(|t| t.eos_id()).or(model.eos_ids.first().copied())),
         chat_template: tok.and_then(|t| t.chat_template()).map(str::to_string),
+        reasoning: None,
     }
 }
 

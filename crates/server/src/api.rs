@@ -109,6 +109,7 @@ fn reply_with_tools(
         echo,
         tokenizer: st.model.tokenizer.clone(),
         tools,
+        reasoning: st.model.reasoning.filter(|_| api == Api::Chat),
     }
 }
 

@@ -23,6 +23,7 @@ mod noop;
 pub mod openapi;
 mod openapi_close;
 pub mod options;
+pub mod reasoning;
 pub mod request;
 mod respond;
 mod responses;

@@ -38,6 +38,15 @@ pub struct ServeArgs {
     /// Default: the checkpoint's own template.
     #[arg(long)]
     pub chat_template: Option<String>,
+    /// Split a reasoning model's thinking off its chat answers: the message's (or stream
+    /// delta's) `reasoning_content` holds it and `content` the answer after it, and tool calls
+    /// are parsed from the answer alone. `qwen3`: an answer opening with `<think>` reasons until
+    /// `</think>`; `deepseek_r1` (also for templates that open the block in the prompt, such as
+    /// Qwen3's thinking-only releases): everything before `</think>` is reasoning.
+    ///
+    /// Accepts: qwen3, deepseek_r1. Default: none (the text as generated).
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
     /// TOML file of switches (keys are the long flag names); the command line wins over it.
     ///
     /// Accepts: a file path. Default: none.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tf_engine::engine::{PromptLogprob, TokenEvent};
 use tf_tokenize::Tokenizer;
 
+use crate::reasoning::{ReasoningParser, Splitter};
 use crate::tools::ToolMode;
 
 /// What every chunk or body of one response shares.
@@ -35,6 +36,8 @@ pub struct Reply {
     pub tokenizer: Option<Arc<Tokenizer>>,
     /// Chat with tools: the output is parsed for tool calls (tools.rs).
     pub tools: Option<ToolMode>,
+    /// Chat with `--reasoning-parser`: the reasoning split off each answer first (reasoning.rs).
+    pub reasoning: Option<ReasoningParser>,
 }
 
 impl Reply {
@@ -180,19 +183,24 @@ impl Reply {
         Ok(doc)
     }
 
-    /// A chat choice's message and finish reason: with tools, the calls parsed from `text`.
+    /// A chat choice's message and finish reason: its reasoning split off where a parser is on,
+    /// and with tools, the calls parsed from the answer.
     fn message<'a>(&self, text: &str, finish: &'a str) -> (Value, &'a str) {
-        let calls = match &self.tools {
-            Some(m) => m.parse_calls(text),
-            None => return (json!({"role": "assistant", "content": text}), finish),
+        let (reasoning, answer) = match self.reasoning {
+            Some(p) => p.split(text),
+            None => (None, text.to_string()),
         };
-        match calls {
-            (_, c) if c.is_empty() => (json!({"role": "assistant", "content": text}), finish),
-            (content, c) => {
+        let (mut message, finish) = match self.tools.as_ref().map(|m| m.parse_calls(&answer)) {
+            Some((content, c)) if !c.is_empty() => {
                 let calls: Vec<Value> = c.iter().enumerate().map(|(j, c)| self.tool_call(c, j, false)).collect();
                 (json!({"role": "assistant", "content": content, "tool_calls": calls}), "tool_calls")
             }
+            _ => (json!({"role": "assistant", "content": answer}), finish),
+        };
+        if let Some(r) = reasoning {
+            message["reasoning_content"] = json!(r);
         }
+        (message, finish)
     }
 
     /// One call in OpenAI's shape (with its `index` in a stream's delta).
@@ -259,15 +267,68 @@ impl Reply {
             .collect()
     }
 
-    /// The chunk for one update, if it has anything to say.
-    fn update_chunk(&self, u: Update, offsets: &mut [usize], held: &mut [String]) -> Option<Bytes> {
+    /// A chat delta of reasoning `reasoning` and answer `content` (either may be empty).
+    fn split_delta(&self, index: usize, reasoning: String, content: String, lp: Option<Value>) -> Bytes {
+        let mut delta = serde_json::Map::new();
+        if !reasoning.is_empty() {
+            delta.insert("reasoning_content".into(), json!(reasoning));
+        }
+        if !content.is_empty() {
+            delta.insert("content".into(), json!(content));
+        }
+        self.chunk(json!({"index": index, "delta": delta, "logprobs": lp, "finish_reason": null}))
+    }
+
+    /// The chunk for one update, if it has anything to say (`split`: each chat choice's
+    /// reasoning split where a parser is on).
+    fn update_chunk(
+        &self,
+        u: Update,
+        offsets: &mut [usize],
+        held: &mut [String],
+        split: &mut [Splitter],
+    ) -> Option<Bytes> {
         let tool_mode = self.tools.is_some() && self.api == Api::Chat;
+        let splitting = self.reasoning.is_some() && self.api == Api::Chat;
         match u {
+            // Reasoning streams as it comes; the answer is held for its tool calls.
+            Update::Delta { index, text, .. } if tool_mode && splitting => {
+                let (reasoning, content) = split[index].push(&text);
+                held[index].push_str(&content);
+                (!reasoning.is_empty()).then(|| self.split_delta(index, reasoning, String::new(), None))
+            }
+            Update::Finish { index, reason } if tool_mode && splitting => {
+                let (reasoning, content) = split[index].finish();
+                held[index].push_str(&content);
+                let mut out = Vec::new();
+                if !reasoning.is_empty() {
+                    out.extend_from_slice(&self.split_delta(index, reasoning, String::new(), None));
+                }
+                out.extend_from_slice(&self.tool_finish(index, &held[index], reason));
+                Some(Bytes::from(out))
+            }
             Update::Delta { index, text, .. } if tool_mode => {
                 held[index].push_str(&text);
                 None
             }
             Update::Finish { index, reason } if tool_mode => Some(self.tool_finish(index, &held[index], reason)),
+            Update::Delta { index, text, tokens } if splitting => {
+                let (reasoning, content) = split[index].push(&text);
+                let lp = self.opts.logprobs.filter(|_| !tokens.is_empty()).map(|_| self.logprobs(&tokens, 0));
+                if reasoning.is_empty() && content.is_empty() && lp.is_none() {
+                    return None;
+                }
+                Some(self.split_delta(index, reasoning, content, lp))
+            }
+            Update::Finish { index, reason } if splitting => {
+                let (reasoning, content) = split[index].finish();
+                let mut out = Vec::new();
+                if !reasoning.is_empty() || !content.is_empty() {
+                    out.extend_from_slice(&self.split_delta(index, reasoning, content, None));
+                }
+                out.extend_from_slice(&self.chunk(self.delta_choice(index, String::new(), None, Some(reason))));
+                Some(Bytes::from(out))
+            }
             Update::Delta { index, text, tokens } => {
                 if text.is_empty() && (tokens.is_empty() || self.opts.logprobs.is_none()) {
                     return None;
@@ -290,7 +351,9 @@ impl Reply {
         let mut prelude = self.prelude(&mut offsets);
         prelude.reverse(); // popped from the back
         let held = vec![String::new(); self.echo.len()];
-        let state = StreamState { reply: self, generation, offsets, held, prelude, phase: Phase::Prelude };
+        let parser = self.reasoning.unwrap_or(ReasoningParser::Qwen3);
+        let split = (0..self.echo.len()).map(|_| Splitter::new(parser)).collect();
+        let state = StreamState { reply: self, generation, offsets, held, split, prelude, phase: Phase::Prelude };
         let body = futures_util::stream::unfold(state, |mut s| async move {
             let b = s.next_bytes().await?;
             Some((Ok::<Bytes, Infallible>(b), s))
@@ -328,6 +391,8 @@ struct StreamState {
     offsets: Vec<usize>,
     /// Tool mode: each choice's text so far, parsed at its end.
     held: Vec<String>,
+    /// Each choice's reasoning split (read only where `Reply::reasoning` is on).
+    split: Vec<Splitter>,
     prelude: Vec<Bytes>,
     phase: Phase,
 }
@@ -342,7 +407,8 @@ impl StreamState {
                 },
                 Phase::Tokens => match self.generation.next().await {
                     Some(u) => {
-                        if let Some(b) = self.reply.update_chunk(u, &mut self.offsets, &mut self.held) {
+                        if let Some(b) = self.reply.update_chunk(u, &mut self.offsets, &mut self.held, &mut self.split)
+                        {
                             return Some(b);
                         }
                     }

@@ -29,6 +29,8 @@ pub struct ModelInfo {
     pub eos_token: Option<String>,
     /// The raw chat template, if any.
     pub chat_template: Option<String>,
+    /// Where chat answers' reasoning is split off (`--reasoning-parser`), if anywhere.
+    pub reasoning: Option<crate::reasoning::ReasoningParser>,
 }
 
 /// Limits a deployment sets on requests.

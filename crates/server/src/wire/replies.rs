@@ -125,6 +125,8 @@ pub struct AssistantMessage {
     /// The calls parsed from the output.
     #[schema(value_type = Option<Vec<Object>>)]
     tool_calls: Option<Value>,
+    /// The reasoning split off the answer (`--reasoning-parser`; absent without one).
+    reasoning_content: Option<String>,
 }
 
 /// `/v1/models`.

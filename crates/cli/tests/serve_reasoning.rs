@@ -1,0 +1,89 @@
+//! `serve --reasoning-parser`: a chat answer's reasoning split into `reasoning_content`, whole
+//! and streamed, the answer after it in `content`; off by default (the text as generated), and
+//! an unknown parser refused at start. The tiny model's output is forced with `guided_choice`.
+
+mod serve_util;
+
+use serde_json::{Value, json};
+use serve_util::Server;
+use std::process::Command;
+
+/// The forced answer: a Qwen3-style think block, then the answer.
+const FORCED: &str = "<think>\nsum it\n</think>\n\nIt is 4.";
+
+fn chat(stream: bool) -> Value {
+    json!({"model": "tiny", "messages": [{"role": "user", "content": "2 + 2?"}], "max_tokens": 64,
+           "guided_choice": [FORCED], "stream": stream})
+}
+
+/// A stream's reasoning and content deltas, each joined.
+fn joined(events: &[Value]) -> (String, String) {
+    let field = |name: &str| -> String {
+        events
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"][name].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+            .concat()
+    };
+    (field("reasoning_content"), field("content"))
+}
+
+#[test]
+fn reasoning_is_split_off_chat_answers_whole_and_streamed() {
+    for parser in ["qwen3", "deepseek_r1"] {
+        let s = Server::start(&["--reasoning-parser", parser]);
+        let r = s.post("/v1/chat/completions", &chat(false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let message = &r.json()["choices"][0]["message"];
+        assert_eq!(message["reasoning_content"], "\nsum it\n", "{parser}: {message}");
+        assert_eq!(message["content"], "It is 4.", "{parser}: {message}");
+        let events = s.post("/v1/chat/completions", &chat(true)).events();
+        assert_eq!(joined(&events), ("\nsum it\n".into(), "It is 4.".into()), "{parser}: streamed");
+        // Completions are text as generated.
+        let body = json!({"model": "tiny", "prompt": "2 + 2?", "max_tokens": 64, "guided_choice": [FORCED]});
+        assert_eq!(s.post("/v1/completions", &body).json()["choices"][0]["text"], FORCED);
+    }
+    let s = Server::start(&[]);
+    let message = s.post("/v1/chat/completions", &chat(false)).json()["choices"][0]["message"].clone();
+    assert_eq!(message["content"], FORCED, "no parser: the text as generated");
+    assert!(message.get("reasoning_content").is_none(), "{message}");
+}
+
+#[test]
+fn an_unknown_reasoning_parser_is_refused_at_start() {
+    let dir = serve_util::model_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["serve", "--model", dir.path().to_str().expect("utf-8"), "--port", "0", "--reasoning-parser", "r2"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--reasoning-parser r2: known parsers are qwen3 and deepseek_r1"), "{err}");
+}
+
+#[test]
+fn tool_calls_are_parsed_from_the_answer_after_the_reasoning() {
+    let s = Server::start(&["--reasoning-parser", "qwen3"]);
+    let call = r#"<tool_call>
+{"name": "get_weather", "arguments": {"city": "Paris"}}
+</tool_call>"#;
+    let forced = format!("<think>\nneed the weather\n</think>\n\n{call}");
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let body = |stream: bool| {
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+               "max_tokens": 200, "guided_choice": [forced], "stream": stream})
+    };
+    let doc = s.post("/v1/chat/completions", &body(false)).json();
+    let choice = &doc["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{doc}");
+    assert_eq!(choice["message"]["reasoning_content"], "\nneed the weather\n", "{doc}");
+    assert_eq!(choice["message"]["content"], Value::Null, "{doc}");
+    assert_eq!(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather", "{doc}");
+    let events = s.post("/v1/chat/completions", &body(true)).events();
+    assert_eq!(joined(&events), ("\nneed the weather\n".into(), String::new()), "streamed: the reasoning only");
+    let calls: Vec<&Value> = events.iter().filter_map(|e| e["choices"][0]["delta"]["tool_calls"].get(0)).collect();
+    assert_eq!(calls.len(), 1, "{events:?}");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"city":"Paris"}"#);
+    assert!(events.iter().any(|e| e["choices"][0]["finish_reason"] == "tool_calls"), "{events:?}");
+}

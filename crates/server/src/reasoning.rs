@@ -1,0 +1,210 @@
+//! `--reasoning-parser`: a reasoning model's thinking split off a chat answer's text into
+//! `reasoning_content`, whole or piece by piece as it streams, before tool calls are parsed
+//! from the rest. Text only: the tags are matched in the detokenized text wherever the
+//! tokenizer cut it, and a piece that may be the start of a tag is held back until it is not.
+
+/// Where a model's reasoning is in its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningParser {
+    /// Qwen3 (thinking on): the output opens with `<think>` (after any whitespace) and the
+    /// reasoning ends at `</think>`; an output that does not open with it is all answer.
+    Qwen3,
+    /// DeepSeek R1 (and templates that open the `<think>` block in the prompt: Qwen3's
+    /// thinking-only releases, GLM-4.5): everything before `</think>` is reasoning (a leading
+    /// `<think>` dropped); an output without it is all reasoning, cut before its answer.
+    DeepSeekR1,
+}
+
+impl ReasoningParser {
+    /// The parser called `name` (`qwen3`, `deepseek_r1`), if any.
+    pub fn named(name: &str) -> Option<ReasoningParser> {
+        match name {
+            "qwen3" => Some(ReasoningParser::Qwen3),
+            "deepseek_r1" => Some(ReasoningParser::DeepSeekR1),
+            _ => None,
+        }
+    }
+
+    /// Splits a whole output into its reasoning (`None` where it has none) and its answer.
+    pub fn split(self, text: &str) -> (Option<String>, String) {
+        let mut s = Splitter::new(self);
+        let (mut reasoning, mut content) = s.push(text);
+        let (r, c) = s.finish();
+        reasoning.push_str(&r);
+        content.push_str(&c);
+        (s.saw_reasoning.then_some(reasoning), content)
+    }
+}
+
+const OPEN: &str = "<think>";
+const CLOSE: &str = "</think>";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Before anything but whitespace: whether the output opens with `<think>` is not known.
+    Start,
+    Reasoning,
+    /// The answer; `trim` while the newlines after `</think>` are still being dropped.
+    Content {
+        trim: bool,
+    },
+}
+
+/// One streamed output's split: each piece pushed gives the reasoning and answer text that is
+/// certain so far.
+#[derive(Debug)]
+pub struct Splitter {
+    parser: ReasoningParser,
+    phase: Phase,
+    /// Text not yet given out: the start of the output, or a possible start of a tag.
+    held: String,
+    /// Whether any of the output was reasoning (a `<think>` opened it, or R1's implicit one).
+    saw_reasoning: bool,
+}
+
+impl Splitter {
+    /// A split of a new output.
+    pub fn new(parser: ReasoningParser) -> Splitter {
+        Splitter { parser, phase: Phase::Start, held: String::new(), saw_reasoning: false }
+    }
+
+    /// The reasoning and answer text `piece` settles.
+    pub fn push(&mut self, piece: &str) -> (String, String) {
+        self.held.push_str(piece);
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        loop {
+            match self.phase {
+                Phase::Start => {
+                    let body = self.held.trim_start();
+                    if let Some(rest) = body.strip_prefix(OPEN) {
+                        self.held = rest.to_string();
+                        self.enter_reasoning();
+                    } else if OPEN.starts_with(body) {
+                        return (reasoning, content); // "", or a part of "<think>": wait
+                    } else if self.parser == ReasoningParser::DeepSeekR1 {
+                        self.enter_reasoning();
+                    } else {
+                        self.phase = Phase::Content { trim: false };
+                    }
+                }
+                Phase::Reasoning => match self.held.find(CLOSE) {
+                    Some(at) => {
+                        reasoning.push_str(&self.held[..at]);
+                        self.held.drain(..at + CLOSE.len());
+                        self.phase = Phase::Content { trim: true };
+                    }
+                    None => {
+                        let keep = partial_tag(&self.held, CLOSE);
+                        reasoning.extend(self.held.drain(..self.held.len() - keep));
+                        return (reasoning, content);
+                    }
+                },
+                Phase::Content { trim } => {
+                    if trim {
+                        let body = self.held.trim_start_matches(['\n', '\r']);
+                        if body.is_empty() {
+                            self.held.clear();
+                            return (reasoning, content);
+                        }
+                        self.held = body.to_string();
+                        self.phase = Phase::Content { trim: false };
+                    }
+                    content.push_str(&self.held);
+                    self.held.clear();
+                    return (reasoning, content);
+                }
+            }
+        }
+    }
+
+    /// What is still held when the output ends.
+    pub fn finish(&mut self) -> (String, String) {
+        let held = std::mem::take(&mut self.held);
+        match self.phase {
+            Phase::Reasoning => (held, String::new()),
+            Phase::Start if self.parser == ReasoningParser::DeepSeekR1 && !held.trim().is_empty() => {
+                self.saw_reasoning = true;
+                (held.trim_start().strip_prefix(OPEN).unwrap_or(held.trim_start()).to_string(), String::new())
+            }
+            Phase::Start if held.trim_start().starts_with(OPEN) => {
+                self.saw_reasoning = true;
+                (String::new(), String::new())
+            }
+            _ => (String::new(), held),
+        }
+    }
+
+    fn enter_reasoning(&mut self) {
+        self.phase = Phase::Reasoning;
+        self.saw_reasoning = true;
+    }
+}
+
+/// Bytes at the end of `text` that begin `tag` (held back: the rest may follow).
+fn partial_tag(text: &str, tag: &str) -> usize {
+    (1..tag.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text` pushed in pieces of `n` chars: the reasoning and the answer joined, and whether the
+    /// output had reasoning.
+    fn streamed(p: ReasoningParser, text: &str, n: usize) -> (String, String) {
+        let mut s = Splitter::new(p);
+        let chars: Vec<char> = text.chars().collect();
+        let (mut r, mut c) = (String::new(), String::new());
+        for piece in chars.chunks(n) {
+            let (a, b) = s.push(&piece.iter().collect::<String>());
+            r += &a;
+            c += &b;
+        }
+        let (a, b) = s.finish();
+        (r + &a, c + &b)
+    }
+
+    #[test]
+    fn qwen3_splits_an_opening_think_block_off_the_answer() {
+        let p = ReasoningParser::Qwen3;
+        let text = "<think>\nLet me add: 2 + 2 = 4.\n</think>\n\nThe answer is 4.";
+        let (r, c) = p.split(text);
+        assert_eq!(r.as_deref(), Some("\nLet me add: 2 + 2 = 4.\n"));
+        assert_eq!(c, "The answer is 4.");
+        for n in 1..12 {
+            assert_eq!(streamed(p, text, n), (r.clone().unwrap(), c.clone()), "pieces of {n}");
+        }
+        // No opening tag: all answer, even with a tag later on.
+        assert_eq!(p.split("4, because <think> is text here"), (None, "4, because <think> is text here".into()));
+        assert_eq!(streamed(p, "  <thin", 1), (String::new(), "  <thin".into()), "a cut tag is text");
+        // Cut before the end of its reasoning: all reasoning.
+        assert_eq!(p.split("<think>still going"), (Some("still going".into()), String::new()));
+    }
+
+    #[test]
+    fn deepseek_r1_takes_everything_before_the_closing_tag_as_reasoning() {
+        let p = ReasoningParser::DeepSeekR1;
+        let text = "First, 2 + 2.\n</think>\n\nIt is 4.";
+        assert_eq!(p.split(text), (Some("First, 2 + 2.\n".into()), "It is 4.".into()));
+        for n in 1..10 {
+            assert_eq!(streamed(p, text, n), ("First, 2 + 2.\n".into(), "It is 4.".into()), "pieces of {n}");
+        }
+        assert_eq!(p.split("<think>a</think>b"), (Some("a".into()), "b".into()));
+        assert_eq!(p.split("no end tag"), (Some("no end tag".into()), String::new()));
+        assert_eq!(p.split(""), (None, String::new()));
+        // A tag's start held back is given out once it is not one.
+        assert_eq!(streamed(p, "x </thinking> y", 1), ("x </thinking> y".into(), String::new()));
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_char_boundaries() {
+        let p = ReasoningParser::Qwen3;
+        let text = "<think>日本語の推論</think>答え：４";
+        for n in 1..6 {
+            assert_eq!(streamed(p, text, n), ("日本語の推論".into(), "答え：４".into()));
+        }
+    }
+}
