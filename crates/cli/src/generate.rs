@@ -27,8 +27,8 @@ impl Generate<'_> {
             repetition_penalty: a.repetition_penalty,
             presence_penalty: a.presence_penalty,
             frequency_penalty: a.frequency_penalty,
-            logit_bias: Vec::new(),
             seed: a.seed,
+            ..SamplingParams::default()
         };
         let flag = |e: tf_engine::sampler::ParamError| {
             format!("--{} {} is out of range: expected {}", e.field.replace('_', "-"), e.value, e.expected)

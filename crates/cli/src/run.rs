@@ -79,8 +79,7 @@ fn settings(a: &RunArgs) -> Result<Settings, Failure> {
         repetition_penalty: a.repetition_penalty,
         presence_penalty: 0.0,
         frequency_penalty: 0.0,
-        logit_bias: Vec::new(),
-        seed: 0,
+        ..SamplingParams::default()
     };
     params.validate().map_err(|e| {
         refused(format!("--{} {} is out of range: expected {}", e.field.replace('_', "-"), e.value, e.expected))

@@ -724,7 +724,10 @@ impl<B: Backend> Core<B> {
                 e.draft.is_empty()
                     && !self.saves.contains_key(&e.seq)
                     && self.active.get(&e.seq).is_some_and(|a| {
-                        a.req.params.is_plain_greedy() && a.req.top_logprobs.is_none() && a.req.constraint.is_none()
+                        a.req.params.is_plain_greedy()
+                            && a.generated >= a.req.params.min_tokens
+                            && a.req.top_logprobs.is_none()
+                            && a.req.constraint.is_none()
                     })
             })
     }

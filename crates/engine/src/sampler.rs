@@ -31,6 +31,11 @@ const RACE_WINDOW: f32 = 20.0;
 /// embedding table) is overwritten with the biased, penalised values.
 pub fn sample(logits: &mut [f32], params: &SamplingParams, history: &History, position: u64) -> u32 {
     apply_logit_bias(logits, &params.logit_bias);
+    for &id in params.suppressed(history.generated().len()) {
+        if let Some(x) = logits.get_mut(id as usize) {
+            *x += f32::NEG_INFINITY;
+        }
+    }
     apply_penalties(logits, params, history);
     let candidates = select(logits, &base_query(params));
     sample_from(&candidates, logits.len(), params, position)
@@ -47,6 +52,10 @@ pub fn query(params: &SamplingParams, history: &History, position: u64) -> Optio
         if e.bias.replace(bias).is_some() {
             return None;
         }
+    }
+    // Before `min_tokens`: the suppressed ids' bias is -inf (over any logit_bias of theirs).
+    for &id in params.suppressed(history.generated().len()) {
+        edits.entry(id).or_insert_with(|| blank(id)).bias = Some(f32::NEG_INFINITY);
     }
     if params.repetition_penalty != 1.0 {
         for id in history.seen_ids() {

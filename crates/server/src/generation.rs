@@ -129,8 +129,8 @@ impl Generation {
             let unread = Arc::new(AtomicUsize::new(0));
             let tx = tx.clone();
             seqs.push(SeqState {
-                decoder: IncrementalDecoder::new(spec.prompt.as_slice(), true),
-                stops: StopMatcher::new(&opts.stop),
+                decoder: IncrementalDecoder::new(spec.prompt.as_slice(), opts.skip_special),
+                stops: StopMatcher::new(&opts.stop).including(opts.include_stop),
                 cancel: cancel.clone(),
                 unread: unread.clone(),
                 finished: false,

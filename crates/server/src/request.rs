@@ -54,6 +54,10 @@ pub struct Options {
     pub tokens_as_ids: bool,
     /// Allow speculative decoding for this request.
     pub draft: bool,
+    /// Keep the stop string that ended the text at its end.
+    pub include_stop: bool,
+    /// Leave special tokens out of the text.
+    pub skip_special: bool,
 }
 
 impl Options {
@@ -113,7 +117,7 @@ pub fn parse_options(
 ) -> Result<Options, ApiError> {
     let lim = &st.limits;
     crate::noop::check(noop)?;
-    let params = sampling_params(sampling, st)?;
+    let mut params = sampling_params(sampling, st)?;
     let seed = sampling.seed.map(|s| s as u64);
     let n = count(run.n, "n", 1, lim.max_n)?.unwrap_or(1);
     let (max_tokens, logprobs, echo) = match route {
@@ -133,6 +137,18 @@ pub fn parse_options(
     let stop = stop_strings(run.stop.as_ref(), lim.max_stop_strings)?;
     check_stop_bytes(&stop, lim.max_stop_bytes)?;
     let stop_ids = checked_ids(run.stop_token_ids.as_ref(), st, "stop_token_ids", lim.max_stop_strings)?;
+    let ignore_eos = run.ignore_eos.unwrap_or(false);
+    // Until `min_tokens` are out, neither EOS (unless ignored) nor a stop id can be drawn.
+    params.min_tokens =
+        count(run.min_tokens, "min_tokens", 0, max_tokens.unwrap_or(lim.max_tokens_limit))?.unwrap_or(0);
+    if params.min_tokens > 0 {
+        params.suppress = stop_ids.as_slice().to_vec();
+        if !ignore_eos {
+            params.suppress.extend(&st.model.eos_ids);
+        }
+        params.suppress.sort_unstable();
+        params.suppress.dedup();
+    }
     let stream = run.stream.unwrap_or(false);
     let include_usage = include_usage(run.stream_options.as_ref())?;
     let prompt_logprobs = count(run.prompt_logprobs, "prompt_logprobs", 0, lim.max_logprobs)?;
@@ -156,7 +172,7 @@ pub fn parse_options(
         max_tokens,
         stop,
         stop_ids,
-        ignore_eos: run.ignore_eos.unwrap_or(false),
+        ignore_eos,
         logprobs,
         prompt_logprobs,
         score_only: max_tokens == Some(0),
@@ -164,6 +180,8 @@ pub fn parse_options(
         include_usage,
         echo,
         tokens_as_ids: run.return_tokens_as_token_ids.unwrap_or(false),
+        include_stop: run.include_stop_str_in_output.unwrap_or(false),
+        skip_special: run.skip_special_tokens.unwrap_or(true),
     })
 }
 
@@ -251,7 +269,7 @@ pub fn sampling_params(o: &Sampling, st: &AppState) -> Result<SamplingParams, Ap
         presence_penalty: f(o.presence_penalty, 0.0),
         frequency_penalty: f(o.frequency_penalty, 0.0),
         logit_bias: logit_bias(o.logit_bias.as_ref(), st)?,
-        seed: 0,
+        ..SamplingParams::default()
     };
     p.validate()
         .map_err(|e| ApiError::invalid(e.field, format!("{} is out of range: expected {}", e.value, e.expected)))?;

@@ -270,13 +270,19 @@ pub fn mixed_request_for(i: usize, prompt: Vec<i64>, seeded: bool) -> Req {
 /// Request `i` of the repetitive set: code-edit-like prompts that prompt lookup can draft from.
 /// Odd requests add penalties that favour repeats (so drafts copying them are accepted and each
 /// verify row's history counts); every third asks for no logprobs (so its rounds, when alone,
-/// sample from the backend's candidates, verify rounds too).
+/// sample from the backend's candidates, verify rounds too); every fourth from the third on
+/// suppresses two motif ids until six tokens are out (`min_tokens`).
 pub fn repetitive_request(i: usize, seeded: bool, draft: bool) -> Req {
     let motif: Vec<i64> = (0..(3 + i % 5)).map(|j| ((i * 53 + j * 19) % 470) as i64).collect();
     let prompt = motif.iter().cycle().take(12 + i % 17).copied().collect();
     let mut params = sampling(seeded.then_some(77 + i as u64), 0.7, 20, 1.0);
     if i % 2 == 1 {
         (params.repetition_penalty, params.frequency_penalty) = (0.9, -0.4);
+    }
+    if i % 4 == 2 {
+        // vLLM's min_tokens: the motif's first two ids (which a copying model draws) are
+        // suppressed for the first six tokens.
+        (params.min_tokens, params.suppress) = (6, vec![motif[0] as u32, motif[1] as u32]);
     }
     let top_logprobs = (!i.is_multiple_of(3)).then_some(1);
     Req { prompt, params, max_tokens: 12 + i % 9, top_logprobs, draft }

@@ -19,6 +19,8 @@ pub struct StopMatcher {
     /// Received text not emitted yet: a suffix that may begin a stop string.
     held: String,
     stopped: bool,
+    /// The stop string that ends the text is emitted too.
+    include: bool,
 }
 
 impl StopMatcher {
@@ -26,7 +28,13 @@ impl StopMatcher {
     pub fn new<S: AsRef<str>>(stops: &[S]) -> StopMatcher {
         let stops: Vec<String> = stops.iter().map(|s| s.as_ref().to_string()).filter(|s| !s.is_empty()).collect();
         let max_len = stops.iter().map(String::len).max().unwrap_or(0);
-        StopMatcher { stops, max_len, held: String::new(), stopped: false }
+        StopMatcher { stops, max_len, held: String::new(), stopped: false, include: false }
+    }
+
+    /// The same matcher, emitting the stop string that ends the text too when `include`
+    /// (vLLM's `include_stop_str_in_output`).
+    pub fn including(self, include: bool) -> StopMatcher {
+        StopMatcher { include, ..self }
     }
 
     /// Whether a stop string has been hit.
@@ -40,9 +48,10 @@ impl StopMatcher {
             return StopOutput { text: String::new(), stopped: true };
         }
         self.held.push_str(piece);
-        let hit = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
-        if let Some(at) = hit {
-            self.held.truncate(at);
+        // The earliest stop string; of those starting there, the shortest (it is complete first).
+        let hit = self.stops.iter().filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.len()))).min();
+        if let Some((at, len)) = hit {
+            self.held.truncate(if self.include { at + len } else { at });
             self.stopped = true;
             return StopOutput { text: std::mem::take(&mut self.held), stopped: true };
         }
@@ -86,6 +95,21 @@ mod tests {
         }
         out += &m.finish();
         (out, m.is_stopped())
+    }
+
+    #[test]
+    fn an_included_stop_string_ends_the_text() {
+        let mut m = StopMatcher::new(&["END", "E"]).including(true);
+        let mut out = String::new();
+        for piece in ["ab", "cE", "ND tail"] {
+            out += &m.push(piece).text;
+        }
+        // "E" completes first (streamed, "END" was not whole yet): it is the one kept.
+        assert_eq!(out, "abcE");
+        let mut m = StopMatcher::new(&["END"]).including(true);
+        assert_eq!(m.push("x END y").text, "x END");
+        assert!(m.is_stopped());
+        assert_eq!(m.finish(), "");
     }
 
     #[test]

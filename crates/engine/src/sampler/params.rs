@@ -23,6 +23,11 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(u32, f32)>,
     /// Seed of the counter-based RNG; with the position it fixes every draw.
     pub seed: u64,
+    /// Tokens generated before `suppress` may be drawn (vLLM's `min_tokens`); 0 turns it off.
+    pub min_tokens: usize,
+    /// Ids that cannot be drawn before `min_tokens` tokens (EOS unless ignored, and the stop
+    /// ids; checked by the boundary): their logits are -inf until then.
+    pub suppress: Vec<u32>,
 }
 
 impl Default for SamplingParams {
@@ -37,6 +42,8 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
             seed: 0,
+            min_tokens: 0,
+            suppress: Vec::new(),
         }
     }
 }
@@ -87,6 +94,12 @@ impl SamplingParams {
         self.is_greedy() && self.logit_bias.is_empty() && !self.is_penalised()
     }
 
+    /// The ids to suppress for the token after `generated` generated ones (none once
+    /// `min_tokens` are out).
+    pub fn suppressed(&self, generated: usize) -> &[u32] {
+        if generated < self.min_tokens { &self.suppress } else { &[] }
+    }
+
     /// Whether a penalty reads the sequence's history.
     pub fn is_penalised(&self) -> bool {
         self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
@@ -124,6 +137,8 @@ mod tests {
             frequency_penalty: 2.0,
             logit_bias: vec![(0, -100.0), (1, 100.0)],
             seed: u64::MAX,
+            min_tokens: usize::MAX,
+            suppress: vec![0, 1],
         };
         assert_eq!(p.validate(), Ok(()));
     }

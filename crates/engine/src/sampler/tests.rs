@@ -165,6 +165,27 @@ fn logit_bias_forces_and_bans() {
 }
 
 #[test]
+fn suppressed_ids_cannot_be_drawn_before_min_tokens_on_either_path() {
+    let x = logits(1000, 5.0, 12);
+    let top = draw(&x, &SamplingParams::default(), 0);
+    for base in [SamplingParams::default(), seeded(1.0, 4)] {
+        let p = SamplingParams { min_tokens: 2, suppress: vec![top], logit_bias: vec![(top, 100.0)], ..base };
+        let mut history = no_history();
+        for generated in 0..4 {
+            let whole = sample(&mut x.clone(), &p, &history, generated);
+            let q = query(&p, &history, generated).expect("one bias per id");
+            let mut edited = x.clone();
+            tf_backend::candidates::apply_edits(&mut edited, &q);
+            let picked = sample_from(&select(&edited, &q), x.len(), &p, generated);
+            assert_eq!(whole, picked, "the whole row and its candidates agree");
+            // The bias forces `top` once it may be drawn.
+            assert_eq!(whole == top, generated >= 2, "{generated} generated");
+            history.push(whole);
+        }
+    }
+}
+
+#[test]
 fn penalties_change_the_right_logits_by_the_right_amount() {
     let prompt = Vocab::new(8).unwrap().check(&[0, 1, 0]).unwrap();
     let mut history = History::new(&prompt);

@@ -56,6 +56,12 @@ pub struct Run {
     pub return_tokens_as_token_ids: Option<bool>,
     /// Log-probabilities of the prompt's tokens, with this many alternatives (vLLM).
     pub prompt_logprobs: Option<i64>,
+    /// Tokens generated before EOS or a stop id may end the sequence (vLLM); default 0.
+    pub min_tokens: Option<i64>,
+    /// Keep the stop string that ended the text at its end (vLLM); default false.
+    pub include_stop_str_in_output: Option<bool>,
+    /// Leave special tokens out of the text (vLLM); default true.
+    pub skip_special_tokens: Option<bool>,
 }
 
 /// `stream_options`.
