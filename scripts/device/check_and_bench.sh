@@ -2,6 +2,7 @@
 # Usage (on the GPU machine, repo root, after scripts/device/build.sh here):
 #   scripts/device/check_and_bench.sh
 #   STEPS="tests bench peer draft prefix ptrace serve sampled" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
+#     DRAFTS="ngram early-exit:4" (the drafters of the draft step)
 #   STEPS=serve CLIENTS=256 SERVE_PROMPTS=1024 SERVE_RUNS="128/512 512/256 128/512/sampled" SERVE_SECS=120
 #     SERVE_FLAGS="--prefill-chunk 512" (more flags of serve)
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
@@ -61,8 +62,12 @@ if has peer; then
     --runs "$PEER_RUNS" --gen-len "$GEN" --repeat 1 --json "$OUT/peer.json" 2>&1 | grep -v Warning > "$W/peer.log"
 fi
 if has draft; then
-  left 120 draft && stamp draft && timeout 110 "$BIN" bench-draft --model "$CKPT" --device cuda --draft ngram \
-    --gen-len 128 --json "$OUT/draft.json" > "$W/draft.log" 2>&1
+  # DRAFTS: the drafters benched, each into draft-<kind>.json (early exit drafts with the
+  # checkpoint's first layers, picking its tokens on the device).
+  for kind in ${DRAFTS:-ngram early-exit:4}; do
+    left 120 "draft $kind" && stamp "draft $kind" && timeout 110 "$BIN" bench-draft --model "$CKPT" --device cuda \
+      --draft "$kind" --gen-len 128 --json "$OUT/draft-${kind//[:\/]/-}.json" > "$W/draft-${kind//[:\/]/-}.log" 2>&1
+  done
 fi
 if has prefix; then
   left 120 prefix && stamp prefix && timeout 110 "$BIN" bench-prefix --model "$CKPT" --device cuda --system-len 2000 \
