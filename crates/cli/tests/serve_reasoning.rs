@@ -87,3 +87,44 @@ fn tool_calls_are_parsed_from_the_answer_after_the_reasoning() {
     assert_eq!(calls[0]["function"]["arguments"], r#"{"city":"Paris"}"#);
     assert!(events.iter().any(|e| e["choices"][0]["finish_reason"] == "tool_calls"), "{events:?}");
 }
+
+/// The Responses API: a `reasoning` item before the message, whole and streamed (its text
+/// forced through a JSON string schema, so the tags sit inside quotes: R1's rule splits it).
+#[test]
+fn responses_carry_a_reasoning_item_before_the_message() {
+    let s = Server::start(&["--reasoning-parser", "deepseek_r1"]);
+    let body = |stream: bool| {
+        json!({"model": "tiny", "input": "2 + 2?", "max_output_tokens": 64, "stream": stream,
+               "text": {"format": {"type": "json_schema", "name": "a", "schema": {"enum": ["x</think>y"]}}}})
+    };
+    let r = s.post("/v1/responses", &body(false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = r.json()["output"].clone();
+    assert_eq!(out[0]["type"], "reasoning", "{out}");
+    assert_eq!(out[0]["content"][0], json!({"type": "reasoning_text", "text": "\"x"}), "{out}");
+    assert_eq!(out[1]["type"], "message", "{out}");
+    assert_eq!(out[1]["content"][0]["text"], "y\"", "{out}");
+    // `event: KIND` then `data: {...}` per event.
+    let text = s.post("/v1/responses", &body(true)).text();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).expect("an event's JSON"))
+        .collect();
+    let joined = |kind: &str| -> String {
+        let of_kind = events.iter().filter(|e| e["type"] == kind);
+        of_kind.map(|e| e["delta"].as_str().unwrap_or_default().to_string()).collect::<Vec<_>>().concat()
+    };
+    assert_eq!(joined("response.reasoning_text.delta"), "\"x", "{events:?}");
+    assert_eq!(joined("response.output_text.delta"), "y\"", "{events:?}");
+    let deltas = events.iter().filter(|e| e["type"] == "response.output_text.delta");
+    assert!(deltas.clone().all(|e| e["output_index"] == 1), "the message is the second item: {events:?}");
+    let done = events.iter().find(|e| e["type"] == "response.completed").expect("completed");
+    // The same items but for their ids (each response has its own).
+    let without_ids = |items: &Value| -> Vec<Value> {
+        let mut items = items.as_array().cloned().unwrap_or_default();
+        items.iter_mut().for_each(|i| i["id"] = Value::Null);
+        items
+    };
+    assert_eq!(without_ids(&done["response"]["output"]), without_ids(&out), "the streamed response's items");
+}

@@ -1,9 +1,12 @@
-//! The Responses API's reply: the response object (output items: a message with `output_text`,
-//! or function calls parsed from the output) and its event stream (`response.created`, ...,
-//! `response.output_text.delta`, ..., `response.completed`), each event numbered.
+//! The Responses API's reply: the response object (output items: with `--reasoning-parser`, a
+//! `reasoning` item holding the reasoning's `reasoning_text`, then a message with `output_text`,
+//! or function calls parsed from the answer) and its event stream (`response.created`, ...,
+//! `response.reasoning_text.delta`, ..., `response.output_text.delta`, ...,
+//! `response.completed`), each event numbered.
 
 use crate::error::ApiError;
 use crate::generation::{Generation, Update};
+use crate::reasoning::{ReasoningParser, Splitter};
 use crate::request::Options;
 use crate::state::AppState;
 use crate::tools::ToolMode;
@@ -50,6 +53,8 @@ pub struct ResponseReply {
     pub prompt_tokens: usize,
     mode: Option<ToolMode>,
     echo: Echo,
+    /// Where the reasoning is split off the answer (`--reasoning-parser`).
+    reasoning: Option<ReasoningParser>,
 }
 
 impl ResponseReply {
@@ -69,6 +74,7 @@ impl ResponseReply {
             prompt_tokens,
             mode,
             echo,
+            reasoning: st.model.reasoning,
         }
     }
 
@@ -97,9 +103,27 @@ impl ResponseReply {
         format!("{prefix}_{}_{index}", &self.id[5..])
     }
 
-    /// The output items of a finished text: function calls (in tool mode, when the text is
-    /// calls) after a message with whatever text is left.
+    /// The output items of a finished text: its reasoning (with a parser, where it has some),
+    /// then the answer's ([`ResponseReply::answer_items`]).
     fn items(&self, text: &str, status: &str) -> Vec<Value> {
+        let (reasoning, answer) = match self.reasoning {
+            Some(p) => p.split(text),
+            None => (None, text.to_string()),
+        };
+        let mut out: Vec<Value> = reasoning.map(|r| self.reasoning_item(&r)).into_iter().collect();
+        out.extend(self.answer_items(&answer, status));
+        out
+    }
+
+    /// The reasoning item holding `text`.
+    fn reasoning_item(&self, text: &str) -> Value {
+        json!({"type": "reasoning", "id": self.item_id("rs", 0), "summary": [], "status": "completed",
+               "content": [{"type": "reasoning_text", "text": text}]})
+    }
+
+    /// The output items of an answer: function calls (in tool mode, when the text is calls)
+    /// after a message with whatever text is left.
+    fn answer_items(&self, text: &str, status: &str) -> Vec<Value> {
         let (left, calls) = match &self.mode {
             Some(m) => m.parse_calls(text),
             None => (Some(text.to_string()), Vec::new()),
@@ -138,12 +162,24 @@ impl ResponseReply {
 
     /// Streams `generation` as the Responses API's events.
     pub fn stream(self, generation: Generation) -> Response {
-        let mut s =
-            EventStream { reply: self, generation, pending: VecDeque::new(), seq: 0, text: String::new(), done: false };
+        let split = self.reasoning.map(Splitter::new);
+        let mut s = EventStream {
+            reply: self,
+            generation,
+            pending: VecDeque::new(),
+            seq: 0,
+            text: String::new(),
+            done: false,
+            split,
+            reasoning: None,
+            reasoning_closed: false,
+            message_open: false,
+        };
         let created = s.reply.object("in_progress", Vec::new(), None);
         s.push("response.created", json!({"response": created.clone()}));
         s.push("response.in_progress", json!({"response": created}));
-        if s.reply.mode.is_none() {
+        // Without a parser the message opens at once; with one, once the answer starts.
+        if s.reply.mode.is_none() && s.split.is_none() {
             s.open_message();
         }
         let body = futures_util::stream::unfold(s, |mut s| async move {
@@ -168,9 +204,17 @@ struct EventStream {
     generation: Generation,
     pending: VecDeque<Bytes>,
     seq: u64,
-    /// The text so far.
+    /// The answer so far (the text after any reasoning).
     text: String,
     done: bool,
+    /// The reasoning split (with a parser).
+    split: Option<Splitter>,
+    /// The reasoning so far, once its item is open.
+    reasoning: Option<String>,
+    /// Its item is done: the answer has started.
+    reasoning_closed: bool,
+    /// The message item is open (its text streams).
+    message_open: bool,
 }
 
 impl EventStream {
@@ -182,36 +226,103 @@ impl EventStream {
         self.pending.push_back(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
     }
 
+    /// The output index of the answer's first item (after the reasoning item, if any).
+    fn answer_index(&self) -> usize {
+        usize::from(self.reasoning.is_some())
+    }
+
     /// The message item and its text part, opened before the first delta.
     fn open_message(&mut self) {
+        self.message_open = true;
+        let index = self.answer_index();
         let mut item = self.reply.message("", "in_progress");
         item["content"] = json!([]);
-        self.push("response.output_item.added", json!({"output_index": 0, "item": item}));
+        self.push("response.output_item.added", json!({"output_index": index, "item": item}));
         let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
         let item_id = self.reply.item_id("msg", 0);
         self.push(
             "response.content_part.added",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part}),
+            json!({"item_id": item_id, "output_index": index, "content_index": 0, "part": part}),
         );
     }
 
     fn delta(&mut self, text: &str) {
-        let item_id = self.reply.item_id("msg", 0);
+        let (item_id, index) = (self.reply.item_id("msg", 0), self.answer_index());
         self.push(
             "response.output_text.delta",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": text, "logprobs": []}),
+            json!({"item_id": item_id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}),
         );
+    }
+
+    /// Reasoning text: the reasoning item opened first.
+    fn reasoning_delta(&mut self, text: &str) {
+        if self.reasoning.is_none() {
+            let mut item = self.reply.reasoning_item("");
+            (item["content"], item["status"]) = (json!([]), json!("in_progress"));
+            self.push("response.output_item.added", json!({"output_index": 0, "item": item}));
+            self.reasoning = Some(String::new());
+        }
+        let item_id = self.reply.item_id("rs", 0);
+        self.push(
+            "response.reasoning_text.delta",
+            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": text}),
+        );
+        self.reasoning.get_or_insert_default().push_str(text);
+    }
+
+    /// The reasoning item's closing events, once (where it was opened).
+    fn close_reasoning(&mut self) {
+        let Some(text) = self.reasoning.clone().filter(|_| !self.reasoning_closed) else { return };
+        self.reasoning_closed = true;
+        let item_id = self.reply.item_id("rs", 0);
+        self.push(
+            "response.reasoning_text.done",
+            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "text": text}),
+        );
+        let item = self.reply.reasoning_item(&text);
+        self.push("response.output_item.done", json!({"output_index": 0, "item": item}));
+    }
+
+    /// One piece of generated text: its reasoning streamed, its answer streamed as the
+    /// message's text (unless the answer is read for calls at its end) and kept.
+    fn on_text(&mut self, piece: &str) {
+        let (reasoning, answer) = match self.split.as_mut() {
+            Some(s) => s.push(piece),
+            None => (String::new(), piece.to_string()),
+        };
+        if !reasoning.is_empty() {
+            self.reasoning_delta(&reasoning);
+        }
+        if !answer.is_empty() {
+            self.close_reasoning();
+            if self.reply.mode.is_none() {
+                if !self.message_open {
+                    self.open_message();
+                }
+                self.delta(&answer);
+            }
+            self.text.push_str(&answer);
+        }
     }
 
     /// The closing events of every output item, then the final response.
     fn finish(&mut self, finish: &str) {
+        if let Some((reasoning, answer)) = self.split.as_mut().map(Splitter::finish) {
+            if !reasoning.is_empty() {
+                self.reasoning_delta(&reasoning);
+            }
+            self.on_text(&answer);
+        }
+        self.close_reasoning();
         let status = status_of(finish);
-        let items = self.reply.items(&self.text, status);
-        let streamed_message = self.reply.mode.is_none();
-        for (i, item) in items.iter().enumerate() {
+        let mut items: Vec<Value> =
+            self.reasoning.as_deref().map(|r| self.reply.reasoning_item(r)).into_iter().collect();
+        let first = items.len();
+        items.extend(self.reply.answer_items(&self.text, status));
+        for (i, item) in items.iter().enumerate().skip(first) {
             let item_id = item["id"].clone();
             if item["type"] == "message" {
-                if !streamed_message {
+                if !self.message_open {
                     self.open_message();
                     let t = item["content"][0]["text"].as_str().unwrap_or_default().to_string();
                     self.delta(&t);
@@ -258,12 +369,7 @@ impl EventStream {
                 return None;
             }
             match self.generation.next().await {
-                Some(Update::Delta { text, .. }) => {
-                    if self.reply.mode.is_none() && !text.is_empty() {
-                        self.delta(&text);
-                    }
-                    self.text.push_str(&text);
-                }
+                Some(Update::Delta { text, .. }) => self.on_text(&text),
                 Some(Update::Finish { reason, .. }) => self.finish(reason),
                 Some(Update::Failed { message, .. }) => {
                     let e = ApiError::invalid("input", message);
