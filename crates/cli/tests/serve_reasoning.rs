@@ -37,6 +37,10 @@ fn reasoning_is_split_off_chat_answers_whole_and_streamed() {
         let message = &r.json()["choices"][0]["message"];
         assert_eq!(message["reasoning_content"], "\nsum it\n", "{parser}: {message}");
         assert_eq!(message["content"], "It is 4.", "{parser}: {message}");
+        // The reasoning's tokens: those before "It is 4." (which takes several of its own).
+        let usage = &r.json()["usage"];
+        let (thought, all) = (&usage["completion_tokens_details"]["reasoning_tokens"], &usage["completion_tokens"]);
+        assert!(thought.as_u64() > Some(4) && thought.as_u64() < Some(all.as_u64().unwrap() - 3), "{usage}");
         let events = s.post("/v1/chat/completions", &chat(true)).events();
         assert_eq!(joined(&events), ("\nsum it\n".into(), "It is 4.".into()), "{parser}: streamed");
         // Completions are text as generated.
@@ -44,9 +48,17 @@ fn reasoning_is_split_off_chat_answers_whole_and_streamed() {
         assert_eq!(s.post("/v1/completions", &body).json()["choices"][0]["text"], FORCED);
     }
     let s = Server::start(&[]);
-    let message = s.post("/v1/chat/completions", &chat(false)).json()["choices"][0]["message"].clone();
+    let doc = s.post("/v1/chat/completions", &chat(false)).json();
+    let message = &doc["choices"][0]["message"];
     assert_eq!(message["content"], FORCED, "no parser: the text as generated");
     assert!(message.get("reasoning_content").is_none(), "{message}");
+    assert!(doc["usage"].get("completion_tokens_details").is_none(), "{doc}");
+    // An answer without reasoning has none of its tokens.
+    let s = Server::start(&["--reasoning-parser", "qwen3"]);
+    let mut plain = chat(false);
+    plain["guided_choice"] = json!(["It is 4."]);
+    let usage = s.post("/v1/chat/completions", &plain).json()["usage"].clone();
+    assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], 0, "{usage}");
 }
 
 #[test]
@@ -104,6 +116,8 @@ fn responses_carry_a_reasoning_item_before_the_message() {
     assert_eq!(out[0]["content"][0], json!({"type": "reasoning_text", "text": "\"x"}), "{out}");
     assert_eq!(out[1]["type"], "message", "{out}");
     assert_eq!(out[1]["content"][0]["text"], "y\"", "{out}");
+    let usage = r.json()["usage"].clone();
+    assert!(usage["output_tokens_details"]["reasoning_tokens"].as_u64() > Some(0), "{usage}");
     // `event: KIND` then `data: {...}` per event.
     let text = s.post("/v1/responses", &body(true)).text();
     let events: Vec<Value> = text

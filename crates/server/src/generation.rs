@@ -5,6 +5,7 @@
 
 use crate::access_log::Tally;
 use crate::error::ApiError;
+use crate::reasoning::Splitter;
 use crate::request::{Options, check_fan_out};
 use crate::state::{Admission, AppState};
 use std::collections::VecDeque;
@@ -85,6 +86,9 @@ struct SeqState {
     completion_tokens: usize,
     /// Prompt tokens the engine served from its prefix cache (known at its end).
     cached_tokens: usize,
+    /// With a reasoning parser: the split of the text so far, and the tokens generated before
+    /// its answer started (reasoning tokens, once the split saw reasoning).
+    thinking: Option<(Splitter, usize)>,
     /// The prompt's first token.
     first: u32,
     /// When its first and its latest token came (metrics).
@@ -137,6 +141,7 @@ impl Generation {
                 done: false,
                 completion_tokens: 0,
                 cached_tokens: 0,
+                thinking: state.model.reasoning.map(|p| (Splitter::new(p), 0)),
                 first: spec.prompt.as_slice().first().copied().unwrap_or(0),
                 first_at: None,
                 last_at: None,
@@ -220,6 +225,17 @@ impl Generation {
         self.seqs.chunks(self.per_prompt).map(|g| g.iter().map(|s| s.cached_tokens).min().unwrap_or(0)).sum()
     }
 
+    /// Tokens of the reasoning over all sequences (with a reasoning parser): those generated
+    /// before each answer's first text, where its output had reasoning.
+    pub fn reasoning_tokens(&self) -> usize {
+        self.seqs
+            .iter()
+            .filter_map(|s| s.thinking.as_ref())
+            .filter(|(split, _)| split.saw_reasoning())
+            .map(|t| t.1)
+            .sum()
+    }
+
     fn on_event(&mut self, i: usize, event: Event) {
         let Some(s) = self.seqs.get_mut(i) else { return };
         if matches!(event, Event::Token(_)) {
@@ -286,6 +302,12 @@ impl Generation {
             None => String::new(),
         };
         let out = s.stops.push(&piece);
+        if let Some((split, n)) = s.thinking.as_mut()
+            && split.push(&out.text).1.is_empty()
+            && !split.answering()
+        {
+            *n += 1;
+        }
         self.pending.push_back(Update::Delta { index: i, text: out.text, tokens: vec![t] });
         if out.stopped {
             s.cancel.store(true, Ordering::Relaxed);

@@ -130,6 +130,7 @@ const REPLIES: &[&str] = &[
     "ErrorDetail",
     "Usage",
     "PromptTokensDetails",
+    "CompletionTokensDetails",
     "Completion",
     "CompletionChoice",
     "ChatCompletion",

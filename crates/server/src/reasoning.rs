@@ -117,6 +117,16 @@ impl Splitter {
         }
     }
 
+    /// Whether any of the output so far was reasoning.
+    pub fn saw_reasoning(&self) -> bool {
+        self.saw_reasoning
+    }
+
+    /// Whether the answer has started (some of it given out).
+    pub fn answering(&self) -> bool {
+        matches!(self.phase, Phase::Content { trim: false })
+    }
+
     /// What is still held when the output ends.
     pub fn finish(&mut self) -> (String, String) {
         let held = std::mem::take(&mut self.held);

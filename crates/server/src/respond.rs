@@ -56,12 +56,17 @@ impl Reply {
         }
     }
 
-    /// OpenAI's usage: with the prompt tokens the prefix cache served (`generation`'s).
+    /// OpenAI's usage: with the prompt tokens the prefix cache served (`generation`'s), and with
+    /// a reasoning parser the tokens of the reasoning.
     fn usage(&self, generation: &Generation) -> Value {
         let completion_tokens = generation.completion_tokens();
-        json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+        let mut usage = json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
                "total_tokens": self.prompt_tokens + completion_tokens,
-               "prompt_tokens_details": {"cached_tokens": generation.cached_tokens()}})
+               "prompt_tokens_details": {"cached_tokens": generation.cached_tokens()}});
+        if self.reasoning.is_some() {
+            usage["completion_tokens_details"] = json!({"reasoning_tokens": generation.reasoning_tokens()});
+        }
+        usage
     }
 
     /// Logprobs of `tokens` in the route's shape; `offset` is the text length before them.

@@ -83,7 +83,7 @@ impl ResponseReply {
         let usage = generation.map(|g| {
             let c = g.completion_tokens();
             json!({"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": g.cached_tokens()},
-                   "output_tokens": c, "output_tokens_details": {"reasoning_tokens": 0},
+                   "output_tokens": c, "output_tokens_details": {"reasoning_tokens": g.reasoning_tokens()},
                    "total_tokens": self.prompt_tokens + c})
         });
         let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));

@@ -38,6 +38,15 @@ pub struct Usage {
     total_tokens: u64,
     /// Where the prompt tokens came from.
     prompt_tokens_details: PromptTokensDetails,
+    /// What the completion tokens were (with `--reasoning-parser`; absent without one).
+    completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// What a reply's completion tokens were.
+#[derive(ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Tokens generated before the answer's first text, where the output had reasoning.
+    reasoning_tokens: u64,
 }
 
 /// Where a reply's prompt tokens came from.
