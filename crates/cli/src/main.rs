@@ -36,6 +36,7 @@ mod run_args;
 mod run_chat;
 mod run_input;
 mod run_repl;
+mod run_thinking;
 mod serve;
 mod session_inspect;
 mod synth;

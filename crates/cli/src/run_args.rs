@@ -49,6 +49,13 @@ pub struct RunArgs {
     /// Random seed of every reply (default: a fresh one per reply).
     #[arg(long, allow_negative_numbers = true, value_parser = at_least_zero::<u64>)]
     pub seed: Option<u64>,
+    /// Show a reasoning model's thinking between `Thinking...` and `...done thinking.`, and keep
+    /// only its answers in the conversation: `qwen3` or `deepseek_r1`, as `serve` takes them.
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
+    /// With `--reasoning-parser`, print the answers only.
+    #[arg(long, requires = "reasoning_parser")]
+    pub hide_thinking: bool,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,

@@ -3,6 +3,7 @@
 //! prefix cache), the reply streamed as text; a reply stopped by Ctrl-C leaves no trace.
 
 use crate::exit::{Failure, failed};
+use crate::run_thinking::ThinkingView;
 use serde_json::{Value, json};
 use std::hash::{BuildHasher, RandomState};
 use std::io::Write;
@@ -35,6 +36,8 @@ pub struct Settings {
     pub seed: Option<u64>,
     /// Tokens of one reply at most (`None`: what the context leaves).
     pub max_tokens: Option<usize>,
+    /// Where a reply's reasoning is (shown framed, or hidden where the flag is set), if anywhere.
+    pub reasoning: Option<(tf_server::reasoning::ReasoningParser, bool)>,
 }
 
 /// The model's side of a chat.
@@ -159,16 +162,30 @@ impl Chat {
             return Err(failed("the engine has stopped"));
         }
         let mut text = String::new();
-        let mut say = |piece: &str, text: &mut String| -> Result<(), Failure> {
-            text.push_str(piece);
-            out.write_all(piece.as_bytes()).and_then(|_| out.flush()).map_err(failed)
+        let mut view = self.settings.reasoning.map(|(p, hide)| ThinkingView::new(p, hide));
+        // The piece as shown, and the answer text it holds (all of it without a parser).
+        let mut say = |piece: &str, end: bool, text: &mut String| -> Result<(), Failure> {
+            let (shown, answer) = match view.as_mut() {
+                Some(v) => {
+                    let (mut shown, mut answer) = v.push(piece);
+                    if end {
+                        let (s, a) = v.finish();
+                        shown.push_str(&s);
+                        answer.push_str(&a);
+                    }
+                    (shown, answer)
+                }
+                None => (piece.to_string(), piece.to_string()),
+            };
+            text.push_str(&answer);
+            out.write_all(shown.as_bytes()).and_then(|_| out.flush()).map_err(failed)
         };
         for event in rx {
             match event {
                 Event::Token(t) if m.eos_ids.contains(&t.id) => {}
-                Event::Token(t) => say(&decoder.step(&m.tok, t.id).unwrap_or_default(), &mut text)?,
+                Event::Token(t) => say(&decoder.step(&m.tok, t.id).unwrap_or_default(), false, &mut text)?,
                 Event::Done { reason, .. } => {
-                    say(&decoder.finish(&m.tok).unwrap_or_default(), &mut text)?;
+                    say(&decoder.finish(&m.tok).unwrap_or_default(), true, &mut text)?;
                     return Ok((text, Ok(reason)));
                 }
                 Event::Error(e) => return Ok((text, Err(e))),
