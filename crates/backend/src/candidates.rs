@@ -107,6 +107,24 @@ pub fn race_score(key: &RaceKey, s: f32, id: u32) -> f32 {
 }
 
 impl RowQuery {
+    /// A greedy row: no edits, penalties, temperature, window or filter (its first candidate is
+    /// its first largest value; with a `mask`, among the allowed ids).
+    pub fn greedy(mask: Option<TokenMask>) -> RowQuery {
+        RowQuery {
+            edits: Vec::new(),
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            temperature: None,
+            window: 0.0,
+            race: None,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            mask,
+        }
+    }
+
     /// Whether the row is drawn by a plain race over its window: keyed, no top-k, top-p or min-p.
     pub fn plain_race(&self) -> bool {
         self.race.is_some() && self.top_k == 0 && self.top_p >= 1.0 && self.min_p <= 0.0
@@ -345,19 +363,7 @@ mod tests {
     use super::*;
 
     fn query(window: f32, temperature: Option<f32>) -> RowQuery {
-        RowQuery {
-            edits: Vec::new(),
-            repetition_penalty: 1.0,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            temperature,
-            window,
-            race: None,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            mask: None,
-        }
+        RowQuery { temperature, window, ..RowQuery::greedy(None) }
     }
 
     #[test]

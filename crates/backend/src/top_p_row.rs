@@ -227,19 +227,7 @@ mod tests {
     use crate::rng::{gumbel, uniform};
 
     fn query(top_p: f32, temperature: Option<f32>, race: Option<RaceKey>) -> RowQuery {
-        RowQuery {
-            edits: Vec::new(),
-            repetition_penalty: 1.0,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            temperature,
-            window: 40.0,
-            race,
-            top_k: 0,
-            top_p,
-            min_p: 0.0,
-            mask: None,
-        }
+        RowQuery { temperature, window: 40.0, race, top_p, ..RowQuery::greedy(None) }
     }
 
     #[test]

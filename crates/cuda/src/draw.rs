@@ -116,19 +116,7 @@ mod tests {
 
     #[test]
     fn greedy_and_sampled_rows_are_drawn_other_rows_are_not() {
-        let greedy = RowQuery {
-            edits: Vec::new(),
-            repetition_penalty: 1.0,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            temperature: None,
-            window: 0.0,
-            race: None,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            mask: None,
-        };
+        let greedy = RowQuery::greedy(None);
         let key = Some(RaceKey { seed: 1, position: 2 });
         assert!(drawable(&greedy));
         assert!(drawable(&RowQuery { race: key, top_k: 50, window: 20.0, ..greedy.clone() }));

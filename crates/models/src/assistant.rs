@@ -193,7 +193,7 @@ impl<B: Backend> Gemma4Assistant<B> {
         let queries: Vec<RowQuery> = o
             .kept_rows(b, &normed)
             .into_iter()
-            .map(|kept| greedy_within(TokenMask::from_ids(width, kept.into_iter().map(|t| t as u32))))
+            .map(|kept| RowQuery::greedy(Some(TokenMask::from_ids(width, kept.into_iter().map(|t| t as u32)))))
             .collect();
         let rows: Vec<usize> = (0..queries.len()).collect();
         let picks = b.sample_candidates(&mut logits, &rows, &queries);
@@ -263,24 +263,6 @@ impl<B: Backend> Ordered<B> {
         for (&t, v) in kept.iter().zip(values) {
             row[t] = v;
         }
-    }
-}
-
-/// A greedy query allowing only `mask`'s ids: its first candidate is the row's first largest
-/// allowed logit.
-fn greedy_within(mask: TokenMask) -> RowQuery {
-    RowQuery {
-        edits: Vec::new(),
-        repetition_penalty: 1.0,
-        frequency_penalty: 0.0,
-        presence_penalty: 0.0,
-        temperature: None,
-        window: 0.0,
-        race: None,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        mask: Some(mask),
     }
 }
 
