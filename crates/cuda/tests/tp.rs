@@ -1,0 +1,58 @@
+//! Tensor parallelism with CUDA ranks as threads of one process (`tf_models::tp`), every rank
+//! on GPU 0 and the collectives through the host in rank order: TP = 2 against one rank within
+//! a bf16 tolerance with the same greedy picks, and concurrent equals solo through the engine.
+
+mod common;
+
+use std::sync::Arc;
+use tf_cuda::{CudaBackend, CudaOptions};
+use tf_models::ModelError;
+use tf_models::tp::MakeBackend;
+use tf_testkit::{check_concurrent_equals_solo_on, check_tp_matches_one_rank, on_cuda, tp_engine};
+
+/// Largest |TP = 2 - one rank| allowed, as a fraction of the prompt's largest |logit|: the two
+/// differ only where a row-parallel sum rounds, but the next matmul rounds its input to bf16,
+/// so a flipped last bit there carries on (a bf16 ulp is 0.4%).
+const REL_TOL: f32 = 0.01;
+
+/// Rank `r`'s backend: GPU 0, decode op by op (a collective reads the device mid-round).
+fn make() -> Option<MakeBackend<CudaBackend>> {
+    common::backend()?;
+    Some(Arc::new(|_| {
+        let cache_dir = std::env::var_os("TF_CUDA_CACHE").map(std::path::PathBuf::from);
+        CudaBackend::with_options(0, &CudaOptions { no_graphs: true, cache_dir, ..CudaOptions::default() })
+            .map_err(|e| ModelError::Backend(tf_backend::BackendError::Device(e.to_string())))
+    }))
+}
+
+/// Dense, MoE, hybrid, latent-attention and Gemma 4 layouts.
+const FAMILIES: [&str; 9] =
+    ["qwen3", "llama", "gemma3", "qwen3_moe", "glm4_moe", "qwen3_next", "lfm2", "deepseek_v3", "gemma4_kvshare"];
+
+#[test]
+fn two_ranks_match_one_rank_on_cuda() {
+    let Some(make) = make() else { return };
+    let failed: Vec<String> = FAMILIES
+        .into_iter()
+        .filter(|f| on_cuda(f))
+        .filter_map(|family| {
+            let check = || check_tp_matches_one_rank(&make, family, 2, REL_TOL);
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+                Ok(worst) => {
+                    eprintln!("{family} at 2 ranks on cuda: largest logit difference {worst:e} of the largest logit");
+                    None
+                }
+                Err(_) => Some(family.to_string()),
+            }
+        })
+        .collect();
+    assert!(failed.is_empty(), "TP = 2 on CUDA differs from one rank for {failed:?}");
+}
+
+#[test]
+fn concurrent_equals_solo_at_two_ranks_on_cuda() {
+    let Some(make) = make() else { return };
+    for family in ["qwen3", "qwen3_moe"] {
+        check_concurrent_equals_solo_on(&|cfg| tp_engine(&make, family, 2, cfg), family, false);
+    }
+}
