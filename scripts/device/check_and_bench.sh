@@ -7,6 +7,8 @@
 #     SERVE_FLAGS="--prefill-chunk 512" (more flags of serve)
 #   STEPS="tests hybrid" HYBRIDS="qwen3.5-27b:16 qwen3-next-80b-a3b:4"
 #   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
+#   STEPS="bench tp" TP_DEVICE=cuda:0,0 (qwen3-8b at two ranks beside one; default: cuda, GPUs 0 and
+#     1, on a host of two, else both ranks on GPU 0)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -50,7 +52,7 @@ if has tests; then
   done
 fi
 # The qwen3-8b checkpoint, for the steps that run on it.
-if [[ " $STEPS " =~ \ (bench|peer|draft|prefix|ptrace|serve|sampled)\  && ! -f $CKPT/config.json ]]; then
+if [[ " $STEPS " =~ \ (bench|peer|draft|prefix|ptrace|serve|sampled|tp)\  && ! -f $CKPT/config.json ]]; then
   stamp synth && timeout 400 "$BIN" synth --like qwen3-8b --out "$CKPT" > "$W/synth.txt" 2>&1
 fi
 if has bench; then
@@ -150,6 +152,30 @@ for r in f8["results"]:
             f"roofline {'-' if roof is None else f'{roof:.3f}'}, prefill {r['prefill_tok_s']:9.1f} tok/s")
     if b:
         line += f" | over bf16: decode {r['decode_tok_s'] / b['decode_tok_s']:.3f}, prefill {r['prefill_tok_s'] / b['prefill_tok_s']:.3f}"
+    print(line)
+PY
+fi
+if has tp; then
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  TPD=${TP_DEVICE:-$( ((NGPU >= 2)) && echo cuda || echo cuda:0,0)}
+  left 200 tp && stamp "tp on $TPD" && timeout 300 "$BIN" bench --model "$CKPT" --device "$TPD" \
+    --tensor-parallel-size 2 --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 1 \
+    --json "$OUT/tp.json" > "$W/tp.log" 2>&1
+  grep -iE "panicked|error" "$W/tp.log" | head -3
+  python3 - "$OUT/tp.json" "$OUT/ours.json" "$TPD" <<'PY' 2>/dev/null | tee "$OUT/tp.txt"
+import json, sys
+tp = json.load(open(sys.argv[1]))
+try:
+    one = {(r["prompt_len"], r["batch"]): r for r in json.load(open(sys.argv[2]))["results"]}
+except OSError:
+    one = {}
+print(f"qwen3-8b at 2 ranks on {sys.argv[3]}")
+for r in tp["results"]:
+    b = one.get((r["prompt_len"], r["batch"]))
+    line = (f"prompt {r['prompt_len']:>5} batch {r['batch']:>3}: decode {r['decode_tok_s']:9.1f} tok/s, "
+            f"prefill {r['prefill_tok_s']:9.1f} tok/s")
+    if b:
+        line += f" | over 1 rank: decode {r['decode_tok_s'] / b['decode_tok_s']:.3f}, prefill {r['prefill_tok_s'] / b['prefill_tok_s']:.3f}"
     print(line)
 PY
 fi

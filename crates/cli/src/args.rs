@@ -53,7 +53,8 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct DeviceArgs {
     /// Backend: `cpu` (fast), `ref` (scalar reference), `cuda[:N]` (with the cuda feature), `auto`
-    /// (the first GPU when one starts, else the CPU).
+    /// (the first GPU when one starts, else the CPU). With `--tensor-parallel-size N`, `cuda`
+    /// puts rank r on GPU r, and `cuda:A,B,...` names each rank's GPU.
     #[arg(long, default_value = "auto")]
     pub device: String,
     /// CPU threads (default: all cores).
@@ -70,6 +71,9 @@ pub struct DeviceArgs {
     /// CUDA developer switches.
     #[command(flatten)]
     pub cuda: crate::device::CudaArgs,
+    /// Each tensor-parallel rank's GPU (`tp::rank_device` fills it; empty elsewhere).
+    #[arg(skip)]
+    pub rank_gpus: Vec<usize>,
 }
 
 /// `check`.
@@ -170,7 +174,7 @@ pub struct GenerateArgs {
     /// Directory of `--session` files (`DIR/NAME.tfsession`).
     #[arg(long, default_value = ".", requires = "session")]
     pub session_dir: PathBuf,
-    /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
+    /// Ranks to shard the model over (tensor parallelism; ranks as threads, each on the CPU or a GPU).
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub tensor_parallel_size: usize,
     /// Split a MoE model's routed experts whole over the ranks (expert parallelism) instead of
@@ -273,7 +277,7 @@ pub struct BenchArgs {
     /// Write results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Ranks to shard the model over (tensor parallelism; ranks as CPU threads, `--device cpu`).
+    /// Ranks to shard the model over (tensor parallelism; ranks as threads, each on the CPU or a GPU).
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub tensor_parallel_size: usize,
     /// Split a MoE model's routed experts whole over the ranks (expert parallelism) instead of

@@ -101,11 +101,30 @@ pub fn cpu(dev: &DeviceArgs) -> Result<CpuBackend, Failure> {
     CpuBackend::with_options(CpuOptions { quant_acts, int_dot, ..base }).map_err(refused)
 }
 
-/// The GPU ordinal of `cuda` / `cuda:N`, or `None` for other devices.
-fn cuda_ordinal(device: &str) -> Option<Result<usize, Failure>> {
+/// The GPU ordinals of `cuda` (GPU 0), `cuda:N`, or `cuda:N,M,...` (one GPU per
+/// tensor-parallel rank), or `None` for other devices.
+pub fn cuda_ordinals(device: &str) -> Option<Result<Vec<usize>, Failure>> {
+    let bad = || refused(format!("--device {device}: expected cuda, cuda:N or cuda:N,M,... (one GPU per rank)"));
     match device {
-        "cuda" => Some(Ok(0)),
-        d => d.strip_prefix("cuda:").map(|n| n.parse().map_err(|_| refused(format!("--device {d}: expected cuda:N")))),
+        "cuda" => Some(Ok(vec![0])),
+        d => d.strip_prefix("cuda:").map(|list| list.split(',').map(|n| n.trim().parse().map_err(|_| bad())).collect()),
+    }
+}
+
+/// The GPU ordinal of `cuda` / `cuda:N` (of a list, the first: rank 0's), or `None` for other
+/// devices.
+fn cuda_ordinal(device: &str) -> Option<Result<usize, Failure>> {
+    cuda_ordinals(device).map(|o| o.map(|o| o[0]))
+}
+
+/// `device` unless it lists several GPUs, which only `--tensor-parallel-size` reads.
+fn one_device(device: &str) -> Result<(), Failure> {
+    match cuda_ordinals(device) {
+        Some(Ok(o)) if o.len() > 1 => {
+            Err(refused(format!("--device {device} names a GPU per rank: pass --tensor-parallel-size {}", o.len())))
+        }
+        Some(Err(e)) => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -115,6 +134,7 @@ pub fn dispatch<T: OnBackend + Send>(dev: &DeviceArgs, job: T) -> Result<T::Out,
 where
     T::Out: Send,
 {
+    one_device(&dev.device)?;
     match dev.device.as_str() {
         "auto" => {
             #[cfg(feature = "cuda")]
@@ -158,6 +178,7 @@ pub trait OnOwnedBackend {
 /// Runs `job` (named `what` in errors) on backends of the kind `dev` names (`auto`: the first GPU
 /// when one starts, else the CPU).
 pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -> Result<T::Out, Failure> {
+    one_device(&dev.device)?;
     match dev.device.as_str() {
         "auto" => {
             #[cfg(feature = "cuda")]
@@ -227,11 +248,13 @@ pub fn cublas_rounds(
 }
 
 #[cfg(feature = "cuda")]
-mod cuda {
+pub mod cuda {
     use super::CudaArgs;
     use crate::exit::{Failure, refused};
     use std::path::PathBuf;
     use tf_cuda::{CudaBackend, CudaOptions};
+    use tf_models::ModelError;
+    use tf_models::tp::MakeBackend;
 
     /// The backend options `args` ask for; kernels cached under `$XDG_CACHE_HOME/tensorfold` (or
     /// `~/.cache`); an explicit `CUDA_HOME` must hold `include/`.
@@ -265,6 +288,17 @@ mod cuda {
     /// GPU `ordinal` started with the options `args` ask for.
     pub fn backend(ordinal: usize, args: &CudaArgs) -> Result<CudaBackend, Failure> {
         CudaBackend::with_options(ordinal, &options(args)?).map_err(refused)
+    }
+
+    /// Makes tensor-parallel rank `r`'s backend on GPU `gpus[r]`, started with the options
+    /// `args` ask for.
+    pub fn rank_maker(gpus: Vec<usize>, args: &CudaArgs) -> Result<MakeBackend<CudaBackend>, Failure> {
+        let opts = options(args)?;
+        let device = |m: String| ModelError::Backend(tf_backend::BackendError::Device(m));
+        Ok(std::sync::Arc::new(move |r| {
+            let gpu = *gpus.get(r).ok_or_else(|| device(format!("rank {r} has no GPU named")))?;
+            CudaBackend::with_options(gpu, &opts).map_err(|e| device(format!("rank {r} on cuda:{gpu}: {e}")))
+        }))
     }
 
     #[cfg(test)]

@@ -53,6 +53,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         quant_acts: a.quant_acts.clone(),
         int_dot: a.int_dot.clone(),
         cuda: Default::default(),
+        rank_gpus: Vec::new(),
     };
     let dev = crate::tp::rank_device(&dev, tp_size(&a))?;
     dispatch_owned(&dev.clone(), "serve", Serve { a: &a, server, progress, dev })

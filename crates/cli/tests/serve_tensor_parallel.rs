@@ -25,7 +25,7 @@ fn two_and_four_ranks_answer_as_one_rank_does() {
 }
 
 #[test]
-fn a_size_the_heads_cannot_split_or_a_gpu_device_is_refused_at_start() {
+fn a_size_the_heads_cannot_split_or_a_device_without_ranks_is_refused_at_start() {
     let dir = serve_util::model_dir();
     let bin = env!("CARGO_BIN_EXE_tensorfold");
     let run = |args: &[&str]| {
@@ -39,7 +39,18 @@ fn a_size_the_heads_cannot_split_or_a_gpu_device_is_refused_at_start() {
     let (code, err) = run(&["--device", "cpu", "--tensor-parallel-size", "3"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("KV heads"), "{err}");
-    let (code, err) = run(&["--device", "cuda", "--tensor-parallel-size", "2"]);
+    // One GPU named for two ranks; the reference backend has no ranks.
+    let (code, err) = run(&["--device", "cuda:1", "--tensor-parallel-size", "2"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--device cpu"), "{err}");
+    assert!(err.contains("1 GPU(s) named for 2 ranks"), "{err}");
+    let (code, err) = run(&["--device", "ref", "--tensor-parallel-size", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--device cpu or cuda"), "{err}");
+    // A GPU per rank, in a build without CUDA.
+    #[cfg(not(feature = "cuda"))]
+    {
+        let (code, err) = run(&["--device", "cuda", "--tensor-parallel-size", "2"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--features cuda"), "{err}");
+    }
 }

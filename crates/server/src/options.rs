@@ -94,9 +94,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Backend to run on (`cuda` needs a build with `--features cuda`; `auto` picks the GPU when
-    /// one starts, else the CPU).
+    /// one starts, else the CPU). With `--tensor-parallel-size N`, `cuda` puts rank r on GPU r
+    /// and `cuda:A,B,...` names each rank's GPU.
     ///
-    /// Accepts: cpu, ref, cuda, cuda:N, auto.
+    /// Accepts: cpu, ref, cuda, cuda:N, cuda:N,M,... (one GPU per rank), auto.
     #[arg(long, default_value = "auto")]
     pub device: String,
     /// CPU threads of the backend.
@@ -106,9 +107,11 @@ pub struct ServeArgs {
     pub threads: Option<u64>,
     /// Ranks to shard the model over (tensor parallelism): each rank holds its part of every
     /// layer's heads and MLP rows and of the vocabulary, with its own KV cache and state pools
-    /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as CPU
-    /// threads (`--device cpu`, the threads shared out); GPU ranks are not built yet. Sessions are
-    /// refused above 1.
+    /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as
+    /// threads of this process: on the CPU (`--device cpu`, the threads shared out) or each on a
+    /// GPU (`--device cuda`), their sums taken through the host in rank order and decode rounds
+    /// run op by op (no CUDA graphs); NCCL is not built yet. Expert parallelism needs the CPU.
+    /// Sessions are refused above 1.
     ///
     /// Accepts: an integer >= 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
