@@ -142,3 +142,75 @@ fn responses_carry_a_reasoning_item_before_the_message() {
     };
     assert_eq!(without_ids(&done["response"]["output"]), without_ids(&out), "the streamed response's items");
 }
+
+/// The fixture with `<think>` (480) and `</think>` (481) as tokens of their own (as Qwen3's
+/// tokenizer has them), and `template` as its chat template.
+fn thinking_model(template: &str) -> tempfile::TempDir {
+    let dir = serve_util::model_dir();
+    let path = dir.path().join("tokenizer.json");
+    let mut tok: Value = serde_json::from_slice(&std::fs::read(&path).expect("tokenizer")).expect("json");
+    let Some(added) = tok["added_tokens"].as_array_mut() else { panic!("added tokens") };
+    for (id, content) in [(480, "<think>"), (481, "</think>")] {
+        added.push(json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+                          "normalized": false, "special": false}));
+    }
+    std::fs::write(&path, tok.to_string()).expect("written");
+    std::fs::write(dir.path().join("chat_template.jinja"), template).expect("written");
+    dir
+}
+
+/// A chat asking for `"yes"` by schema, its output steered by `bias`.
+fn steered(bias: Value) -> Value {
+    json!({"model": "tiny", "messages": [{"role": "user", "content": "ok?"}], "max_tokens": 12,
+           "logit_bias": bias, "response_format": {"type": "json_schema",
+           "json_schema": {"name": "a", "schema": {"enum": ["yes"]}}}})
+}
+
+/// With a reasoning parser, structured output holds on the answer alone: the reasoning is free
+/// (here `<think></think>`, steered by logit_bias past what the schema allows), the answer
+/// after `</think>` matches the schema; an output that does not open `<think>` is held to it
+/// from its first token.
+#[test]
+fn structured_output_holds_after_the_reasoning() {
+    let s = Server::start_in(thinking_model(serve_util::CHATML), &["--reasoning-parser", "qwen3"]);
+    // `<think>` outranks every other first token, `</think>` everything after it.
+    let doc = s.post("/v1/chat/completions", &steered(json!({"480": 50, "481": 100}))).json();
+    let message = &doc["choices"][0]["message"];
+    assert_eq!((&message["reasoning_content"], &message["content"]), (&json!(""), &json!("\"yes\"")), "{doc}");
+    assert_eq!(doc["choices"][0]["finish_reason"], "stop", "{doc}");
+    assert_eq!(doc["usage"]["completion_tokens_details"]["reasoning_tokens"], 2, "{doc}");
+    // No `<think>`: the schema from the first token.
+    let doc = s.post("/v1/chat/completions", &steered(json!({"480": -100}))).json();
+    assert_eq!(doc["choices"][0]["message"]["content"], "\"yes\"", "{doc}");
+    assert!(doc["choices"][0]["message"].get("reasoning_content").is_none(), "{doc}");
+    // The same through the Responses API.
+    let body = json!({"model": "tiny", "input": "ok?", "max_output_tokens": 12, "logit_bias": {"480": 50, "481": 100},
+                      "text": {"format": {"type": "json_schema", "name": "a", "schema": {"enum": ["yes"]}}}});
+    let r = s.post("/v1/responses", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = r.json()["output"].clone();
+    assert_eq!((&out[0]["type"], &out[1]["content"][0]["text"]), (&json!("reasoning"), &json!("\"yes\"")), "{out}");
+    // Without a parser, the schema holds on the whole output: `<think>` cannot open it.
+    let s = Server::start_in(thinking_model(serve_util::CHATML), &[]);
+    let doc = s.post("/v1/chat/completions", &steered(json!({"480": 50, "481": 100}))).json();
+    assert_eq!(doc["choices"][0]["message"]["content"], "\"yes\"", "{doc}");
+}
+
+/// DeepSeek R1's outputs open in their reasoning, so the schema holds after `</think>`; where
+/// the template already closed the reasoning (thinking off), the output is all answer, held to
+/// the schema from its first token.
+#[test]
+fn deepseek_r1_reasoning_ends_at_think_close_or_in_the_prompt() {
+    let s = Server::start_in(thinking_model(serve_util::CHATML), &["--reasoning-parser", "deepseek_r1"]);
+    let doc = s.post("/v1/chat/completions", &steered(json!({"481": 100}))).json();
+    let message = &doc["choices"][0]["message"];
+    assert_eq!((&message["reasoning_content"], &message["content"]), (&json!(""), &json!("\"yes\"")), "{doc}");
+    let closed = serve_util::CHATML.replace("assistant\\n' }}", "assistant\\n<think>\\n\\n</think>\\n\\n' }}");
+    assert_ne!(closed, serve_util::CHATML);
+    let s = Server::start_in(thinking_model(&closed), &["--reasoning-parser", "deepseek_r1"]);
+    let doc = s.post("/v1/chat/completions", &steered(json!({"480": -100}))).json();
+    let message = &doc["choices"][0]["message"];
+    assert_eq!(message["content"], "\"yes\"", "{doc}");
+    assert!(message.get("reasoning_content").is_none(), "thinking off: no reasoning: {doc}");
+    assert_eq!(doc["usage"]["completion_tokens_details"]["reasoning_tokens"], 0, "{doc}");
+}

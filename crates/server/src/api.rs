@@ -7,6 +7,7 @@ use crate::chat_ids;
 use crate::constraint::Prepared;
 use crate::error::ApiError;
 use crate::generation::{Generation, SeqSpec};
+use crate::reasoning::ReasoningParser;
 use crate::request::{
     Api, Options, RouteFields, check_model, check_prompt_len, max_tokens_for, parse_options, parse_prompts, seed_for,
 };
@@ -87,7 +88,7 @@ pub async fn blocking<T: Send + 'static>(
 }
 
 fn reply(st: &AppState, api: Api, opts: Options, prompt_tokens: usize, echo: Vec<Option<String>>) -> Reply {
-    reply_with_tools(st, api, opts, prompt_tokens, echo, None)
+    reply_with_tools(st, api, opts, prompt_tokens, echo, None, None)
 }
 
 fn reply_with_tools(
@@ -97,6 +98,7 @@ fn reply_with_tools(
     prompt_tokens: usize,
     echo: Vec<Option<String>>,
     tools: Option<crate::tools::ToolMode>,
+    reasoning: Option<ReasoningParser>,
 ) -> Reply {
     let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
     Reply {
@@ -109,25 +111,42 @@ fn reply_with_tools(
         echo,
         tokenizer: st.model.tokenizer.clone(),
         tools,
-        reasoning: st.model.reasoning.filter(|_| api == Api::Chat),
+        reasoning: reasoning.filter(|_| api == Api::Chat),
     }
 }
 
-/// `n` sequences of one prompt, the first with the request's seed.
+/// `n` sequences of one prompt, the first with the request's seed; `reasoning`: where a chat's
+/// output reasons.
 pub(crate) fn specs_for(
     st: &AppState,
     opts: &Options,
     prompt: &TokenIds,
     max_tokens: usize,
     constraint: &Option<Prepared>,
+    reasoning: Option<ReasoningParser>,
 ) -> Vec<SeqSpec> {
     (0..opts.n)
         .map(|j| {
             let mut params = opts.params.clone();
             params.seed = seed_for(st, opts.seed, j);
-            SeqSpec { prompt: prompt.clone(), params, max_tokens, constraint: constraint.clone() }
+            SeqSpec { prompt: prompt.clone(), params, max_tokens, constraint: constraint.clone(), reasoning }
         })
         .collect()
+}
+
+/// A chat's reasoning parser as `prompt` leaves it, and `constraint` holding on its answer
+/// alone (reasoning.rs `Gate`).
+pub(crate) fn reasoning_of(
+    st: &AppState,
+    prompt: &TokenIds,
+    constraint: Option<Prepared>,
+) -> (Option<ReasoningParser>, Option<Prepared>) {
+    let tok = st.model.tokenizer.as_deref();
+    let Some(parser) = st.model.reasoning.map(|p| p.for_prompt(prompt.as_slice(), tok)) else {
+        return (None, constraint);
+    };
+    let gate = tok.and_then(|t| parser.gate(t));
+    (Some(parser), constraint.map(|c| c.after(gate)))
 }
 
 fn prepare_completions(st: &AppState, body: &Value) -> Result<(Reply, Vec<SeqSpec>), ApiError> {
@@ -145,7 +164,7 @@ fn prepare_completions(st: &AppState, body: &Value) -> Result<(Reply, Vec<SeqSpe
     let mut echo = Vec::new();
     for p in &prompts {
         let max_tokens = max_tokens_for(st, &opts, p.ids.len(), COMPLETIONS_DEFAULT_MAX_TOKENS, Api::Completions)?;
-        specs.extend(specs_for(st, &opts, &p.ids, max_tokens, &constraint));
+        specs.extend(specs_for(st, &opts, &p.ids, max_tokens, &constraint, None));
         let text = match (opts.echo, &p.text, &st.model.tokenizer) {
             (false, _, _) => None,
             (true, Some(t), _) => Some(t.clone()),
@@ -180,10 +199,11 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
         }
         (None, c) => c,
     };
-    let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint);
+    let (reasoning, constraint) = reasoning_of(st, &prompt, constraint);
+    let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
-    Ok((reply_with_tools(st, Api::Chat, opts, prompt_tokens, echo, tools), specs))
+    Ok((reply_with_tools(st, Api::Chat, opts, prompt_tokens, echo, tools, reasoning), specs))
 }
 
 /// The request's structured-output constraint, compiled (here, never on the engine thread).

@@ -2,9 +2,11 @@
 //! once per server from the tokenizer's vocabulary (on first use), compiles on the HTTP side
 //! (request preparation's blocking thread, capped in size, nesting, reference depth and time:
 //! tf-grammar), and each sequence gets its own matcher. A matcher that fails allows only the end
-//! of sequence.
+//! of sequence. With a reasoning parser, a chat's constraint holds on its answer alone
+//! ([`AfterReasoning`]), as vLLM's structured output does.
 
 use crate::error::ApiError;
+use crate::reasoning::Gate;
 use crate::state::AppState;
 use std::sync::Arc;
 use tf_engine::constraint::{Constraint, Mask};
@@ -43,6 +45,99 @@ impl Constraint for GrammarConstraint {
     }
 }
 
+/// A grammar that holds only on a reasoning model's answer ([`Gate`]): any token while the
+/// output reasons, the grammar's from the first token of the answer. Qwen3's output starts
+/// undecided: the grammar's first tokens or `<think>`.
+pub struct AfterReasoning {
+    grammar: GrammarConstraint,
+    gate: Gate,
+    /// Every id allowed (the reasoning's mask).
+    all: Mask,
+    /// Tokens taken.
+    taken: usize,
+    /// Tokens taken before the answer started, once it has.
+    answer_from: Option<usize>,
+}
+
+/// Where an [`AfterReasoning`] output is.
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    /// Nothing taken yet and a `<think>` may open the reasoning.
+    Undecided,
+    Reasoning,
+    Answer,
+}
+
+impl AfterReasoning {
+    /// `grammar` holding after `gate`'s reasoning, over `width` ids.
+    pub fn new(grammar: GrammarConstraint, gate: Gate, width: usize) -> AfterReasoning {
+        let all = Mask::from_words(vec![u32::MAX; width.div_ceil(32)]);
+        AfterReasoning { grammar, gate, all, taken: 0, answer_from: None }
+    }
+
+    fn phase(&self) -> Phase {
+        match (self.answer_from, self.gate.open) {
+            (Some(_), _) => Phase::Answer,
+            (None, Some(_)) if self.taken == 0 => Phase::Undecided,
+            (None, _) => Phase::Reasoning,
+        }
+    }
+}
+
+impl Constraint for AfterReasoning {
+    fn mask(&mut self) -> Mask {
+        match self.phase() {
+            Phase::Answer => self.grammar.mask(),
+            Phase::Reasoning => self.all.clone(),
+            Phase::Undecided => {
+                let mut words = self.grammar.mask().words().to_vec();
+                if let Some(open) = self.gate.open
+                    && let Some(w) = words.get_mut(open as usize / 32)
+                {
+                    *w |= 1 << (open % 32);
+                }
+                Mask::from_words(words)
+            }
+        }
+    }
+    fn accept(&mut self, token: u32) -> bool {
+        let ok = match self.phase() {
+            Phase::Answer => self.grammar.accept(token),
+            Phase::Undecided if Some(token) == self.gate.open => true,
+            Phase::Undecided => {
+                let ok = self.grammar.accept(token);
+                if ok {
+                    self.answer_from = Some(0);
+                }
+                ok
+            }
+            Phase::Reasoning => {
+                if token == self.gate.close {
+                    self.answer_from = Some(self.taken + 1);
+                }
+                true
+            }
+        };
+        self.taken += ok as usize;
+        ok
+    }
+    fn rollback(&mut self, n: usize) {
+        let to = self.taken - n.min(self.taken);
+        if let Some(from) = self.answer_from {
+            // The grammar took the tokens past `from`.
+            self.grammar.rollback(self.taken - to.max(from));
+            // Back before `</think>`, or to an undecided start.
+            if to < from || to == 0 {
+                self.answer_from = None;
+            }
+        }
+        self.taken = to;
+    }
+    fn is_finished(&self) -> bool {
+        self.phase() == Phase::Answer && self.grammar.is_finished()
+    }
+}
+
 /// A compiled constraint with what starting a sequence on it needs.
 #[derive(Clone)]
 pub struct Prepared {
@@ -50,6 +145,8 @@ pub struct Prepared {
     compiled: Compiled,
     width: usize,
     eos: u32,
+    /// With a reasoning parser: the constraint holds on the answer alone.
+    gate: Option<Gate>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -61,7 +158,16 @@ impl std::fmt::Debug for Prepared {
 impl Prepared {
     /// A fresh constraint for one sequence.
     pub fn start(&self) -> Box<dyn Constraint> {
-        Box::new(GrammarConstraint { m: self.grammars.start(&self.compiled), width: self.width, eos: self.eos })
+        let grammar = GrammarConstraint { m: self.grammars.start(&self.compiled), width: self.width, eos: self.eos };
+        match self.gate {
+            Some(gate) => Box::new(AfterReasoning::new(grammar, gate, self.width)),
+            None => Box::new(grammar),
+        }
+    }
+
+    /// This constraint holding only after `gate`'s reasoning (unchanged for `None`).
+    pub fn after(self, gate: Option<Gate>) -> Prepared {
+        Prepared { gate, ..self }
     }
 }
 
@@ -70,7 +176,7 @@ impl Prepared {
 pub fn prepare(st: &AppState, spec: &Spec, field: &str) -> Result<Prepared, ApiError> {
     let (grammars, eos) = st.grammars().map_err(|e| ApiError::invalid(field, e))?;
     let compiled = grammars.compile(spec).map_err(|e| refusal(field, e))?;
-    Ok(Prepared { grammars, compiled, width: st.model.vocab.rows(), eos })
+    Ok(Prepared { grammars, compiled, width: st.model.vocab.rows(), eos, gate: None })
 }
 
 /// Checks `spec` (from request field `field`) against the caps without compiling it: 400
@@ -116,4 +222,70 @@ pub fn compiler(tok: &Tokenizer, rows: usize, eos_ids: &[u32]) -> Result<(Arc<Gr
     let bytes = tf_grammar::token_bytes(&value, rows).map_err(|e| e.to_string())?;
     let g = Grammars::new(&bytes, eos, tf_grammar::Limits::default()).map_err(|e| e.to_string())?;
     Ok((Arc::new(g), eos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EOS: u32 = 256;
+    const OPEN: u32 = 257;
+    const CLOSE: u32 = 258;
+    const WIDTH: usize = 259;
+
+    /// `"ab"` as the only answer, over single bytes, an end and the two think tags.
+    fn gated(open: Option<u32>) -> AfterReasoning {
+        let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        bytes.extend([b"\xff<eos>".to_vec(), b"\xff<think>".to_vec(), b"\xff</think>".to_vec()]);
+        let Ok(g) = Grammars::new(&bytes, EOS, tf_grammar::Limits::default()) else { panic!("grammars") };
+        let Ok(c) = g.compile(&Spec::Choice(vec!["ab".into()])) else { panic!("compiles") };
+        let grammar = GrammarConstraint::new(g.start(&c), WIDTH, EOS);
+        AfterReasoning::new(grammar, Gate { open, close: CLOSE }, WIDTH)
+    }
+
+    fn allowed(c: &mut AfterReasoning) -> Vec<u32> {
+        let m = c.mask();
+        (0..WIDTH as u32).filter(|&i| m.allows(i)).collect()
+    }
+
+    #[test]
+    fn the_grammar_holds_on_the_answer_alone() {
+        let a = u32::from(b'a');
+        let mut c = gated(Some(OPEN));
+        assert_eq!(allowed(&mut c), [a, OPEN], "undecided: the answer's start or <think>");
+        assert!(!c.accept(u32::from(b'b')) && !c.accept(CLOSE));
+        assert!(c.accept(OPEN));
+        assert_eq!(allowed(&mut c).len(), WIDTH, "reasoning: anything");
+        for t in [u32::from(b'x'), OPEN, EOS - 1, CLOSE] {
+            assert!(c.accept(t));
+        }
+        assert_eq!(allowed(&mut c), [a], "the answer, after </think>");
+        assert!(!c.is_finished());
+        assert!(c.accept(a) && c.accept(u32::from(b'b')));
+        assert!(c.is_finished());
+        // Back into the answer, then before </think>, then to the start.
+        c.rollback(1);
+        assert_eq!(allowed(&mut c), [u32::from(b'b')]);
+        c.rollback(2);
+        assert_eq!(allowed(&mut c).len(), WIDTH, "reasoning again");
+        assert!(c.accept(CLOSE) && c.accept(a));
+        c.rollback(6);
+        assert_eq!(allowed(&mut c), [a, OPEN]);
+        // An answer from the first token, and back.
+        assert!(c.accept(a));
+        assert_eq!(allowed(&mut c), [u32::from(b'b')]);
+        assert!(!c.accept(OPEN));
+        c.rollback(1);
+        assert_eq!(allowed(&mut c), [a, OPEN]);
+    }
+
+    #[test]
+    fn deepseek_r1_outputs_open_in_their_reasoning() {
+        let mut c = gated(None);
+        assert_eq!(allowed(&mut c).len(), WIDTH);
+        assert!(c.accept(u32::from(b'z')) && c.accept(CLOSE));
+        assert_eq!(allowed(&mut c), [u32::from(b'a')]);
+        c.rollback(1);
+        assert_eq!(allowed(&mut c).len(), WIDTH);
+    }
 }

@@ -34,6 +34,9 @@ pub struct SeqSpec {
     pub max_tokens: usize,
     /// Structured output's compiled constraint.
     pub constraint: Option<crate::constraint::Prepared>,
+    /// Where this output's reasoning is (a chat with `--reasoning-parser`), as its prompt
+    /// leaves it (`ReasoningParser::for_prompt`).
+    pub reasoning: Option<crate::reasoning::ReasoningParser>,
 }
 
 /// What happened to one sequence since the last update.
@@ -141,7 +144,7 @@ impl Generation {
                 done: false,
                 completion_tokens: 0,
                 cached_tokens: 0,
-                thinking: state.model.reasoning.map(|p| (Splitter::new(p), 0)),
+                thinking: spec.reasoning.map(|p| (Splitter::new(p), 0)),
                 first: spec.prompt.as_slice().first().copied().unwrap_or(0),
                 first_at: None,
                 last_at: None,

@@ -42,7 +42,8 @@ pub struct ServeArgs {
     /// delta's) `reasoning_content` holds it and `content` the answer after it, and tool calls
     /// are parsed from the answer alone. `qwen3`: an answer opening with `<think>` reasons until
     /// `</think>`; `deepseek_r1` (also for templates that open the block in the prompt, such as
-    /// Qwen3's thinking-only releases): everything before `</think>` is reasoning.
+    /// Qwen3's thinking-only releases): everything before `</think>` is reasoning, unless the
+    /// prompt closed it (thinking off). Structured output then holds on the answer alone.
     ///
     /// Accepts: qwen3, deepseek_r1. Default: none (the text as generated).
     #[arg(long)]

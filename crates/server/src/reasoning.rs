@@ -2,6 +2,9 @@
 //! `reasoning_content`, whole or piece by piece as it streams, before tool calls are parsed
 //! from the rest. Text only: the tags are matched in the detokenized text wherever the
 //! tokenizer cut it, and a piece that may be the start of a tag is held back until it is not.
+//! A structured output's constraint holds on the answer alone ([`Gate`], constraint.rs).
+
+use tf_tokenize::Tokenizer;
 
 /// Where a model's reasoning is in its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +28,30 @@ impl ReasoningParser {
         }
     }
 
+    /// This parser as a request's prompt leaves it: DeepSeek R1's, where the prompt already
+    /// closed the reasoning block (its text ends with `</think>` and whitespace: a template with
+    /// thinking off), reads the output as Qwen3's does, all answer unless it opens `<think>`.
+    pub fn for_prompt(self, prompt: &[u32], tok: Option<&Tokenizer>) -> ReasoningParser {
+        let tail = &prompt[prompt.len().saturating_sub(PROMPT_TAIL)..];
+        let closed = tok.and_then(|t| t.decode(tail, false).ok()).is_some_and(|t| t.trim_end().ends_with(CLOSE));
+        match self {
+            ReasoningParser::DeepSeekR1 if closed => ReasoningParser::Qwen3,
+            p => p,
+        }
+    }
+
+    /// Where a structured output's constraint starts in an output this parser reads: after the
+    /// reasoning, told by the think tags' ids (`None` where the tokenizer does not have each as
+    /// one token: the constraint then holds from the first token).
+    pub fn gate(self, tok: &Tokenizer) -> Option<Gate> {
+        let close = tok.token_to_id(CLOSE)?;
+        let open = match self {
+            ReasoningParser::Qwen3 => Some(tok.token_to_id(OPEN)?),
+            ReasoningParser::DeepSeekR1 => None,
+        };
+        Some(Gate { open, close })
+    }
+
     /// Splits a whole output into its reasoning (`None` where it has none) and its answer.
     pub fn split(self, text: &str) -> (Option<String>, String) {
         let mut s = Splitter::new(self);
@@ -38,6 +65,19 @@ impl ReasoningParser {
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
+/// Prompt tokens whose text [`ReasoningParser::for_prompt`] reads.
+const PROMPT_TAIL: usize = 16;
+
+/// Where the reasoning ends in token ids, for a constraint that holds only on the answer
+/// (constraint.rs `AfterReasoning`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// Qwen3: the `<think>` id, which opens reasoning as the first token (any other first token
+    /// starts the answer); DeepSeek R1: none, the output opens in its reasoning.
+    pub open: Option<u32>,
+    /// The `</think>` id, after which the answer starts.
+    pub close: u32,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {

@@ -76,8 +76,8 @@ fn prepare(st: &AppState, body: &Value) -> Result<(ResponseReply, Vec<SeqSpec>),
     check_prompt_len(st, "input", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)
         .map_err(|e| e.under("max_completion_tokens", "max_output_tokens"))?;
-    let constraint = constraint(st, &f, grammar)?;
-    let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint);
+    let (reasoning, constraint) = crate::api::reasoning_of(st, &prompt, constraint(st, &f, grammar)?);
+    let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = Echo {
         instructions: f.instructions.clone(),
         max_output_tokens: f.max_output_tokens,
@@ -90,7 +90,7 @@ fn prepare(st: &AppState, body: &Value) -> Result<(ResponseReply, Vec<SeqSpec>),
         metadata: noop.metadata.map_or(json!({}), Value::Object),
         user: noop.user,
     };
-    Ok((ResponseReply::new(st, opts, prompt.len(), mode, echo), specs))
+    Ok((ResponseReply::new(st, opts, prompt.len(), mode, echo, reasoning), specs))
 }
 
 /// Refuses what needs stored state or output this server does not make.

@@ -58,13 +58,15 @@ pub struct ResponseReply {
 }
 
 impl ResponseReply {
-    /// A reply for one sequence of `prompt_tokens`; `mode`: read the output for function calls.
+    /// A reply for one sequence of `prompt_tokens`; `mode`: read the output for function calls;
+    /// `reasoning`: where the output reasons.
     pub fn new(
         st: &AppState,
         opts: Options,
         prompt_tokens: usize,
         mode: Option<ToolMode>,
         echo: Echo,
+        reasoning: Option<ReasoningParser>,
     ) -> ResponseReply {
         ResponseReply {
             id: format!("resp_{:016x}", st.random_u64()),
@@ -74,7 +76,7 @@ impl ResponseReply {
             prompt_tokens,
             mode,
             echo,
-            reasoning: st.model.reasoning,
+            reasoning,
         }
     }
 
