@@ -2,7 +2,13 @@
 //! order, and the round plans rank 0 sends the others. `ThreadGroup` (thread_group.rs) is the
 //! in-process one, ranks as threads.
 
+use std::any::Any;
+use std::sync::Arc;
 use thiserror::Error;
+
+/// What a backend's ranks of one tensor-parallel group share to sum their rows on the devices
+/// (`Backend::new_exchange`): opaque outside the backend that made it.
+pub type Exchange = Arc<dyn Any + Send + Sync>;
 
 /// The group can no longer run a collective.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub mod top_p_row;
 
 pub use attn::{AttnMeta, AttnParams, KvShape, SeqAttn};
 pub use candidates::{Candidates, LogitEdit, RaceKey, RowQuery};
-pub use collective::{Collective, GroupError};
+pub use collective::{Collective, Exchange, GroupError};
 pub use conv::Conv1d;
 pub use dsa::{DsaParams, SparseQueries};
 pub use fp8::Fp8Scales;
@@ -562,6 +562,27 @@ pub trait Backend: Send + Sync {
             }
         }
         *x = self.upload(&xs, rows, cols);
+    }
+    /// A device exchange for a tensor-parallel group of `size` ranks on backends of this kind,
+    /// which each rank then joins ([`Backend::join_exchange`]) so that the group's sums run on
+    /// the devices ([`Backend::all_reduce_on_device`]); `None` (the default): the group sums
+    /// through the host.
+    fn new_exchange(&self, size: usize) -> Option<Exchange> {
+        let _ = size;
+        None
+    }
+    /// Joins `ex` (made by [`Backend::new_exchange`] on rank 0's backend) as rank `rank`.
+    fn join_exchange(&self, ex: &Exchange, rank: usize) -> Result<(), BackendError> {
+        let _ = (ex, rank);
+        Err(BackendError::Unsupported(format!("{} backends sum on the host", self.name())))
+    }
+    /// `x` summed over the joined group's ranks on the device in rank order
+    /// (`((x0 + x1) + x2) + ...`, the bits of [`Collective::all_reduce`]'s sum); `barrier` waits
+    /// for every rank (false: the group broke). `None` where this backend joined no exchange (the
+    /// caller sums through the host); `Some(Err)` when the ranks' rows disagree or the group broke.
+    fn all_reduce_on_device(&self, x: &mut Self::Act, barrier: &mut dyn FnMut() -> bool) -> Option<Result<(), String>> {
+        let _ = (x, barrier);
+        None
     }
     /// Where a long-lived loop that drives this backend (an engine's) runs: on one of the
     /// backend's own threads where it has them (the CPU backend's pool), so the parallel ops it

@@ -37,6 +37,10 @@ pub struct CudaArgs {
     /// 64; 0: every FP8 matmul dequantizes first; the same bits either way).
     #[arg(long, value_name = "ROWS")]
     pub cuda_fp8_gemv_rows: Option<usize>,
+    /// Where tensor-parallel GPU ranks sum their rows: `device` (copied between the GPUs) or
+    /// `host` (downloaded, summed, uploaded); the same bits either way.
+    #[arg(long, default_value = "device", value_parser = ["device", "host"])]
+    pub cuda_tp_sums: String,
 }
 
 impl Default for CudaArgs {
@@ -51,6 +55,7 @@ impl Default for CudaArgs {
             cuda_glu_store_rows: None,
             cuda_graph_rows: None,
             cuda_fp8_gemv_rows: None,
+            cuda_tp_sums: "device".into(),
         }
     }
 }
@@ -281,6 +286,7 @@ pub mod cuda {
             glu_store_rows: args.cuda_glu_store_rows,
             graph_rows: args.cuda_graph_rows,
             fp8_gemv_rows: args.cuda_fp8_gemv_rows,
+            tp_host_sums: args.cuda_tp_sums == "host",
             ..CudaOptions::default()
         })
     }
@@ -316,6 +322,7 @@ pub mod cuda {
                 cuda_glu_store_rows: Some(65),
                 cuda_graph_rows: Some(256),
                 cuda_fp8_gemv_rows: Some(0),
+                cuda_tp_sums: "host".into(),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
@@ -323,7 +330,7 @@ pub mod cuda {
             assert_eq!(o.trace_out, Some(PathBuf::from("t.tsv")));
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
             assert_eq!(o.graph_rows, Some(256));
-            assert_eq!((o.glu_store_rows, o.fp8_gemv_rows), (Some(65), Some(0)));
+            assert_eq!((o.glu_store_rows, o.fp8_gemv_rows, o.tp_host_sums), (Some(65), Some(0), true));
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

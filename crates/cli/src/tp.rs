@@ -2,8 +2,8 @@
 //! (`tf_models::tp`), each with a backend of its own: a CPU backend with a share of the threads,
 //! or a GPU of its own (`--device cuda`: rank r on GPU r; `cuda:A,B,...`: each rank's GPU). Rank 0
 //! runs the command (the engine, for `serve`). The collectives go through the host in rank order
-//! (`tf_backend::ThreadGroup`), so GPU ranks decode op by op, without CUDA graphs; NCCL is not
-//! built.
+//! (`tf_backend::ThreadGroup`), GPU ranks' sums between the devices (tf-cuda's exchange), and
+//! GPU ranks decode op by op, without CUDA graphs; NCCL is not built.
 
 use crate::args::DeviceArgs;
 use crate::exit::{Failure, refused};

@@ -634,3 +634,13 @@ extern "C" __global__ void __launch_bounds__(128) gather_ids(u32* __restrict__ i
     tf_pdl_enter();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) ids[i] = held[ids[i]];
 }
+
+// Tensor-parallel sum (exchange.rs): out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ...,
+// the ranks' rows `n` apart, added in rank order with rounded adds (the host group's bits).
+extern "C" __global__ void tp_sum(const float* __restrict__ parts, float* __restrict__ out, int n, int ranks) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float s = parts[i];
+        for (int r = 1; r < ranks; ++r) s = __fadd_rn(s, parts[(long long)r * n + i]);
+        out[i] = s;
+    }
+}

@@ -46,6 +46,7 @@ macro_rules! kernels {
 }
 
 kernels!(
+    tp_sum,
     pad_bf16,
     pack_gate_up_bf16,
     pad_fp8,

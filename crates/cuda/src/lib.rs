@@ -54,6 +54,7 @@ mod ctx;
 mod device;
 mod draw;
 mod error;
+mod exchange;
 mod fp8;
 mod fp8_host;
 mod gdn;
@@ -119,6 +120,12 @@ pub struct CudaBackend {
     ids: std::sync::atomic::AtomicU64,
     /// Pinned buffers for held ids' copies to the host (held.rs).
     held_spare: held::Spare,
+    /// Whether a tensor-parallel group's sums stay on the host (`CudaOptions::tp_host_sums`).
+    tp_host_sums: bool,
+    /// Whether decode rounds may be recorded as graphs (`!CudaOptions::no_graphs`).
+    graphs_on: bool,
+    /// This rank's place in its tensor-parallel group's exchange, once joined (exchange.rs).
+    joined: std::sync::Mutex<Option<exchange::Joined>>,
 }
 
 impl CudaBackend {
@@ -142,6 +149,9 @@ impl CudaBackend {
             ),
             ids: Default::default(),
             held_spare: Default::default(),
+            tp_host_sums: opts.tp_host_sums,
+            graphs_on: !opts.no_graphs,
+            joined: Default::default(),
         })
     }
 
@@ -361,6 +371,31 @@ impl Backend for CudaBackend {
 
     fn check_attention_cached(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    fn new_exchange(&self, size: usize) -> Option<tf_backend::Exchange> {
+        (!self.tp_host_sums && size > 1)
+            .then(|| std::sync::Arc::new(exchange::Exchange::new(size)) as tf_backend::Exchange)
+    }
+
+    fn join_exchange(&self, ex: &tf_backend::Exchange, rank: usize) -> Result<(), BackendError> {
+        if self.graphs_on {
+            return Err(BackendError::Unsupported(
+                "a tensor-parallel rank on CUDA decodes op by op: start it with CUDA graphs off".into(),
+            ));
+        }
+        let Ok(ex) = ex.clone().downcast::<exchange::Exchange>() else {
+            return Err(BackendError::Unsupported("another backend's exchange".into()));
+        };
+        let joined = exchange::join(&self.ctx, ex, rank)?;
+        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) = Some(joined);
+        Ok(())
+    }
+
+    fn all_reduce_on_device(&self, x: &mut CudaAct, barrier: &mut dyn FnMut() -> bool) -> Option<Result<(), String>> {
+        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let j = joined.as_mut()?;
+        Some(exchange::all_reduce(&self.ctx, j, x, barrier))
     }
 
     fn attention_cached(&self, q: &CudaAct, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {

@@ -13,6 +13,9 @@ pub struct CudaOptions {
     pub cache_dir: Option<PathBuf>,
     /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs).
     pub no_graphs: bool,
+    /// A tensor-parallel group's sums go through the host (download, sum, upload) instead of
+    /// between the devices (exchange.rs); the same bits either way.
+    pub tp_host_sums: bool,
     /// Each CUDA graph capture's outcome written to stderr (graph.rs).
     pub graph_log: bool,
     /// Most rows a recorded decode round has (none: 256); larger rounds run op by op.

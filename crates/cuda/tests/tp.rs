@@ -1,28 +1,65 @@
 //! Tensor parallelism with CUDA ranks as threads of one process (`tf_models::tp`), every rank
-//! on GPU 0 and the collectives through the host in rank order: TP = 2 against one rank within
-//! a bf16 tolerance with the same greedy picks, and concurrent equals solo through the engine.
+//! on GPU 0: the ranks' sums between the devices give the bits of the sums through the host,
+//! TP = 2 against one rank within a bf16 tolerance with the same greedy picks, and concurrent
+//! equals solo through the engine.
 
 mod common;
 
 use std::sync::Arc;
 use tf_cuda::{CudaBackend, CudaOptions};
+use tf_engine::Runner;
 use tf_models::ModelError;
 use tf_models::tp::MakeBackend;
-use tf_testkit::{check_concurrent_equals_solo_on, check_tp_matches_one_rank, on_cuda, tp_engine};
+use tf_testkit::{
+    check_concurrent_equals_solo_on, check_tp_matches_one_rank, fixture, golden, on_cuda, tp_engine, tp_model,
+};
 
 /// Largest |TP = 2 - one rank| allowed, as a fraction of the prompt's largest |logit|: the two
 /// differ only where a row-parallel sum rounds, but the next matmul rounds its input to bf16,
 /// so a flipped last bit there carries on (a bf16 ulp is 0.4%).
 const REL_TOL: f32 = 0.01;
 
-/// Rank `r`'s backend: GPU 0, decode op by op (a collective reads the device mid-round).
-fn make() -> Option<MakeBackend<CudaBackend>> {
+/// Rank `r`'s backend: GPU 0, decode op by op (a sum waits for the other ranks mid-round), the
+/// ranks' sums on the devices or (`host_sums`) through the host.
+fn make_with(host_sums: bool) -> Option<MakeBackend<CudaBackend>> {
     common::backend()?;
-    Some(Arc::new(|_| {
+    Some(Arc::new(move |_| {
         let cache_dir = std::env::var_os("TF_CUDA_CACHE").map(std::path::PathBuf::from);
-        CudaBackend::with_options(0, &CudaOptions { no_graphs: true, cache_dir, ..CudaOptions::default() })
+        let opts = CudaOptions { no_graphs: true, tp_host_sums: host_sums, cache_dir, ..CudaOptions::default() };
+        CudaBackend::with_options(0, &opts)
             .map_err(|e| ModelError::Backend(tf_backend::BackendError::Device(e.to_string())))
     }))
+}
+
+fn make() -> Option<MakeBackend<CudaBackend>> {
+    make_with(false)
+}
+
+/// Every golden prompt's logits at 2 ranks, summing on the devices and through the host: the
+/// same bits.
+#[test]
+fn device_sums_give_the_host_sums_bits() {
+    let (Some(device), Some(host)) = (make_with(false), make_with(true)) else { return };
+    for family in ["qwen3", "qwen3_moe", "qwen3_next", "gemma3"] {
+        let logits = |make: &MakeBackend<CudaBackend>| -> Vec<Vec<u32>> {
+            let b = make(0).unwrap_or_else(|e| panic!("{family}: {e}"));
+            let (m, followers) = tp_model(&b, make, family, 2);
+            let out = golden(&fixture(family))
+                .prompts
+                .iter()
+                .map(|p| {
+                    let ids = m.vocab.check(p).unwrap_or_else(|e| panic!("{family}: {e:?}"));
+                    let got = Runner::new(&m, &b, ids.len()).expect("runner").prefill(&ids, ids.len(), true);
+                    got.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(m.decoder.fault().is_none(), "{family}: {:?}", m.decoder.fault());
+            drop(m);
+            followers.join().unwrap_or_else(|e| panic!("{family}: a follower failed: {e}"));
+            out
+        };
+        assert!(logits(&device) == logits(&host), "{family}: sums between the devices differ from the host's");
+    }
 }
 
 /// Dense, MoE, hybrid, latent-attention and Gemma 4 layouts.

@@ -110,8 +110,8 @@ pub struct ServeArgs {
     /// layer's heads and MLP rows and of the vocabulary, with its own KV cache and state pools
     /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as
     /// threads of this process: on the CPU (`--device cpu`, the threads shared out) or each on a
-    /// GPU (`--device cuda`), their sums taken through the host in rank order and decode rounds
-    /// run op by op (no CUDA graphs); NCCL is not built yet. Expert parallelism needs the CPU.
+    /// GPU (`--device cuda`), their sums copied between the GPUs and added in rank order, decode
+    /// rounds run op by op (no CUDA graphs); NCCL is not built yet. Expert parallelism needs the CPU.
     /// Sessions are refused above 1.
     ///
     /// Accepts: an integer >= 1.

@@ -80,8 +80,19 @@ impl TpLink {
         f(&*self.group).map_err(|e| self.fail(e.to_string())).ok()
     }
 
-    /// `x` summed over the ranks in rank order (after a failure: left as it is).
+    /// `x` summed over the ranks in rank order, on the devices where the backends joined an
+    /// exchange, else through the host (after a failure: left as it is).
     pub fn all_reduce<B: Backend>(&self, b: &B, x: &mut B::Act) {
+        if self.fault().is_some() {
+            return;
+        }
+        // A barrier: a one-value sum, with the group's timeouts and failures.
+        let mut barrier = || self.run(|g| g.all_reduce(&mut [0.0])).is_some();
+        match b.all_reduce_on_device(x, &mut barrier) {
+            Some(Ok(())) => return,
+            Some(Err(why)) => return self.fail(why),
+            None => {}
+        }
         let (rows, cols) = b.shape(x);
         let mut host = b.download(x);
         if self.run(|g| g.all_reduce(&mut host)).is_some() {

@@ -73,6 +73,8 @@ pub fn open_group<B: Backend + 'static>(
     timeout: Duration,
 ) -> Result<(Model<B>, Followers), ModelError> {
     let GroupShape { size, expert_parallel } = shape;
+    // Sums on the devices where the backends can (every rank joins before it loads).
+    let exchange = backend.new_exchange(size.max(1));
     let mut links: Vec<Arc<TpLink>> =
         ThreadGroup::new(size.max(1), timeout).into_iter().map(|g| TpLink::new(Box::new(g))).collect();
     let leader = links.remove(0);
@@ -80,8 +82,13 @@ pub fn open_group<B: Backend + 'static>(
     let mut threads = Vec::new();
     for (i, link) in links.into_iter().enumerate() {
         let (rank, path, make, ready_tx) = (i + 1, PathBuf::from(path), make.clone(), ready_tx.clone());
+        let exchange = exchange.clone();
         let spawned = std::thread::Builder::new().name(format!("tensorfold-rank-{rank}")).spawn(move || {
-            let loaded = make(rank).and_then(|b| {
+            let joined = |b: B| match &exchange {
+                Some(ex) => b.join_exchange(ex, rank).map(|_| b).map_err(ModelError::Backend),
+                None => Ok(b),
+            };
+            let loaded = make(rank).and_then(joined).and_then(|b| {
                 Model::open_shard(&path, &b, &LoadProgress::default(), Shard { link: link.clone(), expert_parallel })
                     .map(|m| (b, m))
             });
@@ -107,6 +114,9 @@ pub fn open_group<B: Backend + 'static>(
     }
     drop(ready_tx);
     let followers = Followers { threads };
+    if let Some(ex) = &exchange {
+        backend.join_exchange(ex, 0)?;
+    }
     let model = Model::open_shard(path, backend, progress, Shard { link: leader, expert_parallel })?;
     for _ in 1..size {
         match ready.recv() {
