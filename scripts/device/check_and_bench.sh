@@ -9,6 +9,7 @@
 #   STEPS="tests moe" PROMPTS=128 BATCHES=1,64 GEN=32 MOES="qwen3-8b:12 qwen3-30b-a3b:12"
 #   STEPS="bench tp" TP_DEVICE=cuda:0,0 (qwen3-8b at two ranks beside one; default: cuda, GPUs 0 and
 #     1, on a host of two, else both ranks on GPU 0)
+#   STEPS=tp70 TP70_LAYERS=12 (llama3-70b's shapes, shrunk, at two ranks beside one)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -162,22 +163,26 @@ if has tp; then
     --tensor-parallel-size 2 --prompt-len "$PROMPTS" --batch "$BATCHES" --gen-len "$GEN" --repeat 1 \
     --json "$OUT/tp.json" > "$W/tp.log" 2>&1
   grep -iE "panicked|error" "$W/tp.log" | head -3
-  python3 - "$OUT/tp.json" "$OUT/ours.json" "$TPD" <<'PY' 2>/dev/null | tee "$OUT/tp.txt"
-import json, sys
-tp = json.load(open(sys.argv[1]))
-try:
-    one = {(r["prompt_len"], r["batch"]): r for r in json.load(open(sys.argv[2]))["results"]}
-except OSError:
-    one = {}
-print(f"qwen3-8b at 2 ranks on {sys.argv[3]}")
-for r in tp["results"]:
-    b = one.get((r["prompt_len"], r["batch"]))
-    line = (f"prompt {r['prompt_len']:>5} batch {r['batch']:>3}: decode {r['decode_tok_s']:9.1f} tok/s, "
-            f"prefill {r['prefill_tok_s']:9.1f} tok/s")
-    if b:
-        line += f" | over 1 rank: decode {r['decode_tok_s'] / b['decode_tok_s']:.3f}, prefill {r['prefill_tok_s'] / b['prefill_tok_s']:.3f}"
-    print(line)
-PY
+  python3 scripts/device/tp_compare.py "$OUT/tp.json" "$OUT/ours.json" "qwen3-8b on $TPD" 2>/dev/null | tee "$OUT/tp.txt"
+fi
+if has tp70; then
+  # Llama 3 70B's shapes shrunk to TP70_LAYERS layers (one card holds it for the comparison),
+  # at 2 ranks (TP_DEVICE as above) beside 1, decode floors and MFU against the cards used.
+  L=${TP70_LAYERS:-12}
+  C70=/tmp/llama3-70b-$L
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  TPD=${TP_DEVICE:-$( ((NGPU >= 2)) && echo cuda || echo cuda:0,0)}
+  [[ -f $C70/config.json ]] || { left 400 "synth llama3-70b:$L" && stamp "synth llama3-70b:$L" \
+    && timeout 500 "$BIN" synth --like llama3-70b --layers "$L" --out "$C70" > "$W/synth_70b.txt" 2>&1; }
+  for n in 1 2; do
+    dev=cuda:0; ((n == 2)) && dev=$TPD
+    [[ -f $C70/config.json ]] && left 150 "tp70 at $n" && stamp "tp70 at $n on $dev" && timeout 200 "$BIN" bench \
+      --model "$C70" --device "$dev" --tensor-parallel-size $n --prompt-len 128,4096 --batch 1,64 --gen-len 64 \
+      --repeat 1 --json "$OUT/tp70_$n.json" > "$W/tp70_$n.log" 2>&1
+    grep -iE "panicked|error" "$W/tp70_$n.log" | head -3
+  done
+  python3 scripts/device/tp_compare.py "$OUT/tp70_2.json" "$OUT/tp70_1.json" "llama3-70b:$L on $TPD" 2>/dev/null \
+    | tee "$OUT/tp70.txt"
 fi
 # Presets synthesized with fewer layers and benched at PROMPTS x BATCHES: presets STEP LIST
 # (LIST: preset:layers ...), each to $OUT/STEP_PRESET.{json,txt}.

@@ -218,7 +218,7 @@ pub struct InspectArgs {
 /// `synth`.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b,
+    /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, llama3-70b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b,
     /// qwen3-next-80b-a3b, minimax-m2, tiny.
     #[arg(long)]
     pub like: String,

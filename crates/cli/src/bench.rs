@@ -177,8 +177,19 @@ impl OnBackend for Bench<'_> {
         };
         params.validate().map_err(refused)?;
         println!("model={} backend={} threads={}", a.model.display(), b.name(), threads(&a.dev));
+        // Tensor-parallel GPU ranks on `cards` GPUs read their parts of a round's bytes and
+        // compute their parts of its FLOPs at once: the ceilings are that many cards'.
+        let cards = {
+            let mut g = dev.rank_gpus.clone();
+            g.sort_unstable();
+            g.dedup();
+            g.len().max(1)
+        };
+        let lim =
+            lim.map(|l| Limits { copy_gb_s: l.copy_gb_s * cards as f64, gemm_tflops: l.gemm_tflops * cards as f64 });
         if let Some(l) = lim {
-            println!("measured: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", l.copy_gb_s, l.gemm_tflops);
+            let of = if cards > 1 { format!(" ({cards} cards)") } else { String::new() };
+            println!("measured{of}: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", l.copy_gb_s, l.gemm_tflops);
         }
         let mut results: Vec<Value> = Vec::new();
         // Greedy's decode speed at (prompt, batch), for the later modes' ratios.
@@ -230,6 +241,8 @@ impl OnBackend for Bench<'_> {
                 }
                 let mut versus_cublas = String::new();
                 if let Some(&(_, t)) = cublas.as_ref().and_then(|c| c.iter().find(|c| c.0 == batch)) {
+                    // One card's cuBLAS round over all the weights; `cards` cards split it.
+                    let t = t / cards as f64;
                     row["cublas_round_ms"] = json!(t * 1e3);
                     row["cublas_round_ratio"] = json!(t / round);
                     versus_cublas = format!(" cublas {:.3}", t / round);
@@ -266,6 +279,7 @@ impl OnBackend for Bench<'_> {
         if let Some(path) = &a.json {
             let doc = json!({"model": a.model, "backend": b.name(), "threads": threads(&a.dev),
                 "architecture": m.decoder.spec.architecture,
+                "tensor_parallel_size": a.tensor_parallel_size, "cards": cards,
                 "limits": lim.map(|l| json!({"copy_gb_s": l.copy_gb_s, "gemm_tflops": l.gemm_tflops})),
                 "weight_bytes_bf16": 2.0 * c.all_params(),
                 "weight_bytes": 2.0 * c.all_params() - fp8.dense - fp8.experts,

@@ -62,6 +62,14 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             "topk_group": 4, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "rope_theta": 10000.0,
             "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}),
+        // Llama 3 70B's shapes (80 layers of 8192, 64 heads, 8 KV heads): 141 GB in bf16, more
+        // than one card holds with a KV cache (`--layers` shrinks it for one card's comparison).
+        "llama3-70b" => json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": 128256, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 131072, "tie_word_embeddings": false, "hidden_act": "silu",
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
         "llama3-8b" => json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
@@ -159,7 +167,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, llama3-70b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -538,6 +546,19 @@ mod tests {
         assert_eq!(tok.decode(&[299, 104, 105], false).expect("decode"), " t299hi");
         let ids = tok.encode("hi t259", false).expect("encode");
         assert!(ids.as_slice().iter().all(|&i| i < 256), "text encodes to byte tokens only: {:?}", ids.as_slice());
+    }
+
+    #[test]
+    fn every_preset_is_a_model_and_llama3_70b_has_its_70_billion_weights() {
+        for name in PRESETS.replace(" or ", ", ").split(", ") {
+            let config = preset(name).unwrap_or_else(|| panic!("{name}: listed but no preset"));
+            let raw = RawConfig::parse(Path::new("config.json"), &config.to_string()).expect("config");
+            let spec = spec_for(&raw).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if name == "llama3-70b" {
+                let n: usize = tensor_list(&spec).iter().map(|t| t.1.iter().product::<usize>()).sum();
+                assert_eq!(n, 70_553_706_496, "Llama 3 70B's weight count");
+            }
+        }
     }
 
     #[test]
