@@ -47,6 +47,8 @@ macro_rules! kernels {
 
 kernels!(
     tp_sum,
+    head_matmul,
+    concat_heads,
     pad_bf16,
     pack_gate_up_bf16,
     pad_fp8,

@@ -60,6 +60,7 @@ mod fp8_host;
 mod gdn;
 mod graph;
 mod graph_pad;
+mod heads;
 mod held;
 pub mod limits;
 mod logprob;
@@ -371,6 +372,24 @@ impl Backend for CudaBackend {
 
     fn check_attention_cached(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    fn device_copy(&self, host: &[f32]) -> Option<CudaVec> {
+        Some(self.vec(host))
+    }
+
+    fn head_matmul(&self, x: &CudaAct, w: &tf_backend::HeadWeights<'_>, on_device: Option<&CudaVec>) -> CudaAct {
+        match on_device {
+            Some(v) => heads::head_matmul(&self.ctx, x, v, w.heads, w.out),
+            None => {
+                let y = tf_backend::heads::head_matmul(&self.download(x), x.rows, w);
+                self.upload(&y, x.rows, w.heads * w.out)
+            }
+        }
+    }
+
+    fn concat_heads(&self, a: &CudaAct, b: &CudaAct, heads: usize) -> CudaAct {
+        heads::concat_heads(&self.ctx, a, b, heads)
     }
 
     fn new_exchange(&self, size: usize) -> Option<tf_backend::Exchange> {

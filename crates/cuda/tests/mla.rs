@@ -134,3 +134,37 @@ fn latent_pool_blocks_read_and_write_in_the_host_layout() {
     let (a, r) = (attend(&b, &mut kv, &p, &next, 11), attend(&b, &mut restored, &p, &next, 11));
     assert!(same_bits(&a, &r), "a restored latent pool attends as the original");
 }
+
+/// The absorbed per-head products on the device (weights copied there at load): within f32
+/// rounding of the host's, each row's bits whatever else the round holds; the per-head
+/// concatenation bit for bit the host's.
+#[test]
+fn per_head_ops_on_the_device_match_the_host() {
+    let Some(b) = backend() else { return };
+    // W_UK's shape (128 heads of 512 x 128), W_UV's (128 of 128 x 576), a ragged small one.
+    for (heads, out, cols) in [(128, 512, 128), (128, 128, 576), (3, 5, 37)] {
+        let host = rand(heads * out * cols, 11, 0.1);
+        let w = tf_backend::HeadWeights { host: &host, heads, out };
+        let on_device = b.device_copy(&host);
+        assert!(on_device.is_some(), "the CUDA backend keeps per-head weights on the device");
+        let rows = 9;
+        let x = rand(rows * heads * cols, 12, 1.0);
+        let want = tf_backend::heads::head_matmul(&x, rows, &w);
+        let all = b.download(&b.head_matmul(&b.upload(&x, rows, heads * cols), &w, on_device.as_ref()));
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let e = max_err(&all, &want);
+        assert!(e <= 1e-4 * scale.max(1.0), "{heads}x{out}x{cols}: max error {e} (scale {scale})");
+        for r in [0, 4, 8] {
+            let row = &x[r * heads * cols..(r + 1) * heads * cols];
+            let alone = b.download(&b.head_matmul(&b.upload(row, 1, heads * cols), &w, on_device.as_ref()));
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&alone), bits(&all[r * heads * out..(r + 1) * heads * out]), "row {r} alone");
+        }
+    }
+    for (rows, heads, wa, wc) in [(7, 128, 512, 64), (1, 1, 48, 16), (0, 4, 2, 3)] {
+        let (a, c) = (rand(rows * heads * wa, 13, 1.0), rand(rows * heads * wc, 14, 1.0));
+        let want = tf_backend::heads::concat_heads(&a, &c, rows, heads);
+        let got = b.download(&b.concat_heads(&b.upload(&a, rows, heads * wa), &b.upload(&c, rows, heads * wc), heads));
+        assert!(got == want, "concat_heads {rows}x{heads}x({wa}+{wc})");
+    }
+}

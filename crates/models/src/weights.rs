@@ -441,6 +441,12 @@ impl<'a, B: Backend> Loader<'a, B> {
         self.backend.vec(values)
     }
 
+    /// Host weights `host` copied to the device where the backend reads them there
+    /// (`Backend::device_copy`).
+    pub fn device_copy(&self, host: &[f32]) -> Option<B::Vec> {
+        self.backend.device_copy(host)
+    }
+
     /// Rows `rows` of matrix `e` of the float 3-D tensor `name` of exactly `[n, r, cols]` (fused
     /// experts: `experts.gate_up_proj` `[experts, 2 inter, hidden]`), as stored, or with `scale`
     /// as f32 values times it.
