@@ -36,6 +36,8 @@
 //!                                                      delta rule, Mamba2's SSD scan and gated
 //!                                                      norm, LFM2's short conv)
 //! 6  attention_mla                                     attention over a latent (MLA) KV pool
+//! 6  heads                                             MLA's per-head products and concatenation
+//! 6  exchange                                          tensor-parallel ranks' sums between devices
 //! 7  moe, draw                                         mixture of experts (over matmul); sampled
 //!                                                      rows drawn on the device (over sample)
 //! 8  graph                                             decode rounds recorded and replayed
