@@ -131,7 +131,9 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
             Some(DraftNet::Assistant(_)) | None => 0,
         };
     let block_bytes = (per_token * block_size) as u64;
-    let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_after, a.gpu_memory_utilization);
+    // Ranks sharing a GPU each allocate their pools out of its free memory.
+    let free_share = free_after.map(|f| f / ranks_per_gpu(&dev.rank_gpus));
+    let (kv_memory, kv_source) = kv_budget(a.kv_memory, free_share, a.gpu_memory_utilization);
     // Recurrent layers' state slots come out of the same budget, before the blocks.
     let state = state_memory(
         &model,
@@ -212,6 +214,11 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
 }
 
 /// `--tensor-parallel-size`.
+/// The most tensor-parallel ranks on one GPU of `gpus` (each rank's), at least 1.
+fn ranks_per_gpu(gpus: &[usize]) -> u64 {
+    gpus.iter().map(|g| gpus.iter().filter(|h| *h == g).count()).max().unwrap_or(1).max(1) as u64
+}
+
 fn tp_size(a: &ServeArgs) -> usize {
     usize::try_from(a.tensor_parallel_size).unwrap_or(usize::MAX)
 }
@@ -318,6 +325,14 @@ pub(crate) fn named_model_info<B: Backend>(model: &Model<B>, name: String) -> Mo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_sharing_a_gpu_share_its_memory() {
+        assert_eq!(ranks_per_gpu(&[]), 1);
+        assert_eq!(ranks_per_gpu(&[0, 1]), 1);
+        assert_eq!(ranks_per_gpu(&[0, 0]), 2);
+        assert_eq!(ranks_per_gpu(&[2, 0, 2, 2]), 3);
+    }
 
     #[test]
     fn kv_memory_given_wins_else_a_share_of_free_device_memory_else_the_cpu_default() {
