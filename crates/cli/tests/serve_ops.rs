@@ -177,12 +177,14 @@ fn shutdown_line_counts_the_requests_it_cancels() {
 fn api_key_guards_every_route_but_health() {
     let s = Logged::start(&["--api-key", "sk-test"], &[]);
     assert_eq!(s.get("/health", &[]).status, 200);
-    for path in ["/v1/models", "/v1/models/tiny", "/metrics"] {
+    for path in ["/v1/models", "/v1/models/tiny", "/metrics", "/version"] {
         s.get(path, &[]).assert_error(401, None);
         s.get(path, &[("Authorization", "Bearer sk-wrong")]).assert_error(401, None);
         s.get(path, &[("Authorization", "Bearer sk-tes")]).assert_error(401, None);
         assert_eq!(s.get(path, &[("Authorization", "Bearer sk-test")]).status, 200, "{path}");
     }
+    let version = s.get("/version", &[("Authorization", "Bearer sk-test")]).json();
+    assert_eq!(version, serde_json::json!({"version": env!("CARGO_PKG_VERSION")}), "vLLM's /version");
     let r = s.send("POST", "/v1/completions", &[], &completion(false));
     r.assert_error(401, None);
     assert_eq!(r.json()["error"]["code"], "invalid_api_key");

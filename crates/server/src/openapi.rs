@@ -7,7 +7,7 @@ use crate::wire::completions::CompletionFields;
 use crate::wire::other::{DetokenizeRequest, SessionRequest, TokenizeRequest};
 use crate::wire::replies::{
     ChatCompletion, Completion, DetokenizeReply, ErrorReply, HealthReply, ModelList, ModelObject, SessionReply,
-    TokenizeReply,
+    TokenizeReply, VersionReply,
 };
 use crate::wire::responses::{ResponseObject, ResponsesFields};
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn, PathItem, PathsBuilder};
@@ -68,6 +68,7 @@ pub fn document() -> OpenApi {
         .path("/v1/models/{id}", with_id(get("One model.", json_reply("ModelObject"), &[("404", "No such model.")])))
         .path("/health", get("Ready or not.", json_reply("HealthReply"), &[("503", "Loading or shutting down.")]))
         .path("/metrics", get("Prometheus metrics.", text_reply("text/plain"), &[]))
+        .path("/version", get("The server's version.", json_reply("VersionReply"), &[]))
         .path(
             "/openapi.json",
             get(
@@ -103,6 +104,7 @@ pub fn document() -> OpenApi {
     collect::<ModelList>(&mut schemas);
     collect::<ModelObject>(&mut schemas);
     collect::<HealthReply>(&mut schemas);
+    collect::<VersionReply>(&mut schemas);
     collect::<ErrorReply>(&mut schemas);
     for (name, schema) in schemas {
         components = components.schema(name, schema);
@@ -141,6 +143,7 @@ const REPLIES: &[&str] = &[
     "TokenizeReply",
     "DetokenizeReply",
     "HealthReply",
+    "VersionReply",
     "SessionReply",
     "ResponseObject",
 ];

@@ -1,4 +1,4 @@
-//! The router: OpenAI routes, vLLM's `/tokenize` and `/detokenize`, `/health`, `/metrics`, and
+//! The router: OpenAI routes, vLLM's `/tokenize`, `/detokenize` and `/version`, `/health`, `/metrics`, and
 //! OpenAI-shaped errors for unknown routes and methods; the API key check and the request log
 //! wrap them all.
 
@@ -35,6 +35,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get_route(health))
         .route("/metrics", get_route(metrics))
+        .route("/version", get_route(version))
         .route("/openapi.json", get_route(openapi))
         .route("/v1/sessions/{name}", post(crate::sessions::save))
         .route("/v1/sessions/{name}/restore", post(crate::sessions::restore))
@@ -101,6 +102,11 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
         true => ApiError::unavailable().into_response(),
         false => json_response(json!({"status": "ok"})),
     }
+}
+
+/// `GET /version`: `{"version": ...}`, as vLLM answers it.
+async fn version() -> Response {
+    json_response(json!({"version": env!("CARGO_PKG_VERSION")}))
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {

@@ -189,6 +189,13 @@ pub struct HealthReply {
     status: String,
 }
 
+/// `/version`'s reply (as vLLM's).
+#[derive(ToSchema)]
+pub struct VersionReply {
+    /// TensorFold's version.
+    version: String,
+}
+
 /// A saved or restored session.
 #[derive(ToSchema)]
 pub struct SessionReply {
