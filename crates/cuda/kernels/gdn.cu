@@ -1,7 +1,8 @@
 // Recurrent state kernels (tf-backend conv.rs and gdn.rs): the depthwise causal conv1d over each
 // sequence's conv window, Gated DeltaNet's delta rule over its [Hv, Dk, Dv] state, the gated
 // RMSNorm and the sigmoid output gate. A round's sequences come as int4 {q_start, q_len,
-// start_pos, slot}; a slot is read only for a sequence past position 0. Each output element is
+// start_pos, slot}; a slot is read only for a sequence past position 0, and a sequence of slot -1
+// (a recorded round's pad row, graph_pad.rs) has no state: its outputs stay 0. Each output element is
 // computed by one thread in a fixed order, token by token in position order, so a round split
 // anywhere or batched with other sequences gives the same bits.
 
@@ -17,6 +18,7 @@ extern "C" __global__ void conv1d_state(const float* __restrict__ x, const float
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     int4 s = seqs[blockIdx.y];  // q_start, q_len, start_pos, slot
+    if (s.w < 0) return;
     float* win = state + (size_t)s.w * slot_len;
     int width = k - 1;
     float hist[CONV_MAX_K], wc[CONV_MAX_K];
@@ -63,6 +65,7 @@ __device__ __forceinline__ void gdn_rule_body(const float* __restrict__ qkv, con
     tf_pdl_enter();
     int h = blockIdx.x, j = threadIdx.x, lane = threadIdx.x & 31;
     int4 s = seqs[blockIdx.y];
+    if (s.w < 0) return;
     int kh = h / (hv / hk);
     size_t cols = (size_t)2 * hk * DK + (size_t)hv * dv;
     float* S = state + (size_t)s.w * slot_len + state_offset + (size_t)h * DK * dv;

@@ -30,7 +30,7 @@ extern "C" __global__ void short_conv_out(const float* __restrict__ bcx, const f
     int width = k - 1;
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         int si = row_seq[r];
-        if (si < 0) {
+        if (si < 0 || seqs[si].w < 0) {  // no sequence, or a recorded round's pad row
             y[(size_t)r * ch + c] = 0.f;
             continue;
         }
@@ -54,6 +54,7 @@ extern "C" __global__ void short_conv_window(const float* __restrict__ bcx, floa
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     int4 s = seqs[blockIdx.y];
+    if (s.w < 0) return;
     float* win = state + (size_t)s.w * slot_len;
     int width = k - 1;
     for (int j = 0; j < width; ++j) win[(size_t)j * ch + c] = short_conv_input(bcx, win, s, s.y + j, width, ch, c);

@@ -17,6 +17,7 @@ __device__ __forceinline__ void ssd_scan_body(const float* __restrict__ xbc, con
     tf_pdl_enter();
     int h = blockIdx.x, p = threadIdx.x;
     int4 s = seqs[blockIdx.y];  // q_start, q_len, start_pos, slot
+    if (s.w < 0) return;  // a recorded round's pad row: no state, its outputs stay 0
     int grp = h / (nh / ng);
     size_t inner = (size_t)nh * hp, cols = inner + (size_t)2 * ng * N;
     float* S = state + (size_t)s.w * slot_len + state_offset + ((size_t)h * hp + p) * N;

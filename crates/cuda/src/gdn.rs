@@ -3,6 +3,7 @@
 //! output gate. Each matches tf-backend's reference (conv.rs, gdn.rs) within f32 rounding and
 //! keeps its own bits whatever the round's batching or chunking.
 
+use crate::capture::Table;
 use crate::ctx::Ctx;
 use crate::device::{Arg, grid_for, ptr};
 use crate::state::CudaState;
@@ -16,15 +17,10 @@ pub(crate) const CONV_MAX_K: usize = 8;
 /// Key head widths the delta rule has a kernel for (kernels/gdn.cu `gdn_rule_d*`).
 pub(crate) const RULE_DK: [usize; 4] = [16, 32, 64, 128];
 
-/// The round's sequences as the kernels read them: `{q_start, q_len, start_pos, slot}` each.
-fn seqs(b: &Ctx, meta: &AttnMeta) -> cudarc::driver::CudaSlice<i32> {
-    let host: Vec<i32> = meta
-        .seqs
-        .iter()
-        .zip(&meta.state_slots)
-        .flat_map(|(s, &slot)| [s.q_start as i32, s.q_len as i32, s.start_pos as i32, slot as i32])
-        .collect();
-    b.dev.upload(&host)
+/// The round's sequences as the kernels read them: `{q_start, q_len, start_pos, slot}` each (a
+/// recorded round's from its inputs: capture.rs).
+fn seqs(b: &Ctx, meta: &AttnMeta) -> Table {
+    b.capture.states(&b.dev, meta)
 }
 
 /// Whether the device kernels take a conv of width `kernel`.
@@ -52,7 +48,7 @@ pub(crate) fn causal_conv1d(
             Arg::P(p.bias.map_or(0, |v| ptr(&v.data, &d.stream))),
             Arg::P(ptr(&y, &d.stream)),
             Arg::P(ptr(&st.data, &d.stream)),
-            Arg::P(ptr(&sq, &d.stream)),
+            Arg::P(sq.ptr(&d.stream)),
             Arg::I(ch as i32),
             Arg::I(p.kernel as i32),
             Arg::Z(st.shape.slot_len()),
@@ -98,7 +94,7 @@ pub(crate) fn gated_delta_rule(
             Arg::P(ptr(&p.dt_bias.data, &d.stream)),
             Arg::P(ptr(&out, &d.stream)),
             Arg::P(ptr(&st.data, &d.stream)),
-            Arg::P(ptr(&sq, &d.stream)),
+            Arg::P(sq.ptr(&d.stream)),
             Arg::I(p.num_k_heads as i32),
             Arg::I(hv as i32),
             Arg::I(dv as i32),

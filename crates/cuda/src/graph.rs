@@ -22,7 +22,7 @@
 //! the launch.
 
 use crate::attn_meta::{Packed, last_chunk, pack};
-use crate::capture::Inputs;
+use crate::capture::{Inputs, row_table, state_table};
 use crate::ctx::Ctx;
 use crate::device::ptr;
 use crate::error::must;
@@ -184,8 +184,14 @@ pub(crate) fn forward_round(
             return f(r, kv);
         }
     }
-    let inputs =
-        Arc::new(Inputs { buf: b.dev.upload(&host), ids: rec.ids.to_vec(), positions: rec.positions.to_vec(), meta });
+    let inputs = Arc::new(Inputs {
+        buf: b.dev.upload(&host),
+        ids: rec.ids.to_vec(),
+        positions: rec.positions.to_vec(),
+        states: state_table(rec.meta),
+        row_seq: row_table(rec.meta, rec.ids.len()),
+        meta,
+    });
     gather_held(b, &inputs, r.held, rows);
     match capture(b, g, key.clone(), inputs, kv, f, rec, rows) {
         Some(out) => out,

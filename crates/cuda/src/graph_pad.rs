@@ -2,9 +2,10 @@
 //! batch whose size moves by a few rows replays one recording instead of capturing many. A pad
 //! row is token 0 at position 0, a sequence of its own whose one block is the pools' scratch
 //! block (ops.rs `kv` allocates one past the pool's blocks; no sequence's table names it): it
-//! writes and reads only there. Every kernel computes a row from that row alone, so the real
-//! rows' values are the bits they have unpadded; the recording's output is copied out without
-//! the pad rows.
+//! writes and reads only there; in a model with recurrent state its state slot is `u32::MAX` (-1
+//! to the state kernels, which leave it out). Every kernel computes a row from that row alone,
+//! so the real rows' values are the bits they have unpadded; the recording's output is copied
+//! out without the pad rows.
 
 use tf_backend::{AttnMeta, Round, SeqAttn};
 
@@ -26,11 +27,15 @@ impl Padded {
     pub(crate) fn new<H>(r: &Round<'_, H>, rows: usize, scratch: u32) -> Padded {
         let (mut ids, mut positions, mut meta) = (r.ids.to_vec(), r.positions.to_vec(), r.meta.clone());
         let slot = scratch as usize * meta.block_size;
+        let stateful = !meta.state_slots.is_empty() && meta.state_slots.len() == meta.seqs.len();
         for q_start in r.ids.len()..rows {
             ids.push(0);
             positions.push(0);
             meta.slot_mapping.push(slot);
             meta.seqs.push(SeqAttn { q_start, q_len: 1, start_pos: 0, block_table: vec![scratch] });
+            if stateful {
+                meta.state_slots.push(u32::MAX);
+            }
         }
         Padded { ids, positions, meta }
     }
@@ -86,5 +91,11 @@ mod tests {
         assert_eq!(pr.meta.seqs[..2], meta.seqs[..]);
         assert_eq!(pr.meta.seqs[2..], [seq(2, 0, &[6]), seq(3, 0, &[6])]);
         assert_eq!(pr.meta.positions(), [40, 7, 0, 0]);
+        assert!(pr.meta.state_slots.is_empty(), "no state, no slots");
+        // With state slots, a pad row's is u32::MAX (-1 to the state kernels: no state).
+        let stateful = AttnMeta { state_slots: vec![5, 2], ..meta.clone() };
+        let r = Round { meta: &stateful, ..r };
+        let p = Padded::new(&r, 4, 6);
+        assert_eq!(p.round(&r).meta.state_slots, [5, 2, u32::MAX, u32::MAX]);
     }
 }

@@ -2,6 +2,7 @@
 //! row) in parallel from the sequence's window and rows, then each sequence's window moved on.
 //! The reference's arithmetic in its order (tf-backend short_conv.rs), so its bits.
 
+use crate::capture::{Input, row_table};
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::state::CudaState;
@@ -28,15 +29,13 @@ pub(crate) fn short_conv(
     if rows == 0 || ch == 0 || p.kernel == 0 {
         return CudaAct::new(y, rows, ch);
     }
-    let mut row_seq = vec![-1i32; rows];
-    let mut seqs = Vec::with_capacity(4 * n);
-    for (i, (s, &slot)) in meta.seqs.iter().zip(&meta.state_slots).enumerate() {
-        for r in row_seq.iter_mut().skip(s.q_start).take(s.q_len) {
-            *r = i as i32;
-        }
-        seqs.extend([s.q_start as i32, s.q_len as i32, s.start_pos as i32, slot as i32]);
-    }
-    let (sq, rs) = (d.upload(&seqs), d.upload(&row_seq));
+    // Row r's sequence (-1: none), and the sequences (a recorded round's from its inputs).
+    let row_seq = match meta.state_slots.is_empty() {
+        true => vec![u32::MAX; rows],
+        false => row_table(meta, rows),
+    };
+    let sq = b.capture.states(d, meta);
+    let rs = b.capture.table(d, Input::RowSeq, &row_seq);
     let blocks = ch.div_ceil(BLOCK as usize) as u32;
     let (x, state) = (ptr(bcx.data(d), &d.stream), ptr(&st.data, &d.stream));
     let (slot_len, k) = (st.shape.slot_len(), p.kernel as i32);
@@ -46,8 +45,8 @@ pub(crate) fn short_conv(
         Arg::P(p.bias.map_or(0, |v| ptr(&v.data, &d.stream))),
         Arg::P(ptr(&y, &d.stream)),
         Arg::P(state),
-        Arg::P(ptr(&sq, &d.stream)),
-        Arg::P(ptr(&rs, &d.stream)),
+        Arg::P(sq.ptr(&d.stream)),
+        Arg::P(rs.ptr(&d.stream)),
         Arg::I(rows as i32),
         Arg::I(ch as i32),
         Arg::I(k),
@@ -56,7 +55,7 @@ pub(crate) fn short_conv(
     d.launch(&d.k.short_conv_out, (blocks, rows.min(MAX_GRID_Y) as u32, 1), BLOCK, 0, &out_args);
     if n > 0 && p.kernel > 1 {
         let win_args =
-            [Arg::P(x), Arg::P(state), Arg::P(ptr(&sq, &d.stream)), Arg::I(ch as i32), Arg::I(k), Arg::Z(slot_len)];
+            [Arg::P(x), Arg::P(state), Arg::P(sq.ptr(&d.stream)), Arg::I(ch as i32), Arg::I(k), Arg::Z(slot_len)];
         d.launch(&d.k.short_conv_window, (blocks, n as u32, 1), BLOCK, 0, &win_args);
     }
     CudaAct::new(y, rows, ch)

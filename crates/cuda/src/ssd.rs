@@ -33,13 +33,7 @@ pub(crate) fn ssd_scan(
     let out = d.zeros::<f32>(xbc.rows * h * hp);
     let n = meta.seqs.len();
     if n > 0 && h > 0 {
-        let host: Vec<i32> = meta
-            .seqs
-            .iter()
-            .zip(&meta.state_slots)
-            .flat_map(|(s, &slot)| [s.q_start as i32, s.q_len as i32, s.start_pos as i32, slot as i32])
-            .collect();
-        let sq = d.upload(&host);
+        let sq = b.capture.states(d, meta);
         let k = match p.state_size {
             16 => &d.k.ssd_scan_n16,
             32 => &d.k.ssd_scan_n32,
@@ -54,7 +48,7 @@ pub(crate) fn ssd_scan(
             Arg::P(ptr(&p.dt_bias.data, &d.stream)),
             Arg::P(ptr(&out, &d.stream)),
             Arg::P(ptr(&st.data, &d.stream)),
-            Arg::P(ptr(&sq, &d.stream)),
+            Arg::P(sq.ptr(&d.stream)),
             Arg::I(h as i32),
             Arg::I(hp as i32),
             Arg::I(p.n_groups as i32),

@@ -84,14 +84,13 @@ impl<B: Backend> TokenMixer<B> {
         }
     }
 
-    /// Whether its ops read the host only through the round (no sliding window).
+    /// Whether its ops read the host only through the round (no sliding window, no indexer; the
+    /// recurrent kinds' slot tables are the round's).
     pub(crate) fn replayable(&self) -> bool {
         match self {
             TokenMixer::Attention(a) => !a.sliding && a.indexer.is_none(),
             TokenMixer::Mla(a) => !a.sparse(),
-            TokenMixer::Gdn(_) => false,
-            TokenMixer::Mamba2(_) => false,
-            TokenMixer::ShortConv(_) => false,
+            TokenMixer::Gdn(_) | TokenMixer::Mamba2(_) | TokenMixer::ShortConv(_) => true,
         }
     }
 
