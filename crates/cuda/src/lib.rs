@@ -9,9 +9,9 @@
 //! bit (tests/ops.rs). docs/cuda.md describes each kernel and why it is built as it is;
 //! docs/perf.md what was measured against it.
 //!
-//! Decode rounds (one new token a sequence; models with recurrent layers too) are recorded as CUDA graphs per shape
-//! and replayed with the round's inputs uploaded into the recording (graph.rs);
-//! `CudaOptions::no_graphs` runs them op by op. `CudaOptions::trace` builds the kernels with a
+//! Decode rounds (one new token a sequence; models with recurrent layers too) are recorded as
+//! CUDA graphs per shape and replayed with the round's inputs uploaded into the recording
+//! (graph.rs); `CudaOptions::no_graphs` runs them op by op. `CudaOptions::trace` builds the kernels with a
 //! per-warp timeline of chosen rounds written to a file (trace.rs); without it the kernels' code
 //! is unchanged. The library reads no environment: the caller fills [`CudaOptions`].
 //!
