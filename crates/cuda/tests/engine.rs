@@ -10,10 +10,9 @@ mod common;
 use tf_cuda::CudaBackend;
 use tf_engine::engine::DraftKind;
 use tf_testkit::{
-    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, MTP_FIXTURES, Req, check_concurrent_equals_solo, check_drafted_equals_undrafted,
+    DRAFT_MODELS, EARLY_EXIT, HYBRIDS, MTP_FIXTURES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
     check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
-    check_self_drafting_accepts_all, check_session_restore_equals_fresh, config, cuda_families, engine, mixed_request,
-    on_cuda, run,
+    check_self_drafting_accepts_all, check_session_restore_equals_fresh, cuda_families, on_cuda,
 };
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
@@ -29,21 +28,6 @@ fn concurrent_equals_solo() {
         for seeded in [false, true] {
             check_concurrent_equals_solo(&gpu, family, seeded);
         }
-    }
-}
-
-/// The families with recurrent layers decode from recorded graphs (a recording's inputs hold
-/// their state tables; a pad row has no state): six requests at once, greedy and seeded (rounds
-/// padded to eight rows), give the tokens an engine that never records gives.
-#[test]
-fn recorded_hybrid_rounds_equal_op_by_op() {
-    let Some(gpu) = gpu() else { return };
-    let off = || common::backend_no_graphs().expect("the GPU was there a moment ago");
-    let reqs: Vec<Req> = (0..6).map(|i| mixed_request(i, i % 2 == 1)).collect();
-    for &family in HYBRIDS.iter().filter(|f| on_cuda(f)) {
-        let recorded = run(&engine(&gpu, family, config(256, 256, 512, false)), &reqs);
-        let op_by_op = run(&engine(&off, family, config(256, 256, 512, false)), &reqs);
-        assert!(recorded == op_by_op, "{family}: recorded rounds differ from op by op");
     }
 }
 
