@@ -593,6 +593,19 @@ pub trait Backend: Send + Sync {
         let _ = (x, barrier);
         None
     }
+    /// On rank 0 of a joined group, each row of every rank's `x` side by side in rank order
+    /// (`total` columns: the vocabulary-parallel head's logits), `Some(Ok(Some(_)))`; on the
+    /// others `Some(Ok(None))` (they keep `x`); `barrier` as in
+    /// [`Backend::all_reduce_on_device`]. `None` where this backend joined no exchange.
+    fn gather_cols_on_device(
+        &self,
+        x: &Self::Act,
+        total: usize,
+        barrier: &mut dyn FnMut() -> bool,
+    ) -> Option<Result<Option<Self::Act>, String>> {
+        let _ = (x, total, barrier);
+        None
+    }
     /// Where a long-lived loop that drives this backend (an engine's) runs: on one of the
     /// backend's own threads where it has them (the CPU backend's pool), so the parallel ops it
     /// starts need no hand-off between threads; `None` (the default) runs it on the caller's.

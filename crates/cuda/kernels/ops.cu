@@ -677,3 +677,18 @@ extern "C" __global__ void concat_heads(const float* __restrict__ a, const float
         y[t] = c < wa ? a[rh * wa + c] : b[rh * wb + (c - wa)];
     }
 }
+
+// Tensor-parallel gather of the vocabulary-parallel head's logits (exchange.rs): out `[rows,
+// total]` from the ranks' rows side by side in g, rank r's `[rows, width_r]` at `rows * first_r`
+// (parts: {first column, width} per rank, in rank order).
+extern "C" __global__ void tp_interleave(const float* __restrict__ g, float* __restrict__ out, int rows, int total,
+                                         const int* __restrict__ parts, int ranks) {
+    const long long n = (long long)rows * total;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
+        const int row = (int)(t / total), c = (int)(t % total);
+        int r = 0;
+        while (r + 1 < ranks && parts[2 * (r + 1)] <= c) ++r;
+        const int first = parts[2 * r], w = parts[2 * r + 1];
+        out[t] = g[(long long)rows * first + (long long)row * w + (c - first)];
+    }
+}

@@ -47,6 +47,7 @@ macro_rules! kernels {
 
 kernels!(
     tp_sum,
+    tp_interleave,
     head_matmul,
     concat_heads,
     pad_bf16,

@@ -419,6 +419,17 @@ impl Backend for CudaBackend {
         Some(exchange::all_reduce(&self.ctx, j, x, barrier))
     }
 
+    fn gather_cols_on_device(
+        &self,
+        x: &CudaAct,
+        total: usize,
+        barrier: &mut dyn FnMut() -> bool,
+    ) -> Option<Result<Option<CudaAct>, String>> {
+        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let j = joined.as_mut()?;
+        Some(exchange::gather_cols(&self.ctx, j, x, total, barrier))
+    }
+
     fn attention_cached(&self, q: &CudaAct, kv: &CudaKv, meta: &AttnMeta, p: &AttnParams) -> CudaAct {
         match kv.shape.latent {
             true => attention_mla::attention_cached(&self.ctx, q, kv, meta, p),

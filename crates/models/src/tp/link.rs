@@ -105,12 +105,26 @@ impl TpLink {
     /// using them); elsewhere `x` itself.
     pub fn gather_cols<B: Backend>(&self, b: &B, x: B::Act, total: usize) -> B::Act {
         let rows = b.shape(&x).0;
-        let host = b.download(&x);
         let zeros = || b.upload(&vec![0.0; rows * total], rows, total);
         // No row wanted (a prompt chunk before its last): every rank skips the gather alike.
         if rows == 0 {
             return zeros();
         }
+        if self.fault().is_some() {
+            return if self.is_leader() { zeros() } else { x };
+        }
+        // Between the devices where the backends joined an exchange (a barrier as in `all_reduce`).
+        let mut barrier = || self.run(|g| g.all_reduce(&mut [0.0])).is_some();
+        match b.gather_cols_on_device(&x, total, &mut barrier) {
+            Some(Ok(Some(all))) => return all,
+            Some(Ok(None)) => return x,
+            Some(Err(why)) => {
+                self.fail(why);
+                return if self.is_leader() { zeros() } else { x };
+            }
+            None => {}
+        }
+        let host = b.download(&x);
         let Some(parts) = self.run(|g| g.gather(&host)) else {
             return if self.is_leader() { zeros() } else { x };
         };
