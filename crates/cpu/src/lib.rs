@@ -7,6 +7,7 @@ mod attention;
 mod block_sparse;
 mod fp8;
 mod gdn;
+mod heads;
 mod matmul;
 mod moe;
 mod ops;
@@ -322,6 +323,10 @@ impl Backend for CpuBackend {
         picks: &tf_backend::BlockPicks,
     ) -> HostTensor {
         block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
+    }
+
+    fn head_matmul(&self, x: &HostTensor, w: &tf_backend::HeadWeights<'_>, _: Option<&Vec<f32>>) -> HostTensor {
+        heads::head_matmul(&self.pool, x, w)
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
