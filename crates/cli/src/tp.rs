@@ -73,7 +73,7 @@ pub fn open<B: Backend + 'static>(
         });
         Box::new(make)
     } else {
-        gpu_maker(dev, shape)?
+        gpu_maker(dev)?
     };
     // Rank 0's backend is of the kind `rank_device` named: `B` is that backend here.
     let make = make
@@ -85,12 +85,8 @@ pub fn open<B: Backend + 'static>(
     Ok(model)
 }
 
-/// The makers of GPU ranks' backends (a `MakeBackend` of the CUDA backend); expert parallelism
-/// refused (the CUDA MoE kernels run a layer's every expert).
-fn gpu_maker(dev: &DeviceArgs, shape: GroupShape) -> Result<Box<dyn Any>, Failure> {
-    if shape.expert_parallel {
-        return Err(refused("--enable-expert-parallel runs on --device cpu: the CUDA MoE kernels hold every expert"));
-    }
+/// The makers of GPU ranks' backends (a `MakeBackend` of the CUDA backend).
+fn gpu_maker(dev: &DeviceArgs) -> Result<Box<dyn Any>, Failure> {
     #[cfg(feature = "cuda")]
     {
         Ok(Box::new(crate::device::cuda::rank_maker(dev.rank_gpus.clone(), &dev.cuda)?))
@@ -168,15 +164,6 @@ mod tests {
         match crate::device::dispatch(&listed, Nothing) {
             Ok(()) => panic!("a GPU list ran at one rank"),
             Err(e) => assert!(e.message.contains("--tensor-parallel-size 2"), "{}", e.message),
-        }
-    }
-
-    #[test]
-    fn expert_parallel_gpu_ranks_are_refused() {
-        let d = rank_device(&dev("cuda"), 2).unwrap_or_else(|e| panic!("{}", e.message));
-        match gpu_maker(&d, GroupShape { size: 2, expert_parallel: true }) {
-            Ok(_) => panic!("expert parallelism accepted on GPU ranks"),
-            Err(e) => assert!(e.message.contains("--enable-expert-parallel"), "{}", e.message),
         }
     }
 }

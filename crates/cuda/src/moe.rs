@@ -43,12 +43,54 @@ pub(crate) fn moe(
     experts: &Experts<CudaMat, CudaVec>,
     p: &MoeParams,
 ) -> CudaAct {
-    // Expert parallelism runs on host ranks only (the CLI refuses it elsewhere): every expert here.
-    assert!(experts.first == 0 && experts.up.len() == router_logits.cols, "moe: router width vs experts");
     let gated = !experts.gate.is_empty();
     let bias = experts.choice_bias.as_ref();
     let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };
-    moe_by(b, x, router_logits, bias, gated, |e| [gate(e), &experts.up[e], &experts.down[e]], p)
+    let of = |e: usize| [gate(e), &experts.up[e], &experts.down[e]];
+    if experts.first != 0 || experts.up.len() != router_logits.cols {
+        return held_experts(b, x, router_logits, experts.first, experts.up.len(), bias, gated, of, p);
+    }
+    moe_by(b, x, router_logits, bias, gated, of, p)
+}
+
+/// Expert parallelism: this rank holds experts `first..first + held` of the router's. Every row
+/// is routed as on one rank, and each held expert runs on its rows through the host-driven path
+/// (the others' pairs dropped): the rank's part of the output, which the ranks sum.
+#[allow(clippy::too_many_arguments)]
+fn held_experts<'a>(
+    b: &Ctx,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    first: usize,
+    held: usize,
+    bias: Option<&CudaVec>,
+    gated: bool,
+    experts: impl Fn(usize) -> [&'a CudaMat; 3],
+    p: &MoeParams,
+) -> CudaAct {
+    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
+    assert!(first + held <= ne && k >= 1 && k <= ne, "moe: experts {first}..{} of {ne}, top-{k}", first + held);
+    if x.rows == 0 {
+        return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
+    }
+    let (ids, weights) = if k > MAX_TOPK || ne > MAX_EXPERTS || p.n_group > MAX_GROUPS {
+        let logits = d.download(router_logits.data(&b.dev), x.rows * ne);
+        let bias = bias.map(|v| d.download(&v.data, v.len));
+        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, bias.as_deref(), p));
+        routes.map(|(e, w)| (e as u32, w)).unzip()
+    } else {
+        let (ids, w) = route(b, router_logits, bias, p);
+        (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
+    };
+    // Held experts renumbered from 0; the others past `held`, which `by_expert` drops.
+    let local: Vec<u32> = ids
+        .iter()
+        .map(|&e| match (e as usize).checked_sub(first) {
+            Some(l) if l < held => l as u32,
+            _ => u32::MAX,
+        })
+        .collect();
+    by_expert(b, x, &local, &weights, held, gated, experts, p)
 }
 
 /// [`moe`] over experts held in any container: `experts(e)` gives expert `e`'s gate, up, down

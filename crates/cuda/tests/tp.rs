@@ -1,7 +1,7 @@
 //! Tensor parallelism with CUDA ranks as threads of one process (`tf_models::tp`), every rank
 //! on GPU 0: the ranks' sums between the devices give the bits of the sums through the host,
 //! TP = 2 against one rank within a bf16 tolerance with the same greedy picks, and concurrent
-//! equals solo through the engine.
+//! equals solo through the engine, with the experts split by rows or (expert parallelism) whole.
 
 mod common;
 
@@ -84,6 +84,24 @@ fn two_ranks_match_one_rank_on_cuda() {
         })
         .collect();
     assert!(failed.is_empty(), "TP = 2 on CUDA differs from one rank for {failed:?}");
+}
+
+/// Expert parallelism on CUDA ranks: each rank's whole experts run on their rows (the
+/// host-driven path), the ranks' outputs summed; per-expert and stacked weights, a router with a
+/// choice bias and groups.
+#[test]
+fn expert_parallel_matches_one_rank_on_cuda() {
+    let Some(make) = make() else { return };
+    for family in ["qwen3_moe", "glm4_moe", "gemma4_moe"].into_iter().filter(|f| on_cuda(f)) {
+        let shape = tf_models::tp::GroupShape { size: 2, expert_parallel: true };
+        let worst = check_tp_matches_one_rank(&make, family, shape, REL_TOL);
+        eprintln!("{family}, experts over 2 ranks on cuda: largest logit difference {worst:e} of the largest logit");
+    }
+    check_concurrent_equals_solo_on(
+        &|cfg| tp_engine(&make, "qwen3_moe", tf_models::tp::GroupShape { size: 2, expert_parallel: true }, cfg),
+        "qwen3_moe",
+        false,
+    );
 }
 
 #[test]

@@ -111,7 +111,7 @@ pub struct ServeArgs {
     /// (`--kv-memory` each); rank 0 runs the engine and sends each round's plan to the others. Ranks run as
     /// threads of this process: on the CPU (`--device cpu`, the threads shared out) or each on a
     /// GPU (`--device cuda`), their sums copied between the GPUs and added in rank order, decode
-    /// rounds run op by op (no CUDA graphs); NCCL is not built yet. Expert parallelism needs the CPU.
+    /// rounds run op by op (no CUDA graphs); NCCL is not built yet.
     /// Sessions are refused above 1.
     ///
     /// Accepts: an integer >= 1.
