@@ -73,11 +73,8 @@ fn held_experts<'a>(
     if x.rows == 0 {
         return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
     }
-    let (ids, weights) = if k > MAX_TOPK || ne > MAX_EXPERTS || p.n_group > MAX_GROUPS {
-        let logits = d.download(router_logits.data(&b.dev), x.rows * ne);
-        let bias = bias.map(|v| d.download(&v.data, v.len));
-        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, bias.as_deref(), p));
-        routes.map(|(e, w)| (e as u32, w)).unzip()
+    let (ids, weights) = if past_kernels(ne, p) {
+        host_routes(b, router_logits, bias, p)
     } else {
         let (ids, w) = route(b, router_logits, bias, p);
         (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
@@ -111,13 +108,10 @@ pub(crate) fn moe_by<'a>(
     if x.rows == 0 {
         return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
     }
-    if k > MAX_TOPK || ne > MAX_EXPERTS || p.n_group > MAX_GROUPS {
+    if past_kernels(ne, p) {
         // Past the routing kernels' limits (no supported family is): the reference rule on the
         // host, for every round of the model, so its paths still agree.
-        let logits = d.download(router_logits.data(&b.dev), x.rows * ne);
-        let bias = bias.map(|v| d.download(&v.data, v.len));
-        let routes = logits.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, bias.as_deref(), p));
-        let (ids, weights): (Vec<u32>, Vec<f32>) = routes.map(|(e, w)| (e as u32, w)).unzip();
+        let (ids, weights) = host_routes(b, router_logits, bias, p);
         return by_expert(b, x, &ids, &weights, ne, gated, experts, p);
     }
     let (ids, w) = route(b, router_logits, bias, p);
@@ -128,6 +122,20 @@ pub(crate) fn moe_by<'a>(
     }
     let (ids, weights) = (d.download(&ids, x.rows * k), d.download(&w, x.rows * k));
     by_expert(b, x, &ids, &weights, ne, gated, experts, p)
+}
+
+/// Whether a router of `ne` experts with `p` is past the routing kernels' limits.
+fn past_kernels(ne: usize, p: &MoeParams) -> bool {
+    p.top_k > MAX_TOPK || ne > MAX_EXPERTS || p.n_group > MAX_GROUPS
+}
+
+/// Every row's routes by the reference rule on the host: `[rows, top_k]` ids and weights.
+fn host_routes(b: &Ctx, logits: &CudaAct, bias: Option<&CudaVec>, p: &MoeParams) -> (Vec<u32>, Vec<f32>) {
+    let (d, ne) = (&b.dev, logits.cols);
+    let values = d.download(logits.data(d), logits.rows * ne);
+    let bias = bias.map(|v| d.download(&v.data, v.len));
+    let routes = values.chunks_exact(ne).flat_map(|row| tf_backend::reference::route(row, bias.as_deref(), p));
+    routes.map(|(e, w)| (e as u32, w)).unzip()
 }
 
 /// Per row its `top_k` experts and weights, largest choice value first: `[rows, top_k]` each.
