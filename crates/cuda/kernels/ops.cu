@@ -638,6 +638,7 @@ extern "C" __global__ void __launch_bounds__(128) gather_ids(u32* __restrict__ i
 // Tensor-parallel sum (exchange.rs): out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ...,
 // the ranks' rows `n` apart, added in rank order with rounded adds (the host group's bits).
 extern "C" __global__ void tp_sum(const float* __restrict__ parts, float* __restrict__ out, int n, int ranks) {
+    tf_pdl_enter();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float s = parts[i];
         for (int r = 1; r < ranks; ++r) s = __fadd_rn(s, parts[(long long)r * n + i]);
@@ -651,6 +652,7 @@ extern "C" __global__ void tp_sum(const float* __restrict__ parts, float* __rest
 // butterfly, so a row's value never depends on the round's other rows.
 extern "C" __global__ void head_matmul(const float* __restrict__ x, const float* __restrict__ w,
                                        float* __restrict__ y, int rows, int heads, int out, int cols) {
+    tf_pdl_enter();
     const int lane = threadIdx.x & 31;
     const long long n = (long long)heads * out;
     const long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
@@ -670,6 +672,7 @@ extern "C" __global__ void head_matmul(const float* __restrict__ x, const float*
 // concat_heads): `[rows, heads * (wa + wb)]`.
 extern "C" __global__ void concat_heads(const float* __restrict__ a, const float* __restrict__ b,
                                         float* __restrict__ y, long long n, int wa, int wb) {
+    tf_pdl_enter();
     const int w = wa + wb;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
         const long long rh = t / w;
@@ -683,6 +686,7 @@ extern "C" __global__ void concat_heads(const float* __restrict__ a, const float
 // (parts: {first column, width} per rank, in rank order).
 extern "C" __global__ void tp_interleave(const float* __restrict__ g, float* __restrict__ out, int rows, int total,
                                          const int* __restrict__ parts, int ranks) {
+    tf_pdl_enter();
     const long long n = (long long)rows * total;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
         const int row = (int)(t / total), c = (int)(t % total);

@@ -168,6 +168,91 @@ mod tests {
         assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
     }
 
+    /// The source without its comments.
+    fn uncommented(src: &str) -> String {
+        let mut out = String::with_capacity(src.len());
+        let mut rest = src;
+        while let Some(i) = rest.find('/') {
+            out.push_str(&rest[..i]);
+            rest = &rest[i..];
+            if rest.starts_with("//") {
+                rest = rest.find('\n').map_or("", |j| &rest[j..]);
+            } else if rest.starts_with("/*") {
+                rest = rest.find("*/").map_or("", |j| &rest[j + 2..]);
+            } else {
+                out.push('/');
+                rest = &rest[1..];
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Each top-level definition with a parameter list: its name, whether it is a kernel, and
+    /// its body.
+    fn definitions(src: &str) -> Vec<(String, bool, String)> {
+        let (mut out, mut depth, mut head, mut body) = (Vec::new(), 0usize, String::new(), String::new());
+        for c in src.chars() {
+            match (c, depth) {
+                ('{', 0) => depth = 1,
+                (';', 0) | ('}', 0) => head.clear(),
+                (c, 0) => head.push(c),
+                ('{', _) => {
+                    depth += 1;
+                    body.push(c);
+                }
+                ('}', 1) => {
+                    depth = 0;
+                    if let Some(open) = head.rfind('(') {
+                        let name: String = head[..open]
+                            .trim_end()
+                            .chars()
+                            .rev()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '#')
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect();
+                        out.push((name, head.contains("__global__"), std::mem::take(&mut body)));
+                    }
+                    head.clear();
+                    body.clear();
+                }
+                ('}', _) => {
+                    depth -= 1;
+                    body.push(c);
+                }
+                (c, _) => body.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_kernel_waits_for_the_kernel_before_it() {
+        // Kernels launch with programmatic stream serialization on sm_90 (device.rs `launch`): one
+        // that reads memory before `griddepcontrol.wait` races the kernel before it.
+        let defs = definitions(&uncommented(&source()));
+        let waits = |body: &str| body.contains("tf_pdl_");
+        let helpers: Vec<&str> = defs.iter().filter(|(_, k, b)| !k && waits(b)).map(|(n, _, _)| n.as_str()).collect();
+        let kernels: Vec<&(String, bool, String)> = defs.iter().filter(|(_, k, _)| *k).collect();
+        assert!(kernels.len() > 60, "found {} kernels", kernels.len());
+        assert!(kernels.iter().any(|(n, _, _)| n == "head_matmul"));
+        let calls = |body: &str, f: &str| {
+            body.match_indices(f).any(|(i, _)| {
+                let before = body[..i].chars().next_back();
+                let after = body[i + f.len()..].trim_start().chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && matches!(after, Some('(' | '<'))
+            })
+        };
+        let bad: Vec<&str> = kernels
+            .iter()
+            .filter(|(_, _, b)| !waits(b) && !helpers.iter().any(|h| calls(b, h)))
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        assert!(bad.is_empty(), "kernels that never wait for the kernel before them: {bad:?}");
+    }
+
     #[test]
     fn kernels_compile_when_nvrtc_is_present() {
         // SAFETY: only probes whether the shared library can be opened.
