@@ -29,6 +29,14 @@ Usage (from the repository root):
         # only recomputes the families' GOLDEN_EXTRA fields (route_exact_positions) from the
         # fixtures already written, checks the reloaded model still gives their golden logits
         # and greedy tokens, and rewrites golden.json with nothing else changed
+    python3 scripts/make_fixtures.py --bf16-only --families gemma4 ...
+        # only recomputes `bf16_rel_err` (below) of fixtures already written
+
+Every family's golden.json also records `bf16_rel_err`: per prompt, the largest |logit - golden|
+of transformers' own bfloat16 run of the checkpoint (eager, on the CPU) over the compared
+positions, as a fraction of the prompt's largest |golden logit|. A bf16 backend's golden check
+allows at least that much (crates/testkit golden.rs): some families' own bf16 runs land past the
+fixed tolerance.
 """
 
 from __future__ import annotations
@@ -683,6 +691,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         "greedy_min_top2_margin": round(min_margin, 4),
         **({"router_min_topk_margin": round(router_margin, 4)} if router_margin is not None else {}),
         **extra,
+        "bf16_rel_err": bf16_errors(family, out, prompts, tensors, extra.get("route_exact_positions")),
         **versions(),
         "encode": enc,
     }
@@ -691,6 +700,38 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
     for i, gi in enumerate(greedys):
         print(f"  prompt {i} len {len(prompts[i]['ids'])}: greedy {gi}")
     return golden
+
+
+@torch.no_grad()
+def bf16_errors(family: str, out: Path, prompts: list, logits: dict, exact: list | None) -> list[float]:
+    """`bf16_rel_err` (module docs) of the checkpoint in `out` against golden `logits`
+    (`logits_{i}`), over each prompt's first `exact[i]` positions (every one without `exact`)."""
+    m = LOADER.get(family, AutoModelForCausalLM).from_pretrained(
+        out, dtype=torch.bfloat16, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    errs = []
+    for i, p in enumerate(prompts):
+        ids = p["ids"]
+        want = logits[f"logits_{i}"].reshape(len(ids), -1)
+        n = len(ids) if exact is None else min(len(ids), exact[i])
+        got = m(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+        err = float((got[:n] - want[:n]).abs().max()) if n > 0 else 0.0
+        errs.append(round(err / float(want.abs().max()), 4))
+    return errs
+
+
+def bf16_only(family: str, out_root: Path) -> None:
+    """Recompute `bf16_rel_err` of `family`'s fixture as written and put it into golden.json
+    (before the versions, where build_family writes it)."""
+    out = out_root / family
+    golden = json.loads((out / "golden.json").read_text())
+    errs = bf16_errors(family, out, golden["prompts"], load_file(out / "golden.safetensors"),
+                       golden.get("route_exact_positions"))
+    rest = {k: v for k, v in golden.items() if k != "bf16_rel_err"}
+    items = list(rest.items())
+    at = list(rest).index("transformers")
+    golden_write(out, dict(items[:at] + [("bf16_rel_err", errs)] + items[at:]))
+    print(f"{family}: bf16_rel_err {errs}")
 
 
 def golden_write(out: Path, golden: dict) -> None:
@@ -740,11 +781,20 @@ def main():
         action="store_true",
         help="recompute only golden.json's GOLDEN_EXTRA fields (route_exact_positions) of fixtures already in --out",
     )
+    ap.add_argument(
+        "--bf16-only",
+        action="store_true",
+        help="recompute only golden.json's bf16_rel_err of fixtures already in --out",
+    )
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     out_root = Path(args.out)
     out_root.mkdir(parents=True, exist_ok=True)
+    if args.bf16_only:
+        for fam in args.families or list(FAMILIES):
+            bf16_only(fam, out_root)
+        return
     if args.route_only:
         print("versions:", versions())
         for fam in args.families or list(FAMILIES):

@@ -18,7 +18,17 @@ pub struct Golden {
     /// Per prompt, how many leading positions of prompt + greedy continuation route every
     /// MoE layer with a safe margin (`route_exact_positions`; every position when absent).
     pub route_exact: Vec<usize>,
+    /// Per prompt, transformers' own bfloat16 run's largest |logit - golden| over the compared
+    /// positions, as a fraction of the prompt's largest |golden logit| (`bf16_rel_err`; 0 when
+    /// absent).
+    pub bf16_rel_err: Vec<f32>,
 }
+
+/// A bf16 backend may miss by this multiple of transformers' own bf16 error (`bf16_rel_err`)...
+const BF16_SLACK: f32 = 1.25;
+/// ...up to this fraction of the prompt's largest |logit| (a wrong kernel misses by 10% and
+/// more; a few fixtures' transformers bf16 runs flip an index or block choice and land there).
+const BF16_CAP: f32 = 0.05;
 
 /// Reads `golden.json` and `golden.safetensors` of fixture directory `dir`.
 pub fn golden(dir: &Path) -> Golden {
@@ -41,7 +51,10 @@ pub fn golden(dir: &Path) -> Golden {
             None => prompts[i].len() + greedy[i].len(),
         })
         .collect();
-    Golden { prompts, logits, greedy, route_exact }
+    let bf16_rel_err = (0..prompts.len())
+        .map(|i| meta.get("bf16_rel_err").and_then(|v| v[i].as_f64()).unwrap_or(0.0) as f32)
+        .collect();
+    Golden { prompts, logits, greedy, route_exact, bf16_rel_err }
 }
 
 /// Index of the first largest value.
@@ -57,7 +70,9 @@ pub fn check_golden<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) 
 
 /// [`check_golden`] for a backend that rounds activations to bf16: on MoE fixtures that record
 /// `route_exact_positions`, only the positions before the first routing choice a bf16 run could
-/// flip are compared (a causal model's earlier outputs cannot depend on it).
+/// flip are compared (a causal model's earlier outputs cannot depend on it); and the tolerance is
+/// at least [`BF16_SLACK`] times transformers' own bf16 error on the prompt, capped at
+/// [`BF16_CAP`] of its largest |logit|.
 pub fn check_golden_rounded<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) -> f32) {
     check(b, family, tolerance, true)
 }
@@ -76,7 +91,11 @@ fn check<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) -> f32, rou
         let rows_checked = ids.len().min(exact);
         let (ours_l, want_l) = (&logits[..rows_checked * rows], &g.logits[i][..rows_checked * rows]);
         let err = ours_l.iter().zip(want_l).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        let tol = tolerance(&g.logits[i]);
+        let mut tol = tolerance(&g.logits[i]);
+        if rounded {
+            let largest = g.logits[i].iter().fold(0.0f32, |a, &x| a.max(x.abs()));
+            tol = tol.max((BF16_SLACK * g.bf16_rel_err[i]).min(BF16_CAP) * largest);
+        }
         eprintln!(
             "{family} [{}] prompt {i} ({} ids, {rows_checked} compared): max |logit err| = {err:.2e} (allowed {tol:.2e})",
             b.name(),
@@ -115,5 +134,25 @@ pub fn check_family_chunked_equals_whole<B: Backend>(b: &B, family: &str) {
         let chunked = Runner::new(&m, b, ids.len()).unwrap().prefill(&ids, chunk, true);
         let same = whole.len() == chunked.len() && whole.iter().zip(&chunked).all(|(a, c)| a.to_bits() == c.to_bits());
         assert!(same, "{family} chunk {chunk}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_records_transformers_bf16_error_per_prompt() {
+        for family in crate::all_families() {
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(crate::fixture(family).join("golden.json")).unwrap())
+                    .unwrap();
+            let errs = meta["bf16_rel_err"].as_array().unwrap_or_else(|| panic!("{family}: no bf16_rel_err"));
+            assert_eq!(errs.len(), meta["prompts"].as_array().unwrap().len(), "{family}");
+            let g = golden(&crate::fixture(family));
+            assert!(g.bf16_rel_err.iter().all(|e| (0.0..0.5).contains(e)), "{family}: {:?}", g.bf16_rel_err);
+        }
+        // Gemma 4's own bf16 run lands past the fixed 2.5%: what the rounded check allows.
+        assert!(golden(&crate::fixture("gemma4")).bf16_rel_err[1] > 0.025);
     }
 }
