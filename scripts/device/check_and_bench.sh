@@ -48,7 +48,9 @@ if has tests; then
   # TESTS: the device test binaries to run (default: every one build.sh carried).
   for t in ${TESTS:-$(ls .carry/tests)}; do
     [[ -x .carry/tests/$t ]] || continue
-    left 50 "test $t" && stamp "test $t" && timeout 150 ".carry/tests/$t" --test-threads=1 2>&1 | tee -a "$W/tests.log" \
+    # diagnose prints each family's drifting ops whether it passes or not: kept in tests.log.
+    flags=(--test-threads=1); [[ $t == diagnose ]] && flags+=(--nocapture)
+    left 50 "test $t" && stamp "test $t" && timeout 150 ".carry/tests/$t" "${flags[@]}" 2>&1 | tee -a "$W/tests.log" \
       | grep -E "FAILED|panicked|test result" | head -5 | sed "s/^/$t: /" | tee -a "$OUT/tests.txt"
   done
 fi

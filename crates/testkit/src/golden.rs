@@ -101,7 +101,14 @@ fn check<B: Backend>(b: &B, family: &str, tolerance: &dyn Fn(&[f32]) -> f32, rou
             b.name(),
             ids.len()
         );
-        assert!(err <= tol, "{family} prompt {i}: max logit error {err} > {tol}");
+        if err > tol {
+            // Where it goes wrong: each position's largest error.
+            let per: Vec<String> = (ours_l.chunks(rows).zip(want_l.chunks(rows)))
+                .map(|(o, w)| o.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max))
+                .map(|e| format!("{e:.3}"))
+                .collect();
+            panic!("{family} prompt {i}: max logit error {err} > {tol}; by position: {}", per.join(" "));
+        }
         let mut last = logits[logits.len() - rows..].to_vec();
         let mut ours = Vec::new();
         for _ in 0..g.greedy[i].len() {
