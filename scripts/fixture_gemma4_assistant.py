@@ -26,8 +26,15 @@ attention mask of n; the second feeds the argmax of the first's logits and the f
 and `draft_tokens_{i}` the two argmaxes. Seeds are accepted only when every step's top two logits
 differ by ARGMAX_MARGIN, so an f32 implementation picks the same tokens.
 
+`assistant_golden.json`'s `bf16_rel_err` is, per prompt and step, the largest |logit - reference|
+of the same two steps run by transformers in bfloat16 (target and assistant loaded with
+`dtype=torch.bfloat16`; the second step fed the reference's first token), as a fraction of the
+step's largest |reference logit|: what a bf16 backend is held to (crates/cuda/tests/assistant.rs).
+`--bf16-only` recomputes it alone.
+
 Called by make_fixtures.py (`--families gemma4_assistant gemma4_assistant_ordered`), or alone:
     python3 scripts/fixture_gemma4_assistant.py [--out tests/fixtures] [NAME ...]
+    python3 scripts/fixture_gemma4_assistant.py [--out tests/fixtures] --bf16-only [NAME ...]
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, Gemma4TextConfig
 from transformers.models.gemma4_assistant import Gemma4AssistantConfig, Gemma4AssistantForCausalLM
 
@@ -112,8 +119,9 @@ def random_assistant(cfg: Gemma4AssistantConfig, seed: int) -> Gemma4AssistantFo
 
 
 @torch.no_grad()
-def draft_two(target, assistant, ids: list[int]):
-    """The two draft steps after a prefill of ids[:-1] with ids[-1] the last token (docstring)."""
+def draft_two(target, assistant, ids: list[int], feed: int | None = None):
+    """The two draft steps after a prefill of ids[:-1] with ids[-1] the last token (docstring);
+    the second fed `feed` where given, else the first's argmax."""
     n = len(ids)
     out = target(
         input_ids=torch.tensor([ids[:-1]]),
@@ -140,6 +148,8 @@ def draft_two(target, assistant, ids: list[int]):
         logits.append(row)
         token = row.argmax().view(1, 1)
         tokens.append(int(token))
+        if feed is not None:
+            token = torch.tensor([[feed]])
         hidden = a.last_hidden_state
     return torch.stack(logits), tokens
 
@@ -181,9 +191,30 @@ def build(name: str, out_root: Path) -> None:
     (out / "assistant_golden.json").write_text(
         json.dumps({"target": source, "prompts": prompts, "seed": s}, indent=2) + "\n"
     )
+    bf16_only(name, out_root)
     for f in out.iterdir():
         f.chmod(0o644)
     print(f"{name}: target {source}, ordered {ordered}, seed {s}, min top-2 margin {worst:.4f}")
+
+
+def bf16_only(name: str, out_root: Path) -> None:
+    """Writes `bf16_rel_err` (module docs) into `name`'s assistant_golden.json."""
+    source = ASSISTANT_FIXTURES[name][0]
+    out = out_root / name
+    meta = json.loads((out / "assistant_golden.json").read_text())
+    want = load_file(out / "assistant_golden.safetensors")
+    target = AutoModelForCausalLM.from_pretrained(
+        out_root / source, dtype=torch.bfloat16, attn_implementation="eager"
+    ).eval()
+    assistant = Gemma4AssistantForCausalLM.from_pretrained(out, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    errs = []
+    for i, ids in enumerate(meta["prompts"]):
+        ref = want[f"draft_logits_{i}"]
+        got, _ = draft_two(target, assistant, ids, int(want[f"draft_tokens_{i}"][0]))
+        errs.append([round(float((got[j].float() - ref[j]).abs().max() / ref[j].abs().max()), 4) for j in range(2)])
+    meta["bf16_rel_err"] = errs
+    (out / "assistant_golden.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"{name}: bf16_rel_err {errs}")
 
 
 def main(names: list[str] | None, out_root: Path) -> None:
@@ -198,4 +229,8 @@ if __name__ == "__main__":
     root = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
     if args[:1] == ["--out"]:
         root, args = Path(args[1]), args[2:]
-    main(args or None, root)
+    if args[:1] == ["--bf16-only"]:
+        for n in args[1:] or list(ASSISTANT_FIXTURES):
+            bf16_only(n, root)
+    else:
+        main(args or None, root)

@@ -157,6 +157,7 @@ fn assistant_draft_steps_match_transformers_within_the_bf16_tolerance() {
         let want = SafetensorsFile::open(&dir.join("assistant_golden.safetensors")).unwrap();
         for (i, p) in meta["prompts"].as_array().unwrap().iter().enumerate() {
             let ids: Vec<u32> = p.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let bf16 = &meta["bf16_rel_err"][i];
             let logits = want.tensor(&format!("draft_logits_{i}")).unwrap().unwrap().to_f32();
             let tokens = want.tensor(&format!("draft_tokens_{i}")).unwrap().unwrap().to_f32();
             let got = two_steps(&b, &t, &a, &ids, tokens[0] as u32);
@@ -165,12 +166,20 @@ fn assistant_draft_steps_match_transformers_within_the_bf16_tolerance() {
             for step in 0..2 {
                 let (x, y) = (&got[step * vocab..(step + 1) * vocab], &logits[step * vocab..(step + 1) * vocab]);
                 let err = x.iter().zip(y).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-                // As golden.rs allows the target: 2.5% of the step's largest |logit|.
-                let tol = 0.025 * y.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+                // As golden.rs allows the target: 2.5% of the step's largest |logit|, or 1.25
+                // times transformers' own bf16 error on the step (`bf16_rel_err`); a step where
+                // that run flips a choice (the ordered head's centroids: 25% and more) is not
+                // compared.
+                let own = bf16[step].as_f64().unwrap_or(0.0) as f32;
+                let tol = (0.025f32).max(1.25 * own) * y.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
                 eprintln!(
-                    "{name} prompt {i} step {}: max |draft logit err| = {err:.2e} (tolerance {tol:.2e})",
+                    "{name} prompt {i} step {}: max |draft logit err| = {err:.2e} (tolerance {tol:.2e}, \
+                     transformers bf16 {own:.3})",
                     step + 1
                 );
+                if own > 0.25 {
+                    continue;
+                }
                 assert!(err <= tol, "{name} prompt {i} step {}: error {err} > {tol}", step + 1);
             }
         }
