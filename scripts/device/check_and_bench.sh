@@ -10,6 +10,11 @@
 #   STEPS="bench tp" TP_DEVICE=cuda:0,0 (qwen3-8b at two ranks beside one; default: cuda, GPUs 0 and
 #     1, on a host of two, else both ranks on GPU 0)
 #   STEPS=tp70 TP70_LAYERS=12 (llama3-70b's shapes, shrunk, at two ranks beside one)
+#   TF_CUDA_PDL=off STEPS=tests TESTS="golden engine" (every kernel after the one before it ends:
+#     a test that passes only so has a race)
+#   STEPS=sanitize SANITIZE="structured engine:concurrent_equals_solo" (test binaries, each with an
+#     optional test-name filter, under compute-sanitizer's memcheck: sanitize.txt names the kernel
+#     and address of each bad access)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -52,6 +57,19 @@ if has tests; then
     flags=(--test-threads=1); [[ $t == diagnose ]] && flags+=(--nocapture)
     left 50 "test $t" && stamp "test $t" && timeout 150 ".carry/tests/$t" "${flags[@]}" 2>&1 | tee -a "$W/tests.log" \
       | grep -E "FAILED|panicked|test result" | head -5 | sed "s/^/$t: /" | tee -a "$OUT/tests.txt"
+  done
+fi
+if has sanitize; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for spec in ${SANITIZE:-structured}; do
+    t=${spec%%:*}; filter=; [[ $spec == *:* ]] && filter=${spec#*:}
+    [[ -x .carry/tests/$t ]] || continue
+    left 120 "sanitize $spec" || continue
+    stamp "sanitize $spec"
+    # shellcheck disable=SC2086
+    timeout 240 "$CS" --tool memcheck --print-limit 20 ".carry/tests/$t" --test-threads=1 $filter > "$W/sanitize-$t.log" 2>&1
+    { echo "== $spec (exit $?)"; grep -E "^========= (Invalid|Program hit|  at|    at|Address)|ERROR SUMMARY" \
+      "$W/sanitize-$t.log" | head -40; } >> "$OUT/sanitize.txt"
   done
 fi
 # The qwen3-8b checkpoint, for the steps that run on it.

@@ -41,6 +41,11 @@ pub struct CudaArgs {
     /// `host` (downloaded, summed, uploaded); the same bits either way.
     #[arg(long, default_value = "device", value_parser = ["device", "host"])]
     pub cuda_tp_sums: String,
+    /// Programmatic launches on sm_90 (a kernel scheduled while the one before it runs): `on`,
+    /// or `off` (each kernel after the one before it ends; the same bits, slower: a result that
+    /// changes with it is a race).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub cuda_pdl: String,
 }
 
 impl Default for CudaArgs {
@@ -56,6 +61,7 @@ impl Default for CudaArgs {
             cuda_graph_rows: None,
             cuda_fp8_gemv_rows: None,
             cuda_tp_sums: "device".into(),
+            cuda_pdl: "on".into(),
         }
     }
 }
@@ -287,6 +293,7 @@ pub mod cuda {
             graph_rows: args.cuda_graph_rows,
             fp8_gemv_rows: args.cuda_fp8_gemv_rows,
             tp_host_sums: args.cuda_tp_sums == "host",
+            no_pdl: args.cuda_pdl == "off",
             ..CudaOptions::default()
         })
     }
@@ -323,6 +330,7 @@ pub mod cuda {
                 cuda_graph_rows: Some(256),
                 cuda_fp8_gemv_rows: Some(0),
                 cuda_tp_sums: "host".into(),
+                cuda_pdl: "off".into(),
             };
             let Ok(o) = options(&args) else { panic!("valid switches refused") };
             assert_eq!(o.trace, Some(tf_cuda::TraceRounds { from: 3, to: 4 }));
@@ -331,6 +339,7 @@ pub mod cuda {
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
             assert_eq!(o.graph_rows, Some(256));
             assert_eq!((o.glu_store_rows, o.fp8_gemv_rows, o.tp_host_sums), (Some(65), Some(0), true));
+            assert!(o.no_pdl);
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
             assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());

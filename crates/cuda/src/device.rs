@@ -332,7 +332,7 @@ impl Device {
             num_sms,
             name,
             wgmma,
-            pdl: major >= 9,
+            pdl: major >= 9 && !opts.no_pdl,
             serial_next: std::sync::atomic::AtomicBool::new(false),
             staged: Default::default(),
             graph_pool: Default::default(),

@@ -13,6 +13,10 @@ pub struct CudaOptions {
     pub cache_dir: Option<PathBuf>,
     /// Decode rounds always run op by op, never replayed from CUDA graphs (graph.rs).
     pub no_graphs: bool,
+    /// Every kernel starts after the one before it ends, without programmatic launches (on
+    /// sm_90 a kernel is otherwise scheduled while the one before it runs and waits for it in
+    /// `tf_pdl_wait`): the same bits, slower; a result that changes with it is a race.
+    pub no_pdl: bool,
     /// A tensor-parallel group's sums go through the host (download, sum, upload) instead of
     /// between the devices (exchange.rs); the same bits either way.
     pub tp_host_sums: bool,

@@ -25,7 +25,9 @@ fn make_with(host_sums: bool) -> Option<MakeBackend<CudaBackend>> {
     common::backend()?;
     Some(Arc::new(move |_| {
         let cache_dir = std::env::var_os("TF_CUDA_CACHE").map(std::path::PathBuf::from);
-        let opts = CudaOptions { no_graphs: true, tp_host_sums: host_sums, cache_dir, ..CudaOptions::default() };
+        let no_pdl = common::pdl_off();
+        let opts =
+            CudaOptions { no_graphs: true, tp_host_sums: host_sums, cache_dir, no_pdl, ..CudaOptions::default() };
         CudaBackend::with_options(0, &opts)
             .map_err(|e| ModelError::Backend(tf_backend::BackendError::Device(e.to_string())))
     }))

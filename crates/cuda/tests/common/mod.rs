@@ -27,8 +27,14 @@ pub fn backend_fp8_gemv_rows(rows: usize) -> Option<CudaBackend> {
     backend_opts(CudaOptions { fp8_gemv_rows: Some(rows), ..CudaOptions::default() })
 }
 
+/// Whether `TF_CUDA_PDL=off` asks for every kernel to start after the one before it ends.
+pub fn pdl_off() -> bool {
+    std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "off")
+}
+
 /// GPU 0 started with `opts` (a kernel cache under the temporary directory unless
-/// `TF_CUDA_CACHE` names one), or `None` as above.
+/// `TF_CUDA_CACHE` names one; without programmatic launches where `TF_CUDA_PDL=off`, to tell a
+/// race from a wrong kernel), or `None` as above.
 fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
@@ -37,7 +43,8 @@ fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
     let cache_dir = std::env::var_os("TF_CUDA_CACHE")
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
-    match CudaBackend::with_options(0, &CudaOptions { cache_dir, ..opts }) {
+    let no_pdl = opts.no_pdl || pdl_off();
+    match CudaBackend::with_options(0, &CudaOptions { cache_dir, no_pdl, ..opts }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
