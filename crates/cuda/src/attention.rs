@@ -138,7 +138,11 @@ fn attend(
     // pack other work items: Step's sliding layers, Gemma 4's full layers).
     let (base, m) = match b.capture.meta(&packed) {
         Some(base) => (base, packed.lay),
-        None => c.meta(d, packed),
+        None => {
+            // Inside a capture the cached copy holds this round's values on every replay.
+            d.spoil_capture();
+            c.meta(d, packed)
+        }
     };
     let at = |off: usize| base + 4 * off as u64;
     let (kp, vp) = (ptr(&kv.k, &d.stream), ptr(&kv.v, &d.stream));

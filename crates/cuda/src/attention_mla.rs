@@ -78,7 +78,11 @@ fn attend(b: &Ctx, q: &CudaAct, write: Option<&CudaAct>, kv: &CudaKv, meta: &Att
     let per_item = per_item.unwrap_or(1).max(1) as usize;
     let (base, m) = match b.capture.meta(&packed) {
         Some(base) => (base, packed.lay),
-        None => c.meta(d, packed),
+        None => {
+            // Inside a capture the cached copy holds this round's values on every replay.
+            d.spoil_capture();
+            c.meta(d, packed)
+        }
     };
     let at = |off: usize| base + 4 * off as u64;
     let kp = ptr(&kv.k, &d.stream);

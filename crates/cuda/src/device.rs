@@ -437,8 +437,10 @@ impl Device {
         c.map_or((false, Vec::new()), |c| (c.clean, c.pinned))
     }
 
-    /// Whether a capture is open (its downloads would fail: they return zeros and spoil it).
-    fn spoil_capture(&self) -> bool {
+    /// Whether a capture is open, marking it spoiled if so: an op whose result a recording cannot
+    /// stand for (a download would fail: it returns zeros; a kernel reading a cached upload of
+    /// this round's host values would read the recording round's on every replay).
+    pub(crate) fn spoil_capture(&self) -> bool {
         let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
         staged.as_mut().map(|c| c.clean = false).is_some()
     }

@@ -300,6 +300,8 @@ pub(crate) fn add_assign(b: &Ctx, x: &mut CudaAct, y: &CudaAct) {
 
 /// The device copy of `data` in `slot`, uploaded again only when it changed.
 fn cached_u32<'a>(b: &Ctx, slot: &'a mut Option<(Vec<u32>, CudaSlice<u32>)>, data: &[u32]) -> &'a CudaSlice<u32> {
+    // Inside a capture the cached copy holds this round's values on every replay.
+    b.dev.spoil_capture();
     if slot.as_ref().is_none_or(|(h, _)| h.as_slice() != data) {
         *slot = Some((data.to_vec(), b.dev.upload(data)));
     }
