@@ -73,9 +73,10 @@ pub fn rounded_tensor(x: HostTensor, dtype: tf_core::DType) -> HostTensor {
 
 /// Runs `f` over a host copy (f32) of the blocks `meta`'s sequences use in `kv`, renumbered as
 /// [`crate::dsa::compact_blocks`] does (the metadata `f` is handed names them), then writes
-/// them back: the host-run defaults of the block-sparse attention ops. Rows `f` writes must be
-/// [`rounded`] to the pool's dtype first. The host pool has one
-/// "head" as wide as a slot, and keeps the K and V halves as the backend's pool does.
+/// back the blocks holding this round's slots (`meta.slot_mapping`: the only rows `f` may write;
+/// the others go back unread): the host-run defaults of the block-sparse attention ops. Rows
+/// `f` writes must be [`rounded`] to the pool's dtype first. The host pool has one "head" as
+/// wide as a slot, and keeps the K and V halves as the backend's pool does.
 pub fn with_blocks<B: Backend + ?Sized, R>(
     b: &B,
     kv: &mut B::Kv,
@@ -91,9 +92,26 @@ pub fn with_blocks<B: Backend + ?Sized, R>(
     let width = k.len() / (blocks.len() * block_size).max(1);
     let shape = KvShape { num_blocks: blocks.len(), block_size, num_kv_heads: 1, head_dim: width, latent: false };
     let mut host = HostKv { shape, k, v };
+    #[cfg(debug_assertions)]
+    let before = host.clone();
     let out = f(&mut host, &local);
-    let (k, v) = (encode_kv(&host.k, dtype), encode_kv(&host.v, dtype));
-    b.write_kv_blocks(kv, &blocks, &[k, v].concat());
+    let mut touched: Vec<usize> = local.slot_mapping.iter().map(|&s| s / block_size).collect();
+    touched.sort_unstable();
+    touched.dedup();
+    let per = block_size * width;
+    #[cfg(debug_assertions)]
+    for i in (0..blocks.len()).filter(|i| touched.binary_search(i).is_err()) {
+        let bits = |x: &[f32]| x[i * per..(i + 1) * per].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        let same = |a: &[f32], b: &[f32]| bits(a) == bits(b);
+        debug_assert!(
+            same(&host.k, &before.k) && same(&host.v, &before.v),
+            "with_blocks: f wrote block {i}, no slot of the round"
+        );
+    }
+    let half =
+        |x: &[f32]| -> Vec<u8> { touched.iter().flat_map(|&i| encode_kv(&x[i * per..(i + 1) * per], dtype)).collect() };
+    let ids: Vec<u32> = touched.iter().map(|&i| blocks[i]).collect();
+    b.write_kv_blocks(kv, &ids, &[half(&host.k), half(&host.v)].concat());
     out
 }
 
