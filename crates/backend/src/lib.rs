@@ -478,18 +478,18 @@ pub trait Backend: Send + Sync {
         }
         *x = self.upload(&v, rows, cols);
     }
-    /// A copy of host weights `host` on the device, where this backend's ops that take weights
-    /// from the host read such a copy there instead ([`Backend::head_matmul`]); `None` (the
-    /// default): the host values serve.
-    fn device_copy(&self, host: &[f32]) -> Option<Self::Vec> {
-        let _ = host;
+    /// This backend's own copy of per-head weights `w`, laid out as its [`Backend::head_matmul`]
+    /// reads them (CUDA: on the device; the CPU: transposed per head); `None` (the default):
+    /// `w` serves as it is.
+    fn head_copy(&self, w: &HeadWeights<'_>) -> Option<Self::Vec> {
+        let _ = w;
         None
     }
     /// `x` `[rows, heads * cols]` times a matrix per head (heads.rs `head_matmul`: MLA's absorbed
-    /// weights), read from `on_device` (`w`'s [`Backend::device_copy`]) where given; the
-    /// default runs on the host.
-    fn head_matmul(&self, x: &Self::Act, w: &HeadWeights<'_>, on_device: Option<&Self::Vec>) -> Self::Act {
-        let _ = on_device;
+    /// weights), read from `copy` (`w`'s [`Backend::head_copy`]) where given; the default runs
+    /// on the host.
+    fn head_matmul(&self, x: &Self::Act, w: &HeadWeights<'_>, copy: Option<&Self::Vec>) -> Self::Act {
+        let _ = copy;
         let rows = self.shape(x).0;
         let y = heads::head_matmul(&self.download(x), rows, w);
         self.upload(&y, rows, w.heads * w.out)

@@ -325,8 +325,12 @@ impl Backend for CpuBackend {
         block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
     }
 
-    fn head_matmul(&self, x: &HostTensor, w: &tf_backend::HeadWeights<'_>, _: Option<&Vec<f32>>) -> HostTensor {
-        heads::head_matmul(&self.pool, x, w)
+    fn head_copy(&self, w: &tf_backend::HeadWeights<'_>) -> Option<Vec<f32>> {
+        Some(heads::transposed(w))
+    }
+
+    fn head_matmul(&self, x: &HostTensor, w: &tf_backend::HeadWeights<'_>, copy: Option<&Vec<f32>>) -> HostTensor {
+        heads::head_matmul(&self.pool, x, w, copy.map(Vec::as_slice))
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {

@@ -1,6 +1,6 @@
 //! Multi-head latent attention's per-head ops on the device (kernels/ops.cu `head_matmul`,
 //! `concat_heads`): the absorbed `W_UK` / `W_UV` products over weights copied to the device at
-//! load (`Backend::device_copy`), and the per-head concatenation, so an MLA layer's round makes
+//! load (`Backend::head_copy`), and the per-head concatenation, so an MLA layer's round makes
 //! no host round trip.
 
 use crate::ctx::Ctx;

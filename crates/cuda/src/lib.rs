@@ -376,12 +376,12 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn device_copy(&self, host: &[f32]) -> Option<CudaVec> {
-        Some(self.vec(host))
+    fn head_copy(&self, w: &tf_backend::HeadWeights<'_>) -> Option<CudaVec> {
+        Some(self.vec(w.host))
     }
 
-    fn head_matmul(&self, x: &CudaAct, w: &tf_backend::HeadWeights<'_>, on_device: Option<&CudaVec>) -> CudaAct {
-        match on_device {
+    fn head_matmul(&self, x: &CudaAct, w: &tf_backend::HeadWeights<'_>, copy: Option<&CudaVec>) -> CudaAct {
+        match copy {
             Some(v) => heads::head_matmul(&self.ctx, x, v, w.heads, w.out),
             None => {
                 let y = tf_backend::heads::head_matmul(&self.download(x), x.rows, w);

@@ -145,7 +145,7 @@ fn per_head_ops_on_the_device_match_the_host() {
     for (heads, out, cols) in [(128, 512, 128), (128, 128, 576), (3, 5, 37)] {
         let host = rand(heads * out * cols, 11, 0.1);
         let w = tf_backend::HeadWeights { host: &host, heads, out };
-        let on_device = b.device_copy(&host);
+        let on_device = b.head_copy(&w);
         assert!(on_device.is_some(), "the CUDA backend keeps per-head weights on the device");
         let rows = 9;
         let x = rand(rows * heads * cols, 12, 1.0);

@@ -441,10 +441,9 @@ impl<'a, B: Backend> Loader<'a, B> {
         self.backend.vec(values)
     }
 
-    /// Host weights `host` copied to the device where the backend reads them there
-    /// (`Backend::device_copy`).
-    pub fn device_copy(&self, host: &[f32]) -> Option<B::Vec> {
-        self.backend.device_copy(host)
+    /// The backend's own copy of per-head weights `w`, where it reads one (`Backend::head_copy`).
+    pub fn head_copy(&self, w: &tf_backend::HeadWeights<'_>) -> Option<B::Vec> {
+        self.backend.head_copy(w)
     }
 
     /// Rows `rows` of matrix `e` of the float 3-D tensor `name` of exactly `[n, r, cols]` (fused

@@ -34,8 +34,9 @@ pub(crate) struct Mla<B: Backend> {
     uk: Vec<f32>,
     /// `W_UV` per head with zero rope columns, `[heads * v_head_dim, kv_lora_rank + qk_rope_head_dim]`.
     uv: Vec<f32>,
-    /// `uk` and `uv` on the device, where the backend reads them there (`Backend::device_copy`).
-    on_device: Option<(B::Vec, B::Vec)>,
+    /// `uk` and `uv` as the backend's `head_matmul` reads them, where it keeps its own copy
+    /// (`Backend::head_copy`: on the device, or transposed per head on the CPU).
+    copies: Option<(B::Vec, B::Vec)>,
     m: MlaSpec,
     attn: AttnParams,
     /// The lightning indexer choosing each query's keys (DeepSeek sparse attention).
@@ -143,8 +144,13 @@ impl<B: Backend> Mla<B> {
         };
         let out_name = format!("{a}{}.weight", s.names.attn_out);
         let out = ld.mat_split_cols(&out_name, hidden, heads * m.v_head_dim, m.v_head_dim)?;
-        let on_device = ld.device_copy(&uk).zip(ld.device_copy(&uv));
-        Ok((Mla { inputs, q_b, kv_norm, uk, uv, on_device, m, attn, indexer, kv }, out))
+        let (n, v) = (hp.len(), m.v_head_dim);
+        let copies = (ld.head_copy(&HeadWeights { host: &uk, heads: n, out: lora })).zip(ld.head_copy(&HeadWeights {
+            host: &uv,
+            heads: n,
+            out: v,
+        }));
+        Ok((Mla { inputs, q_b, kv_norm, uk, uv, copies, m, attn, indexer, kv }, out))
     }
 
     /// The latent attention over its projected inputs (`inputs`' order): `[rows, heads * v_head_dim]`.
@@ -178,8 +184,8 @@ impl<B: Backend> Mla<B> {
         b.rope(&mut k_pe, pos, m.qk_rope_head_dim, &s.rope_full);
         let latent = b.concat_heads(&c_kv, &k_pe, 1); // (tokens, kv_lora_rank + rope)
         let uk = HeadWeights { host: &self.uk, heads, out: m.kv_lora_rank };
-        let (uk_dev, uv_dev) = (self.on_device.as_ref().map(|d| &d.0), self.on_device.as_ref().map(|d| &d.1));
-        let q = b.concat_heads(&b.head_matmul(&q_nope, &uk, uk_dev), &q_pe, heads); // (tokens, heads * latent)
+        let (uk_copy, uv_copy) = (self.copies.as_ref().map(|d| &d.0), self.copies.as_ref().map(|d| &d.1));
+        let q = b.concat_heads(&b.head_matmul(&q_nope, &uk, uk_copy), &q_pe, heads); // (tokens, heads * latent)
         let o = match (&self.indexer, index_q) {
             (Some(ix), Some(mut index_q)) => {
                 let (wk_out, index_w) = (next(), next());
@@ -191,7 +197,7 @@ impl<B: Backend> Mla<B> {
             // The pool keeps the latent row alone; its values are its keys.
             _ => b.attention(&q, &latent, &latent, kv, meta, &self.attn),
         };
-        b.head_matmul(&o, &HeadWeights { host: &self.uv, heads, out: m.v_head_dim }, uv_dev)
+        b.head_matmul(&o, &HeadWeights { host: &self.uv, heads, out: m.v_head_dim }, uv_copy)
     }
 }
 
