@@ -200,3 +200,41 @@ fn a_builtin_template_renders_tools_and_a_required_choice_returns_calls() {
     let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
     assert_eq!(status, 200, "{doc}");
 }
+
+#[test]
+fn continue_final_message_leaves_the_last_message_open_for_the_model_to_continue() {
+    let dir = model_dir(None);
+    let s = serve(dir.path(), &[]);
+    let text = |ids: &Value| {
+        let (status, doc) = post(&s.addr, "/detokenize", &json!({"tokens": ids}));
+        assert_eq!(status, 200, "{doc}");
+        doc["prompt"].as_str().unwrap().to_string()
+    };
+    let user = json!({"role": "user", "content": "hi"});
+    let (status, opened) = post(&s.addr, "/tokenize", &json!({"messages": [user]}));
+    assert_eq!(status, 200, "{opened}");
+    // ChatML: the assistant's turn opened, then the prefill, and no <|im_end|> after it.
+    let both = json!([user, {"role": "assistant", "content": "Hello there"}]);
+    let (status, open) = post(&s.addr, "/tokenize", &json!({"messages": both, "continue_final_message": true}));
+    assert_eq!(status, 200, "{open}");
+    assert_eq!(text(&open["tokens"]), format!("{}Hello there", text(&opened["tokens"])));
+    let (_, closed) = post(&s.addr, "/tokenize", &json!({"messages": both, "add_generation_prompt": false}));
+    assert!(text(&closed["tokens"]).ends_with("Hello there<|im_end|>\n"), "{closed}");
+    // Chat completions take it too, and refuse it beside a generation prompt or without text.
+    let body = json!({"model": "tiny", "messages": both, "continue_final_message": true, "max_tokens": 2});
+    let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["usage"]["prompt_tokens"], open["count"], "{doc}");
+    for (bad, why) in [
+        (
+            json!({"messages": both, "continue_final_message": true, "add_generation_prompt": true}),
+            "add_generation_prompt",
+        ),
+        (json!({"messages": [user, {"role": "assistant", "content": " "}], "continue_final_message": true}), "no text"),
+    ] {
+        let (status, doc) = post(&s.addr, "/tokenize", &bad);
+        assert_eq!(status, 400, "{doc}");
+        assert_eq!(doc["error"]["param"], "continue_final_message", "{doc}");
+        assert!(doc["error"]["message"].as_str().unwrap().contains(why), "{doc}");
+    }
+}

@@ -181,8 +181,11 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
     let r = ChatRequest::read(body)?;
     check_model(r.run.model.as_deref(), st)?;
     let opts = parse_options(st, &r.sampling, &r.run, &r.noop, RouteFields::Chat(&r.fields))?;
-    let chat =
-        ChatInput { messages: r.fields.messages.as_ref(), add_generation_prompt: r.fields.add_generation_prompt };
+    let chat = ChatInput {
+        messages: r.fields.messages.as_ref(),
+        add_generation_prompt: r.fields.add_generation_prompt,
+        continue_final_message: r.fields.continue_final_message,
+    };
     let prompt = chat_prompt(st, &chat, raw, false)?;
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
@@ -230,8 +233,11 @@ struct ChatParts {
 pub struct ChatInput<'a> {
     /// The messages (checked here).
     pub messages: Option<&'a Vec<Message>>,
-    /// Whether the prompt ends with the assistant's turn opening (default true).
+    /// Whether the prompt ends with the assistant's turn opening (default true, false with
+    /// `continue_final_message`).
     pub add_generation_prompt: Option<bool>,
+    /// Whether the final message is left open for the model to continue (default false).
+    pub continue_final_message: Option<bool>,
 }
 
 /// The ids of a chat request's prompt: rendered by the template, users' text kept literal.
@@ -257,6 +263,11 @@ fn render_chat(
     literals: &mut Vec<String>,
 ) -> Result<String, ApiError> {
     crate::messages::check(o.messages)?;
+    let open = o.continue_final_message.unwrap_or(false);
+    if open && o.add_generation_prompt == Some(true) {
+        let msg = "leaves the final message open; it cannot be used with add_generation_prompt: true";
+        return Err(ApiError::invalid("continue_final_message", msg));
+    }
     let parts: ChatParts =
         serde_json::from_slice(raw).map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
     let mut extra = Vec::new();
@@ -269,29 +280,41 @@ fn render_chat(
     let input = TemplateInput {
         messages: parts.messages.map(normalize_messages).unwrap_or_default(),
         tools: parts.tools.filter(|v| !v.is_none()),
-        add_generation_prompt: o.add_generation_prompt.unwrap_or(true),
+        add_generation_prompt: o.add_generation_prompt.unwrap_or(!open),
         extra,
     };
-    render(st, input, tok, literals, "messages")
+    render(st, input, tok, literals, "messages", open)
 }
 
 /// Renders `input` through the model's chat template (its messages' special-token spellings
-/// kept literal); `field` names the request's messages in errors.
+/// kept literal), cut after the final message's text where `open` (`continue_final_message`);
+/// `field` names the request's messages in errors.
 fn render(
     st: &AppState,
     mut input: TemplateInput,
     tok: &Tokenizer,
     literals: &mut Vec<String>,
     field: &str,
+    open: bool,
 ) -> Result<String, ApiError> {
     let template = st
         .template
         .as_ref()
         .ok_or_else(|| ApiError::invalid(field, "this model has no chat template; use /v1/completions"))?;
     input.messages = chat_ids::protect(input.messages, tok, literals);
-    template
+    // The final message's text as the template sees it (parts joined, special-token spellings
+    // swapped for their sentinels).
+    let last = open.then(|| input.messages.try_iter().ok().and_then(|it| it.last())).flatten();
+    let content = last.and_then(|m| m.get_attr("content").ok()).and_then(|c| c.as_str().map(str::to_owned));
+    let text = template
         .render_capped(input, st.max_prompt_bytes())
-        .map_err(|e| ApiError::invalid(field, format!("chat template: {e}")))
+        .map_err(|e| ApiError::invalid(field, format!("chat template: {e}")))?;
+    if !open {
+        return Ok(text);
+    }
+    crate::template::continue_final::cut(&text, content.as_deref().unwrap_or(""))
+        .map(str::to_owned)
+        .map_err(|e| ApiError::invalid("continue_final_message", e))
 }
 
 /// The ids of checked messages and tools (chat's shapes, as JSON) rendered by the chat template
@@ -310,7 +333,7 @@ pub fn template_ids(st: &AppState, messages: &Value, tools: Option<&Value>, fiel
         extra: Vec::new(),
     };
     let mut literals = Vec::new();
-    let text = render(st, input, tok, &mut literals, field)?;
+    let text = render(st, input, tok, &mut literals, field, false)?;
     chat_ids::encode(tok, &text, &literals, false).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 

@@ -131,7 +131,11 @@ async fn tokenize(
         let o: TokenizeRequest = crate::wire::read(&body.value)?;
         check_model(o.model.as_deref(), &prep)?;
         if o.messages.is_some() {
-            let chat = ChatInput { messages: o.messages.as_ref(), add_generation_prompt: o.add_generation_prompt };
+            let chat = ChatInput {
+                messages: o.messages.as_ref(),
+                add_generation_prompt: o.add_generation_prompt,
+                continue_final_message: o.continue_final_message,
+            };
             return chat_prompt(&prep, &chat, &body.raw, o.add_special_tokens.unwrap_or(false));
         }
         let text = o.prompt.as_deref().ok_or_else(|| ApiError::invalid("prompt", "is required (or messages)"))?;

@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod builtin;
 pub mod choice;
+pub mod continue_final;
 
 pub use budget::{DEFAULT_FUEL, RenderError};
 pub use builtin::{BUILTINS, Builtin, builtin, builtin_names, family_builtin};

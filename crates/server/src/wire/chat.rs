@@ -22,8 +22,12 @@ pub struct ChatFields {
     /// Extra variables for the chat template.
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
-    /// End the prompt with the assistant's turn opening; default true.
+    /// End the prompt with the assistant's turn opening; default true (false with
+    /// `continue_final_message`).
     pub add_generation_prompt: Option<bool>,
+    /// Leave the final message open (no end of its turn): the model continues its text, a
+    /// prefill of the reply; not with `add_generation_prompt: true`.
+    pub continue_final_message: Option<bool>,
     /// Most tokens to generate (OpenAI's newer name of `max_tokens`).
     pub max_completion_tokens: Option<i64>,
     /// Return log-probabilities of the output tokens.

@@ -21,8 +21,11 @@ pub struct TokenizeRequest {
     /// Extra variables for the chat template.
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
-    /// End the prompt with the assistant's turn opening; default true.
+    /// End the prompt with the assistant's turn opening; default true (false with
+    /// `continue_final_message`).
     pub add_generation_prompt: Option<bool>,
+    /// Leave the final message open, as chat completions do.
+    pub continue_final_message: Option<bool>,
 }
 
 /// `POST /detokenize`: token ids to text.
