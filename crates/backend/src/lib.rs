@@ -478,6 +478,14 @@ pub trait Backend: Send + Sync {
         }
         *x = self.upload(&v, rows, cols);
     }
+    /// Per row `r` of `x`, its products with the rows `picks[r]` of `w` (a head's logits over a
+    /// few of its tokens: the Gemma 4 assistant's ordered head), where this backend makes them
+    /// for less than the whole product (the CPU: those rows alone, each read once); `None` (the
+    /// default): the caller multiplies by the whole of `w`.
+    fn matmul_picked(&self, x: &Self::Act, w: &Self::Mat, picks: &[Vec<u32>]) -> Option<Vec<Vec<f32>>> {
+        let _ = (x, w, picks);
+        None
+    }
     /// This backend's own copy of per-head weights `w`, laid out as its [`Backend::head_matmul`]
     /// reads them (CUDA: on the device; the CPU: transposed per head); `None` (the default):
     /// `w` serves as it is.

@@ -11,6 +11,7 @@ mod heads;
 mod matmul;
 mod moe;
 mod ops;
+mod picked;
 mod quant;
 mod sample;
 mod simd;
@@ -323,6 +324,10 @@ impl Backend for CpuBackend {
         picks: &tf_backend::BlockPicks,
     ) -> HostTensor {
         block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
+    }
+
+    fn matmul_picked(&self, x: &HostTensor, w: &HostMat, picks: &[Vec<u32>]) -> Option<Vec<Vec<f32>>> {
+        Some(picked::matmul_picked(&self.pool, x, w, picks))
     }
 
     fn head_copy(&self, w: &tf_backend::HeadWeights<'_>) -> Option<Vec<f32>> {

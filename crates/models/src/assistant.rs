@@ -162,14 +162,33 @@ impl<B: Backend> Gemma4Assistant<B> {
         pools: &mut [B::Kv],
     ) -> (Vec<f32>, B::Act) {
         let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
+        let vocab = self.spec.vocab_size;
+        if let Some((kept, values)) = self.picked(b, &normed) {
+            let mut logits = vec![0.0f32; kept.len() * vocab];
+            for ((row, kept), values) in logits.chunks_exact_mut(vocab).zip(&kept).zip(&values) {
+                Ordered::<B>::fill(row, kept, values);
+            }
+            return (logits, next);
+        }
         let mut logits = b.download(&b.matmul(&normed, &self.head));
         if let Some(o) = &self.ordered {
-            let vocab = self.spec.vocab_size;
             for (row, kept) in logits.chunks_exact_mut(vocab).zip(o.kept_rows(b, &normed)) {
-                o.mask(row, &kept);
+                let values: Vec<f32> = kept.iter().map(|&t| row[t]).collect();
+                Ordered::<B>::fill(row, &kept, &values);
             }
         }
         (logits, next)
+    }
+
+    /// An ordered head's kept tokens of each row of `normed` and their logits alone, where the
+    /// backend makes those for less than the whole head (`Backend::matmul_picked`).
+    #[allow(clippy::type_complexity)]
+    fn picked(&self, b: &B, normed: &B::Act) -> Option<(Vec<Vec<usize>>, Vec<Vec<f32>>)> {
+        let o = self.ordered.as_ref()?;
+        let kept = o.kept_rows(b, normed);
+        let picks: Vec<Vec<u32>> = kept.iter().map(|k| k.iter().map(|&t| t as u32).collect()).collect();
+        let values = b.matmul_picked(normed, &self.head, &picks)?;
+        Some((kept, values))
     }
 
     /// [`Gemma4Assistant::step`]'s draft tokens: each row's first largest logit (among its kept
@@ -187,6 +206,18 @@ impl<B: Backend> Gemma4Assistant<B> {
         pools: &mut [B::Kv],
     ) -> (Vec<u32>, B::Act) {
         let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
+        if let Some((kept, values)) = self.picked(b, &normed) {
+            // The first largest logit, ties to the lower token (as a masked argmax takes it).
+            let best = |(kept, values): (&Vec<usize>, &Vec<f32>)| {
+                let pairs = kept.iter().zip(values);
+                pairs.fold(None, |best: Option<(usize, f32)>, (&t, &v)| match best {
+                    Some((bt, bv)) if v.is_nan() || bv > v || (bv == v && bt < t) => Some((bt, bv)),
+                    _ => Some((t, v)),
+                })
+            };
+            let ids = kept.iter().zip(&values).map(|p| best(p).map_or(0, |(t, _)| t as u32)).collect();
+            return (ids, next);
+        }
         let mut logits = b.matmul(&normed, &self.head);
         let Some(o) = &self.ordered else { return (b.argmax_rows_in_round(&logits), next) };
         let width = b.shape(&logits).1;
@@ -254,13 +285,12 @@ impl<B: Backend> Ordered<B> {
             .collect()
     }
 
-    /// Keeps the logits of the `kept` tokens in `row` and sets every other to their minimum
+    /// `row` with the `kept` tokens' logits `values` and every other token's their minimum
     /// less 1.
-    fn mask(&self, row: &mut [f32], kept: &[usize]) {
-        let fill = kept.iter().map(|&t| row[t]).fold(f32::INFINITY, f32::min) - 1.0;
-        let values: Vec<f32> = kept.iter().map(|&t| row[t]).collect();
+    fn fill(row: &mut [f32], kept: &[usize], values: &[f32]) {
+        let fill = values.iter().copied().fold(f32::INFINITY, f32::min) - 1.0;
         row.fill(fill);
-        for (&t, v) in kept.iter().zip(values) {
+        for (&t, &v) in kept.iter().zip(values) {
             row[t] = v;
         }
     }
