@@ -1,5 +1,6 @@
 //! vLLM's request extras: `min_tokens` (EOS and stop ids cannot end the text before it),
-//! `include_stop_str_in_output`, `skip_special_tokens`, and their bad values refused by name.
+//! `include_stop_str_in_output`, `skip_special_tokens`, `allowed_token_ids`, and their bad values
+//! refused by name.
 
 mod serve_util;
 
@@ -68,4 +69,45 @@ fn skip_special_tokens_false_keeps_special_tokens_in_the_text() {
     let mut shown = forced;
     shown["skip_special_tokens"] = json!(false);
     assert_eq!(complete(&s, shown).0, "<|im_end|><|im_end|>");
+}
+
+#[test]
+fn allowed_token_ids_hold_every_token_greedy_sampled_and_drafted() {
+    let s = Server::start(&[]);
+    let (_, free, _) = complete(&s, json!({}));
+    // Ids the greedy text never picks: every token is one of them, whatever the sampling.
+    let allowed: Vec<u32> = (100..400).filter(|i| !free.contains(i)).step_by(37).collect();
+    for extra in [
+        json!({"allowed_token_ids": allowed}),
+        json!({"allowed_token_ids": allowed, "temperature": 1.0, "seed": 7}),
+        json!({"allowed_token_ids": allowed, "draft": false}),
+        json!({"allowed_token_ids": allowed, "logit_bias": {EOS.to_string(): 100}}),
+    ] {
+        let (_, ids, finish) = complete(&s, extra.clone());
+        assert_eq!((ids.len(), finish), (8, json!("length")), "{extra}");
+        assert!(ids.iter().all(|i| allowed.contains(i)), "{extra}: {ids:?} outside {allowed:?}");
+    }
+    // The chat route holds them too.
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                      "allowed_token_ids": [EOS], "logprobs": true});
+    let r = s.post("/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["finish_reason"], json!("stop"), "{}", r.text());
+    // Refused by name: empty, outside the vocabulary, not ids, beside a constraint.
+    for (bad, why) in [
+        (json!({"allowed_token_ids": []}), "must not be empty"),
+        (json!({"allowed_token_ids": [1, 512]}), "outside the vocabulary"),
+        (json!({"allowed_token_ids": [1.5]}), ""),
+        (json!({"allowed_token_ids": [5], "response_format": {"type": "json_object"}}), "no other constraint"),
+    ] {
+        let mut body = json!({"model": "tiny", "prompt": "ab", "max_tokens": 2});
+        for (k, v) in bad.as_object().expect("an object") {
+            body[k] = v.clone();
+        }
+        let r = s.post("/v1/completions", &body);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        let param = r.json()["error"]["param"].as_str().unwrap_or_default().to_string();
+        assert!(param.starts_with("allowed_token_ids"), "{bad}: {}", r.text());
+        assert!(r.text().contains(why), "{bad}: {}", r.text());
+    }
 }

@@ -154,7 +154,7 @@ fn prepare_completions(st: &AppState, body: &Value) -> Result<(Reply, Vec<SeqSpe
     check_model(r.run.model.as_deref(), st)?;
     let opts = parse_options(st, &r.sampling, &r.run, &r.noop, RouteFields::Completions(&r.fields))?;
     let prompts = parse_prompts(&r.fields, st)?;
-    let constraint = constraint_of(st, &r.structured)?;
+    let constraint = with_allowed(&opts, constraint_of(st, &r.structured)?)?;
     if prompts.len() * opts.n > st.limits.max_n {
         let msg =
             format!("{} prompts x n = {} sequences; at most {} are allowed", prompts.len(), opts.n, st.limits.max_n);
@@ -202,11 +202,25 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
         }
         (None, c) => c,
     };
+    let constraint = with_allowed(&opts, constraint)?;
     let (reasoning, constraint) = reasoning_of(st, &prompt, constraint);
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
     Ok((reply_with_tools(st, Api::Chat, opts, prompt_tokens, echo, tools, reasoning), specs))
+}
+
+/// `constraint`, or the request's `allowed_token_ids` where it has them and no other constraint
+/// (400 naming them beside one).
+fn with_allowed(opts: &Options, constraint: Option<Prepared>) -> Result<Option<Prepared>, ApiError> {
+    match (&opts.allowed, constraint) {
+        (None, c) => Ok(c),
+        (Some(m), None) => Ok(Some(Prepared::allowed(m.clone()))),
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "allowed_token_ids",
+            "takes no other constraint (response_format, structured_outputs, guided_*, a required or named tool choice)",
+        )),
+    }
 }
 
 /// The request's structured-output constraint, compiled (here, never on the engine thread).

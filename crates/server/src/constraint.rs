@@ -141,12 +141,18 @@ impl Constraint for AfterReasoning {
 /// A compiled constraint with what starting a sequence on it needs.
 #[derive(Clone)]
 pub struct Prepared {
-    grammars: Arc<Grammars>,
-    compiled: Compiled,
-    width: usize,
-    eos: u32,
-    /// With a reasoning parser: the constraint holds on the answer alone.
+    kind: Kind,
+    /// With a reasoning parser: a grammar holds on the answer alone.
     gate: Option<Gate>,
+}
+
+/// What a prepared constraint holds the output to.
+#[derive(Clone)]
+enum Kind {
+    /// A compiled grammar.
+    Grammar { grammars: Arc<Grammars>, compiled: Compiled, width: usize, eos: u32 },
+    /// The same ids at every step (`allowed_token_ids`).
+    Allowed(Mask),
 }
 
 impl std::fmt::Debug for Prepared {
@@ -158,16 +164,26 @@ impl std::fmt::Debug for Prepared {
 impl Prepared {
     /// A fresh constraint for one sequence.
     pub fn start(&self) -> Box<dyn Constraint> {
-        let grammar = GrammarConstraint { m: self.grammars.start(&self.compiled), width: self.width, eos: self.eos };
+        let (grammars, compiled, width, eos) = match &self.kind {
+            Kind::Grammar { grammars, compiled, width, eos } => (grammars, compiled, *width, *eos),
+            Kind::Allowed(mask) => return Box::new(crate::allowed::Allowed::new(mask.clone())),
+        };
+        let grammar = GrammarConstraint { m: grammars.start(compiled), width, eos };
         match self.gate {
-            Some(gate) => Box::new(AfterReasoning::new(grammar, gate, self.width)),
+            Some(gate) => Box::new(AfterReasoning::new(grammar, gate, width)),
             None => Box::new(grammar),
         }
     }
 
-    /// This constraint holding only after `gate`'s reasoning (unchanged for `None`).
+    /// This constraint holding only after `gate`'s reasoning (unchanged for `None`); an allowed
+    /// set holds on every token, the reasoning's too.
     pub fn after(self, gate: Option<Gate>) -> Prepared {
         Prepared { gate, ..self }
+    }
+
+    /// Only `mask`'s ids, at every step.
+    pub fn allowed(mask: Mask) -> Prepared {
+        Prepared { kind: Kind::Allowed(mask), gate: None }
     }
 }
 
@@ -176,7 +192,7 @@ impl Prepared {
 pub fn prepare(st: &AppState, spec: &Spec, field: &str) -> Result<Prepared, ApiError> {
     let (grammars, eos) = st.grammars().map_err(|e| ApiError::invalid(field, e))?;
     let compiled = grammars.compile(spec).map_err(|e| refusal(field, e))?;
-    Ok(Prepared { grammars, compiled, width: st.model.vocab.rows(), eos, gate: None })
+    Ok(Prepared { kind: Kind::Grammar { grammars, compiled, width: st.model.vocab.rows(), eos }, gate: None })
 }
 
 /// Checks `spec` (from request field `field`) against the caps without compiling it: 400

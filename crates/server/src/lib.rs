@@ -3,6 +3,7 @@
 //! thread only sees checked native requests (docs/architecture.md).
 
 mod access_log;
+mod allowed;
 mod api;
 pub mod auth;
 mod body;

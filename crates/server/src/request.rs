@@ -1,5 +1,5 @@
 //! The trust boundary on the HTTP side: request fields to native, checked values. Every id from
-//! outside (prompt ids, `logit_bias` keys, `stop_token_ids`) goes through `Vocab::check`; sampling
+//! outside (prompt ids, `logit_bias` keys, `stop_token_ids`, `allowed_token_ids`) goes through `Vocab::check`; sampling
 //! values go through `SamplingParams::validate`; sizes are held to the deployment's limits.
 
 use crate::error::ApiError;
@@ -36,6 +36,8 @@ pub struct Options {
     pub stop: Vec<String>,
     /// Stop ids (checked).
     pub stop_ids: TokenIds,
+    /// The only ids the output may hold (`allowed_token_ids`), as a mask over the rows.
+    pub allowed: Option<tf_engine::constraint::Mask>,
     /// Keep going past EOS.
     pub ignore_eos: bool,
     /// Alternatives per token when logprobs are asked for.
@@ -137,6 +139,17 @@ pub fn parse_options(
     let stop = stop_strings(run.stop.as_ref(), lim.max_stop_strings)?;
     check_stop_bytes(&stop, lim.max_stop_bytes)?;
     let stop_ids = checked_ids(run.stop_token_ids.as_ref(), st, "stop_token_ids", lim.max_stop_strings)?;
+    let rows = st.model.vocab.rows();
+    let allowed = match run.allowed_token_ids.as_ref().filter(|v| !v.is_null()) {
+        Some(v) => {
+            let ids = checked_ids(Some(v), st, "allowed_token_ids", rows)?;
+            if ids.is_empty() {
+                return Err(ApiError::invalid("allowed_token_ids", "must not be empty"));
+            }
+            Some(tf_engine::constraint::Mask::from_ids(rows, ids.as_slice().iter().copied()))
+        }
+        None => None,
+    };
     let ignore_eos = run.ignore_eos.unwrap_or(false);
     // Until `min_tokens` are out, neither EOS (unless ignored) nor a stop id can be drawn.
     params.min_tokens =
@@ -172,6 +185,7 @@ pub fn parse_options(
         max_tokens,
         stop,
         stop_ids,
+        allowed,
         ignore_eos,
         logprobs,
         prompt_logprobs,

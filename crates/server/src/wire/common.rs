@@ -44,6 +44,9 @@ pub struct Run {
     /// Token ids that stop the sequence.
     #[schema(value_type = Option<Vec<i64>>)]
     pub stop_token_ids: Option<Value>,
+    /// Only these token ids may be generated (vLLM); not with another constraint.
+    #[schema(value_type = Option<Vec<i64>>)]
+    pub allowed_token_ids: Option<Value>,
     /// Generate past the end-of-sequence token.
     pub ignore_eos: Option<bool>,
     /// Stream the answer as server-sent events.
