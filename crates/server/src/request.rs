@@ -1,6 +1,7 @@
 //! The trust boundary on the HTTP side: request fields to native, checked values. Every id from
-//! outside (prompt ids, `logit_bias` keys, `stop_token_ids`, `allowed_token_ids`) goes through `Vocab::check`; sampling
-//! values go through `SamplingParams::validate`; sizes are held to the deployment's limits.
+//! outside (prompt ids, `logit_bias` keys, `stop_token_ids`, `allowed_token_ids`) goes through
+//! `Vocab::check`; sampling values go through `SamplingParams::validate`; sizes are held to the
+//! deployment's limits.
 
 use crate::error::ApiError;
 use crate::fields::{int_list, show};
