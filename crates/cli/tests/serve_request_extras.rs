@@ -111,3 +111,34 @@ fn allowed_token_ids_hold_every_token_greedy_sampled_and_drafted() {
         assert!(r.text().contains(why), "{bad}: {}", r.text());
     }
 }
+
+#[test]
+fn truncate_prompt_tokens_keeps_the_prompts_last_tokens() {
+    let s = Server::start(&[]);
+    let run = |extra: Value| {
+        let mut body = json!({"model": "tiny", "max_tokens": 4, "temperature": 0});
+        for (k, v) in extra.as_object().expect("an object") {
+            body[k] = v.clone();
+        }
+        let r = s.post("/v1/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let long = run(json!({"prompt_token_ids": [5, 6, 7, 8, 9], "truncate_prompt_tokens": 2}));
+    let short = run(json!({"prompt_token_ids": [8, 9]}));
+    assert_eq!(long["usage"]["prompt_tokens"], json!(2), "{long}");
+    assert_eq!(long["choices"][0]["text"], short["choices"][0]["text"], "{long} / {short}");
+    // Shorter prompts stay whole; the chat route cuts its rendered prompt alike.
+    let whole = run(json!({"prompt_token_ids": [8, 9], "truncate_prompt_tokens": 7}));
+    assert_eq!(whole["choices"][0]["text"], short["choices"][0]["text"]);
+    let chat = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                      "truncate_prompt_tokens": 3});
+    let r = s.post("/v1/chat/completions", &chat);
+    assert_eq!((r.status, r.json()["usage"]["prompt_tokens"].clone()), (200, json!(3)), "{}", r.text());
+    for bad in [0i64, -2, 1 << 40] {
+        let body = json!({"model": "tiny", "prompt": "ab", "max_tokens": 2, "truncate_prompt_tokens": bad});
+        let r = s.post("/v1/completions", &body);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], json!("truncate_prompt_tokens"), "{}", r.text());
+    }
+}

@@ -109,11 +109,27 @@ impl TokenIds {
     pub fn truncate(&mut self, len: usize) {
         self.0.truncate(len);
     }
+
+    /// Keeps the last `len` ids (all of them where there are fewer).
+    pub fn keep_last(&mut self, len: usize) {
+        let cut = self.0.len().saturating_sub(len);
+        self.0.drain(..cut);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_last_keeps_the_tail() {
+        let v = Vocab::new(512).unwrap();
+        let mut ids = v.check(&[5, 6, 7, 8]).unwrap();
+        ids.keep_last(9);
+        assert_eq!(ids.as_slice(), &[5, 6, 7, 8]);
+        ids.keep_last(2);
+        assert_eq!(ids.as_slice(), &[7, 8]);
+    }
 
     #[test]
     fn ids_below_rows_pass() {

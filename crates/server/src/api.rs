@@ -153,7 +153,7 @@ fn prepare_completions(st: &AppState, body: &Value) -> Result<(Reply, Vec<SeqSpe
     let r = CompletionRequest::read(body)?;
     check_model(r.run.model.as_deref(), st)?;
     let opts = parse_options(st, &r.sampling, &r.run, &r.noop, RouteFields::Completions(&r.fields))?;
-    let prompts = parse_prompts(&r.fields, st)?;
+    let prompts = parse_prompts(&r.fields, st, opts.truncate)?;
     let constraint = with_allowed(&opts, constraint_of(st, &r.structured)?)?;
     if prompts.len() * opts.n > st.limits.max_n {
         let msg =
@@ -186,7 +186,10 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
         add_generation_prompt: r.fields.add_generation_prompt,
         continue_final_message: r.fields.continue_final_message,
     };
-    let prompt = chat_prompt(st, &chat, raw, false)?;
+    let mut prompt = chat_prompt(st, &chat, raw, false)?;
+    if let Some(k) = opts.truncate {
+        prompt.keep_last(k);
+    }
     check_prompt_len(st, "messages", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)?;
     let (tools, tool_grammar) = crate::tools::parse(&r.fields)?;

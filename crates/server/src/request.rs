@@ -37,6 +37,8 @@ pub struct Options {
     pub stop: Vec<String>,
     /// Stop ids (checked).
     pub stop_ids: TokenIds,
+    /// Most prompt tokens kept, the last ones (`truncate_prompt_tokens`).
+    pub truncate: Option<usize>,
     /// The only ids the output may hold (`allowed_token_ids`), as a mask over the rows.
     pub allowed: Option<tf_engine::constraint::Mask>,
     /// Keep going past EOS.
@@ -140,6 +142,16 @@ pub fn parse_options(
     let stop = stop_strings(run.stop.as_ref(), lim.max_stop_strings)?;
     check_stop_bytes(&stop, lim.max_stop_bytes)?;
     let stop_ids = checked_ids(run.stop_token_ids.as_ref(), st, "stop_token_ids", lim.max_stop_strings)?;
+    let truncate = match run.truncate_prompt_tokens {
+        Some(-1) => Some(st.max_model_len()),
+        Some(k) if k >= 1 && k as u64 <= st.max_model_len() as u64 => Some(k as usize),
+        Some(k) => {
+            let msg =
+                format!("{k} is out of range: expected -1 (the context length) or 1 <= x <= {}", st.max_model_len());
+            return Err(ApiError::invalid("truncate_prompt_tokens", msg));
+        }
+        None => None,
+    };
     let rows = st.model.vocab.rows();
     let allowed = match run.allowed_token_ids.as_ref().filter(|v| !v.is_null()) {
         Some(v) => {
@@ -186,6 +198,7 @@ pub fn parse_options(
         max_tokens,
         stop,
         stop_ids,
+        truncate,
         allowed,
         ignore_eos,
         logprobs,
@@ -329,8 +342,9 @@ pub fn bad_id(e: &BadToken) -> String {
 }
 
 /// The prompts of a completions request (`prompt` or `prompt_token_ids`): a text, a list of
-/// ids, or a batch of either; each checked and tokenized.
-pub fn parse_prompts(c: &CompletionFields, st: &AppState) -> Result<Vec<Prompt>, ApiError> {
+/// ids, or a batch of either; each checked and tokenized, then cut to its last `truncate` ids
+/// where given (`truncate_prompt_tokens`).
+pub fn parse_prompts(c: &CompletionFields, st: &AppState, truncate: Option<usize>) -> Result<Vec<Prompt>, ApiError> {
     let nonnull = |v: &Option<Value>| v.as_ref().filter(|v| !v.is_null()).cloned();
     let (key, v) = match (nonnull(&c.prompt), nonnull(&c.prompt_token_ids)) {
         (Some(_), Some(_)) => return Err(both_prompts()),
@@ -339,14 +353,14 @@ pub fn parse_prompts(c: &CompletionFields, st: &AppState) -> Result<Vec<Prompt>,
         (None, None) => return Err(ApiError::invalid("prompt", "is required")),
     };
     let prompts = match &v {
-        Value::String(text) => vec![text_prompt(st, key, text)?],
+        Value::String(text) => vec![text_prompt(st, key, text, truncate)?],
         Value::Array(items) if items.is_empty() => return Err(ApiError::invalid(key, "must not be empty")),
         Value::Array(items) => match &items[0] {
             Value::String(_) => items
                 .iter()
                 .enumerate()
                 .map(|(i, t)| match t {
-                    Value::String(text) => text_prompt(st, &format!("{key}[{i}]"), text),
+                    Value::String(text) => text_prompt(st, &format!("{key}[{i}]"), text, truncate),
                     other => {
                         Err(ApiError::invalid(format!("{key}[{i}]"), format!("expected a string, got {}", show(other))))
                     }
@@ -355,9 +369,9 @@ pub fn parse_prompts(c: &CompletionFields, st: &AppState) -> Result<Vec<Prompt>,
             Value::Array(_) => items
                 .iter()
                 .enumerate()
-                .map(|(i, ids)| id_prompt(st, &format!("{key}[{i}]"), ids))
+                .map(|(i, ids)| id_prompt(st, &format!("{key}[{i}]"), ids, truncate))
                 .collect::<Result<_, _>>()?,
-            _ => vec![id_prompt(st, key, &v)?],
+            _ => vec![id_prompt(st, key, &v, truncate)?],
         },
         other => {
             let msg = format!("expected a string, a list of token ids or a batch of either, got {}", show(other));
@@ -378,17 +392,26 @@ pub fn both_prompts() -> ApiError {
     ApiError::invalid("prompt", "give prompt or prompt_token_ids, not both (prompt, prompt_token_ids)")
 }
 
-fn id_prompt(st: &AppState, key: &str, v: &Value) -> Result<Prompt, ApiError> {
+fn id_prompt(st: &AppState, key: &str, v: &Value, truncate: Option<usize>) -> Result<Prompt, ApiError> {
     let raw = int_list(v, key)?;
     let ids = st.model.vocab.check(&raw).map_err(|e| ApiError::invalid(format!("{key}[{}]", e.index), bad_id(&e)))?;
-    check_prompt_len(st, key, ids.len())?;
-    Ok(Prompt { ids, text: None })
+    kept(st, key, Prompt { ids, text: None }, truncate)
 }
 
-fn text_prompt(st: &AppState, key: &str, text: &str) -> Result<Prompt, ApiError> {
+fn text_prompt(st: &AppState, key: &str, text: &str, truncate: Option<usize>) -> Result<Prompt, ApiError> {
     let ids = encode(st, key, text, true)?;
-    check_prompt_len(st, key, ids.len())?;
-    Ok(Prompt { ids, text: Some(text.to_string()) })
+    kept(st, key, Prompt { ids, text: Some(text.to_string()) }, truncate)
+}
+
+/// `p` cut to its last `truncate` ids where it is longer (its text then no longer stands for
+/// it), then checked for length.
+fn kept(st: &AppState, key: &str, mut p: Prompt, truncate: Option<usize>) -> Result<Prompt, ApiError> {
+    if let Some(k) = truncate.filter(|&k| p.ids.len() > k) {
+        p.ids.keep_last(k);
+        p.text = None;
+    }
+    check_prompt_len(st, key, p.ids.len())?;
+    Ok(p)
 }
 
 /// Tokenizes a client's text, special-token spellings kept as plain text (SECURITY-CASES 8; ids

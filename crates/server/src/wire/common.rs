@@ -44,6 +44,8 @@ pub struct Run {
     /// Token ids that stop the sequence.
     #[schema(value_type = Option<Vec<i64>>)]
     pub stop_token_ids: Option<Value>,
+    /// Keep only the prompt's last this many tokens (vLLM; -1: the context length).
+    pub truncate_prompt_tokens: Option<i64>,
     /// Only these token ids may be generated (vLLM); not with another constraint.
     #[schema(value_type = Option<Vec<i64>>)]
     pub allowed_token_ids: Option<Value>,
