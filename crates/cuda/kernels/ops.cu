@@ -646,41 +646,6 @@ extern "C" __global__ void tp_sum(const float* __restrict__ parts, float* __rest
     }
 }
 
-// MLA's per-head matmul (tf-backend heads.rs): y[r][j] = sum_i x[r][h * cols + i] * w[j][i] for
-// output column j = h * out + o. A warp an output column (its rows looped, so the weight row
-// stays in cache): lane l sums i = l, l + 32, ... in order, then the lanes' sums meet in a fixed
-// butterfly, so a row's value never depends on the round's other rows.
-extern "C" __global__ void head_matmul(const float* __restrict__ x, const float* __restrict__ w,
-                                       float* __restrict__ y, int rows, int heads, int out, int cols) {
-    tf_pdl_enter();
-    const int lane = threadIdx.x & 31;
-    const long long n = (long long)heads * out;
-    const long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
-    if (j >= n) return;
-    const int h = (int)(j / out);
-    const float* wr = w + j * cols;
-    for (int r = 0; r < rows; ++r) {
-        const float* xr = x + ((long long)r * heads + h) * cols;
-        float acc = 0.0f;
-        for (int i = lane; i < cols; i += 32) acc = __fadd_rn(acc, __fmul_rn(xr[i], wr[i]));
-        for (int m = 16; m > 0; m >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, m));
-        if (lane == 0) y[(long long)r * n + j] = acc;
-    }
-}
-
-// Each row's heads of a (`wa` wide) then b (`wb` wide) side by side (tf-backend heads.rs
-// concat_heads): `[rows, heads * (wa + wb)]`.
-extern "C" __global__ void concat_heads(const float* __restrict__ a, const float* __restrict__ b,
-                                        float* __restrict__ y, long long n, int wa, int wb) {
-    tf_pdl_enter();
-    const int w = wa + wb;
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
-        const long long rh = t / w;
-        const int c = (int)(t % w);
-        y[t] = c < wa ? a[rh * wa + c] : b[rh * wb + (c - wa)];
-    }
-}
-
 // Tensor-parallel gather of the vocabulary-parallel head's logits (exchange.rs): out `[rows,
 // total]` from the ranks' rows side by side in g, rank r's `[rows, width_r]` at `rows * first_r`
 // (parts: {first column, width} per rank, in rank order).

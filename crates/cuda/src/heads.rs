@@ -1,4 +1,4 @@
-//! Multi-head latent attention's per-head ops on the device (kernels/ops.cu `head_matmul`,
+//! Multi-head latent attention's per-head ops on the device (kernels/heads.cu `head_matmul`,
 //! `concat_heads`): the absorbed `W_UK` / `W_UV` products over weights copied to the device at
 //! load (`Backend::head_copy`), and the per-head concatenation, so an MLA layer's round makes
 //! no host round trip.
@@ -10,8 +10,12 @@ use crate::tensor::{CudaAct, CudaVec};
 /// Threads a block.
 const BLOCK: u32 = 256;
 
+/// Threads a block of `head_matmul`, and the outputs (and rows) it takes (kernels/heads.cu).
+const HM_THREADS: u32 = 256;
+const HM_T: usize = 64;
+
 /// `x` `[rows, heads * cols]` times `w` (`heads` matrices `[out, cols]` stacked): `[rows, heads *
-/// out]`, a warp an output column.
+/// out]`, each value the host reference's (a block a head's 64 x 64 tile).
 pub(crate) fn head_matmul(b: &Ctx, x: &CudaAct, w: &CudaVec, heads: usize, out: usize) -> CudaAct {
     let d = &b.dev;
     let n = heads * out;
@@ -29,8 +33,8 @@ pub(crate) fn head_matmul(b: &Ctx, x: &CudaAct, w: &CudaVec, heads: usize, out: 
             Arg::I(out as i32),
             Arg::I(cols as i32),
         ];
-        let warps = BLOCK as usize / 32;
-        d.launch(&d.k.head_matmul, (n.div_ceil(warps) as u32, 1, 1), BLOCK, 0, &args);
+        let grid = (out.div_ceil(HM_T) as u32, x.rows.div_ceil(HM_T) as u32, heads as u32);
+        d.launch(&d.k.head_matmul, grid, HM_THREADS, 0, &args);
     }
     CudaAct::new(y, x.rows, n)
 }
@@ -57,3 +61,6 @@ pub(crate) fn concat_heads(b: &Ctx, a: &CudaAct, c: &CudaAct, heads: usize) -> C
     }
     CudaAct::new(y, a.rows, a.cols + c.cols)
 }
+
+#[cfg(test)]
+mod emulated;

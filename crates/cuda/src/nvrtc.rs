@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// The kernel sources, concatenated in this order into one translation unit.
-const SOURCES: [&str; 19] = [
+const SOURCES: [&str; 20] = [
     include_str!("../kernels/common.cuh"),
     include_str!("../kernels/ops.cu"),
     include_str!("../kernels/gdn.cu"),
@@ -28,6 +28,7 @@ const SOURCES: [&str; 19] = [
     include_str!("../kernels/attention_split.cu"),
     include_str!("../kernels/attention_wg.cu"),
     include_str!("../kernels/attention_mla.cu"),
+    include_str!("../kernels/heads.cu"),
 ];
 
 /// The whole program text.
