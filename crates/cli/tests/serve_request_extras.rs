@@ -99,6 +99,7 @@ fn allowed_token_ids_hold_every_token_greedy_sampled_and_drafted() {
         (json!({"allowed_token_ids": [1, 512]}), "outside the vocabulary"),
         (json!({"allowed_token_ids": [1.5]}), ""),
         (json!({"allowed_token_ids": [5], "response_format": {"type": "json_object"}}), "no other constraint"),
+        (json!({"allowed_token_ids": [EOS], "min_tokens": 2}), "min_tokens holds back"),
     ] {
         let mut body = json!({"model": "tiny", "prompt": "ab", "max_tokens": 2});
         for (k, v) in bad.as_object().expect("an object") {

@@ -153,16 +153,18 @@ pub fn parse_options(
         None => None,
     };
     let rows = st.model.vocab.rows();
-    let allowed = match run.allowed_token_ids.as_ref().filter(|v| !v.is_null()) {
+    let allowed_ids = match run.allowed_token_ids.as_ref().filter(|v| !v.is_null()) {
         Some(v) => {
             let ids = checked_ids(Some(v), st, "allowed_token_ids", rows)?;
             if ids.is_empty() {
                 return Err(ApiError::invalid("allowed_token_ids", "must not be empty"));
             }
-            Some(tf_engine::constraint::Mask::from_ids(rows, ids.as_slice().iter().copied()))
+            Some(ids)
         }
         None => None,
     };
+    let allowed =
+        allowed_ids.as_ref().map(|ids| tf_engine::constraint::Mask::from_ids(rows, ids.as_slice().iter().copied()));
     let ignore_eos = run.ignore_eos.unwrap_or(false);
     // Until `min_tokens` are out, neither EOS (unless ignored) nor a stop id can be drawn.
     params.min_tokens =
@@ -174,6 +176,14 @@ pub fn parse_options(
         }
         params.suppress.sort_unstable();
         params.suppress.dedup();
+    }
+    // Before min_tokens, an allowed set of ends alone (EOS, stop ids) would leave nothing to draw.
+    if let Some(ids) = &allowed_ids
+        && params.min_tokens > 0
+        && ids.as_slice().iter().all(|i| params.suppress.binary_search(i).is_ok())
+    {
+        let msg = "every allowed id ends the text (EOS or a stop id), which min_tokens holds back";
+        return Err(ApiError::invalid("allowed_token_ids", msg));
     }
     let stream = run.stream.unwrap_or(false);
     let include_usage = include_usage(run.stream_options.as_ref())?;
