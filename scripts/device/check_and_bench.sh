@@ -68,7 +68,7 @@ if has sanitize; then
     stamp "sanitize $spec"
     # shellcheck disable=SC2086
     timeout 240 "$CS" --tool memcheck --print-limit 20 ".carry/tests/$t" --test-threads=1 $filter > "$W/sanitize-$t.log" 2>&1
-    { echo "== $spec (exit $?)"; grep -E "^========= (Invalid|Program hit|  at|    at|Address)|ERROR SUMMARY" \
+    { echo "== $spec (exit $?)"; grep -E "^=========[[:space:]]+(Invalid|Program hit|at |Address|by thread)|ERROR SUMMARY" \
       "$W/sanitize-$t.log" | head -40; } >> "$OUT/sanitize.txt"
   done
 fi
