@@ -6,7 +6,7 @@
 // slots_off, bt_off, num_items, kp; f32 scale; u32 meta[meta_len]; f32 q[rows * heads * d];
 // f32 latent[rows * d]; u16 pool[pool_slots * d].
 // stdout (LE): f32 out[rows * heads * d], u16 outb[rows * kp], u16 pool[pool_slots * d].
-#include "../draw_emu/emu.h"
+#include "../draw_emu/walk.h"
 #include <cstdio>
 #undef __shared__
 #define __shared__
@@ -27,31 +27,6 @@ inline u16 f2bf(float x) {
 inline u32 pack_bf2(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
 alignas(16) unsigned char ml_smem[256 * 1024];
 #include "../../crates/cuda/kernels/attention_mla.cu"
-
-// Runs `body` for every CTA of `grid`, one CTA after another, each by `threads` OS threads that
-// meet at a barrier between CTAs (so a CTA's shared memory is not reused while it runs).
-template <class F>
-static void walk(dim3 grid, unsigned threads, F body) {
-    gridDim = grid;
-    blockDim = dim3{threads, 1, 1};
-    std::barrier<> bar(threads);
-    g_bar = &bar;
-    std::vector<WarpX> warps((threads + 31) / 32);
-    g_warps = warps.data();
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < threads; ++t)
-        ts.emplace_back([&, t] {
-            threadIdx = dim3{t, 0, 0};
-            for (unsigned z = 0; z < grid.z; ++z)
-                for (unsigned y = 0; y < grid.y; ++y)
-                    for (unsigned x = 0; x < grid.x; ++x) {
-                        blockIdx = dim3{x, y, z};
-                        body();
-                        bar.arrive_and_wait();
-                    }
-        });
-    for (auto& t : ts) t.join();
-}
 
 static bool get(void* p, size_t n) { return fread(p, 1, n, stdin) == n; }
 
