@@ -163,32 +163,27 @@ impl<B: Backend> Gemma4Assistant<B> {
     ) -> (Vec<f32>, B::Act) {
         let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
         let vocab = self.spec.vocab_size;
-        if let Some((kept, values)) = self.picked(b, &normed) {
-            let mut logits = vec![0.0f32; kept.len() * vocab];
-            for ((row, kept), values) in logits.chunks_exact_mut(vocab).zip(&kept).zip(&values) {
-                Ordered::<B>::fill(row, kept, values);
-            }
-            return (logits, next);
-        }
-        let mut logits = b.download(&b.matmul(&normed, &self.head));
-        if let Some(o) = &self.ordered {
-            for (row, kept) in logits.chunks_exact_mut(vocab).zip(o.kept_rows(b, &normed)) {
-                let values: Vec<f32> = kept.iter().map(|&t| row[t]).collect();
-                Ordered::<B>::fill(row, &kept, &values);
-            }
+        let Some(kept) = self.ordered.as_ref().map(|o| o.kept_rows(b, &normed)) else {
+            return (b.download(&b.matmul(&normed, &self.head)), next);
+        };
+        // The kept tokens' logits alone where the backend makes them for less than the whole
+        // head (`Backend::matmul_picked`), else read out of the whole head's.
+        let values = self.picked(b, &normed, &kept).unwrap_or_else(|| {
+            let logits = b.download(&b.matmul(&normed, &self.head));
+            kept.iter().zip(logits.chunks_exact(vocab)).map(|(k, row)| k.iter().map(|&t| row[t]).collect()).collect()
+        });
+        let mut logits = vec![0.0f32; kept.len() * vocab];
+        for ((row, kept), values) in logits.chunks_exact_mut(vocab).zip(&kept).zip(&values) {
+            Ordered::<B>::fill(row, kept, values);
         }
         (logits, next)
     }
 
-    /// An ordered head's kept tokens of each row of `normed` and their logits alone, where the
-    /// backend makes those for less than the whole head (`Backend::matmul_picked`).
-    #[allow(clippy::type_complexity)]
-    fn picked(&self, b: &B, normed: &B::Act) -> Option<(Vec<Vec<usize>>, Vec<Vec<f32>>)> {
-        let o = self.ordered.as_ref()?;
-        let kept = o.kept_rows(b, normed);
+    /// The logits of each row's `kept` tokens alone, where the backend makes those for less than
+    /// the whole head (`Backend::matmul_picked`).
+    fn picked(&self, b: &B, normed: &B::Act, kept: &[Vec<usize>]) -> Option<Vec<Vec<f32>>> {
         let picks: Vec<Vec<u32>> = kept.iter().map(|k| k.iter().map(|&t| t as u32).collect()).collect();
-        let values = b.matmul_picked(normed, &self.head, &picks)?;
-        Some((kept, values))
+        b.matmul_picked(normed, &self.head, &picks)
     }
 
     /// [`Gemma4Assistant::step`]'s draft tokens: each row's first largest logit (among its kept
@@ -206,7 +201,10 @@ impl<B: Backend> Gemma4Assistant<B> {
         pools: &mut [B::Kv],
     ) -> (Vec<u32>, B::Act) {
         let (normed, next) = self.step_rows(b, target, ids, positions, hidden, meta, pools);
-        if let Some((kept, values)) = self.picked(b, &normed) {
+        let Some(kept) = self.ordered.as_ref().map(|o| o.kept_rows(b, &normed)) else {
+            return (b.argmax_rows_in_round(&b.matmul(&normed, &self.head)), next);
+        };
+        if let Some(values) = self.picked(b, &normed, &kept) {
             // The first largest logit, ties to the lower token (as a masked argmax takes it).
             let best = |(kept, values): (&Vec<usize>, &Vec<f32>)| {
                 let pairs = kept.iter().zip(values);
@@ -219,10 +217,8 @@ impl<B: Backend> Gemma4Assistant<B> {
             return (ids, next);
         }
         let mut logits = b.matmul(&normed, &self.head);
-        let Some(o) = &self.ordered else { return (b.argmax_rows_in_round(&logits), next) };
         let width = b.shape(&logits).1;
-        let queries: Vec<RowQuery> = o
-            .kept_rows(b, &normed)
+        let queries: Vec<RowQuery> = kept
             .into_iter()
             .map(|kept| RowQuery::greedy(Some(TokenMask::from_ids(width, kept.into_iter().map(|t| t as u32)))))
             .collect();
