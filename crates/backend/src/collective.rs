@@ -30,7 +30,7 @@ pub trait Collective: Send + Sync {
     /// Every rank's `x` summed elementwise in rank order (`((x0 + x1) + x2) + ...`): the same
     /// bits on every rank whatever the order the ranks arrive in.
     fn all_reduce(&self, x: &mut [f32]) -> Result<(), GroupError>;
-    /// On rank 0, every rank's `x` in rank order; on the others, nothing.
+    /// On rank 0, every rank's `x` (of any length) in rank order; on the others, nothing.
     fn gather(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, GroupError>;
     /// Rank 0 hands `plan` to every other rank (in the order plans are sent).
     fn send_plan(&self, plan: &[u8]) -> Result<(), GroupError>;

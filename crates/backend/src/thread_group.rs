@@ -59,8 +59,9 @@ impl ThreadGroup {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands in `part` and returns every rank's, once all have.
-    fn exchange(&self, part: Vec<f32>) -> Result<Arc<Vec<Vec<f32>>>, GroupError> {
+    /// Hands in `part` and returns every rank's, once all have (of one length where `same_len`:
+    /// a sum's parts; a gather's may differ).
+    fn exchange(&self, part: Vec<f32>, same_len: bool) -> Result<Arc<Vec<Vec<f32>>>, GroupError> {
         let mut st = self.lock();
         if let Some(why) = &st.broken {
             return Err(GroupError::Broken(why.clone()));
@@ -72,7 +73,7 @@ impl ThreadGroup {
             let parts: Vec<Vec<f32>> = st.parts.iter_mut().map(|p| p.take().unwrap_or_default()).collect();
             st.arrived = 0;
             st.generation += 1;
-            st.done = match parts.iter().position(|p| p.len() != parts[0].len()) {
+            st.done = match parts.iter().position(|p| same_len && p.len() != parts[0].len()) {
                 Some(r) => {
                     let why = format!("rank {r} handed in {} values, rank 0 {}", parts[r].len(), parts[0].len());
                     st.broken = Some(why.clone());
@@ -121,7 +122,7 @@ impl Collective for ThreadGroup {
     }
 
     fn all_reduce(&self, x: &mut [f32]) -> Result<(), GroupError> {
-        let parts = self.exchange(x.to_vec())?;
+        let parts = self.exchange(x.to_vec(), true)?;
         x.copy_from_slice(&parts[0]);
         for p in &parts[1..] {
             for (a, b) in x.iter_mut().zip(p) {
@@ -132,7 +133,7 @@ impl Collective for ThreadGroup {
     }
 
     fn gather(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, GroupError> {
-        let parts = self.exchange(x.to_vec())?;
+        let parts = self.exchange(x.to_vec(), false)?;
         Ok(if self.rank == 0 { parts.to_vec() } else { Vec::new() })
     }
 
@@ -226,6 +227,9 @@ mod tests {
         let out = run(3, |g| g.gather(&[g.rank() as f32; 2]).expect("gather"));
         assert_eq!(out[0], vec![vec![0.0; 2], vec![1.0; 2], vec![2.0; 2]]);
         assert!(out[1].is_empty() && out[2].is_empty());
+        // Parts of different lengths: a gather takes them as they are.
+        let out = run(3, |g| g.gather(&vec![g.rank() as f32; g.rank()]).expect("gather"));
+        assert_eq!(out[0], vec![vec![], vec![1.0], vec![2.0; 2]]);
     }
 
     #[test]
@@ -277,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn parts_of_different_lengths_are_refused() {
+    fn sums_of_different_lengths_are_refused() {
         let out = run(2, |g| g.all_reduce(&mut vec![0.0; 1 + g.rank()]));
         assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     }

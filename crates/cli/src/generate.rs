@@ -118,9 +118,6 @@ impl OnBackend for Generate<'_> {
 /// Runs `generate` (through the engine when `--session` is given).
 pub fn run(a: &GenerateArgs) -> Result<(), Failure> {
     match a.session {
-        Some(_) if a.tensor_parallel_size > 1 => {
-            Err(refused("--session is not saved or restored under --tensor-parallel-size > 1 yet"))
-        }
         Some(_) => crate::generate_session::run(a),
         None => dispatch(&crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?, Generate(a)),
     }

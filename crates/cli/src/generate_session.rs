@@ -1,7 +1,7 @@
 //! `tensorfold generate --session NAME` (llama.cpp's `--prompt-cache`, exact): runs through the
 //! engine; a saved session is checked and restored into the prefix cache before the prompt runs,
-//! and the prompt and generated tokens are saved to it afterwards. The output equals a run
-//! without the session, bit for bit.
+//! and the prompt and generated tokens are saved to it afterwards (every tensor-parallel rank's
+//! part under `--tensor-parallel-size`). The output equals a run without the session, bit for bit.
 
 use crate::args::GenerateArgs;
 use crate::device::{OnOwnedBackend, dispatch_owned};
@@ -19,7 +19,7 @@ use tf_engine::engine::{EngineConfig, EngineHandle, Event, GenRequest, spawn};
 use tf_engine::runner::BLOCK_SIZE;
 use tf_engine::scheduler::SchedulerConfig;
 use tf_engine::session::{self, SessionHeader};
-use tf_models::Model;
+use tf_models::tp::GroupShape;
 use tf_tokenize::Tokenizer;
 
 struct SessionGenerate<'a>(&'a GenerateArgs);
@@ -40,7 +40,9 @@ impl OnOwnedBackend for SessionGenerate<'_> {
         let g = Generate(a);
         let path = session::confined_path(&a.session_dir, a.session.as_deref().unwrap_or_default()).map_err(refused)?;
         let params = g.params()?;
-        let mut m = Model::open(&a.model, &b).map_err(refused)?;
+        let dev = crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?;
+        let shape = GroupShape { size: a.tensor_parallel_size, expert_parallel: a.enable_expert_parallel };
+        let mut m = crate::tp::open(&a.model, &b, &Default::default(), &dev, shape)?;
         crate::load::cap_context(&mut m, a.max_model_len.map(|n| n as u64))?;
         let prompt = g.prompt(&m)?;
         let stop_ids = g.stop_ids(&m)?;
@@ -152,5 +154,5 @@ impl Job<'_> {
 
 /// Runs `generate --session`.
 pub fn run(a: &GenerateArgs) -> Result<(), Failure> {
-    dispatch_owned(&a.dev, "generate --session", SessionGenerate(a))
+    dispatch_owned(&crate::tp::rank_device(&a.dev, a.tensor_parallel_size)?, "generate --session", SessionGenerate(a))
 }

@@ -19,7 +19,7 @@ impl OnBackend for AgainstModel<'_> {
         let Some(dir) = &a.model else { return Ok(()) };
         let m = Model::open(dir, b).map_err(refused)?;
         let ctx = m.decoder.spec.max_position_embeddings;
-        let layout = SessionLayout::of(&m, b.kv_dtype(), h.block_size, ctx);
+        let layout = SessionLayout::of(&m, b, h.block_size, ctx).map_err(refused)?;
         session::read(&a.file, &layout).map(|_| ()).map_err(refused)
     }
 }
@@ -36,6 +36,7 @@ pub fn run(a: &SessionArgs) -> Result<(), Failure> {
     println!("kv dtype: {}", h.kv_dtype);
     println!("tokens: {}", h.num_tokens);
     println!("block size: {}", h.block_size);
+    println!("tensor-parallel ranks: {}", h.ranks);
     println!("kv layers: {}, slot widths: {:?}", h.kv_widths.len(), h.kv_widths);
     println!("state layers: {} ({} bytes)", h.state.len(), h.state.iter().map(|s| s.slot_bytes()).sum::<usize>());
     let hex: String = h.digest.iter().map(|b| format!("{b:02x}")).collect();

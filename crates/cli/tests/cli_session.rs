@@ -1,7 +1,7 @@
 //! `generate --session` and `session inspect` through the real binary: the first run saves, a
 //! second process restores the file into the prefix cache and prints what a run without the
-//! session prints (greedy and seeded, ids and text); corrupted, foreign or badly named sessions
-//! exit 2 with one line.
+//! session prints (greedy and seeded, ids and text, one rank or two); corrupted, foreign or badly
+//! named sessions, and one saved by another rank count, exit 2 with one line.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -201,4 +201,40 @@ fn a_session_from_weights_one_byte_apart_exits_2() {
     assert_refused(&run, "saved from another model");
     let same = fixture("qwen3");
     assert!(tf(&["session", "inspect", f, "--model", same.to_str().unwrap()]).status.success());
+}
+
+/// `generate --session` under `--tensor-parallel-size 2`: every rank's part saved, restored in a
+/// new process as a run without the session prints; one rank refuses that file by name.
+#[test]
+fn a_session_at_two_ranks_restores_in_a_new_process_and_one_rank_refuses_it() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let tp = ["--device", "cpu", "--tensor-parallel-size", "2"];
+    let with_session: Vec<&str> = tp.iter().copied().chain(["--session", "tp", "--session-dir", dir]).collect();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 29 % 470 + 5) as i64).collect();
+    let (plain, _) = generate("qwen3_next", &prompt, &tp);
+    let (first, log) = generate("qwen3_next", &prompt, &with_session);
+    assert_eq!(first, plain, "a cold session run at two ranks");
+    assert!(log.contains("saved 48 tokens"), "{log}");
+    let mut next = prompt.clone();
+    next.extend(ids_of(&first));
+    next.extend([7, 8, 9]);
+    let (plain, _) = generate("qwen3_next", &next, &tp);
+    let (resumed, log) = generate("qwen3_next", &next, &with_session);
+    assert_eq!(resumed, plain, "restored equals fresh at two ranks");
+    assert!(log.contains("restored 48 tokens"), "{log}");
+    let (m, ids) = (fixture("qwen3_next"), join(&next));
+    let one = tf(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "--ids",
+        &ids,
+        "--json",
+        "--session",
+        "tp",
+        "--session-dir",
+        dir,
+    ]);
+    assert_refused(&one, "--tensor-parallel-size 2");
 }

@@ -1,7 +1,8 @@
 //! Tensor parallelism on the CPU backend, ranks as threads (`tf_models::tp`): concurrent equals
 //! solo at 2 and 4 ranks through the real engine, TP = N against one rank within a stated
 //! tolerance, for dense, MoE and hybrid fixtures; a follower refuses a malformed, oversized or
-//! out-of-range plan without a crash, and the group's other ranks see it break; families and
+//! out-of-range plan (a round, a block read or write) without a crash, and the group's other
+//! ranks see it break; a saved session holds every rank's part and restores exactly; families and
 //! shapes the sharding does not cover are refused at load by name. Expert parallelism (the
 //! routed experts whole, split over the ranks) likewise, for every MoE layout.
 
@@ -14,11 +15,13 @@ use tf_backend::{Collective, ThreadGroup};
 use tf_core::LoadProgress;
 use tf_cpu::CpuBackend;
 use tf_engine::engine::DraftKind;
+use tf_engine::session;
 use tf_models::tp::plan::{MAX_PLAN_BYTES, Pass, Plan, RoundPlan};
 use tf_models::tp::{GroupShape, MakeBackend, Shard, TpLink, open_group};
 use tf_models::{Model, ModelError};
 use tf_testkit::{
-    check_concurrent_equals_solo_on, check_drafted_equals_undrafted_on, check_tp_matches_one_rank, fixture, tp_engine,
+    check_concurrent_equals_solo_on, check_drafted_equals_undrafted_on, check_session_restore_equals_fresh_on,
+    check_tp_matches_one_rank, fixture, tp_engine,
 };
 
 /// One thread per rank: the test machine has two cores.
@@ -255,12 +258,20 @@ fn round(ids: Vec<u32>, block: u32) -> Vec<u8> {
 
 #[test]
 fn a_follower_refuses_bad_plans_without_a_crash_and_the_group_breaks() {
-    let cases: [(&str, Vec<Vec<u8>>, &str); 5] = [
+    let write = |parts: Vec<Vec<u8>>| Plan::WriteBlocks { blocks: vec![0], slot: None, parts }.encode();
+    let cases: [(&str, Vec<Vec<u8>>, &str); 8] = [
         ("garbage", vec![b"not a plan at all".to_vec()], "no plan magic"),
         ("oversized", vec![vec![0; MAX_PLAN_BYTES + 1]], "limit"),
         ("token id out of range", vec![alloc(), round(vec![1, 2, 512], 0)], "token id 512"),
         ("block out of range", vec![alloc(), round(vec![1, 2, 3], 4)], "block 4"),
         ("round before alloc", vec![round(vec![1, 2, 3], 0)], "before the pools"),
+        ("a short part of blocks", vec![alloc(), write(vec![vec![0; 3]])], "a part of blocks of 3 bytes"),
+        ("parts for other ranks", vec![alloc(), write(vec![vec![], vec![]])], "2 parts of blocks for 1 followers"),
+        (
+            "a read past the pools",
+            vec![alloc(), Plan::ReadBlocks { blocks: vec![4], slot: None }.encode()],
+            "block 4 of 4",
+        ),
     ];
     for (what, plans, says) in cases {
         let (out, leader) = follower_with("qwen3", &plans, false);
@@ -311,4 +322,36 @@ fn a_follower_that_leaves_ends_the_engine_with_an_error() {
     assert!(msg.contains("rank 1 left"), "{msg}");
     assert!(h.stats.fault().is_some_and(|f| f.contains("rank 1 left")));
     thread.join().expect("the engine thread ends");
+}
+
+/// A saved session under tensor parallelism: every rank's K/V (and state) saved and restored
+/// into a new group serves its extensions as a cold group does, bit for bit, for a dense, a
+/// hybrid (Gated DeltaNet state) and a latent-attention family.
+#[test]
+fn sessions_saved_and_restored_at_two_ranks_equal_fresh() {
+    let make = make();
+    for family in ["qwen3", "qwen3_next", "deepseek_v3", "lfm2_moe", "minimax_m3"] {
+        check_session_restore_equals_fresh_on(&|cfg| tp_engine(&make, family, 2, cfg), family, Some(7));
+    }
+}
+
+/// A session holds each rank's heads: one saved at 2 ranks is refused by one rank by name,
+/// and one of one rank by 2 ranks.
+#[test]
+fn a_session_of_another_rank_count_is_refused_by_name() {
+    let make = make();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = session::confined_path(dir.path(), "tp").expect("confined");
+    let two = tp_engine(&make, "qwen3", 2, tf_testkit::config(64, 256, 64, true));
+    assert_eq!(two.session_layout.ranks, 2);
+    let ids = two.session_layout.vocab.check(&tf_testkit::ramp(40, 1)).expect("ids");
+    assert_eq!(two.save_session(ids.clone(), path.clone()), Ok(32));
+    assert_eq!(session::inspect(&path).expect("a whole file").ranks, 2);
+    let cpu = || CpuBackend::new(1).expect("cpu");
+    let one = tf_testkit::engine(&cpu, "qwen3", tf_testkit::config(64, 256, 64, true));
+    let e = session::read(&path, &one.session_layout).expect_err("refused").to_string();
+    assert!(e.contains("saved by 2 tensor-parallel rank(s)") && e.contains("--tensor-parallel-size 2"), "{e}");
+    assert_eq!(one.save_session(ids, path.clone()), Ok(32));
+    let e = session::read(&path, &two.session_layout).expect_err("refused").to_string();
+    assert!(e.contains("saved by 1 tensor-parallel rank(s)") && e.contains("runs on 2"), "{e}");
 }

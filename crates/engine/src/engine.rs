@@ -375,7 +375,13 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     let stats = Arc::new(EngineStats::default());
     stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
     let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
-    let session_layout = SessionLayout::of(&model, backend.kv_dtype(), cfg.block_size, max_seq_tokens);
+    // Every rank's pools; where a sharded rank 0 was not told its followers' (a group started
+    // by hand), sessions are refused and the handle's layout is rank 0's alone.
+    let sessions = SessionLayout::of(&model, &backend, cfg.block_size, max_seq_tokens).map_err(|e| e.to_string());
+    let session_layout = sessions.clone().unwrap_or_else(|_| {
+        let own = [model.decoder.own_pools(&backend)];
+        SessionLayout::of_pools(&model, backend.kv_dtype(), &own, cfg.block_size, max_seq_tokens)
+    });
     let handle = EngineHandle { tx, stats: stats.clone(), max_seq_tokens, session_layout };
     let mut sched = Scheduler::new(cfg.sched, BlockPool::new(cfg.num_blocks, cfg.block_size));
     if let Some(l) = layout {
@@ -397,6 +403,7 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
         next_id: 0,
         stats,
         max_seq_tokens,
+        sessions,
         overlap: cfg.overlap,
         in_flight: None,
         prompt_rows: Vec::new(),
@@ -438,6 +445,8 @@ struct Core<B: Backend> {
     next_id: SeqId,
     stats: Arc<EngineStats>,
     max_seq_tokens: usize,
+    /// What a saved session holds here, or why none is saved or restored.
+    sessions: Result<SessionLayout, String>,
     /// Overlap greedy rounds (`EngineConfig::overlap`).
     overlap: bool,
     /// A greedy round whose ids are still on the backend (overlap.rs).

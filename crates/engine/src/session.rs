@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use tf_backend::{Backend, StateShape};
 use tf_core::safe_file::{self, SafeFileError};
 use tf_core::{DType, TokenIds, Vocab};
-use tf_models::Model;
+use tf_models::tp::RankPools;
+use tf_models::{Model, ModelError};
 use thiserror::Error;
 pub use verify::verify;
 use verify::{digest_of, dtype_code};
@@ -69,14 +70,19 @@ pub enum SessionError {
     },
 }
 
-/// What a session must match: the model and its KV and state pools' layout.
+/// What a session must match: the model and its KV and state pools' layout. Under tensor
+/// parallelism the pools are every rank's in rank order (rank 0's KV pools, rank 1's, ...; the
+/// same for the state), each rank's part of every head it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLayout {
     /// The model's fingerprint.
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
-    /// Each KV pool's slot width (`KV heads * head width`), in the order of the model's pools.
+    /// Tensor-parallel ranks whose pools the session holds (1 unsharded).
+    pub ranks: usize,
+    /// Each KV pool's slot width (`KV heads * head width`), in the order of the model's pools
+    /// (every rank's, in rank order).
     pub kv_widths: Vec<usize>,
     /// Tokens per block.
     pub block_size: usize,
@@ -84,7 +90,7 @@ pub struct SessionLayout {
     pub max_tokens: usize,
     /// The embedding rows.
     pub vocab: Vocab,
-    /// Each state layer's slot shape (`num_slots` 1), in layer order.
+    /// Each state layer's slot shape (`num_slots` 1), in layer order (every rank's).
     pub state: Vec<StateShape>,
 }
 
@@ -107,6 +113,8 @@ pub struct SessionHeader {
     pub fingerprint: u64,
     /// KV element type.
     pub kv_dtype: DType,
+    /// Tensor-parallel ranks that saved it (their pools in rank order).
+    pub ranks: usize,
     /// Each KV layer's slot width (from the table after the state table).
     pub kv_widths: Vec<usize>,
     /// Tokens per block.
@@ -120,18 +128,46 @@ pub struct SessionHeader {
 }
 
 impl SessionLayout {
-    /// The layout of `model`'s KV pool in `block_size`-token blocks of `kv_dtype`, sessions of at
-    /// most `max_tokens`.
-    pub fn of<B: Backend>(model: &Model<B>, kv_dtype: DType, block_size: usize, max_tokens: usize) -> SessionLayout {
+    /// The layout of `model`'s pools on `backend` (every rank's, sharded) in `block_size`-token
+    /// blocks, sessions of at most `max_tokens`.
+    pub fn of<B: Backend>(
+        model: &Model<B>,
+        backend: &B,
+        block_size: usize,
+        max_tokens: usize,
+    ) -> Result<SessionLayout, ModelError> {
+        let pools = model.decoder.rank_pools(backend)?;
+        Ok(SessionLayout::of_pools(model, backend.kv_dtype(), &pools, block_size, max_tokens))
+    }
+
+    /// The layout of `model` over ranks holding `pools` (rank order) of `kv_dtype`.
+    pub fn of_pools<B: Backend>(
+        model: &Model<B>,
+        kv_dtype: DType,
+        pools: &[RankPools],
+        block_size: usize,
+        max_tokens: usize,
+    ) -> SessionLayout {
         SessionLayout {
             fingerprint: model.fingerprint,
             kv_dtype,
-            kv_widths: model.decoder.kv_widths(),
+            ranks: pools.len(),
+            kv_widths: pools.iter().flat_map(|p| p.kv_widths.iter().copied()).collect(),
             block_size,
             max_tokens,
             vocab: model.vocab,
-            state: model.decoder.state_shapes(1),
+            state: pools.iter().flat_map(|p| p.state.iter().copied()).collect(),
         }
+    }
+
+    /// KV pools of one rank.
+    pub fn kv_per_rank(&self) -> usize {
+        self.kv_widths.len() / self.ranks.max(1)
+    }
+
+    /// State pools of one rank.
+    pub fn state_per_rank(&self) -> usize {
+        self.state.len() / self.ranks.max(1)
     }
 
     /// Bytes of K (or V) of one block of KV layer `layer`.
@@ -158,10 +194,10 @@ fn header_fields(layout: &SessionLayout, num_tokens: usize) -> Vec<u8> {
     head.extend_from_slice(&VERSION.to_le_bytes());
     head.extend_from_slice(&layout.fingerprint.to_le_bytes());
     head.push(dtype_code(layout.kv_dtype));
-    // The dims field's middle two: the first pool's slot width and 1 (the widths' table after the
-    // state table has every layer's).
+    // The dims field's middle two: the first pool's slot width (the widths' table after the state
+    // table has every layer's) and the ranks.
     let first = layout.kv_widths.first().copied().unwrap_or(0);
-    for d in [layout.kv_widths.len(), first, 1, layout.block_size] {
+    for d in [layout.kv_widths.len(), first, layout.ranks, layout.block_size] {
         head.extend_from_slice(&(d as u32).to_le_bytes());
     }
     head.extend_from_slice(&(num_tokens as u64).to_le_bytes());
@@ -257,6 +293,7 @@ mod tests {
         SessionLayout {
             fingerprint: 42,
             kv_dtype: DType::F32,
+            ranks: 1,
             kv_widths: vec![2, 2],
             block_size: 2,
             max_tokens: 8,
@@ -350,6 +387,7 @@ mod tests {
         let want = SessionHeader {
             fingerprint: 42,
             kv_dtype: DType::F32,
+            ranks: 1,
             kv_widths: vec![2, 2],
             block_size: 2,
             num_tokens: 4,
@@ -412,6 +450,37 @@ mod tests {
         let fewer = SessionLayout { kv_widths: vec![2, 6], ..layout() };
         let e = read(&p, &fewer).unwrap_err().to_string();
         assert!(e.contains("3 layers") && e.contains("2 layers"), "{e}");
+    }
+
+    #[test]
+    fn every_ranks_pools_round_trip_and_another_rank_count_is_refused_by_name() {
+        // Two ranks, each with two KV pools and one state pool: the ranks' pools in rank order.
+        let dir = tempfile::tempdir().unwrap();
+        let one = with_state();
+        let two = SessionLayout {
+            ranks: 2,
+            kv_widths: [one.kv_widths.clone(), one.kv_widths.clone()].concat(),
+            state: vec![one.state[0]; 2],
+            ..one.clone()
+        };
+        let single = SessionLayout { state: vec![one.state[0]], ..one.clone() };
+        assert_eq!((two.kv_per_rank(), two.state_per_rank()), (2, 1));
+        let p = confined_path(dir.path(), "sharded").unwrap();
+        write(&p, &two, &session(&two)).unwrap();
+        assert_eq!(read(&p, &two).unwrap(), session(&two));
+        assert_eq!(inspect(&p).unwrap().ranks, 2);
+        let e = read(&p, &single).unwrap_err().to_string();
+        assert!(e.contains("saved by 2 tensor-parallel rank(s)") && e.contains("--tensor-parallel-size 2"), "{e}");
+        // A file of one rank is refused by a sharded model alike.
+        write(&p, &single, &session(&single)).unwrap();
+        let sharded = SessionLayout { kv_widths: one.kv_widths.clone(), ..two.clone() };
+        let e = read(&p, &sharded).unwrap_err().to_string();
+        assert!(e.contains("saved by 1 tensor-parallel rank(s)") && e.contains("runs on 2"), "{e}");
+        // Ranks that do not split the layers evenly.
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[29..33].copy_from_slice(&2u32.to_le_bytes());
+        let (_, inspected) = refusals(&p, &bytes, &single);
+        assert!(inspected.contains("2 KV and 1 state layers do not split over 2 ranks"), "{inspected}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ fn saved(dtype: DType, state: &[StateShape]) -> Vec<u8> {
     let l = SessionLayout {
         fingerprint: 0x5eed,
         kv_dtype: dtype,
+        ranks: 1,
         kv_widths: vec![4, 8],
         block_size: 2,
         max_tokens: 8,

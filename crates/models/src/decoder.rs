@@ -102,7 +102,7 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// On rank 0 of a group, sends `plan` to the other ranks.
-    fn announce(&self, plan: impl FnOnce() -> Plan) {
+    pub(crate) fn announce(&self, plan: impl FnOnce() -> Plan) {
         if let Some(t) = self.tp.as_ref().filter(|t| t.is_leader()) {
             t.send_plan(&plan().encode());
         }

@@ -112,7 +112,7 @@ pub struct ServeArgs {
     /// threads of this process: on the CPU (`--device cpu`, the threads shared out) or each on a
     /// GPU (`--device cuda`), their sums copied between the GPUs and added in rank order, decode
     /// rounds run op by op (no CUDA graphs); NCCL is not built yet.
-    /// Sessions are refused above 1.
+    /// A saved session holds every rank's part and is restored only at the rank count that saved it.
     ///
     /// Accepts: an integer >= 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]

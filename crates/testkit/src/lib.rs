@@ -22,7 +22,9 @@ pub use golden::{
 };
 pub use logprobs::check_logprobs_are_the_raw_rows;
 pub use overlapped::check_overlapped_equals_waited;
-pub use resumed::{check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh};
+pub use resumed::{
+    check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh, check_session_restore_equals_fresh_on,
+};
 pub use tp::{check_tp_matches_one_rank, tp_engine, tp_model};
 
 use std::path::{Path, PathBuf};

@@ -11,6 +11,7 @@ use crate::concurrent::assert_same;
 use crate::{Output, Req, config, engine, mixed_request_for, ramp, run, run_each, ten_tokens};
 use std::sync::atomic::Ordering;
 use tf_backend::Backend;
+use tf_engine::engine::{EngineConfig, EngineHandle};
 use tf_engine::session::{self, confined_path};
 
 /// Prompts sharing cached prefixes of 15 to 50 ids equal a cache-less engine's, alone and together.
@@ -52,18 +53,28 @@ pub fn check_session_restore_equals_fresh<B: Backend + 'static>(
     family: &str,
     seed: Option<u64>,
 ) {
+    check_session_restore_equals_fresh_on(&|cfg| engine(new_backend, family, cfg), family, seed);
+}
+
+/// [`check_session_restore_equals_fresh`] with engines from `open` (a tensor-parallel group's
+/// rank 0, for one).
+pub fn check_session_restore_equals_fresh_on(
+    open: &dyn Fn(EngineConfig) -> EngineHandle,
+    family: &str,
+    seed: Option<u64>,
+) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = confined_path(dir.path(), family).expect("a plain name is confined");
     let base = ramp(45, 1);
-    let first = engine(new_backend, family, config(64, 256, 64, true));
+    let first = open(config(64, 256, 64, true));
     let ids = first.session_layout.vocab.check(&base).expect("ids inside the vocabulary");
     assert_eq!(first.save_session(ids, path.clone()), Ok(32), "{family}: saved two full blocks");
     first.shutdown();
 
-    let restarted = engine(new_backend, family, config(64, 256, 64, true));
+    let restarted = open(config(64, 256, 64, true));
     let checked = session::read(&path, &restarted.session_layout).unwrap_or_else(|e| panic!("{family}: {e}"));
     assert_eq!(restarted.restore_session(checked), Ok(32), "{family}: restored two full blocks");
-    let cold = engine(new_backend, family, config(64, 256, 64, false));
+    let cold = open(config(64, 256, 64, false));
     for extra in [0usize, 1, 5, 20] {
         let mut p = base.clone();
         p.extend(ramp(extra, 3));

@@ -17,6 +17,7 @@ fn check(data: &[u8]) {
     let layout = SessionLayout {
         fingerprint: h.fingerprint,
         kv_dtype: h.kv_dtype,
+        ranks: h.ranks,
         kv_widths: h.kv_widths.clone(),
         block_size: h.block_size,
         max_tokens: h.num_tokens,

@@ -1,7 +1,8 @@
 //! The engine thread's side of saved sessions: a save runs the ids as a prefill-only sequence
 //! (reusing cached blocks) and writes its blocks (and its state slots, after the last token) when
 //! the last one is computed; a restore puts an already-checked session's blocks into the prefix
-//! cache, block by block, and its state into the snapshot slot of its last block.
+//! cache, block by block, and its state into the snapshot slot of its last block. Under tensor
+//! parallelism every rank reads and writes its own part ([`tf_models::Decoder::read_blocks`]).
 
 use super::Core;
 use crate::session::{self, CheckedSession};
@@ -9,10 +10,6 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use tf_backend::Backend;
 use tf_core::TokenIds;
-
-/// Why a tensor-parallel engine saves and restores no session: each rank holds its heads' K/V.
-const TP_SESSIONS: &str =
-    "sessions are not saved or restored under --tensor-parallel-size > 1 yet (each rank holds its own heads' KV)";
 
 /// A save waiting for its sequence's K/V to be computed.
 pub(super) struct PendingSave {
@@ -22,8 +19,8 @@ pub(super) struct PendingSave {
 
 impl<B: Backend> Core<B> {
     pub(super) fn admit_save(&mut self, ids: TokenIds, path: PathBuf, reply: Sender<Result<usize, String>>) {
-        if self.model.decoder.tp_size() > 1 {
-            let _ = reply.send(Err(TP_SESSIONS.into()));
+        if let Err(why) = &self.sessions {
+            let _ = reply.send(Err(why.clone()));
             return;
         }
         let bs = self.sched.pool().block_size();
@@ -47,36 +44,63 @@ impl<B: Backend> Core<B> {
     pub(super) fn complete_save(&mut self, id: u64) {
         let Some(save) = self.saves.remove(&id) else { return };
         let result = match self.sched.seq(id) {
-            Some(seq) => {
-                let layers = self.cache.kv.iter().map(|kv| self.backend.read_kv_blocks(kv, &seq.block_table)).collect();
-                let slot = seq.state_slot.unwrap_or(0);
-                let state = self.cache.state.iter().map(|st| self.backend.read_state(st, &[slot])).collect();
-                let checked = self.model.vocab.check_u32(&seq.tokens).map_err(|e| e.to_string());
-                checked.and_then(|ids| {
-                    let s = CheckedSession { ids, layers, state };
-                    let layout = self.session_layout();
-                    session::write(&save.path, &layout, &s).map(|_| s.ids.len()).map_err(|e| e.to_string())
-                })
-            }
+            Some(seq) => self.read_session(&seq.block_table, seq.state_slot, &seq.tokens).and_then(|(layout, s)| {
+                session::write(&save.path, &layout, &s).map(|_| s.ids.len()).map_err(|e| e.to_string())
+            }),
             None => Err("the session's sequence vanished".into()),
         };
         self.sched.remove(id);
         let _ = save.reply.send(result);
     }
 
+    /// The session of `tokens` in `blocks` (and state `slot`): every rank's K/V and state, split
+    /// into the layout's pools (rank 0's, then rank 1's, ...).
+    fn read_session(
+        &self,
+        blocks: &[u32],
+        slot: Option<u32>,
+        tokens: &[u32],
+    ) -> Result<(session::SessionLayout, CheckedSession), String> {
+        let layout = self.sessions.clone()?;
+        let ids = self.model.vocab.check_u32(tokens).map_err(|e| e.to_string())?;
+        let slot = (!self.cache.state.is_empty()).then(|| slot.unwrap_or(0));
+        let bs = layout.block_size;
+        let parts = (self.model.decoder.read_blocks(&self.backend, &self.cache, bs, blocks, slot))
+            .map_err(|e| e.to_string())?;
+        let (kv_n, state_n) = (layout.kv_per_rank(), layout.state_per_rank());
+        let (mut layers, mut state) = (Vec::new(), Vec::new());
+        for (r, part) in parts.iter().enumerate() {
+            let mut at = 0;
+            for l in r * kv_n..(r + 1) * kv_n {
+                let n = 2 * blocks.len() * layout.half_block_bytes(l);
+                layers.push(part[at..at + n].to_vec());
+                at += n;
+            }
+            if slot.is_some() {
+                for shape in &layout.state[r * state_n..(r + 1) * state_n] {
+                    state.push(part[at..at + shape.slot_bytes()].to_vec());
+                    at += shape.slot_bytes();
+                }
+            }
+        }
+        Ok((layout, CheckedSession { ids, layers, state }))
+    }
+
     /// Puts each block of `s` not already cached into a fresh pool block and caches it.
     pub(super) fn restore(&mut self, s: &CheckedSession) -> Result<usize, String> {
-        if self.model.decoder.tp_size() > 1 {
-            return Err(TP_SESSIONS.into());
-        }
-        let layout = self.session_layout();
+        let layout = self.sessions.clone()?;
         let bs = layout.block_size;
         let num_blocks = s.ids.len() / bs;
-        if s.state.len() != self.cache.state.len() {
+        let whole = |l: usize, layer: &Vec<u8>| layer.len() == 2 * num_blocks * layout.half_block_bytes(l);
+        let fits = s.layers.len() == layout.kv_widths.len() && s.layers.iter().enumerate().all(|(l, x)| whole(l, x));
+        let states = s.state.iter().zip(&layout.state).all(|(x, shape)| x.len() == shape.slot_bytes());
+        if !fits || s.state.len() != layout.state.len() || !states {
             return Err(format!(
-                "the session has {} state layers, the model {}",
+                "the session has {} KV and {} state layers; the running pools are {} and {}",
+                s.layers.len(),
                 s.state.len(),
-                self.cache.state.len()
+                layout.kv_widths.len(),
+                layout.state.len()
             ));
         }
         // Queued copies may write the snapshot slot this restore takes: they run first.
@@ -92,11 +116,22 @@ impl<B: Backend> Core<B> {
             let Some(block) = self.sched.pool_mut().allocate(1) else {
                 return Err(format!("the KV pool has no free block for block {i} of {num_blocks}"));
             };
-            for ((kv, layer), l) in self.cache.kv.iter_mut().zip(&s.layers).zip(0..) {
-                let half = layout.half_block_bytes(l);
-                let k = &layer[i * half..(i + 1) * half];
-                let v = &layer[(num_blocks + i) * half..(num_blocks + i + 1) * half];
-                self.backend.write_kv_blocks(kv, &block, &[k, v].concat());
+            // Each rank's part: K then V of this block in each of its pools.
+            let parts: Vec<Vec<u8>> = (0..layout.ranks)
+                .map(|r| {
+                    let pools = r * layout.kv_per_rank()..(r + 1) * layout.kv_per_rank();
+                    let mut part = Vec::new();
+                    for (layer, l) in s.layers[pools.clone()].iter().zip(pools) {
+                        let half = layout.half_block_bytes(l);
+                        part.extend_from_slice(&layer[i * half..(i + 1) * half]);
+                        part.extend_from_slice(&layer[(num_blocks + i) * half..(num_blocks + i + 1) * half]);
+                    }
+                    part
+                })
+                .collect();
+            if let Err(e) = self.write_blocks(&block, None, &parts) {
+                self.sched.pool_mut().release(&block);
+                return Err(e);
             }
             self.sched.pool_mut().register(block[0], hash);
             self.sched.pool_mut().release(&block);
@@ -105,16 +140,18 @@ impl<B: Backend> Core<B> {
             let Some(slot) = self.sched.snapshot_slot_for(parent) else {
                 return Err("the prefix cache is off: a session with state has nowhere to go".into());
             };
-            for (st, bytes) in self.cache.state.iter_mut().zip(&s.state) {
-                self.backend.write_state(st, &[slot], bytes);
-            }
+            let n = layout.state_per_rank();
+            let parts: Vec<Vec<u8>> = s.state.chunks(n.max(1)).map(|c| c.concat()).collect();
+            self.write_blocks(&[], Some(slot), &parts)?;
         }
         self.publish();
         Ok(s.ids.len())
     }
 
-    fn session_layout(&self) -> session::SessionLayout {
-        let block_size = self.sched.pool().block_size();
-        session::SessionLayout::of(&self.model, self.backend.kv_dtype(), block_size, self.max_seq_tokens)
+    /// Writes each rank's part of `blocks` and `slot` ([`tf_models::Decoder::write_blocks`]).
+    fn write_blocks(&mut self, blocks: &[u32], slot: Option<u32>, parts: &[Vec<u8>]) -> Result<(), String> {
+        let bs = self.sched.pool().block_size();
+        (self.model.decoder.write_blocks(&self.backend, &mut self.cache, bs, blocks, slot, parts))
+            .map_err(|e| e.to_string())
     }
 }

@@ -2,8 +2,8 @@
 //! `generate --session` and `session inspect` alike: magic and version, a self-consistent header
 //! (and, given a model, one that matches it), the exact size the header and the state shape
 //! and KV width tables imply, the SHA-256 of every other byte, K/V and state values all finite,
-//! and (given a model) KV slot widths and state shapes equal to its own and ids below its
-//! embedding rows.
+//! and (given a model) the tensor-parallel ranks, KV slot widths and state shapes equal to its
+//! own and ids below its embedding rows.
 
 use super::{
     CheckedSession, DIGEST_AT, HEADER, KV_WIDTH_BYTES, MAGIC, MAX_KV_LAYERS, MAX_STATE_LAYERS, STATE_SHAPE_BYTES,
@@ -112,9 +112,9 @@ pub fn verify<R: Read>(
     let code = head[20];
     let kv_dtype = dtype_of(code).ok_or_else(|| bad(format!("unknown KV dtype code {code}")))?;
     let dims = [u32_at(21), u32_at(25), u32_at(29), u32_at(33)];
-    // The first KV layer's slot width as (heads, width) over its two fields; the width table
-    // after the state table has every layer's.
-    let [num_layers, first_heads, first_dim, block_size] = dims;
+    // The first KV layer's slot width (the width table after the state table has every
+    // layer's) and the tensor-parallel ranks whose pools follow (1 in files of one rank).
+    let [num_layers, first_width, ranks, block_size] = dims;
     let (fingerprint, n, num_state) = (u64_at(12), u64_at(37), u32_at(45));
     if dims.contains(&0) {
         return Err(bad(format!("KV layout {dims:?} has a zero dimension")));
@@ -131,6 +131,13 @@ pub fn verify<R: Read>(
     if let Some(l) = against {
         if fingerprint != l.fingerprint {
             return Err(bad("saved from another model (fingerprint differs)".into()));
+        }
+        if ranks != l.ranks as u64 {
+            return Err(bad(format!(
+                "saved by {ranks} tensor-parallel rank(s), each holding its heads' K/V; the model here runs on {} \
+                 (restore it with --tensor-parallel-size {ranks})",
+                l.ranks
+            )));
         }
         let want = [l.kv_widths.len(), l.block_size].map(|d| d as u64);
         if code != dtype_code(l.kv_dtype) || [num_layers, block_size] != want {
@@ -184,9 +191,9 @@ pub fn verify<R: Read>(
     if let Some(i) = widths.iter().position(|&w| w == 0) {
         return Err(bad(format!("KV layer {i} has a slot width of 0")));
     }
-    if widths.first().is_some_and(|&w| Some(w) != first_heads.checked_mul(first_dim)) {
+    if widths.first().is_some_and(|&w| w != first_width) {
         return Err(bad(format!(
-            "the header's first KV layer ({first_heads} x {first_dim}) disagrees with the width table's {}",
+            "the header's first KV layer width {first_width} disagrees with the width table's {}",
             widths[0]
         )));
     }
@@ -208,9 +215,13 @@ pub fn verify<R: Read>(
     if len != expected {
         return Err(bad(format!("file is {len} bytes, expected {expected} (truncated or padded)")));
     }
+    if !num_layers.is_multiple_of(ranks) || !num_state.is_multiple_of(ranks) {
+        return Err(bad(format!("{num_layers} KV and {num_state} state layers do not split over {ranks} ranks")));
+    }
     let header = SessionHeader {
         fingerprint,
         kv_dtype,
+        ranks: size(ranks)?,
         kv_widths: widths.iter().map(|&w| size(w)).collect::<Result<_, _>>()?,
         block_size: size(block_size)?,
         num_tokens: size(n)?,

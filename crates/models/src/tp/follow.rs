@@ -52,6 +52,21 @@ impl<B: Backend> Decoder<B> {
                     let Some((cache, _)) = pools.as_mut() else { unreachable!("decode refuses a copy before Alloc") };
                     self.copy_state(b, cache, &copies);
                 }
+                Plan::ReadBlocks { blocks, slot } => {
+                    let Some((cache, _)) = pools.as_ref() else { unreachable!("decode refuses a read before Alloc") };
+                    self.follow_read(b, cache, &blocks, slot);
+                }
+                Plan::WriteBlocks { blocks, slot, parts } => {
+                    let Some((cache, (_, block_size, _))) = pools.as_mut() else {
+                        unreachable!("decode refuses a write before Alloc")
+                    };
+                    let rank = link.group().rank();
+                    if let Err(why) = self.follow_write(b, cache, *block_size, &blocks, slot, &parts, rank) {
+                        let why = format!("rank {rank} refused a block write: {why}");
+                        link.group().abort(&why);
+                        return Err(refused(&why));
+                    }
+                }
                 Plan::Round(r) => {
                     let Some((cache, _)) = pools.as_mut() else { unreachable!("decode refuses a round before Alloc") };
                     let meta = r.meta();

@@ -3,7 +3,8 @@
 //! failure the group reported (after which no collective is tried: the engine reads the fault
 //! after the round and ends).
 
-use std::sync::{Arc, Mutex};
+use super::blocks::RankPools;
+use std::sync::{Arc, Mutex, OnceLock};
 use tf_backend::{Backend, Collective};
 
 /// One rank's place in a tensor-parallel load: which part of each split weight it holds.
@@ -44,12 +45,29 @@ impl Shard {
 pub struct TpLink {
     group: Box<dyn Collective>,
     fault: Mutex<Option<String>>,
+    /// On rank 0, the followers' pools in rank order (reported when the group loaded).
+    peers: OnceLock<Vec<RankPools>>,
 }
 
 impl TpLink {
     /// A link over `group`.
     pub fn new(group: Box<dyn Collective>) -> Arc<TpLink> {
-        Arc::new(TpLink { group, fault: Mutex::new(None) })
+        Arc::new(TpLink { group, fault: Mutex::new(None), peers: OnceLock::new() })
+    }
+
+    /// On rank 0, records the followers' pools (rank order; the first record stays).
+    pub(crate) fn set_peer_pools(&self, pools: Vec<RankPools>) {
+        let _ = self.peers.set(pools);
+    }
+
+    /// The followers' pools, where recorded.
+    pub(crate) fn peer_pools(&self) -> Option<&[RankPools]> {
+        self.peers.get().map(Vec::as_slice)
+    }
+
+    /// On rank 0, every rank's `x` in rank order; elsewhere empty; `None` once the group failed.
+    pub(crate) fn gather(&self, x: &[f32]) -> Option<Vec<Vec<f32>>> {
+        self.run(|g| g.gather(x))
     }
 
     /// The group.

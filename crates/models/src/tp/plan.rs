@@ -31,6 +31,12 @@ pub enum Plan {
     /// Copy state slots `(from, to)`, in order, in every state pool
     /// ([`crate::Decoder::copy_state`]).
     CopyState(Vec<(u32, u32)>),
+    /// Read KV `blocks` of every pool, and state slot `slot` of every state pool, and hand
+    /// them to rank 0 in a gather ([`crate::Decoder::read_blocks`]).
+    ReadBlocks { blocks: Vec<u32>, slot: Option<u32> },
+    /// Write each follower's part of KV `blocks` and state slot `slot`, laid out as
+    /// `ReadBlocks` reads it: `parts[r - 1]` is rank `r`'s ([`crate::Decoder::write_blocks`]).
+    WriteBlocks { blocks: Vec<u32>, slot: Option<u32>, parts: Vec<Vec<u8>> },
 }
 
 /// One round: what a [`crate::Batch`] holds, ids resolved on rank 0.
@@ -112,6 +118,19 @@ impl Plan {
                     put(to as usize, &mut w);
                 }
             }
+            Plan::ReadBlocks { blocks, slot } => {
+                w.push(3);
+                put_blocks(blocks, *slot, &mut w);
+            }
+            Plan::WriteBlocks { blocks, slot, parts } => {
+                w.push(4);
+                put_blocks(blocks, *slot, &mut w);
+                put(parts.len(), &mut w);
+                for p in parts {
+                    put(p.len(), &mut w);
+                    w.extend_from_slice(p);
+                }
+            }
         }
         w
     }
@@ -147,6 +166,21 @@ impl Plan {
                 }
                 Plan::CopyState(copies)
             }
+            Some(3) => {
+                let (blocks, slot) = blocks(&mut r, bounds)?;
+                Plan::ReadBlocks { blocks, slot }
+            }
+            Some(4) => {
+                let (blocks, slot) = blocks(&mut r, bounds)?;
+                let n = r.count(4)?;
+                let parts = (0..n)
+                    .map(|_| {
+                        let len = r.count(1)?;
+                        r.bytes(len).map(<[u8]>::to_vec)
+                    })
+                    .collect::<Result<Vec<_>, PlanError>>()?;
+                Plan::WriteBlocks { blocks, slot, parts }
+            }
             Some(t) => return bad(format!("unknown plan tag {t}")),
             None => return bad("truncated before its tag"),
         };
@@ -169,6 +203,33 @@ impl RoundPlan {
             .collect();
         AttnMeta { seqs: self.seqs.clone(), slot_mapping, block_size: bs, state_slots: self.state_slots.clone() }
     }
+}
+
+/// `blocks` and an optional `slot` (a flag, then the slot: 0 when none).
+fn put_blocks(blocks: &[u32], slot: Option<u32>, w: &mut Vec<u8>) {
+    w.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+    blocks.iter().for_each(|b| w.extend_from_slice(&b.to_le_bytes()));
+    for v in [slot.is_some() as u32, slot.unwrap_or(0)] {
+        w.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The blocks and slot of a block read or write, each inside the pools.
+fn blocks(r: &mut Reader<'_>, bounds: &Bounds) -> Result<(Vec<u32>, Option<u32>), PlanError> {
+    let Some((num_blocks, _, num_slots)) = bounds.pools else {
+        return bad("a block read or write before the pools were allocated");
+    };
+    let blocks = r.list()?;
+    if let Some(&b) = blocks.iter().find(|&&b| b as usize >= num_blocks) {
+        return bad(format!("block {b} of {num_blocks}"));
+    }
+    let slot = match (r.u32()?, r.u32()?) {
+        (0, 0) => None,
+        (1, s) if (s as usize) < num_slots => Some(s),
+        (1, s) => return bad(format!("state slot {s} of {num_slots}")),
+        (f, s) => return bad(format!("slot flag {f} (slot {s})")),
+    };
+    Ok((blocks, slot))
 }
 
 /// A round's fields, each bounded before it is read and checked after.
@@ -257,6 +318,13 @@ impl Reader<'_> {
         Ok(n)
     }
 
+    /// The next `n` bytes.
+    fn bytes(&mut self, n: usize) -> Result<&[u8], PlanError> {
+        let Some(b) = self.bytes.get(self.at..self.at.saturating_add(n)) else { return bad("truncated") };
+        self.at += n;
+        Ok(b)
+    }
+
     /// A counted list of u32s.
     fn list(&mut self) -> Result<Vec<u32>, PlanError> {
         let n = self.count(4)?;
@@ -294,6 +362,35 @@ mod tests {
         assert_eq!(Plan::decode(&c.encode(), &BOUNDS), Ok(c));
         let bad = Plan::CopyState(vec![(0, 2)]).encode();
         assert!(Plan::decode(&bad, &BOUNDS).expect_err("slot 2 of 2").0.contains("0 -> 2"));
+        for p in [
+            Plan::ReadBlocks { blocks: vec![7, 0], slot: Some(1) },
+            Plan::ReadBlocks { blocks: vec![], slot: None },
+            Plan::WriteBlocks { blocks: vec![3], slot: None, parts: vec![vec![1, 2, 3], vec![]] },
+            Plan::WriteBlocks { blocks: vec![], slot: Some(0), parts: vec![vec![9; 5]] },
+        ] {
+            assert_eq!(Plan::decode(&p.encode(), &BOUNDS), Ok(p));
+        }
+    }
+
+    #[test]
+    fn block_reads_and_writes_outside_the_pools_are_refused() {
+        let refused = |p: Plan, b: &Bounds| Plan::decode(&p.encode(), b).expect_err("refused").0;
+        let read = |blocks: Vec<u32>, slot| Plan::ReadBlocks { blocks, slot };
+        assert!(refused(read(vec![0, 8], None), &BOUNDS).contains("block 8 of 8"));
+        assert!(refused(read(vec![], Some(2)), &BOUNDS).contains("state slot 2 of 2"));
+        let none = Bounds { pools: None, ..BOUNDS };
+        assert!(refused(read(vec![0], None), &none).contains("before the pools"));
+        let write = Plan::WriteBlocks { blocks: vec![1], slot: None, parts: vec![vec![5; 8]] }.encode();
+        // A slot flag other than 0 or 1, and a part longer than the message.
+        let mut flag = write.clone();
+        flag[13..17].copy_from_slice(&2u32.to_le_bytes());
+        assert!(Plan::decode(&flag, &BOUNDS).expect_err("flag").0.contains("slot flag 2"));
+        let mut long = write.clone();
+        long[25..29].copy_from_slice(&9u32.to_le_bytes());
+        assert!(Plan::decode(&long, &BOUNDS).expect_err("long").0.contains("past the end"));
+        for n in 0..write.len() {
+            assert!(Plan::decode(&write[..n], &BOUNDS).is_err(), "truncated at {n}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Starting an in-process tensor-parallel group: rank 0 loads its shard on the calling thread
 //! (the engine runs it), each other rank on a thread of its own with a backend of its own,
-//! then follows rank 0's plans until the group closes.
+//! reports its pools (which rank 0 checks and keeps for saved sessions), then follows rank 0's
+//! plans until the group closes.
 
+use super::blocks::check_peer;
 use super::link::{Shard, TpLink};
 use crate::error::ModelError;
 use crate::loaded::Model;
@@ -100,7 +102,7 @@ pub fn open_group<B: Backend + 'static>(
                     return Err(e);
                 }
             };
-            let _ = ready_tx.send(Ok(()));
+            let _ = ready_tx.send(Ok((rank, model.decoder.own_pools(&b))));
             drop(ready_tx);
             let mut out = Ok(());
             let mut body = || out = model.decoder.follow(&b);
@@ -117,14 +119,23 @@ pub fn open_group<B: Backend + 'static>(
     if let Some(ex) = &exchange {
         backend.join_exchange(ex, 0)?;
     }
-    let model = Model::open_shard(path, backend, progress, Shard { link: leader, expert_parallel })?;
+    let model = Model::open_shard(path, backend, progress, Shard { link: leader.clone(), expert_parallel })?;
+    // Each follower's pools, checked against rank 0's and kept for saved sessions (blocks.rs).
+    let own = model.decoder.own_pools(backend);
+    let mut peers = vec![None; size.saturating_sub(1)];
     for _ in 1..size {
         match ready.recv() {
-            Ok(Ok(())) => {}
+            Ok(Ok((rank, pools))) => {
+                check_peer(rank, &own, &pools).map_err(load_error)?;
+                if let Some(p) = peers.get_mut(rank - 1) {
+                    *p = Some(pools);
+                }
+            }
             Ok(Err(e)) => return Err(load_error(e)),
             Err(_) => return Err(load_error("a follower rank ended before it loaded".into())),
         }
     }
+    leader.set_peer_pools(peers.into_iter().flatten().collect());
     Ok((model, followers))
 }
 
