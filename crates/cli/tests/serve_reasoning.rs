@@ -1,6 +1,7 @@
 //! `serve --reasoning-parser`: a chat answer's reasoning split into `reasoning_content`, whole
-//! and streamed, the answer after it in `content`; off by default (the text as generated), and
-//! an unknown parser refused at start. The tiny model's output is forced with `guided_choice`.
+//! and streamed, the answer after it in `content` (a continued final message read from where
+//! its text left off); off by default (the text as generated), and an unknown parser refused at
+//! start. The tiny model's output is forced with `guided_choice`.
 
 mod serve_util;
 
@@ -59,6 +60,26 @@ fn reasoning_is_split_off_chat_answers_whole_and_streamed() {
     plain["guided_choice"] = json!(["It is 4."]);
     let usage = s.post("/v1/chat/completions", &plain).json()["usage"].clone();
     assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], 0, "{usage}");
+}
+
+/// A final assistant message left open (`continue_final_message`) inside its `<think>` block:
+/// the continuation is reasoning up to `</think>`; left open after the block, it is answer.
+#[test]
+fn a_continued_message_is_read_from_where_its_prefill_left_off() {
+    let s = Server::start(&["--reasoning-parser", "qwen3"]);
+    let continued = |prefill: &str, forced: &str| -> Value {
+        let body = json!({"model": "tiny", "max_tokens": 64, "guided_choice": [forced],
+            "messages": [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": prefill}],
+            "continue_final_message": true, "add_generation_prompt": false});
+        let r = s.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["choices"][0]["message"].clone()
+    };
+    let inside = continued("<think>\nsum", " it\n</think>\n\nIt is 4.");
+    assert_eq!((&inside["reasoning_content"], &inside["content"]), (&json!(" it\n"), &json!("It is 4.")), "{inside}");
+    let after = continued("<think>\nsum it\n</think>\n\nIt is", " 4.");
+    assert_eq!(after["content"], " 4.", "{after}");
+    assert!(after.get("reasoning_content").is_none_or(Value::is_null), "{after}");
 }
 
 #[test]

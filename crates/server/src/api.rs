@@ -14,7 +14,7 @@ use crate::request::{
 use crate::respond::Reply;
 use crate::state::AppState;
 use crate::template::TemplateInput;
-use crate::wire::chat::{ChatRequest, Message};
+use crate::wire::chat::{ChatRequest, Content, Message};
 use crate::wire::common::Structured;
 use crate::wire::completions::CompletionRequest;
 use axum::body::Bytes;
@@ -134,15 +134,18 @@ pub(crate) fn specs_for(
         .collect()
 }
 
-/// A chat's reasoning parser as `prompt` leaves it, and `constraint` holding on its answer
-/// alone (reasoning.rs `Gate`).
+/// A chat's reasoning parser as `prompt` leaves it (and `prefill`, the text of a final message
+/// left open, where there is one), and `constraint` holding on its answer alone (reasoning.rs
+/// `Gate`).
 pub(crate) fn reasoning_of(
     st: &AppState,
     prompt: &TokenIds,
+    prefill: Option<&str>,
     constraint: Option<Prepared>,
 ) -> (Option<ReasoningParser>, Option<Prepared>) {
     let tok = st.model.tokenizer.as_deref();
-    let Some(parser) = st.model.reasoning.map(|p| p.for_prompt(prompt.as_slice(), tok)) else {
+    let parser = st.model.reasoning.map(|p| p.for_prompt(prompt.as_slice(), tok));
+    let Some(parser) = parser.map(|p| prefill.map_or(p, |text| p.for_prefill(text))) else {
         return (None, constraint);
     };
     let gate = tok.and_then(|t| parser.gate(t));
@@ -206,7 +209,8 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
         (None, c) => c,
     };
     let constraint = with_allowed(&opts, constraint)?;
-    let (reasoning, constraint) = reasoning_of(st, &prompt, constraint);
+    let prefill = chat.continue_final_message.unwrap_or(false).then(|| final_text(chat.messages)).flatten();
+    let (reasoning, constraint) = reasoning_of(st, &prompt, prefill.as_deref(), constraint);
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
@@ -268,6 +272,15 @@ pub fn chat_prompt(st: &AppState, o: &ChatInput, raw: &[u8], add_special_tokens:
     let text = render_chat(st, o, raw, tok, &mut literals)?;
     chat_ids::encode(tok, &text, &literals, add_special_tokens)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))
+}
+
+/// The final message's text (its content, text parts joined), if any.
+fn final_text(messages: Option<&Vec<Message>>) -> Option<String> {
+    match &messages?.last()?.content {
+        Some(Content::Text(t)) => Some(t.clone()),
+        Some(Content::Parts(parts)) => Some(parts.iter().filter_map(|p| p.text.as_deref()).collect()),
+        None => None,
+    }
 }
 
 /// Renders a chat request's prompt text; contents that spell special tokens are swapped for

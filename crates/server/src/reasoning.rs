@@ -40,6 +40,19 @@ impl ReasoningParser {
         }
     }
 
+    /// This parser for an output that continues `prefill`, a final assistant message left open
+    /// (`continue_final_message`): inside a `<think>` block the prefill opened and did not close,
+    /// the output starts in its reasoning (DeepSeek R1's reading); after a block it closed, the
+    /// output is answer unless it opens another (Qwen3's); without either tag, as it was.
+    pub fn for_prefill(self, prefill: &str) -> ReasoningParser {
+        match (prefill.rfind(OPEN), prefill.rfind(CLOSE)) {
+            (None, None) => self,
+            (Some(open), Some(close)) if close > open => ReasoningParser::Qwen3,
+            (None, Some(_)) => ReasoningParser::Qwen3,
+            (Some(_), _) => ReasoningParser::DeepSeekR1,
+        }
+    }
+
     /// Where a structured output's constraint starts in an output this parser reads: after the
     /// reasoning, told by the think tags' ids (`None` where the tokenizer does not have each as
     /// one token: the constraint then holds from the first token).
@@ -215,6 +228,22 @@ mod tests {
         }
         let (a, b) = s.finish();
         (r + &a, c + &b)
+    }
+
+    #[test]
+    fn a_prefill_inside_or_after_a_think_block_says_where_the_output_starts() {
+        for p in [ReasoningParser::Qwen3, ReasoningParser::DeepSeekR1] {
+            let inside = p.for_prefill("<think>\nFirst, 2 + 2");
+            assert_eq!(inside, ReasoningParser::DeepSeekR1);
+            let (r, c) = inside.split(" = 4.\n</think>\n\nThe answer is 4.");
+            assert_eq!((r.as_deref(), c.as_str()), (Some(" = 4.\n"), "The answer is 4."));
+            let after = p.for_prefill("<think>\n2 + 2 = 4.\n</think>\n\nThe answer is");
+            assert_eq!(after, ReasoningParser::Qwen3);
+            assert_eq!(after.split(" 4."), (None, " 4.".into()));
+            // A block closed and another opened: inside again.
+            assert_eq!(p.for_prefill("<think>a</think> b <think>c"), ReasoningParser::DeepSeekR1);
+            assert_eq!(p.for_prefill("Sure, the answer is"), p, "no tag: as the prompt left it");
+        }
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn prepare(st: &AppState, body: &Value) -> Result<(ResponseReply, Vec<SeqSpec>),
     check_prompt_len(st, "input", prompt.len())?;
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)
         .map_err(|e| e.under("max_completion_tokens", "max_output_tokens"))?;
-    let (reasoning, constraint) = crate::api::reasoning_of(st, &prompt, constraint(st, &f, grammar)?);
+    let (reasoning, constraint) = crate::api::reasoning_of(st, &prompt, None, constraint(st, &f, grammar)?);
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = Echo {
         instructions: f.instructions.clone(),
