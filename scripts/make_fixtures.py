@@ -339,8 +339,11 @@ WEIGHT_STD = {
 # LOADER: {family: model class} to load the saved checkpoint with where AutoModelForCausalLM does
 # not (a composite model's text decoder, a vision-language class whose text part is the fixture), AFTER_SAVE: {family: fn(out, model)} to rewrite what
 # save_pretrained wrote into the layout released checkpoints have (before it is reloaded), and
-# CHECK_SAVED: {family: fn(saved, loaded)} in place of check_saved_matches_loaded.
+# CHECK_SAVED: {family: fn(saved, loaded)} in place of check_saved_matches_loaded, and TOKENIZER:
+# {family: fn(base, add_bos) -> PreTrainedTokenizerFast} in place of tokenizer_for, where
+# transformers' tokenizer class for the family's model_type overrides what tokenizer.json says.
 DEFAULT_ATTEMPTS = 200
+TOKENIZER = {}
 LOADER = {}
 AFTER_SAVE = {}
 CHECK_SAVED = {}
@@ -371,6 +374,7 @@ def load_family_modules() -> None:
         LOADER.update(getattr(mod, "LOADER", {}))
         AFTER_SAVE.update(getattr(mod, "AFTER_SAVE", {}))
         CHECK_SAVED.update(getattr(mod, "CHECK_SAVED", {}))
+        TOKENIZER.update(getattr(mod, "TOKENIZER", {}))
 
 
 GEMMA_POST_NORM = 4.0  # (1 + w) ~ 5
@@ -608,7 +612,7 @@ def build_family(family: str, base_tok: Tokenizer, out_root: Path) -> dict:
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
-    fast = tokenizer_for(base_tok, add_bos)
+    fast = TOKENIZER.get(family, tokenizer_for)(base_tok, add_bos)
     prompts = make_prompts(fast, seed, add_bos)
 
     # Try successive seeds until greedy decoding is well separated (no near-ties that

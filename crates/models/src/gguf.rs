@@ -1,7 +1,8 @@
 //! llama.cpp GGUF checkpoints through the Hugging Face model code: a `config.json` built from
 //! GGUF metadata (as transformers' GGUF loader builds it, plus what llama.cpp hard-codes), and
 //! tensors served under HF names with `convert_hf_to_gguf.py`'s changes undone: Gemma's norms
-//! stored as `1 + w`, Llama's q/k rows permuted for interleaved rope, experts stacked in 3-D.
+//! stored as `1 + w`, Llama's q/k rows permuted for interleaved rope, experts stacked in 3-D
+//! (Qwen2's q, k and v biases as they are).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -16,6 +17,8 @@ use tf_formats::{FormatError, TensorBytes, TensorView};
 pub enum Family {
     /// `llama` -> `LlamaForCausalLM`.
     Llama,
+    /// `qwen2` -> `Qwen2ForCausalLM` (q, k and v biases).
+    Qwen2,
     /// `qwen3` -> `Qwen3ForCausalLM`.
     Qwen3,
     /// `qwen3moe` -> `Qwen3MoeForCausalLM`.
@@ -26,6 +29,7 @@ pub enum Family {
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("llama", Family::Llama, "LlamaForCausalLM", "llama"),
+    ("qwen2", Family::Qwen2, "Qwen2ForCausalLM", "qwen2"),
     ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
@@ -370,6 +374,16 @@ impl GgufSource {
     fn locate_layer(&self, rest: &str) -> Option<(String, Fix)> {
         let (layer, rest) = rest.split_once('.')?;
         let layer: usize = layer.parse().ok()?;
+        // q, k and v biases, stored as they are (Llama's would need its rows' permutation).
+        if let Some(stem) = rest.strip_suffix(".bias").filter(|_| self.family != Family::Llama) {
+            let gguf = match stem {
+                "self_attn.q_proj" => "attn_q",
+                "self_attn.k_proj" => "attn_k",
+                "self_attn.v_proj" => "attn_v",
+                _ => return None,
+            };
+            return Some((format!("blk.{layer}.{gguf}.bias"), Fix::Plain));
+        }
         let stem = rest.strip_suffix(".weight")?;
         let (gemma, llama) = (self.family == Family::Gemma3, self.family == Family::Llama);
         let unpermute = |heads| if llama { Fix::Unpermute { heads } } else { Fix::Plain };

@@ -11,6 +11,10 @@ type SpecFn = fn(&RawConfig, &str) -> Result<ModelSpec, ModelError>;
 const FAMILIES: &[(&str, SpecFn)] = &[
     ("LlamaForCausalLM", families::llama::spec),
     ("llama", families::llama::spec),
+    ("Qwen2ForCausalLM", families::qwen2::spec),
+    ("qwen2", families::qwen2::spec),
+    ("MistralForCausalLM", families::mistral::spec),
+    ("mistral", families::mistral::spec),
     ("Qwen3ForCausalLM", families::qwen3::spec),
     ("qwen3", families::qwen3::spec),
     ("Gemma3ForCausalLM", families::gemma3::spec),

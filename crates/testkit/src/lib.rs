@@ -38,8 +38,10 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 18] = [
+pub const FAMILIES: [&str; 20] = [
     "llama",
+    "qwen2",
+    "mistral",
     "qwen3",
     "gemma3",
     "qwen3_moe",

@@ -1,0 +1,146 @@
+//! GGUF files of the fixture checkpoints, written here as llama.cpp's `convert_hf_to_gguf.py`
+//! writes them (tensor names, metadata, the byte-level vocabulary with its merges), load as the
+//! safetensors checkpoint does (as llama.cpp reads it: Qwen2 without its sliding window): the
+//! same token ids for the fixture's encodings, and the same logits on every golden prompt (f32
+//! tensors holding the bf16 weights' values exactly).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
+use tf_engine::Runner;
+use tf_formats::gguf::writer::{GgufWriter, WriteValue};
+use tf_formats::safetensors_file::SafetensorsFile;
+use tf_models::Model;
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The GGUF name `convert_hf_to_gguf.py` gives HF tensor `name` (the Llama-shaped families').
+fn gguf_name(name: &str) -> String {
+    let global = [("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output")];
+    if let Some((_, g)) = global.iter().find(|(hf, _)| name.starts_with(&format!("{hf}."))) {
+        return format!("{g}.{}", name.rsplit('.').next().unwrap());
+    }
+    let rest = name.strip_prefix("model.layers.").unwrap();
+    let (layer, rest) = rest.split_once('.').unwrap();
+    let (stem, kind) = rest.rsplit_once('.').unwrap();
+    let g = match stem {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        other => panic!("no GGUF name for {other}"),
+    };
+    format!("blk.{layer}.{g}.{kind}")
+}
+
+/// The fixture `family` as a GGUF file of architecture `arch` in `dir`.
+fn to_gguf(family: &str, arch: &str, dir: &Path) -> PathBuf {
+    let src = fixture(family);
+    let config = json(&src.join("config.json"));
+    let dim = |k: &str| config[k].as_u64().unwrap() as u32;
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", WriteValue::str(arch));
+    for (key, field) in [
+        ("block_count", "num_hidden_layers"),
+        ("context_length", "max_position_embeddings"),
+        ("embedding_length", "hidden_size"),
+        ("feed_forward_length", "intermediate_size"),
+        ("attention.head_count", "num_attention_heads"),
+        ("attention.head_count_kv", "num_key_value_heads"),
+    ] {
+        w.kv(&format!("{arch}.{key}"), WriteValue::U32(dim(field)));
+    }
+    let theta = config["rope_parameters"]["rope_theta"].as_f64().unwrap() as f32;
+    w.kv(&format!("{arch}.rope.freq_base"), WriteValue::F32(theta));
+    let eps = config["rms_norm_eps"].as_f64().unwrap() as f32;
+    w.kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), WriteValue::F32(eps));
+    // The byte-level vocabulary: tokens by id, merges, special tokens as control (type 3).
+    let tok = json(&src.join("tokenizer.json"));
+    let vocab = tok["model"]["vocab"].as_object().unwrap();
+    let added = tok["added_tokens"].as_array().unwrap();
+    let n = vocab.len().max(added.iter().map(|a| a["id"].as_u64().unwrap() as usize + 1).max().unwrap_or(0));
+    let mut tokens = vec![String::new(); n];
+    let mut types = vec![1i32; n];
+    for (t, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = t.clone();
+    }
+    for a in added {
+        let id = a["id"].as_u64().unwrap() as usize;
+        tokens[id] = a["content"].as_str().unwrap().to_string();
+        types[id] = if a["special"].as_bool().unwrap_or(false) { 3 } else { 4 };
+    }
+    let merges: Vec<String> = (tok["model"]["merges"].as_array().unwrap().iter())
+        .map(|m| match m {
+            Value::String(s) => s.clone(),
+            Value::Array(p) => format!("{} {}", p[0].as_str().unwrap(), p[1].as_str().unwrap()),
+            other => panic!("merge {other}"),
+        })
+        .collect();
+    w.kv("tokenizer.ggml.model", WriteValue::str("gpt2"));
+    w.kv("tokenizer.ggml.pre", WriteValue::str(arch));
+    w.kv("tokenizer.ggml.tokens", WriteValue::strs(&tokens.iter().map(String::as_str).collect::<Vec<_>>()));
+    w.kv("tokenizer.ggml.merges", WriteValue::strs(&merges.iter().map(String::as_str).collect::<Vec<_>>()));
+    w.kv("tokenizer.ggml.token_type", WriteValue::i32s(&types));
+    for (key, field) in [("bos", "bos_token_id"), ("eos", "eos_token_id"), ("padding", "pad_token_id")] {
+        w.kv(&format!("tokenizer.ggml.{key}_token_id"), WriteValue::U32(dim(field)));
+    }
+    w.kv("tokenizer.ggml.add_bos_token", WriteValue::Bool(false));
+    let st = SafetensorsFile::open(&src.join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        w.f32_tensor(&gguf_name(name), &t.shape, &t.to_f32());
+    }
+    let path = dir.join(format!("{family}.gguf"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+fn cpu() -> CpuBackend {
+    CpuBackend::with_options(CpuOptions { quant_acts: QuantActs::F32, ..CpuOptions::new(2) }).unwrap()
+}
+
+#[test]
+fn a_qwen2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = to_gguf("qwen2", "qwen2", dir.path());
+    // llama.cpp's qwen2 has no sliding window (nor do the released Qwen2.5 configs turn it on):
+    // the fixture with its window off is what the GGUF file holds.
+    let full = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture("qwen2").join(f), full.path().join(f)).unwrap();
+    }
+    let mut config = json(&full.path().join("config.json"));
+    config["use_sliding_window"] = false.into();
+    config.as_object_mut().unwrap().remove("layer_types");
+    std::fs::write(full.path().join("config.json"), config.to_string()).unwrap();
+    let b = cpu();
+    let (hf, gguf) = (Model::open(full.path(), &b).unwrap(), Model::open(&path, &b).unwrap());
+    assert_eq!(gguf.decoder.spec.architecture, "Qwen2ForCausalLM");
+    assert!(gguf.decoder.spec.attention_bias, "q, k and v biases");
+    let golden = json(&fixture("qwen2").join("golden.json"));
+    let tok = gguf.tokenizer.as_ref().expect("a GGUF vocabulary");
+    for e in golden["encode"].as_array().unwrap() {
+        let want: Vec<u32> = e["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        assert_eq!(tok.encode(e["text"].as_str().unwrap(), true).unwrap().as_slice(), want, "{}", e["text"]);
+    }
+    for prompt in golden["prompts"].as_array().unwrap() {
+        let ids: Vec<i64> = prompt["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids = hf.vocab.check(&ids).unwrap();
+        let logits = |m: &Model<CpuBackend>| Runner::new(m, &b, ids.len()).unwrap().prefill(&ids, ids.len(), true);
+        let (want, got) = (logits(&hf), logits(&gguf));
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let worst = want.iter().zip(&got).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(worst <= 1e-5 * scale, "{} ids: {worst} of {scale}", ids.len());
+    }
+}

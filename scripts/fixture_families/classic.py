@@ -1,0 +1,89 @@
+"""Classic dense fixture builders, merged by make_fixtures.py: the Llama-shaped families most
+served before the hybrids.
+
+qwen2 (`Qwen2ForCausalLM`: Qwen2 / Qwen2.5, QwQ, the R1 distills): q, k and v projections with
+biases, o without; `use_sliding_window` with `max_window_layers` 1 of 2, so layer 0 attends to
+everything and layer 1 to its last 8 positions (the golden prompts run to 30). bf16. Its
+tokenizer splits digits one at a time, as Qwen2's does (transformers' Qwen2Tokenizer imposes it).
+
+mistral (`MistralForCausalLM`): every layer sliding over its last 8 positions, head_dim 32 set
+apart from hidden / heads, untied head. bf16.
+"""
+
+from __future__ import annotations
+
+import __main__ as mf  # make_fixtures.py, which loads this module
+import torch
+from tokenizers import Regex, Tokenizer, pre_tokenizers
+from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+VOCAB_SIZE = 512
+PAD, BOS, EOS = 0, 1, 2
+# Qwen2's split (digits one at a time), which transformers' Qwen2Tokenizer puts in place of the
+# tokenizer.json's own: the fixture's tokenizer.json says it too, so both agree.
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+
+def qwen2_tokenizer(base: Tokenizer, add_bos: bool):
+    tok = Tokenizer.from_str(base.to_str())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    return mf.tokenizer_for(tok, add_bos)
+
+
+def classic_kwargs():
+    return dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=256,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        num_hidden_layers=2,
+        hidden_act="silu",
+    )
+
+
+def make_qwen2():
+    cfg = Qwen2Config(
+        **classic_kwargs(),
+        tie_word_embeddings=True,
+        use_sliding_window=True,
+        sliding_window=8,
+        max_window_layers=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    )
+    return Qwen2ForCausalLM, cfg, torch.bfloat16
+
+
+def make_mistral():
+    cfg = MistralConfig(
+        **classic_kwargs(),
+        head_dim=32,
+        tie_word_embeddings=False,
+        sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    )
+    return MistralForCausalLM, cfg, torch.bfloat16
+
+
+FAMILIES = {
+    "qwen2": (make_qwen2, 38000, False),
+    "mistral": (make_mistral, 39000, True),
+}
+
+TOKENIZER = {"qwen2": qwen2_tokenizer}
+
+WEIGHT_STD = {
+    #           embed, lm_head, router, in-proj, out-proj
+    "qwen2": (0.5, None, 0.3, 0.25, 0.4),
+    "mistral": (0.5, 0.5, 0.3, 0.12, 0.12),
+}
