@@ -8,6 +8,10 @@ tokenizer splits digits one at a time, as Qwen2's does (transformers' Qwen2Token
 
 mistral (`MistralForCausalLM`): every layer sliding over its last 8 positions, head_dim 32 set
 apart from hidden / heads, untied head. bf16.
+
+gemma2 (`Gemma2ForCausalLM`): 4 layers, sliding (over 8) and full alternating from a sliding one,
+one rope, `(1 + w)` sandwich norms weighted as the gemma3 fixture's, `query_pre_attn_scalar` 24,
+attention scores soft-capped at 10 and logits at 15 (tight enough to bend them). bf16.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ from __future__ import annotations
 import __main__ as mf  # make_fixtures.py, which loads this module
 import torch
 from tokenizers import Regex, Tokenizer, pre_tokenizers
-from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 VOCAB_SIZE = 512
 PAD, BOS, EOS = 0, 1, 2
@@ -75,10 +86,35 @@ def make_mistral():
     return MistralForCausalLM, cfg, torch.bfloat16
 
 
+def make_gemma2():
+    kw = classic_kwargs()
+    del kw["hidden_act"]
+    cfg = Gemma2Config(
+        **{**kw, "num_hidden_layers": 4},
+        head_dim=32,
+        hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True,
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        final_logit_softcapping=15.0,
+        attn_logit_softcapping=10.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    return Gemma2ForCausalLM, cfg, torch.bfloat16
+
+
+def perturb_gemma2(model: torch.nn.Module, family: str, seed: int) -> None:
+    """The gemma3 fixture's weights: its large post-branch and final norm gains."""
+    mf.perturb(model, "gemma3", seed)
+
+
 FAMILIES = {
     "qwen2": (make_qwen2, 38000, False),
     "mistral": (make_mistral, 39000, True),
+    "gemma2": (make_gemma2, 40000, True),
 }
+
+PERTURB = {"gemma2": perturb_gemma2}
 
 TOKENIZER = {"qwen2": qwen2_tokenizer}
 
@@ -86,4 +122,5 @@ WEIGHT_STD = {
     #           embed, lm_head, router, in-proj, out-proj
     "qwen2": (0.5, None, 0.3, 0.25, 0.4),
     "mistral": (0.5, 0.5, 0.3, 0.12, 0.12),
+    "gemma2": (0.1, None, 0.3, 0.2, 0.1),
 }

@@ -71,6 +71,12 @@ impl RawConfig {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
+    /// Whether the config names `key` at all, `null` included (where a family's default for a
+    /// missing field differs from what `null` says).
+    pub fn names(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
     /// A positive integer field (required).
     pub fn dim(&self, key: &str) -> Result<usize, ModelError> {
         self.opt_dim(key)?.ok_or_else(|| self.error(format!("missing '{key}'")))

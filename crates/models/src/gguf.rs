@@ -1,8 +1,8 @@
 //! llama.cpp GGUF checkpoints through the Hugging Face model code: a `config.json` built from
 //! GGUF metadata (as transformers' GGUF loader builds it, plus what llama.cpp hard-codes), and
 //! tensors served under HF names with `convert_hf_to_gguf.py`'s changes undone: Gemma's norms
-//! stored as `1 + w`, Llama's q/k rows permuted for interleaved rope, experts stacked in 3-D
-//! (Qwen2's q, k and v biases as they are).
+//! stored as `1 + w` (Gemma 2's and 3's), Llama's q/k rows permuted for interleaved rope,
+//! experts stacked in 3-D (Qwen2's q, k and v biases as they are).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -23,6 +23,8 @@ pub enum Family {
     Qwen3,
     /// `qwen3moe` -> `Qwen3MoeForCausalLM`.
     Qwen3Moe,
+    /// `gemma2` -> `Gemma2ForCausalLM`.
+    Gemma2,
     /// `gemma3` -> `Gemma3ForCausalLM`.
     Gemma3,
 }
@@ -32,6 +34,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("qwen2", Family::Qwen2, "Qwen2ForCausalLM", "qwen2"),
     ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
+    ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
 ];
 
@@ -145,6 +148,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     let theta = m.opt_f32("rope.freq_base")?;
     match fam {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
+        Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         _ => {
             c.insert("hidden_act".into(), json!("silu"));
             if let Some(t) = theta {
@@ -236,6 +240,27 @@ fn gemma3(
     c.insert("query_pre_attn_scalar".into(), json!(scalar));
     for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
         c.insert(key.into(), json!(m.opt_f32(key)?));
+    }
+    Ok(())
+}
+
+/// Gemma 2 as llama.cpp runs it: sliding and full layers alternating from a sliding one, one
+/// rope, attention scaled by key_length (the 46-layer 27B by hidden / heads), the soft-caps
+/// the metadata gives (llama.cpp's 50 and 30 where it gives none).
+fn gemma2(m: &Meta<'_>, c: &mut Map<String, Value>, d: Dims, theta: Option<f32>) -> Result<(), ModelError> {
+    c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+    c.insert("sliding_window".into(), json!(m.u64("attention.sliding_window")?));
+    let kinds: Vec<&str> =
+        (0..d.layers).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    c.insert("rope_parameters".into(), json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)}));
+    let scalar = if d.layers == 46 && d.heads > 0 { d.hidden / d.heads } else { d.head_dim };
+    c.insert("query_pre_attn_scalar".into(), json!(scalar));
+    // Absent: llama.cpp's defaults, which are the family's (50 and 30).
+    for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if let Some(v) = m.opt_f32(key)? {
+            c.insert(key.into(), json!(v));
+        }
     }
     Ok(())
 }
@@ -354,7 +379,7 @@ impl GgufSource {
 
     /// The GGUF tensor holding HF tensor `hf_name`, and how to convert it.
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
-        let gemma = self.family == Family::Gemma3;
+        let gemma = matches!(self.family, Family::Gemma2 | Family::Gemma3);
         let global = match hf_name {
             "model.embed_tokens.weight" => Some("token_embd.weight"),
             "model.norm.weight" => Some("output_norm.weight"),
@@ -385,7 +410,7 @@ impl GgufSource {
             return Some((format!("blk.{layer}.{gguf}.bias"), Fix::Plain));
         }
         let stem = rest.strip_suffix(".weight")?;
-        let (gemma, llama) = (self.family == Family::Gemma3, self.family == Family::Llama);
+        let (gemma, llama) = (matches!(self.family, Family::Gemma2 | Family::Gemma3), self.family == Family::Llama);
         let unpermute = |heads| if llama { Fix::Unpermute { heads } } else { Fix::Plain };
         let (gguf, fix) = match stem {
             "input_layernorm" => ("attn_norm", Fix::Plain),

@@ -17,6 +17,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("mistral", families::mistral::spec),
     ("Qwen3ForCausalLM", families::qwen3::spec),
     ("qwen3", families::qwen3::spec),
+    ("Gemma2ForCausalLM", families::gemma2::spec),
+    ("gemma2", families::gemma2::spec),
     ("Gemma3ForCausalLM", families::gemma3::spec),
     ("gemma3_text", families::gemma3::spec),
     ("Gemma4ForCausalLM", families::gemma4::spec),

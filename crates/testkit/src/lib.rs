@@ -38,11 +38,12 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 20] = [
+pub const FAMILIES: [&str; 21] = [
     "llama",
     "qwen2",
     "mistral",
     "qwen3",
+    "gemma2",
     "gemma3",
     "qwen3_moe",
     "glm4_moe",

@@ -1,6 +1,7 @@
 //! One file per model family: how its config maps onto the shared decoder's [`ModelSpec`].
 
 pub mod deepseek_v3;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gemma4;
 pub mod glm4_moe;
