@@ -12,6 +12,9 @@ apart from hidden / heads, untied head. bf16.
 gemma2 (`Gemma2ForCausalLM`): 4 layers, sliding (over 8) and full alternating from a sliding one,
 one rope, `(1 + w)` sandwich norms weighted as the gemma3 fixture's, `query_pre_attn_scalar` 24,
 attention scores soft-capped at 10 and logits at 15 (tight enough to bend them). bf16.
+
+phi3 (`Phi3ForCausalLM`: Phi-3, Phi-4): q, k and v fused in `qkv_proj`, gate and up in
+`gate_up_proj`; every layer sliding over 8; partial rotary 0.75 (12 of 16 dims). bf16.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from transformers import (
     Gemma2ForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
@@ -103,6 +108,16 @@ def make_gemma2():
     return Gemma2ForCausalLM, cfg, torch.bfloat16
 
 
+def make_phi3():
+    cfg = Phi3Config(
+        **classic_kwargs(),
+        tie_word_embeddings=False,
+        sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75},
+    )
+    return Phi3ForCausalLM, cfg, torch.bfloat16
+
+
 def perturb_gemma2(model: torch.nn.Module, family: str, seed: int) -> None:
     """The gemma3 fixture's weights: its large post-branch and final norm gains."""
     mf.perturb(model, "gemma3", seed)
@@ -112,6 +127,7 @@ FAMILIES = {
     "qwen2": (make_qwen2, 38000, False),
     "mistral": (make_mistral, 39000, True),
     "gemma2": (make_gemma2, 40000, True),
+    "phi3": (make_phi3, 41000, False),
 }
 
 PERTURB = {"gemma2": perturb_gemma2}
@@ -123,4 +139,5 @@ WEIGHT_STD = {
     "qwen2": (0.5, None, 0.3, 0.25, 0.4),
     "mistral": (0.5, 0.5, 0.3, 0.12, 0.12),
     "gemma2": (0.1, None, 0.3, 0.2, 0.1),
+    "phi3": (0.5, 0.5, 0.3, 0.12, 0.12),
 }

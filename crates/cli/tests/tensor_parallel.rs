@@ -109,6 +109,12 @@ fn n_ranks_match_one_rank_within_tolerance() {
         "qwen3_moe",
         "llama",
         "gemma3",
+        // q, k and v biases split with their heads; a sliding window; soft-caps; fused q/k/v and
+        // gate/up split like their parts.
+        "qwen2",
+        "mistral",
+        "gemma2",
+        "phi3",
         "glm4_moe",
         "qwen3_5",
         "qwen3_next",

@@ -9,6 +9,7 @@ pub mod error;
 pub mod families;
 pub mod fingerprint;
 pub mod fp8_weights;
+pub mod fused;
 pub mod gguf;
 pub mod limits;
 pub mod loaded;

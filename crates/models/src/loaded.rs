@@ -153,7 +153,9 @@ impl<B: Backend> Model<B> {
         let (count, bytes) = tensors.fold((0, 0), |(n, b), len| (n + 1, b + len));
         progress.set_totals(count, bytes);
         let fp8 = crate::quant_config::fp8_config(&config)?;
-        let ld = Loader::new(&ckpt, dir, backend).with_progress(progress).with_fp8(fp8).with_shard(shard);
+        let fused = spec.fused.clone();
+        let src = crate::fused::FusedSource::new(&ckpt, &fused);
+        let ld = Loader::new(&src, dir, backend).with_progress(progress).with_fp8(fp8).with_shard(shard);
         let decoder = Decoder::load(spec, &ld)?;
         let parts = ckpt
             .files()

@@ -14,6 +14,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("Qwen2ForCausalLM", families::qwen2::spec),
     ("qwen2", families::qwen2::spec),
     ("MistralForCausalLM", families::mistral::spec),
+    ("Phi3ForCausalLM", families::phi3::spec),
+    ("phi3", families::phi3::spec),
     ("mistral", families::mistral::spec),
     ("Qwen3ForCausalLM", families::qwen3::spec),
     ("qwen3", families::qwen3::spec),

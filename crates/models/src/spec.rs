@@ -217,6 +217,8 @@ pub struct ModelSpec {
     /// Name prefixes of checkpoint tensors this model knowingly leaves unread (GLM-4.5's MTP
     /// layers `model.layers.{num_hidden_layers + j}.`); the unused-tensor check lets them pass.
     pub unread_prefixes: Vec<String>,
+    /// Weights every layer stores fused, loaded as their parts (Phi-3's `qkv_proj`, fused.rs).
+    pub fused: Vec<crate::fused::FusedRows>,
     /// Mamba2 layers' settings, for families that have them.
     pub mamba: Option<MambaSpec>,
     /// Attention applies the rotary embedding (Nemotron-H's attention has none).
@@ -695,6 +697,7 @@ impl Common {
             layer_heads: Vec::new(),
             attention_bias: false,
             unread_prefixes: Vec::new(),
+            fused: Vec::new(),
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

@@ -38,10 +38,11 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 21] = [
+pub const FAMILIES: [&str; 22] = [
     "llama",
     "qwen2",
     "mistral",
+    "phi3",
     "qwen3",
     "gemma2",
     "gemma3",

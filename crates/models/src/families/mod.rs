@@ -14,6 +14,7 @@ pub mod minimax_m2;
 pub mod minimax_m3;
 pub mod mistral;
 pub mod nemotron_h;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_5;
