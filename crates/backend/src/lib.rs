@@ -322,6 +322,31 @@ pub trait Backend: Send + Sync {
         let _ = (q, kv, meta, p);
         unreachable!("attention_cached runs only where check_attention_cached passed")
     }
+    /// [`Backend::attention`] where each query head `h`'s softmax also counts a sink logit
+    /// `sinks[h]` with no value (gpt-oss): the weights are `exp(s_j) / (sum_j exp(s_j) +
+    /// exp(sinks[h]))`. Runs only where [`Backend::check_attention_sinks`] passed.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_sinks(
+        &self,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        kv: &mut Self::Kv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        sinks: &[f32],
+    ) -> Self::Act {
+        let _ = (q, k, v, kv, meta, p, sinks);
+        unreachable!("attention_sinks runs only where check_attention_sinks passed")
+    }
+    /// Refuses attention sinks ([`Backend::attention_sinks`]) where this backend has no kernel
+    /// for them: the default refuses by name; the host backends run them.
+    fn check_attention_sinks(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "attention sinks (gpt-oss) have no {} kernel yet: run it with --device cpu",
+            self.name()
+        )))
+    }
     /// Refuses attention over K/V another model wrote ([`Backend::attention_cached`]) where this
     /// backend has no kernel for it: the default refuses by name; the host backends run it.
     fn check_attention_cached(&self) -> Result<(), BackendError> {

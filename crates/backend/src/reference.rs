@@ -225,37 +225,25 @@ impl Backend for RefBackend {
     }
 
     fn attention_cached(&self, q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) -> HostTensor {
-        let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
-        let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
-        for s in &meta.seqs {
-            for i in 0..s.q_len {
-                let (row, pos) = (s.q_start + i, s.start_pos + i);
-                let slots: Vec<usize> = (window_start(pos, p.window)..=pos)
-                    .map(|j| s.block_table[j / meta.block_size] as usize * meta.block_size + j % meta.block_size)
-                    .collect();
-                for h in 0..p.num_heads {
-                    let qh = &q.row(row)[h * d..(h + 1) * d];
-                    let kvh = (h / group) * d;
-                    let scores: Vec<f32> = slots
-                        .iter()
-                        .map(|&sl| {
-                            let s = Self::dot(qh, &kv.k[sl * w + kvh..sl * w + kvh + d]) * p.scale;
-                            p.softcap.map_or(s, |c| c * (s / c).tanh())
-                        })
-                        .collect();
-                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let sum: f32 = exps.iter().sum();
-                    let o = &mut out.data[row * p.num_heads * d + h * d..][..d];
-                    for (&e, &sl) in exps.iter().zip(&slots) {
-                        for (oi, vi) in o.iter_mut().zip(&kv.values()[sl * w + kvh..sl * w + kvh + d]) {
-                            *oi += e / sum * vi;
-                        }
-                    }
-                }
-            }
-        }
-        out
+        attend(q, kv, meta, p, None)
+    }
+
+    fn check_attention_sinks(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_sinks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        sinks: &[f32],
+    ) -> HostTensor {
+        write_kv(k, v, kv, meta);
+        attend(q, kv, meta, p, Some(sinks))
     }
 
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
@@ -301,6 +289,44 @@ impl Backend for RefBackend {
     fn write_kv_blocks(&self, kv: &mut HostKv, blocks: &[u32], bytes: &[u8]) {
         kv.write_blocks(blocks, bytes)
     }
+}
+
+/// The reference attention over the K/V in `kv` (each query head's softmax also counting
+/// `sinks[h]`, where given): scores, their maximum (the sink's among them), `exp`, their sum,
+/// then the weighted values, each in key order.
+fn attend(q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams, sinks: Option<&[f32]>) -> HostTensor {
+    let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
+    let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
+    for s in &meta.seqs {
+        for i in 0..s.q_len {
+            let (row, pos) = (s.q_start + i, s.start_pos + i);
+            let slots: Vec<usize> = (window_start(pos, p.window)..=pos)
+                .map(|j| s.block_table[j / meta.block_size] as usize * meta.block_size + j % meta.block_size)
+                .collect();
+            for h in 0..p.num_heads {
+                let qh = &q.row(row)[h * d..(h + 1) * d];
+                let kvh = (h / group) * d;
+                let scores: Vec<f32> = slots
+                    .iter()
+                    .map(|&sl| {
+                        let s = RefBackend::dot(qh, &kv.k[sl * w + kvh..sl * w + kvh + d]) * p.scale;
+                        p.softcap.map_or(s, |c| c * (s / c).tanh())
+                    })
+                    .collect();
+                let sink = sinks.map(|s| s[h]);
+                let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
+                let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f32 = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
+                let o = &mut out.data[row * p.num_heads * d + h * d..][..d];
+                for (&e, &sl) in exps.iter().zip(&slots) {
+                    for (oi, vi) in o.iter_mut().zip(&kv.values()[sl * w + kvh..sl * w + kvh + d]) {
+                        *oi += e / sum * vi;
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

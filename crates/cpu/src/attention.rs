@@ -23,6 +23,8 @@ struct Job<'a> {
     kv: &'a HostKv,
     p: &'a AttnParams,
     block_size: usize,
+    /// Each query head's sink logit (gpt-oss), counted in its softmax's sum.
+    sinks: Option<&'a [f32]>,
 }
 
 /// Rows `i0..i1` of sequence `seq` (indices within its rows this round) for KV head `kvh`.
@@ -62,7 +64,25 @@ pub(crate) fn attention(
 ) -> HostTensor {
     check(q, k, v, kv, meta);
     write_kv(k, v, kv, meta);
-    attention_cached(cpu, q, kv, meta, p)
+    attend_all(cpu, q, kv, meta, p, None)
+}
+
+/// [`attention`] with each query head's softmax also counting its sink logit `sinks[h]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_sinks(
+    cpu: &CpuBackend,
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    kv: &mut HostKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+    sinks: &[f32],
+) -> HostTensor {
+    check(q, k, v, kv, meta);
+    assert_eq!(sinks.len(), p.num_heads, "attention: one sink a query head");
+    write_kv(k, v, kv, meta);
+    attend_all(cpu, q, kv, meta, p, Some(sinks))
 }
 
 /// Attends every (row tile, KV head) in parallel over the K/V already in the pool, writing none.
@@ -73,6 +93,18 @@ pub(crate) fn attention_cached(
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> HostTensor {
+    attend_all(cpu, q, kv, meta, p, None)
+}
+
+/// Every (row tile, KV head) in parallel over the K/V in the pool, sinks where given.
+fn attend_all(
+    cpu: &CpuBackend,
+    q: &HostTensor,
+    kv: &HostKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+) -> HostTensor {
     check_cached(q, kv, meta, p);
     let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
     let mut tasks = Vec::new();
@@ -82,7 +114,7 @@ pub(crate) fn attention_cached(
             tasks.extend((0..p.num_kv_heads).map(|kvh| Task { seq, i0, i1, kvh }));
         }
     }
-    let job = Job { q, kv, p, block_size: meta.block_size };
+    let job = Job { q, kv, p, block_size: meta.block_size, sinks };
     let simd = cpu.simd;
     let init = || Scratch {
         k: vec![0.0; KEY_BLOCK * d],
@@ -211,10 +243,12 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
         }
         j0 = j1;
     }
-    // A row that sees no key (a zero window) keeps zeros, as in the reference.
-    for (acc, &l) in out.chunks_exact_mut(d).zip(&s.l).filter(|(_, l)| **l > 0.0) {
+    // A row that sees no key (a zero window) keeps zeros, as in the reference. A sink adds
+    // `exp(sink - m)` to the sum (its weight, with no value).
+    for (rh, (acc, &l)) in out.chunks_exact_mut(d).zip(&s.l).enumerate().filter(|(_, (_, l))| **l > 0.0) {
+        let sink = job.sinks.map_or(0.0, |sk| (sk[kvh * group + rh % group] - s.m[rh]).exp());
         // SAFETY: forwarded from the caller.
-        unsafe { V::scale(acc, 1.0 / l) };
+        unsafe { V::scale(acc, 1.0 / (l + sink)) };
     }
 }
 
@@ -373,6 +407,60 @@ mod tests {
                 round(&b2, &mut kv, &p, &[(&x, 0, 64), (&a, 0, 80), (&y, 0, 125)]);
                 let batched = round(&b2, &mut kv, &p, &[(&x, 64, 6), (&a, 80, 10), (&y, 125, 5)]);
                 assert_eq!(bits(&sub(&batched, 6, 10)), bits(&alone), "{simd:?} {window:?}");
+            }
+        }
+    }
+
+    /// One attention call: q, k, v, the pool, the round's metadata.
+    type Attend<'a> = &'a dyn Fn(&HostTensor, &HostTensor, &HostTensor, &mut HostKv, &AttnMeta) -> HostTensor;
+
+    /// Attention as `be` computes it over `s` in chunks of `chunk` rows, each a call.
+    fn by_chunks(be: Attend<'_>, p: &AttnParams, s: &Seq, chunk: usize) -> HostTensor {
+        let mut kv = HostKv::new(pool(p)).expect("pool");
+        let len = s.q.rows;
+        let outs: Vec<HostTensor> = (0..len)
+            .step_by(chunk)
+            .map(|start| {
+                let n = chunk.min(len - start);
+                let meta = AttnMeta::single(start, n, s.table.clone(), BLOCK);
+                be(&sub(&s.q, start, n), &sub(&s.k, start, n), &sub(&s.v, start, n), &mut kv, &meta)
+            })
+            .collect();
+        concat(&outs.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn sinks_match_the_reference_and_chunked_equals_whole() {
+        // Sinks of either sign and one far above every score (most weight to the sink).
+        let sinks = [0.5, -2.0, 3.0, 40.0, -0.25, 1.0];
+        let mut rng = Rng::new(33);
+        for simd in simds() {
+            let b = cpu(2, simd);
+            for window in [None, Some(37)] {
+                let p = params(window, None);
+                let s = seq(&mut rng, &p, 100, 1);
+                let cpu_sinks = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
+                    b.attention_sinks(q, k, v, kv, m, &p, &sinks)
+                };
+                let ref_sinks = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
+                    RefBackend.attention_sinks(q, k, v, kv, m, &p, &sinks)
+                };
+                let plain = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
+                    b.attention(q, k, v, kv, m, &p)
+                };
+                let whole = by_chunks(&cpu_sinks, &p, &s, 100);
+                assert!(rel_err(&whole.data, &by_chunks(&ref_sinks, &p, &s, 100).data) < 1e-5, "{simd:?} {window:?}");
+                assert_eq!(bits(&by_chunks(&cpu_sinks, &p, &s, 7)), bits(&whole), "{simd:?} {window:?}: chunks of 7");
+                // The sink takes weight: every head's output shrinks against attention without it,
+                // the fourth head's (sink 40) to almost nothing.
+                let without = by_chunks(&plain, &p, &s, 100);
+                let norm = |t: &HostTensor, h: usize| -> f32 {
+                    (0..t.rows).map(|r| t.row(r)[h * 40..(h + 1) * 40].iter().map(|x| x * x).sum::<f32>()).sum()
+                };
+                for h in 0..6 {
+                    assert!(norm(&whole, h) < norm(&without, h), "head {h}");
+                }
+                assert!(norm(&whole, 3) < 1e-6 * norm(&without, 3));
             }
         }
     }

@@ -294,6 +294,23 @@ impl Backend for CpuBackend {
         attention::attention(self, q, k, v, kv, meta, p)
     }
 
+    fn check_attention_sinks(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn attention_sinks(
+        &self,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        kv: &mut HostKv,
+        meta: &AttnMeta,
+        p: &AttnParams,
+        sinks: &[f32],
+    ) -> HostTensor {
+        attention::attention_sinks(self, q, k, v, kv, meta, p, sinks)
+    }
+
     fn check_attention_cached(&self) -> Result<(), BackendError> {
         Ok(())
     }
