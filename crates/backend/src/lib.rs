@@ -117,10 +117,23 @@ pub struct Experts<M, V> {
     /// Added to the scores for choosing experts only (`e_score_correction_bias`, LFM2's
     /// `expert_bias`), one value per expert.
     pub choice_bias: Option<V>,
+    /// Biases added after each expert's projections (gpt-oss), where the experts have them.
+    pub biases: Option<ExpertBiases<V>>,
     /// The router's index of the first expert held (`gate`, `up`, `down` hold experts
     /// `first..first + up.len()`): 0, or under expert parallelism this rank's first. A token's
     /// chosen experts outside them add nothing here (another rank adds them).
     pub first: usize,
+}
+
+/// Per expert, the biases added after its gate, up and down projections (gpt-oss's
+/// `gate_up_proj_bias`, `down_proj_bias`); empty `gate` where the experts have no gate.
+pub struct ExpertBiases<V> {
+    /// `[moe_intermediate]` per expert.
+    pub gate: Vec<V>,
+    /// `[moe_intermediate]` per expert.
+    pub up: Vec<V>,
+    /// `[hidden]` per expert.
+    pub down: Vec<V>,
 }
 
 impl<M, V> Experts<M, V> {
@@ -338,6 +351,14 @@ pub trait Backend: Send + Sync {
     ) -> Self::Act {
         let _ = (q, k, v, kv, meta, p, sinks);
         unreachable!("attention_sinks runs only where check_attention_sinks passed")
+    }
+    /// Refuses experts with biases ([`Experts::biases`]) where this backend's `moe` does not add
+    /// them: the default refuses by name; the host backends add them.
+    fn check_expert_biases(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "experts with biases (gpt-oss) have no {} kernel yet: run it with --device cpu",
+            self.name()
+        )))
     }
     /// Refuses attention sinks ([`Backend::attention_sinks`]) where this backend has no kernel
     /// for them: the default refuses by name; the host backends run them.

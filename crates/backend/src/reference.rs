@@ -56,12 +56,32 @@ pub fn expert_hidden<B: Backend>(
     e: usize,
     p: &MoeParams,
 ) -> B::Act {
-    let u = b.matmul(x, &experts.up[e]);
-    match (experts.gate.get(e), p.clamp) {
-        (Some(g), Some(limit)) => b.glu_clamped(&b.matmul(x, g), &u, p.act, limit),
-        (Some(g), None) => b.glu(&b.matmul(x, g), &u, p.act),
+    let mut u = b.matmul(x, &experts.up[e]);
+    let gate = experts.gate.get(e).map(|g| {
+        let mut g = b.matmul(x, g);
+        if let Some(bias) = experts.biases.as_ref().and_then(|bs| bs.gate.get(e)) {
+            b.add_bias(&mut g, bias);
+        }
+        g
+    });
+    if let Some(bias) = &experts.biases {
+        b.add_bias(&mut u, &bias.up[e]);
+    }
+    match (gate, p.clamp) {
+        (Some(g), Some(limit)) => b.glu_clamped(&g, &u, p.act, limit),
+        (Some(g), None) => b.glu(&g, &u, p.act),
         (None, _) => b.activate(&u, p.act),
     }
+}
+
+/// Expert `e`'s output for rows `x`: [`expert_hidden`] through its down projection, plus its
+/// down bias where it has one.
+pub fn expert_out<B: Backend>(b: &B, x: &B::Act, experts: &Experts<B::Mat, B::Vec>, e: usize, p: &MoeParams) -> B::Act {
+    let mut y = b.matmul(&expert_hidden(b, x, experts, e, p), &experts.down[e]);
+    if let Some(bias) = &experts.biases {
+        b.add_bias(&mut y, &bias.down[e]);
+    }
+    y
 }
 
 /// Writes the round's K/V rows into their slots (K alone in a latent pool).
@@ -232,6 +252,10 @@ impl Backend for RefBackend {
         Ok(())
     }
 
+    fn check_expert_biases(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn attention_sinks(
         &self,
         q: &HostTensor,
@@ -269,7 +293,7 @@ impl Backend for RefBackend {
             let routes = route(router_logits.row(r), experts.choice_bias.as_deref(), p);
             for (e, weight) in routes.into_iter().filter(|(e, _)| experts.held().contains(e)) {
                 let e = e - experts.first;
-                let y = self.matmul(&expert_hidden(self, &xr, experts, e, p), &experts.down[e]);
+                let y = expert_out(self, &xr, experts, e, p);
                 for (o, v) in out.data[r * hidden..(r + 1) * hidden].iter_mut().zip(&y.data) {
                     *o += weight * v;
                 }

@@ -309,6 +309,7 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     assert!(refused("nemotron_h", 4).contains("n_groups"));
     // 4 query heads, 2 KV heads: 3 ranks split neither.
     assert!(refused("qwen3", 3).contains("KV heads"));
+    assert!(refused("gpt_oss", 2).contains("biases after its output and expert down projections"));
 }
 
 /// A follower gone mid-serve: the next round's collective fails at once, the engine ends every

@@ -298,6 +298,10 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn check_expert_biases(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn attention_sinks(
         &self,
         q: &HostTensor,

@@ -2,7 +2,7 @@
 //! batch-invariant matmul, then each row's outputs combined in its own top-k rank order.
 
 use crate::CpuBackend;
-use tf_backend::reference::{expert_hidden, route};
+use tf_backend::reference::{expert_out, route};
 use tf_backend::{Backend, Experts, HostMat, HostTensor, MoeParams};
 
 /// Routes every row, runs each chosen expert over its rows, and sums per row by rank.
@@ -42,7 +42,7 @@ pub(crate) fn moe(
         .map(|(e, rows)| {
             (!rows.is_empty()).then(|| {
                 let xe = cpu.select_rows(x, rows);
-                cpu.matmul(&expert_hidden(cpu, &xe, experts, e, p), &experts.down[e])
+                expert_out(cpu, &xe, experts, e, p)
             })
         })
         .collect();
@@ -76,6 +76,7 @@ mod tests {
             up: (0..n).map(|_| rand_mat(rng, dtype, inter, hidden)).collect(),
             down: (0..n).map(|_| rand_mat(rng, dtype, hidden, inter)).collect(),
             choice_bias: None,
+            biases: None,
             first: 0,
         }
     }

@@ -155,6 +155,7 @@ impl Backend for Dual {
             up: e.up.iter().map(|m| m.0.clone()).collect(),
             down: e.down.iter().map(|m| m.0.clone()).collect(),
             choice_bias: e.choice_bias.as_ref().map(|v| v.0.clone()),
+            biases: None,
             first: e.first,
         };
         let out = self.c.moe(&x.0, &r.0, &ce, p);

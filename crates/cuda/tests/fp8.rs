@@ -180,9 +180,9 @@ fn fp8_experts_equal_their_bf16_twins_on_both_moe_paths() {
     let Some(b) = backend() else { return };
     let (ne, h, inter) = (8, 200, 96);
     let mut fp8: Experts<CudaMat, tf_cuda::CudaVec> =
-        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None, first: 0 };
+        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None, biases: None, first: 0 };
     let mut twin: Experts<CudaMat, tf_cuda::CudaVec> =
-        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None, first: 0 };
+        Experts { gate: vec![], up: vec![], down: vec![], choice_bias: None, biases: None, first: 0 };
     for e in 0..ne as u64 {
         for (kind, (n, k)) in [(inter, h), (inter, h), (h, inter)].into_iter().enumerate() {
             let (f, w) = pair(&b, n, k, [32, 32], 100 + 10 * e + kind as u64);

@@ -31,6 +31,7 @@ fn experts(salt: u64) -> Experts<tf_formats::TensorView, Vec<f32>> {
         up: (0..E).map(|e| mk(2, e, I, H)).collect(),
         down: (0..E).map(|e| mk(3, e, H, I)).collect(),
         choice_bias: None,
+        biases: None,
         first: 0,
     }
 }
@@ -95,9 +96,16 @@ fn moe_rows_equal_alone_in_batches_and_past_the_device_path() {
     for (name, p, bias, gated) in variants() {
         let gate = if gated { load(&views.gate) } else { Vec::new() };
         let choice_bias = bias.as_ref().map(|v| b.vec(v));
-        let ex = Experts { gate, up: load(&views.up), down: load(&views.down), choice_bias, first: 0 };
+        let ex = Experts { gate, up: load(&views.up), down: load(&views.down), choice_bias, biases: None, first: 0 };
         let gate = if gated { rload(&views.gate) } else { Vec::new() };
-        let rex = Experts { gate, up: rload(&views.up), down: rload(&views.down), choice_bias: bias.clone(), first: 0 };
+        let rex = Experts {
+            gate,
+            up: rload(&views.up),
+            down: rload(&views.down),
+            choice_bias: bias.clone(),
+            biases: None,
+            first: 0,
+        };
         let run = |lo: usize, hi: usize| {
             let xs = b.upload(&x[lo * H..hi * H], hi - lo, H);
             let ls = b.upload(&logits[lo * E..hi * E], hi - lo, E);

@@ -16,6 +16,8 @@ const FAMILIES: &[(&str, SpecFn)] = &[
     ("MistralForCausalLM", families::mistral::spec),
     ("Phi3ForCausalLM", families::phi3::spec),
     ("phi3", families::phi3::spec),
+    ("GptOssForCausalLM", families::gpt_oss::spec),
+    ("gpt_oss", families::gpt_oss::spec),
     ("mistral", families::mistral::spec),
     ("Qwen3ForCausalLM", families::qwen3::spec),
     ("qwen3", families::qwen3::spec),

@@ -71,6 +71,10 @@ pub struct MoeSpec {
     /// The experts are stored stacked, one 3-D tensor per projection (`{module}.gate_proj.weight`
     /// `[experts, inter, hidden]`, Step's `moe.*`), not as `experts.{e}.*`.
     pub stacked: bool,
+    /// gpt-oss's experts: `experts.gate_up_proj` `[experts, hidden, 2 inter]` (gate and up
+    /// interleaved by column, the input dimension first) and `experts.down_proj` `[experts,
+    /// inter, hidden]`, each with its `_bias`; the router a linear with a bias.
+    pub gpt_oss: bool,
 }
 
 /// Shared experts: one MLP of `intermediate_size` over every token, added to the routed output.
@@ -118,6 +122,7 @@ impl MoeSpec {
             shared: None,
             latent_size: None,
             stacked: false,
+            gpt_oss: false,
         }
     }
 
@@ -214,6 +219,10 @@ pub struct ModelSpec {
     pub attn_head_gate: bool,
     /// q, k and v projections carry biases (`attention_bias`; GLM-4.5), added before QK norm.
     pub attention_bias: bool,
+    /// The attention's output projection carries a bias too (gpt-oss's `o_proj.bias`).
+    pub attn_out_bias: bool,
+    /// Each attention layer has per-head sink logits (`self_attn.sinks`, gpt-oss).
+    pub attn_sinks: bool,
     /// Name prefixes of checkpoint tensors this model knowingly leaves unread (GLM-4.5's MTP
     /// layers `model.layers.{num_hidden_layers + j}.`); the unused-tensor check lets them pass.
     pub unread_prefixes: Vec<String>,
@@ -696,6 +705,8 @@ impl Common {
             expert_clamp: Vec::new(),
             layer_heads: Vec::new(),
             attention_bias: false,
+            attn_out_bias: false,
+            attn_sinks: false,
             unread_prefixes: Vec::new(),
             fused: Vec::new(),
             vocab_size: self.vocab_size,

@@ -436,6 +436,11 @@ impl<'a, B: Backend> Loader<'a, B> {
             .collect()
     }
 
+    /// The backend weights are taken onto.
+    pub fn backend_ref(&self) -> &B {
+        self.backend
+    }
+
     /// `values` as a weight vector on the backend (a vector the family makes: ones, a scaled norm).
     pub fn backend_vec(&self, values: &[f32]) -> B::Vec {
         self.backend.vec(values)
@@ -501,6 +506,49 @@ impl<'a, B: Backend> Loader<'a, B> {
         };
         let view =
             TensorView { name: t.name.clone(), dtype, shape: vec![rows.len(), cols.len()], data, file: t.file.clone() };
+        Ok(self.backend.mat(&view)?)
+    }
+
+    /// Matrix `e` of the float 3-D tensor `name` of exactly `[n, r, w]`, stored input-first
+    /// (`x @ W`, gpt-oss's experts), as the weight `[cols.len(), rows.len()]` whose row `j` is
+    /// column `cols[j]` over rows `rows` of that matrix: the transpose of a column selection,
+    /// in the tensor's own dtype.
+    pub fn stacked_t(
+        &self,
+        name: &str,
+        shape: [usize; 3],
+        e: usize,
+        rows: std::ops::Range<usize>,
+        cols: &[usize],
+    ) -> Result<B::Mat, ModelError> {
+        let [n, r, width] = shape;
+        let t = self.view(name, &shape)?;
+        let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
+        if !t.dtype.is_float() {
+            return Err(bad(format!("dtype {} cannot be split per expert (a float type is needed)", t.dtype)));
+        }
+        if e >= n || rows.end > r || rows.start > rows.end || cols.iter().any(|&c| c >= width) {
+            return Err(bad(format!("rows {rows:?} or a column of matrix {e} are outside its [{n}, {r}, {width}]")));
+        }
+        let size = t.dtype.size();
+        let src = t.data.as_bytes();
+        let mut part = Vec::with_capacity(rows.len() * cols.len() * size);
+        for &c in cols {
+            for row in rows.clone() {
+                let at = ((e * r + row) * width + c) * size;
+                part.extend_from_slice(
+                    src.get(at..at + size).ok_or_else(|| bad(format!("matrix {e} is outside the data")))?,
+                );
+            }
+        }
+        let data = tf_formats::TensorBytes::from_vec(&part);
+        let view = TensorView {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: vec![cols.len(), rows.len()],
+            data,
+            file: t.file.clone(),
+        };
         Ok(self.backend.mat(&view)?)
     }
 

@@ -5,7 +5,8 @@
 //! output where the layer has a gate. A KV-shared layer (Gemma 4) has q alone and attends over
 //! the K/V its source layer made this round, in the source's pool; a layer of a model reading
 //! another's pools (`ModelSpec::kv_read_only`, the Gemma 4 assistant) has q alone and attends
-//! over what that pool holds, writing none.
+//! over what that pool holds, writing none. gpt-oss's layers add per-head sink logits to each
+//! softmax and a bias after the output projection (the block adds it).
 
 use super::Caches;
 use super::indexer::Indexer;
@@ -27,6 +28,10 @@ pub(crate) struct Attention<B: Backend> {
     v_norm: Option<B::Vec>,
     /// q, k and v biases (`attention_bias`).
     bias: Option<[B::Vec; 3]>,
+    /// The output projection's bias (gpt-oss), added after it.
+    pub(crate) out_bias: Option<B::Vec>,
+    /// This rank's query heads' sink logits (gpt-oss), counted in each head's softmax.
+    sinks: Option<Vec<f32>>,
     attn: AttnParams,
     pub(crate) sliding: bool,
     /// Index of this layer's pool in `Cache::kv` (a KV-shared layer's: its source's).
@@ -120,8 +125,22 @@ impl<B: Backend> Attention<B> {
             (Some(x), Some((pool, in_v, col))) => Some(Indexer::load(s, x, ld, p, (s.attn_pools() + pool, in_v, col))?),
             _ => None,
         };
+        let sinks = match s.attn_sinks {
+            true => {
+                ld.backend_ref().check_attention_sinks()?;
+                let all = ld.host_values(&format!("{p}{m}.sinks"), &[all_heads])?;
+                Some(all[head_part.clone()].to_vec())
+            }
+            false => None,
+        };
+        let out_bias = match s.attn_out_bias {
+            true => Some(ld.vec(&format!("{p}{m}.{}.bias", s.names.attn_out), hidden)?),
+            false => None,
+        };
         let me = Attention {
             indexer,
+            out_bias,
+            sinks,
             q,
             gate,
             kv_proj,
@@ -184,7 +203,10 @@ impl<B: Backend> Attention<B> {
                         }
                         b.attention_blocks(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn, &picks)
                     }
-                    _ => b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn),
+                    _ => match &self.sinks {
+                        Some(sinks) => b.attention_sinks(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn, sinks),
+                        None => b.attention(&q, &k, &v, &mut cache.kv[self.kv], meta, &self.attn),
+                    },
                 };
                 if let Some(i) = self.keep_as {
                     if cache.shared.len() <= i {

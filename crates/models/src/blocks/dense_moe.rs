@@ -42,8 +42,14 @@ impl<B: Backend> DenseMoe<B> {
         // Sharded, each rank holds every expert's part of its intermediate rows, or (expert
         // parallelism) its part of the experts whole.
         let (held, part) = ld.experts_part(ne, inter);
-        let mut experts =
-            Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None, first: held.start };
+        let mut experts = Experts {
+            gate: Vec::new(),
+            up: Vec::new(),
+            down: Vec::new(),
+            choice_bias: None,
+            biases: None,
+            first: held.start,
+        };
         let up_rows = inter + part.start..inter + part.end;
         for (e, &pe) in per_expert.iter().enumerate().filter(|(e, _)| held.contains(e)) {
             experts.gate.push(ld.stacked_mat(&gu, [ne, 2 * inter, hidden], e, part.clone(), None)?);

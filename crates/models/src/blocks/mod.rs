@@ -353,12 +353,20 @@ impl<B: Backend> Block<B> {
             None => b.norm_matmul_many(h, &self.input_norm, eps, one_plus, &ins),
         };
         let mixed = mixer.run(b, s, x, pos, meta, cache);
+        // The output projection's bias (gpt-oss), added after it.
+        let out_bias = match mixer {
+            TokenMixer::Attention(a) => a.out_bias.as_ref(),
+            _ => None,
+        };
         let (out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn) = match &self.parts {
             Parts::Pair { out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn, .. } => {
                 (out, post_mixer_norm, pre_ffn_norm, post_ffn_norm, ffn)
             }
             Parts::Mixer { out, .. } => {
                 project_add(b, &mixed, out, h, tp);
+                if let Some(bias) = out_bias {
+                    b.add_bias(h, bias);
+                }
                 return None;
             }
             Parts::Channel(_) => unreachable!("returned above"),
@@ -366,11 +374,18 @@ impl<B: Backend> Block<B> {
         // The FFN's input: norms of h after the mixer's output is added.
         let ffn_in = match pre_ffn_norm {
             Some(pre) => {
-                let a = b.rms_norm(&project(b, &mixed, out, tp), post_mixer_norm, eps, one_plus);
+                let mut y = project(b, &mixed, out, tp);
+                if let Some(bias) = out_bias {
+                    b.add_bias(&mut y, bias);
+                }
+                let a = b.rms_norm(&y, post_mixer_norm, eps, one_plus);
                 FfnIn::Normed(b.add_rms_norm(h, &a, pre, eps, one_plus))
             }
             None => {
                 project_add(b, &mixed, out, h, tp);
+                if let Some(bias) = out_bias {
+                    b.add_bias(h, bias);
+                }
                 FfnIn::Residual(post_mixer_norm)
             }
         };

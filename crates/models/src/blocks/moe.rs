@@ -8,11 +8,13 @@
 use crate::error::ModelError;
 use crate::spec::{ModelSpec, MoeSpec};
 use crate::weights::{GateUp, Loader};
-use tf_backend::{Activation, Backend, Experts, MoeParams};
+use tf_backend::{Activation, Backend, ExpertBiases, Experts, MoeParams};
 
 /// One layer's experts.
 pub(crate) struct Moe<B: Backend> {
     router: B::Mat,
+    /// Added to the router's logits (gpt-oss's `router.bias`).
+    router_bias: Option<B::Vec>,
     experts: Experts<B::Mat, B::Vec>,
     params: MoeParams,
     /// `fc1_latent_proj` and `fc2_latent_proj`.
@@ -54,17 +56,31 @@ impl<B: Backend> Moe<B> {
         // Sharded, each rank holds every expert's part of its intermediate rows, or (expert
         // parallelism) its part of the experts whole.
         let (held, part) = ld.experts_part(ne, inter);
-        let mut experts =
-            Experts { gate: Vec::new(), up: Vec::new(), down: Vec::new(), choice_bias: None, first: held.start };
+        let mut experts = Experts {
+            gate: Vec::new(),
+            up: Vec::new(),
+            down: Vec::new(),
+            choice_bias: None,
+            biases: None,
+            first: held.start,
+        };
         if let Some(bias) = m.choice_bias {
             experts.choice_bias = Some(ld.vec(&format!("{module}{bias}"), ne)?);
         }
-        if !m.stacked {
+        let router_bias = match m.gpt_oss {
+            true => Some(ld.vec(&format!("{module}{}.bias", m.router), ne)?),
+            false => None,
+        };
+        if m.gpt_oss {
+            ld.backend_ref().check_expert_biases()?;
+            load_gpt_oss(&mut experts, ld, &module, [ne, hidden, inter], held.clone(), part.clone())?;
+        }
+        if !m.stacked && !m.gpt_oss {
             for e in (0..ne).filter(|e| !held.contains(e)) {
                 ld.leave_under(&format!("{module}experts.{e}."));
             }
         }
-        for e in held {
+        for e in held.clone().filter(|_| !m.gpt_oss) {
             if m.stacked {
                 let name = |w: &str| format!("{module}{w}.weight");
                 if m.gated {
@@ -116,12 +132,15 @@ impl<B: Backend> Moe<B> {
             None => None,
         };
         let params = MoeParams { clamp: s.expert_clamp(i).filter(|_| m.gated), ..m.params(s.act) };
-        Ok(Moe { router, experts, params, latent, shared })
+        Ok(Moe { router, router_bias, experts, params, latent, shared })
     }
 
     /// The mixer's output for normed rows `x`: routed experts, then shared experts added.
     pub(crate) fn run(&self, b: &B, x: &B::Act) -> B::Act {
-        let logits = b.matmul(x, &self.router);
+        let mut logits = b.matmul(x, &self.router);
+        if let Some(bias) = &self.router_bias {
+            b.add_bias(&mut logits, bias);
+        }
         let mut y = match &self.latent {
             Some((fc1, fc2)) => b.matmul(&b.moe(&b.matmul(x, fc1), &logits, &self.experts, &self.params), fc2),
             None => b.moe(x, &logits, &self.experts, &self.params),
@@ -136,6 +155,38 @@ impl<B: Backend> Moe<B> {
         }
         y
     }
+}
+
+/// gpt-oss's experts `held` (this rank's `part` of each one's intermediate rows) into
+/// `experts`: gate and up from the columns of `experts.gate_up_proj` `[n, hidden, 2 inter]`
+/// (gate even, up odd), down from `experts.down_proj` `[n, inter, hidden]`, each transposed,
+/// with their biases.
+fn load_gpt_oss<B: Backend>(
+    experts: &mut Experts<B::Mat, B::Vec>,
+    ld: &Loader<'_, B>,
+    module: &str,
+    [ne, hidden, inter]: [usize; 3],
+    held: std::ops::Range<usize>,
+    part: std::ops::Range<usize>,
+) -> Result<(), ModelError> {
+    let (gu, dn) = (format!("{module}experts.gate_up_proj"), format!("{module}experts.down_proj"));
+    let gu_bias = ld.host_values(&format!("{gu}_bias"), &[ne, 2 * inter])?;
+    let dn_bias = ld.host_values(&format!("{dn}_bias"), &[ne, hidden])?;
+    let gate_cols: Vec<usize> = part.clone().map(|i| 2 * i).collect();
+    let up_cols: Vec<usize> = part.clone().map(|i| 2 * i + 1).collect();
+    let all: Vec<usize> = (0..hidden).collect();
+    let mut biases = ExpertBiases { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
+    for e in held {
+        let pick = |cols: &[usize]| cols.iter().map(|&c| gu_bias[e * 2 * inter + c]).collect::<Vec<f32>>();
+        experts.gate.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &gate_cols)?);
+        experts.up.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &up_cols)?);
+        experts.down.push(ld.stacked_t(&dn, [ne, inter, hidden], e, part.clone(), &all)?);
+        biases.gate.push(ld.backend_vec(&pick(&gate_cols)));
+        biases.up.push(ld.backend_vec(&pick(&up_cols)));
+        biases.down.push(ld.backend_vec(&dn_bias[e * hidden..(e + 1) * hidden]));
+    }
+    experts.biases = Some(biases);
+    Ok(())
 }
 
 /// An MLP's activations before its down projection, the gated one clamped at `clamp` (its

@@ -45,6 +45,7 @@ pub fn spec(c: &RawConfig, arch: &str) -> Result<ModelSpec, ModelError> {
         shared: None,
         latent_size: None,
         stacked: false,
+        gpt_oss: false,
     });
     Ok(spec)
 }

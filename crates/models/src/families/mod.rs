@@ -6,6 +6,7 @@ pub mod gemma3;
 pub mod gemma4;
 pub mod glm4_moe;
 pub mod glm_moe_dsa;
+pub mod gpt_oss;
 pub mod lfm2;
 pub mod lfm2_moe;
 pub mod lfm3;

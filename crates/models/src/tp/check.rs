@@ -16,6 +16,11 @@ pub fn check(spec: &ModelSpec, size: usize, expert_parallel: bool) -> Result<(),
             spec.architecture
         ))))
     };
+    // Biases after row-parallel projections would be added once a rank (and sinks ride with
+    // them): gpt-oss runs on one rank.
+    if spec.attn_out_bias || spec.moe.as_ref().is_some_and(|m| m.gpt_oss) {
+        return refuse("adds biases after its output and expert down projections, which are not sharded yet".into());
+    }
     // Value heads split evenly; key heads too, or each held by several ranks.
     if let Some(g) = &spec.gdn {
         let (hk, hv) = (g.num_k_heads, g.num_v_heads);
