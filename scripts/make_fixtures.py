@@ -808,9 +808,10 @@ def main():
     import fixture_fp8  # noqa: E402
     import fixture_gemma4_assistant  # noqa: E402
     import fixture_mtp  # noqa: E402
+    import fixture_mxfp4  # noqa: E402
 
     assistants = fixture_gemma4_assistant.ASSISTANT_FIXTURES
-    derived = {**fixture_fp8.FP8_FIXTURES, **fixture_mtp.MTP_FIXTURES, **assistants}
+    derived = {**fixture_fp8.FP8_FIXTURES, **fixture_mtp.MTP_FIXTURES, **assistants, **fixture_mxfp4.MXFP4_FIXTURES}
     wanted = args.families or list(FAMILIES) + list(derived)
     base_tok = train_tokenizer()
     print("versions:", versions())
@@ -822,6 +823,10 @@ def main():
     fp8 = [f for f in wanted if f in fixture_fp8.FP8_FIXTURES]
     if fp8:
         fixture_fp8.main(fp8, out_root)
+    # MXFP4 fixtures quantize gpt-oss's experts as its release does (scripts/fixture_mxfp4.py).
+    mxfp4 = [f for f in wanted if f in fixture_mxfp4.MXFP4_FIXTURES]
+    if mxfp4:
+        fixture_mxfp4.main(mxfp4, out_root)
     # MTP fixtures append a layer to the fixtures written above (scripts/fixture_mtp.py).
     mtp = [f for f in wanted if f in fixture_mtp.MTP_FIXTURES]
     if mtp:

@@ -137,7 +137,7 @@ impl HostMat {
                 Some(s) => s.dequantize_row(bytes, r, out),
                 None => unreachable!("HostMat::from_fp8 gives every FP8 weight its scales"),
             },
-            DType::I64 => unreachable!("HostMat::from_view takes weight dtypes only"),
+            DType::I64 | DType::U8 => unreachable!("HostMat::from_view takes weight dtypes only"),
         }
     }
 }

@@ -30,6 +30,7 @@ fn dtype(d: tf_core::DType) -> Dtype {
         tf_core::DType::BF16 => Dtype::BF16,
         tf_core::DType::I64 => Dtype::I64,
         tf_core::DType::F8E4M3 => Dtype::F8_E4M3,
+        tf_core::DType::U8 => Dtype::U8,
         tf_core::DType::Quant(q) => panic!("no quantized tensors in safetensors fixtures: {q:?}"),
     }
 }

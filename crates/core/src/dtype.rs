@@ -13,6 +13,9 @@ pub enum DType {
     BF16,
     /// Signed 64-bit integer (token ids in golden files).
     I64,
+    /// Unsigned bytes: packed MXFP4 codes and their E8M0 scales (gpt-oss), read by the family
+    /// that knows their layout.
+    U8,
     /// FP8 E4M3 as torch's `float8_e4m3fn` (no infinities; 0x7F and 0xFF are NaN): a weight
     /// that needs its scales to mean anything.
     F8E4M3,
@@ -94,7 +97,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
-            DType::F8E4M3 => 1,
+            DType::F8E4M3 | DType::U8 => 1,
             DType::Quant(q) => q.block_bytes(),
         }
     }
@@ -125,6 +128,7 @@ impl DType {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::I64 => "i64",
+            DType::U8 => "u8",
             DType::F8E4M3 => "f8_e4m3",
             DType::Quant(q) => q.name(),
         }

@@ -54,6 +54,7 @@ impl TensorBytes {
                 .collect(),
             DType::Quant(q) => crate::quant::dequantize(q, b),
             DType::F8E4M3 => b.iter().map(|&c| crate::fp8::e4m3(c)).collect(),
+            DType::U8 => b.iter().map(|&c| f32::from(c)).collect(),
         }
     }
 }

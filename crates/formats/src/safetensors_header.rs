@@ -128,6 +128,7 @@ fn check_entry(raw: RawEntry, data_len: usize) -> Result<TensorInfo, String> {
         "BF16" => Ok(DType::BF16),
         "F8_E4M3" => Ok(DType::F8E4M3),
         "I64" => Ok(DType::I64),
+        "U8" => Ok(DType::U8),
         other => Err(other.to_string()),
     };
     let bits = match &dtype {

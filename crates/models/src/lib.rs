@@ -15,6 +15,7 @@ pub mod limits;
 pub mod loaded;
 pub mod locate;
 pub mod mtp;
+pub mod mxfp4;
 pub mod names;
 pub mod quant_config;
 pub mod registry;

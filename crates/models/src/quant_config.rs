@@ -29,14 +29,18 @@ pub struct Fp8Config {
     pub ignore: Vec<String>,
 }
 
-/// The checkpoint's FP8 config, `None` when it has no `quantization_config`; any other
-/// quantization, or an FP8 one that cannot be run exactly with f32 activations, is refused.
+/// The checkpoint's FP8 config, `None` when it has no `quantization_config` (or gpt-oss's
+/// `mxfp4`, whose experts the family decodes); any other quantization, or an FP8 one that cannot
+/// be run exactly with f32 activations, is refused.
 pub fn fp8_config(cfg: &RawConfig) -> Result<Option<Fp8Config>, ModelError> {
     let Some(q) = cfg.get("quantization_config") else { return Ok(None) };
     let q = q.as_object().ok_or_else(|| cfg.error("'quantization_config' must be an object"))?;
     let err = |msg: String| cfg.error(format!("quantization_config: {msg}"));
     match q.get("quant_method").and_then(Value::as_str) {
         Some("fp8") => block_fp8(q).map(Some).map_err(err),
+        // gpt-oss's experts (the family decodes their `_blocks` / `_scales`); the rest as stored.
+        Some("mxfp4") if cfg.opt_str("model_type") == Some("gpt_oss") => Ok(None),
+        Some("mxfp4") => Err(err("quant_method 'mxfp4' is read only for gpt-oss's experts".into())),
         Some("compressed-tensors") => compressed(q).map(Some).map_err(err),
         Some(other) => Err(err(format!(
             "quant_method '{}' is not supported (TensorFold reads fp8 and compressed-tensors float8 weights)",

@@ -436,6 +436,25 @@ impl<'a, B: Backend> Loader<'a, B> {
             .collect()
     }
 
+    /// The byte tensor `name` (dtype U8) of exactly `shape`: packed codes or scales the family
+    /// decodes (gpt-oss's MXFP4 experts).
+    pub fn u8_view(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+        let t = self.take(name)?;
+        if t.shape != shape {
+            return Err(ModelError::Shape {
+                file: t.file.clone(),
+                tensor: name.to_string(),
+                expected: shape.to_vec(),
+                found: t.shape.clone(),
+            });
+        }
+        if t.dtype != tf_core::DType::U8 {
+            let msg = format!("dtype {} is not U8, packed codes' type", t.dtype);
+            return Err(ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg });
+        }
+        Ok(t)
+    }
+
     /// The backend weights are taken onto.
     pub fn backend_ref(&self) -> &B {
         self.backend

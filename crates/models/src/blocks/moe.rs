@@ -9,6 +9,7 @@ use crate::error::ModelError;
 use crate::spec::{ModelSpec, MoeSpec};
 use crate::weights::{GateUp, Loader};
 use tf_backend::{Activation, Backend, ExpertBiases, Experts, MoeParams};
+use tf_formats::TensorView;
 
 /// One layer's experts.
 pub(crate) struct Moe<B: Backend> {
@@ -160,7 +161,8 @@ impl<B: Backend> Moe<B> {
 /// gpt-oss's experts `held` (this rank's `part` of each one's intermediate rows) into
 /// `experts`: gate and up from the columns of `experts.gate_up_proj` `[n, hidden, 2 inter]`
 /// (gate even, up odd), down from `experts.down_proj` `[n, inter, hidden]`, each transposed,
-/// with their biases.
+/// with their biases; or, in the release's MXFP4 layout, the same rows of the output-major
+/// `_blocks` / `_scales`, decoded exactly into bf16 weights.
 fn load_gpt_oss<B: Backend>(
     experts: &mut Experts<B::Mat, B::Vec>,
     ld: &Loader<'_, B>,
@@ -176,17 +178,77 @@ fn load_gpt_oss<B: Backend>(
     let up_cols: Vec<usize> = part.clone().map(|i| 2 * i + 1).collect();
     let all: Vec<usize> = (0..hidden).collect();
     let mut biases = ExpertBiases { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
+    // The release's MXFP4 experts (`_blocks` / `_scales`, output-major), else float ones.
+    let packed = ld.has(&format!("{gu}_blocks"));
+    let mx = |name: &str, rows: usize, cols: usize| -> Result<Option<[TensorView; 2]>, ModelError> {
+        if !packed {
+            return Ok(None);
+        }
+        if !cols.is_multiple_of(32) {
+            return Err(ModelError::Config {
+                file: Default::default(),
+                msg: format!("{name}: {cols} inputs are not whole MXFP4 blocks of 32"),
+            });
+        }
+        let g = cols / 32;
+        Ok(Some([
+            ld.u8_view(&format!("{name}_blocks"), &[ne, rows, g, 16])?,
+            ld.u8_view(&format!("{name}_scales"), &[ne, rows, g])?,
+        ]))
+    };
+    let (gu_mx, dn_mx) = (mx(&gu, 2 * inter, hidden)?, mx(&dn, hidden, inter)?);
     for e in held {
         let pick = |cols: &[usize]| cols.iter().map(|&c| gu_bias[e * 2 * inter + c]).collect::<Vec<f32>>();
-        experts.gate.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &gate_cols)?);
-        experts.up.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &up_cols)?);
-        experts.down.push(ld.stacked_t(&dn, [ne, inter, hidden], e, part.clone(), &all)?);
+        match (&gu_mx, &dn_mx) {
+            (Some(g), Some(d)) => {
+                experts.gate.push(mxfp4_mat(ld, g, [2 * inter, hidden], e, &gate_cols, 0..hidden)?);
+                experts.up.push(mxfp4_mat(ld, g, [2 * inter, hidden], e, &up_cols, 0..hidden)?);
+                experts.down.push(mxfp4_mat(ld, d, [hidden, inter], e, &all, part.clone())?);
+            }
+            _ => {
+                experts.gate.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &gate_cols)?);
+                experts.up.push(ld.stacked_t(&gu, [ne, hidden, 2 * inter], e, 0..hidden, &up_cols)?);
+                experts.down.push(ld.stacked_t(&dn, [ne, inter, hidden], e, part.clone(), &all)?);
+            }
+        }
         biases.gate.push(ld.backend_vec(&pick(&gate_cols)));
         biases.up.push(ld.backend_vec(&pick(&up_cols)));
         biases.down.push(ld.backend_vec(&dn_bias[e * hidden..(e + 1) * hidden]));
     }
     experts.biases = Some(biases);
     Ok(())
+}
+
+/// Rows `rows` (columns `cols` of each) of expert `e`'s MXFP4 matrix `[rows, cols]` (`blocks`
+/// and `scales`, [`crate::mxfp4`]) decoded exactly into a bf16 weight.
+fn mxfp4_mat<B: Backend>(
+    ld: &Loader<'_, B>,
+    [blocks, scales]: &[TensorView; 2],
+    [n_rows, n_cols]: [usize; 2],
+    e: usize,
+    rows: &[usize],
+    cols: std::ops::Range<usize>,
+) -> Result<B::Mat, ModelError> {
+    let g = n_cols / 32;
+    let (bytes, exps) = (blocks.data.as_bytes(), scales.data.as_bytes());
+    let mut row = vec![0f32; n_cols];
+    let mut out = Vec::with_capacity(rows.len() * cols.len() * 2);
+    for &r in rows {
+        let at = e * n_rows + r;
+        let (b, s) = (bytes.get(at * g * 16..(at + 1) * g * 16), exps.get(at * g..(at + 1) * g));
+        let bad = |msg: String| ModelError::Dtype { file: blocks.file.clone(), tensor: blocks.name.clone(), msg };
+        let (Some(b), Some(s)) = (b, s) else { return Err(bad(format!("row {r} of expert {e} is outside the data"))) };
+        crate::mxfp4::decode_row(b, s, &mut row).map_err(|m| bad(format!("expert {e}, row {r}: {m}")))?;
+        out.extend(row[cols.clone()].iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()));
+    }
+    let view = TensorView {
+        name: blocks.name.clone(),
+        dtype: tf_core::DType::BF16,
+        shape: vec![rows.len(), cols.len()],
+        data: tf_formats::TensorBytes::from_vec(&out),
+        file: blocks.file.clone(),
+    };
+    Ok(ld.backend_ref().mat(&view)?)
 }
 
 /// An MLP's activations before its down projection, the gated one clamped at `clamp` (its
