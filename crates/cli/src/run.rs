@@ -84,13 +84,12 @@ fn settings(a: &RunArgs) -> Result<Settings, Failure> {
     params.validate().map_err(|e| {
         refused(format!("--{} {} is out of range: expected {}", e.field.replace('_', "-"), e.value, e.expected))
     })?;
-    let reasoning =
-        match a.reasoning_parser.as_deref() {
-            Some(name) => Some(tf_server::reasoning::ReasoningParser::named(name).ok_or_else(|| {
-                refused(format!("--reasoning-parser {name}: known parsers are qwen3 and deepseek_r1"))
-            })?),
-            None => None,
-        };
+    let reasoning = match a.reasoning_parser.as_deref() {
+        Some(name) => Some(tf_server::reasoning::ReasoningParser::named(name).ok_or_else(|| {
+            refused(format!("--reasoning-parser {name}: known parsers are qwen3, deepseek_r1 and gpt_oss"))
+        })?),
+        None => None,
+    };
     Ok(Settings { params, seed: a.seed, max_tokens: a.max_tokens, reasoning: reasoning.map(|p| (p, a.hide_thinking)) })
 }
 

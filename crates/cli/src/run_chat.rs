@@ -142,7 +142,9 @@ impl Chat {
         let m = &self.model;
         let mut params = self.settings.params.clone();
         params.seed = self.settings.seed.unwrap_or_else(|| self.seeds.hash_one(std::time::Instant::now()));
-        let mut decoder = IncrementalDecoder::new(prompt.as_slice(), true);
+        // Harmony's markup is special tokens the reasoning split reads (and drops).
+        let keep = self.settings.reasoning.is_some_and(|(p, _)| p.keeps_special_tokens());
+        let mut decoder = IncrementalDecoder::new(prompt.as_slice(), !keep);
         let (tx, rx) = channel();
         self.cancel.store(false, Ordering::Relaxed);
         let req = GenRequest {

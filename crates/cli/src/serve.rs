@@ -303,7 +303,7 @@ fn model_info<B: Backend>(model: &Model<B>, a: &ServeArgs, dir: &Path) -> ModelI
 /// The `--reasoning-parser` called `name`, or a refusal naming the ones there are.
 fn reasoning_parser(name: &str) -> Result<tf_server::reasoning::ReasoningParser, Failure> {
     tf_server::reasoning::ReasoningParser::named(name)
-        .ok_or_else(|| refused(format!("--reasoning-parser {name}: known parsers are qwen3 and deepseek_r1")))
+        .ok_or_else(|| refused(format!("--reasoning-parser {name}: known parsers are qwen3, deepseek_r1 and gpt_oss")))
 }
 
 /// What the chat side keeps of the model, under `name` (serve's and run's).

@@ -82,6 +82,18 @@ fn a_continued_message_is_read_from_where_its_prefill_left_off() {
     assert!(after.get("reasoning_content").is_none_or(Value::is_null), "{after}");
 }
 
+/// gpt-oss's harmony parser: structured output under it is refused with 400 naming it (its
+/// grammar would start after the `final` channel's header).
+#[test]
+fn structured_output_under_the_harmony_parser_is_refused() {
+    let s = Server::start(&["--reasoning-parser", "gpt_oss"]);
+    let r = s.post("/v1/chat/completions", &chat(false));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("--reasoning-parser gpt_oss") && r.text().contains("response_format"), "{}", r.text());
+    let plain = json!({"model": "tiny", "messages": [{"role": "user", "content": "2 + 2?"}], "max_tokens": 4});
+    assert_eq!(s.post("/v1/chat/completions", &plain).status, 200);
+}
+
 #[test]
 fn an_unknown_reasoning_parser_is_refused_at_start() {
     let dir = serve_util::model_dir();
@@ -91,7 +103,7 @@ fn an_unknown_reasoning_parser_is_refused_at_start() {
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--reasoning-parser r2: known parsers are qwen3 and deepseek_r1"), "{err}");
+    assert!(err.contains("--reasoning-parser r2: known parsers are qwen3, deepseek_r1 and gpt_oss"), "{err}");
 }
 
 #[test]

@@ -211,6 +211,7 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
     let constraint = with_allowed(&opts, constraint)?;
     let prefill = chat.continue_final_message.unwrap_or(false).then(|| final_text(chat.messages)).flatten();
     let (reasoning, constraint) = reasoning_of(st, &prompt, prefill.as_deref(), constraint);
+    refuse_harmony_constraint(reasoning, &constraint)?;
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = vec![None; opts.n];
     let prompt_tokens = prompt.len();
@@ -272,6 +273,20 @@ pub fn chat_prompt(st: &AppState, o: &ChatInput, raw: &[u8], add_special_tokens:
     let text = render_chat(st, o, raw, tok, &mut literals)?;
     chat_ids::encode(tok, &text, &literals, add_special_tokens)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))
+}
+
+/// Refuses a constraint under gpt-oss's harmony parser: its grammar would have to start after
+/// the `final` channel's header, which is not built yet.
+pub(crate) fn refuse_harmony_constraint(
+    reasoning: Option<ReasoningParser>,
+    constraint: &Option<Prepared>,
+) -> Result<(), ApiError> {
+    if reasoning == Some(ReasoningParser::GptOss) && constraint.is_some() {
+        let msg = "structured output (response_format, guided_*, a required or named tool choice, allowed_token_ids) \
+                   with --reasoning-parser gpt_oss is not supported yet";
+        return Err(ApiError::invalid("response_format", msg));
+    }
+    Ok(())
 }
 
 /// The final message's text (its content, text parts joined), if any.

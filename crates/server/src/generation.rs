@@ -136,7 +136,11 @@ impl Generation {
             let unread = Arc::new(AtomicUsize::new(0));
             let tx = tx.clone();
             seqs.push(SeqState {
-                decoder: IncrementalDecoder::new(spec.prompt.as_slice(), opts.skip_special),
+                // Harmony's markup is special tokens the reasoning split reads (and drops).
+                decoder: IncrementalDecoder::new(
+                    spec.prompt.as_slice(),
+                    opts.skip_special && !spec.reasoning.is_some_and(|p| p.keeps_special_tokens()),
+                ),
                 stops: StopMatcher::new(&opts.stop).including(opts.include_stop),
                 cancel: cancel.clone(),
                 unread: unread.clone(),

@@ -16,6 +16,7 @@ pub mod cors;
 pub mod error;
 mod fields;
 mod generation;
+mod harmony;
 mod histogram;
 mod loading;
 mod messages;

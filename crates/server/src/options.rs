@@ -44,8 +44,10 @@ pub struct ServeArgs {
     /// `</think>`; `deepseek_r1` (also for templates that open the block in the prompt, such as
     /// Qwen3's thinking-only releases): everything before `</think>` is reasoning, unless the
     /// prompt closed it (thinking off). Structured output then holds on the answer alone.
+    /// `gpt_oss`: gpt-oss's harmony messages, the `analysis` channel reasoning and the others
+    /// the answer, the markup dropped (structured output refused with it for now).
     ///
-    /// Accepts: qwen3, deepseek_r1. Default: none (the text as generated).
+    /// Accepts: qwen3, deepseek_r1, gpt_oss. Default: none (the text as generated).
     #[arg(long)]
     pub reasoning_parser: Option<String>,
     /// TOML file of switches (keys are the long flag names); the command line wins over it.

@@ -16,6 +16,9 @@ pub enum ReasoningParser {
     /// thinking-only releases, GLM-4.5): everything before `</think>` is reasoning (a leading
     /// `<think>` dropped); an output without it is all reasoning, cut before its answer.
     DeepSeekR1,
+    /// gpt-oss's harmony messages (harmony.rs): the `analysis` channel is reasoning, the others
+    /// the answer; read from text with the special tokens kept.
+    GptOss,
 }
 
 impl ReasoningParser {
@@ -24,6 +27,7 @@ impl ReasoningParser {
         match name {
             "qwen3" => Some(ReasoningParser::Qwen3),
             "deepseek_r1" => Some(ReasoningParser::DeepSeekR1),
+            "gpt_oss" => Some(ReasoningParser::GptOss),
             _ => None,
         }
     }
@@ -45,6 +49,9 @@ impl ReasoningParser {
     /// the output starts in its reasoning (DeepSeek R1's reading); after a block it closed, the
     /// output is answer unless it opens another (Qwen3's); without either tag, as it was.
     pub fn for_prefill(self, prefill: &str) -> ReasoningParser {
+        if self == ReasoningParser::GptOss {
+            return self;
+        }
         match (prefill.rfind(OPEN), prefill.rfind(CLOSE)) {
             (None, None) => self,
             (Some(open), Some(close)) if close > open => ReasoningParser::Qwen3,
@@ -61,8 +68,15 @@ impl ReasoningParser {
         let open = match self {
             ReasoningParser::Qwen3 => Some(tok.token_to_id(OPEN)?),
             ReasoningParser::DeepSeekR1 => None,
+            ReasoningParser::GptOss => return None,
         };
         Some(Gate { open, close })
+    }
+
+    /// Whether its text is decoded with the special tokens kept (harmony's markup is special
+    /// tokens; the split drops it).
+    pub fn keeps_special_tokens(self) -> bool {
+        self == ReasoningParser::GptOss
     }
 
     /// Splits a whole output into its reasoning (`None` where it has none) and its answer.
@@ -72,7 +86,7 @@ impl ReasoningParser {
         let (r, c) = s.finish();
         reasoning.push_str(&r);
         content.push_str(&c);
-        (s.saw_reasoning.then_some(reasoning), content)
+        (s.saw_reasoning().then_some(reasoning), content)
     }
 }
 
@@ -108,6 +122,8 @@ enum Phase {
 #[derive(Debug)]
 pub struct Splitter {
     parser: ReasoningParser,
+    /// gpt-oss's split, which reads messages rather than tags.
+    harmony: Option<crate::harmony::Harmony>,
     phase: Phase,
     /// Text not yet given out: the start of the output, or a possible start of a tag.
     held: String,
@@ -118,11 +134,15 @@ pub struct Splitter {
 impl Splitter {
     /// A split of a new output.
     pub fn new(parser: ReasoningParser) -> Splitter {
-        Splitter { parser, phase: Phase::Start, held: String::new(), saw_reasoning: false }
+        let harmony = (parser == ReasoningParser::GptOss).then(crate::harmony::Harmony::new);
+        Splitter { parser, harmony, phase: Phase::Start, held: String::new(), saw_reasoning: false }
     }
 
     /// The reasoning and answer text `piece` settles.
     pub fn push(&mut self, piece: &str) -> (String, String) {
+        if let Some(h) = &mut self.harmony {
+            return h.push(piece);
+        }
         self.held.push_str(piece);
         let (mut reasoning, mut content) = (String::new(), String::new());
         loop {
@@ -172,16 +192,19 @@ impl Splitter {
 
     /// Whether any of the output so far was reasoning.
     pub fn saw_reasoning(&self) -> bool {
-        self.saw_reasoning
+        self.harmony.as_ref().map_or(self.saw_reasoning, |h| h.saw_reasoning())
     }
 
     /// Whether the answer has started (some of it given out).
     pub fn answering(&self) -> bool {
-        matches!(self.phase, Phase::Content { trim: false })
+        self.harmony.as_ref().map_or(matches!(self.phase, Phase::Content { trim: false }), |h| h.answering())
     }
 
     /// What is still held when the output ends.
     pub fn finish(&mut self) -> (String, String) {
+        if let Some(h) = &mut self.harmony {
+            return h.finish();
+        }
         let held = std::mem::take(&mut self.held);
         match self.phase {
             Phase::Reasoning => (held, String::new()),

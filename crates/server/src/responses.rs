@@ -77,6 +77,7 @@ fn prepare(st: &AppState, body: &Value) -> Result<(ResponseReply, Vec<SeqSpec>),
     let max_tokens = max_tokens_for(st, &opts, prompt.len(), st.limits.max_tokens_limit, Api::Chat)
         .map_err(|e| e.under("max_completion_tokens", "max_output_tokens"))?;
     let (reasoning, constraint) = crate::api::reasoning_of(st, &prompt, None, constraint(st, &f, grammar)?);
+    crate::api::refuse_harmony_constraint(reasoning, &constraint)?;
     let specs = specs_for(st, &opts, &prompt, max_tokens, &constraint, reasoning);
     let echo = Echo {
         instructions: f.instructions.clone(),
