@@ -63,6 +63,12 @@ impl HostMat {
         if t.dtype == DType::F8E4M3 {
             return Err(BackendError::Unsupported(format!("{}: an FP8 weight needs its scales", t.name)));
         }
+        if t.dtype == DType::Mxfp4 && !cols.is_multiple_of(32) {
+            return Err(BackendError::Unsupported(format!(
+                "{}: rows of {cols} do not split into mxfp4 blocks of 32",
+                t.name
+            )));
+        }
         if let DType::Quant(q) = t.dtype
             && !cols.is_multiple_of(q.block_len())
         {
@@ -104,6 +110,7 @@ impl HostMat {
     pub fn row_bytes(&self) -> usize {
         match self.dtype {
             DType::Quant(q) => self.cols / q.block_len() * q.block_bytes(),
+            DType::Mxfp4 => self.cols / 32 * tf_formats::mxfp4::BLOCK_BYTES,
             d => self.cols * d.size(),
         }
     }
@@ -137,6 +144,7 @@ impl HostMat {
                 Some(s) => s.dequantize_row(bytes, r, out),
                 None => unreachable!("HostMat::from_fp8 gives every FP8 weight its scales"),
             },
+            DType::Mxfp4 => tf_formats::mxfp4::dequantize_into(bytes, out),
             DType::I64 | DType::U8 => unreachable!("HostMat::from_view takes weight dtypes only"),
         }
     }

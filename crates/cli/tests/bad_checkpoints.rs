@@ -32,6 +32,7 @@ fn dtype(d: tf_core::DType) -> Dtype {
         tf_core::DType::F8E4M3 => Dtype::F8_E4M3,
         tf_core::DType::U8 => Dtype::U8,
         tf_core::DType::Quant(q) => panic!("no quantized tensors in safetensors fixtures: {q:?}"),
+        tf_core::DType::Mxfp4 => panic!("no mxfp4 tensors in safetensors fixtures"),
     }
 }
 

@@ -16,6 +16,10 @@ pub enum DType {
     /// Unsigned bytes: packed MXFP4 codes and their E8M0 scales (gpt-oss), read by the family
     /// that knows their layout.
     U8,
+    /// MXFP4 weights in ggml's block layout: per 32 weights, an E8M0 scale byte (`2^(e - 127)`)
+    /// then 16 bytes of FP4 E2M1 codes, weight `j` in byte `j`'s low nibble and weight `j + 16`
+    /// in its high one. Held packed; dequantized row by row into the f32 kernels.
+    Mxfp4,
     /// FP8 E4M3 as torch's `float8_e4m3fn` (no infinities; 0x7F and 0xFF are NaN): a weight
     /// that needs its scales to mean anything.
     F8E4M3,
@@ -98,6 +102,7 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
             DType::F8E4M3 | DType::U8 => 1,
+            DType::Mxfp4 => 17,
             DType::Quant(q) => q.block_bytes(),
         }
     }
@@ -107,13 +112,15 @@ impl DType {
         match self {
             DType::Quant(q) if !numel.is_multiple_of(q.block_len()) => None,
             DType::Quant(q) => (numel / q.block_len()).checked_mul(q.block_bytes()),
+            DType::Mxfp4 if !numel.is_multiple_of(32) => None,
+            DType::Mxfp4 => (numel / 32).checked_mul(17),
             d => numel.checked_mul(d.size()),
         }
     }
 
     /// Whether a weight matrix may be stored in this type (float, FP8 or quantized).
     pub fn is_weight(self) -> bool {
-        self.is_float() || matches!(self, DType::Quant(_) | DType::F8E4M3)
+        self.is_float() || matches!(self, DType::Quant(_) | DType::F8E4M3 | DType::Mxfp4)
     }
 
     /// Whether this type can hold model weights for the float backends.
@@ -129,6 +136,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I64 => "i64",
             DType::U8 => "u8",
+            DType::Mxfp4 => "mxfp4",
             DType::F8E4M3 => "f8_e4m3",
             DType::Quant(q) => q.name(),
         }

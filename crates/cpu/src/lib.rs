@@ -253,7 +253,7 @@ impl Backend for CpuBackend {
     fn matmul(&self, x: &HostTensor, w: &HostMat) -> HostTensor {
         match w.dtype {
             tf_core::DType::Quant(_) => quant::matmul(&self.pool, self.simd, self.int_dot, self.quant_acts, x, w),
-            tf_core::DType::F8E4M3 => fp8::matmul(&self.pool, self.simd, x, w),
+            tf_core::DType::F8E4M3 | tf_core::DType::Mxfp4 => fp8::matmul(&self.pool, self.simd, x, w),
             _ => matmul::matmul(&self.pool, self.simd, x, w),
         }
     }

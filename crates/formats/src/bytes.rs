@@ -55,6 +55,11 @@ impl TensorBytes {
             DType::Quant(q) => crate::quant::dequantize(q, b),
             DType::F8E4M3 => b.iter().map(|&c| crate::fp8::e4m3(c)).collect(),
             DType::U8 => b.iter().map(|&c| f32::from(c)).collect(),
+            DType::Mxfp4 => {
+                let mut out = Vec::with_capacity(b.len() / crate::mxfp4::BLOCK_BYTES * 32);
+                crate::mxfp4::dequantize(b, &mut out);
+                out
+            }
         }
     }
 }

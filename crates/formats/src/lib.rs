@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod fp8;
 pub mod gguf;
+pub mod mxfp4;
 pub mod printable;
 pub mod quant;
 pub mod safetensors_file;

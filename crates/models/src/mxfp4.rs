@@ -1,12 +1,28 @@
 //! MXFP4 weights as the gpt-oss release stores its experts: per row, blocks of 32 FP4 E2M1
 //! codes (two a byte, the even value in the low nibble) and one E8M0 scale a block (`2^(s -
-//! 127)`). Decoded exactly: every value is a code's magnitude times a power of two, which f32
-//! and bf16 hold exactly.
+//! 127)`), repacked into ggml's block layout (held packed: [`tf_core::DType::Mxfp4`]) or decoded
+//! exactly (every value is a code's magnitude times a power of two, which f32 and bf16 hold).
 
-/// FP4 E2M1 values by code (bit 3 the sign).
-const FP4: [f32; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
-/// Largest scale byte whose block stays finite (6 x 2^125 < f32::MAX < 6 x 2^126).
-const MAX_SCALE: u8 = 252;
+use tf_formats::mxfp4::{FP4, MAX_SCALE};
+
+/// A scale byte past [`MAX_SCALE`] (255: E8M0's NaN) refused.
+pub fn check_scale(s: u8) -> Result<(), String> {
+    match s > MAX_SCALE {
+        true => Err(format!("scale byte {s} (2^{}) is not a finite scale", i32::from(s) - 127)),
+        false => Ok(()),
+    }
+}
+
+/// One block of the release's layout (16 bytes, value `2j` in byte `j`'s low nibble) and its
+/// scale byte as a block of ggml's ([`tf_core::DType::Mxfp4`]).
+pub fn repack(bytes: &[u8], s: u8) -> [u8; tf_formats::mxfp4::BLOCK_BYTES] {
+    let mut codes = [0u8; 32];
+    for (j, &b) in bytes.iter().take(16).enumerate() {
+        codes[2 * j] = b & 0x0f;
+        codes[2 * j + 1] = b >> 4;
+    }
+    tf_formats::mxfp4::pack(&codes, s)
+}
 
 /// One row's values from its `blocks` (16 bytes a block of 32) and `scales` (one a block)
 /// into `out` (32 a block); a scale byte past [`MAX_SCALE`] (255: E8M0's NaN) is refused.
@@ -15,10 +31,8 @@ pub fn decode_row(blocks: &[u8], scales: &[u8], out: &mut [f32]) -> Result<(), S
         return Err(format!("{} bytes and {} scales for {} values", blocks.len(), scales.len(), out.len()));
     }
     for ((bytes, &s), vals) in blocks.chunks_exact(16).zip(scales).zip(out.chunks_exact_mut(32)) {
-        if s > MAX_SCALE {
-            return Err(format!("scale byte {s} (2^{}) is not a finite scale", i32::from(s) - 127));
-        }
-        let scale = f32::powi(2.0, i32::from(s) - 127);
+        check_scale(s)?;
+        let scale = tf_formats::mxfp4::scale(s);
         for (pair, &b) in vals.chunks_exact_mut(2).zip(bytes) {
             pair[0] = FP4[usize::from(b & 0x0f)] * scale;
             pair[1] = FP4[usize::from(b >> 4)] * scale;
@@ -44,5 +58,15 @@ mod tests {
         assert!(decode_row(&blocks, &[255, 127], &mut out).unwrap_err().contains("scale byte 255"));
         assert!(decode_row(&blocks, &[252, 0], &mut out).is_ok(), "6 x 2^125 and 2^-127 are finite");
         assert!(decode_row(&blocks[..16], &[127, 127], &mut out).is_err(), "lengths disagree");
+    }
+
+    #[test]
+    fn a_repacked_block_decodes_to_the_same_values() {
+        let bytes: Vec<u8> = (0..16u8).map(|j| j.wrapping_mul(37) ^ 0x5a).collect();
+        let mut want = vec![0.0; 32];
+        decode_row(&bytes, &[120], &mut want).expect("finite");
+        let mut got = Vec::new();
+        tf_formats::mxfp4::dequantize(&repack(&bytes, 120), &mut got);
+        assert_eq!(got, want);
     }
 }

@@ -220,7 +220,8 @@ fn load_gpt_oss<B: Backend>(
 }
 
 /// Rows `rows` (columns `cols` of each) of expert `e`'s MXFP4 matrix `[rows, cols]` (`blocks`
-/// and `scales`, [`crate::mxfp4`]) decoded exactly into a bf16 weight.
+/// and `scales`, [`crate::mxfp4`]): kept packed where `cols` are whole blocks (repacked into
+/// ggml's layout), else decoded exactly into a bf16 weight.
 fn mxfp4_mat<B: Backend>(
     ld: &Loader<'_, B>,
     [blocks, scales]: &[TensorView; 2],
@@ -230,6 +231,7 @@ fn mxfp4_mat<B: Backend>(
     cols: std::ops::Range<usize>,
 ) -> Result<B::Mat, ModelError> {
     let g = n_cols / 32;
+    let packed = cols.start.is_multiple_of(32) && cols.len().is_multiple_of(32);
     let (bytes, exps) = (blocks.data.as_bytes(), scales.data.as_bytes());
     let mut row = vec![0f32; n_cols];
     let mut out = Vec::with_capacity(rows.len() * cols.len() * 2);
@@ -239,11 +241,17 @@ fn mxfp4_mat<B: Backend>(
         let bad = |msg: String| ModelError::Dtype { file: blocks.file.clone(), tensor: blocks.name.clone(), msg };
         let (Some(b), Some(s)) = (b, s) else { return Err(bad(format!("row {r} of expert {e} is outside the data"))) };
         crate::mxfp4::decode_row(b, s, &mut row).map_err(|m| bad(format!("expert {e}, row {r}: {m}")))?;
-        out.extend(row[cols.clone()].iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()));
+        if packed {
+            for k in cols.start / 32..cols.end / 32 {
+                out.extend(crate::mxfp4::repack(&b[k * 16..(k + 1) * 16], s[k]));
+            }
+        } else {
+            out.extend(row[cols.clone()].iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()));
+        }
     }
     let view = TensorView {
         name: blocks.name.clone(),
-        dtype: tf_core::DType::BF16,
+        dtype: if packed { tf_core::DType::Mxfp4 } else { tf_core::DType::BF16 },
         shape: vec![rows.len(), cols.len()],
         data: tf_formats::TensorBytes::from_vec(&out),
         file: blocks.file.clone(),

@@ -4,7 +4,7 @@
 //! bias (softmax over the top-k logits), each expert a clamped SwiGLU (`swiglu_limit` 7, alpha
 //! 1.702, `(up + 1)`) stored fused and input-first (`experts.gate_up_proj` `[experts, hidden, 2
 //! inter]`, gate and up interleaved; `experts.down_proj`) with biases, or as the release stores
-//! them in MXFP4 (`quantization_config` `mxfp4`; decoded exactly into bf16 at load, mxfp4.rs).
+//! them in MXFP4 (`quantization_config` `mxfp4`; held packed, mxfp4.rs).
 //! CPU only (the other backends refuse sinks and expert biases by name).
 
 use crate::config::RawConfig;
