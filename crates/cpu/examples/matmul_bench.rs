@@ -3,6 +3,7 @@
 //! f32 path of quantized ones) or an 8-bit multiply-add peak (integer path) for prefill.
 //!
 //! `cargo run -p tf-cpu --release --example matmul_bench [threads] [float|quant] [q4_k,q8_0,...]`
+//! (float: bf16, f32 and MXFP4 weights)
 //!
 //! "hot" repeats one weight matrix (it may sit in the last-level cache); "cold" cycles through
 //! copies totalling 256 MiB, so every call reads its weights from memory, as a model's layers do.
@@ -62,7 +63,7 @@ fn main() {
     if which != "quant" {
         println!();
         header("dtype");
-        for dtype in [DType::BF16, DType::F32] {
+        for dtype in [DType::BF16, DType::F32, DType::Mxfp4] {
             for (rows, out, inp) in SHAPES {
                 let bytes = random_bytes(dtype, out * inp);
                 let mat = |data| HostMat { dtype, rows: out, cols: inp, data, scales: None };
@@ -348,6 +349,14 @@ fn random_bytes(dtype: DType, n: usize) -> Vec<u8> {
     match dtype {
         DType::BF16 => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
         DType::F16 => v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+        // Blocks of 32 codes taken from the values' bits, scales near 1.
+        DType::Mxfp4 => v
+            .chunks_exact(32)
+            .flat_map(|c| {
+                let codes: [u8; 32] = std::array::from_fn(|j| (c[j].to_bits() >> 7) as u8 & 0x0f);
+                tf_formats::mxfp4::pack(&codes, 124 + (c[0].to_bits() % 4) as u8)
+            })
+            .collect(),
         _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
     }
 }
