@@ -1,7 +1,8 @@
 //! GGUF files of the fixture checkpoints, written here as llama.cpp's `convert_hf_to_gguf.py`
 //! writes them (tensor names, metadata, Gemma's norms as `1 + w`, the byte-level vocabulary
 //! with its merges), load as the safetensors checkpoint does where it says what llama.cpp
-//! reads (Qwen2 without its sliding window, Gemma 2 scaled by its key width): the same token
+//! reads (Qwen2 without its sliding window, Gemma 2 scaled by its key width, Phi-3's fused
+//! projections served as their parts): the same token
 //! ids for the fixture's encodings, and the same logits on every golden prompt (f32 tensors
 //! holding the bf16 weights' values exactly).
 
@@ -41,6 +42,8 @@ fn gguf_name(name: &str, gemma: bool) -> String {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        "self_attn.qkv_proj" => "attn_qkv",
+        "mlp.gate_up_proj" => "ffn_up",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
@@ -192,4 +195,15 @@ fn a_gemma2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
     config["query_pre_attn_scalar"] = 32.into();
     std::fs::write(scaled.path().join("config.json"), config.to_string()).unwrap();
     check_same("gemma2", scaled.path(), &path);
+}
+
+#[test]
+fn a_phi3_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [("rope.dimension_count", WriteValue::U32(12)), ("attention.sliding_window", WriteValue::U32(8))];
+    let path = to_gguf("phi3", "phi3", "llama-bpe", &extra, dir.path());
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!((s.rope_full.inv_freq.len(), s.sliding_window), (6, Some(8)), "12 of 16 dims rotate; the window");
+    check_same("phi3", &fixture("phi3"), &path);
 }

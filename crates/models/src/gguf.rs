@@ -2,7 +2,8 @@
 //! GGUF metadata (as transformers' GGUF loader builds it, plus what llama.cpp hard-codes), and
 //! tensors served under HF names with `convert_hf_to_gguf.py`'s changes undone: Gemma's norms
 //! stored as `1 + w` (Gemma 2's and 3's), Llama's q/k rows permuted for interleaved rope,
-//! experts stacked in 3-D (Qwen2's q, k and v biases as they are).
+//! experts stacked in 3-D (Qwen2's q, k and v biases as they are; Phi-3's fused `attn_qkv` and
+//! `ffn_up` served as the fused weights its family splits).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -19,6 +20,8 @@ pub enum Family {
     Llama,
     /// `qwen2` -> `Qwen2ForCausalLM` (q, k and v biases).
     Qwen2,
+    /// `phi3` -> `Phi3ForCausalLM` (q, k, v fused; gate and up fused).
+    Phi3,
     /// `qwen3` -> `Qwen3ForCausalLM`.
     Qwen3,
     /// `qwen3moe` -> `Qwen3MoeForCausalLM`.
@@ -32,6 +35,7 @@ pub enum Family {
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("llama", Family::Llama, "LlamaForCausalLM", "llama"),
     ("qwen2", Family::Qwen2, "Qwen2ForCausalLM", "qwen2"),
+    ("phi3", Family::Phi3, "Phi3ForCausalLM", "phi3"),
     ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
     ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
@@ -149,6 +153,22 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     match fam {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
+        Family::Phi3 => {
+            if f.tensor_info("rope_factors_long.weight").is_some() {
+                let msg = "LongRoPE factors (rope_factors_long: Phi-3.5, Phi-4-mini) are not supported".to_string();
+                return Err(m.error(msg));
+            }
+            c.insert("hidden_act".into(), json!("silu"));
+            let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
+            // llama.cpp's rope.dimension_count: the rotated dims of each head (Phi-4-mini's 0.75).
+            if let Some(dims) = m.opt_u64("rope.dimension_count")?.filter(|&d| d > 0 && d < head_dim) {
+                rope["partial_rotary_factor"] = json!(dims as f64 / head_dim as f64);
+            }
+            c.insert("rope_parameters".into(), rope);
+            if let Some(w) = m.opt_u64("attention.sliding_window")?.filter(|&w| w > 0) {
+                c.insert("sliding_window".into(), json!(w));
+            }
+        }
         _ => {
             c.insert("hidden_act".into(), json!("silu"));
             if let Some(t) = theta {
@@ -418,6 +438,8 @@ impl GgufSource {
             "post_attention_layernorm" => ("ffn_norm", Fix::Plain),
             "pre_feedforward_layernorm" if gemma => ("ffn_norm", Fix::Plain),
             "post_feedforward_layernorm" if gemma => ("post_ffw_norm", Fix::Plain),
+            "self_attn.qkv_proj" => ("attn_qkv", Fix::Plain),
+            "mlp.gate_up_proj" => ("ffn_up", Fix::Plain),
             "self_attn.q_proj" => ("attn_q", unpermute(self.num_heads)),
             "self_attn.k_proj" => ("attn_k", unpermute(self.num_kv_heads)),
             "self_attn.v_proj" => ("attn_v", Fix::Plain),

@@ -76,7 +76,9 @@ impl<B: Backend> Model<B> {
         let f = src.file();
         let sizes = f.tensors().iter().map(|t| f.tensor_data(t).len() as u64);
         progress.set_totals(f.tensors().len() as u64, sizes.sum());
-        let decoder = Decoder::load(spec, &Loader::new(&src, path, backend).with_progress(progress))?;
+        let fused = spec.fused.clone();
+        let served = crate::fused::FusedSource::new(&src, &fused);
+        let decoder = Decoder::load(spec, &Loader::new(&served, path, backend).with_progress(progress))?;
         let parts = f
             .tensors()
             .iter()

@@ -341,6 +341,22 @@ fn end_of_generation_ids_include_control_turn_ends() {
 }
 
 #[test]
+fn phi3_rotary_dims_and_window_are_read_and_longrope_is_refused() {
+    let mut w = GgufWriter::new();
+    kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);
+    w.kv("phi3.feed_forward_length", WriteValue::U32(96));
+    w.kv("phi3.rope.dimension_count", WriteValue::U32(12));
+    w.kv("phi3.attention.sliding_window", WriteValue::U32(2047));
+    w.f32_tensor("token_embd.weight", &[32, 64], &values(32 * 64, 0));
+    let c = config_from_gguf(&open(&w)).unwrap();
+    assert_eq!((c["architectures"][0].as_str(), c["sliding_window"].as_u64()), (Some("Phi3ForCausalLM"), Some(2047)));
+    assert_eq!(c["rope_parameters"]["partial_rotary_factor"].as_f64(), Some(0.75));
+    w.f32_tensor("rope_factors_long.weight", &[6], &values(6, 1));
+    let e = config_from_gguf(&open(&w)).unwrap_err().to_string();
+    assert!(e.contains("LongRoPE"), "{e}");
+}
+
+#[test]
 fn unknown_architecture_and_missing_keys_are_refused() {
     let mut w = GgufWriter::new();
     w.kv("general.architecture", WriteValue::str("mamba")).f32_tensor("token_embd.weight", &[2, 2], &[0.0; 4]);
