@@ -1,7 +1,8 @@
 //! `serve`'s chat template choice, end to end: `--chat-template NAME|FILE` wins over the
 //! checkpoint's own, a checkpoint without one gets its family's usual template with a warning
 //! on stderr, and unknown names, unreadable files and broken templates exit 2 before serving;
-//! a built-in renders `tools`, so a model without its own template calls tools.
+//! a built-in renders `tools`, so a model without its own template calls tools; a request's
+//! `reasoning_effort` reaches a template that reads it.
 //! The ids `/tokenize` returns for a chat show which template rendered it (the fixture's
 //! vocabulary has `<bos>` = 1, `<|im_start|>` = 3, `<|im_end|>` = 4 and no Gemma turn tokens).
 
@@ -237,4 +238,37 @@ fn continue_final_message_leaves_the_last_message_open_for_the_model_to_continue
         assert_eq!(doc["error"]["param"], "continue_final_message", "{doc}");
         assert!(doc["error"]["message"].as_str().unwrap().contains(why), "{doc}");
     }
+}
+
+/// `reasoning_effort` reaches a template that reads it (as gpt-oss's does), over a
+/// `chat_template_kwargs` entry of that name; a template that does not read it, or a value
+/// other than low / medium / high, is a 400 naming the field.
+#[test]
+fn reasoning_effort_reaches_a_template_that_reads_it_and_is_refused_elsewhere() {
+    let dir = model_dir(Some(
+        "{% if reasoning_effort == 'high' %}think hard, very hard {% endif %}{{ messages[0]['content'] }}",
+    ));
+    let s = serve(dir.path(), &[]);
+    let prompt_tokens = |extra: Value| -> u64 {
+        let mut body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{doc}");
+        doc["usage"]["prompt_tokens"].as_u64().unwrap()
+    };
+    let (low, high) =
+        (prompt_tokens(json!({"reasoning_effort": "low"})), prompt_tokens(json!({"reasoning_effort": "high"})));
+    assert!(high > low + 3, "{low} {high}");
+    let kw = json!({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"}});
+    assert_eq!(prompt_tokens(kw), high, "the field wins over the kwargs entry");
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"});
+    let (status, doc) = post(&s.addr, "/v1/chat/completions", &body);
+    assert_eq!((status, doc["error"]["param"].as_str()), (400, Some("reasoning_effort")), "{doc}");
+    drop(s);
+    let plain_dir = model_dir(Some("{{ messages[0]['content'] }}"));
+    let plain = serve(plain_dir.path(), &[]);
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "low"});
+    let (status, doc) = post(&plain.addr, "/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{doc}");
+    assert!(doc["error"]["message"].as_str().is_some_and(|m| m.contains("does not read reasoning_effort")), "{doc}");
 }

@@ -188,6 +188,7 @@ fn prepare_chat(st: &AppState, body: &Value, raw: &[u8]) -> Result<(Reply, Vec<S
         messages: r.fields.messages.as_ref(),
         add_generation_prompt: r.fields.add_generation_prompt,
         continue_final_message: r.fields.continue_final_message,
+        reasoning_effort: r.fields.reasoning_effort.as_deref(),
     };
     let mut prompt = chat_prompt(st, &chat, raw, false)?;
     if let Some(k) = opts.truncate {
@@ -260,6 +261,8 @@ pub struct ChatInput<'a> {
     pub add_generation_prompt: Option<bool>,
     /// Whether the final message is left open for the model to continue (default false).
     pub continue_final_message: Option<bool>,
+    /// The template's `reasoning_effort`, where the request gives one.
+    pub reasoning_effort: Option<&'a str>,
 }
 
 /// The ids of a chat request's prompt: rendered by the template, users' text kept literal.
@@ -321,6 +324,18 @@ fn render_chat(
             let value = kw.get_item(&key).unwrap_or_default();
             extra.push((key.to_string(), value));
         }
+    }
+    if let Some(effort) = o.reasoning_effort {
+        if !matches!(effort, "low" | "medium" | "high") {
+            return Err(ApiError::invalid("reasoning_effort", "one of low, medium or high"));
+        }
+        if !st.template.as_ref().is_some_and(|t| t.reads("reasoning_effort")) {
+            let msg = "this model's chat template does not read reasoning_effort (gpt-oss's does)";
+            return Err(ApiError::invalid("reasoning_effort", msg));
+        }
+        // The field wins over a chat_template_kwargs entry of the same name.
+        extra.retain(|(k, _)| k != "reasoning_effort");
+        extra.push(("reasoning_effort".into(), JValue::from(effort)));
     }
     let input = TemplateInput {
         messages: parts.messages.map(normalize_messages).unwrap_or_default(),

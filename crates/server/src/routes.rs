@@ -135,6 +135,7 @@ async fn tokenize(
                 messages: o.messages.as_ref(),
                 add_generation_prompt: o.add_generation_prompt,
                 continue_final_message: o.continue_final_message,
+                reasoning_effort: None,
             };
             return chat_prompt(&prep, &chat, &body.raw, o.add_special_tokens.unwrap_or(false));
         }

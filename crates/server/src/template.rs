@@ -52,6 +52,12 @@ impl ChatTemplate {
         Ok(ChatTemplate { env, fuel: Some(DEFAULT_FUEL) })
     }
 
+    /// Whether the template reads the variable `name` (one a request may set, such as
+    /// `reasoning_effort`).
+    pub fn reads(&self, name: &str) -> bool {
+        self.env.get_template("chat").is_ok_and(|t| t.undeclared_variables(false).contains(name))
+    }
+
     /// The same template with `fuel` as the work budget of each render (`None`: unbounded).
     pub fn with_fuel(mut self, fuel: Option<u64>) -> ChatTemplate {
         self.env.set_fuel(fuel);

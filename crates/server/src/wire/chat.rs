@@ -28,6 +28,9 @@ pub struct ChatFields {
     /// Leave the final message open (no end of its turn): the model continues its text, a
     /// prefill of the reply; not with `add_generation_prompt: true`.
     pub continue_final_message: Option<bool>,
+    /// `low`, `medium` or `high`: passed to the chat template as `reasoning_effort` (gpt-oss's
+    /// reads it); refused where the model's template does not read it.
+    pub reasoning_effort: Option<String>,
     /// Most tokens to generate (OpenAI's newer name of `max_tokens`).
     pub max_completion_tokens: Option<i64>,
     /// Return log-probabilities of the output tokens.
