@@ -2,16 +2,19 @@
 //! (`<|channel|>NAME`, a recipient, `<|constrain|>...`) then `<|message|>` and its text, ended by
 //! `<|end|>`, `<|return|>` or `<|call|>`, the next opened by `<|start|>assistant`. Text of the
 //! `analysis` channel is reasoning; any other channel's (`final`, `commentary`) is the answer;
-//! the markup itself is neither. Read from text decoded with the special tokens kept, a piece
-//! that may begin a marker held back until it does not.
+//! the markup itself is neither. A message to a function (`to=functions.NAME` in its header) is
+//! a tool call: its text (the arguments' JSON) is given to the answer as a Hermes block
+//! (`<tool_call>{"name": NAME, "arguments": ...}</tool_call>`), which the tool parser reads.
+//! Read from text decoded with the special tokens kept, a piece that may begin a marker held
+//! back until it does not.
 
 /// Where in the reply the text is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum At {
     /// Before a message's `<|message|>`: its header so far.
     Header(String),
-    /// In a message's text: whether its channel is `analysis`.
-    Body { analysis: bool },
+    /// In a message's text: whether its channel is `analysis`, and the function it calls.
+    Body { analysis: bool, call: Option<String> },
 }
 
 /// One reply's split, piece by piece.
@@ -50,8 +53,13 @@ impl Harmony {
                     Some(i) => {
                         header.push_str(&self.held[..i]);
                         let analysis = channel(header) == Some("analysis");
+                        let call = function(header).filter(|_| !analysis).map(str::to_string);
+                        if let Some(name) = &call {
+                            let name = serde_json::to_string(name).unwrap_or_default();
+                            content.push_str(&format!("<tool_call>{{\"name\": {name}, \"arguments\": "));
+                        }
                         self.held.drain(..i + MESSAGE.len());
-                        self.at = At::Body { analysis };
+                        self.at = At::Body { analysis, call };
                     }
                     None => {
                         let keep = partial(&self.held, &[MESSAGE]);
@@ -59,8 +67,8 @@ impl Harmony {
                         return (reasoning, content);
                     }
                 },
-                At::Body { analysis } => {
-                    let analysis = *analysis;
+                At::Body { analysis, call } => {
+                    let (analysis, calling) = (*analysis, call.is_some());
                     let end = ENDS.iter().filter_map(|m| self.held.find(m).map(|i| (i, m.len()))).min();
                     let (text, rest) = match end {
                         Some((i, len)) => (self.held[..i].to_string(), Some(i + len)),
@@ -78,6 +86,9 @@ impl Harmony {
                     }
                     match rest {
                         Some(n) => {
+                            if calling {
+                                content.push_str("}</tool_call>");
+                            }
                             self.held.drain(..n);
                             self.at = At::Header(String::new());
                         }
@@ -95,8 +106,9 @@ impl Harmony {
     pub fn finish(&mut self) -> (String, String) {
         let held = std::mem::take(&mut self.held);
         match self.at {
-            At::Body { analysis: true } => (held, String::new()),
-            At::Body { analysis: false } => (String::new(), held),
+            At::Body { analysis: true, .. } => (held, String::new()),
+            At::Body { analysis: false, call: Some(_) } => (String::new(), format!("{held}}}</tool_call>")),
+            At::Body { analysis: false, call: None } => (String::new(), held),
             // Text that never opened a message (no channel named): the answer, as it came.
             At::Header(ref h) if !h.contains("<|channel|>") && !h.contains("<|start|>") => {
                 (String::new(), format!("{h}{held}"))
@@ -121,6 +133,12 @@ impl Harmony {
 fn channel(header: &str) -> Option<&str> {
     let (_, rest) = header.split_once("<|channel|>")?;
     rest.split(|c: char| c.is_whitespace() || c == '<').next().filter(|c| !c.is_empty())
+}
+
+/// The function a header sends its message to (`to=functions.NAME`), if any.
+fn function(header: &str) -> Option<&str> {
+    let (_, rest) = header.split_once("to=functions.")?;
+    rest.split(|c: char| c.is_whitespace() || c == '<').next().filter(|n| !n.is_empty())
 }
 
 /// Bytes at the end of `text` that begin one of `markers`.
@@ -167,8 +185,16 @@ mod tests {
 
     #[test]
     fn commentary_is_answer_headers_are_neither_and_cut_replies_keep_their_text() {
+        // A call to a function, in either header order: a Hermes block of its name and arguments.
+        let block = "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}</tool_call>";
         let tool = "<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 2}<|call|>";
-        assert_eq!(streamed(tool, 3), (String::new(), "{\"a\": 2}".into(), false));
+        assert_eq!(streamed(tool, 3), (String::new(), block.into(), false));
+        let tool = " to=functions.add<|channel|>commentary json<|message|>{\"a\": 2}<|call|>";
+        assert_eq!(streamed(tool, 5), (String::new(), block.into(), false));
+        let (left, calls) = crate::tool_formats::parse_blocks(block, &|_, _| false).expect("a Hermes block");
+        assert_eq!((left.as_str(), calls.len()), ("", 1), "the tool parser reads it");
+        let plain = "<|channel|>commentary<|message|>Let me add.<|end|>";
+        assert_eq!(streamed(plain, 2), (String::new(), "Let me add.".into(), false));
         // Cut short inside the analysis: what came is reasoning; inside a header: nothing.
         assert_eq!(streamed("<|channel|>analysis<|message|>thinking <|e", 4).0, "thinking <|e");
         assert_eq!(streamed("<|channel|>fin", 2), (String::new(), String::new(), false));
