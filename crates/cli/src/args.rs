@@ -219,7 +219,7 @@ pub struct InspectArgs {
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// Preset: qwen3-0.6b, qwen3-8b, llama3-8b, llama3-70b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, qwen3.5-27b,
-    /// qwen3-next-80b-a3b, minimax-m2, tiny.
+    /// qwen3-next-80b-a3b, minimax-m2, gpt-oss-20b (MXFP4 experts), tiny.
     #[arg(long)]
     pub like: String,
     /// Output directory.

@@ -146,6 +146,17 @@ pub(crate) fn preset(name: &str) -> Option<Value> {
             c["num_experts_per_tok"] = json!(8);
             c
         }
+        // gpt-oss-20b: 24 layers (sliding over 128 and full alternating; 64 heads of 64, 8 KV
+        // heads, sinks, q/k/v/o biases, YaRN), each 32 experts of 2880 (4 a token) with biases,
+        // stored as the release stores them: MXFP4 blocks and scales.
+        "gpt-oss-20b" => json!({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+            "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 131072, "tie_word_embeddings": false, "attention_bias": true,
+            "sliding_window": 128, "num_local_experts": 32, "num_experts_per_tok": 4, "swiglu_limit": 7.0,
+            "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": false, "original_max_position_embeddings": 4096, "rope_theta": 150000.0},
+            "quantization_config": {"quant_method": "mxfp4"}}),
         "tiny" => qwen3(512, 64, 128, 2, 4, 2, true),
         _ => return None,
     })
@@ -167,7 +178,7 @@ fn gdn(c: &mut Value, k: u64, v: u64) {
 }
 
 /// The presets `--like` takes.
-const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, llama3-70b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2 or tiny";
+const PRESETS: &str = "qwen3-0.6b, qwen3-8b, llama3-8b, llama3-70b, qwen3-30b-a3b, glm4.5-air, deepseek-v3, gemma3-270m, gemma4-e2b, qwen3.5-27b, qwen3-next-80b-a3b, minimax-m2, gpt-oss-20b or tiny";
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<(), Failure> {
@@ -247,6 +258,11 @@ const FP8_BLOCK: [usize; 2] = [128, 128];
 fn stored(tensors: Vec<(String, Vec<usize>)>, dtype: DType, fp8: bool) -> Vec<(String, Vec<usize>, DType)> {
     let mut out = Vec::with_capacity(tensors.len());
     for (name, shape) in tensors {
+        // MXFP4 blocks and scales (gpt-oss's experts) are bytes.
+        if name.ends_with("_blocks") || name.ends_with("_scales") {
+            out.push((name, shape, DType::U8));
+            continue;
+        }
         let quantized = fp8 && shape.len() == 2 && name.contains(".layers.") && !name.ends_with(".gate.weight");
         if !quantized {
             out.push((name, shape, dtype));
@@ -336,6 +352,12 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             }
             add("self_attn.o_proj", vec![h, s.num_heads * d]);
         }
+        if s.attn_out_bias {
+            raw.push((format!("{p}self_attn.o_proj.bias"), vec![h]));
+        }
+        if s.attn_sinks {
+            raw.push((format!("{p}self_attn.sinks"), vec![s.num_heads]));
+        }
         if s.attention_bias && !gdn {
             for (n, rows) in
                 [("q_proj", s.num_heads * d), ("k_proj", s.num_kv_heads * d), ("v_proj", s.num_kv_heads * d)]
@@ -359,7 +381,19 @@ pub(crate) fn tensor_list(s: &ModelSpec) -> Vec<(String, Vec<usize>)> {
                 if let Some(b) = m.choice_bias {
                     raw.push((format!("{p}{md}.{b}"), vec![m.num_experts]));
                 }
-                for e in 0..m.num_experts {
+                // gpt-oss: a router bias, experts in the release's MXFP4 layout with biases.
+                let ne = if m.gpt_oss { 0 } else { m.num_experts };
+                if m.gpt_oss {
+                    let (e, x) = (m.num_experts, format!("{p}{md}.experts."));
+                    raw.push((format!("{p}{md}.{}.bias", m.router), vec![e]));
+                    raw.push((format!("{x}gate_up_proj_blocks"), vec![e, 2 * inter, h / 32, 16]));
+                    raw.push((format!("{x}gate_up_proj_scales"), vec![e, 2 * inter, h / 32]));
+                    raw.push((format!("{x}gate_up_proj_bias"), vec![e, 2 * inter]));
+                    raw.push((format!("{x}down_proj_blocks"), vec![e, h, inter / 32, 16]));
+                    raw.push((format!("{x}down_proj_scales"), vec![e, h, inter / 32]));
+                    raw.push((format!("{x}down_proj_bias"), vec![e, h]));
+                }
+                for e in 0..ne {
                     if m.gated {
                         add(&format!("{md}.experts.{e}.{g}"), vec![inter, h]);
                     }
@@ -413,6 +447,7 @@ fn write_weights(
             DType::F32 => "F32",
             DType::F16 => "F16",
             DType::F8E4M3 => "F8_E4M3",
+            DType::U8 => "U8",
             _ => "BF16",
         };
         header.insert(name.clone(), json!({"dtype": st, "shape": shape, "data_offsets": [offset, offset + n]}));
@@ -447,6 +482,10 @@ fn write_weights(
                     let u = (splitmix(&mut state) >> 40) as f32 / (1u64 << 24) as f32;
                     let x = base + scale * (2.0 * u - 1.0);
                     match dtype {
+                        // MXFP4 scales of 2^-6 to 2^-4 (random codes then span the plain
+                        // weights' range), and random code bytes.
+                        DType::U8 if name.ends_with("_scales") => out.push(121 + (u * 3.0) as u8),
+                        DType::U8 => out.push((u * 256.0) as u8),
                         // Codes of random values in [-448, 448] (no NaN), whose scales bring
                         // them to the plain weights' range.
                         DType::F8E4M3 => out.push(fp8_code(x / scale * 448.0)),
@@ -559,6 +598,37 @@ mod tests {
                 assert_eq!(n, 70_553_706_496, "Llama 3 70B's weight count");
             }
         }
+    }
+
+    #[test]
+    fn the_gpt_oss_preset_shrunk_writes_mxfp4_experts_that_load_and_run() {
+        let mut config = preset("gpt-oss-20b").expect("preset");
+        for (k, v) in [
+            ("vocab_size", 300),
+            ("hidden_size", 64),
+            ("intermediate_size", 64),
+            ("num_hidden_layers", 2),
+            ("num_attention_heads", 4),
+            ("num_key_value_heads", 2),
+            ("head_dim", 16),
+            ("num_local_experts", 4),
+            ("num_experts_per_tok", 2),
+        ] {
+            config[k] = json!(v);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
+            .expect("spec");
+        write_json(&dir.path().join("config.json"), &config).expect("write");
+        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        assert!(tensors.iter().any(|t| t.0.ends_with("gate_up_proj_blocks") && t.2 == DType::U8));
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let b = tf_backend::RefBackend;
+        let m = tf_models::Model::open(dir.path(), &b).unwrap_or_else(|e| panic!("{e}"));
+        let ids = m.vocab.check(&[5, 6, 7]).expect("ids");
+        let logits = tf_engine::Runner::new(&m, &b, 3).expect("runner").prefill(&ids, 3, true);
+        assert!(logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0));
     }
 
     #[test]
