@@ -23,7 +23,13 @@ pub(crate) fn matmul(pool: &ThreadPool, simd: Simd, x: &HostTensor, w: &HostMat)
             let part = o0..(o0 + chunk).min(outs.end);
             let rows = &mut buf[..part.len() * w.cols];
             for (o, row) in part.clone().zip(rows.chunks_exact_mut(w.cols.max(1))) {
-                w.row_f32(o, row);
+                match w.dtype {
+                    DType::Mxfp4 => {
+                        let rb = w.row_bytes();
+                        crate::mxfp4::dequantize(simd, &w.data.as_bytes()[o * rb..(o + 1) * rb], row);
+                    }
+                    _ => w.row_f32(o, row),
+                }
             }
             // SAFETY: this task owns columns `outs` of the output, which outlives the call;
             // `rows` holds `part.len()` dequantized rows of `x.cols`.

@@ -10,6 +10,7 @@ mod gdn;
 mod heads;
 mod matmul;
 mod moe;
+mod mxfp4;
 mod ops;
 mod picked;
 mod quant;
