@@ -34,8 +34,12 @@ struct Run<'a>(&'a RunArgs, Settings);
 impl OnOwnedBackend for Run<'_> {
     type Out = ();
     fn run<B: Backend + 'static>(self, new_backend: &dyn Fn() -> Result<B, Failure>) -> Result<(), Failure> {
-        let (a, settings) = (self.0, self.1);
+        let (a, mut settings) = (self.0, self.1);
         let (model, thread) = start(a, new_backend()?)?;
+        // gpt-oss answers in harmony messages: read them so unless a parser was named.
+        if model.harmony && settings.reasoning.is_none() {
+            settings.reasoning = Some((tf_server::reasoning::ReasoningParser::GptOss, a.hide_thinking));
+        }
         let mut chat = Chat::new(model, a.system.clone(), settings);
         let result = talk(a, &mut chat);
         chat.engine().shutdown();
@@ -124,6 +128,7 @@ fn start<B: Backend + 'static>(
         chat.note,
     ];
     let eos_ids = model.eos_ids.clone();
+    let harmony = model.decoder.spec.architecture == "GptOssForCausalLM";
     let sched = SchedulerConfig {
         max_num_seqs: 1,
         max_round_tokens: ROUND_TOKENS,
@@ -134,5 +139,5 @@ fn start<B: Backend + 'static>(
     let cfg =
         EngineConfig { num_blocks: ctx.div_ceil(BLOCK_SIZE) + 1, block_size: BLOCK_SIZE, sched, draft, overlap: true };
     let (engine, thread) = spawn(model, backend, cfg).map_err(refused)?;
-    Ok((crate::run_chat::Model { engine, template, tok, eos_ids, info: lines }, thread))
+    Ok((crate::run_chat::Model { engine, template, tok, eos_ids, info: lines, harmony }, thread))
 }

@@ -50,7 +50,8 @@ pub struct RunArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = at_least_zero::<u64>)]
     pub seed: Option<u64>,
     /// Show a reasoning model's thinking between `Thinking...` and `...done thinking.`, and keep
-    /// only its answers in the conversation: `qwen3` or `deepseek_r1`, as `serve` takes them.
+    /// only its answers in the conversation: `qwen3`, `deepseek_r1` or `gpt_oss`, as `serve`
+    /// takes them (gpt-oss's harmony messages are read with `gpt_oss` unless another is named).
     #[arg(long)]
     pub reasoning_parser: Option<String>,
     /// With `--reasoning-parser`, print the answers only.

@@ -52,6 +52,9 @@ pub struct Model {
     pub eos_ids: Vec<u32>,
     /// Lines `/show info` prints.
     pub info: Vec<String>,
+    /// The model answers in harmony messages (gpt-oss): read with the `gpt_oss` parser unless
+    /// another is named.
+    pub harmony: bool,
 }
 
 /// A conversation.

@@ -119,3 +119,21 @@ fn ctrl_c_stops_a_reply_and_the_chat_goes_on() {
     pty.send("\x04");
     assert_eq!(pty.wait(20), Some(0), "Ctrl-D exits 0");
 }
+
+/// gpt-oss answers in harmony messages: `run` reads them with the `gpt_oss` parser unless
+/// another is named (the tiny model's reply has no harmony markup, so it is all answer).
+#[test]
+fn a_gpt_oss_reply_is_read_as_harmony_by_default() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt_oss");
+    let mut args = greedy(dir.to_str().unwrap());
+    args.extend(["--chat-template", "chatml", "2 + 2?"].map(String::from));
+    let out = bin().args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.trim().is_empty() && !text.contains("Thinking..."), "{text:?}");
+    // Named otherwise: the parser given is used.
+    args.extend(["--reasoning-parser", "qwen3"].map(String::from));
+    let named = bin().args(&args).output().unwrap();
+    assert!(named.status.success(), "{}", String::from_utf8_lossy(&named.stderr));
+}
