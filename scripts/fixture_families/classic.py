@@ -33,8 +33,6 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-VOCAB_SIZE = 512
-PAD, BOS, EOS = 0, 1, 2
 # Qwen2's split (digits one at a time), which transformers' Qwen2Tokenizer puts in place of the
 # tokenizer.json's own: the fixture's tokenizer.json says it too, so both agree.
 QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -52,20 +50,10 @@ def qwen2_tokenizer(base: Tokenizer, add_bos: bool):
 
 
 def classic_kwargs():
-    return dict(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        rms_norm_eps=1e-6,
-        max_position_embeddings=256,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        num_hidden_layers=2,
-        hidden_act="silu",
-    )
+    """make_fixtures.py's shared sizes (without its `attention_bias`: these configs have their
+    own), two layers, SiLU."""
+    kw = {k: v for k, v in mf.common_kwargs().items() if k != "attention_bias"}
+    return {**kw, "num_hidden_layers": 2, "hidden_act": "silu"}
 
 
 def make_qwen2():

@@ -143,6 +143,12 @@ impl<M, V> Experts<M, V> {
     }
 }
 
+/// The refusal of an op backend `name` has no kernel for: `what` (ending in "has" / "have")
+/// names it.
+fn no_kernel(what: &str, name: &str) -> BackendError {
+    BackendError::Unsupported(format!("{what} no {name} kernel yet: run it with --device cpu"))
+}
+
 /// The operations a model family may use. Activations are `[rows, cols]` row-major f32 (or the
 /// device's equivalent); every op computes each output row from its own input row(s) with a
 /// reduction order that does not depend on how many rows share the call (batch invariance).
@@ -355,27 +361,17 @@ pub trait Backend: Send + Sync {
     /// Refuses experts with biases ([`Experts::biases`]) where this backend's `moe` does not add
     /// them: the default refuses by name; the host backends add them.
     fn check_expert_biases(&self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(format!(
-            "experts with biases (gpt-oss) have no {} kernel yet: run it with --device cpu",
-            self.name()
-        )))
+        Err(no_kernel("experts with biases (gpt-oss) have", &self.name()))
     }
     /// Refuses attention sinks ([`Backend::attention_sinks`]) where this backend has no kernel
     /// for them: the default refuses by name; the host backends run them.
     fn check_attention_sinks(&self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(format!(
-            "attention sinks (gpt-oss) have no {} kernel yet: run it with --device cpu",
-            self.name()
-        )))
+        Err(no_kernel("attention sinks (gpt-oss) have", &self.name()))
     }
     /// Refuses attention over K/V another model wrote ([`Backend::attention_cached`]) where this
     /// backend has no kernel for it: the default refuses by name; the host backends run it.
     fn check_attention_cached(&self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(format!(
-            "attention over the target's KV pools (the Gemma 4 assistant drafter) has no {} kernel yet: \
-             run it with --device cpu",
-            self.name()
-        )))
+        Err(no_kernel("attention over the target's KV pools (the Gemma 4 assistant drafter) has", &self.name()))
     }
     /// Writes this round's indexer keys `k` `[rows, head_dim]` into their slots of the
     /// indexer-key pool `kv` where `p` says, then chooses each row's key blocks from its indexer

@@ -600,6 +600,22 @@ mod tests {
         }
     }
 
+    /// A tensor's name, shape and stored type.
+    type Stored = (String, Vec<usize>, DType);
+
+    /// `config`'s checkpoint written into a temporary directory (bf16, seed 1): the directory,
+    /// its spec and the tensors as stored.
+    fn written(config: &Value) -> (tempfile::TempDir, ModelSpec, Vec<Stored>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
+            .expect("spec");
+        write_json(&dir.path().join("config.json"), config).expect("write");
+        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
+        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        (dir, spec, tensors)
+    }
+
     #[test]
     fn the_gpt_oss_preset_shrunk_writes_mxfp4_experts_that_load_and_run() {
         let mut config = preset("gpt-oss-20b").expect("preset");
@@ -616,14 +632,8 @@ mod tests {
         ] {
             config[k] = json!(v);
         }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
-            .expect("spec");
-        write_json(&dir.path().join("config.json"), &config).expect("write");
-        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
-        let tensors = stored(tensor_list(&spec), DType::BF16, false);
+        let (dir, _, tensors) = written(&config);
         assert!(tensors.iter().any(|t| t.0.ends_with("gate_up_proj_blocks") && t.2 == DType::U8));
-        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
         let b = tf_backend::RefBackend;
         let m = tf_models::Model::open(dir.path(), &b).unwrap_or_else(|e| panic!("{e}"));
         let ids = m.vocab.check(&[5, 6, 7]).expect("ids");
@@ -655,13 +665,7 @@ mod tests {
         ] {
             config[k] = json!(v);
         }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
-            .expect("spec");
-        write_json(&dir.path().join("config.json"), &config).expect("write");
-        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
-        let tensors = stored(tensor_list(&spec), DType::BF16, false);
-        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
+        let (dir, spec, _) = written(&config);
         let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
         assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
         // FP8 projections, the latent attention's included (split by rows or absorbed at load).
@@ -693,15 +697,9 @@ mod tests {
         }
         let (s, f) = ("sliding_attention", "full_attention");
         config["layer_types"] = json!([s, f, s, s, f]);
-        let dir = tempfile::tempdir().expect("temp dir");
-        let spec = spec_for(&RawConfig::parse(&dir.path().join("config.json"), &config.to_string()).expect("config"))
-            .expect("spec");
+        let (dir, spec, _) = written(&config);
         assert_eq!((spec.attn_shape(0), spec.attn_shape(4)), ((1, 16), (1, 32)));
         assert_eq!((spec.kv_source(3), spec.kv_source(4), spec.mlp_width(4)), (Some(2), Some(1), 192));
-        write_json(&dir.path().join("config.json"), &config).expect("write");
-        write_json(&dir.path().join("tokenizer.json"), &tokenizer_json(spec.vocab_size)).expect("write");
-        let tensors = stored(tensor_list(&spec), DType::BF16, false);
-        write_weights(&dir.path().join("model.safetensors"), &tensors, 1, false).expect("weights");
         let m = tf_models::Model::open(dir.path(), &tf_backend::RefBackend);
         assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
     }

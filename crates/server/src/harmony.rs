@@ -143,16 +143,7 @@ fn function(header: &str) -> Option<&str> {
 
 /// Bytes at the end of `text` that begin one of `markers`.
 fn partial(text: &str, markers: &[&str]) -> usize {
-    markers
-        .iter()
-        .map(|m| {
-            (1..m.len().min(text.len() + 1))
-                .rev()
-                .find(|&n| text.is_char_boundary(text.len() - n) && m.starts_with(&text[text.len() - n..]))
-                .unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0)
+    markers.iter().map(|m| crate::reasoning::partial_tag(text, m)).max().unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ impl Splitter {
 }
 
 /// Bytes at the end of `text` that begin `tag` (held back: the rest may follow).
-fn partial_tag(text: &str, tag: &str) -> usize {
+pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
         .find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))

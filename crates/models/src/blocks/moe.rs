@@ -240,12 +240,15 @@ fn mxfp4_mat<B: Backend>(
         let (b, s) = (bytes.get(at * g * 16..(at + 1) * g * 16), exps.get(at * g..(at + 1) * g));
         let bad = |msg: String| ModelError::Dtype { file: blocks.file.clone(), tensor: blocks.name.clone(), msg };
         let (Some(b), Some(s)) = (b, s) else { return Err(bad(format!("row {r} of expert {e} is outside the data"))) };
-        crate::mxfp4::decode_row(b, s, &mut row).map_err(|m| bad(format!("expert {e}, row {r}: {m}")))?;
+        let at_row = |m: String| bad(format!("expert {e}, row {r}: {m}"));
         if packed {
+            // Kept packed: every scale checked, the codes repacked (no decode).
+            s.iter().try_for_each(|&x| crate::mxfp4::check_scale(x)).map_err(at_row)?;
             for k in cols.start / 32..cols.end / 32 {
                 out.extend(crate::mxfp4::repack(&b[k * 16..(k + 1) * 16], s[k]));
             }
         } else {
+            crate::mxfp4::decode_row(b, s, &mut row).map_err(at_row)?;
             out.extend(row[cols.clone()].iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()));
         }
     }
