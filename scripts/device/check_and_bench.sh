@@ -14,7 +14,8 @@
 #     a test that passes only so has a race)
 #   STEPS=sanitize SANITIZE="structured engine:concurrent_equals_solo" (test binaries, each with an
 #     optional test-name filter, under compute-sanitizer's memcheck: sanitize.txt names the kernel
-#     and address of each bad access)
+#     and address of each bad access; decode rounds run op by op unless SANITIZE_GRAPHS=on, as
+#     recordings share their pool's intermediates, which memcheck reports as stale writes)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -66,8 +67,9 @@ if has sanitize; then
     [[ -x .carry/tests/$t ]] || continue
     left 120 "sanitize $spec" || continue
     stamp "sanitize $spec"
+    graphs=off; [[ ${SANITIZE_GRAPHS:-off} == on ]] && graphs=on
     # shellcheck disable=SC2086
-    timeout 240 "$CS" --tool memcheck --print-limit 20 ".carry/tests/$t" --test-threads=1 $filter > "$W/sanitize-$t.log" 2>&1
+    TF_CUDA_GRAPHS=$graphs timeout 240 "$CS" --tool memcheck --print-limit 20 ".carry/tests/$t" --test-threads=1 $filter > "$W/sanitize-$t.log" 2>&1
     { echo "== $spec (exit $?)"; grep -E "^=========[[:space:]]+(Invalid|Program hit|at |Address|by thread)|ERROR SUMMARY" \
       "$W/sanitize-$t.log" | head -40; } >> "$OUT/sanitize.txt"
   done

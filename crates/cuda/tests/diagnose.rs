@@ -164,6 +164,30 @@ impl Backend for Dual {
         let bias = e.choice_bias.as_ref().map(|v| &v.1);
         let gout = self.g.moe_by(&x.1, &r.1, bias, gated, |i| [gate(i), &e.up[i].1, &e.down[i].1], p);
         self.check("moe", &out, &gout);
+        // The GPU's MoE over the CPU's inputs: a kernel that is wrong misses here too, a route
+        // that flips on the GPU's own drift does not. The worst row's routes on both sides.
+        let (cx, cr) = (self.g.upload(&x.0.data, x.0.rows, x.0.cols), self.g.upload(&r.0.data, r.0.rows, r.0.cols));
+        let same = self.g.download(&self.g.moe_by(&cx, &cr, bias, gated, |i| [gate(i), &e.up[i].1, &e.down[i].1], p));
+        let row_err = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let gv = self.g.download(&gout);
+        let n = out.cols;
+        let worst = (0..out.rows)
+            .max_by(|&i, &j| row_err(out.row(i), &gv[i * n..][..n]).total_cmp(&row_err(out.row(j), &gv[j * n..][..n])));
+        if let Some(w) = worst.filter(|&w| row_err(out.row(w), &gv[w * n..][..n]) > 0.1) {
+            let bias_host = e.choice_bias.as_ref().map(|v| v.0.as_slice());
+            let routes = |row: &[f32]| tf_backend::reference::route(row, bias_host, p);
+            let gr = self.g.download(&r.1);
+            let nr = r.0.cols;
+            let same_err = (0..out.rows).map(|i| row_err(out.row(i), &same[i * n..][..n])).fold(0.0f32, f32::max);
+            self.log.lock().unwrap().push(format!(
+                "moe row {w} of {}: err {:.3e} on the GPU's inputs, {same_err:.3e} at most over the CPU's; \
+                 routes cpu {:?} gpu {:?}",
+                out.rows,
+                row_err(out.row(w), &gv[w * n..][..n]),
+                routes(r.0.row(w)),
+                routes(&gr[w * nr..][..nr]),
+            ));
+        }
         (out, gout)
     }
     fn mat_f32(&self, t: &TensorView) -> Result<Self::Mat, BackendError> {

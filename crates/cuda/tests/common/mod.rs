@@ -34,7 +34,9 @@ pub fn pdl_off() -> bool {
 
 /// GPU 0 started with `opts` (a kernel cache under the temporary directory unless
 /// `TF_CUDA_CACHE` names one; without programmatic launches where `TF_CUDA_PDL=off`, to tell a
-/// race from a wrong kernel), or `None` as above.
+/// race from a wrong kernel; without graph recordings where `TF_CUDA_GRAPHS=off`: recordings
+/// share their pool's intermediate buffers, which memcheck reports as stale accesses), or `None`
+/// as above.
 fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
@@ -44,7 +46,8 @@ fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
         .map(PathBuf::from)
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
     let no_pdl = opts.no_pdl || pdl_off();
-    match CudaBackend::with_options(0, &CudaOptions { cache_dir, no_pdl, ..opts }) {
+    let no_graphs = opts.no_graphs || std::env::var("TF_CUDA_GRAPHS").is_ok_and(|v| v == "off");
+    match CudaBackend::with_options(0, &CudaOptions { cache_dir, no_pdl, no_graphs, ..opts }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
