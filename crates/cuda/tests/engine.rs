@@ -104,6 +104,19 @@ fn draft_model_equals_undrafted() {
 }
 
 #[test]
+fn draft_model_with_a_hybrid_equals_undrafted_without_graphs() {
+    // The hybrid pairs of `draft_model_equals_undrafted` with every decode round run op by op:
+    // where that test fails and this one passes, a recording is at fault, not a kernel.
+    let Some(_) = gpu() else { return };
+    let gpu = || common::backend_no_graphs().expect("the GPU was there a moment ago");
+    for (family, drafter) in HYBRIDS.iter().flat_map(|&h| [(h, "qwen3"), ("qwen3", h)]) {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
+        }
+    }
+}
+
+#[test]
 fn mtp_drafted_equals_undrafted() {
     let Some(gpu) = gpu() else { return };
     for (fixture, source) in MTP_FIXTURES.into_iter().filter(|&(_, source)| on_cuda(source)) {
