@@ -518,6 +518,7 @@ def _grouped_sigmoid_choice_gaps(mod, out) -> torch.Tensor:
 ROUTER_CHOICE_GAPS = {
     "Qwen3MoeTopKRouter": _softmax_choice_gaps,
     "Qwen3NextTopKRouter": _softmax_choice_gaps,
+    "GptOssTopKRouter": _softmax_choice_gaps,
     "Glm4MoeTopkRouter": _grouped_sigmoid_choice_gaps,
     "NemotronHTopkRouter": _grouped_sigmoid_choice_gaps,
     "DeepseekV3TopkRouter": _grouped_sigmoid_choice_gaps,

@@ -343,7 +343,9 @@ pub trait Backend: Send + Sync {
     }
     /// [`Backend::attention`] where each query head `h`'s softmax also counts a sink logit
     /// `sinks[h]` with no value (gpt-oss): the weights are `exp(s_j) / (sum_j exp(s_j) +
-    /// exp(sinks[h]))`. Runs only where [`Backend::check_attention_sinks`] passed.
+    /// exp(sinks[h]))`. Runs only where [`Backend::check_attention_sinks`] passed. The default
+    /// runs the reference attention on the host over the round's blocks
+    /// ([`on_host::attention_sinks`]).
     #[allow(clippy::too_many_arguments)]
     fn attention_sinks(
         &self,
@@ -355,8 +357,7 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
         sinks: &[f32],
     ) -> Self::Act {
-        let _ = (q, k, v, kv, meta, p, sinks);
-        unreachable!("attention_sinks runs only where check_attention_sinks passed")
+        on_host::attention_sinks(self, q, k, v, kv, meta, p, sinks)
     }
     /// Refuses experts with biases ([`Experts::biases`]) where this backend's `moe` does not add
     /// them: the default refuses by name; the host backends add them.

@@ -1,9 +1,9 @@
-//! The host-run defaults of the state ops (conv.rs, gdn.rs) and of block-sparse attention
-//! (sparse.rs): a round's slots or KV blocks read from a backend's pool into a small host pool,
-//! the reference run over it, and the slots or blocks written back.
+//! The host-run defaults of the state ops (conv.rs, gdn.rs), of block-sparse attention
+//! (sparse.rs) and of attention with sinks: a round's slots or KV blocks read from a backend's
+//! pool into a small host pool, the reference run over it, and the slots or blocks written back.
 
 use crate::Backend;
-use crate::attn::{AttnMeta, KvShape};
+use crate::attn::{AttnMeta, AttnParams, KvShape};
 use crate::host::{HostKv, HostTensor};
 use crate::state::{HostState, StateShape};
 
@@ -115,6 +115,31 @@ pub fn with_blocks<B: Backend + ?Sized, R>(
     out
 }
 
+/// [`Backend::attention_sinks`] on the host: this round's K and V rounded as `kv` stores them and
+/// written into a host copy of the round's blocks ([`with_blocks`]), then the reference attention
+/// with each query head's sink over it; the output uploaded.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_sinks<B: Backend + ?Sized>(
+    b: &B,
+    q: &B::Act,
+    k: &B::Act,
+    v: &B::Act,
+    kv: &mut B::Kv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+    sinks: &[f32],
+) -> B::Act {
+    let dtype = b.kv_dtype();
+    let qh = host_tensor(b, q);
+    let kh = rounded_tensor(host_tensor(b, k), dtype);
+    let vh = rounded_tensor(host_tensor(b, v), dtype);
+    let out = with_blocks(b, kv, meta, |pool, local| {
+        crate::reference::write_kv(&kh, &vh, pool, local);
+        crate::reference::attend(&qh, pool, local, p, Some(sinks))
+    });
+    b.upload(&out.data, out.rows, out.cols)
+}
+
 /// `x`'s values on the host as a [`HostTensor`].
 pub fn host_tensor<B: Backend + ?Sized>(b: &B, x: &B::Act) -> HostTensor {
     let (rows, cols) = b.shape(x);
@@ -125,6 +150,46 @@ pub fn host_tensor<B: Backend + ?Sized>(b: &B, x: &B::Act) -> HostTensor {
 mod tests {
     use super::*;
     use tf_core::DType;
+
+    #[test]
+    fn attention_with_sinks_on_the_host_equals_the_reference_bit_for_bit() {
+        use crate::attn::SeqAttn;
+        use crate::reference::RefBackend;
+        // Two sequences over scattered blocks of 4 (one a continuation, one a prefill past its
+        // sliding window), 4 query heads on 2 KV heads of 8.
+        let b = RefBackend;
+        let p = AttnParams { num_heads: 4, num_kv_heads: 2, head_dim: 8, scale: 0.35, window: Some(5), softcap: None };
+        let shape = KvShape { num_blocks: 8, block_size: 4, num_kv_heads: 2, head_dim: 8, latent: false };
+        let vals = |n: usize, seed: u32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 250.0 - 2.0)
+                .collect()
+        };
+        let mut pool = b.kv(shape).unwrap();
+        pool.k = vals(pool.k.len(), 1);
+        pool.v = vals(pool.v.len(), 2);
+        let seqs = vec![
+            SeqAttn { q_start: 0, q_len: 2, start_pos: 6, block_table: vec![5, 2] },
+            SeqAttn { q_start: 2, q_len: 7, start_pos: 0, block_table: vec![7, 0] },
+        ];
+        let slot = |t: &[u32], pos: usize| t[pos / 4] as usize * 4 + pos % 4;
+        let mut slot_mapping: Vec<usize> = (6..8).map(|j| slot(&seqs[0].block_table, j)).collect();
+        slot_mapping.extend((0..7).map(|j| slot(&seqs[1].block_table, j)));
+        let meta = AttnMeta { seqs, slot_mapping, block_size: 4, state_slots: Vec::new() };
+        let t = |cols: usize, seed: u32| HostTensor { data: vals(9 * cols, seed), rows: 9, cols };
+        let (q, k, v) = (t(32, 3), t(16, 4), t(16, 5));
+        let sinks = [0.5, -1.0, 2.0, 0.0];
+        let mut ref_pool = pool.clone();
+        let want = b.attention_sinks(&q, &k, &v, &mut ref_pool, &meta, &p, &sinks);
+        let got = attention_sinks(&b, &q, &k, &v, &mut pool, &meta, &p, &sinks);
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&got.data), bits(&want.data));
+        assert_eq!(bits(&pool.k), bits(&ref_pool.k), "the round's keys written where the reference writes them");
+        assert_eq!(bits(&pool.v), bits(&ref_pool.v));
+        // The sinks count: without them the rows differ.
+        let plain = b.attention(&q, &k, &v, &mut pool.clone(), &meta, &p);
+        assert_ne!(bits(&plain.data), bits(&want.data));
+    }
 
     #[test]
     fn rows_are_rounded_as_the_pool_stores_them() {

@@ -318,7 +318,13 @@ impl Backend for RefBackend {
 /// The reference attention over the K/V in `kv` (each query head's softmax also counting
 /// `sinks[h]`, where given): scores, their maximum (the sink's among them), `exp`, their sum,
 /// then the weighted values, each in key order.
-fn attend(q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams, sinks: Option<&[f32]>) -> HostTensor {
+pub(crate) fn attend(
+    q: &HostTensor,
+    kv: &HostKv,
+    meta: &AttnMeta,
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+) -> HostTensor {
     let (d, w, group) = (p.head_dim, kv.slot_width(), p.num_heads / p.num_kv_heads);
     let mut out = HostTensor::zeros(q.rows, p.num_heads * d);
     for s in &meta.seqs {

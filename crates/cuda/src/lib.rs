@@ -372,6 +372,18 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// Attention sinks run the trait's host default (tf_backend on_host.rs `attention_sinks`):
+    /// the round's K/V blocks read back, the reference attention, the output uploaded.
+    fn check_attention_sinks(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Experts with biases take the host-driven expert path, each bias added after its matmul
+    /// (moe.rs `with_biases`).
+    fn check_expert_biases(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn check_attention_cached(&self) -> Result<(), BackendError> {
         Ok(())
     }

@@ -17,12 +17,12 @@
 use crate::ctx::Ctx;
 use crate::device::{Arg, ptr};
 use crate::matmul::{gemv_row_groups, matmul};
-use crate::ops::{activate, bf16_of, gather, glu_limited};
+use crate::ops::{activate, add_bias, bf16_of, gather, glu_limited};
 use crate::smem::{gemv_fp8_smem, gemv_smem};
 use crate::tensor::{CudaAct, CudaMat, CudaVec, padded};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
-use tf_backend::{Experts, MoeParams, MoeScoring};
+use tf_backend::{ExpertBiases, Experts, MoeParams, MoeScoring};
 
 /// Most rows a round may have for the device path: the grouped GEMV takes at most 64 rows an
 /// expert, and a row chooses an expert at most once.
@@ -47,10 +47,63 @@ pub(crate) fn moe(
     let bias = experts.choice_bias.as_ref();
     let gate = |e: usize| if gated { &experts.gate[e] } else { &experts.up[e] };
     let of = |e: usize| [gate(e), &experts.up[e], &experts.down[e]];
+    if let Some(eb) = &experts.biases {
+        return with_biases(b, x, router_logits, experts, eb, p);
+    }
     if experts.first != 0 || experts.up.len() != router_logits.cols {
         return held_experts(b, x, router_logits, experts.first, experts.up.len(), bias, gated, of, p);
     }
     moe_by(b, x, router_logits, bias, gated, of, p)
+}
+
+/// Experts with biases after their projections (gpt-oss): routed as every MoE is, then each held
+/// expert over its rows through the host-driven path, its biases added after its matmuls.
+fn with_biases(
+    b: &Ctx,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    experts: &Experts<CudaMat, CudaVec>,
+    eb: &ExpertBiases<CudaVec>,
+    p: &MoeParams,
+) -> CudaAct {
+    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
+    let (first, held) = (experts.first, experts.up.len());
+    assert!(first + held <= ne && k >= 1 && k <= ne, "moe: experts {first}..{} of {ne}, top-{k}", first + held);
+    if x.rows == 0 {
+        return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
+    }
+    let bias = experts.choice_bias.as_ref();
+    let (ids, weights) = if past_kernels(ne, p) {
+        host_routes(b, router_logits, bias, p)
+    } else {
+        let (ids, w) = route(b, router_logits, bias, p);
+        (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
+    };
+    let local: Vec<u32> = ids
+        .iter()
+        .map(|&e| match (e as usize).checked_sub(first) {
+            Some(l) if l < held => l as u32,
+            _ => u32::MAX,
+        })
+        .collect();
+    let gated = !experts.gate.is_empty();
+    let run = |e: usize, xe: &CudaAct| {
+        let mut u = matmul(b, xe, &experts.up[e]);
+        add_bias(b, &mut u, &eb.up[e]);
+        let h = if gated {
+            let mut g = matmul(b, xe, &experts.gate[e]);
+            if let Some(gb) = eb.gate.get(e) {
+                add_bias(b, &mut g, gb);
+            }
+            glu_limited(b, &g, &u, p.act, p.clamp)
+        } else {
+            activate(b, &u, p.act)
+        };
+        let mut y = matmul(b, &h, &experts.down[e]);
+        add_bias(b, &mut y, &eb.down[e]);
+        y
+    };
+    scatter_experts(b, x, &local, &weights, held, k, run)
 }
 
 /// Expert parallelism: this rank holds experts `first..first + held` of the router's. Every row
@@ -362,8 +415,29 @@ fn by_expert<'a>(
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
-    let d = &b.dev;
     let k = p.top_k;
+    let run = |e: usize, xe: &CudaAct| {
+        let [gate, up, down] = experts(e);
+        let u = matmul(b, xe, up);
+        let h = if gated { glu_limited(b, &matmul(b, xe, gate), &u, p.act, p.clamp) } else { activate(b, &u, p.act) };
+        matmul(b, &h, down)
+    };
+    scatter_experts(b, x, ids, weights, ne, k, run)
+}
+
+/// Per expert `e` below `ne` with rows routed to it (`ids` / `weights`: `[rows, k]`; other ids
+/// dropped), `run(e, its rows of x)` added into the output times each row's weight, experts in
+/// increasing order.
+fn scatter_experts(
+    b: &Ctx,
+    x: &CudaAct,
+    ids: &[u32],
+    weights: &[f32],
+    ne: usize,
+    k: usize,
+    run: impl Fn(usize, &CudaAct) -> CudaAct,
+) -> CudaAct {
+    let d = &b.dev;
     let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); ne];
     for (i, (&e, &wt)) in ids.iter().zip(weights).enumerate() {
         // Routed ids are below `ne` by construction; a bad one would only drop its term.
@@ -383,11 +457,8 @@ fn by_expert<'a>(
             continue;
         }
         let (ri, wi) = (rbase + 4 * start as u64, wbase + 4 * start as u64);
-        let [gate, up, down] = experts(e);
         let xe = gather(b, x, ri, n);
-        let u = matmul(b, &xe, up);
-        let h = if gated { glu_limited(b, &matmul(b, &xe, gate), &u, p.act, p.clamp) } else { activate(b, &u, p.act) };
-        let y = matmul(b, &h, down);
+        let y = run(e, &xe);
         let args = [
             Arg::P(ptr(&out, &d.stream)),
             Arg::P(ptr(y.data(&b.dev), &d.stream)),

@@ -19,8 +19,17 @@ pub(crate) fn mat(b: &Ctx, t: &TensorView) -> Result<CudaMat, BackendError> {
         return Err(BackendError::Unsupported(format!("{}: expected a 2-D weight, found {:?}", t.name, t.shape)));
     };
     let d = &b.dev;
-    let raw = d.upload(t.data.as_bytes());
-    match t.dtype {
+    // MXFP4 (gpt-oss's experts) decoded to bf16 at load: an E2M1 code times its power-of-two
+    // scale has at most two significant bits, so its f32 value is a bf16 value and the matmuls
+    // see the weights the CPU's MXFP4 path decodes.
+    let (raw, dtype) = match t.dtype {
+        DType::Mxfp4 => {
+            let bf16: Vec<u8> = t.to_f32().into_iter().flat_map(|v| half::bf16::from_f32(v).to_le_bytes()).collect();
+            (d.upload(&bf16), DType::BF16)
+        }
+        other => (d.upload(t.data.as_bytes()), other),
+    };
+    match dtype {
         DType::BF16 => {
             let (ntiles, kt) = (rows.div_ceil(16), cols.div_ceil(16));
             let w = d.alloc::<u16>(ntiles * kt * 256);
