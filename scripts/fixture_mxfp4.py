@@ -12,8 +12,13 @@ source's. `dequantized/` holds the same model with the experts as transformers' 
 `convert_moe_packed_tensors` dequantizes them (float32), and golden.safetensors / golden.json are
 computed from it by transformers in float32 on the source's prompts.
 
+golden.json also records `route_exact_positions` (make_fixtures.py's, with the gpt_oss fixture's
+margin of 0.03 between the k-th and (k+1)-th router logit, over the dequantized model's
+forwards): the positions a bf16 backend is compared on.
+
 Called by make_fixtures.py (`--families gpt_oss_mxfp4`), or alone:
-    python3 scripts/fixture_mxfp4.py [--out tests/fixtures]
+    python3 scripts/fixture_mxfp4.py [--out tests/fixtures] [--route-only] [NAME ...]
+(`--route-only`: only recomputes `route_exact_positions` of the fixtures already written)
 """
 
 from __future__ import annotations
@@ -101,11 +106,56 @@ def build(name: str, out_root: Path) -> None:
     print(f"{name}: from {source}, min greedy margin {margin:.4f}")
 
 
-def main(names: list[str] | None, out_root: Path) -> None:
+# The k-th vs (k+1)-th router logit gap a bf16 run is compared past (the gpt_oss fixture's).
+ROUTE_BF16_MARGIN = 0.03
+
+
+@torch.no_grad()
+def route_exact(out: Path, golden: dict) -> list[int]:
+    """Per prompt, the leading positions of prompt + greedy continuation whose every router's
+    top-k choice clears ROUTE_BF16_MARGIN in the dequantized model's float32 forward."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(out / "dequantized", dtype=torch.float32).eval()
+    gaps = []
+
+    def hook(mod, _inp, res):
+        top = res[0].float().topk(mod.top_k + 1, dim=-1)
+        assert torch.equal(top.indices[:, : mod.top_k].sort(-1).values, res[2].sort(-1).values)
+        gaps.append(top.values[:, mod.top_k - 1] - top.values[:, mod.top_k])
+
+    routers = [m for m in model.modules() if type(m).__name__ == "GptOssTopKRouter"]
+    assert routers
+    handles = [m.register_forward_hook(hook) for m in routers]
+    exact = []
+    try:
+        for p, g in zip(golden["prompts"], golden["greedy"]):
+            gaps.clear()
+            model(input_ids=torch.tensor([p["ids"] + g[:-1]]), use_cache=False)
+            ok = torch.stack(gaps).min(0).values >= ROUTE_BF16_MARGIN
+            exact.append(int(ok.long().cumprod(0).sum()))
+    finally:
+        for h in handles:
+            h.remove()
+    return exact
+
+
+def add_route_exact(name: str, out_root: Path) -> None:
+    """Writes `route_exact_positions` and `route_margin` into fixture `name`'s golden.json."""
+    out = out_root / name
+    golden = json.loads((out / "golden.json").read_text())
+    golden["route_exact_positions"] = route_exact(out, golden)
+    golden["route_margin"] = ROUTE_BF16_MARGIN
+    (out / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+    lengths = [len(p["ids"]) for p in golden["prompts"]]
+    print(f"{name}: route_exact_positions {golden['route_exact_positions']} (prompt lengths {lengths})")
+
+
+def main(names: list[str] | None, out_root: Path, route_only: bool = False) -> None:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     for name in names or list(MXFP4_FIXTURES):
-        build(name, out_root)
+        if not route_only:
+            build(name, out_root)
+        add_route_exact(name, out_root)
 
 
 if __name__ == "__main__":
@@ -113,4 +163,6 @@ if __name__ == "__main__":
     root = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
     if args[:1] == ["--out"]:
         root, args = Path(args[1]), args[2:]
-    main(args or None, root)
+    only = "--route-only" in args
+    args = [a for a in args if a != "--route-only"]
+    main(args or None, root, only)

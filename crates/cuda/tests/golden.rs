@@ -30,6 +30,14 @@ fn golden_cuda_backend() {
 }
 
 #[test]
+fn mxfp4_experts_golden_cuda_backend() {
+    // gpt-oss's MXFP4 experts decoded to bf16 at load, against transformers' float32 run of the
+    // same dequantized weights.
+    let Some(b) = backend() else { return };
+    check_golden_rounded(&b, "gpt_oss_mxfp4", &|want| REL_TOL * want.iter().fold(0.0f32, |a, &x| a.max(x.abs())));
+}
+
+#[test]
 fn chunked_prefill_equals_whole_bit_for_bit() {
     let Some(b) = backend() else { return };
     check_chunked_equals_whole(&b, cuda_families());
