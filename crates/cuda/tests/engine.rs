@@ -8,11 +8,12 @@
 mod common;
 
 use tf_cuda::CudaBackend;
-use tf_engine::engine::DraftKind;
+use tf_engine::engine::{DraftKind, EngineConfig};
 use tf_testkit::{
     DRAFT_MODELS, EARLY_EXIT, HYBRIDS, MTP_FIXTURES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
-    check_logprobs_are_the_raw_rows, check_overlapped_equals_waited, check_prefix_resumed_equals_fresh,
-    check_self_drafting_accepts_all, check_session_restore_equals_fresh, cuda_families, on_cuda,
+    check_drafted_equals_undrafted_on, check_logprobs_are_the_raw_rows, check_overlapped_equals_waited,
+    check_prefix_resumed_equals_fresh, check_self_drafting_accepts_all, check_session_restore_equals_fresh,
+    cuda_families, engine_with_drafter, on_cuda,
 };
 
 /// A maker of fresh GPU-0 backends (one per engine), or `None` after printing why it skipped.
@@ -103,15 +104,34 @@ fn draft_model_equals_undrafted() {
     }
 }
 
+/// The draft-model pairs the next two tests run again: lfm2 drafting for qwen3 (where
+/// `draft_model_equals_undrafted` has failed on the device) and the other way round.
+const LFM2_PAIRS: [(&str, &str); 2] = [("qwen3", "lfm2"), ("lfm2", "qwen3")];
+
 #[test]
-fn draft_model_with_a_hybrid_equals_undrafted_without_graphs() {
-    // The hybrid pairs of `draft_model_equals_undrafted` with every decode round run op by op:
-    // where that test fails and this one passes, a recording is at fault, not a kernel.
+fn draft_model_with_lfm2_equals_undrafted_without_graphs() {
+    // Every decode round run op by op: where `draft_model_equals_undrafted` fails and this
+    // passes, a recording is at fault, not a kernel.
     let Some(_) = gpu() else { return };
     let gpu = || common::backend_no_graphs().expect("the GPU was there a moment ago");
-    for (family, drafter) in HYBRIDS.iter().flat_map(|&h| [(h, "qwen3"), ("qwen3", h)]) {
+    for (family, drafter) in LFM2_PAIRS {
         for seeded in [false, true] {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
+        }
+    }
+}
+
+#[test]
+fn draft_model_with_lfm2_equals_undrafted_without_overlap() {
+    // No round queued on the ids of the one before (EngineConfig::overlap off), recordings on:
+    // where `draft_model_equals_undrafted` fails and this passes, the held ids are at fault.
+    let Some(gpu) = gpu() else { return };
+    for (family, drafter) in LFM2_PAIRS {
+        let open = |cfg: EngineConfig| {
+            engine_with_drafter(&gpu, family, Some(drafter), EngineConfig { overlap: false, ..cfg })
+        };
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted_on(&open, family, DraftKind::Model, seeded);
         }
     }
 }
