@@ -635,7 +635,7 @@ impl Common {
     /// A rope for `layer_type`, over the full head width.
     pub fn rope(&self, c: &RawConfig, layer_type: &str, fallback_theta: f32) -> Result<Rope, ModelError> {
         let (theta, scaling): (f32, RopeScaling) = c.rope(layer_type, fallback_theta)?;
-        let partial = crate::rope_check::partial(c, c.opt_f32("partial_rotary_factor")?.unwrap_or(1.0))?;
+        let partial = crate::rope_check::partial(c, partial_factor(c, layer_type)?.unwrap_or(1.0))?;
         let dim = ((self.head_dim as f32 * partial) as usize) & !1;
         if dim == 0 || dim > self.head_dim || theta <= 0.0 {
             return Err(
@@ -722,6 +722,24 @@ impl Common {
     }
 }
 
+/// `partial_rotary_factor` where the config gives it: in `rope_parameters`' entry for
+/// `layer_type` (transformers 5's per-layer-type form), in `rope_parameters`, or at the top level,
+/// the first found.
+fn partial_factor(c: &RawConfig, layer_type: &str) -> Result<Option<f32>, ModelError> {
+    let params = c.get("rope_parameters");
+    let nested = [params.and_then(|p| p.get(layer_type)), params]
+        .into_iter()
+        .flatten()
+        .find_map(|p| p.get("partial_rotary_factor"));
+    match nested {
+        Some(v) => match v.as_f64() {
+            Some(f) => Ok(Some(f as f32)),
+            None => Err(c.error(format!("'partial_rotary_factor' must be a number, found {v}"))),
+        },
+        None => c.opt_f32("partial_rotary_factor"),
+    }
+}
+
 /// A rope over `partial_rotary_factor` of each head (in `rope_parameters` or at the top level;
 /// `default_partial` when neither says), `theta` from the config or `fallback_theta`.
 pub fn partial_rope(
@@ -731,8 +749,7 @@ pub fn partial_rope(
     default_partial: f32,
 ) -> Result<Rope, ModelError> {
     let (theta, scaling) = c.rope("full_attention", fallback_theta)?;
-    let nested = c.get("rope_parameters").and_then(|p| p.get("partial_rotary_factor")).and_then(|v| v.as_f64());
-    let partial = match nested.map(|f| f as f32).or(c.opt_f32("partial_rotary_factor")?) {
+    let partial = match partial_factor(c, "full_attention")? {
         Some(f) => crate::rope_check::partial(c, f)?,
         None => default_partial,
     };

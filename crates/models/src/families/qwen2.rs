@@ -66,4 +66,18 @@ mod tests {
         let e = spec(&config(r#", "use_sliding_window": true, "max_window_layers": 1"#), "q").err();
         assert!(e.is_some_and(|e| e.to_string().contains("no sliding_window")));
     }
+
+    #[test]
+    fn a_partial_rotary_factor_is_read_wherever_transformers_saves_it() {
+        // Head width 16: 8 frequency pairs over the whole head.
+        let pairs = |extra: &str| spec(&config(extra), "q").expect("spec").rope_full.inv_freq.len();
+        assert_eq!(pairs(""), 8);
+        assert_eq!(pairs(r#", "partial_rotary_factor": 0.5"#), 4, "top level");
+        assert_eq!(pairs(r#", "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}"#), 4);
+        let per_type =
+            r#", "rope_parameters": {"full_attention": {"rope_type": "default", "partial_rotary_factor": 0.25}}"#;
+        assert_eq!(pairs(per_type), 2, "transformers 5's per-layer-type form");
+        let bad = spec(&config(r#", "rope_parameters": {"partial_rotary_factor": "half"}"#), "q").err();
+        assert!(bad.is_some_and(|e| e.to_string().contains("must be a number")));
+    }
 }
