@@ -3,12 +3,13 @@
 //! rows (the same path, other experts sharing the GEMVs), and in a batch of more rows (routing
 //! downloaded, each expert through the ordinary matmuls); and it is the reference backend's MoE
 //! within bf16 tolerance; for every router variant (softmax top-k; sigmoid with a choice bias,
-//! expert groups and scaling; LFM2's eps; ungated relu2 experts; Step's clamped SwiGLU).
+//! expert groups and scaling; LFM2's eps; ungated relu2 experts; Step's clamped SwiGLU; gpt-oss's
+//! experts with biases).
 
 mod common;
 
 use common::*;
-use tf_backend::{Activation, Backend, Experts, MoeParams, MoeScoring, RefBackend};
+use tf_backend::{Activation, Backend, ExpertBiases, Experts, MoeParams, MoeScoring, RefBackend};
 use tf_core::DType;
 
 /// Experts.
@@ -125,6 +126,57 @@ fn moe_rows_equal_alone_in_batches_and_past_the_device_path() {
         let err = max_err(&all, &want);
         assert!(scale > 0.0 && err <= 0.03 * scale, "{name}: {err} against the reference (scale {scale})");
     }
+}
+
+/// Experts with biases after their projections (gpt-oss: the clamped SwiGLU with `up + 1`,
+/// softmax over the top-k logits): each row the same alone as in a batch, and the reference's
+/// MoE within bf16 tolerance.
+#[test]
+fn experts_with_biases_match_the_reference_and_rows_equal_alone() {
+    let Some(b) = backend() else { return };
+    let r = RefBackend;
+    let views = experts(2);
+    let load = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| b.mat(t).expect("bf16 weight")).collect::<Vec<_>>();
+    let rload = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| r.mat(t).expect("ref weight")).collect::<Vec<_>>();
+    let bias = |n: usize, salt: u64| (0..E).map(|e| rand(n, salt + e as u64, 0.5)).collect::<Vec<_>>();
+    let (bg, bu, bd) = (bias(I, 300), bias(I, 400), bias(H, 500));
+    let on_gpu = |v: &[Vec<f32>]| v.iter().map(|x| b.vec(x)).collect::<Vec<_>>();
+    let ex = Experts {
+        gate: load(&views.gate),
+        up: load(&views.up),
+        down: load(&views.down),
+        choice_bias: None,
+        biases: Some(ExpertBiases { gate: on_gpu(&bg), up: on_gpu(&bu), down: on_gpu(&bd) }),
+        first: 0,
+    };
+    let rex = Experts {
+        gate: rload(&views.gate),
+        up: rload(&views.up),
+        down: rload(&views.down),
+        choice_bias: None,
+        biases: Some(ExpertBiases { gate: bg.clone(), up: bu.clone(), down: bd.clone() }),
+        first: 0,
+    };
+    let p = MoeParams::softmax(4, true, Activation::SwigluOai);
+    let x = rand(ROWS * H, 6, 1.0);
+    let logits = router(ROWS);
+    let run = |lo: usize, hi: usize| {
+        let xs = b.upload(&x[lo * H..hi * H], hi - lo, H);
+        let ls = b.upload(&logits[lo * E..hi * E], hi - lo, E);
+        b.download(&b.moe(&xs, &ls, &ex, &p))
+    };
+    let all = run(0, ROWS);
+    let at = |v: &[f32], row: usize| v[row * H..(row + 1) * H].to_vec();
+    for (lo, hi) in [(0, 1), (3, 4), (5, 13), (6, 70)] {
+        let part = run(lo, hi);
+        for row in lo..hi {
+            assert!(same_bits(&at(&part, row - lo), &at(&all, row)), "row {row} of rows {lo}..{hi} against all {ROWS}");
+        }
+    }
+    let want = r.download(&r.moe(&r.upload(&x, ROWS, H), &r.upload(&logits, ROWS, E), &rex, &p));
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = max_err(&all, &want);
+    assert!(scale > 0.0 && err <= 0.03 * scale, "{err} against the reference (scale {scale})");
 }
 
 /// The ops the MoE mixer adds around `moe`: `activate` (every activation, the expert without a
