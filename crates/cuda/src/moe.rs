@@ -66,26 +66,11 @@ fn with_biases(
     eb: &ExpertBiases<CudaVec>,
     p: &MoeParams,
 ) -> CudaAct {
-    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
-    let (first, held) = (experts.first, experts.up.len());
-    assert!(first + held <= ne && k >= 1 && k <= ne, "moe: experts {first}..{} of {ne}, top-{k}", first + held);
-    if x.rows == 0 {
-        return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
-    }
+    let held = experts.up.len();
     let bias = experts.choice_bias.as_ref();
-    let (ids, weights) = if past_kernels(ne, p) {
-        host_routes(b, router_logits, bias, p)
-    } else {
-        let (ids, w) = route(b, router_logits, bias, p);
-        (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
+    let Some((local, weights)) = held_routes(b, x, router_logits, experts.first, held, bias, p) else {
+        return CudaAct::new(b.dev.zeros::<f32>(0), 0, x.cols);
     };
-    let local: Vec<u32> = ids
-        .iter()
-        .map(|&e| match (e as usize).checked_sub(first) {
-            Some(l) if l < held => l as u32,
-            _ => u32::MAX,
-        })
-        .collect();
     let gated = !experts.gate.is_empty();
     let run = |e: usize, xe: &CudaAct| {
         let mut u = matmul(b, xe, &experts.up[e]);
@@ -103,7 +88,40 @@ fn with_biases(
         add_bias(b, &mut y, &eb.down[e]);
         y
     };
-    scatter_experts(b, x, &local, &weights, held, k, run)
+    scatter_experts(b, x, &local, &weights, held, p.top_k, run)
+}
+
+/// Every row's routes (`[rows, top_k]` ids and weights) with the experts `first..first + held`
+/// renumbered from 0 and the others past `held` (which [`scatter_experts`] drops); `None` for no
+/// rows.
+fn held_routes(
+    b: &Ctx,
+    x: &CudaAct,
+    router_logits: &CudaAct,
+    first: usize,
+    held: usize,
+    bias: Option<&CudaVec>,
+    p: &MoeParams,
+) -> Option<(Vec<u32>, Vec<f32>)> {
+    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
+    assert!(first + held <= ne && k >= 1 && k <= ne, "moe: experts {first}..{} of {ne}, top-{k}", first + held);
+    if x.rows == 0 {
+        return None;
+    }
+    let (ids, weights) = if past_kernels(ne, p) {
+        host_routes(b, router_logits, bias, p)
+    } else {
+        let (ids, w) = route(b, router_logits, bias, p);
+        (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
+    };
+    let local = ids
+        .iter()
+        .map(|&e| match (e as usize).checked_sub(first) {
+            Some(l) if l < held => l as u32,
+            _ => u32::MAX,
+        })
+        .collect();
+    Some((local, weights))
 }
 
 /// Expert parallelism: this rank holds experts `first..first + held` of the router's. Every row
@@ -121,25 +139,9 @@ fn held_experts<'a>(
     experts: impl Fn(usize) -> [&'a CudaMat; 3],
     p: &MoeParams,
 ) -> CudaAct {
-    let (ne, k, d) = (router_logits.cols, p.top_k, &b.dev);
-    assert!(first + held <= ne && k >= 1 && k <= ne, "moe: experts {first}..{} of {ne}, top-{k}", first + held);
-    if x.rows == 0 {
-        return CudaAct::new(d.zeros::<f32>(0), 0, x.cols);
-    }
-    let (ids, weights) = if past_kernels(ne, p) {
-        host_routes(b, router_logits, bias, p)
-    } else {
-        let (ids, w) = route(b, router_logits, bias, p);
-        (d.download(&ids, x.rows * k), d.download(&w, x.rows * k))
+    let Some((local, weights)) = held_routes(b, x, router_logits, first, held, bias, p) else {
+        return CudaAct::new(b.dev.zeros::<f32>(0), 0, x.cols);
     };
-    // Held experts renumbered from 0; the others past `held`, which `by_expert` drops.
-    let local: Vec<u32> = ids
-        .iter()
-        .map(|&e| match (e as usize).checked_sub(first) {
-            Some(l) if l < held => l as u32,
-            _ => u32::MAX,
-        })
-        .collect();
     by_expert(b, x, &local, &weights, held, gated, experts, p)
 }
 
