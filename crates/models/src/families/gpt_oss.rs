@@ -5,7 +5,8 @@
 //! 1.702, `(up + 1)`) stored fused and input-first (`experts.gate_up_proj` `[experts, hidden, 2
 //! inter]`, gate and up interleaved; `experts.down_proj`) with biases, or as the release stores
 //! them in MXFP4 (`quantization_config` `mxfp4`; held packed, mxfp4.rs).
-//! CPU only (the other backends refuse sinks and expert biases by name).
+//! On CUDA the sinks' attention runs the trait's host default and the experts the host-driven
+//! path with their biases (docs/cuda.md); tensor parallelism refuses it.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
