@@ -364,8 +364,9 @@ pub trait Backend: Send + Sync {
     fn check_expert_biases(&self) -> Result<(), BackendError> {
         Err(no_kernel("experts with biases (gpt-oss) have", &self.name()))
     }
-    /// Refuses attention sinks ([`Backend::attention_sinks`]) where this backend has no kernel
-    /// for them: the default refuses by name; the host backends run them.
+    /// Refuses attention sinks ([`Backend::attention_sinks`]) where this backend does not run
+    /// them: the default refuses by name; the host backends run them, and a backend may take the
+    /// host default by accepting them here.
     fn check_attention_sinks(&self) -> Result<(), BackendError> {
         Err(no_kernel("attention sinks (gpt-oss) have", &self.name()))
     }
