@@ -37,9 +37,9 @@ VOCAB_SIZE = 512
 PAD, BOS, EOS = 0, 1, 2
 ROUTER_MARGIN = 0.002  # k-th vs (k+1)-th biased score, every choice of the f32 golden forwards
 INDEX_MARGIN = 0.002  # last kept vs first dropped block score, every row of the golden forwards
-# The router gap a bf16 run is compared past: TensorFold's CUDA path (bf16 activations into the
-# router) moved a biased score gap of 0.0059 enough to flip it (minimax_m3_cover's 30-token prompt,
-# position 1), where transformers' own bf16 run did not.
+# The router gap a bf16 run is compared past: on the CUDA backend the router's f32 inputs drift
+# through the bf16 matmuls before it, which flipped a biased score gap of 0.0059
+# (minimax_m3_cover's 30-token prompt, position 1) where transformers' own bf16 run did not.
 BF16_MARGIN = 0.008
 # The block-score gap a bf16 run is compared past: transformers run in bf16 moves the first
 # sparse layer's block scores (up to about 13) by up to 0.23 on minimax_m3's golden forwards.
