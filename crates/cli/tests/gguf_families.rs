@@ -2,7 +2,7 @@
 //! writes them (tensor names, metadata, Gemma's norms as `1 + w`, the byte-level vocabulary
 //! with its merges), load as the safetensors checkpoint does where it says what llama.cpp
 //! reads (Qwen2 without its sliding window, Gemma 2 scaled by its key width, Phi-3's fused
-//! projections served as their parts): the same token
+//! projections served as their parts, gpt-oss's experts split, in f32 or MXFP4): the same token
 //! ids for the fixture's encodings, and the same logits on every golden prompt (f32 tensors
 //! holding the bf16 weights' values exactly).
 
@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 use tf_engine::Runner;
-use tf_formats::gguf::writer::{GgufWriter, WriteValue};
+use tf_formats::gguf::writer::{GgufWriter, WriteValue, ggml_ne};
 use tf_formats::safetensors_file::SafetensorsFile;
 use tf_models::Model;
 
@@ -55,10 +55,29 @@ fn gguf_name(name: &str, gemma: bool) -> String {
 /// The fixture `family` as a GGUF file of architecture `arch` in `dir`, with `extra` metadata
 /// (keys after `{arch}.`) and the byte-level split `pre`.
 fn to_gguf(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)], dir: &Path) -> PathBuf {
+    let gemma = arch.starts_with("gemma");
+    let mut w = metadata(family, arch, pre, extra);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let mut values = t.to_f32();
+        // Gemma's norms multiply by 1 + w: the converter stores 1 + w.
+        if gemma && name.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v += 1.0);
+        }
+        w.f32_tensor(&gguf_name(name, gemma), &t.shape, &values);
+    }
+    let path = dir.join(format!("{family}.gguf"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+/// The fixture `family`'s metadata and vocabulary as `convert_hf_to_gguf.py` writes them for
+/// architecture `arch`, with `extra` metadata and the byte-level split `pre`.
+fn metadata(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -> GgufWriter {
     let src = fixture(family);
     let config = json(&src.join("config.json"));
     let dim = |k: &str| config[k].as_u64().unwrap() as u32;
-    let gemma = arch.starts_with("gemma");
     let mut w = GgufWriter::new();
     for (key, value) in extra {
         w.kv(&format!("{arch}.{key}"), value.clone());
@@ -110,19 +129,7 @@ fn to_gguf(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)], di
     }
     let adds_bos = json(&src.join("golden.json"))["tokenizer_adds_bos"].as_bool().unwrap();
     w.kv("tokenizer.ggml.add_bos_token", WriteValue::Bool(adds_bos));
-    let st = SafetensorsFile::open(&src.join("model.safetensors")).unwrap();
-    for name in st.tensors().keys() {
-        let t = st.tensor(name).unwrap().unwrap();
-        let mut values = t.to_f32();
-        // Gemma's norms multiply by 1 + w: the converter stores 1 + w.
-        if gemma && name.ends_with("norm.weight") {
-            values.iter_mut().for_each(|v| *v += 1.0);
-        }
-        w.f32_tensor(&gguf_name(name, gemma), &t.shape, &values);
-    }
-    let path = dir.join(format!("{family}.gguf"));
-    std::fs::write(&path, w.to_bytes()).unwrap();
-    path
+    w
 }
 
 fn cpu() -> CpuBackend {
@@ -206,4 +213,128 @@ fn a_phi3_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
     let s = Model::open(&path, &b).unwrap().decoder.spec;
     assert_eq!((s.rope_full.inv_freq.len(), s.sliding_window), (6, Some(8)), "12 of 16 dims rotate; the window");
     check_same("phi3", &fixture("phi3"), &path);
+}
+
+/// The gpt-oss fixture `family` as `convert_hf_to_gguf.py` writes it: YaRN and the experts in
+/// the metadata, the sinks as `attn_sinks.weight`, the norm before the experts as
+/// `post_attention_norm`, each expert projection split (gate the even rows of `gate_up`, up
+/// the odd ones), output-major, with its biases; MXFP4 blocks repacked into ggml's layout
+/// (scale byte first, value `j` in byte `j`'s low nibble and `j + 16` in its high one).
+fn gpt_oss_gguf(family: &str, dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
+    let rope = &config["rope_parameters"];
+    let f = |v: &Value| WriteValue::F32(v.as_f64().unwrap() as f32);
+    let u = |k: &str| WriteValue::U32(config[k].as_u64().unwrap() as u32);
+    let extra = [
+        ("attention.key_length", u("head_dim")),
+        ("attention.value_length", u("head_dim")),
+        ("attention.sliding_window", u("sliding_window")),
+        ("expert_count", u("num_local_experts")),
+        ("expert_used_count", u("num_experts_per_tok")),
+        ("expert_feed_forward_length", u("intermediate_size")),
+        ("rope.scaling.type", WriteValue::str("yarn")),
+        ("rope.scaling.factor", f(&rope["factor"])),
+        (
+            "rope.scaling.original_context_length",
+            WriteValue::U32(rope["original_max_position_embeddings"].as_u64().unwrap() as u32),
+        ),
+    ];
+    let mut w = metadata(family, "gpt-oss", "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let names: Vec<String> = st.tensors().keys().cloned().collect();
+    for name in &names {
+        let t = st.tensor(name).unwrap().unwrap();
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let out = |g: &str| format!("blk.{layer}.{g}");
+        let values = t.to_f32();
+        match stem {
+            "self_attn.sinks" => _ = w.f32_tensor(&out("attn_sinks.weight"), &t.shape, &values),
+            "post_attention_layernorm.weight" => {
+                _ = w.f32_tensor(&out("post_attention_norm.weight"), &t.shape, &values)
+            }
+            "mlp.router.weight" => _ = w.f32_tensor(&out("ffn_gate_inp.weight"), &t.shape, &values),
+            "mlp.router.bias" => _ = w.f32_tensor(&out("ffn_gate_inp.bias"), &t.shape, &values),
+            "self_attn.o_proj.bias" => _ = w.f32_tensor(&out("attn_output.bias"), &t.shape, &values),
+            "mlp.experts.gate_up_proj_bias" => {
+                let [n, two] = t.shape[..] else { panic!("{name}") };
+                for (g, parity) in [("ffn_gate_exps.bias", 0), ("ffn_up_exps.bias", 1)] {
+                    let v: Vec<f32> = (0..n * two / 2).map(|i| values[2 * i + parity]).collect();
+                    w.f32_tensor(&out(g), &[n, two / 2], &v);
+                }
+            }
+            "mlp.experts.down_proj_bias" => _ = w.f32_tensor(&out("ffn_down_exps.bias"), &t.shape, &values),
+            // Input-major floats: transposed, gate_up split by parity of its columns.
+            "mlp.experts.gate_up_proj" => {
+                let [n, h, two] = t.shape[..] else { panic!("{name}") };
+                for (g, parity) in [("ffn_gate_exps.weight", 0), ("ffn_up_exps.weight", 1)] {
+                    let mut v = Vec::with_capacity(n * h * two / 2);
+                    for e in 0..n {
+                        for c in 0..two / 2 {
+                            v.extend((0..h).map(|r| values[(e * h + r) * two + 2 * c + parity]));
+                        }
+                    }
+                    w.f32_tensor(&out(g), &[n, two / 2, h], &v);
+                }
+            }
+            "mlp.experts.down_proj" => {
+                let [n, i, h] = t.shape[..] else { panic!("{name}") };
+                let mut v = Vec::with_capacity(n * i * h);
+                for e in 0..n {
+                    for r in 0..h {
+                        v.extend((0..i).map(|c| values[(e * i + c) * h + r]));
+                    }
+                }
+                w.f32_tensor(&out("ffn_down_exps.weight"), &[n, h, i], &v);
+            }
+            "mlp.experts.gate_up_proj_blocks" | "mlp.experts.down_proj_blocks" => {
+                let scales = st.tensor(&name.replace("_blocks", "_scales")).unwrap().unwrap();
+                let (codes, exps) = (t.data.as_bytes(), scales.data.as_bytes());
+                let [n, rows, g, _] = t.shape[..] else { panic!("{name}") };
+                let parts: &[(&str, usize, usize)] = match stem.starts_with("mlp.experts.gate_up") {
+                    true => &[("ffn_gate_exps.weight", 0, 2), ("ffn_up_exps.weight", 1, 2)],
+                    false => &[("ffn_down_exps.weight", 0, 1)],
+                };
+                for &(gname, first, step) in parts {
+                    let mut data = Vec::new();
+                    for e in 0..n {
+                        for r in (first..rows).step_by(step) {
+                            for k in 0..g {
+                                let at = (e * rows + r) * g + k;
+                                data.push(exps[at]);
+                                let b = &codes[at * 16..(at + 1) * 16];
+                                // HF: value 2j in byte j's low nibble, 2j + 1 in its high one.
+                                let code = |v: usize| (b[v / 2] >> (4 * (v % 2))) & 0x0f;
+                                data.extend((0..16).map(|j| code(j) | (code(j + 16) << 4)));
+                            }
+                        }
+                    }
+                    w.tensor(&out(gname), &ggml_ne(&[n, rows / step, g * 32]), 39, data);
+                }
+            }
+            "mlp.experts.gate_up_proj_scales" | "mlp.experts.down_proj_scales" => {}
+            _ => _ = w.f32_tensor(&gguf_name(name, false), &t.shape, &values),
+        }
+    }
+    let path = dir.join(format!("{family}.gguf"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn gpt_oss_ggufs_float_and_mxfp4_compute_as_their_safetensors_checkpoints() {
+    let b = cpu();
+    for family in ["gpt_oss", "gpt_oss_mxfp4"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = gpt_oss_gguf(family, dir.path());
+        let m = Model::open(&path, &b).unwrap();
+        let s = &m.decoder.spec;
+        assert_eq!(s.architecture, "GptOssForCausalLM");
+        assert!(s.attn_sinks && s.attention_bias && s.attn_out_bias, "{family}: sinks and biases");
+        assert_eq!(s.sliding_window, Some(8), "{family}");
+        check_same(family, &fixture(family), &path);
+    }
 }

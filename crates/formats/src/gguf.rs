@@ -270,6 +270,7 @@ impl GgmlType {
             12 => DType::Quant(QuantType::Q4K),
             13 => DType::Quant(QuantType::Q5K),
             14 => DType::Quant(QuantType::Q6K),
+            39 => DType::Mxfp4,
             _ => return None,
         })
     }

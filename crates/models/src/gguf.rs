@@ -3,7 +3,8 @@
 //! tensors served under HF names with `convert_hf_to_gguf.py`'s changes undone: Gemma's norms
 //! stored as `1 + w` (Gemma 2's and 3's), Llama's q/k rows permuted for interleaved rope,
 //! experts stacked in 3-D (Qwen2's q, k and v biases as they are; Phi-3's fused `attn_qkv` and
-//! `ffn_up` served as the fused weights its family splits).
+//! `ffn_up` served as the fused weights its family splits; gpt-oss's experts split into gate and
+//! up, in MXFP4 or any other type, with their biases, its sinks and router bias).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -30,6 +31,8 @@ pub enum Family {
     Gemma2,
     /// `gemma3` -> `Gemma3ForCausalLM`.
     Gemma3,
+    /// `gpt-oss` -> `GptOssForCausalLM` (sinks, biases, experts split into gate and up).
+    GptOss,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -40,6 +43,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
     ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
+    ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
 ];
 
 impl Family {
@@ -129,7 +133,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     c.insert("head_dim".into(), json!(head_dim));
     let ffn = match (m.opt_u64("feed_forward_length")?, fam) {
         (Some(n), _) => n,
-        (None, Family::Qwen3Moe) => m.u64("expert_feed_forward_length")?,
+        (None, Family::Qwen3Moe | Family::GptOss) => m.u64("expert_feed_forward_length")?,
         (None, _) => m.u64("feed_forward_length")?,
     };
     c.insert("intermediate_size".into(), json!(ffn));
@@ -153,6 +157,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     match fam {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
+        Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Phi3 => {
             if f.tensor_info("rope_factors_long.weight").is_some() {
                 let msg = "LongRoPE factors (rope_factors_long: Phi-3.5, Phi-4-mini) are not supported".to_string();
@@ -198,10 +203,13 @@ pub fn raw_config(f: &GgufFile) -> Result<RawConfig, ModelError> {
 }
 
 /// Texts of control tokens llama.cpp treats as end of generation (its `llama-vocab.cpp` list).
-const EOG_TEXTS: &[&str] = &["<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>"];
+const EOG_TEXTS: &[&str] =
+    &["<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "<|return|>", "<|call|>"];
 
 /// Ids that end generation as llama.cpp decides them: `tokenizer.ggml.{eos,eot,eom}_token_id`
-/// and control tokens (type 3) with a turn-end text; GGUF has no `generation_config.json`.
+/// and control tokens (type 3) with a turn-end text, but not `<|end|>` where `<|return|>` and
+/// `<|call|>` are both there (gpt-oss's harmony format ends a message, not the reply, with
+/// it); GGUF has no `generation_config.json`.
 pub fn eog_token_ids(f: &GgufFile) -> Result<Vec<i64>, ModelError> {
     let mut ids = Vec::new();
     for key in ["eos", "eot", "eom"] {
@@ -211,10 +219,16 @@ pub fn eog_token_ids(f: &GgufFile) -> Result<Vec<i64>, ModelError> {
     }
     let tokens = f.get_str_array("tokenizer.ggml.tokens")?.unwrap_or_default();
     let types = f.get_i32_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+    let control = |t: &str| tokens.iter().zip(&types).any(|(text, ty)| *ty == 3 && text == t);
+    let harmony = control("<|return|>") && control("<|call|>");
     for (id, (text, ty)) in tokens.iter().zip(&types).enumerate() {
         if *ty == 3 && EOG_TEXTS.contains(&text.as_str()) {
             ids.push(id as i64);
         }
+    }
+    // Out whether a key or its text put it in.
+    if harmony {
+        ids.retain(|&id| usize::try_from(id).ok().and_then(|i| tokens.get(i)).is_none_or(|t| t != "<|end|>"));
     }
     ids.sort_unstable();
     ids.dedup();
@@ -260,6 +274,36 @@ fn gemma3(
     c.insert("query_pre_attn_scalar".into(), json!(scalar));
     for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
         c.insert(key.into(), json!(m.opt_f32(key)?));
+    }
+    Ok(())
+}
+
+/// gpt-oss as its release configures it: sliding and full layers alternating from a sliding one
+/// (llama.cpp's pattern of 2), every layer's experts, YaRN as the metadata gives it with
+/// transformers' untruncated correction range (the release's `truncate: false`, which the GGUF
+/// metadata does not carry; llama.cpp rounds the range to whole dimensions).
+fn gpt_oss(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    theta: Option<f32>,
+    scaling: Option<Map<String, Value>>,
+) -> Result<(), ModelError> {
+    c.insert("sliding_window".into(), json!(m.u64("attention.sliding_window")?));
+    let kinds: Vec<&str> =
+        (0..layers).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    let mut rope = scaling.unwrap_or_default();
+    rope.entry("rope_type").or_insert(json!("default"));
+    if rope.get("rope_type") == Some(&json!("yarn")) {
+        rope.insert("truncate".into(), json!(false));
+    }
+    rope.insert("rope_theta".into(), json!(theta.unwrap_or(150_000.0)));
+    c.insert("rope_parameters".into(), Value::Object(rope));
+    c.insert("num_local_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    if let Some(n) = m.opt_u64("expert_feed_forward_length")? {
+        c.insert("intermediate_size".into(), json!(n));
     }
     Ok(())
 }
@@ -419,6 +463,11 @@ impl GgufSource {
     fn locate_layer(&self, rest: &str) -> Option<(String, Fix)> {
         let (layer, rest) = rest.split_once('.')?;
         let layer: usize = layer.parse().ok()?;
+        if self.family == Family::GptOss
+            && let Some(gguf) = gpt_oss_only(rest)
+        {
+            return Some((format!("blk.{layer}.{gguf}"), Fix::Plain));
+        }
         // q, k and v biases, stored as they are (Llama's would need its rows' permutation).
         if let Some(stem) = rest.strip_suffix(".bias").filter(|_| self.family != Family::Llama) {
             let gguf = match stem {
@@ -491,8 +540,28 @@ impl GgufSource {
             Fix::Unpermute { heads } => unpermute_rows(view, heads).map_err(bad)?,
             Fix::Expert(e) => expert(view, e).map_err(bad)?,
         };
+        if view.dtype == DType::Mxfp4 {
+            check_mxfp4_scales(view.data.as_bytes()).map_err(bad)?;
+        }
         Ok(Some(TensorView { name: hf_name.to_string(), ..view }))
     }
+}
+
+/// gpt-oss's tensors that the other families lack or name otherwise: the sinks, the norm before
+/// the experts, o's and the router's biases, and each projection's biases of every expert
+/// (`[experts, rows]`; their weights are served per expert as the other MoE families' are).
+fn gpt_oss_only(rest: &str) -> Option<&'static str> {
+    Some(match rest {
+        "self_attn.sinks" => "attn_sinks.weight",
+        "post_attention_layernorm.weight" => "post_attention_norm.weight",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "mlp.router.weight" => "ffn_gate_inp.weight",
+        "mlp.router.bias" => "ffn_gate_inp.bias",
+        "mlp.experts.gate_proj.bias" => "ffn_gate_exps.bias",
+        "mlp.experts.up_proj.bias" => "ffn_up_exps.bias",
+        "mlp.experts.down_proj.bias" => "ffn_down_exps.bias",
+        _ => return None,
+    })
 }
 
 /// Undoes `convert_hf_to_gguf.py`'s `permute`: within each head, GGUF row `2j + t` is HF row
@@ -516,6 +585,15 @@ fn unpermute_rows(view: TensorView, heads: usize) -> Result<TensorView, String> 
         out.extend_from_slice(bytes.get(src..src + row_bytes).ok_or("row outside the tensor")?);
     }
     Ok(TensorView { data: TensorBytes::from_vec(&out), ..view })
+}
+
+/// Every MXFP4 block's scale byte finite (a block is its scale byte, then 16 bytes of codes).
+fn check_mxfp4_scales(bytes: &[u8]) -> Result<(), String> {
+    let block = tf_formats::mxfp4::BLOCK_BYTES;
+    bytes.chunks(block).enumerate().try_for_each(|(k, b)| {
+        let s = b.first().copied().unwrap_or(0);
+        crate::mxfp4::check_scale(s).map_err(|why| format!("MXFP4 block {k}: {why}"))
+    })
 }
 
 /// Expert `e` of a stacked `[experts, rows, cols]` tensor, zero copy when mapped.

@@ -162,7 +162,9 @@ impl<B: Backend> Moe<B> {
 /// `experts`: gate and up from the columns of `experts.gate_up_proj` `[n, hidden, 2 inter]`
 /// (gate even, up odd), down from `experts.down_proj` `[n, inter, hidden]`, each transposed,
 /// with their biases; or, in the release's MXFP4 layout, the same rows of the output-major
-/// `_blocks` / `_scales`, decoded exactly into bf16 weights.
+/// `_blocks` / `_scales`, decoded exactly into bf16 weights; or split as llama.cpp stores
+/// them (a GGUF file): `experts.{e}.{gate,up,down}_proj.weight` output-major in any weight
+/// type, MXFP4 held packed, and `experts.{gate,up,down}_proj.bias` `[n, rows]`.
 fn load_gpt_oss<B: Backend>(
     experts: &mut Experts<B::Mat, B::Vec>,
     ld: &Loader<'_, B>,
@@ -171,6 +173,9 @@ fn load_gpt_oss<B: Backend>(
     held: std::ops::Range<usize>,
     part: std::ops::Range<usize>,
 ) -> Result<(), ModelError> {
+    if ld.has(&format!("{module}experts.0.gate_proj.weight")) {
+        return load_gpt_oss_split(experts, ld, module, [ne, hidden, inter], held, part);
+    }
     let (gu, dn) = (format!("{module}experts.gate_up_proj"), format!("{module}experts.down_proj"));
     let gu_bias = ld.host_values(&format!("{gu}_bias"), &[ne, 2 * inter])?;
     let dn_bias = ld.host_values(&format!("{dn}_bias"), &[ne, hidden])?;
@@ -214,6 +219,34 @@ fn load_gpt_oss<B: Backend>(
         biases.gate.push(ld.backend_vec(&pick(&gate_cols)));
         biases.up.push(ld.backend_vec(&pick(&up_cols)));
         biases.down.push(ld.backend_vec(&dn_bias[e * hidden..(e + 1) * hidden]));
+    }
+    experts.biases = Some(biases);
+    Ok(())
+}
+
+/// [`load_gpt_oss`] of experts split as llama.cpp stores them: each projection's weights per
+/// expert (`[rows, cols]`, output-major, as the file's type holds them) and its biases
+/// `[experts, rows]`.
+fn load_gpt_oss_split<B: Backend>(
+    experts: &mut Experts<B::Mat, B::Vec>,
+    ld: &Loader<'_, B>,
+    module: &str,
+    [ne, hidden, inter]: [usize; 3],
+    held: std::ops::Range<usize>,
+    part: std::ops::Range<usize>,
+) -> Result<(), ModelError> {
+    let bias = |p: &str, rows: usize| ld.host_values(&format!("{module}experts.{p}.bias"), &[ne, rows]);
+    let (gate_b, up_b, down_b) = (bias("gate_proj", inter)?, bias("up_proj", inter)?, bias("down_proj", hidden)?);
+    let mut biases = ExpertBiases { gate: Vec::new(), up: Vec::new(), down: Vec::new() };
+    for e in held {
+        let name = |p: &str| format!("{module}experts.{e}.{p}.weight");
+        experts.gate.push(ld.mat_part_rows(&name("gate_proj"), inter, hidden, 1, part.clone())?);
+        experts.up.push(ld.mat_part_rows(&name("up_proj"), inter, hidden, 1, part.clone())?);
+        experts.down.push(ld.mat_part_cols(&name("down_proj"), hidden, inter, part.clone())?);
+        let rows = |b: &[f32], at: usize| ld.backend_vec(&b[at + part.start..at + part.end]);
+        biases.gate.push(rows(&gate_b, e * inter));
+        biases.up.push(rows(&up_b, e * inter));
+        biases.down.push(ld.backend_vec(&down_b[e * hidden..(e + 1) * hidden]));
     }
     experts.biases = Some(biases);
     Ok(())

@@ -341,6 +341,115 @@ fn end_of_generation_ids_include_control_turn_ends() {
 }
 
 #[test]
+fn gpt_oss_end_of_generation_leaves_out_end_where_return_and_call_are_there() {
+    let tokens = ["<|endoftext|>", "<|return|>", "<|call|>", "<|end|>", "<|start|>"];
+    let mut w = gemma3();
+    w.kv("tokenizer.ggml.tokens", WriteValue::strs(&tokens));
+    w.kv("tokenizer.ggml.token_type", WriteValue::i32s(&[3, 3, 3, 3, 3]));
+    w.kv("tokenizer.ggml.eot_token_id", WriteValue::U32(3));
+    // eos (1) by key, <|end|> (3) by key and text: out.
+    assert_eq!(eog_token_ids(&open(&w)).unwrap(), vec![0, 1, 2]);
+    // Without <|call|>, <|end|> ends generation as llama.cpp has it (Phi-3's turn end).
+    let mut w = gemma3();
+    w.kv("tokenizer.ggml.tokens", WriteValue::strs(&tokens));
+    w.kv("tokenizer.ggml.token_type", WriteValue::i32s(&[3, 3, 1, 3, 3]));
+    assert_eq!(eog_token_ids(&open(&w)).unwrap(), vec![0, 1, 3]);
+}
+
+/// A one-layer gpt-oss file: 2 experts of 32 rows over 32 inputs, MXFP4 (ggml's type 39) with
+/// scale byte `scale` in every block, biases, sinks and YaRN metadata.
+fn gpt_oss(scale: u8) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let pairs = [
+        ("embedding_length", 32),
+        ("block_count", 1),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("attention.key_length", 16),
+        ("attention.sliding_window", 4),
+        ("expert_count", 2),
+        ("expert_used_count", 1),
+        ("expert_feed_forward_length", 32),
+        ("rope.scaling.original_context_length", 64),
+    ];
+    kvs(&mut w, "gpt-oss", &pairs);
+    w.kv("gpt-oss.rope.scaling.type", WriteValue::str("yarn"));
+    w.kv("gpt-oss.rope.scaling.factor", WriteValue::F32(4.0));
+    w.kv("gpt-oss.rope.freq_base", WriteValue::F32(150000.0));
+    let mut t = vec![("token_embd.weight".to_string(), vec![6, 32]), ("output_norm.weight".into(), vec![32])];
+    for (n, shape) in [
+        ("attn_norm.weight", vec![32]),
+        ("post_attention_norm.weight", vec![32]),
+        ("attn_q.weight", vec![32, 32]),
+        ("attn_q.bias", vec![32]),
+        ("attn_k.weight", vec![16, 32]),
+        ("attn_k.bias", vec![16]),
+        ("attn_v.weight", vec![16, 32]),
+        ("attn_v.bias", vec![16]),
+        ("attn_output.weight", vec![32, 32]),
+        ("attn_output.bias", vec![32]),
+        ("attn_sinks.weight", vec![2]),
+        ("ffn_gate_inp.weight", vec![2, 32]),
+        ("ffn_gate_inp.bias", vec![2]),
+        ("ffn_gate_exps.bias", vec![2, 32]),
+        ("ffn_up_exps.bias", vec![2, 32]),
+        ("ffn_down_exps.bias", vec![2, 32]),
+    ] {
+        t.push((format!("blk.0.{n}"), shape));
+    }
+    add(&mut w, &t);
+    for (k, n) in ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"].iter().enumerate() {
+        // 2 experts x 32 rows, a block a row: the scale, then codes k + 1 and 0 in turn.
+        let block: Vec<u8> = std::iter::once(scale).chain(std::iter::repeat_n(k as u8 + 1, 16)).collect();
+        let data: Vec<u8> = (0..64).flat_map(|_| block.clone()).collect();
+        w.tensor(&format!("blk.0.{n}.weight"), &[32, 32, 2], 39, data);
+    }
+    w
+}
+
+#[test]
+fn gpt_oss_config_tensors_and_mxfp4_experts_map() {
+    let f = open(&gpt_oss(127));
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!(
+        (c["architectures"][0].as_str(), c["model_type"].as_str()),
+        (Some("GptOssForCausalLM"), Some("gpt_oss"))
+    );
+    assert_eq!(c["layer_types"], json!(["sliding_attention"]));
+    let rope = &c["rope_parameters"];
+    assert_eq!((rope["rope_type"].as_str(), rope["truncate"].as_bool()), (Some("yarn"), Some(false)));
+    assert_eq!((rope["factor"].as_f64(), rope["original_max_position_embeddings"].as_u64()), (Some(4.0), Some(64)));
+    assert_eq!((c["num_local_experts"].as_u64(), c["intermediate_size"].as_u64()), (Some(2), Some(32)));
+    let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
+    assert!(spec.attn_sinks && spec.attention_bias && spec.moe.as_ref().is_some_and(|m| m.gpt_oss && m.top_k == 1));
+    let src = GgufSource::new(f).unwrap();
+    for (hf, shape) in [
+        ("self_attn.sinks", vec![2]),
+        ("self_attn.o_proj.bias", vec![32]),
+        ("post_attention_layernorm.weight", vec![32]),
+        ("mlp.router.weight", vec![2, 32]),
+        ("mlp.router.bias", vec![2]),
+        ("mlp.experts.up_proj.bias", vec![2, 32]),
+    ] {
+        let t = src.get(&format!("model.layers.0.{hf}")).unwrap().unwrap_or_else(|| panic!("{hf}"));
+        assert_eq!(t.shape, shape, "{hf}");
+    }
+    let up = src.get("model.layers.0.mlp.experts.1.up_proj.weight").unwrap().unwrap();
+    assert_eq!((up.dtype, &up.shape), (DType::Mxfp4, &vec![32, 32]));
+    // Code 2 is 1.0: the low nibble's 16 values, then the high nibble's (code 0).
+    let row = &up.to_f32()[..32];
+    assert!(row[..16].iter().all(|&v| v == 1.0) && row[16..].iter().all(|&v| v == 0.0), "{row:?}");
+}
+
+#[test]
+fn a_gpt_oss_mxfp4_scale_that_is_not_finite_is_refused_naming_the_tensor() {
+    let src = GgufSource::new(open(&gpt_oss(255))).unwrap();
+    let e = src.get("model.layers.0.mlp.experts.0.down_proj.weight").unwrap_err().to_string();
+    assert!(e.contains("blk.0.ffn_down_exps.weight") && e.contains("scale byte 255"), "{e}");
+    assert!(GgufSource::new(open(&gpt_oss(252))).unwrap().get("model.layers.0.mlp.experts.0.down_proj.weight").is_ok());
+}
+
+#[test]
 fn phi3_rotary_dims_and_window_are_read_and_longrope_is_refused() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);
