@@ -15,6 +15,12 @@ attention scores soft-capped at 10 and logits at 15 (tight enough to bend them).
 
 phi3 (`Phi3ForCausalLM`: Phi-3, Phi-4): q, k and v fused in `qkv_proj`, gate and up in
 `gate_up_proj`; every layer sliding over 8; partial rotary 0.75 (12 of 16 dims). bf16.
+
+phi3_longrope (Phi-3.5, Phi-4-mini): phi3 with LongRoPE, a short and a long factor for each of
+the 6 rotated frequencies, pretrained context 256 of 512 (so cos and sin scale by
+sqrt(1 + ln 2 / ln 256)). transformers takes the short factors for a forward of at most 256
+positions, which every golden prompt is; golden.json's `long_prompt` holds the last rows of its
+logits for 300 positions, which take the long factors.
 """
 
 from __future__ import annotations
@@ -106,6 +112,40 @@ def make_phi3():
     return Phi3ForCausalLM, cfg, torch.bfloat16
 
 
+LONGROPE_ORIGINAL = 256
+LONG_PROMPT_LEN = 300
+LONG_PROMPT_ROWS = 4
+
+
+def make_phi3_longrope():
+    kw = {**classic_kwargs(), "max_position_embeddings": 2 * LONGROPE_ORIGINAL}
+    cfg = Phi3Config(
+        **kw,
+        tie_word_embeddings=False,
+        sliding_window=8,
+        original_max_position_embeddings=LONGROPE_ORIGINAL,
+        rope_parameters={
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.75,
+            "original_max_position_embeddings": LONGROPE_ORIGINAL,
+            "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+            "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+        },
+    )
+    return Phi3ForCausalLM, cfg, torch.bfloat16
+
+
+@torch.no_grad()
+def long_prompt(model, prompts, greedys) -> dict:
+    """The last LONG_PROMPT_ROWS rows of the logits of LONG_PROMPT_LEN fixed ids (past the
+    pretrained context, so transformers takes the long factors)."""
+    ids = [6 + (37 * i + 11) % 470 for i in range(LONG_PROMPT_LEN)]
+    logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+    rows = logits[-LONG_PROMPT_ROWS:]
+    return {"long_prompt": {"ids": ids, "last_rows": [[float(v) for v in r] for r in rows]}}
+
+
 def perturb_gemma2(model: torch.nn.Module, family: str, seed: int) -> None:
     """The gemma3 fixture's weights: its large post-branch and final norm gains."""
     mf.perturb(model, "gemma3", seed)
@@ -116,7 +156,10 @@ FAMILIES = {
     "mistral": (make_mistral, 39000, True),
     "gemma2": (make_gemma2, 40000, True),
     "phi3": (make_phi3, 41000, False),
+    "phi3_longrope": (make_phi3_longrope, 42000, False),
 }
+
+GOLDEN_EXTRA = {"phi3_longrope": long_prompt}
 
 PERTURB = {"gemma2": perturb_gemma2}
 
@@ -128,4 +171,5 @@ WEIGHT_STD = {
     "mistral": (0.5, 0.5, 0.3, 0.12, 0.12),
     "gemma2": (0.1, None, 0.3, 0.2, 0.1),
     "phi3": (0.5, 0.5, 0.3, 0.12, 0.12),
+    "phi3_longrope": (0.5, 0.5, 0.3, 0.12, 0.12),
 }

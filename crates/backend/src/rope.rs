@@ -37,6 +37,14 @@ pub enum RopeScaling {
         /// Round the correction range to integers.
         truncate: bool,
     },
+    /// LongRoPE (Phi-3.5, Phi-4-mini): each frequency divided by its own factor (the short or
+    /// the long set of the config, one chosen per model), cos and sin scaled.
+    LongRope {
+        /// One divisor per rotated pair.
+        factors: Vec<f32>,
+        /// Factor applied to cos and sin.
+        attention_factor: f32,
+    },
 }
 
 /// Inverse frequencies and the cos/sin scale for one kind of layer.
@@ -55,6 +63,13 @@ impl Rope {
         let mut attention_scaling = 1.0;
         let inv_freq = match *scaling {
             RopeScaling::Default => base,
+            // As transformers: 1 / (factor * theta^(2i / dim)), in f32.
+            RopeScaling::LongRope { ref factors, attention_factor } => {
+                attention_scaling = attention_factor;
+                (0..dim / 2)
+                    .map(|i| 1.0 / (factors.get(i).copied().unwrap_or(1.0) * theta.powf((2 * i) as f32 / dim as f32)))
+                    .collect()
+            }
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
                 let low_wavelen = original_max_position_embeddings / low_freq_factor;

@@ -205,6 +205,36 @@ fn a_gemma2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
 }
 
 #[test]
+fn a_phi3_longrope_gguf_computes_as_its_safetensors_checkpoint_with_both_factor_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = json(&fixture("phi3_longrope").join("config.json"));
+    let rope = &config["rope_parameters"];
+    let extra = [
+        ("rope.dimension_count", WriteValue::U32(12)),
+        ("attention.sliding_window", WriteValue::U32(8)),
+        ("rope.scaling.original_context_length", WriteValue::U32(256)),
+        ("rope.scaling.attn_factor", WriteValue::F32((1.0 + 2f64.ln() / 256f64.ln()).sqrt() as f32)),
+    ];
+    let mut w = metadata("phi3_longrope", "phi3", "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture("phi3_longrope").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+    }
+    for (t, key) in [("rope_factors_long.weight", "long_factor"), ("rope_factors_short.weight", "short_factor")] {
+        let f: Vec<f32> = rope[key].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        w.f32_tensor(t, &[f.len()], &f);
+    }
+    let path = dir.path().join("phi3_longrope.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    check_same("phi3_longrope", &fixture("phi3_longrope"), &path);
+    let b = cpu();
+    let (hf, gguf) = (Model::open(&fixture("phi3_longrope"), &b).unwrap(), Model::open(&path, &b).unwrap());
+    assert!(hf.decoder.spec.long_rope.is_some());
+    assert_eq!(hf.decoder.spec.long_rope, gguf.decoder.spec.long_rope, "the long factors' table");
+}
+
+#[test]
 fn a_phi3_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let extra = [("rope.dimension_count", WriteValue::U32(12)), ("attention.sliding_window", WriteValue::U32(8))];

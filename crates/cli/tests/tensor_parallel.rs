@@ -310,6 +310,7 @@ fn unsharded_families_and_uneven_shapes_are_refused_at_load_by_name() {
     // 4 query heads, 2 KV heads: 3 ranks split neither.
     assert!(refused("qwen3", 3).contains("KV heads"));
     assert!(refused("gpt_oss", 2).contains("biases after its output and expert down projections"));
+    assert!(refused("phi3_longrope", 2).contains("LongRoPE"));
 }
 
 /// A follower gone mid-serve: the next round's collective fails at once, the engine ends every

@@ -349,12 +349,19 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     backend: B,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, JoinHandle<()>), tf_models::ModelError> {
+    let mut model = model;
+    // LongRoPE's factors for the context the model is served at (its own, or `--max-model-len`),
+    // whatever the pool holds: before any round and any saved state's check.
+    let context = model.decoder.spec.max_position_embeddings;
+    model.fit_context(context);
+    let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(context);
     let layout = state_layout(&model, &cfg);
     let num_slots = layout.map_or(0, |l| l.num_slots());
     let cache = model.decoder.alloc_cache(&backend, cfg.num_blocks, cfg.block_size, num_slots)?;
     let refuse = |msg: &str| tf_models::ModelError::Backend(tf_backend::BackendError::Unsupported(msg.into()));
     let (draft_model, mtp, assistant) = match (cfg.draft.kind, drafter) {
-        (DraftKind::Model, Some(DraftNet::Model(d))) => {
+        (DraftKind::Model, Some(DraftNet::Model(mut d))) => {
+            d.fit_context(context);
             (Some(DraftModel::new(&model, *d, &backend, &cfg)?), None, None)
         }
         (DraftKind::Model, Some(DraftNet::Assistant(a))) => (None, None, Some(AssistantDrafter::new(&model, *a))),
@@ -374,7 +381,6 @@ pub fn spawn_with_drafter<B: Backend + 'static>(
     let (tx, rx) = channel();
     let stats = Arc::new(EngineStats::default());
     stats.kv_blocks_total.store(cfg.num_blocks as u64, Ordering::Relaxed);
-    let max_seq_tokens = (cfg.num_blocks * cfg.block_size).min(model.decoder.spec.max_position_embeddings);
     // Every rank's pools; where a sharded rank 0 was not told its followers' (a group started
     // by hand), sessions are refused and the handle's layout is rank 0's alone.
     let sessions = SessionLayout::of(&model, &backend, cfg.block_size, max_seq_tokens).map_err(|e| e.to_string());

@@ -36,6 +36,17 @@ pub fn fingerprint(config: &[u8], tensors: &[TensorView]) -> u64 {
     of_parts(config, parts)
 }
 
+/// `fingerprint` of a model run otherwise than its checkpoint alone says, the way named by
+/// `tag` (LongRoPE's long factors): state saved one way is refused the other.
+pub fn with_tag(fingerprint: u64, tag: &[u8]) -> u64 {
+    let mut h = Sha256::new();
+    h.update(DOMAIN);
+    h.update(fingerprint.to_le_bytes());
+    h.update(tag);
+    let d = h.finalize();
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
 /// The fingerprint of `config` and `parts` (in any order).
 pub fn of_parts(config: &[u8], mut parts: Vec<Part<'_>>) -> u64 {
     parts.sort_by(|a, b| a.name.cmp(b.name));

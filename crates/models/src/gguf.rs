@@ -159,15 +159,17 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Phi3 => {
-            if f.tensor_info("rope_factors_long.weight").is_some() {
-                let msg = "LongRoPE factors (rope_factors_long: Phi-3.5, Phi-4-mini) are not supported".to_string();
-                return Err(m.error(msg));
-            }
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
             // llama.cpp's rope.dimension_count: the rotated dims of each head (Phi-4-mini's 0.75).
             if let Some(dims) = m.opt_u64("rope.dimension_count")?.filter(|&d| d > 0 && d < head_dim) {
                 rope["partial_rotary_factor"] = json!(dims as f64 / head_dim as f64);
+            }
+            if let Some(long) = longrope(&m)? {
+                for (k, v) in long {
+                    rope[k.as_str()] = v;
+                }
+                c.insert("original_max_position_embeddings".into(), rope["original_max_position_embeddings"].clone());
             }
             c.insert("rope_parameters".into(), rope);
             if let Some(w) = m.opt_u64("attention.sliding_window")?.filter(|&w| w > 0) {
@@ -327,6 +329,24 @@ fn gemma2(m: &Meta<'_>, c: &mut Map<String, Value>, d: Dims, theta: Option<f32>)
         }
     }
     Ok(())
+}
+
+/// LongRoPE (Phi-3.5, Phi-4-mini) as `convert_hf_to_gguf.py` stores it: the short and long
+/// factors as the tensors `rope_factors_short` / `rope_factors_long`, the pretrained context
+/// and the cos / sin factor it computed in `rope.scaling.*`; `None` without the long factors.
+fn longrope(m: &Meta<'_>) -> Result<Option<Map<String, Value>>, ModelError> {
+    let Some(long) = m.f.tensor("rope_factors_long.weight")? else { return Ok(None) };
+    let short = m.f.tensor("rope_factors_short.weight")?.ok_or_else(|| missing(m.f, "rope_factors_short.weight"))?;
+    let mut r = Map::new();
+    r.insert("rope_type".into(), json!("longrope"));
+    r.insert("long_factor".into(), json!(long.to_f32()));
+    r.insert("short_factor".into(), json!(short.to_f32()));
+    let original = m.u64("rope.scaling.original_context_length")?;
+    r.insert("original_max_position_embeddings".into(), json!(original));
+    if let Some(a) = m.opt_f32("rope.scaling.attn_factor")? {
+        r.insert("attention_factor".into(), json!(a));
+    }
+    Ok(Some(r))
 }
 
 /// HF rope scaling from `{arch}.rope.scaling.*`, or Llama 3's from the `rope_freqs` tensor.

@@ -14,6 +14,7 @@ pub mod gguf;
 pub mod limits;
 pub mod loaded;
 pub mod locate;
+pub mod longrope;
 pub mod mtp;
 pub mod mxfp4;
 pub mod names;

@@ -172,6 +172,20 @@ impl<B: Backend> Model<B> {
         Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 
+    /// LongRoPE's choice for an engine whose sequences hold up to `context` tokens: past the
+    /// original context its long factors replace the short ones the model loaded with (once,
+    /// before any round; as llama.cpp chooses by its context size), and the fingerprint then
+    /// names the long ones, so state saved under one choice is never restored under the other.
+    /// Any other model is left as it is. Returns whether the long factors were put in place.
+    pub fn fit_context(&mut self, context: usize) -> bool {
+        let spec = &mut self.decoder.spec;
+        let Some(long) = spec.long_rope.take_if(|l| context > l.original) else { return false };
+        spec.rope_full = long.long.clone();
+        spec.rope_sliding = long.long;
+        self.fingerprint = fingerprint::with_tag(self.fingerprint, b"longrope: long factors");
+        true
+    }
+
     /// Loads the multi-token-prediction head its checkpoint holds beside the decoder
     /// (`crate::mtp`) onto `backend`, unsharded (with the whole head where the decoder is
     /// sharded): the drafter of `--draft mtp`. A GGUF file or a checkpoint

@@ -1,7 +1,8 @@
 //! Rope parameters checked at load, naming the field: a base (`rope_theta`) and every scaling
 //! factor finite and positive, YaRN's `beta_fast` above its positive `beta_slow`, Llama 3's
-//! `high_freq_factor` above its positive `low_freq_factor`, a positive original context, and
-//! `partial_rotary_factor` in (0, 1]. A zero factor would make every logit non-finite.
+//! `high_freq_factor` above its positive `low_freq_factor`, a positive original context,
+//! LongRoPE's factors and attention factor positive, and `partial_rotary_factor` in (0, 1]. A
+//! zero factor would make every logit non-finite.
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -45,6 +46,10 @@ pub fn check(c: &RawConfig, theta_field: &str, theta: f32, scaling: &RopeScaling
             if beta_fast <= beta_slow {
                 return Err(c.error(format!("rope 'beta_fast' {beta_fast} must be above 'beta_slow' {beta_slow}")));
             }
+        }
+        RopeScaling::LongRope { ref factors, attention_factor } => {
+            factors.iter().try_for_each(|&f| positive(c, "short_factor / long_factor", f))?;
+            positive(c, "attention_factor", attention_factor)?;
         }
     }
     Ok(())

@@ -178,6 +178,9 @@ pub struct ModelSpec {
     pub rope_full: Rope,
     /// Rope of sliding layers.
     pub rope_sliding: Rope,
+    /// LongRoPE's long table, which an engine of a longer context than the original one puts
+    /// in place of both ropes (`Model::fit_context`); `None` for every other rope.
+    pub long_rope: Option<crate::longrope::LongRope>,
     /// MLP activation.
     pub act: Activation,
     /// Attention score scale.
@@ -666,6 +669,7 @@ impl Common {
             sliding_window: None,
             rope_sliding: rope.clone(),
             rope_full: rope,
+            long_rope: None,
             act,
             attn_scale: 1.0 / (self.head_dim as f32).sqrt(),
             embed_scale: 1.0,
@@ -749,15 +753,25 @@ pub fn partial_rope(
     default_partial: f32,
 ) -> Result<Rope, ModelError> {
     let (theta, scaling) = c.rope("full_attention", fallback_theta)?;
+    let dim = rotary_dim(c, head_dim, default_partial)?;
+    if theta <= 0.0 {
+        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
+    }
+    Ok(Rope::new(dim, theta, &scaling))
+}
+
+/// The rotated dims of each head: `partial_rotary_factor` of `head_dim` (in `rope_parameters`
+/// or at the top level; `default_partial` when neither says), rounded down to even.
+pub fn rotary_dim(c: &RawConfig, head_dim: usize, default_partial: f32) -> Result<usize, ModelError> {
     let partial = match partial_factor(c, "full_attention")? {
         Some(f) => crate::rope_check::partial(c, f)?,
         None => default_partial,
     };
     let dim = ((head_dim as f32 * partial) as usize) & !1;
-    if dim == 0 || dim > head_dim || theta <= 0.0 {
-        return Err(c.error(format!("rope over {dim} of {head_dim} head dims with theta {theta} makes no sense")));
+    if dim == 0 || dim > head_dim {
+        return Err(c.error(format!("rope over {dim} of {head_dim} head dims makes no sense")));
     }
-    Ok(Rope::new(dim, theta, &scaling))
+    Ok(dim)
 }
 
 /// The gated activation named by `hidden_act` / `hidden_activation`.

@@ -38,11 +38,12 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_models::Model;
 
 /// The fixture families the checks run over.
-pub const FAMILIES: [&str; 23] = [
+pub const FAMILIES: [&str; 24] = [
     "llama",
     "qwen2",
     "mistral",
     "phi3",
+    "phi3_longrope",
     "qwen3",
     "gemma2",
     "gemma3",

@@ -450,7 +450,7 @@ fn a_gpt_oss_mxfp4_scale_that_is_not_finite_is_refused_naming_the_tensor() {
 }
 
 #[test]
-fn phi3_rotary_dims_and_window_are_read_and_longrope_is_refused() {
+fn phi3_rotary_dims_window_and_longrope_are_read() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);
     w.kv("phi3.feed_forward_length", WriteValue::U32(96));
@@ -460,9 +460,22 @@ fn phi3_rotary_dims_and_window_are_read_and_longrope_is_refused() {
     let c = config_from_gguf(&open(&w)).unwrap();
     assert_eq!((c["architectures"][0].as_str(), c["sliding_window"].as_u64()), (Some("Phi3ForCausalLM"), Some(2047)));
     assert_eq!(c["rope_parameters"]["partial_rotary_factor"].as_f64(), Some(0.75));
+    // LongRoPE: both factor sets as tensors, the pretrained context and cos / sin factor.
     w.f32_tensor("rope_factors_long.weight", &[6], &values(6, 1));
     let e = config_from_gguf(&open(&w)).unwrap_err().to_string();
-    assert!(e.contains("LongRoPE"), "{e}");
+    assert!(e.contains("rope_factors_short.weight"), "{e}");
+    w.f32_tensor("rope_factors_short.weight", &[6], &values(6, 2));
+    w.kv("phi3.rope.scaling.original_context_length", WriteValue::U32(4096));
+    w.kv("phi3.rope.scaling.attn_factor", WriteValue::F32(1.25));
+    let c = config_from_gguf(&open(&w)).unwrap();
+    let r = &c["rope_parameters"];
+    assert_eq!((r["rope_type"].as_str(), r["attention_factor"].as_f64()), (Some("longrope"), Some(1.25)));
+    assert_eq!(r["long_factor"][1].as_f64(), Some(f64::from(values(6, 1)[1])));
+    assert_eq!(r["short_factor"][0].as_f64(), Some(f64::from(values(6, 2)[0])));
+    assert_eq!(
+        (c["original_max_position_embeddings"].as_u64(), r["partial_rotary_factor"].as_f64()),
+        (Some(4096), Some(0.75))
+    );
 }
 
 #[test]

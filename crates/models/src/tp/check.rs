@@ -21,6 +21,10 @@ pub fn check(spec: &ModelSpec, size: usize, expert_parallel: bool) -> Result<(),
     if spec.attn_out_bias || spec.moe.as_ref().is_some_and(|m| m.gpt_oss) {
         return refuse("adds biases after its output and expert down projections, which are not sharded yet".into());
     }
+    // Followers keep the rope they loaded; an engine's context may switch rank 0's alone.
+    if spec.long_rope.is_some() {
+        return refuse("uses LongRoPE, whose short and long factors are not switched on every rank yet".into());
+    }
     // Value heads split evenly; key heads too, or each held by several ranks.
     if let Some(g) = &spec.gdn {
         let (hk, hv) = (g.num_k_heads, g.num_v_heads);
