@@ -55,6 +55,14 @@ fn gguf_name(name: &str, gemma: bool) -> String {
 /// The fixture `family` as a GGUF file of architecture `arch` in `dir`, with `extra` metadata
 /// (keys after `{arch}.`) and the byte-level split `pre`.
 fn to_gguf(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)], dir: &Path) -> PathBuf {
+    let w = gguf_writer(family, arch, pre, extra);
+    let path = dir.join(format!("{family}.gguf"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+/// [`to_gguf`]'s file, unwritten.
+fn gguf_writer(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -> GgufWriter {
     let gemma = arch.starts_with("gemma");
     let mut w = metadata(family, arch, pre, extra);
     let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
@@ -67,9 +75,7 @@ fn to_gguf(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)], di
         }
         w.f32_tensor(&gguf_name(name, gemma), &t.shape, &values);
     }
-    let path = dir.join(format!("{family}.gguf"));
-    std::fs::write(&path, w.to_bytes()).unwrap();
-    path
+    w
 }
 
 /// The fixture `family`'s metadata and vocabulary as `convert_hf_to_gguf.py` writes them for
@@ -177,6 +183,41 @@ fn a_qwen2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
     assert_eq!(m.decoder.spec.architecture, "Qwen2ForCausalLM");
     assert!(m.decoder.spec.attention_bias, "q, k and v biases");
     check_same("qwen2", full.path(), &path);
+}
+
+#[test]
+fn a_split_gguf_opened_from_its_first_shard_computes_as_the_whole_checkpoint() {
+    // As llama.cpp's gguf-split writes one: the metadata in the first shard, the tensors spread
+    // over three, each shard numbered.
+    let whole = gguf_writer("qwen2", "qwen2", "qwen2", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let n = whole.tensors.len();
+    let cuts = [0, n / 3, 2 * n / 3, n];
+    for k in 0..3 {
+        let mut w = GgufWriter::new();
+        if k == 0 {
+            w.kvs = whole.kvs.clone();
+            w.kv("split.tensors.count", WriteValue::I32(n as i32));
+        }
+        w.kv("split.no", WriteValue::U16(k as u16));
+        w.kv("split.count", WriteValue::U16(3));
+        w.tensors = whole.tensors[cuts[k]..cuts[k + 1]].to_vec();
+        std::fs::write(dir.path().join(format!("qwen2-{:05}-of-00003.gguf", k + 1)), w.to_bytes()).unwrap();
+    }
+    let first = dir.path().join("qwen2-00001-of-00003.gguf");
+    let mut config = json(&fixture("qwen2").join("config.json"));
+    config["use_sliding_window"] = false.into();
+    config.as_object_mut().unwrap().remove("layer_types");
+    let full = tempfile::tempdir().unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture("qwen2").join(f), full.path().join(f)).unwrap();
+    }
+    std::fs::write(full.path().join("config.json"), config.to_string()).unwrap();
+    check_same("qwen2", full.path(), &first);
+    // A later shard alone is refused, naming the first.
+    let b = cpu();
+    let e = Model::open(&dir.path().join("qwen2-00002-of-00003.gguf"), &b).err().map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("open the first") && e.contains("qwen2-00001-of-00003.gguf")));
 }
 
 #[test]

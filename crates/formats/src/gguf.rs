@@ -1,7 +1,9 @@
 //! A memory-mapped GGUF file (llama.cpp's format, v2 and v3) with a bounded, fully validated
-//! header: typed metadata access and tensors as [`TensorView`]s in Hugging Face shape order.
+//! header: typed metadata access and tensors as [`TensorView`]s in Hugging Face shape order; a
+//! split one (`gguf-split`'s `-00001-of-0000N.gguf` shards) opened from its first shard as one.
 
 mod parse;
+mod split;
 pub mod writer;
 
 pub use parse::{
@@ -299,36 +301,75 @@ enum Backing {
     Owned(Arc<Vec<u8>>),
 }
 
-/// An open GGUF file.
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mapped(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// An open GGUF file (with the later shards of a split one).
 pub struct GgufFile {
     path: PathBuf,
     backing: Backing,
     header: Header,
+    /// A split file's later shards: path and data, shard `k + 1` at `k`.
+    shards: Vec<(PathBuf, Backing)>,
+    /// Per tensor (as `header.tensors`), the shard holding it: 0 this file, `k + 1` `shards[k]`.
+    shard_of: Vec<usize>,
 }
 
 impl GgufFile {
-    /// Maps `path` and validates its header, metadata and every tensor's extent.
+    /// Maps `path` and validates its header, metadata and every tensor's extent; the first shard
+    /// of a split file brings its other shards (each validated so, beside it), a later shard is
+    /// refused naming the first.
     pub fn open(path: &Path) -> Result<GgufFile, FormatError> {
+        let mut f = GgufFile::open_one(path)?;
+        split::join(&mut f)?;
+        Ok(f)
+    }
+
+    /// Maps and validates one file.
+    fn open_one(path: &Path) -> Result<GgufFile, FormatError> {
         let io = |source| FormatError::Io { path: path.to_path_buf(), source };
         let file = FormatError::open(path)?;
         // SAFETY: the map is read-only; a file changed under us can give wrong numbers but
         // every offset used was bounds-checked against the map's length at open time.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = parse::parse_header(path, &map)?;
-        Ok(GgufFile { path: path.to_path_buf(), backing: Backing::Mapped(Arc::new(map)), header })
+        Ok(GgufFile::whole(path, Backing::Mapped(Arc::new(map)), header))
     }
 
-    /// Validates `bytes` as a GGUF file named `path` (tests, fuzzing, files held in memory).
+    /// Validates `bytes` as a GGUF file named `path` (tests, fuzzing, files held in memory); a
+    /// split file's shard is taken alone.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<GgufFile, FormatError> {
         let header = parse::parse_header(path, &bytes)?;
-        Ok(GgufFile { path: path.to_path_buf(), backing: Backing::Owned(Arc::new(bytes)), header })
+        Ok(GgufFile::whole(path, Backing::Owned(Arc::new(bytes)), header))
+    }
+
+    fn whole(path: &Path, backing: Backing, header: Header) -> GgufFile {
+        let shard_of = vec![0; header.tensors.len()];
+        GgufFile { path: path.to_path_buf(), backing, header, shards: Vec::new(), shard_of }
     }
 
     fn bytes(&self) -> &[u8] {
-        match &self.backing {
-            Backing::Mapped(m) => m,
-            Backing::Owned(v) => v,
+        self.backing.bytes()
+    }
+
+    /// The path and data of the shard holding tensor `t` (an entry of [`GgufFile::tensors`]).
+    fn holder(&self, t: &TensorEntry) -> (&Path, &Backing) {
+        let shard = self.header.tensor_index.get(&t.name).and_then(|&i| self.shard_of.get(i)).copied().unwrap_or(0);
+        match shard.checked_sub(1).and_then(|k| self.shards.get(k)) {
+            Some((path, backing)) => (path, backing),
+            None => (&self.path, &self.backing),
         }
+    }
+
+    /// The paths of a split file's shards after this one (empty for a whole file).
+    pub fn shard_paths(&self) -> impl Iterator<Item = &Path> {
+        self.shards.iter().map(|(p, _)| p.as_path())
     }
 
     /// The file's path.
@@ -486,23 +527,25 @@ impl GgufFile {
 
     /// The raw bytes of tensor `t` (an entry of [`GgufFile::tensors`]), whatever its type.
     pub fn tensor_data(&self, t: &TensorEntry) -> &[u8] {
-        self.bytes().get(t.range.clone()).unwrap_or_default()
+        self.holder(t).1.bytes().get(t.range.clone()).unwrap_or_default()
     }
 
     /// The named tensor, `None` when absent; a type this crate cannot load is an error.
     pub fn tensor(&self, name: &str) -> Result<Option<TensorView>, FormatError> {
         let Some(t) = self.tensor_info(name) else { return Ok(None) };
+        let (path, backing) = self.holder(t);
         let dtype = t.ggml_type.dtype().ok_or_else(|| {
-            FormatError::tensor(&self.path, name, format!("ggml type {} is not supported", t.ggml_type.name()))
+            FormatError::tensor(path, name, format!("ggml type {} is not supported", t.ggml_type.name()))
         })?;
-        let data = match &self.backing {
+        let data = match backing {
             Backing::Mapped(map) => TensorBytes::Mapped(map.clone(), t.range.clone()),
             Backing::Owned(bytes) => TensorBytes::from_vec(
                 bytes
                     .get(t.range.clone())
-                    .ok_or_else(|| FormatError::tensor(&self.path, name, "data lies outside the file"))?,
+                    .ok_or_else(|| FormatError::tensor(path, name, "data lies outside the file"))?,
             ),
         };
-        Ok(Some(TensorView { name: name.to_string(), dtype, shape: t.shape.clone(), data, file: self.path.clone() }))
+        let file = path.to_path_buf();
+        Ok(Some(TensorView { name: name.to_string(), dtype, shape: t.shape.clone(), data, file }))
     }
 }

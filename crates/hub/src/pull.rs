@@ -41,7 +41,7 @@ pub fn pull(spec: &Spec, cfg: &HubConfig, progress: &mut dyn Progress) -> Result
     let names: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
     let choice = select::choose(&spec.repo, &names, &spec.pick)?;
     let (mut wanted, path) = match &choice {
-        Choice::Gguf(f) => (vec![f.clone()], store.cache.snapshot(&listing.commit).join(f)),
+        Choice::Gguf(f) => (select::gguf_set(&spec.repo, &names, f)?, store.cache.snapshot(&listing.commit).join(f)),
         Choice::Checkpoint { files, .. } => (files.clone(), store.cache.snapshot(&listing.commit)),
     };
     let mut fetched = 0;

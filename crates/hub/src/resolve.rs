@@ -39,7 +39,7 @@ pub fn cached(spec: &Spec, cfg: &HubConfig) -> Cached {
     walk(&dir, "", 0, &mut present);
     let names: Vec<&str> = present.iter().map(String::as_str).collect();
     let found = select::choose(&spec.repo, &names, &spec.pick).and_then(|c| match c {
-        Choice::Gguf(f) => Ok(dir.join(f)),
+        Choice::Gguf(f) => select::gguf_set(&spec.repo, &names, &f).map(|_| dir.join(f)),
         Choice::Checkpoint { sharded, .. } => {
             if sharded {
                 let index = fs::read(dir.join(INDEX)).map_err(|e| HubError::io(dir.join(INDEX), e))?;

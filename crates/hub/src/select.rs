@@ -1,7 +1,8 @@
 //! Which files of a repo the engine reads: config, tokenizer and generation files and the
 //! safetensors weights (one file, or the shards `model.safetensors.index.json` names), or one
-//! GGUF file chosen by quant or name. Works on names alone, so the same rules pick from the
-//! hub's listing and from a cached snapshot.
+//! GGUF file chosen by quant or name (a split one by its first shard, `-00001-of-0000N.gguf`,
+//! with every shard). Works on names alone, so the same rules pick from the hub's listing and
+//! from a cached snapshot.
 
 use crate::error::{HubError, Result};
 use crate::names::{RepoId, path_problem};
@@ -34,7 +35,7 @@ pub enum Choice {
         /// Whether the weights are sharded (the index's shards come on top of `files`).
         sharded: bool,
     },
-    /// One GGUF file.
+    /// One GGUF file (a split one's first shard: [`gguf_set`] names them all).
     Gguf(String),
 }
 
@@ -68,15 +69,43 @@ pub fn choose(repo: &RepoId, names: &[&str], pick: &Pick) -> Result<Choice> {
     }
 }
 
-/// The GGUF files among `names`, multimodal projectors left out.
+/// The GGUF files among `names`, multimodal projectors and split files' later shards left out.
 fn ggufs<'a>(names: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = names
         .iter()
         .copied()
         .filter(|n| n.to_ascii_lowercase().ends_with(".gguf") && !n.to_ascii_lowercase().contains("mmproj"))
+        .filter(|n| split_of(n).is_none_or(|(_, k, _)| k == 1))
         .collect();
     v.sort_unstable();
     v
+}
+
+/// `(PREFIX, k, n)` of a split GGUF file's shard `PREFIX-0000k-of-0000n.gguf` (llama.cpp's
+/// `gguf-split` names, five digits each, `1 <= k <= n`).
+fn split_of(name: &str) -> Option<(&str, u32, u32)> {
+    let stem = name.strip_suffix(".gguf")?;
+    let (rest, n) = stem.rsplit_once("-of-")?;
+    let (prefix, k) = rest.rsplit_once('-')?;
+    let number =
+        |s: &str| (s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u32>().ok()).flatten();
+    let (k, n) = (number(k)?, number(n)?);
+    (1 <= k && k <= n).then_some((prefix, k, n))
+}
+
+/// The files of the GGUF file `file` chosen from `names`: itself, or for a split file's first
+/// shard every shard, each present in `names`.
+pub fn gguf_set(repo: &RepoId, names: &[&str], file: &str) -> Result<Vec<String>> {
+    let Some((prefix, 1, n)) = split_of(file).filter(|&(_, _, n)| n > 1) else { return Ok(vec![file.to_string()]) };
+    (1..=n)
+        .map(|k| {
+            let shard = format!("{prefix}-{k:05}-of-{n:05}.gguf");
+            match names.contains(&shard.as_str()) {
+                true => Ok(shard),
+                false => Err(choice(repo, &format!("{file} is shard 1 of {n}, but the repo lacks {shard:?}"))),
+            }
+        })
+        .collect()
 }
 
 /// The one GGUF file whose name holds `quant` as a whole token.
@@ -165,6 +194,29 @@ mod tests {
             choose(&r, &two, &Pick::Quant("Q8_0".into())).err().is_some_and(|e| e.to_string().contains("ambiguous"))
         );
         assert!(choose(&r, &two, &Pick::Default).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_split_gguf_is_chosen_by_its_first_shard_and_brings_every_shard() -> Result<()> {
+        let r = RepoId::parse("o/n")?;
+        let names = [
+            "m-Q4_K_M.gguf",
+            "Q8_0/m-Q8_0-00001-of-00003.gguf",
+            "Q8_0/m-Q8_0-00002-of-00003.gguf",
+            "Q8_0/m-Q8_0-00003-of-00003.gguf",
+        ];
+        let first = "Q8_0/m-Q8_0-00001-of-00003.gguf";
+        assert_eq!(choose(&r, &names, &Pick::Quant("Q8_0".into()))?, Choice::Gguf(first.into()));
+        let set = gguf_set(&r, &names, first)?;
+        assert_eq!(set, names[1..].iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(gguf_set(&r, &names, "m-Q4_K_M.gguf")?, vec!["m-Q4_K_M.gguf".to_string()]);
+        let e = gguf_set(&r, &names[..3], first).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("lacks \"Q8_0/m-Q8_0-00003-of-00003.gguf\""), "{e}");
+        // One split file alone in the repo is the default, by its first shard.
+        assert_eq!(choose(&r, &names[1..], &Pick::Default)?, Choice::Gguf(first.into()));
+        assert_eq!(split_of("a-00002-of-00002.gguf"), Some(("a", 2, 2)));
+        assert_eq!((split_of("a-0002-of-00002.gguf"), split_of("a-00003-of-00002.gguf")), (None, None));
         Ok(())
     }
 

@@ -163,6 +163,30 @@ fn pulls_one_gguf_file_by_quant() {
 }
 
 #[test]
+fn a_split_gguf_is_pulled_whole_by_quant_and_resolved_only_when_every_shard_is_cached() {
+    let repo = FakeRepo::new(
+        "tf-test/split-GGUF",
+        &[
+            ("tiny-Q4_K_M.gguf", &shard(4, 5000), true),
+            ("Q8_0/tiny-Q8_0-00001-of-00002.gguf", &shard(8, 7000), true),
+            ("Q8_0/tiny-Q8_0-00002-of-00002.gguf", &shard(9, 6000), true),
+        ],
+    );
+    let server = HubServer::start(vec![repo.clone()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&server, tmp.path());
+    let pulled = pull(&spec("tf-test/split-GGUF:Q8_0"), &cfg, &mut Silent).unwrap();
+    assert!(pulled.path.ends_with(format!("snapshots/{}/Q8_0/tiny-Q8_0-00001-of-00002.gguf", repo.commit)));
+    let second = pulled.path.with_file_name("tiny-Q8_0-00002-of-00002.gguf");
+    assert_eq!(std::fs::read(&second).unwrap(), repo.files[2].bytes);
+    assert_eq!(pulled.files.len(), 2);
+    let offline = HubConfig { offline: true, ..cfg.clone() };
+    assert_eq!(resolve(&spec("tf-test/split-GGUF:Q8_0"), &offline, &mut Silent).unwrap(), pulled.path);
+    std::fs::remove_file(&second).unwrap();
+    assert!(matches!(cached(&spec("tf-test/split-GGUF:Q8_0"), &offline), Cached::Incomplete(_)));
+}
+
+#[test]
 fn a_cut_transfer_resumes_with_range() {
     let repo = sharded_repo();
     let server = HubServer::start(vec![repo.clone()]);
