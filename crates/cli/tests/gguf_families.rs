@@ -97,11 +97,14 @@ fn metadata(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -
         ("attention.head_count", "num_attention_heads"),
         ("attention.head_count_kv", "num_key_value_heads"),
     ] {
-        w.kv(&format!("{arch}.{key}"), WriteValue::U32(dim(field)));
+        // `extra` says otherwise for some families.
+        if extra.iter().all(|(k, _)| *k != key) {
+            w.kv(&format!("{arch}.{key}"), WriteValue::U32(dim(field)));
+        }
     }
     let theta = config["rope_parameters"]["rope_theta"].as_f64().unwrap() as f32;
     w.kv(&format!("{arch}.rope.freq_base"), WriteValue::F32(theta));
-    let eps = config["rms_norm_eps"].as_f64().unwrap() as f32;
+    let eps = config["rms_norm_eps"].as_f64().or(config["norm_eps"].as_f64()).unwrap() as f32;
     w.kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), WriteValue::F32(eps));
     // The byte-level vocabulary: tokens by id, merges, special tokens as control (type 3).
     let tok = json(&src.join("tokenizer.json"));
@@ -408,4 +411,63 @@ fn gpt_oss_ggufs_float_and_mxfp4_compute_as_their_safetensors_checkpoints() {
         assert_eq!(s.sliding_window, Some(8), "{family}");
         check_same(family, &fixture(family), &path);
     }
+}
+
+#[test]
+fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("lfm2").join("config.json"));
+    let kv = config["num_key_value_heads"].as_i64().unwrap() as i32;
+    let per_layer: Vec<i32> =
+        config["layer_types"].as_array().unwrap().iter().map(|t| if t == "conv" { 0 } else { kv }).collect();
+    // As convert_hf_to_gguf.py writes LFM2: KV heads per layer, the MLP width as the layers
+    // have it (its auto-adjusted 96, not the config's 128), the conv taps.
+    let extra = [
+        ("attention.head_count_kv", WriteValue::i32s(&per_layer)),
+        ("shortconv.l_cache", WriteValue::U32(config["conv_L_cache"].as_u64().unwrap() as u32)),
+        ("feed_forward_length", WriteValue::U32(96)),
+    ];
+    let mut w = metadata("lfm2", "lfm2", "lfm2", &extra);
+    let st = SafetensorsFile::open(&fixture("lfm2").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let (mut shape, values) = (t.shape.clone(), t.to_f32());
+        let g = match name.as_str() {
+            "model.embed_tokens.weight" => "token_embd.weight".to_string(),
+            "model.embedding_norm.weight" => "token_embd_norm.weight".to_string(),
+            _ => {
+                let (layer, stem) = name.strip_prefix("model.layers.").unwrap().split_once('.').unwrap();
+                let g = match stem {
+                    "operator_norm.weight" => "attn_norm.weight",
+                    "ffn_norm.weight" => "ffn_norm.weight",
+                    "self_attn.q_proj.weight" => "attn_q.weight",
+                    "self_attn.k_proj.weight" => "attn_k.weight",
+                    "self_attn.v_proj.weight" => "attn_v.weight",
+                    "self_attn.out_proj.weight" => "attn_output.weight",
+                    "self_attn.q_layernorm.weight" => "attn_q_norm.weight",
+                    "self_attn.k_layernorm.weight" => "attn_k_norm.weight",
+                    // The converter squeezes the conv's middle dim.
+                    "conv.conv.weight" => {
+                        shape.remove(1);
+                        "shortconv.conv.weight"
+                    }
+                    "conv.in_proj.weight" => "shortconv.in_proj.weight",
+                    "conv.out_proj.weight" => "shortconv.out_proj.weight",
+                    "feed_forward.w1.weight" => "ffn_gate.weight",
+                    "feed_forward.w3.weight" => "ffn_up.weight",
+                    "feed_forward.w2.weight" => "ffn_down.weight",
+                    other => panic!("no GGUF name for {other}"),
+                };
+                format!("blk.{layer}.{g}")
+            }
+        };
+        w.f32_tensor(&g, &shape, &values);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lfm2.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!(s.architecture, "Lfm2ForCausalLM");
+    assert_eq!(s.intermediate_size, 96);
+    check_same("lfm2", &fixture("lfm2"), &path);
 }

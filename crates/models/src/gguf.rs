@@ -4,7 +4,8 @@
 //! stored as `1 + w` (Gemma 2's and 3's), Llama's q/k rows permuted for interleaved rope,
 //! experts stacked in 3-D (Qwen2's q, k and v biases as they are; Phi-3's fused `attn_qkv` and
 //! `ffn_up` served as the fused weights its family splits; gpt-oss's experts split into gate and
-//! up, in MXFP4 or any other type, with their biases, its sinks and router bias).
+//! up, in MXFP4 or any other type, with their biases, its sinks and router bias; LFM2's layer
+//! kinds read from its per-layer KV head counts, its conv weights given back their middle dim).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -33,6 +34,8 @@ pub enum Family {
     Gemma3,
     /// `gpt-oss` -> `GptOssForCausalLM` (sinks, biases, experts split into gate and up).
     GptOss,
+    /// `lfm2` -> `Lfm2ForCausalLM` (short conv and attention layers).
+    Lfm2,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -44,6 +47,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
     ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
+    ("lfm2", Family::Lfm2, "Lfm2ForCausalLM", "lfm2"),
 ];
 
 impl Family {
@@ -97,6 +101,40 @@ impl Meta<'_> {
     fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
         Ok(self.f.get_f32(&self.key(k))?)
     }
+
+    /// `attention.head_count_kv`: one count for every layer, or (LFM2) one a layer, 0 where the
+    /// layer has no attention; `None` when absent.
+    fn kv_heads(&self) -> Result<Option<KvHeads>, ModelError> {
+        let k = self.key("attention.head_count_kv");
+        match self.f.get(&k) {
+            None => Ok(None),
+            Some(tf_formats::gguf::MetaValue::Array(_)) => {
+                let per = self.f.get_i32_array(&k)?.unwrap_or_default();
+                let per: Option<Vec<u64>> = per.iter().map(|&n| u64::try_from(n).ok()).collect();
+                per.map(|p| Some(KvHeads::PerLayer(p)))
+                    .ok_or_else(|| self.error(format!("'{k}' holds a negative count")))
+            }
+            Some(_) => Ok(self.opt_u64("attention.head_count_kv")?.map(KvHeads::All)),
+        }
+    }
+}
+
+/// KV heads as `attention.head_count_kv` gives them.
+enum KvHeads {
+    /// The same count in every layer.
+    All(u64),
+    /// One count a layer (0: no attention there).
+    PerLayer(Vec<u64>),
+}
+
+impl KvHeads {
+    /// The count of the layers that attend (the largest).
+    fn count(&self) -> u64 {
+        match self {
+            KvHeads::All(n) => *n,
+            KvHeads::PerLayer(p) => p.iter().copied().max().unwrap_or(0),
+        }
+    }
 }
 
 /// A HF-style `config.json` object for the GGUF file `f`.
@@ -129,7 +167,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     c.insert("hidden_size".into(), json!(hidden));
     c.insert("num_hidden_layers".into(), json!(layers));
     c.insert("num_attention_heads".into(), json!(heads));
-    c.insert("num_key_value_heads".into(), json!(m.opt_u64("attention.head_count_kv")?.unwrap_or(heads)));
+    let kv_heads = m.kv_heads()?;
+    c.insert("num_key_value_heads".into(), json!(kv_heads.as_ref().map_or(heads, KvHeads::count)));
     c.insert("head_dim".into(), json!(head_dim));
     let ffn = match (m.opt_u64("feed_forward_length")?, fam) {
         (Some(n), _) => n,
@@ -158,6 +197,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
+        Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -310,6 +350,35 @@ fn gpt_oss(
     Ok(())
 }
 
+/// LFM2 as `convert_hf_to_gguf.py` stores it: attention where the layer's KV head count is not
+/// 0, short conv elsewhere, `shortconv.l_cache` taps, the MLP width already adjusted
+/// (`feed_forward_length` is the width the layers have).
+fn lfm2(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    kv_heads: Option<KvHeads>,
+    theta: Option<f32>,
+) -> Result<(), ModelError> {
+    let kinds: Vec<&str> = match kv_heads {
+        Some(KvHeads::PerLayer(p)) if p.len() as u64 == layers => {
+            p.iter().map(|&n| if n == 0 { "conv" } else { "full_attention" }).collect()
+        }
+        Some(KvHeads::PerLayer(p)) => {
+            return Err(m.error(format!("attention.head_count_kv has {} layers' counts for {layers} layers", p.len())));
+        }
+        _ => return Err(m.error("LFM2 needs attention.head_count_kv per layer (0 for its conv layers)".into())),
+    };
+    c.insert("layer_types".into(), json!(kinds));
+    c.insert("conv_L_cache".into(), json!(m.u64("shortconv.l_cache")?));
+    c.insert("block_auto_adjust_ff_dim".into(), json!(false));
+    if let Some(eps) = c.remove("rms_norm_eps") {
+        c.insert("norm_eps".into(), eps);
+    }
+    c.insert("rope_theta".into(), json!(theta.unwrap_or(1_000_000.0)));
+    Ok(())
+}
+
 /// Gemma 2 as llama.cpp runs it: sliding and full layers alternating from a sliding one, one
 /// rope, attention scaled by key_length (the 46-layer 27B by hidden / heads), the soft-caps
 /// the metadata gives (llama.cpp's 50 and 30 where it gives none).
@@ -425,6 +494,8 @@ enum Fix {
     Unpermute { heads: usize },
     /// Expert `e` of a stacked `[experts, rows, cols]` tensor.
     Expert(usize),
+    /// A `[rows, cols]` tensor served as `[rows, 1, cols]` (the same bytes).
+    MiddleOne,
 }
 
 /// A GGUF file's tensors under Hugging Face names.
@@ -442,7 +513,7 @@ impl GgufSource {
         let m = Meta { f: &file, arch: file.architecture()? };
         let to_usize = |n: u64| usize::try_from(n).map_err(|_| m.error(format!("head count {n} is too large")));
         let num_heads = to_usize(m.u64("attention.head_count")?)?;
-        let num_kv_heads = to_usize(m.opt_u64("attention.head_count_kv")?.unwrap_or(num_heads as u64))?;
+        let num_kv_heads = to_usize(m.kv_heads()?.map_or(num_heads as u64, |k| k.count()))?;
         Ok(GgufSource { file, family, num_heads, num_kv_heads })
     }
 
@@ -465,6 +536,11 @@ impl GgufSource {
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
         let gemma = matches!(self.family, Family::Gemma2 | Family::Gemma3);
         let global = match hf_name {
+            // LFM2's final norm: llama.cpp has named it either way.
+            "model.embedding_norm.weight" if self.file.tensor_info("token_embd_norm.weight").is_some() => {
+                Some("token_embd_norm.weight")
+            }
+            "model.embedding_norm.weight" => Some("output_norm.weight"),
             "model.embed_tokens.weight" => Some("token_embd.weight"),
             "model.norm.weight" => Some("output_norm.weight"),
             "lm_head.weight" => Some("output.weight"),
@@ -487,6 +563,10 @@ impl GgufSource {
             && let Some(gguf) = gpt_oss_only(rest)
         {
             return Some((format!("blk.{layer}.{gguf}"), Fix::Plain));
+        }
+        if self.family == Family::Lfm2 {
+            let (gguf, fix) = lfm2_only(rest)?;
+            return Some((format!("blk.{layer}.{gguf}"), fix));
         }
         // q, k and v biases, stored as they are (Llama's would need its rows' permutation).
         if let Some(stem) = rest.strip_suffix(".bias").filter(|_| self.family != Family::Llama) {
@@ -559,6 +639,10 @@ impl GgufSource {
             }
             Fix::Unpermute { heads } => unpermute_rows(view, heads).map_err(bad)?,
             Fix::Expert(e) => expert(view, e).map_err(bad)?,
+            Fix::MiddleOne => match view.shape[..] {
+                [rows, cols] => TensorView { shape: vec![rows, 1, cols], ..view },
+                _ => return Err(bad(format!("expected 2 dims, found {:?}", view.shape))),
+            },
         };
         if view.dtype == DType::Mxfp4 {
             check_mxfp4_scales(view.data.as_bytes()).map_err(bad)?;
@@ -580,6 +664,28 @@ fn gpt_oss_only(rest: &str) -> Option<&'static str> {
         "mlp.experts.gate_proj.bias" => "ffn_gate_exps.bias",
         "mlp.experts.up_proj.bias" => "ffn_up_exps.bias",
         "mlp.experts.down_proj.bias" => "ffn_down_exps.bias",
+        _ => return None,
+    })
+}
+
+/// LFM2's layer tensors, every one named its own way (its conv weight stored without the
+/// middle dim of HF's `[channels, 1, taps]`).
+fn lfm2_only(rest: &str) -> Option<(&'static str, Fix)> {
+    Some(match rest {
+        "operator_norm.weight" => ("attn_norm.weight", Fix::Plain),
+        "ffn_norm.weight" => ("ffn_norm.weight", Fix::Plain),
+        "self_attn.q_proj.weight" => ("attn_q.weight", Fix::Plain),
+        "self_attn.k_proj.weight" => ("attn_k.weight", Fix::Plain),
+        "self_attn.v_proj.weight" => ("attn_v.weight", Fix::Plain),
+        "self_attn.out_proj.weight" => ("attn_output.weight", Fix::Plain),
+        "self_attn.q_layernorm.weight" => ("attn_q_norm.weight", Fix::Plain),
+        "self_attn.k_layernorm.weight" => ("attn_k_norm.weight", Fix::Plain),
+        "conv.conv.weight" => ("shortconv.conv.weight", Fix::MiddleOne),
+        "conv.in_proj.weight" => ("shortconv.in_proj.weight", Fix::Plain),
+        "conv.out_proj.weight" => ("shortconv.out_proj.weight", Fix::Plain),
+        "feed_forward.w1.weight" => ("ffn_gate.weight", Fix::Plain),
+        "feed_forward.w3.weight" => ("ffn_up.weight", Fix::Plain),
+        "feed_forward.w2.weight" => ("ffn_down.weight", Fix::Plain),
         _ => return None,
     })
 }

@@ -450,6 +450,35 @@ fn a_gpt_oss_mxfp4_scale_that_is_not_finite_is_refused_naming_the_tensor() {
 }
 
 #[test]
+fn lfm2_layer_kinds_come_from_its_per_layer_kv_heads() {
+    let lfm2 = |kv: WriteValue| {
+        let mut w = GgufWriter::new();
+        kvs(&mut w, "lfm2", &[("block_count", 3), ("embedding_length", 8), ("attention.head_count", 2)]);
+        w.kv("lfm2.feed_forward_length", WriteValue::U32(24));
+        w.kv("lfm2.shortconv.l_cache", WriteValue::U32(3));
+        w.kv("lfm2.attention.head_count_kv", kv);
+        w.f32_tensor("token_embd.weight", &[6, 8], &values(48, 0));
+        w.f32_tensor("blk.0.shortconv.conv.weight", &[8, 3], &values(24, 1));
+        w.f32_tensor("output_norm.weight", &[8], &values(8, 2));
+        open(&w)
+    };
+    let f = lfm2(WriteValue::i32s(&[0, 1, 0]));
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!(c["layer_types"], json!(["conv", "full_attention", "conv"]));
+    assert_eq!((c["num_key_value_heads"].as_u64(), c["conv_L_cache"].as_u64()), (Some(1), Some(3)));
+    assert_eq!((c["block_auto_adjust_ff_dim"].as_bool(), c["norm_eps"].as_f64().is_some()), (Some(false), true));
+    let src = GgufSource::new(f).unwrap();
+    let conv = src.get("model.layers.0.conv.conv.weight").unwrap().unwrap();
+    assert_eq!((conv.shape.clone(), conv.to_f32()), (vec![8, 1, 3], values(24, 1)));
+    let e = config_from_gguf(&lfm2(WriteValue::U32(1))).unwrap_err().to_string();
+    assert!(e.contains("per layer"), "{e}");
+    let e = config_from_gguf(&lfm2(WriteValue::i32s(&[0, 1]))).unwrap_err().to_string();
+    assert!(e.contains("2 layers' counts for 3 layers"), "{e}");
+    let e = config_from_gguf(&lfm2(WriteValue::i32s(&[0, -1, 0]))).unwrap_err().to_string();
+    assert!(e.contains("negative"), "{e}");
+}
+
+#[test]
 fn phi3_rotary_dims_window_and_longrope_are_read() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);
