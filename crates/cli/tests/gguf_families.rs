@@ -471,3 +471,77 @@ fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
     assert_eq!(s.intermediate_size, 96);
     check_same("lfm2", &fixture("lfm2"), &path);
 }
+
+#[test]
+fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("glm4_moe").join("config.json"));
+    let u = |k: &str| WriteValue::U32(config[k].as_u64().unwrap() as u32);
+    // As convert_hf_to_gguf.py writes GLM-4.5: the router's settings as expert_* keys, the
+    // rotated dims, groups as deepseek2's keys; one MTP block after the decoder's (unread).
+    let extra = [
+        ("attention.key_length", u("head_dim")),
+        ("attention.value_length", u("head_dim")),
+        ("block_count", WriteValue::U32(config["num_hidden_layers"].as_u64().unwrap() as u32 + 1)),
+        ("nextn_predict_layers", WriteValue::U32(1)),
+        ("rope.dimension_count", WriteValue::U32(16)),
+        ("expert_count", u("n_routed_experts")),
+        ("expert_used_count", u("num_experts_per_tok")),
+        ("expert_feed_forward_length", u("moe_intermediate_size")),
+        ("expert_shared_count", u("n_shared_experts")),
+        ("leading_dense_block_count", u("first_k_dense_replace")),
+        ("expert_gating_func", WriteValue::U32(2)),
+        ("expert_weights_scale", WriteValue::F32(config["routed_scaling_factor"].as_f64().unwrap() as f32)),
+        ("expert_weights_norm", WriteValue::Bool(config["norm_topk_prob"].as_bool().unwrap())),
+        ("expert_group_count", u("n_group")),
+        ("expert_group_used_count", u("topk_group")),
+    ];
+    let mut w = metadata("glm4_moe", "glm4moe", "glm4", &extra);
+    let st = SafetensorsFile::open(&fixture("glm4_moe").join("model.safetensors")).unwrap();
+    let (experts, layers) = (config["n_routed_experts"].as_u64().unwrap() as usize, 3);
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let g = match stem {
+            "post_attention_layernorm.weight" => "post_attention_norm.weight",
+            "self_attn.q_norm.weight" => "attn_q_norm.weight",
+            "self_attn.k_norm.weight" => "attn_k_norm.weight",
+            "mlp.gate.weight" => "ffn_gate_inp.weight",
+            "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+            "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+            "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+            "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+            // Stacked below.
+            s if s.starts_with("mlp.experts.") => continue,
+            _ => {
+                w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+                continue;
+            }
+        };
+        w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
+    }
+    // The routed experts stacked `[experts, rows, cols]` a projection, as the converter merges them.
+    for layer in 1..layers {
+        for (hf, g) in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")] {
+            let parts: Vec<_> = (0..experts)
+                .map(|e| st.tensor(&format!("model.layers.{layer}.mlp.experts.{e}.{hf}.weight")).unwrap().unwrap())
+                .collect();
+            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
+            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
+            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
+        }
+    }
+    // The MTP block (only a norm here; the decoder never reads it).
+    w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("glm4_moe.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!((s.architecture.as_str(), s.num_layers), ("Glm4MoeForCausalLM", layers));
+    assert!(s.qk_norm && s.attention_bias && s.mtp.is_some());
+    check_same("glm4_moe", &fixture("glm4_moe"), &path);
+}

@@ -5,7 +5,8 @@
 //! experts stacked in 3-D (Qwen2's q, k and v biases as they are; Phi-3's fused `attn_qkv` and
 //! `ffn_up` served as the fused weights its family splits; gpt-oss's experts split into gate and
 //! up, in MXFP4 or any other type, with their biases, its sinks and router bias; LFM2's layer
-//! kinds read from its per-layer KV head counts, its conv weights given back their middle dim).
+//! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
+//! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -36,6 +37,8 @@ pub enum Family {
     GptOss,
     /// `lfm2` -> `Lfm2ForCausalLM` (short conv and attention layers).
     Lfm2,
+    /// `glm4moe` -> `Glm4MoeForCausalLM` (GLM-4.5 / 4.6 MoE).
+    Glm4Moe,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -48,6 +51,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
     ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
     ("lfm2", Family::Lfm2, "Lfm2ForCausalLM", "lfm2"),
+    ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
 ];
 
 impl Family {
@@ -198,6 +202,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
+        Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -376,6 +381,49 @@ fn lfm2(
         c.insert("norm_eps".into(), eps);
     }
     c.insert("rope_theta".into(), json!(theta.unwrap_or(1_000_000.0)));
+    Ok(())
+}
+
+/// GLM-4.5 / 4.6 as `convert_hf_to_gguf.py` stores it: `block_count` counts the MTP
+/// (`nextn_predict_layers`) blocks after the decoder's, experts routed by sigmoid scores
+/// (`expert_gating_func` 2; any other refused) with their choice bias, weighted and scaled as
+/// `expert_weights_norm` / `expert_weights_scale` say (llama.cpp's defaults where absent),
+/// groups where `expert_group_count` is given, shared experts, `leading_dense_block_count`
+/// dense layers, partial rotary over `rope.dimension_count` dims, QK norm where the file has it.
+fn glm4_moe(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    head_dim: u64,
+    theta: Option<f32>,
+) -> Result<(), ModelError> {
+    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= layers {
+        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
+    }
+    c.insert("num_hidden_layers".into(), json!(layers - nextn));
+    c.insert("num_nextn_predict_layers".into(), json!(nextn));
+    if let Some(f) = m.opt_u64("expert_gating_func")?.filter(|&f| f != 2) {
+        return Err(m.error(format!("expert_gating_func {f}: GLM-4.5 routes by sigmoid scores (2)")));
+    }
+    c.insert("hidden_act".into(), json!("silu"));
+    c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    c.insert("n_shared_experts".into(), json!(m.opt_u64("expert_shared_count")?.unwrap_or(0)));
+    c.insert("first_k_dense_replace".into(), json!(m.opt_u64("leading_dense_block_count")?.unwrap_or(0)));
+    c.insert("routed_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
+    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(false);
+    c.insert("norm_topk_prob".into(), json!(norm));
+    c.insert("n_group".into(), json!(m.opt_u64("expert_group_count")?.unwrap_or(1)));
+    c.insert("topk_group".into(), json!(m.opt_u64("expert_group_used_count")?.unwrap_or(1)));
+    let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 2);
+    if rotated == 0 || rotated > head_dim {
+        return Err(m.error(format!("rope.dimension_count {rotated} of a head of {head_dim}")));
+    }
+    c.insert("partial_rotary_factor".into(), json!(rotated as f64 / head_dim as f64));
+    c.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
+    c.insert("use_qk_norm".into(), json!(m.f.tensor_info("blk.0.attn_q_norm.weight").is_some()));
     Ok(())
 }
 
@@ -563,6 +611,19 @@ impl GgufSource {
             && let Some(gguf) = gpt_oss_only(rest)
         {
             return Some((format!("blk.{layer}.{gguf}"), Fix::Plain));
+        }
+        if self.family == Family::Glm4Moe {
+            let gguf = match rest {
+                "mlp.gate.e_score_correction_bias" => Some("exp_probs_b.bias"),
+                "post_attention_layernorm.weight" => Some("post_attention_norm.weight"),
+                "mlp.shared_experts.gate_proj.weight" => Some("ffn_gate_shexp.weight"),
+                "mlp.shared_experts.up_proj.weight" => Some("ffn_up_shexp.weight"),
+                "mlp.shared_experts.down_proj.weight" => Some("ffn_down_shexp.weight"),
+                _ => None,
+            };
+            if let Some(g) = gguf {
+                return Some((format!("blk.{layer}.{g}"), Fix::Plain));
+            }
         }
         if self.family == Family::Lfm2 {
             let (gguf, fix) = lfm2_only(rest)?;

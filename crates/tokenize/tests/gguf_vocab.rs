@@ -187,7 +187,10 @@ fn bad_vocabularies_are_refused_naming_the_key() {
     let msg = refused(&with(bpe.clone(), "tokenizer.ggml.merges", WriteValue::strs(&["h e", "hel"])), "merges");
     assert!(msg.contains("merge 1"), "{msg}");
     // A merge of tokens the vocabulary lacks.
-    refused(&with(bpe, "tokenizer.ggml.merges", WriteValue::strs(&["q z"])), "tokenizer.ggml.merges");
+    refused(&with(bpe.clone(), "tokenizer.ggml.merges", WriteValue::strs(&["q z"])), "tokenizer.ggml.merges");
+    // A split this crate does not know is refused, as llama.cpp refuses it, not guessed.
+    let msg = refused(&with(bpe, "tokenizer.ggml.pre", WriteValue::str("next-model")), "tokenizer.ggml.pre");
+    assert!(msg.contains("\"next-model\" is not known"), "{msg}");
 }
 
 #[test]

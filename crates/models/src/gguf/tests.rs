@@ -479,6 +479,38 @@ fn lfm2_layer_kinds_come_from_its_per_layer_kv_heads() {
 }
 
 #[test]
+fn glm4_moe_counts_its_mtp_blocks_apart_and_refuses_another_gating() {
+    let glm = |extra: &[(&str, u32)]| {
+        let mut w = GgufWriter::new();
+        let mut pairs = vec![
+            ("block_count", 3),
+            ("embedding_length", 8),
+            ("attention.head_count", 2),
+            ("attention.key_length", 4),
+            ("feed_forward_length", 16),
+            ("expert_count", 4),
+            ("expert_used_count", 2),
+            ("expert_feed_forward_length", 4),
+        ];
+        pairs.extend_from_slice(extra);
+        kvs(&mut w, "glm4moe", &pairs);
+        for (k, n) in ["token_embd.weight", "output_norm.weight", "blk.0.attn_q_norm.weight"].iter().enumerate() {
+            w.f32_tensor(n, &[4], &values(4, k));
+        }
+        open(&w)
+    };
+    let c = config_from_gguf(&glm(&[("nextn_predict_layers", 1), ("rope.dimension_count", 2)])).unwrap();
+    assert_eq!((c["num_hidden_layers"].as_u64(), c["num_nextn_predict_layers"].as_u64()), (Some(2), Some(1)));
+    assert_eq!((c["partial_rotary_factor"].as_f64(), c["use_qk_norm"].as_bool()), (Some(0.5), Some(true)));
+    // llama.cpp's defaults where the keys are absent.
+    assert_eq!((c["norm_topk_prob"].as_bool(), c["routed_scaling_factor"].as_f64()), (Some(false), Some(1.0)));
+    let e = config_from_gguf(&glm(&[("expert_gating_func", 1)])).unwrap_err().to_string();
+    assert!(e.contains("expert_gating_func 1"), "{e}");
+    let e = config_from_gguf(&glm(&[("nextn_predict_layers", 3)])).unwrap_err().to_string();
+    assert!(e.contains("leaves none"), "{e}");
+}
+
+#[test]
 fn phi3_rotary_dims_window_and_longrope_are_read() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);

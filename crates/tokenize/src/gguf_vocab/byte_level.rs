@@ -1,6 +1,7 @@
 //! Byte-level BPE vocabularies (`tokenizer.ggml.model` "gpt2": GPT-2, Llama 3, Qwen): tokens and
 //! `tokenizer.ggml.merges` over GPT-2's byte alphabet, split first by the regex that
-//! `tokenizer.ggml.pre` names (transformers' `GGUF_PRE_TOKENIZER_SPLITS`).
+//! `tokenizer.ggml.pre` names (transformers' `GGUF_PRE_TOKENIZER_SPLITS`, llama.cpp's names); a
+//! name neither knows is refused, never split by a guess.
 
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::{BPE, Vocab as BpeVocab};
@@ -32,16 +33,28 @@ const QWEN35: &str = concat!(
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 );
 
-/// The split regex for a `tokenizer.ggml.pre` value; `None` (e.g. "default", "gpt2") keeps
-/// GPT-2's own regex inside the `ByteLevel` pre-tokenizer.
-fn split_regex(pre: &str) -> Option<&'static str> {
+/// How a `tokenizer.ggml.pre` value splits text before BPE.
+#[derive(Debug, PartialEq)]
+enum PreSplit {
+    /// By this regex, then byte-level.
+    Regex(&'static str),
+    /// By GPT-2's own regex inside the `ByteLevel` pre-tokenizer.
+    Gpt2,
+}
+
+/// The split of a `tokenizer.ggml.pre` value (llama.cpp's names); `None` for one this crate
+/// does not know, which llama.cpp refuses too.
+fn split_regex(pre: &str) -> Option<PreSplit> {
     Some(match pre {
         "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
-        | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3,
-        "tekken" => TEKKEN,
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2,
-        "qwen35" => QWEN35,
-        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O,
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => PreSplit::Regex(LLAMA3),
+        "tekken" => PreSplit::Regex(TEKKEN),
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => PreSplit::Regex(QWEN2),
+        "qwen35" => PreSplit::Regex(QWEN35),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => PreSplit::Regex(GPT4O),
+        "default" | "gpt2" | "gpt-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "phi-2"
+        | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe"
+        | "gigachat" => PreSplit::Gpt2,
         _ => return None,
     })
 }
@@ -88,14 +101,19 @@ pub(super) fn build(meta: &Meta, file: &GgufVocab, pre: Option<&str>) -> Result<
         .build()
         .map_err(|e| meta.bad("tokenizer.ggml.merges", &e.to_string()))?;
     let mut inner = tokenizers::Tokenizer::new(model);
-    match pre.and_then(split_regex) {
-        Some(regex) => {
+    let split = match pre {
+        None => PreSplit::Gpt2,
+        Some(p) => split_regex(p)
+            .ok_or_else(|| meta.bad("tokenizer.ggml.pre", &format!("pre-tokenizer {p:?} is not known")))?,
+    };
+    match split {
+        PreSplit::Regex(regex) => {
             let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
                 .map_err(|e| meta.bad("tokenizer.ggml.pre", &e.to_string()))?;
             let steps: Vec<PreTokenizerWrapper> = vec![split.into(), ByteLevel::new(false, true, false).into()];
             inner.with_pre_tokenizer(Some(Sequence::new(steps)));
         }
-        None => {
+        PreSplit::Gpt2 => {
             inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
         }
     }
@@ -120,7 +138,9 @@ mod tests {
         assert!(!in_alphabet(' ') && !in_alphabet('\u{144}') && in_alphabet('é'));
         assert_eq!(spell("<|x y|>"), "<|x\u{120}y|>");
         assert_eq!(spell("\u{120}hello"), "\u{120}hello");
-        assert_eq!(split_regex("llama-bpe"), Some(LLAMA3));
-        assert_eq!(split_regex("default"), None);
+        assert_eq!(split_regex("llama-bpe"), Some(PreSplit::Regex(LLAMA3)));
+        assert_eq!(split_regex("glm4"), Some(PreSplit::Regex(LLAMA3)));
+        assert_eq!(split_regex("default"), Some(PreSplit::Gpt2));
+        assert_eq!(split_regex("some-new-model"), None);
     }
 }
