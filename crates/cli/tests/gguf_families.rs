@@ -545,3 +545,64 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
     assert!(s.qk_norm && s.attention_bias && s.mtp.is_some());
     check_same("glm4_moe", &fixture("glm4_moe"), &path);
 }
+
+#[test]
+fn a_minimax_m2_gguf_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("minimax_m2").join("config.json"));
+    let u = |k: &str| WriteValue::U32(config[k].as_u64().unwrap() as u32);
+    let extra = [
+        ("attention.key_length", u("head_dim")),
+        ("attention.value_length", u("head_dim")),
+        ("rope.dimension_count", WriteValue::U32(16)),
+        ("expert_count", u("num_local_experts")),
+        ("expert_used_count", u("num_experts_per_tok")),
+        ("expert_feed_forward_length", u("intermediate_size")),
+        ("expert_gating_func", WriteValue::U32(2)),
+    ];
+    let mut w = metadata("minimax_m2", "minimax-m2", "minimax-m2", &extra);
+    let st = SafetensorsFile::open(&fixture("minimax_m2").join("model.safetensors")).unwrap();
+    let (experts, layers) = (config["num_local_experts"].as_u64().unwrap() as usize, 3);
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let g = match stem {
+            "self_attn.q_norm.weight" => "attn_q_norm.weight",
+            "self_attn.k_norm.weight" => "attn_k_norm.weight",
+            "block_sparse_moe.gate.weight" => "ffn_gate_inp.weight",
+            // Without a suffix, as some converters write it.
+            "block_sparse_moe.e_score_correction_bias" => "exp_probs_b",
+            s if s.starts_with("block_sparse_moe.experts.") => continue,
+            _ => {
+                w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+                continue;
+            }
+        };
+        w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
+    }
+    for layer in 0..layers {
+        for (hf, g) in [("w1", "ffn_gate_exps"), ("w3", "ffn_up_exps"), ("w2", "ffn_down_exps")] {
+            let parts: Vec<_> = (0..experts)
+                .map(|e| {
+                    st.tensor(&format!("model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}.weight"))
+                        .unwrap()
+                        .unwrap()
+                })
+                .collect();
+            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
+            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
+            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("minimax_m2.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!(s.architecture, "MiniMaxM2ForCausalLM");
+    assert!(s.qk_norm_full && s.rope_full.inv_freq.len() == 8, "16 of 32 dims rotate");
+    check_same("minimax_m2", &fixture("minimax_m2"), &path);
+}

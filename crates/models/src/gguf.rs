@@ -6,7 +6,8 @@
 //! `ffn_up` served as the fused weights its family splits; gpt-oss's experts split into gate and
 //! up, in MXFP4 or any other type, with their biases, its sinks and router bias; LFM2's layer
 //! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
-//! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread).
+//! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread;
+//! MiniMax-M2's experts and full-projection QK norm).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -39,6 +40,8 @@ pub enum Family {
     Lfm2,
     /// `glm4moe` -> `Glm4MoeForCausalLM` (GLM-4.5 / 4.6 MoE).
     Glm4Moe,
+    /// `minimax-m2` -> `MiniMaxM2ForCausalLM`.
+    MiniMaxM2,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -52,6 +55,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
     ("lfm2", Family::Lfm2, "Lfm2ForCausalLM", "lfm2"),
     ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
+    ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
 ];
 
 impl Family {
@@ -203,6 +207,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
+        Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -427,6 +432,22 @@ fn glm4_moe(
     Ok(())
 }
 
+/// MiniMax-M2 as `convert_hf_to_gguf.py` stores it: every layer's experts
+/// (`expert_feed_forward_length` wide) routed by sigmoid scores (`expert_gating_func` 2 where
+/// given; any other refused), `rope.dimension_count` rotated dims.
+fn minimax_m2(m: &Meta<'_>, c: &mut Map<String, Value>, head_dim: u64, theta: Option<f32>) -> Result<(), ModelError> {
+    if let Some(f) = m.opt_u64("expert_gating_func")?.filter(|&f| f != 2) {
+        return Err(m.error(format!("expert_gating_func {f}: MiniMax-M2 routes by sigmoid scores (2)")));
+    }
+    c.insert("hidden_act".into(), json!("silu"));
+    c.insert("num_local_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    c.insert("rotary_dim".into(), json!(m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim)));
+    c.insert("rope_theta".into(), json!(theta.unwrap_or(5_000_000.0)));
+    Ok(())
+}
+
 /// Gemma 2 as llama.cpp runs it: sliding and full layers alternating from a sliding one, one
 /// rope, attention scaled by key_length (the 46-layer 27B by hidden / heads), the soft-caps
 /// the metadata gives (llama.cpp's 50 and 30 where it gives none).
@@ -612,9 +633,29 @@ impl GgufSource {
         {
             return Some((format!("blk.{layer}.{gguf}"), Fix::Plain));
         }
+        if self.family == Family::MiniMaxM2 {
+            if rest == "block_sparse_moe.e_score_correction_bias" {
+                return Some((self.probs_bias(layer), Fix::Plain));
+            }
+            if rest == "block_sparse_moe.gate.weight" {
+                return Some((format!("blk.{layer}.ffn_gate_inp.weight"), Fix::Plain));
+            }
+            if let Some(expert) = rest.strip_prefix("block_sparse_moe.experts.") {
+                let (e, w) = expert.strip_suffix(".weight")?.split_once('.')?;
+                let g = match w {
+                    "w1" => "ffn_gate_exps",
+                    "w3" => "ffn_up_exps",
+                    "w2" => "ffn_down_exps",
+                    _ => return None,
+                };
+                return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
+            }
+        }
+        if self.family == Family::Glm4Moe && rest == "mlp.gate.e_score_correction_bias" {
+            return Some((self.probs_bias(layer), Fix::Plain));
+        }
         if self.family == Family::Glm4Moe {
             let gguf = match rest {
-                "mlp.gate.e_score_correction_bias" => Some("exp_probs_b.bias"),
                 "post_attention_layernorm.weight" => Some("post_attention_norm.weight"),
                 "mlp.shared_experts.gate_proj.weight" => Some("ffn_gate_shexp.weight"),
                 "mlp.shared_experts.up_proj.weight" => Some("ffn_up_shexp.weight"),
@@ -672,6 +713,16 @@ impl GgufSource {
             }
         };
         Some((format!("blk.{layer}.{gguf}.weight"), fix))
+    }
+
+    /// Layer `layer`'s router choice bias: `exp_probs_b.bias`, or as some converters name it,
+    /// `exp_probs_b`.
+    fn probs_bias(&self, layer: usize) -> String {
+        let plain = format!("blk.{layer}.exp_probs_b");
+        match self.file.tensor_info(&plain) {
+            Some(_) => plain,
+            None => format!("{plain}.bias"),
+        }
     }
 
     /// Whether HF tensor `hf_name` can be served.
