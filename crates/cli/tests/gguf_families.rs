@@ -413,21 +413,24 @@ fn gpt_oss_ggufs_float_and_mxfp4_compute_as_their_safetensors_checkpoints() {
     }
 }
 
-#[test]
-fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
-    let config = json(&fixture("lfm2").join("config.json"));
+/// The LFM2-style fixture `family` as `convert_hf_to_gguf.py` writes it for `arch`: KV heads per
+/// layer, the MLP width as the layers have it (`ffn`), the conv taps, `extra` keys; its conv
+/// weights without their middle dim, routed experts stacked a projection.
+fn lfm2_gguf(family: &str, arch: &str, ffn: u32, extra: &[(&str, WriteValue)], dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let kv = config["num_key_value_heads"].as_i64().unwrap() as i32;
     let per_layer: Vec<i32> =
         config["layer_types"].as_array().unwrap().iter().map(|t| if t == "conv" { 0 } else { kv }).collect();
-    // As convert_hf_to_gguf.py writes LFM2: KV heads per layer, the MLP width as the layers
-    // have it (its auto-adjusted 96, not the config's 128), the conv taps.
-    let extra = [
+    let mut keys = vec![
         ("attention.head_count_kv", WriteValue::i32s(&per_layer)),
         ("shortconv.l_cache", WriteValue::U32(config["conv_L_cache"].as_u64().unwrap() as u32)),
-        ("feed_forward_length", WriteValue::U32(96)),
+        ("feed_forward_length", WriteValue::U32(ffn)),
     ];
-    let mut w = metadata("lfm2", "lfm2", "lfm2", &extra);
-    let st = SafetensorsFile::open(&fixture("lfm2").join("model.safetensors")).unwrap();
+    keys.extend(extra.iter().cloned());
+    let mut w = metadata(family, arch, "lfm2", &keys);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let mut experts: std::collections::BTreeMap<(String, &str), Vec<(usize, Vec<usize>, Vec<f32>)>> =
+        Default::default();
     for name in st.tensors().keys() {
         let t = st.tensor(name).unwrap().unwrap();
         let (mut shape, values) = (t.shape.clone(), t.to_f32());
@@ -436,6 +439,16 @@ fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
             "model.embedding_norm.weight" => "token_embd_norm.weight".to_string(),
             _ => {
                 let (layer, stem) = name.strip_prefix("model.layers.").unwrap().split_once('.').unwrap();
+                if let Some(e) = stem.strip_prefix("feed_forward.experts.") {
+                    let (e, w) = e.strip_suffix(".weight").unwrap().split_once('.').unwrap();
+                    let g = match w {
+                        "w1" => "ffn_gate_exps",
+                        "w3" => "ffn_up_exps",
+                        _ => "ffn_down_exps",
+                    };
+                    experts.entry((layer.to_string(), g)).or_default().push((e.parse().unwrap(), shape, values));
+                    continue;
+                }
                 let g = match stem {
                     "operator_norm.weight" => "attn_norm.weight",
                     "ffn_norm.weight" => "ffn_norm.weight",
@@ -455,6 +468,8 @@ fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
                     "feed_forward.w1.weight" => "ffn_gate.weight",
                     "feed_forward.w3.weight" => "ffn_up.weight",
                     "feed_forward.w2.weight" => "ffn_down.weight",
+                    "feed_forward.gate.weight" => "ffn_gate_inp.weight",
+                    "feed_forward.expert_bias" => "exp_probs_b.bias",
                     other => panic!("no GGUF name for {other}"),
                 };
                 format!("blk.{layer}.{g}")
@@ -462,14 +477,49 @@ fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
         };
         w.f32_tensor(&g, &shape, &values);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lfm2.gguf");
+    for ((layer, g), mut parts) in experts {
+        parts.sort_by_key(|p| p.0);
+        let shape = [parts.len(), parts[0].1[0], parts[0].1[1]];
+        let values: Vec<f32> = parts.into_iter().flat_map(|p| p.2).collect();
+        w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
+    }
+    let path = dir.join(format!("{family}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn an_lfm2_gguf_tokenizes_and_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // The MLP width as the layers have it (its auto-adjusted 96, not the config's 128).
+    let path = lfm2_gguf("lfm2", "lfm2", 96, &[], dir.path());
     let b = cpu();
     let s = Model::open(&path, &b).unwrap().decoder.spec;
     assert_eq!(s.architecture, "Lfm2ForCausalLM");
     assert_eq!(s.intermediate_size, 96);
     check_same("lfm2", &fixture("lfm2"), &path);
+}
+
+#[test]
+fn an_lfm2_moe_gguf_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("lfm2_moe").join("config.json"));
+    let u = |k: &str| WriteValue::U32(config[k].as_u64().unwrap() as u32);
+    let extra = [
+        ("expert_count", u("num_experts")),
+        ("expert_used_count", u("num_experts_per_tok")),
+        ("expert_feed_forward_length", u("moe_intermediate_size")),
+        ("leading_dense_block_count", u("num_dense_layers")),
+        ("expert_gating_func", WriteValue::U32(2)),
+        ("expert_weights_scale", WriteValue::F32(config["routed_scaling_factor"].as_f64().unwrap() as f32)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path =
+        lfm2_gguf("lfm2_moe", "lfm2moe", config["intermediate_size"].as_u64().unwrap() as u32, &extra, dir.path());
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!(s.architecture, "Lfm2MoeForCausalLM");
+    assert!(s.moe.as_ref().is_some_and(|m| m.choice_bias.is_some() && m.sparse_layers == [false, true, true, true]));
+    check_same("lfm2_moe", &fixture("lfm2_moe"), &path);
 }
 
 #[test]

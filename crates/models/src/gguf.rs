@@ -38,6 +38,8 @@ pub enum Family {
     GptOss,
     /// `lfm2` -> `Lfm2ForCausalLM` (short conv and attention layers).
     Lfm2,
+    /// `lfm2moe` -> `Lfm2MoeForCausalLM` (LFM2's layers, experts after the dense ones).
+    Lfm2Moe,
     /// `glm4moe` -> `Glm4MoeForCausalLM` (GLM-4.5 / 4.6 MoE).
     Glm4Moe,
     /// `minimax-m2` -> `MiniMaxM2ForCausalLM`.
@@ -54,6 +56,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
     ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
     ("lfm2", Family::Lfm2, "Lfm2ForCausalLM", "lfm2"),
+    ("lfm2moe", Family::Lfm2Moe, "Lfm2MoeForCausalLM", "lfm2_moe"),
     ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
     ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
 ];
@@ -206,6 +209,10 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
+        Family::Lfm2Moe => {
+            lfm2(&m, &mut c, layers, kv_heads, theta)?;
+            lfm2_moe(&m, &mut c)?
+        }
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
         Family::Phi3 => {
@@ -386,6 +393,26 @@ fn lfm2(
         c.insert("norm_eps".into(), eps);
     }
     c.insert("rope_theta".into(), json!(theta.unwrap_or(1_000_000.0)));
+    Ok(())
+}
+
+/// LFM2-MoE's experts as `convert_hf_to_gguf.py` stores them: sigmoid routing (any other
+/// `expert_gating_func` refused), the choice bias where the file has one, renormalised and
+/// unscaled weights unless `expert_weights_norm` / `expert_weights_scale` say otherwise (llama.cpp's
+/// LFM2-MoE graph), `leading_dense_block_count` dense layers first.
+fn lfm2_moe(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError> {
+    if let Some(f) = m.opt_u64("expert_gating_func")?.filter(|&f| f != 2) {
+        return Err(m.error(format!("expert_gating_func {f}: LFM2-MoE routes by sigmoid scores (2)")));
+    }
+    c.insert("num_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    c.insert("num_dense_layers".into(), json!(m.opt_u64("leading_dense_block_count")?.unwrap_or(0)));
+    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(true);
+    c.insert("norm_topk_prob".into(), json!(norm));
+    c.insert("routed_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
+    let biased = m.f.tensors().iter().any(|t| t.name.contains(".exp_probs_b"));
+    c.insert("use_expert_bias".into(), json!(biased));
     Ok(())
 }
 
@@ -666,7 +693,25 @@ impl GgufSource {
                 return Some((format!("blk.{layer}.{g}"), Fix::Plain));
             }
         }
-        if self.family == Family::Lfm2 {
+        if self.family == Family::Lfm2Moe {
+            if rest == "feed_forward.expert_bias" {
+                return Some((self.probs_bias(layer), Fix::Plain));
+            }
+            if rest == "feed_forward.gate.weight" {
+                return Some((format!("blk.{layer}.ffn_gate_inp.weight"), Fix::Plain));
+            }
+            if let Some(expert) = rest.strip_prefix("feed_forward.experts.") {
+                let (e, w) = expert.strip_suffix(".weight")?.split_once('.')?;
+                let g = match w {
+                    "w1" => "ffn_gate_exps",
+                    "w3" => "ffn_up_exps",
+                    "w2" => "ffn_down_exps",
+                    _ => return None,
+                };
+                return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
+            }
+        }
+        if matches!(self.family, Family::Lfm2 | Family::Lfm2Moe) {
             let (gguf, fix) = lfm2_only(rest)?;
             return Some((format!("blk.{layer}.{gguf}"), fix));
         }
