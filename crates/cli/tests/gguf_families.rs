@@ -413,6 +413,9 @@ fn gpt_oss_ggufs_float_and_mxfp4_compute_as_their_safetensors_checkpoints() {
     }
 }
 
+/// One routed expert's projection: its number, shape and values.
+type Expert = (usize, Vec<usize>, Vec<f32>);
+
 /// The LFM2-style fixture `family` as `convert_hf_to_gguf.py` writes it for `arch`: KV heads per
 /// layer, the MLP width as the layers have it (`ffn`), the conv taps, `extra` keys; its conv
 /// weights without their middle dim, routed experts stacked a projection.
@@ -429,8 +432,7 @@ fn lfm2_gguf(family: &str, arch: &str, ffn: u32, extra: &[(&str, WriteValue)], d
     keys.extend(extra.iter().cloned());
     let mut w = metadata(family, arch, "lfm2", &keys);
     let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
-    let mut experts: std::collections::BTreeMap<(String, &str), Vec<(usize, Vec<usize>, Vec<f32>)>> =
-        Default::default();
+    let mut experts: std::collections::BTreeMap<(String, &str), Vec<Expert>> = Default::default();
     for name in st.tensors().keys() {
         let t = st.tensor(name).unwrap().unwrap();
         let (mut shape, values) = (t.shape.clone(), t.to_f32());
