@@ -3,7 +3,9 @@
 //! against (transformers' `torch_recurrent_gated_delta_rule` with `use_qk_l2norm_in_kernel`).
 //!
 //! Input rows are the conv's output `[q (Hk * Dk), k (Hk * Dk), v (Hv * Dv)]`, with `a` and `b`
-//! `[Hv]` per row. Value head `h` reads key head `h / (Hv / Hk)`. Per token, in f32:
+//! `[Hv]` per row. Value head `h` reads key head `h / (Hv / Hk)` (the value heads grouped by key
+//! head, as transformers orders them), or `h % Hk` where they are tiled (llama.cpp's GGUF
+//! order: every key head's first value head, then every one's second, ...). Per token, in f32:
 //! `q = l2norm(q) * Dk^-0.5`, `k = l2norm(k)` (`x / sqrt(sum x^2 + 1e-6)`),
 //! `g = -exp(A_log) * softplus(a + dt_bias)`, `beta = sigmoid(b)`; then
 //! `S *= exp(g)`, `u = (v - S^T k) * beta`, `S += k u^T`, `o = S^T q`, every sum over `Dk` taken
@@ -30,6 +32,9 @@ pub struct Gdn<'a, V> {
     pub head_v_dim: usize,
     /// Values before the recurrent state in each slot (the conv window's length).
     pub state_offset: usize,
+    /// The value heads are tiled over the key heads (value head `h` reads key head `h % Hk`)
+    /// rather than grouped (`h / (Hv / Hk)`).
+    pub tiled: bool,
 }
 
 impl<V> Clone for Gdn<'_, V> {
@@ -51,12 +56,22 @@ pub struct GdnShape {
     pub dk: usize,
     /// Value head width.
     pub dv: usize,
+    /// Value heads tiled over the key heads ([`Gdn::tiled`]).
+    pub tiled: bool,
 }
 
 impl GdnShape {
     /// The shape of `p`.
     pub fn of<V>(p: &Gdn<'_, V>) -> GdnShape {
-        GdnShape { hk: p.num_k_heads, hv: p.num_v_heads, dk: p.head_k_dim, dv: p.head_v_dim }
+        GdnShape { hk: p.num_k_heads, hv: p.num_v_heads, dk: p.head_k_dim, dv: p.head_v_dim, tiled: p.tiled }
+    }
+
+    /// The key head value head `h` reads.
+    pub fn key_head(&self, h: usize) -> usize {
+        match self.tiled {
+            true => h % self.hk,
+            false => h / (self.hv / self.hk),
+        }
     }
 
     /// Columns of an input row (`q`, `k`, `v`).
@@ -106,7 +121,7 @@ pub fn head_rows(
 ) {
     let (dk, dv) = (sh.dk, sh.dv);
     let cols = sh.qkv_cols();
-    let kh = h / (sh.hv / sh.hk);
+    let kh = sh.key_head(h);
     let scale = 1.0 / (dk as f32).sqrt();
     let (mut q, mut k, mut u) = (vec![0.0f32; dk], vec![0.0f32; dk], vec![0.0f32; dv]);
     let rows = a.len() / sh.hv;
@@ -238,7 +253,7 @@ mod tests {
         (0..n).map(|i| (((i * 7919 + seed * 104729) % 1000) as f32 / 500.0 - 1.0) * 0.9).collect()
     }
 
-    const SH: GdnShape = GdnShape { hk: 1, hv: 2, dk: 4, dv: 3 };
+    const SH: GdnShape = GdnShape { hk: 1, hv: 2, dk: 4, dv: 3, tiled: false };
 
     /// The same rule written from the formulas with whole-matrix steps, one token.
     fn naive_step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], g: f32, beta: f32) -> Vec<f32> {
@@ -282,6 +297,51 @@ mod tests {
         }
         // The conv window's values before the state are not touched.
         assert_eq!(&st.slot(0)[..2], &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn tiled_value_heads_give_the_grouped_result_in_their_order_bit_for_bit() {
+        // 2 key heads, 3 value heads each: grouped head `k * 3 + v` is tiled head `v * 2 + k`.
+        let grouped = GdnShape { hk: 2, hv: 6, dk: 4, dv: 3, tiled: false };
+        let tiled = GdnShape { tiled: true, ..grouped };
+        let to_tiled = |g: usize| (g % 3) * 2 + g / 3;
+        let (rows, cols, qk) = (4, grouped.qkv_cols(), 2 * 2 * 4);
+        let (qkv, a, b) = (wave(rows * cols, 7), wave(rows * 6, 8), wave(rows * 6, 9));
+        let (a_log, dt) = (wave(6, 10), wave(6, 11));
+        // Every per-value-head input moved to its tiled place.
+        let mut qkv_t = qkv.clone();
+        let (mut a_t, mut b_t, mut al_t, mut dt_t) = (a.clone(), b.clone(), a_log.clone(), dt.clone());
+        for g in 0..6 {
+            let t = to_tiled(g);
+            for r in 0..rows {
+                let (src, dst) = (r * cols + qk + g * 3, r * cols + qk + t * 3);
+                qkv_t[dst..dst + 3].copy_from_slice(&qkv[src..src + 3]);
+                a_t[r * 6 + t] = a[r * 6 + g];
+                b_t[r * 6 + t] = b[r * 6 + g];
+            }
+            al_t[t] = a_log[g];
+            dt_t[t] = dt[g];
+        }
+        let shape = StateShape { num_slots: 1, conv_channels: 0, conv_width: 0, rec_len: grouped.state_len() };
+        let run = |sh, qkv: &[f32], a: &[f32], b: &[f32], al: &[f32], dt: &[f32]| {
+            let mut st = HostState::new(shape).expect("small");
+            let out = gated_delta_rule(sh, qkv, a, b, al, dt, 0, &mut st, &meta(&[(0, rows, 0)], &[0]));
+            (out, st.slot(0).to_vec())
+        };
+        let (out_g, st_g) = run(grouped, &qkv, &a, &b, &a_log, &dt);
+        let (out_t, st_t) = run(tiled, &qkv_t, &a_t, &b_t, &al_t, &dt_t);
+        let n = 4 * 3;
+        for g in 0..6 {
+            let t = to_tiled(g);
+            for r in 0..rows {
+                assert_eq!(out_t[r * 18 + t * 3..r * 18 + t * 3 + 3], out_g[r * 18 + g * 3..r * 18 + g * 3 + 3]);
+            }
+            assert_eq!(st_t[t * n..(t + 1) * n], st_g[g * n..(g + 1) * n], "head {g}'s state");
+        }
+        assert_eq!((tiled.key_head(5), grouped.key_head(5)), (1, 1));
+        assert_eq!((tiled.key_head(2), grouped.key_head(2)), (0, 0));
+        assert_eq!((tiled.key_head(3), grouped.key_head(3)), (1, 1));
+        assert_eq!((tiled.key_head(1), grouped.key_head(1)), (1, 0));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use tf_cpu::{CpuBackend, CpuOptions, QuantActs};
 use tf_engine::Runner;
+use tf_formats::gguf::ValueType;
 use tf_formats::gguf::writer::{GgufWriter, WriteValue, ggml_ne};
 use tf_formats::safetensors_file::SafetensorsFile;
 use tf_models::Model;
@@ -657,4 +658,127 @@ fn a_minimax_m2_gguf_computes_as_its_safetensors_checkpoint() {
     assert_eq!(s.architecture, "MiniMaxM2ForCausalLM");
     assert!(s.qk_norm_full && s.rope_full.inv_freq.len() == 8, "16 of 32 dims rotate");
     check_same("minimax_m2", &fixture("minimax_m2"), &path);
+}
+
+#[test]
+fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("qwen3_5").join("config.json"));
+    let u = |k: &str| config[k].as_u64().unwrap() as usize;
+    let (nk, nv, dk, dv, taps) = (
+        u("linear_num_key_heads"),
+        u("linear_num_value_heads"),
+        u("linear_key_head_dim"),
+        u("linear_value_head_dim"),
+        u("linear_conv_kernel_dim"),
+    );
+    let (r, layers) = (nv / nk, u("num_hidden_layers"));
+    // As convert_hf_to_gguf.py writes Qwen3.5: the ssm.* sizes, which layers recur, one MTP
+    // block after the decoder's.
+    let recurrent: Vec<bool> =
+        config["layer_types"].as_array().unwrap().iter().map(|t| t == "linear_attention").chain([false]).collect();
+    let w32 = |n: usize| WriteValue::U32(n as u32);
+    let extra = [
+        ("attention.key_length", w32(u("head_dim"))),
+        ("attention.value_length", w32(u("head_dim"))),
+        ("block_count", w32(layers + 1)),
+        ("nextn_predict_layers", w32(1)),
+        ("rope.dimension_count", w32(8)),
+        ("ssm.group_count", w32(nk)),
+        ("ssm.time_step_rank", w32(nv)),
+        ("ssm.state_size", w32(dk)),
+        ("ssm.inner_size", w32(nv * dv)),
+        ("ssm.conv_kernel", w32(taps)),
+        (
+            "attention.recurrent_layers",
+            WriteValue::Array(ValueType::Bool, recurrent.iter().map(|&b| WriteValue::Bool(b)).collect()),
+        ),
+    ];
+    let mut w = metadata("qwen3_5", "qwen35", "llama-bpe", &extra);
+    // The converter's reorder of the value heads: tiled head t = j * nk + k holds grouped head
+    // g = k * r + j; `width` values a head along the reordered dim.
+    let grouped_of = |t: usize| (t % nk) * r + t / nk;
+    let tile_rows = |values: &[f32], first: usize, width: usize, cols: usize| -> Vec<f32> {
+        let mut out = values.to_vec();
+        for t in 0..nv {
+            let (dst, src) = ((first + t * width) * cols, (first + grouped_of(t) * width) * cols);
+            out[dst..dst + width * cols].copy_from_slice(&values[src..src + width * cols]);
+        }
+        out
+    };
+    let st = SafetensorsFile::open(&fixture("qwen3_5").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
+        // Zero-centred norms stored as 1 + w, the delta rule's gated norm as it is.
+        if name.ends_with("norm.weight") && !name.ends_with("linear_attn.norm.weight") {
+            values.iter_mut().for_each(|v| *v += 1.0);
+        }
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &shape, &values);
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let cols = *shape.last().unwrap();
+        let g = match stem {
+            "post_attention_layernorm.weight" => "post_attention_norm.weight",
+            "self_attn.q_norm.weight" => "attn_q_norm.weight",
+            "self_attn.k_norm.weight" => "attn_k_norm.weight",
+            "linear_attn.in_proj_qkv.weight" => {
+                values = tile_rows(&values, 2 * nk * dk, dv, cols);
+                "attn_qkv.weight"
+            }
+            "linear_attn.in_proj_z.weight" => {
+                values = tile_rows(&values, 0, dv, cols);
+                "attn_gate.weight"
+            }
+            "linear_attn.in_proj_b.weight" => {
+                values = tile_rows(&values, 0, 1, cols);
+                "ssm_beta.weight"
+            }
+            "linear_attn.in_proj_a.weight" => {
+                values = tile_rows(&values, 0, 1, cols);
+                "ssm_alpha.weight"
+            }
+            "linear_attn.A_log" => {
+                values = tile_rows(&values, 0, 1, 1).iter().map(|v| -v.exp()).collect();
+                "ssm_a"
+            }
+            "linear_attn.dt_bias" => {
+                values = tile_rows(&values, 0, 1, 1);
+                "ssm_dt.bias"
+            }
+            "linear_attn.conv1d.weight" => {
+                shape.remove(1);
+                values = tile_rows(&values, 2 * nk * dk, dv, taps);
+                "ssm_conv1d.weight"
+            }
+            "linear_attn.norm.weight" => "ssm_norm.weight",
+            "linear_attn.out_proj.weight" => {
+                // Its columns: one row at a time.
+                let rows = shape[0];
+                let mut out = values.clone();
+                for row in 0..rows {
+                    let tiled = tile_rows(&values[row * cols..(row + 1) * cols], 0, dv, 1);
+                    out[row * cols..(row + 1) * cols].copy_from_slice(&tiled);
+                }
+                values = out;
+                "ssm_out.weight"
+            }
+            _ => {
+                w.f32_tensor(&gguf_name(name, false), &shape, &values);
+                continue;
+            }
+        };
+        w.f32_tensor(&format!("blk.{layer}.{g}"), &shape, &values);
+    }
+    // The MTP block (a norm here; the decoder never reads it).
+    w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen3_5.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!((s.architecture.as_str(), s.num_layers), ("Qwen3_5ForCausalLM", layers));
+    assert!(s.gdn.as_ref().is_some_and(|g| g.tiled_v_heads), "4 value heads over 2 key heads: tiled");
+    check_same("qwen3_5", &fixture("qwen3_5"), &path);
 }

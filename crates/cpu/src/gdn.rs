@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn the_cpu_ops_give_the_reference_bits() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("pool");
-        let sh = GdnShape { hk: 2, hv: 4, dk: 4, dv: 3 };
+        let sh = GdnShape { hk: 2, hv: 4, dk: 4, dv: 3, tiled: false };
         let (ch, k, rows) = (sh.qkv_cols(), 4, 6);
         let shape = StateShape { num_slots: 3, conv_channels: ch, conv_width: k - 1, rec_len: sh.state_len() };
         let mut base = HostState::new(shape).expect("small");

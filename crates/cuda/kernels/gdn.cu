@@ -60,13 +60,15 @@ __device__ __forceinline__ void gdn_rule_body(const float* __restrict__ qkv, con
                                               const float* __restrict__ b, const float* __restrict__ a_log,
                                               const float* __restrict__ dt_bias, float* __restrict__ out,
                                               float* __restrict__ state, const int4* __restrict__ seqs, int hk,
-                                              int hv, int dv, long long slot_len, long long state_offset) {
+                                              int hv, int dv, long long slot_len, long long state_offset,
+                                              int tiled) {
     __shared__ float qs[DK], ks[DK], red[4];
     tf_pdl_enter();
     int h = blockIdx.x, j = threadIdx.x, lane = threadIdx.x & 31;
     int4 s = seqs[blockIdx.y];
     if (s.w < 0) return;
-    int kh = h / (hv / hk);
+    // Value heads grouped by key head (transformers), or tiled over them (llama.cpp's GGUF).
+    int kh = tiled ? h % hk : h / (hv / hk);
     size_t cols = (size_t)2 * hk * DK + (size_t)hv * dv;
     float* S = state + (size_t)s.w * slot_len + state_offset + (size_t)h * DK * dv;
     bool on = j < dv;
@@ -130,8 +132,8 @@ __device__ __forceinline__ void gdn_rule_body(const float* __restrict__ qkv, con
     extern "C" __global__ void gdn_rule_d##DK(const float* qkv, const float* a, const float* b,                 \
                                               const float* a_log, const float* dt_bias, float* out, float* state, \
                                               const int4* seqs, int hk, int hv, int dv, long long slot_len,        \
-                                              long long state_offset) {                                           \
-        gdn_rule_body<DK>(qkv, a, b, a_log, dt_bias, out, state, seqs, hk, hv, dv, slot_len, state_offset);     \
+                                              long long state_offset, int tiled) {                                \
+        gdn_rule_body<DK>(qkv, a, b, a_log, dt_bias, out, state, seqs, hk, hv, dv, slot_len, state_offset, tiled); \
     }
 GDN_RULE(16)
 GDN_RULE(32)

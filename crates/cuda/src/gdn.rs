@@ -100,6 +100,7 @@ pub(crate) fn gated_delta_rule(
             Arg::I(dv as i32),
             Arg::Z(st.shape.slot_len()),
             Arg::Z(p.state_offset),
+            Arg::I(p.tiled as i32),
         ];
         let threads = dv.div_ceil(32) * 32;
         d.launch(k, (hv as u32, n as u32, 1), threads as u32, 0, &args);

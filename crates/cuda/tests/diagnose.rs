@@ -310,6 +310,7 @@ fn gdn_half<'a, V, W>(p: &Gdn<'_, W>, a_log: &'a V, dt_bias: &'a V) -> Gdn<'a, V
         head_k_dim: p.head_k_dim,
         head_v_dim: p.head_v_dim,
         state_offset: p.state_offset,
+        tiled: p.tiled,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The CUDA backend's Gated DeltaNet ops (kernels/gdn.cu): the causal conv1d and the delta rule
 //! are the reference's within f32 rounding for every key head width with a kernel (outputs and
-//! the state left in the slots), a sequence split at every point or batched with another gives
+//! the state left in the slots; value heads grouped by key head and tiled over them), a sequence split at every point or batched with another gives
 //! the same bits as run whole, and the gated RMSNorm and sigmoid gate are the reference's within
 //! rounding. Skips without a device.
 
@@ -28,11 +28,13 @@ fn shape(dk: usize, slots: usize) -> StateShape {
     StateShape { num_slots: slots, conv_channels: ch, conv_width: K - 1, rec_len: HV * dk * DV }
 }
 
-/// Conv, then the delta rule, over `rows` rows of `x` for round `m` on backend `b`, from the
-/// slot values `init`: the rule's output and the pool after.
+/// Conv, then the delta rule (value heads `tiled` over the key heads or grouped), over `rows`
+/// rows of `x` for round `m` on backend `b`, from the slot values `init`: the rule's output and
+/// the pool after.
 #[allow(clippy::too_many_arguments)]
 fn run<B: Backend>(
     b: &B,
+    tiled: bool,
     dk: usize,
     x: &[f32],
     ab: &[f32],
@@ -59,6 +61,7 @@ fn run<B: Backend>(
         head_k_dim: dk,
         head_v_dim: DV,
         state_offset: ch * (K - 1),
+        tiled,
     };
     let (a, bb) = (b.upload(&ab[..rows * HV], rows, HV), b.upload(&ab[rows * HV..], rows, HV));
     let o = b.gated_delta_rule(&y, &a, &bb, &p, &mut st, m);
@@ -78,10 +81,12 @@ fn conv_and_delta_rule_match_the_reference() {
         let init = rand(3 * sh.slot_len(), 200 + dk as u64, 0.5);
         // A sequence continuing from its slot, then a fresh one in another slot.
         let m = meta(&[(0, 5, 7), (5, 4, 0)], &[2, 0]);
-        let (want, want_pool) = run(&RefBackend, dk, &x, &ab, &m, &init, 3);
-        let (got, got_pool) = run(&g, dk, &x, &ab, &m, &init, 3);
-        let (e, ep) = (max_err(&got, &want), max_err(&got_pool, &want_pool));
-        assert!(e < 1e-4 && ep < 1e-4, "dk {dk}: output err {e}, state err {ep}");
+        for tiled in [false, true] {
+            let (want, want_pool) = run(&RefBackend, tiled, dk, &x, &ab, &m, &init, 3);
+            let (got, got_pool) = run(&g, tiled, dk, &x, &ab, &m, &init, 3);
+            let (e, ep) = (max_err(&got, &want), max_err(&got_pool, &want_pool));
+            assert!(e < 1e-4 && ep < 1e-4, "dk {dk}, tiled {tiled}: output err {e}, state err {ep}");
+        }
     }
 }
 
@@ -94,7 +99,7 @@ fn split_and_batched_rounds_give_the_same_bits() {
         let x = rand(rows * ch, 7 + dk as u64, 1.0);
         let ab = rand(2 * rows * HV, 8 + dk as u64, 2.0);
         let init = vec![0.0f32; 2 * sh.slot_len()];
-        let (whole, whole_pool) = run(&g, dk, &x, &ab, &meta(&[(0, rows, 0)], &[1]), &init, 2);
+        let (whole, whole_pool) = run(&g, false, dk, &x, &ab, &meta(&[(0, rows, 0)], &[1]), &init, 2);
         for cut in 1..rows {
             // Rows [0, cut) alone; then rows [cut, rows) behind another sequence's one row.
             let split = |lo: usize, hi: usize| {
@@ -103,13 +108,13 @@ fn split_and_batched_rounds_give_the_same_bits() {
                 (xs, [&a[lo * HV..hi * HV], &b[lo * HV..hi * HV]].concat())
             };
             let (x1, ab1) = split(0, cut);
-            let (first, pool) = run(&g, dk, &x1, &ab1, &meta(&[(0, cut, 0)], &[1]), &init, 2);
+            let (first, pool) = run(&g, false, dk, &x1, &ab1, &meta(&[(0, cut, 0)], &[1]), &init, 2);
             let (x2, ab2) = split(cut, rows);
             let (x0, ab0) = split(0, 1);
             let n = rows - cut;
             let xb = [&x0[..], &x2[..]].concat();
             let abb = [&ab0[..HV], &ab2[..n * HV], &ab0[HV..], &ab2[n * HV..]].concat();
-            let (second, pool2) = run(&g, dk, &xb, &abb, &meta(&[(0, 1, 0), (1, n, cut)], &[0, 1]), &pool, 2);
+            let (second, pool2) = run(&g, false, dk, &xb, &abb, &meta(&[(0, 1, 0), (1, n, cut)], &[0, 1]), &pool, 2);
             let joined = [&first[..], &second[HV * DV..]].concat();
             assert!(same_bits(&joined, &whole), "dk {dk}: split at {cut}");
             let len = sh.slot_len();

@@ -492,6 +492,19 @@ impl GgufFile {
         })
     }
 
+    /// An array of flags: bool items, or integers (0 false, anything else true).
+    pub fn get_bool_array(&self, key: &str) -> Result<Option<Vec<bool>>, FormatError> {
+        self.decode_array(key, |c, elem| {
+            Ok(match elem {
+                ValueType::Bool | ValueType::U8 | ValueType::I8 => Some(c.u8()? != 0),
+                ValueType::U16 | ValueType::I16 => Some(c.u16()? != 0),
+                ValueType::U32 | ValueType::I32 => Some(c.u32()? != 0),
+                ValueType::U64 | ValueType::I64 => Some(c.u64()? != 0),
+                _ => None,
+            })
+        })
+    }
+
     /// An array of integers that fit in i32 (any integer item type).
     pub fn get_i32_array(&self, key: &str) -> Result<Option<Vec<i32>>, FormatError> {
         self.decode_array(key, |c, elem| {

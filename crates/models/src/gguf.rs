@@ -7,7 +7,8 @@
 //! up, in MXFP4 or any other type, with their biases, its sinks and router bias; LFM2's layer
 //! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
 //! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread;
-//! MiniMax-M2's experts and full-projection QK norm).
+//! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
+//! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -44,6 +45,8 @@ pub enum Family {
     Glm4Moe,
     /// `minimax-m2` -> `MiniMaxM2ForCausalLM`.
     MiniMaxM2,
+    /// `qwen35` -> `Qwen3_5ForCausalLM` (Qwen3.5 dense text).
+    Qwen35,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -59,6 +62,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("lfm2moe", Family::Lfm2Moe, "Lfm2MoeForCausalLM", "lfm2_moe"),
     ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
     ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
+    ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
 ];
 
 impl Family {
@@ -215,6 +219,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         }
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
+        Family::Qwen35 => qwen35(&m, &mut c, layers, head_dim, theta)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -459,6 +464,60 @@ fn glm4_moe(
     Ok(())
 }
 
+/// Qwen3.5 as `convert_hf_to_gguf.py` stores it: `block_count` counts the MTP blocks
+/// (`nextn_predict_layers`, left unread) after the decoder's; Gated DeltaNet layers where
+/// `attention.recurrent_layers` says (else all but every `full_attention_interval`-th), sized by
+/// the `ssm.*` keys (`group_count` key heads, `time_step_rank` value heads of `inner_size /
+/// time_step_rank`, `state_size` key width, `conv_kernel` taps), their value heads tiled over the
+/// key heads as the converter reorders them; partial rotary over `rope.dimension_count` dims.
+fn qwen35(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    head_dim: u64,
+    theta: Option<f32>,
+) -> Result<(), ModelError> {
+    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= layers {
+        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
+    }
+    let n = layers - nextn;
+    c.insert("num_hidden_layers".into(), json!(n));
+    let recurrent: Vec<bool> = match m.f.get_bool_array(&m.key("attention.recurrent_layers"))? {
+        // Its MTP blocks' flags after the decoder's.
+        Some(flags) => flags.into_iter().take(n as usize).collect(),
+        None => {
+            let every = m.opt_u64("full_attention_interval")?.unwrap_or(4).max(1);
+            (0..n).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    if recurrent.len() as u64 != n {
+        return Err(m.error(format!("attention.recurrent_layers says {} layers of {n}", recurrent.len())));
+    }
+    let kinds: Vec<&str> = recurrent.iter().map(|&r| if r { "linear_attention" } else { "full_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    let (nk, nv) = (m.u64("ssm.group_count")?, m.u64("ssm.time_step_rank")?);
+    let inner = m.u64("ssm.inner_size")?;
+    if nv == 0 || !inner.is_multiple_of(nv) {
+        return Err(m.error(format!("ssm.inner_size {inner} does not split into {nv} value heads")));
+    }
+    c.insert("linear_num_key_heads".into(), json!(nk));
+    c.insert("linear_num_value_heads".into(), json!(nv));
+    c.insert("linear_key_head_dim".into(), json!(m.u64("ssm.state_size")?));
+    c.insert("linear_value_head_dim".into(), json!(inner / nv));
+    c.insert("linear_conv_kernel_dim".into(), json!(m.u64("ssm.conv_kernel")?));
+    c.insert("gguf_tiled_value_heads".into(), json!(nk != nv));
+    c.insert("hidden_act".into(), json!("silu"));
+    let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 4);
+    if rotated == 0 || rotated > head_dim {
+        return Err(m.error(format!("rope.dimension_count {rotated} of a head of {head_dim}")));
+    }
+    let rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000_000.0),
+        "partial_rotary_factor": rotated as f64 / head_dim as f64});
+    c.insert("rope_parameters".into(), rope);
+    Ok(())
+}
+
 /// MiniMax-M2 as `convert_hf_to_gguf.py` stores it: every layer's experts
 /// (`expert_feed_forward_length` wide) routed by sigmoid scores (`expert_gating_func` 2 where
 /// given; any other refused), `rope.dimension_count` rotated dims.
@@ -592,6 +651,8 @@ enum Fix {
     Expert(usize),
     /// A `[rows, cols]` tensor served as `[rows, 1, cols]` (the same bytes).
     MiddleOne,
+    /// `A = -exp(A_log)` served as `A_log = ln(-A)` in f32 (every value finite and below 0).
+    LogOfMinus,
 }
 
 /// A GGUF file's tensors under Hugging Face names.
@@ -630,7 +691,8 @@ impl GgufSource {
 
     /// The GGUF tensor holding HF tensor `hf_name`, and how to convert it.
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
-        let gemma = matches!(self.family, Family::Gemma2 | Family::Gemma3);
+        // Norms the converter stores as `1 + w` (Qwen3.5's gated norm of the delta rule kept as is).
+        let one_plus = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Qwen35);
         let global = match hf_name {
             // LFM2's final norm: llama.cpp has named it either way.
             "model.embedding_norm.weight" if self.file.tensor_info("token_embd_norm.weight").is_some() => {
@@ -646,7 +708,7 @@ impl GgufSource {
             Some(g) => (g.to_string(), Fix::Plain),
             None => self.locate_layer(hf_name.strip_prefix("model.layers.")?)?,
         };
-        if gemma && name.ends_with("norm.weight") {
+        if one_plus && name.ends_with("norm.weight") && !name.ends_with("ssm_norm.weight") {
             fix = Fix::MinusOne;
         }
         Some((name, fix))
@@ -710,6 +772,11 @@ impl GgufSource {
                 };
                 return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
             }
+        }
+        if self.family == Family::Qwen35
+            && let Some((g, fix)) = qwen35_only(rest)
+        {
+            return Some((format!("blk.{layer}.{g}"), fix));
         }
         if matches!(self.family, Family::Lfm2 | Family::Lfm2Moe) {
             let (gguf, fix) = lfm2_only(rest)?;
@@ -796,6 +863,14 @@ impl GgufSource {
             }
             Fix::Unpermute { heads } => unpermute_rows(view, heads).map_err(bad)?,
             Fix::Expert(e) => expert(view, e).map_err(bad)?,
+            Fix::LogOfMinus => {
+                let a = view.to_f32();
+                if let Some(v) = a.iter().find(|v| !(v.is_finite() && **v < 0.0)) {
+                    return Err(bad(format!("A = -exp(A_log) must be finite and below 0, found {v}")));
+                }
+                let w: Vec<u8> = a.iter().flat_map(|v| (-v).ln().to_le_bytes()).collect();
+                TensorView { dtype: DType::F32, data: TensorBytes::from_vec(&w), ..view }
+            }
             Fix::MiddleOne => match view.shape[..] {
                 [rows, cols] => TensorView { shape: vec![rows, 1, cols], ..view },
                 _ => return Err(bad(format!("expected 2 dims, found {:?}", view.shape))),
@@ -821,6 +896,25 @@ fn gpt_oss_only(rest: &str) -> Option<&'static str> {
         "mlp.experts.gate_proj.bias" => "ffn_gate_exps.bias",
         "mlp.experts.up_proj.bias" => "ffn_up_exps.bias",
         "mlp.experts.down_proj.bias" => "ffn_down_exps.bias",
+        _ => return None,
+    })
+}
+
+/// Qwen3.5's tensors the other families lack or name otherwise: its Gated DeltaNet layers'
+/// (`A_log` stored as `A = -exp(A_log)`, the conv without its middle dim) and the norm before
+/// the MLP.
+fn qwen35_only(rest: &str) -> Option<(&'static str, Fix)> {
+    Some(match rest {
+        "post_attention_layernorm.weight" => ("post_attention_norm.weight", Fix::Plain),
+        "linear_attn.in_proj_qkv.weight" => ("attn_qkv.weight", Fix::Plain),
+        "linear_attn.in_proj_z.weight" => ("attn_gate.weight", Fix::Plain),
+        "linear_attn.in_proj_b.weight" => ("ssm_beta.weight", Fix::Plain),
+        "linear_attn.in_proj_a.weight" => ("ssm_alpha.weight", Fix::Plain),
+        "linear_attn.A_log" => ("ssm_a", Fix::LogOfMinus),
+        "linear_attn.dt_bias" => ("ssm_dt.bias", Fix::Plain),
+        "linear_attn.conv1d.weight" => ("ssm_conv1d.weight", Fix::MiddleOne),
+        "linear_attn.norm.weight" => ("ssm_norm.weight", Fix::Plain),
+        "linear_attn.out_proj.weight" => ("ssm_out.weight", Fix::Plain),
         _ => return None,
     })
 }

@@ -168,6 +168,7 @@ impl<B: Backend> GatedDeltaNet<B> {
             head_k_dim: g.head_k_dim,
             head_v_dim: g.head_v_dim,
             state_offset: g.conv_channels() * (g.conv_kernel - 1),
+            tiled: g.tiled_v_heads,
         };
         let o = bk.gated_delta_rule(&mixed, &a, &b, &p, st, meta);
         bk.rms_norm_gated(&o, &z, &self.norm, s.rms_norm_eps)
@@ -187,6 +188,7 @@ mod tests {
             head_v_dim: 2,
             conv_kernel: 4,
             fused_inputs: true,
+            tiled_v_heads: false,
         };
         let [qkv, z, b, a] = fused_rows(&g);
         // Per key head: q 3, k 3, v 2 * 2, z 2 * 2 = 14 rows.

@@ -60,7 +60,11 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
         head_v_dim: c.opt_dim("linear_value_head_dim")?.unwrap_or(128),
         conv_kernel: c.opt_dim("linear_conv_kernel_dim")?.unwrap_or(4),
         fused_inputs: fused,
+        tiled_v_heads: c.flag("gguf_tiled_value_heads", false)?,
     };
+    if gdn.fused_inputs && gdn.tiled_v_heads {
+        return Err(c.error("gguf_tiled_value_heads with fused input projections is not supported"));
+    }
     if !gdn.num_v_heads.is_multiple_of(gdn.num_k_heads) {
         return Err(c.error(format!(
             "linear_num_key_heads {} does not divide linear_num_value_heads {}",

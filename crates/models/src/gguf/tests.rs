@@ -511,6 +511,38 @@ fn glm4_moe_counts_its_mtp_blocks_apart_and_refuses_another_gating() {
 }
 
 #[test]
+fn qwen35_sizes_its_delta_rule_from_the_ssm_keys_and_refuses_a_decay_that_is_not_negative() {
+    let mut w = GgufWriter::new();
+    let pairs = [
+        ("block_count", 4),
+        ("embedding_length", 8),
+        ("attention.head_count", 2),
+        ("attention.key_length", 8),
+        ("feed_forward_length", 16),
+        ("nextn_predict_layers", 1),
+        ("ssm.group_count", 1),
+        ("ssm.time_step_rank", 2),
+        ("ssm.state_size", 4),
+        ("ssm.inner_size", 8),
+        ("ssm.conv_kernel", 4),
+        ("full_attention_interval", 3),
+    ];
+    kvs(&mut w, "qwen35", &pairs);
+    for (k, n) in ["token_embd.weight", "output_norm.weight", "blk.0.ssm_a", "blk.1.ssm_a"].iter().enumerate() {
+        w.f32_tensor(n, &[2], &[-0.5, if k == 3 { 0.25 } else { -2.0 }]);
+    }
+    let f = open(&w);
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!(c["layer_types"], json!(["linear_attention", "linear_attention", "full_attention"]));
+    assert_eq!((c["linear_value_head_dim"].as_u64(), c["gguf_tiled_value_heads"].as_bool()), (Some(4), Some(true)));
+    let src = GgufSource::new(f).unwrap();
+    let a_log = src.get("model.layers.0.linear_attn.A_log").unwrap().unwrap().to_f32();
+    assert_eq!(a_log, vec![0.5f32.ln(), 2.0f32.ln()]);
+    let e = src.get("model.layers.1.linear_attn.A_log").unwrap_err().to_string();
+    assert!(e.contains("blk.1.ssm_a") && e.contains("below 0, found 0.25"), "{e}");
+}
+
+#[test]
 fn phi3_rotary_dims_window_and_longrope_are_read() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);

@@ -26,6 +26,9 @@ pub fn check(spec: &ModelSpec, size: usize, expert_parallel: bool) -> Result<(),
         return refuse("uses LongRoPE, whose short and long factors are not switched on every rank yet".into());
     }
     // Value heads split evenly; key heads too, or each held by several ranks.
+    if spec.gdn.as_ref().is_some_and(|g| g.tiled_v_heads) {
+        return refuse("holds its value heads tiled over the key heads (a GGUF file), which ranks do not split".into());
+    }
     if let Some(g) = &spec.gdn {
         let (hk, hv) = (g.num_k_heads, g.num_v_heads);
         if !hv.is_multiple_of(size) || hk == 0 || (!hk.is_multiple_of(size) && !size.is_multiple_of(hk)) {
