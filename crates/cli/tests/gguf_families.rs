@@ -103,10 +103,13 @@ fn metadata(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -
             w.kv(&format!("{arch}.{key}"), WriteValue::U32(dim(field)));
         }
     }
-    let theta = config["rope_parameters"]["rope_theta"].as_f64().unwrap() as f32;
-    w.kv(&format!("{arch}.rope.freq_base"), WriteValue::F32(theta));
-    let eps = config["rms_norm_eps"].as_f64().or(config["norm_eps"].as_f64()).unwrap() as f32;
-    w.kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), WriteValue::F32(eps));
+    if let Some(theta) = config["rope_parameters"]["rope_theta"].as_f64() {
+        w.kv(&format!("{arch}.rope.freq_base"), WriteValue::F32(theta as f32));
+    }
+    if extra.iter().all(|(k, _)| *k != "attention.layer_norm_rms_epsilon") {
+        let eps = config["rms_norm_eps"].as_f64().or(config["norm_eps"].as_f64()).unwrap() as f32;
+        w.kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), WriteValue::F32(eps));
+    }
     // The byte-level vocabulary: tokens by id, merges, special tokens as control (type 3).
     let tok = json(&src.join("tokenizer.json"));
     let vocab = tok["model"]["vocab"].as_object().unwrap();
@@ -781,4 +784,86 @@ fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint(
     assert_eq!((s.architecture.as_str(), s.num_layers), ("Qwen3_5ForCausalLM", layers));
     assert!(s.gdn.as_ref().is_some_and(|g| g.tiled_v_heads), "4 value heads over 2 key heads: tiled");
     check_same("qwen3_5", &fixture("qwen3_5"), &path);
+}
+
+#[test]
+fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
+    let config = json(&fixture("nemotron_h").join("config.json"));
+    let u = |k: &str| config[k].as_u64().unwrap() as u32;
+    let kinds: Vec<&str> =
+        config["layers_block_type"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    // As convert_hf_to_gguf.py writes Nemotron-H: KV heads and MLP widths one a layer (0 where
+    // the layer has none), the Mamba2 sizes as ssm.* keys.
+    let kv: Vec<i32> =
+        kinds.iter().map(|k| if *k == "full_attention" { u("num_key_value_heads") as i32 } else { 0 }).collect();
+    let ff: Vec<i32> = kinds.iter().map(|k| if *k == "mlp" { u("intermediate_size") as i32 } else { 0 }).collect();
+    let (heads, head_dim, groups) = (u("mamba_num_heads"), u("mamba_head_dim"), u("n_groups"));
+    let extra = [
+        ("block_count", WriteValue::U32(kinds.len() as u32)),
+        ("attention.head_count_kv", WriteValue::i32s(&kv)),
+        ("feed_forward_length", WriteValue::i32s(&ff)),
+        ("attention.key_length", WriteValue::U32(u("head_dim"))),
+        ("attention.value_length", WriteValue::U32(u("head_dim"))),
+        ("ssm.time_step_rank", WriteValue::U32(heads)),
+        ("ssm.inner_size", WriteValue::U32(heads * head_dim)),
+        ("ssm.group_count", WriteValue::U32(groups)),
+        ("ssm.state_size", WriteValue::U32(u("ssm_state_size"))),
+        ("ssm.conv_kernel", WriteValue::U32(u("conv_kernel"))),
+        ("attention.layer_norm_rms_epsilon", WriteValue::F32(config["layer_norm_epsilon"].as_f64().unwrap() as f32)),
+    ];
+    let mut w = metadata("nemotron_h", "nemotron_h", "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture("nemotron_h").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
+        let g = match name.as_str() {
+            "backbone.embeddings.weight" => "token_embd.weight".to_string(),
+            "backbone.norm_f.weight" => "output_norm.weight".to_string(),
+            "lm_head.weight" => "output.weight".to_string(),
+            _ => {
+                let (layer, stem) = name.strip_prefix("backbone.layers.").unwrap().split_once('.').unwrap();
+                let g = match stem {
+                    "norm.weight" => "attn_norm.weight",
+                    "mixer.in_proj.weight" => "ssm_in.weight",
+                    "mixer.conv1d.weight" => {
+                        shape.remove(1);
+                        "ssm_conv1d.weight"
+                    }
+                    "mixer.conv1d.bias" => "ssm_conv1d.bias",
+                    "mixer.dt_bias" => "ssm_dt.bias",
+                    // llama.cpp's Mamba2: -exp(A_log) and D as [heads, 1], the norm per group.
+                    "mixer.A_log" => {
+                        values.iter_mut().for_each(|v| *v = -v.exp());
+                        shape = vec![heads as usize, 1];
+                        "ssm_a"
+                    }
+                    "mixer.D" => {
+                        shape = vec![heads as usize, 1];
+                        "ssm_d"
+                    }
+                    "mixer.norm.weight" => {
+                        shape = vec![groups as usize, (heads * head_dim / groups) as usize];
+                        "ssm_norm.weight"
+                    }
+                    "mixer.out_proj.weight" => "ssm_out.weight",
+                    "mixer.q_proj.weight" => "attn_q.weight",
+                    "mixer.k_proj.weight" => "attn_k.weight",
+                    "mixer.v_proj.weight" => "attn_v.weight",
+                    "mixer.o_proj.weight" => "attn_output.weight",
+                    "mixer.up_proj.weight" => "ffn_up.weight",
+                    "mixer.down_proj.weight" => "ffn_down.weight",
+                    other => panic!("no GGUF name for {other}"),
+                };
+                format!("blk.{layer}.{g}")
+            }
+        };
+        w.f32_tensor(&g, &shape, &values);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nemotron_h.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!((s.architecture.as_str(), s.num_layers), ("NemotronHForCausalLM", kinds.len()));
+    check_same("nemotron_h", &fixture("nemotron_h"), &path);
 }

@@ -8,7 +8,8 @@
 //! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
 //! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread;
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
-//! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`).
+//! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`;
+//! Nemotron-H's one-part layers from its per-layer KV head and MLP widths, its Mamba2 mixers).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -47,6 +48,8 @@ pub enum Family {
     MiniMaxM2,
     /// `qwen35` -> `Qwen3_5ForCausalLM` (Qwen3.5 dense text).
     Qwen35,
+    /// `nemotron_h` -> `NemotronHForCausalLM` (Mamba2, attention and MLP layers).
+    NemotronH,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -63,6 +66,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
     ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
     ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
+    ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
 ];
 
 impl Family {
@@ -115,6 +119,23 @@ impl Meta<'_> {
 
     fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
         Ok(self.f.get_f32(&self.key(k))?)
+    }
+
+    /// `{arch}.k` given one value a layer: each value, or the single value for every layer.
+    fn per_layer(&self, k: &str) -> Result<Vec<u64>, ModelError> {
+        let key = self.key(k);
+        match self.f.get(&key) {
+            Some(tf_formats::gguf::MetaValue::Array(_)) => {
+                let per = self.f.get_i32_array(&key)?.unwrap_or_default();
+                per.iter().map(|&n| u64::try_from(n).map_err(|_| self.error(format!("'{key}' holds {n}")))).collect()
+            }
+            _ => Ok(vec![self.u64(k)?]),
+        }
+    }
+
+    /// The largest of [`Meta::per_layer`]'s values.
+    fn per_layer_max(&self, k: &str) -> Result<u64, ModelError> {
+        Ok(self.per_layer(k)?.into_iter().max().unwrap_or(0))
     }
 
     /// `attention.head_count_kv`: one count for every layer, or (LFM2) one a layer, 0 where the
@@ -185,10 +206,14 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     let kv_heads = m.kv_heads()?;
     c.insert("num_key_value_heads".into(), json!(kv_heads.as_ref().map_or(heads, KvHeads::count)));
     c.insert("head_dim".into(), json!(head_dim));
-    let ffn = match (m.opt_u64("feed_forward_length")?, fam) {
-        (Some(n), _) => n,
-        (None, Family::Qwen3Moe | Family::GptOss) => m.u64("expert_feed_forward_length")?,
-        (None, _) => m.u64("feed_forward_length")?,
+    let ffn = match fam {
+        // Nemotron-H: one width a layer (0 where the layer has no MLP).
+        Family::NemotronH => m.per_layer_max("feed_forward_length")?,
+        _ => match m.opt_u64("feed_forward_length")? {
+            Some(n) => n,
+            None if matches!(fam, Family::Qwen3Moe | Family::GptOss) => m.u64("expert_feed_forward_length")?,
+            None => m.u64("feed_forward_length")?,
+        },
     };
     c.insert("intermediate_size".into(), json!(ffn));
     if let Some(eps) = m.opt_f32("attention.layer_norm_rms_epsilon")? {
@@ -220,6 +245,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
         Family::Qwen35 => qwen35(&m, &mut c, layers, head_dim, theta)?,
+        Family::NemotronH => nemotron_h(&m, &mut c, layers)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -518,6 +544,46 @@ fn qwen35(
     Ok(())
 }
 
+/// Nemotron-H (dense) as `convert_hf_to_gguf.py` stores it: each layer one mixer, attention
+/// where its `attention.head_count_kv` is not 0, a relu² MLP where its `feed_forward_length` is
+/// not 0, Mamba2 elsewhere, sized by the `ssm.*` keys (`time_step_rank` heads of `inner_size /
+/// time_step_rank`, `group_count` groups, `state_size`, `conv_kernel` taps); no rope.
+fn nemotron_h(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
+    if m.opt_u64("expert_count")?.is_some() {
+        return Err(m.error("Nemotron-H's MoE layers are not read from GGUF files".into()));
+    }
+    let (kv, ff) = (m.per_layer("attention.head_count_kv")?, m.per_layer("feed_forward_length")?);
+    if kv.len() as u64 != layers || ff.len() as u64 != layers {
+        let (a, b) = (kv.len(), ff.len());
+        return Err(m.error(format!("{layers} layers, but {a} KV head counts and {b} MLP widths (one a layer)")));
+    }
+    let kinds: Vec<&str> = kv
+        .iter()
+        .zip(&ff)
+        .map(|(&k, &f)| match (k, f) {
+            (0, 0) => "mamba",
+            (0, _) => "mlp",
+            _ => "attention",
+        })
+        .collect();
+    c.insert("layers_block_type".into(), json!(kinds));
+    let (heads, inner) = (m.u64("ssm.time_step_rank")?, m.u64("ssm.inner_size")?);
+    if heads == 0 || !inner.is_multiple_of(heads) {
+        return Err(m.error(format!("ssm.inner_size {inner} does not split into {heads} heads")));
+    }
+    c.insert("mamba_num_heads".into(), json!(heads));
+    c.insert("mamba_head_dim".into(), json!(inner / heads));
+    c.insert("n_groups".into(), json!(m.u64("ssm.group_count")?));
+    c.insert("ssm_state_size".into(), json!(m.u64("ssm.state_size")?));
+    c.insert("conv_kernel".into(), json!(m.u64("ssm.conv_kernel")?));
+    let conv_bias = m.f.tensors().iter().any(|t| t.name.ends_with("ssm_conv1d.bias"));
+    c.insert("use_conv_bias".into(), json!(conv_bias));
+    if let Some(eps) = c.remove("rms_norm_eps") {
+        c.insert("layer_norm_epsilon".into(), eps);
+    }
+    Ok(())
+}
+
 /// MiniMax-M2 as `convert_hf_to_gguf.py` stores it: every layer's experts
 /// (`expert_feed_forward_length` wide) routed by sigmoid scores (`expert_gating_func` 2 where
 /// given; any other refused), `rope.dimension_count` rotated dims.
@@ -651,8 +717,11 @@ enum Fix {
     Expert(usize),
     /// A `[rows, cols]` tensor served as `[rows, 1, cols]` (the same bytes).
     MiddleOne,
-    /// `A = -exp(A_log)` served as `A_log = ln(-A)` in f32 (every value finite and below 0).
+    /// `A = -exp(A_log)` served as `A_log = ln(-A)` in f32, one dim (every value finite and
+    /// below 0).
     LogOfMinus,
+    /// Served with its dims flattened into one (the same bytes).
+    Flatten,
 }
 
 /// A GGUF file's tensors under Hugging Face names.
@@ -693,6 +762,9 @@ impl GgufSource {
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
         // Norms the converter stores as `1 + w` (Qwen3.5's gated norm of the delta rule kept as is).
         let one_plus = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Qwen35);
+        if self.family == Family::NemotronH {
+            return self.locate_nemotron_h(hf_name);
+        }
         let global = match hf_name {
             // LFM2's final norm: llama.cpp has named it either way.
             "model.embedding_norm.weight" if self.file.tensor_info("token_embd_norm.weight").is_some() => {
@@ -827,6 +899,42 @@ impl GgufSource {
         Some((format!("blk.{layer}.{gguf}.weight"), fix))
     }
 
+    /// Nemotron-H's tensors (`backbone.*`; each layer's mixer under `mixer.`, its Mamba2
+    /// parameters stored as llama.cpp's Mamba2 keeps them: `A` for `A_log`, `D` and the grouped
+    /// norm 2-D, the conv without its middle dim).
+    fn locate_nemotron_h(&self, hf_name: &str) -> Option<(String, Fix)> {
+        let global = match hf_name {
+            "backbone.embeddings.weight" => Some("token_embd.weight"),
+            "backbone.norm_f.weight" => Some("output_norm.weight"),
+            "lm_head.weight" => Some("output.weight"),
+            _ => None,
+        };
+        if let Some(g) = global {
+            return Some((g.to_string(), Fix::Plain));
+        }
+        let (layer, rest) = hf_name.strip_prefix("backbone.layers.")?.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        let (g, fix) = match rest {
+            "norm.weight" => ("attn_norm.weight", Fix::Plain),
+            "mixer.in_proj.weight" => ("ssm_in.weight", Fix::Plain),
+            "mixer.conv1d.weight" => ("ssm_conv1d.weight", Fix::MiddleOne),
+            "mixer.conv1d.bias" => ("ssm_conv1d.bias", Fix::Plain),
+            "mixer.dt_bias" => ("ssm_dt.bias", Fix::Plain),
+            "mixer.A_log" => ("ssm_a", Fix::LogOfMinus),
+            "mixer.D" => ("ssm_d", Fix::Flatten),
+            "mixer.norm.weight" => ("ssm_norm.weight", Fix::Flatten),
+            "mixer.out_proj.weight" => ("ssm_out.weight", Fix::Plain),
+            "mixer.q_proj.weight" => ("attn_q.weight", Fix::Plain),
+            "mixer.k_proj.weight" => ("attn_k.weight", Fix::Plain),
+            "mixer.v_proj.weight" => ("attn_v.weight", Fix::Plain),
+            "mixer.o_proj.weight" => ("attn_output.weight", Fix::Plain),
+            "mixer.up_proj.weight" => ("ffn_up.weight", Fix::Plain),
+            "mixer.down_proj.weight" => ("ffn_down.weight", Fix::Plain),
+            _ => return None,
+        };
+        Some((format!("blk.{layer}.{g}"), fix))
+    }
+
     /// Layer `layer`'s router choice bias: `exp_probs_b.bias`, or as some converters name it,
     /// `exp_probs_b`.
     fn probs_bias(&self, layer: usize) -> String {
@@ -869,8 +977,9 @@ impl GgufSource {
                     return Err(bad(format!("A = -exp(A_log) must be finite and below 0, found {v}")));
                 }
                 let w: Vec<u8> = a.iter().flat_map(|v| (-v).ln().to_le_bytes()).collect();
-                TensorView { dtype: DType::F32, data: TensorBytes::from_vec(&w), ..view }
+                TensorView { dtype: DType::F32, shape: vec![a.len()], data: TensorBytes::from_vec(&w), ..view }
             }
+            Fix::Flatten => TensorView { shape: vec![view.shape.iter().product()], ..view },
             Fix::MiddleOne => match view.shape[..] {
                 [rows, cols] => TensorView { shape: vec![rows, 1, cols], ..view },
                 _ => return Err(bad(format!("expected 2 dims, found {:?}", view.shape))),

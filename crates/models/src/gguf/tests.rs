@@ -543,6 +543,42 @@ fn qwen35_sizes_its_delta_rule_from_the_ssm_keys_and_refuses_a_decay_that_is_not
 }
 
 #[test]
+fn nemotron_h_layer_kinds_come_from_its_per_layer_counts_and_its_moe_is_refused() {
+    let nemo = |ff: &[i32], experts: bool| {
+        let mut w = GgufWriter::new();
+        kvs(&mut w, "nemotron_h", &[("block_count", 3), ("embedding_length", 8), ("attention.head_count", 2)]);
+        w.kv("nemotron_h.attention.head_count_kv", WriteValue::i32s(&[0, 1, 0]));
+        w.kv("nemotron_h.feed_forward_length", WriteValue::i32s(ff));
+        for (k, v) in [
+            ("ssm.time_step_rank", 2),
+            ("ssm.inner_size", 8),
+            ("ssm.group_count", 1),
+            ("ssm.state_size", 4),
+            ("ssm.conv_kernel", 4),
+        ] {
+            w.kv(&format!("nemotron_h.{k}"), WriteValue::U32(v));
+        }
+        if experts {
+            w.kv("nemotron_h.expert_count", WriteValue::U32(4));
+        }
+        for (k, n) in ["token_embd.weight", "output_norm.weight", "blk.0.ssm_d"].iter().enumerate() {
+            w.f32_tensor(n, &[2, 1], &values(2, k));
+        }
+        open(&w)
+    };
+    let f = nemo(&[0, 0, 16], false);
+    let c = config_from_gguf(&f).unwrap();
+    assert_eq!(c["layers_block_type"], json!(["mamba", "attention", "mlp"]));
+    assert_eq!((c["intermediate_size"].as_u64(), c["mamba_head_dim"].as_u64()), (Some(16), Some(4)));
+    let d = GgufSource::new(f).unwrap().get("backbone.layers.0.mixer.D").unwrap().unwrap();
+    assert_eq!(d.shape, vec![2], "[heads, 1] served flat");
+    let e = config_from_gguf(&nemo(&[0, 16], false)).unwrap_err().to_string();
+    assert!(e.contains("3 layers, but 3 KV head counts and 2 MLP widths"), "{e}");
+    let e = config_from_gguf(&nemo(&[0, 0, 16], true)).unwrap_err().to_string();
+    assert!(e.contains("MoE"), "{e}");
+}
+
+#[test]
 fn phi3_rotary_dims_window_and_longrope_are_read() {
     let mut w = GgufWriter::new();
     kvs(&mut w, "phi3", &[("block_count", 1), ("embedding_length", 64), ("attention.head_count", 4)]);
