@@ -316,7 +316,7 @@ pub fn eog_token_ids(f: &GgufFile) -> Result<Vec<i64>, ModelError> {
             ids.push(id as i64);
         }
     }
-    // Out whether a key or its text put it in.
+    // `<|end|>` leaves the set whether a key or its text put it there.
     if harmony {
         ids.retain(|&id| usize::try_from(id).ok().and_then(|i| tokens.get(i)).is_none_or(|t| t != "<|end|>"));
     }
