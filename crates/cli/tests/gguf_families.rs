@@ -867,3 +867,127 @@ fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
     assert_eq!((s.architecture.as_str(), s.num_layers), ("NemotronHForCausalLM", kinds.len()));
     check_same("nemotron_h", &fixture("nemotron_h"), &path);
 }
+
+#[test]
+fn qwen3_next_ggufs_split_and_fused_compute_as_their_safetensors_checkpoint() {
+    qwen3_next_gguf(true);
+    qwen3_next_gguf(false);
+}
+
+/// The qwen3_next fixture as `convert_hf_to_gguf.py` writes it: q, k, v and z split into
+/// `attn_qkv` / `attn_gate` where `split`, else fused as older converters left them (`ssm_in`),
+/// checked against the safetensors checkpoint.
+fn qwen3_next_gguf(split: bool) {
+    let config = json(&fixture("qwen3_next").join("config.json"));
+    let u = |k: &str| config[k].as_u64().unwrap() as usize;
+    let (nk, nv, dk, dv, taps) = (
+        u("linear_num_key_heads"),
+        u("linear_num_value_heads"),
+        u("linear_key_head_dim"),
+        u("linear_value_head_dim"),
+        u("linear_conv_kernel_dim"),
+    );
+    let (r, layers, experts) = (nv / nk, u("num_hidden_layers"), u("num_experts"));
+    let recurrent: Vec<WriteValue> =
+        config["layer_types"].as_array().unwrap().iter().map(|t| WriteValue::Bool(t == "linear_attention")).collect();
+    let w32 = |n: usize| WriteValue::U32(n as u32);
+    let extra = [
+        ("attention.key_length", w32(u("head_dim"))),
+        ("attention.value_length", w32(u("head_dim"))),
+        ("rope.dimension_count", w32(8)),
+        ("ssm.group_count", w32(nk)),
+        ("ssm.time_step_rank", w32(nv)),
+        ("ssm.state_size", w32(dk)),
+        ("ssm.inner_size", w32(nv * dv)),
+        ("ssm.conv_kernel", w32(taps)),
+        ("attention.recurrent_layers", WriteValue::Array(ValueType::Bool, recurrent)),
+        ("expert_count", w32(experts)),
+        ("expert_used_count", w32(u("num_experts_per_tok"))),
+        ("expert_feed_forward_length", w32(u("moe_intermediate_size"))),
+        ("expert_shared_feed_forward_length", w32(u("shared_expert_intermediate_size"))),
+    ];
+    let mut w = metadata("qwen3_next", "qwen3next", "llama-bpe", &extra);
+    // in_proj_qkvz's rows per key head `[q (dk), k (dk), v (r dv), z (r dv)]`, split as the
+    // converter splits them: every head's q, then k, then v (attn_qkv), and z (attn_gate).
+    let per = 2 * dk + 2 * r * dv;
+    let part =
+        |off: usize, len: usize| -> Vec<usize> { (0..nk).flat_map(|h| h * per + off..h * per + off + len).collect() };
+    let qkv_rows = [part(0, dk), part(dk, dk), part(2 * dk, r * dv)].concat();
+    let z_rows = part(2 * dk + r * dv, r * dv);
+    let rows_of = |values: &[f32], rows: &[usize], cols: usize| -> Vec<f32> {
+        rows.iter().flat_map(|&i| values[i * cols..(i + 1) * cols].iter().copied()).collect()
+    };
+    let st = SafetensorsFile::open(&fixture("qwen3_next").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
+        if name.ends_with("norm.weight") && !name.ends_with("linear_attn.norm.weight") {
+            values.iter_mut().for_each(|v| *v += 1.0);
+        }
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &shape, &values);
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let out = |g: &str| format!("blk.{layer}.{g}");
+        let cols = *shape.last().unwrap();
+        let g = match stem {
+            "linear_attn.in_proj_qkvz.weight" if !split => "ssm_in.weight",
+            "linear_attn.in_proj_qkvz.weight" => {
+                w.f32_tensor(&out("attn_qkv.weight"), &[qkv_rows.len(), cols], &rows_of(&values, &qkv_rows, cols));
+                w.f32_tensor(&out("attn_gate.weight"), &[z_rows.len(), cols], &rows_of(&values, &z_rows, cols));
+                continue;
+            }
+            "linear_attn.in_proj_ba.weight" => "ssm_ba.weight",
+            "linear_attn.A_log" => {
+                values.iter_mut().for_each(|v| *v = -v.exp());
+                "ssm_a"
+            }
+            "linear_attn.dt_bias" => "ssm_dt.bias",
+            "linear_attn.conv1d.weight" => {
+                shape.remove(1);
+                "ssm_conv1d.weight"
+            }
+            "linear_attn.norm.weight" => "ssm_norm.weight",
+            "linear_attn.out_proj.weight" => "ssm_out.weight",
+            "post_attention_layernorm.weight" => "post_attention_norm.weight",
+            "self_attn.q_norm.weight" => "attn_q_norm.weight",
+            "self_attn.k_norm.weight" => "attn_k_norm.weight",
+            "mlp.gate.weight" => "ffn_gate_inp.weight",
+            "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+            "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
+            "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
+            "mlp.shared_expert_gate.weight" => {
+                shape = vec![cols];
+                "ffn_gate_inp_shexp.weight"
+            }
+            s if s.starts_with("mlp.experts.") => continue,
+            _ => {
+                w.f32_tensor(&gguf_name(name, false), &shape, &values);
+                continue;
+            }
+        };
+        w.f32_tensor(&out(g), &shape, &values);
+    }
+    for layer in 0..layers {
+        if st.tensor(&format!("model.layers.{layer}.mlp.gate.weight")).unwrap().is_none() {
+            continue;
+        }
+        for (hf, g) in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")] {
+            let parts: Vec<_> = (0..experts)
+                .map(|e| st.tensor(&format!("model.layers.{layer}.mlp.experts.{e}.{hf}.weight")).unwrap().unwrap())
+                .collect();
+            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
+            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
+            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen3_next.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!(s.architecture, "Qwen3NextForCausalLM");
+    assert!(s.gdn.as_ref().is_some_and(|g| g.fused_inputs != split && g.fused_ba && !g.tiled_v_heads));
+    check_same("qwen3_next", &fixture("qwen3_next"), &path);
+}

@@ -9,7 +9,8 @@
 //! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread;
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
 //! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`;
-//! Nemotron-H's one-part layers from its per-layer KV head and MLP widths, its Mamba2 mixers).
+//! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
+//! its per-layer KV head and MLP widths, its Mamba2 mixers).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -48,6 +49,8 @@ pub enum Family {
     MiniMaxM2,
     /// `qwen35` -> `Qwen3_5ForCausalLM` (Qwen3.5 dense text).
     Qwen35,
+    /// `qwen3next` -> `Qwen3NextForCausalLM`.
+    Qwen3Next,
     /// `nemotron_h` -> `NemotronHForCausalLM` (Mamba2, attention and MLP layers).
     NemotronH,
 }
@@ -66,6 +69,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("glm4moe", Family::Glm4Moe, "Glm4MoeForCausalLM", "glm4_moe"),
     ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
     ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
+    ("qwen3next", Family::Qwen3Next, "Qwen3NextForCausalLM", "qwen3_next"),
     ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
 ];
 
@@ -244,7 +248,11 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         }
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
-        Family::Qwen35 => qwen35(&m, &mut c, layers, head_dim, theta)?,
+        Family::Qwen35 => qwen35(&m, &mut c, layers, head_dim, theta, true)?,
+        Family::Qwen3Next => {
+            qwen35(&m, &mut c, layers, head_dim, theta, false)?;
+            qwen3_next(&m, &mut c)?
+        }
         Family::NemotronH => nemotron_h(&m, &mut c, layers)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
@@ -502,6 +510,7 @@ fn qwen35(
     layers: u64,
     head_dim: u64,
     theta: Option<f32>,
+    reordered: bool,
 ) -> Result<(), ModelError> {
     let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
     if nextn >= layers {
@@ -532,7 +541,7 @@ fn qwen35(
     c.insert("linear_key_head_dim".into(), json!(m.u64("ssm.state_size")?));
     c.insert("linear_value_head_dim".into(), json!(inner / nv));
     c.insert("linear_conv_kernel_dim".into(), json!(m.u64("ssm.conv_kernel")?));
-    c.insert("gguf_tiled_value_heads".into(), json!(nk != nv));
+    c.insert("gguf_tiled_value_heads".into(), json!(reordered && nk != nv));
     c.insert("hidden_act".into(), json!("silu"));
     let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 4);
     if rotated == 0 || rotated > head_dim {
@@ -541,6 +550,29 @@ fn qwen35(
     let rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000_000.0),
         "partial_rotary_factor": rotated as f64 / head_dim as f64});
     c.insert("rope_parameters".into(), rope);
+    Ok(())
+}
+
+/// Qwen3-Next's experts and projections as `convert_hf_to_gguf.py` stores them (its Gated
+/// DeltaNet as Qwen3.5's, [`qwen35`], without the value heads' reorder): q, k, v and z split
+/// (`attn_qkv`, `attn_gate`) or, in older files, fused (`ssm_in`), b and a fused (`ssm_ba`);
+/// softmax top-k experts in the layers that have a router (`ffn_gate_inp`), a sigmoid-gated
+/// shared expert.
+fn qwen3_next(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError> {
+    let split = m.f.tensors().iter().any(|t| t.name.ends_with(".attn_qkv.weight"));
+    c.insert("gguf_split_qkvz".into(), json!(split));
+    c.insert("num_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    let shared = m.opt_u64("expert_shared_feed_forward_length")?.unwrap_or(0);
+    c.insert("shared_expert_intermediate_size".into(), json!(shared));
+    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(true);
+    c.insert("norm_topk_prob".into(), json!(norm));
+    c.insert("decoder_sparse_step".into(), json!(1));
+    let n = c.get("num_hidden_layers").and_then(Value::as_u64).unwrap_or(0);
+    let dense: Vec<u64> =
+        (0..n).filter(|i| m.f.tensor_info(&format!("blk.{i}.ffn_gate_inp.weight")).is_none()).collect();
+    c.insert("mlp_only_layers".into(), json!(dense));
     Ok(())
 }
 
@@ -722,6 +754,8 @@ enum Fix {
     LogOfMinus,
     /// Served with its dims flattened into one (the same bytes).
     Flatten,
+    /// A vector served as a one-row matrix `[1, n]` (the same bytes).
+    OneRow,
 }
 
 /// A GGUF file's tensors under Hugging Face names.
@@ -761,7 +795,7 @@ impl GgufSource {
     /// The GGUF tensor holding HF tensor `hf_name`, and how to convert it.
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
         // Norms the converter stores as `1 + w` (Qwen3.5's gated norm of the delta rule kept as is).
-        let one_plus = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Qwen35);
+        let one_plus = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Qwen35 | Family::Qwen3Next);
         if self.family == Family::NemotronH {
             return self.locate_nemotron_h(hf_name);
         }
@@ -845,10 +879,24 @@ impl GgufSource {
                 return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
             }
         }
-        if self.family == Family::Qwen35
+        if matches!(self.family, Family::Qwen35 | Family::Qwen3Next)
             && let Some((g, fix)) = qwen35_only(rest)
         {
             return Some((format!("blk.{layer}.{g}"), fix));
+        }
+        if self.family == Family::Qwen3Next {
+            let (g, fix) = match rest {
+                "linear_attn.in_proj_qkvz.weight" => ("ssm_in.weight", Fix::Plain),
+                "linear_attn.in_proj_ba.weight" => ("ssm_ba.weight", Fix::Plain),
+                "mlp.shared_expert.gate_proj.weight" => ("ffn_gate_shexp.weight", Fix::Plain),
+                "mlp.shared_expert.up_proj.weight" => ("ffn_up_shexp.weight", Fix::Plain),
+                "mlp.shared_expert.down_proj.weight" => ("ffn_down_shexp.weight", Fix::Plain),
+                "mlp.shared_expert_gate.weight" => ("ffn_gate_inp_shexp.weight", Fix::OneRow),
+                _ => ("", Fix::Plain),
+            };
+            if !g.is_empty() {
+                return Some((format!("blk.{layer}.{g}"), fix));
+            }
         }
         if matches!(self.family, Family::Lfm2 | Family::Lfm2Moe) {
             let (gguf, fix) = lfm2_only(rest)?;
@@ -980,6 +1028,7 @@ impl GgufSource {
                 TensorView { dtype: DType::F32, shape: vec![a.len()], data: TensorBytes::from_vec(&w), ..view }
             }
             Fix::Flatten => TensorView { shape: vec![view.shape.iter().product()], ..view },
+            Fix::OneRow => TensorView { shape: vec![1, view.shape.iter().product()], ..view },
             Fix::MiddleOne => match view.shape[..] {
                 [rows, cols] => TensorView { shape: vec![rows, 1, cols], ..view },
                 _ => return Err(bad(format!("expected 2 dims, found {:?}", view.shape))),

@@ -533,6 +533,9 @@ pub struct GdnSpec {
     /// The checkpoint fuses the input projections per key head (Qwen3-Next's `in_proj_qkvz`
     /// and `in_proj_ba`) instead of keeping them apart (Qwen3.5).
     pub fused_inputs: bool,
+    /// `b` and `a` come fused per key head (Qwen3-Next's `in_proj_ba`; a Qwen3-Next GGUF keeps
+    /// them so beside its split q, k, v and z).
+    pub fused_ba: bool,
     /// The value heads are tiled over the key heads, as llama.cpp's GGUF files store them
     /// (`gguf_tiled_value_heads`, which the GGUF loader sets), not grouped by key head.
     pub tiled_v_heads: bool,

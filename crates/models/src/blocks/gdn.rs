@@ -78,9 +78,14 @@ impl<B: Backend> GatedDeltaNet<B> {
         let (vh, kh) = shard_heads(ld, &g);
         // Every row of q, k, v, z, b and a in the order the backend reads (a fused checkpoint's
         // reordered), then this rank's of them.
-        let [qkv_rows, z_rows, b_rows, a_rows] = match g.fused_inputs {
-            true => fused_rows(&g),
-            false => [(0..ch).collect(), (0..vd).collect(), (0..hv).collect(), (0..hv).collect()],
+        let [fq, fz, fb, fa] = fused_rows(&g);
+        let (qkv_rows, z_rows) = match g.fused_inputs {
+            true => (fq, fz),
+            false => ((0..ch).collect(), (0..vd).collect()),
+        };
+        let (b_rows, a_rows) = match g.fused_ba {
+            true => (fb, fa),
+            false => ((0..hv).collect(), (0..hv).collect()),
         };
         let (qk, kd, dv) = (g.num_k_heads * g.head_k_dim, g.head_k_dim, g.head_v_dim);
         let pick = |rows: &[usize], range: std::ops::Range<usize>| rows[range].to_vec();
@@ -93,30 +98,27 @@ impl<B: Backend> GatedDeltaNet<B> {
         let local_z = pick(&z_rows, vh.start * dv..vh.end * dv);
         let (local_b, local_a) = (pick(&b_rows, vh.clone()), pick(&a_rows, vh.clone()));
         let sharded = ld.shard().is_some();
-        let (qkv, z, b, a) = if g.fused_inputs {
-            let (nqkvz, nba) = (ch + vd, 2 * hv);
+        let (qkv, z) = if g.fused_inputs {
             let qkvz = name("in_proj_qkvz.weight");
-            let ba = name("in_proj_ba.weight");
-            (
-                ld.mat_rows(&qkvz, nqkvz, hidden, &local_qkv)?,
-                ld.mat_rows(&qkvz, nqkvz, hidden, &local_z)?,
-                ld.mat_rows(&ba, nba, hidden, &local_b)?,
-                ld.mat_rows(&ba, nba, hidden, &local_a)?,
-            )
+            (ld.mat_rows(&qkvz, ch + vd, hidden, &local_qkv)?, ld.mat_rows(&qkvz, ch + vd, hidden, &local_z)?)
         } else if sharded {
             (
                 ld.mat_rows(&name("in_proj_qkv.weight"), ch, hidden, &local_qkv)?,
                 ld.mat_rows(&name("in_proj_z.weight"), vd, hidden, &local_z)?,
+            )
+        } else {
+            (ld.mat(&name("in_proj_qkv.weight"), ch, hidden)?, ld.mat(&name("in_proj_z.weight"), vd, hidden)?)
+        };
+        let (b, a) = if g.fused_ba {
+            let ba = name("in_proj_ba.weight");
+            (ld.mat_rows(&ba, 2 * hv, hidden, &local_b)?, ld.mat_rows(&ba, 2 * hv, hidden, &local_a)?)
+        } else if sharded {
+            (
                 ld.mat_rows(&name("in_proj_b.weight"), hv, hidden, &local_b)?,
                 ld.mat_rows(&name("in_proj_a.weight"), hv, hidden, &local_a)?,
             )
         } else {
-            (
-                ld.mat(&name("in_proj_qkv.weight"), ch, hidden)?,
-                ld.mat(&name("in_proj_z.weight"), vd, hidden)?,
-                ld.mat(&name("in_proj_b.weight"), hv, hidden)?,
-                ld.mat(&name("in_proj_a.weight"), hv, hidden)?,
-            )
+            (ld.mat(&name("in_proj_b.weight"), hv, hidden)?, ld.mat(&name("in_proj_a.weight"), hv, hidden)?)
         };
         // The conv is depthwise: this rank's channels are those of its q, k and v rows, in the
         // order the backend reads (q, k, v: the unfused checkpoint's channel order).
@@ -188,6 +190,7 @@ mod tests {
             head_v_dim: 2,
             conv_kernel: 4,
             fused_inputs: true,
+            fused_ba: true,
             tiled_v_heads: false,
         };
         let [qkv, z, b, a] = fused_rows(&g);

@@ -59,7 +59,9 @@ pub fn hybrid_spec(c: &RawConfig, arch: &str, fused: bool) -> Result<ModelSpec, 
         head_k_dim: c.opt_dim("linear_key_head_dim")?.unwrap_or(128),
         head_v_dim: c.opt_dim("linear_value_head_dim")?.unwrap_or(128),
         conv_kernel: c.opt_dim("linear_conv_kernel_dim")?.unwrap_or(4),
-        fused_inputs: fused,
+        // A Qwen3-Next GGUF file holds q, k, v and z apart (`gguf_split_qkvz`), b and a fused.
+        fused_inputs: fused && !c.flag("gguf_split_qkvz", false)?,
+        fused_ba: fused,
         tiled_v_heads: c.flag("gguf_tiled_value_heads", false)?,
     };
     if gdn.fused_inputs && gdn.tiled_v_heads {
