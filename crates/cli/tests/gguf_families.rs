@@ -417,6 +417,31 @@ fn gpt_oss_ggufs_float_and_mxfp4_compute_as_their_safetensors_checkpoints() {
     }
 }
 
+/// Routed experts' projections named as transformers names them, with their GGUF names.
+const MLP_EXPERTS: [(&str, &str); 3] =
+    [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")];
+/// The same, named `w1` / `w3` / `w2` (MiniMax-M2).
+const W_EXPERTS: [(&str, &str); 3] = [("w1", "ffn_gate_exps"), ("w3", "ffn_up_exps"), ("w2", "ffn_down_exps")];
+
+/// Layer `layer`'s `experts` routed experts (`model.layers.{layer}.{module}experts.{e}.{hf}.weight`)
+/// stacked `[experts, rows, cols]` a projection into `w`, as the converter merges them.
+fn stack_experts(
+    w: &mut GgufWriter,
+    st: &SafetensorsFile,
+    layer: usize,
+    module: &str,
+    experts: usize,
+    names: [(&str, &str); 3],
+) {
+    for (hf, g) in names {
+        let name = |e: usize| format!("model.layers.{layer}.{module}experts.{e}.{hf}.weight");
+        let parts: Vec<_> = (0..experts).map(|e| st.tensor(&name(e)).unwrap().unwrap()).collect();
+        let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
+        let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
+        w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
+    }
+}
+
 /// One routed expert's projection: its number, shape and values.
 type Expert = (usize, Vec<usize>, Vec<f32>);
 
@@ -579,16 +604,8 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
         };
         w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
     }
-    // The routed experts stacked `[experts, rows, cols]` a projection, as the converter merges them.
     for layer in 1..layers {
-        for (hf, g) in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")] {
-            let parts: Vec<_> = (0..experts)
-                .map(|e| st.tensor(&format!("model.layers.{layer}.mlp.experts.{e}.{hf}.weight")).unwrap().unwrap())
-                .collect();
-            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
-            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
-            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
-        }
+        stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
     }
     // The MTP block (only a norm here; the decoder never reads it).
     w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
@@ -640,18 +657,7 @@ fn a_minimax_m2_gguf_computes_as_its_safetensors_checkpoint() {
         w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
     }
     for layer in 0..layers {
-        for (hf, g) in [("w1", "ffn_gate_exps"), ("w3", "ffn_up_exps"), ("w2", "ffn_down_exps")] {
-            let parts: Vec<_> = (0..experts)
-                .map(|e| {
-                    st.tensor(&format!("model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}.weight"))
-                        .unwrap()
-                        .unwrap()
-                })
-                .collect();
-            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
-            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
-            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
-        }
+        stack_experts(&mut w, &st, layer, "block_sparse_moe.", experts, W_EXPERTS);
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("minimax_m2.gguf");
@@ -973,14 +979,7 @@ fn qwen3_next_gguf(split: bool) {
         if st.tensor(&format!("model.layers.{layer}.mlp.gate.weight")).unwrap().is_none() {
             continue;
         }
-        for (hf, g) in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")] {
-            let parts: Vec<_> = (0..experts)
-                .map(|e| st.tensor(&format!("model.layers.{layer}.mlp.experts.{e}.{hf}.weight")).unwrap().unwrap())
-                .collect();
-            let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
-            let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
-            w.f32_tensor(&format!("blk.{layer}.{g}.weight"), &shape, &values);
-        }
+        stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("qwen3_next.gguf");

@@ -828,28 +828,15 @@ impl GgufSource {
         {
             return Some((format!("blk.{layer}.{gguf}"), Fix::Plain));
         }
-        if self.family == Family::MiniMaxM2 {
-            if rest == "block_sparse_moe.e_score_correction_bias" {
-                return Some((self.probs_bias(layer), Fix::Plain));
-            }
-            if rest == "block_sparse_moe.gate.weight" {
-                return Some((format!("blk.{layer}.ffn_gate_inp.weight"), Fix::Plain));
-            }
-            if let Some(expert) = rest.strip_prefix("block_sparse_moe.experts.") {
-                let (e, w) = expert.strip_suffix(".weight")?.split_once('.')?;
-                let g = match w {
-                    "w1" => "ffn_gate_exps",
-                    "w3" => "ffn_up_exps",
-                    "w2" => "ffn_down_exps",
-                    _ => return None,
-                };
-                return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
-            }
-        }
-        if self.family == Family::Glm4Moe && rest == "mlp.gate.e_score_correction_bias" {
-            return Some((self.probs_bias(layer), Fix::Plain));
+        if self.family == Family::MiniMaxM2
+            && let Some(found) = self.w_experts(layer, rest, "block_sparse_moe.", "e_score_correction_bias")
+        {
+            return Some(found);
         }
         if self.family == Family::Glm4Moe {
+            if rest == "mlp.gate.e_score_correction_bias" {
+                return Some((self.probs_bias(layer), Fix::Plain));
+            }
             let gguf = match rest {
                 "post_attention_layernorm.weight" => Some("post_attention_norm.weight"),
                 "mlp.shared_experts.gate_proj.weight" => Some("ffn_gate_shexp.weight"),
@@ -861,23 +848,10 @@ impl GgufSource {
                 return Some((format!("blk.{layer}.{g}"), Fix::Plain));
             }
         }
-        if self.family == Family::Lfm2Moe {
-            if rest == "feed_forward.expert_bias" {
-                return Some((self.probs_bias(layer), Fix::Plain));
-            }
-            if rest == "feed_forward.gate.weight" {
-                return Some((format!("blk.{layer}.ffn_gate_inp.weight"), Fix::Plain));
-            }
-            if let Some(expert) = rest.strip_prefix("feed_forward.experts.") {
-                let (e, w) = expert.strip_suffix(".weight")?.split_once('.')?;
-                let g = match w {
-                    "w1" => "ffn_gate_exps",
-                    "w3" => "ffn_up_exps",
-                    "w2" => "ffn_down_exps",
-                    _ => return None,
-                };
-                return Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)));
-            }
+        if self.family == Family::Lfm2Moe
+            && let Some(found) = self.w_experts(layer, rest, "feed_forward.", "expert_bias")
+        {
+            return Some(found);
         }
         if matches!(self.family, Family::Qwen35 | Family::Qwen3Next)
             && let Some((g, fix)) = qwen35_only(rest)
@@ -981,6 +955,27 @@ impl GgufSource {
             _ => return None,
         };
         Some((format!("blk.{layer}.{g}"), fix))
+    }
+
+    /// Layer `layer`'s router (`{module}gate.weight`), choice bias (`{module}{bias}`) and experts
+    /// named `w1` / `w3` / `w2` (`{module}experts.{e}.w1.weight`: MiniMax-M2, LFM2-MoE), each
+    /// expert a view of its stacked tensor; `None` for any other tensor.
+    fn w_experts(&self, layer: usize, rest: &str, module: &str, bias: &str) -> Option<(String, Fix)> {
+        let rest = rest.strip_prefix(module)?;
+        if rest == bias {
+            return Some((self.probs_bias(layer), Fix::Plain));
+        }
+        if rest == "gate.weight" {
+            return Some((format!("blk.{layer}.ffn_gate_inp.weight"), Fix::Plain));
+        }
+        let (e, w) = rest.strip_prefix("experts.")?.strip_suffix(".weight")?.split_once('.')?;
+        let g = match w {
+            "w1" => "ffn_gate_exps",
+            "w3" => "ffn_up_exps",
+            "w2" => "ffn_down_exps",
+            _ => return None,
+        };
+        Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)))
     }
 
     /// Layer `layer`'s router choice bias: `exp_probs_b.bias`, or as some converters name it,
