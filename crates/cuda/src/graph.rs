@@ -97,6 +97,8 @@ pub(crate) struct Graphs {
     max_rows: usize,
     /// Each capture's outcome on stderr (`CudaOptions::graph_log`).
     log: bool,
+    /// Rounds padded to their bucket's rows before they are recorded (graph_pad.rs).
+    pad: bool,
 }
 
 /// Captures of one key tried before it is refused (a failure may be a cache filled once).
@@ -108,8 +110,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Graphs {
     /// Recording on or off for rounds of at most `max_rows` rows; `log`: each capture's outcome
-    /// on stderr.
-    pub(crate) fn new(on: bool, log: bool, max_rows: usize) -> Graphs {
+    /// on stderr; `pad`: rounds padded to their bucket's rows.
+    pub(crate) fn new(on: bool, log: bool, max_rows: usize, pad: bool) -> Graphs {
         Graphs {
             on,
             entries: Mutex::new(Vec::new()),
@@ -118,6 +120,7 @@ impl Graphs {
             counts: Mutex::new((0, 0)),
             log,
             max_rows,
+            pad,
         }
     }
 
@@ -157,7 +160,7 @@ pub(crate) fn forward_round(
     // Every pool has the scratch block past its blocks (ops.rs `kv`): one block index for all of
     // them where they agree on blocks and block size, whatever their heads and widths.
     let padded = match scratch_block(kv.iter().map(|p| p.shape)) {
-        Some((scratch, block_size)) if bucket(rows) > rows && block_size == r.meta.block_size => {
+        Some((scratch, block_size)) if g.pad && bucket(rows) > rows && block_size == r.meta.block_size => {
             u32::try_from(scratch).ok().map(|scratch| Padded::new(r, bucket(rows), scratch))
         }
         _ => None,
@@ -320,7 +323,7 @@ mod tests {
 
     #[test]
     fn only_decode_rounds_of_replayable_forwards_are_recorded() {
-        let g = Graphs::new(true, false, DEFAULT_MAX_ROWS);
+        let g = Graphs::new(true, false, DEFAULT_MAX_ROWS, true);
         let one = meta(&[(300, 1), (7, 1)]);
         assert!(g.eligible(&round(&one, &[3, 4], &[300, 7])));
         // A prefill run, a forward that reads the host elsewhere.
@@ -331,8 +334,8 @@ mod tests {
         let many = meta(&vec![(5, 1); DEFAULT_MAX_ROWS + 1]);
         let ids = vec![1; DEFAULT_MAX_ROWS + 1];
         assert!(!g.eligible(&round(&many, &ids, &ids)));
-        assert!(Graphs::new(true, false, DEFAULT_MAX_ROWS + 8).eligible(&round(&many, &ids, &ids)));
-        assert!(!Graphs::new(false, false, DEFAULT_MAX_ROWS).eligible(&round(&one, &[3, 4], &[300, 7])));
+        assert!(Graphs::new(true, false, DEFAULT_MAX_ROWS + 8, true).eligible(&round(&many, &ids, &ids)));
+        assert!(!Graphs::new(false, false, DEFAULT_MAX_ROWS, true).eligible(&round(&one, &[3, 4], &[300, 7])));
     }
 
     #[test]

@@ -149,6 +149,7 @@ impl CudaBackend {
                 !opts.no_graphs,
                 opts.graph_log,
                 opts.graph_rows.unwrap_or(graph::DEFAULT_MAX_ROWS),
+                !opts.no_graph_pad,
             ),
             ids: Default::default(),
             held_spare: Default::default(),

@@ -24,6 +24,9 @@ pub struct CudaOptions {
     pub graph_log: bool,
     /// Most rows a recorded decode round has (none: 256); larger rounds run op by op.
     pub graph_rows: Option<usize>,
+    /// Recorded decode rounds keep their own row count instead of being padded to their
+    /// bucket's (graph_pad.rs): the same bits, more recordings.
+    pub no_graph_pad: bool,
     /// A kernel timeline of rounds FROM..=TO (1-based, counted by picked-token rounds) written to
     /// `trace_out`; the kernels are then built with their timeline records (trace.rs).
     pub trace: Option<TraceRounds>,

@@ -7,7 +7,7 @@
 
 mod common;
 
-use tf_cuda::CudaBackend;
+use tf_cuda::{CudaBackend, CudaOptions};
 use tf_engine::engine::{DraftKind, EngineConfig};
 use tf_testkit::{
     DRAFT_MODELS, EARLY_EXIT, HYBRIDS, MTP_FIXTURES, check_concurrent_equals_solo, check_drafted_equals_undrafted,
@@ -119,6 +119,31 @@ fn draft_model_with_lfm2_equals_undrafted_without_graphs() {
             check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
         }
     }
+}
+
+/// `LFM2_PAIRS` drafted == undrafted on backends started with `opts`.
+fn lfm2_pairs_on(opts: CudaOptions) {
+    let Some(_) = gpu() else { return };
+    let gpu = || common::backend_with(opts.clone()).expect("the GPU was there a moment ago");
+    for (family, drafter) in LFM2_PAIRS {
+        for seeded in [false, true] {
+            check_drafted_equals_undrafted(&gpu, family, DraftKind::Model, Some(drafter), seeded);
+        }
+    }
+}
+
+#[test]
+fn draft_model_with_lfm2_equals_undrafted_recording_one_row_rounds() {
+    // Only one-row rounds recorded: where this passes and `draft_model_equals_undrafted` fails,
+    // a recording of several rows (padded or not) is at fault.
+    lfm2_pairs_on(CudaOptions { graph_rows: Some(1), ..CudaOptions::default() });
+}
+
+#[test]
+fn draft_model_with_lfm2_equals_undrafted_recording_unpadded_rounds() {
+    // Rounds recorded at their own row counts: where this passes and
+    // `draft_model_equals_undrafted` fails, the pad rows are at fault.
+    lfm2_pairs_on(CudaOptions { no_graph_pad: true, ..CudaOptions::default() });
 }
 
 #[test]

@@ -27,6 +27,11 @@ pub fn backend_fp8_gemv_rows(rows: usize) -> Option<CudaBackend> {
     backend_opts(CudaOptions { fp8_gemv_rows: Some(rows), ..CudaOptions::default() })
 }
 
+/// GPU 0 started with `opts` (as `backend_opts`), or `None` as above.
+pub fn backend_with(opts: CudaOptions) -> Option<CudaBackend> {
+    backend_opts(opts)
+}
+
 /// Whether `TF_CUDA_PDL=off` asks for every kernel to start after the one before it ends.
 pub fn pdl_off() -> bool {
     std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "off")
