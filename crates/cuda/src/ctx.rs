@@ -15,11 +15,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Default)]
 pub(crate) struct Caches {
     pub(crate) positions: Option<(Vec<u32>, CudaSlice<u32>)>,
-    pub(crate) ropes: Vec<(Vec<f32>, CudaSlice<f32>)>,
+    /// Rope frequency tables, by their values. Recordings hold their addresses: kept for good.
+    pub(crate) ropes: Vec<(Vec<f32>, Table<CudaSlice<f32>>)>,
     /// The attention metadata of the latest packings (attention.rs: one per query-head group).
     pub(crate) attn: Vec<MetaUpload>,
     /// MoE layers' expert weight addresses on the device, by their host copy (moe.rs).
-    pub(crate) experts: HashMap<Vec<u64>, Arc<CudaSlice<u64>>>,
+    /// Recordings hold their addresses likewise.
+    pub(crate) experts: HashMap<Vec<u64>, Table<Arc<CudaSlice<u64>>>>,
+}
+
+/// A cached upload that recordings may read (graph.rs), and whether it was made while a capture
+/// was open (its copy then went into that capture, which an upload drops, so it never ran).
+pub(crate) struct Table<V> {
+    pub(crate) dev: V,
+    pub(crate) in_capture: bool,
 }
 
 /// Metadata uploads kept: one per distinct packing a round's layers ask for (a packing depends on
@@ -86,13 +95,16 @@ impl Ctx {
         self.caches.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Forgets the uploaded positions, metadata and rope tables (after a dropped capture, whose
-    /// uploads may have gone to the graph pool).
-    pub(crate) fn clear_caches(&self) {
+    /// After a dropped capture, forgets what it uploaded (copies that never ran) and the
+    /// per-round uploads (positions, metadata), which no recording reads. The rope and expert
+    /// tables uploaded before stay: recordings of other shapes and models launch with their
+    /// addresses, and freeing them let the next upload take one (a drafter's table under the
+    /// target's recording).
+    pub(crate) fn forget_captured(&self) {
         let mut c = self.caches();
         c.positions = None;
         c.attn.clear();
-        c.ropes.clear();
-        c.experts.clear();
+        c.ropes.retain(|(_, t)| !t.in_capture);
+        c.experts.retain(|_, t| !t.in_capture);
     }
 }

@@ -437,6 +437,11 @@ impl Device {
         c.map_or((false, Vec::new()), |c| (c.clean, c.pinned))
     }
 
+    /// Whether a capture is open.
+    pub(crate) fn capturing(&self) -> bool {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// Whether a capture is open, marking it spoiled if so: an op whose result a recording cannot
     /// stand for (a download would fail: it returns zeros; a kernel reading a cached upload of
     /// this round's host values would read the recording round's on every replay).

@@ -205,7 +205,7 @@ pub(crate) fn forward_round(
                 None => refused.push((key, 1)),
             }
             drop(refused);
-            b.clear_caches();
+            b.forget_captured();
             f(r, kv)
         }
     }

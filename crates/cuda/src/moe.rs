@@ -14,7 +14,7 @@
 //! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, ptr};
 use crate::matmul::{gemv_row_groups, matmul};
 use crate::ops::{activate, add_bias, bf16_of, gather, glu_limited};
@@ -268,13 +268,13 @@ fn table<'a>(
     // Shared, not cloned: a CudaSlice clone is a device copy (in a recording, a copy node that
     // would end the kernels' programmatic launches).
     if let Some(t) = c.experts.get(&host) {
-        return Some((Arc::clone(t), fp8));
+        return Some((Arc::clone(&t.dev), fp8));
     }
-    let t = Arc::new(d.upload(&host));
+    let (in_capture, t) = (d.capturing(), Arc::new(d.upload(&host)));
     if c.experts.len() >= KEEP_TABLES {
         c.experts.clear();
     }
-    c.experts.insert(host, Arc::clone(&t));
+    c.experts.insert(host, Table { dev: Arc::clone(&t), in_capture });
     Some((t, fp8))
 }
 

@@ -1,7 +1,7 @@
 //! Launching the element-wise, row-wise and matmul kernels.
 
 use crate::capture::Input;
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, grid_for, ptr};
 use crate::error::must;
 use crate::tensor::{CudaAct, CudaKv, CudaMat, CudaVec, bf16_out, padded};
@@ -419,15 +419,16 @@ fn qk_heads_per_warp(rows: usize, heads: usize, sms: usize) -> usize {
 }
 
 /// The device copy of `rope`'s inverse frequencies, uploaded once per distinct table.
-fn rope_table(b: &Ctx, ropes: &mut Vec<(Vec<f32>, CudaSlice<f32>)>, rope: &Rope) -> u64 {
+fn rope_table(b: &Ctx, ropes: &mut Vec<(Vec<f32>, Table<CudaSlice<f32>>)>, rope: &Rope) -> u64 {
     let i = match ropes.iter().position(|(f, _)| *f == rope.inv_freq) {
         Some(i) => i,
         None => {
-            ropes.push((rope.inv_freq.clone(), b.dev.upload(&rope.inv_freq)));
+            let in_capture = b.dev.capturing();
+            ropes.push((rope.inv_freq.clone(), Table { dev: b.dev.upload(&rope.inv_freq), in_capture }));
             ropes.len() - 1
         }
     };
-    ptr(&ropes[i].1, &b.dev.stream)
+    ptr(&ropes[i].1.dev, &b.dev.stream)
 }
 
 pub(crate) fn glu(b: &Ctx, gate: &CudaAct, up: &CudaAct, act: Activation) -> CudaAct {
