@@ -10,6 +10,7 @@
 #   STEPS="bench tp" TP_DEVICE=cuda:0,0 (qwen3-8b at two ranks beside one; default: cuda, GPUs 0 and
 #     1, on a host of two, else both ranks on GPU 0)
 #   STEPS=tp70 TP70_LAYERS=12 (llama3-70b's shapes, shrunk, at two ranks beside one)
+#   TF_CUDA_GRAPH_LOG=on (the device tests print each CUDA graph capture's outcome)
 #   TF_CUDA_PDL=off STEPS=tests TESTS="golden engine" (every kernel after the one before it ends:
 #     a test that passes only so has a race)
 #   STEPS=sanitize SANITIZE="structured engine:concurrent_equals_solo" (test binaries, each with an

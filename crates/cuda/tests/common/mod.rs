@@ -40,8 +40,8 @@ pub fn pdl_off() -> bool {
 /// GPU 0 started with `opts` (a kernel cache under the temporary directory unless
 /// `TF_CUDA_CACHE` names one; without programmatic launches where `TF_CUDA_PDL=off`, to tell a
 /// race from a wrong kernel; without graph recordings where `TF_CUDA_GRAPHS=off`: recordings
-/// share their pool's intermediate buffers, which memcheck reports as stale accesses), or `None`
-/// as above.
+/// share their pool's intermediate buffers, which memcheck reports as stale accesses; each
+/// capture's outcome on stderr where `TF_CUDA_GRAPH_LOG=on`), or `None` as above.
 fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
     if !tf_cuda::driver_present() {
         eprintln!("skipped: no CUDA driver on this machine");
@@ -52,7 +52,8 @@ fn backend_opts(opts: CudaOptions) -> Option<CudaBackend> {
         .or_else(|| Some(std::env::temp_dir().join("tf-cuda-cache")));
     let no_pdl = opts.no_pdl || pdl_off();
     let no_graphs = opts.no_graphs || std::env::var("TF_CUDA_GRAPHS").is_ok_and(|v| v == "off");
-    match CudaBackend::with_options(0, &CudaOptions { cache_dir, no_pdl, no_graphs, ..opts }) {
+    let graph_log = opts.graph_log || std::env::var("TF_CUDA_GRAPH_LOG").is_ok_and(|v| v == "on");
+    match CudaBackend::with_options(0, &CudaOptions { cache_dir, no_pdl, no_graphs, graph_log, ..opts }) {
         Ok(b) => Some(b),
         Err(e @ (CudaError::NoDevice { .. } | CudaError::NoDriver)) => {
             eprintln!("skipped: {e}");
