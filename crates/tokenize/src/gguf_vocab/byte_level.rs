@@ -33,11 +33,22 @@ const QWEN35: &str = concat!(
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 );
 
+/// DeepSeek V3's splits, one after the other: digits in threes, CJK runs, then the rest.
+const DEEPSEEK_V3: [&str; 3] = [
+    r"\p{N}{1,3}",
+    r"[一-龥぀-ゟ゠-ヿ]+",
+    concat!(
+        r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"##,
+        r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    ),
+];
+
 /// How a `tokenizer.ggml.pre` value splits text before BPE.
 #[derive(Debug, PartialEq)]
 enum PreSplit {
-    /// By this regex, then byte-level.
-    Regex(&'static str),
+    /// By each of these regexes in turn (every piece of one split again by the next), then
+    /// byte-level.
+    Regex(&'static [&'static str]),
     /// By GPT-2's own regex inside the `ByteLevel` pre-tokenizer.
     Gpt2,
 }
@@ -47,11 +58,12 @@ enum PreSplit {
 fn split_regex(pre: &str) -> Option<PreSplit> {
     Some(match pre {
         "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
-        | "jina-v5-nano" | "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => PreSplit::Regex(LLAMA3),
-        "tekken" => PreSplit::Regex(TEKKEN),
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => PreSplit::Regex(QWEN2),
-        "qwen35" => PreSplit::Regex(QWEN35),
-        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => PreSplit::Regex(GPT4O),
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => PreSplit::Regex(&[LLAMA3]),
+        "tekken" => PreSplit::Regex(&[TEKKEN]),
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => PreSplit::Regex(&[QWEN2]),
+        "qwen35" => PreSplit::Regex(&[QWEN35]),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => PreSplit::Regex(&[GPT4O]),
+        "deepseek-v3" | "hunyuan-dense" | "joyai-llm" => PreSplit::Regex(&DEEPSEEK_V3),
         "default" | "gpt2" | "gpt-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "phi-2"
         | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe"
         | "gigachat" => PreSplit::Gpt2,
@@ -106,19 +118,26 @@ pub(super) fn build(meta: &Meta, file: &GgufVocab, pre: Option<&str>) -> Result<
         Some(p) => split_regex(p)
             .ok_or_else(|| meta.bad("tokenizer.ggml.pre", &format!("pre-tokenizer {p:?} is not known")))?,
     };
-    match split {
-        PreSplit::Regex(regex) => {
-            let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
-                .map_err(|e| meta.bad("tokenizer.ggml.pre", &e.to_string()))?;
-            let steps: Vec<PreTokenizerWrapper> = vec![split.into(), ByteLevel::new(false, true, false).into()];
-            inner.with_pre_tokenizer(Some(Sequence::new(steps)));
-        }
-        PreSplit::Gpt2 => {
-            inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-        }
-    }
+    inner.with_pre_tokenizer(Some(pre_tokenizer(split).map_err(|e| meta.bad("tokenizer.ggml.pre", &e))?));
     inner.with_decoder(Some(ByteLevel::default()));
     Ok(inner)
+}
+
+/// The pre-tokenizer of `split`: its regexes in turn, then GPT-2's byte alphabet.
+fn pre_tokenizer(split: PreSplit) -> Result<PreTokenizerWrapper, String> {
+    match split {
+        PreSplit::Regex(regexes) => {
+            let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+            for regex in regexes {
+                let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| e.to_string())?;
+                steps.push(split.into());
+            }
+            steps.push(ByteLevel::new(false, true, false).into());
+            Ok(Sequence::new(steps).into())
+        }
+        PreSplit::Gpt2 => Ok(ByteLevel::new(false, true, true).into()),
+    }
 }
 
 #[cfg(test)]
@@ -138,9 +157,26 @@ mod tests {
         assert!(!in_alphabet(' ') && !in_alphabet('\u{144}') && in_alphabet('é'));
         assert_eq!(spell("<|x y|>"), "<|x\u{120}y|>");
         assert_eq!(spell("\u{120}hello"), "\u{120}hello");
-        assert_eq!(split_regex("llama-bpe"), Some(PreSplit::Regex(LLAMA3)));
-        assert_eq!(split_regex("glm4"), Some(PreSplit::Regex(LLAMA3)));
+        assert_eq!(split_regex("llama-bpe"), Some(PreSplit::Regex(&[LLAMA3])));
+        assert_eq!(split_regex("glm4"), Some(PreSplit::Regex(&[LLAMA3])));
+        assert_eq!(split_regex("deepseek-v3"), Some(PreSplit::Regex(&DEEPSEEK_V3)));
         assert_eq!(split_regex("default"), Some(PreSplit::Gpt2));
         assert_eq!(split_regex("some-new-model"), None);
+    }
+
+    #[test]
+    fn deepseek_v3_splits_digits_in_threes_cjk_runs_and_letters_after_punctuation() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pre = pre_tokenizer(PreSplit::Regex(&DEEPSEEK_V3)).expect("the regexes compile");
+        let mut s = PreTokenizedString::from("Hi,there 1234567 日本語テキストです\n\n  x.y");
+        pre.pre_tokenize(&mut s).expect("splits");
+        let pieces: Vec<String> = s
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(p, _, _)| p.to_string())
+            .collect();
+        // (What the `tokenizers` Python package gives with DeepSeek V3's tokenizer.json splits.)
+        let want = ["Hi", ",there", "Ġ", "123", "456", "7", "Ġ", "æĹ¥æľ¬èªŀãĥĨãĤŃãĤ¹ãĥĪãģ§ãģĻ", "ĊĊ", "Ġ", "Ġx", ".y"];
+        assert_eq!(pieces, want);
     }
 }
