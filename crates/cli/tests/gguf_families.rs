@@ -990,3 +990,151 @@ fn qwen3_next_gguf(split: bool) {
     assert!(s.gdn.as_ref().is_some_and(|g| g.fused_inputs != split && g.fused_ba && !g.tiled_v_heads));
     check_same("qwen3_next", &fixture("qwen3_next"), &path);
 }
+
+/// The DeepSeek V3 fixture as `convert_hf_to_gguf.py` writes it (`deepseek2`): `kv_b_proj`
+/// split into the transposed key half and the value half with the MLA keys where `split`, else
+/// whole with the older files' key and value lengths; YaRN's `mscale_all_dim` as a tenth in
+/// `yarn_log_multiplier`; one key-value head (MQA over the latent); its metadata then changed
+/// by `edit`.
+fn deepseek2_gguf(split: bool, dir: &Path, edit: &dyn Fn(&mut Vec<(&'static str, WriteValue)>)) -> PathBuf {
+    let config = json(&fixture("deepseek_v3").join("config.json"));
+    let n = |k: &str| config[k].as_u64().unwrap() as usize;
+    let u = |k: &str| WriteValue::U32(n(k) as u32);
+    let (heads, lora, nope, rope, dv) =
+        (n("num_attention_heads"), n("kv_lora_rank"), n("qk_nope_head_dim"), n("qk_rope_head_dim"), n("v_head_dim"));
+    let yarn = &config["rope_parameters"];
+    let mut extra = vec![
+        ("attention.head_count_kv", WriteValue::U32(1)),
+        ("attention.q_lora_rank", u("q_lora_rank")),
+        ("attention.kv_lora_rank", u("kv_lora_rank")),
+        ("rope.dimension_count", u("qk_rope_head_dim")),
+        ("rope.scaling.type", WriteValue::str("yarn")),
+        ("rope.scaling.factor", WriteValue::F32(yarn["factor"].as_f64().unwrap() as f32)),
+        (
+            "rope.scaling.original_context_length",
+            WriteValue::U32(yarn["original_max_position_embeddings"].as_u64().unwrap() as u32),
+        ),
+        ("rope.scaling.yarn_log_multiplier", WriteValue::F32(0.1 * yarn["mscale_all_dim"].as_f64().unwrap() as f32)),
+        ("expert_count", u("n_routed_experts")),
+        ("expert_used_count", u("num_experts_per_tok")),
+        ("expert_feed_forward_length", u("moe_intermediate_size")),
+        ("expert_shared_count", u("n_shared_experts")),
+        ("leading_dense_block_count", u("first_k_dense_replace")),
+        ("expert_gating_func", WriteValue::U32(2)),
+        ("expert_weights_scale", WriteValue::F32(config["routed_scaling_factor"].as_f64().unwrap() as f32)),
+        ("expert_weights_norm", WriteValue::Bool(config["norm_topk_prob"].as_bool().unwrap())),
+        ("expert_group_count", u("n_group")),
+        ("expert_group_used_count", u("topk_group")),
+    ];
+    if split {
+        extra.extend([
+            ("attention.key_length", WriteValue::U32((lora + rope) as u32)),
+            ("attention.value_length", WriteValue::U32(lora as u32)),
+            ("attention.key_length_mla", WriteValue::U32((nope + rope) as u32)),
+            ("attention.value_length_mla", WriteValue::U32(dv as u32)),
+        ]);
+    } else {
+        extra.extend([
+            ("attention.key_length", WriteValue::U32((nope + rope) as u32)),
+            ("attention.value_length", WriteValue::U32(dv as u32)),
+        ]);
+    }
+    edit(&mut extra);
+    let mut w = metadata("deepseek_v3", "deepseek2", "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture("deepseek_v3").join("model.safetensors")).unwrap();
+    let (experts, layers) = (n("n_routed_experts"), n("num_hidden_layers"));
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+            continue;
+        };
+        let (layer, stem) = rest.split_once('.').unwrap();
+        let g = match stem {
+            "self_attn.q_a_proj.weight" => "attn_q_a.weight",
+            "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",
+            "self_attn.q_b_proj.weight" => "attn_q_b.weight",
+            "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
+            "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
+            "self_attn.kv_b_proj.weight" if !split => "attn_kv_b.weight",
+            "self_attn.kv_b_proj.weight" => {
+                // Per head: nope key rows then dv value rows of `lora`; the key half transposed.
+                let kv = t.to_f32();
+                let (mut k_b, mut v_b) = (Vec::new(), Vec::new());
+                for h in 0..heads {
+                    let row = |i: usize| &kv[(h * (nope + dv) + i) * lora..][..lora];
+                    k_b.extend((0..lora).flat_map(|o| (0..nope).map(move |i| row(i)[o])));
+                    v_b.extend((0..dv).flat_map(|o| row(nope + o).to_vec()));
+                }
+                w.f32_tensor(&format!("blk.{layer}.attn_k_b.weight"), &[heads, lora, nope], &k_b);
+                w.f32_tensor(&format!("blk.{layer}.attn_v_b.weight"), &[heads, dv, lora], &v_b);
+                continue;
+            }
+            "mlp.gate.weight" => "ffn_gate_inp.weight",
+            "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+            "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+            "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+            "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+            // Stacked below.
+            s if s.starts_with("mlp.experts.") => continue,
+            _ => {
+                w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+                continue;
+            }
+        };
+        w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
+    }
+    for layer in n("first_k_dense_replace")..layers {
+        stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
+    }
+    let path = dir.join(format!("deepseek_v3_{}.gguf", if split { "mla" } else { "kv_b" }));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn a_deepseek2_gguf_computes_as_its_safetensors_checkpoint_read_as_llama_cpp_reads_yarn() {
+    // llama.cpp takes YaRN's mscale equal to mscale_all_dim (as the released checkpoints set
+    // them); the fixture's differ, so the checkpoint it matches says so too.
+    let dir = tempfile::tempdir().unwrap();
+    let same = dir.path().join("hf");
+    std::fs::create_dir(&same).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture("deepseek_v3").join(f), same.join(f)).unwrap();
+    }
+    let mut config = json(&same.join("config.json"));
+    config["rope_parameters"]["mscale"] = config["rope_parameters"]["mscale_all_dim"].clone();
+    std::fs::write(same.join("config.json"), config.to_string()).unwrap();
+    let b = cpu();
+    for split in [true, false] {
+        let path = deepseek2_gguf(split, dir.path(), &|_| {});
+        let s = Model::open(&path, &b).unwrap().decoder.spec;
+        assert_eq!((s.architecture.as_str(), s.num_layers), ("DeepseekV3ForCausalLM", 3));
+        let mla = s.mla.expect("latent attention");
+        assert_eq!((mla.q_lora_rank, mla.kv_lora_rank, mla.qk_head_dim(), mla.v_head_dim), (Some(48), 32, 40, 20));
+        assert!(mla.rope_interleave, "ggml's normal rope rotates adjacent pairs");
+        check_same("deepseek_v3", &same, &path);
+    }
+}
+
+#[test]
+fn a_deepseek2_gguf_routed_by_softmax_or_without_the_yarn_multiplier_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let softmax = |e: &mut Vec<(&'static str, WriteValue)>| {
+        e.retain(|(k, _)| *k != "expert_gating_func");
+        e.push(("expert_gating_func", WriteValue::U32(1)));
+    };
+    let unsaid = |e: &mut Vec<(&'static str, WriteValue)>| e.retain(|(k, _)| *k != "expert_gating_func");
+    let no_mul = |e: &mut Vec<(&'static str, WriteValue)>| e.retain(|(k, _)| *k != "rope.scaling.yarn_log_multiplier");
+    let cases: [(&dyn Fn(&mut Vec<(&'static str, WriteValue)>), &str); 3] = [
+        (&softmax, "expert_gating_func 1"),
+        (&unsaid, "expert_gating_func is absent"),
+        (&no_mul, "yarn_log_multiplier"),
+    ];
+    for (edit, why) in cases {
+        let path = deepseek2_gguf(true, dir.path(), edit);
+        let err = Model::open(&path, &b).err().expect("refused").to_string();
+        assert!(err.contains(why), "{why}: {err}");
+    }
+}

@@ -10,7 +10,8 @@
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
 //! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`;
 //! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
-//! its per-layer KV head and MLP widths, its Mamba2 mixers).
+//! its per-layer KV head and MLP widths, its Mamba2 mixers; DeepSeek V3's latent attention with
+//! `kv_b_proj` put back together from the converter's transposed key half and its value half).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -53,6 +54,9 @@ pub enum Family {
     Qwen3Next,
     /// `nemotron_h` -> `NemotronHForCausalLM` (Mamba2, attention and MLP layers).
     NemotronH,
+    /// `deepseek2` -> `DeepseekV3ForCausalLM` (latent attention, sigmoid-routed experts: DeepSeek
+    /// V3 / R1 and the checkpoints converted as it).
+    Deepseek2,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -71,6 +75,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
     ("qwen3next", Family::Qwen3Next, "Qwen3NextForCausalLM", "qwen3_next"),
     ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
+    ("deepseek2", Family::Deepseek2, "DeepseekV3ForCausalLM", "deepseek_v3"),
 ];
 
 impl Family {
@@ -191,7 +196,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         _ if heads > 0 => hidden / heads,
         _ => return Err(m.error("attention.head_count is 0".into())),
     };
-    if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim) {
+    // (DeepSeek's latent attention: a key of the latent and rope dims, a value of the latent.)
+    if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim && fam != Family::Deepseek2) {
         return Err(m.error(format!("value_length {v} differs from key_length {head_dim}")));
     }
     let layers = m.u64("block_count")?;
@@ -254,6 +260,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
             qwen3_next(&m, &mut c)?
         }
         Family::NemotronH => nemotron_h(&m, &mut c, layers)?,
+        Family::Deepseek2 => deepseek2(&m, &mut c, layers, heads, theta, scaling)?,
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -495,6 +502,87 @@ fn glm4_moe(
     c.insert("partial_rotary_factor".into(), json!(rotated as f64 / head_dim as f64));
     c.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
     c.insert("use_qk_norm".into(), json!(m.f.tensor_info("blk.0.attn_q_norm.weight").is_some()));
+    Ok(())
+}
+
+/// DeepSeek V3 as `convert_hf_to_gguf.py` stores it (`deepseek2`): latent attention sized by
+/// `attention.{q,kv}_lora_rank` (no q rank: one `attn_q`), `key_length_mla` (the nope and rope
+/// dims of a head; `key_length` and `value_length` where a file predates the MLA keys) and
+/// `value_length_mla`, the rope over `rope.dimension_count` dims interleaved (ggml's normal
+/// rope), YaRN's `mscale_all_dim` as ten times `rope.scaling.yarn_log_multiplier` with `mscale`
+/// equal to it (llama.cpp's reading); GLM-4.5's router keys (sigmoid scores only), dense first
+/// layers; MTP blocks after the decoder's, if a file counts any, left unread.
+fn deepseek2(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    heads: u64,
+    theta: Option<f32>,
+    scaling: Option<Map<String, Value>>,
+) -> Result<(), ModelError> {
+    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= layers {
+        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
+    }
+    c.insert("num_hidden_layers".into(), json!(layers - nextn));
+    c.insert("num_nextn_predict_layers".into(), json!(0));
+    match m.opt_u64("expert_gating_func")? {
+        Some(2) => {}
+        Some(f) => return Err(m.error(format!("expert_gating_func {f}: DeepSeek V3 routes by sigmoid scores (2)"))),
+        None => {
+            let msg = "expert_gating_func is absent: llama.cpp then routes by softmax (DeepSeek V2), which \
+                       DeepseekV3ForCausalLM does not; DeepSeek V3 files say 2 (sigmoid)";
+            return Err(m.error(msg.into()));
+        }
+    }
+    let rope = m.u64("rope.dimension_count")?;
+    let (qk, v) = match (m.opt_u64("attention.key_length_mla")?, m.opt_u64("attention.value_length_mla")?) {
+        (Some(k), Some(v)) => (k, v),
+        (None, None) => (m.u64("attention.key_length")?, m.u64("attention.value_length")?),
+        _ => return Err(m.error("key_length_mla and value_length_mla come together".into())),
+    };
+    if rope == 0 || rope >= qk || !rope.is_multiple_of(2) {
+        return Err(m.error(format!("rope.dimension_count {rope} of a query-key head of {qk}")));
+    }
+    c.insert("q_lora_rank".into(), m.opt_u64("attention.q_lora_rank")?.map_or(Value::Null, |r| json!(r)));
+    c.insert("kv_lora_rank".into(), json!(m.u64("attention.kv_lora_rank")?));
+    c.insert("qk_nope_head_dim".into(), json!(qk - rope));
+    c.insert("qk_rope_head_dim".into(), json!(rope));
+    c.insert("v_head_dim".into(), json!(v));
+    c.insert("head_dim".into(), json!(rope));
+    c.insert("num_key_value_heads".into(), json!(heads));
+    c.insert("rope_interleave".into(), json!(true));
+    c.insert("hidden_act".into(), json!("silu"));
+    c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    c.insert("n_shared_experts".into(), json!(m.opt_u64("expert_shared_count")?.unwrap_or(0)));
+    c.insert("first_k_dense_replace".into(), json!(m.opt_u64("leading_dense_block_count")?.unwrap_or(0)));
+    c.insert("routed_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
+    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(false);
+    c.insert("norm_topk_prob".into(), json!(norm));
+    c.insert("n_group".into(), json!(m.opt_u64("expert_group_count")?.unwrap_or(1)));
+    c.insert("topk_group".into(), json!(m.opt_u64("expert_group_used_count")?.unwrap_or(1)));
+    let mut params = Map::new();
+    params.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
+    params.insert("rope_type".into(), json!("default"));
+    if let Some(s) = scaling {
+        if s.get("rope_type").and_then(Value::as_str) != Some("yarn") {
+            return Err(m.error(format!("rope scaling {:?}: DeepSeek V3 files scale by YaRN", s.get("rope_type"))));
+        }
+        if let Some(a) = m.opt_f32("rope.scaling.attn_factor")?.filter(|&a| a != 1.0) {
+            return Err(m.error(format!("rope.scaling.attn_factor {a}: only 1 is read")));
+        }
+        // llama.cpp takes mscale_all_dim back from the converter's 0.1 x, and mscale as equal.
+        let log_mul = m.opt_f32("rope.scaling.yarn_log_multiplier")?.ok_or_else(|| {
+            m.error("YaRN without rope.scaling.yarn_log_multiplier (DeepSeek's mscale_all_dim / 10)".into())
+        })?;
+        let all = log_mul / 0.1;
+        params.extend(s);
+        params.insert("mscale".into(), json!(all));
+        params.insert("mscale_all_dim".into(), json!(all));
+    }
+    c.insert("rope_parameters".into(), Value::Object(params));
     Ok(())
 }
 
@@ -756,6 +844,10 @@ enum Fix {
     Flatten,
     /// A vector served as a one-row matrix `[1, n]` (the same bytes).
     OneRow,
+    /// DeepSeek's `kv_b_proj` `[heads * (nope + v), lora]` in f32 from the converter's halves:
+    /// this `attn_k_b` (`[heads, lora, nope]`, each head's key rows transposed) and the layer's
+    /// `attn_v_b` (`[heads, v, lora]`).
+    KvB,
 }
 
 /// A GGUF file's tensors under Hugging Face names.
@@ -847,6 +939,11 @@ impl GgufSource {
             if let Some(g) = gguf {
                 return Some((format!("blk.{layer}.{g}"), Fix::Plain));
             }
+        }
+        if self.family == Family::Deepseek2
+            && let Some(found) = self.deepseek2_layer(layer, rest)
+        {
+            return Some(found);
         }
         if self.family == Family::Lfm2Moe
             && let Some(found) = self.w_experts(layer, rest, "feed_forward.", "expert_bias")
@@ -978,6 +1075,30 @@ impl GgufSource {
         Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)))
     }
 
+    /// DeepSeek V3's latent attention tensors and its router's choice bias and shared experts
+    /// (`kv_b_proj` whole where an older file keeps `attn_kv_b`, else from its two halves).
+    fn deepseek2_layer(&self, layer: usize, rest: &str) -> Option<(String, Fix)> {
+        let (g, fix) = match rest {
+            "mlp.gate.e_score_correction_bias" => return Some((self.probs_bias(layer), Fix::Plain)),
+            "self_attn.q_a_proj.weight" => ("attn_q_a.weight", Fix::Plain),
+            "self_attn.q_a_layernorm.weight" => ("attn_q_a_norm.weight", Fix::Plain),
+            "self_attn.q_b_proj.weight" => ("attn_q_b.weight", Fix::Plain),
+            "self_attn.kv_a_proj_with_mqa.weight" => ("attn_kv_a_mqa.weight", Fix::Plain),
+            "self_attn.kv_a_layernorm.weight" => ("attn_kv_a_norm.weight", Fix::Plain),
+            "self_attn.kv_b_proj.weight"
+                if self.file.tensor_info(&format!("blk.{layer}.attn_kv_b.weight")).is_some() =>
+            {
+                ("attn_kv_b.weight", Fix::Plain)
+            }
+            "self_attn.kv_b_proj.weight" => ("attn_k_b.weight", Fix::KvB),
+            "mlp.shared_experts.gate_proj.weight" => ("ffn_gate_shexp.weight", Fix::Plain),
+            "mlp.shared_experts.up_proj.weight" => ("ffn_up_shexp.weight", Fix::Plain),
+            "mlp.shared_experts.down_proj.weight" => ("ffn_down_shexp.weight", Fix::Plain),
+            _ => return None,
+        };
+        Some((format!("blk.{layer}.{g}"), fix))
+    }
+
     /// Layer `layer`'s router choice bias: `exp_probs_b.bias`, or as some converters name it,
     /// `exp_probs_b`.
     fn probs_bias(&self, layer: usize) -> String {
@@ -993,6 +1114,7 @@ impl GgufSource {
         let Some((name, fix)) = self.locate(hf_name) else { return false };
         match (self.file.tensor_info(&name), fix) {
             (Some(t), Fix::Expert(e)) => t.shape.len() == 3 && t.shape.first().is_some_and(|&n| e < n),
+            (Some(_), Fix::KvB) => self.file.tensor_info(&v_b_of(&name)).is_some(),
             (Some(_), _) => true,
             (None, _) => false,
         }
@@ -1024,6 +1146,11 @@ impl GgufSource {
             }
             Fix::Flatten => TensorView { shape: vec![view.shape.iter().product()], ..view },
             Fix::OneRow => TensorView { shape: vec![1, view.shape.iter().product()], ..view },
+            Fix::KvB => {
+                let v_name = v_b_of(&name);
+                let v = self.file.tensor(&v_name)?.ok_or_else(|| missing(&self.file, &v_name))?;
+                kv_b(&view, &v).map_err(bad)?
+            }
             Fix::MiddleOne => match view.shape[..] {
                 [rows, cols] => TensorView { shape: vec![rows, 1, cols], ..view },
                 _ => return Err(bad(format!("expected 2 dims, found {:?}", view.shape))),
@@ -1115,6 +1242,40 @@ fn unpermute_rows(view: TensorView, heads: usize) -> Result<TensorView, String> 
         out.extend_from_slice(bytes.get(src..src + row_bytes).ok_or("row outside the tensor")?);
     }
     Ok(TensorView { data: TensorBytes::from_vec(&out), ..view })
+}
+
+/// The `attn_v_b` beside `attn_k_b` tensor `k_b`.
+fn v_b_of(k_b: &str) -> String {
+    k_b.replace("attn_k_b", "attn_v_b")
+}
+
+/// `kv_b_proj` `[heads * (nope + v), lora]` in f32 from `k` (`[heads, lora, nope]`) and `v`
+/// (`[heads, v, lora]`): per head its `nope` key rows (columns of `k`'s head), then its value rows.
+fn kv_b(k: &TensorView, v: &TensorView) -> Result<TensorView, String> {
+    let (&[heads, lora, nope], &[v_heads, dv, v_lora]) = (&k.shape[..], &v.shape[..]) else {
+        return Err(format!("attn_k_b {:?} and attn_v_b {:?} are not 3-D", k.shape, v.shape));
+    };
+    if (v_heads, v_lora) != (heads, lora) {
+        return Err(format!("attn_k_b {:?} and attn_v_b {:?} disagree on heads or rank", k.shape, v.shape));
+    }
+    let (kf, vf) = (k.to_f32(), v.to_f32());
+    if kf.len() != heads * lora * nope || vf.len() != heads * dv * lora {
+        return Err(format!("attn_k_b {:?} or attn_v_b {:?} holds too few values", k.shape, v.shape));
+    }
+    let mut out = Vec::with_capacity(heads * (nope + dv) * lora * 4);
+    for h in 0..heads {
+        let kh = &kf[h * lora * nope..][..lora * nope];
+        for i in 0..nope {
+            out.extend((0..lora).flat_map(|o| kh[o * nope + i].to_le_bytes()));
+        }
+        out.extend(vf[h * dv * lora..][..dv * lora].iter().flat_map(|x| x.to_le_bytes()));
+    }
+    Ok(TensorView {
+        dtype: DType::F32,
+        shape: vec![heads * (nope + dv), lora],
+        data: TensorBytes::from_vec(&out),
+        ..k.clone()
+    })
 }
 
 /// Every MXFP4 block's scale byte finite (a block is its scale byte, then 16 bytes of codes).
