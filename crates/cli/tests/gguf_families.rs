@@ -991,12 +991,18 @@ fn qwen3_next_gguf(split: bool) {
     check_same("qwen3_next", &fixture("qwen3_next"), &path);
 }
 
+/// Metadata keys (after `{arch}.`) and values, as `metadata` takes them.
+type Extra = Vec<(&'static str, WriteValue)>;
+
+/// A change to [`Extra`].
+type Edit<'a> = &'a dyn Fn(&mut Extra);
+
 /// The DeepSeek V3 fixture as `convert_hf_to_gguf.py` writes it (`deepseek2`): `kv_b_proj`
 /// split into the transposed key half and the value half with the MLA keys where `split`, else
 /// whole with the older files' key and value lengths; YaRN's `mscale_all_dim` as a tenth in
 /// `yarn_log_multiplier`; one key-value head (MQA over the latent); its metadata then changed
 /// by `edit`.
-fn deepseek2_gguf(split: bool, dir: &Path, edit: &dyn Fn(&mut Vec<(&'static str, WriteValue)>)) -> PathBuf {
+fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
     let config = json(&fixture("deepseek_v3").join("config.json"));
     let n = |k: &str| config[k].as_u64().unwrap() as usize;
     let u = |k: &str| WriteValue::U32(n(k) as u32);
@@ -1121,13 +1127,13 @@ fn a_deepseek2_gguf_computes_as_its_safetensors_checkpoint_read_as_llama_cpp_rea
 fn a_deepseek2_gguf_routed_by_softmax_or_without_the_yarn_multiplier_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let b = cpu();
-    let softmax = |e: &mut Vec<(&'static str, WriteValue)>| {
+    let softmax = |e: &mut Extra| {
         e.retain(|(k, _)| *k != "expert_gating_func");
         e.push(("expert_gating_func", WriteValue::U32(1)));
     };
-    let unsaid = |e: &mut Vec<(&'static str, WriteValue)>| e.retain(|(k, _)| *k != "expert_gating_func");
-    let no_mul = |e: &mut Vec<(&'static str, WriteValue)>| e.retain(|(k, _)| *k != "rope.scaling.yarn_log_multiplier");
-    let cases: [(&dyn Fn(&mut Vec<(&'static str, WriteValue)>), &str); 3] = [
+    let unsaid = |e: &mut Extra| e.retain(|(k, _)| *k != "expert_gating_func");
+    let no_mul = |e: &mut Extra| e.retain(|(k, _)| *k != "rope.scaling.yarn_log_multiplier");
+    let cases: [(Edit<'_>, &str); 3] = [
         (&softmax, "expert_gating_func 1"),
         (&unsaid, "expert_gating_func is absent"),
         (&no_mul, "yarn_log_multiplier"),
