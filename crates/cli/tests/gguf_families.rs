@@ -14,6 +14,7 @@ use tf_formats::gguf::ValueType;
 use tf_formats::gguf::writer::{GgufWriter, WriteValue, ggml_ne};
 use tf_formats::safetensors_file::SafetensorsFile;
 use tf_models::Model;
+use tf_testkit::mtp_logits;
 
 fn fixture(family: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(family)
@@ -553,16 +554,18 @@ fn an_lfm2_moe_gguf_computes_as_its_safetensors_checkpoint() {
     check_same("lfm2_moe", &fixture("lfm2_moe"), &path);
 }
 
-#[test]
-fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
-    let config = json(&fixture("glm4_moe").join("config.json"));
+/// The GLM-4.5 fixture `family` as convert_hf_to_gguf.py writes it in `dir`: the router's
+/// settings as expert_* keys, the rotated dims, groups as deepseek2's keys; the MTP block after
+/// the decoder's (its layer's tensors as a decoder layer's, its own under `nextn.`), or where the
+/// fixture has none, one holding only a norm (the decoder never reads it).
+fn glm4_gguf(family: &str, dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let u = |k: &str| WriteValue::U32(config[k].as_u64().unwrap() as u32);
-    // As convert_hf_to_gguf.py writes GLM-4.5: the router's settings as expert_* keys, the
-    // rotated dims, groups as deepseek2's keys; one MTP block after the decoder's (unread).
+    let layers = config["num_hidden_layers"].as_u64().unwrap() as usize;
     let extra = [
         ("attention.key_length", u("head_dim")),
         ("attention.value_length", u("head_dim")),
-        ("block_count", WriteValue::U32(config["num_hidden_layers"].as_u64().unwrap() as u32 + 1)),
+        ("block_count", WriteValue::U32(layers as u32 + 1)),
         ("nextn_predict_layers", WriteValue::U32(1)),
         ("rope.dimension_count", WriteValue::U32(16)),
         ("expert_count", u("n_routed_experts")),
@@ -576,9 +579,10 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
         ("expert_group_count", u("n_group")),
         ("expert_group_used_count", u("topk_group")),
     ];
-    let mut w = metadata("glm4_moe", "glm4moe", "glm4", &extra);
-    let st = SafetensorsFile::open(&fixture("glm4_moe").join("model.safetensors")).unwrap();
-    let (experts, layers) = (config["n_routed_experts"].as_u64().unwrap() as usize, 3);
+    let mut w = metadata(family, "glm4moe", "glm4", &extra);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let experts = config["n_routed_experts"].as_u64().unwrap() as usize;
+    let mtp = config["num_nextn_predict_layers"].as_u64().unwrap_or(0) as usize;
     for name in st.tensors().keys() {
         let t = st.tensor(name).unwrap().unwrap();
         let Some(rest) = name.strip_prefix("model.layers.") else {
@@ -587,6 +591,12 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
         };
         let (layer, stem) = rest.split_once('.').unwrap();
         let g = match stem {
+            "eh_proj.weight" => "nextn.eh_proj.weight",
+            "enorm.weight" => "nextn.enorm.weight",
+            "hnorm.weight" => "nextn.hnorm.weight",
+            "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
+            "shared_head.head.weight" => "nextn.shared_head_head.weight",
+            "embed_tokens.weight" => "nextn.embed_tokens.weight",
             "post_attention_layernorm.weight" => "post_attention_norm.weight",
             "self_attn.q_norm.weight" => "attn_q_norm.weight",
             "self_attn.k_norm.weight" => "attn_k_norm.weight",
@@ -604,19 +614,47 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
         };
         w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
     }
-    for layer in 1..layers {
+    for layer in 1..layers + mtp {
         stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
     }
-    // The MTP block (only a norm here; the decoder never reads it).
-    w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("glm4_moe.gguf");
+    if mtp == 0 {
+        w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
+    }
+    let path = dir.join(format!("{family}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = glm4_gguf("glm4_moe", dir.path());
     let b = cpu();
     let s = Model::open(&path, &b).unwrap().decoder.spec;
-    assert_eq!((s.architecture.as_str(), s.num_layers), ("Glm4MoeForCausalLM", layers));
+    assert_eq!((s.architecture.as_str(), s.num_layers), ("Glm4MoeForCausalLM", 3));
     assert!(s.qk_norm && s.attention_bias && s.mtp.is_some());
     check_same("glm4_moe", &fixture("glm4_moe"), &path);
+}
+
+#[test]
+fn a_glm4_moe_gguf_mtp_block_drafts_as_the_safetensors_checkpoints_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = glm4_gguf("glm4_moe_mtp", dir.path());
+    let b = cpu();
+    let (hf, gguf) = (Model::open(&fixture("glm4_moe_mtp"), &b).unwrap(), Model::open(&path, &b).unwrap());
+    let golden = json(&fixture("glm4_moe_mtp").join("golden.json"));
+    for prompt in golden["prompts"].as_array().unwrap() {
+        let ids: Vec<i64> = prompt["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids = hf.vocab.check(&ids).unwrap();
+        let (want, got) = (mtp_logits(&b, &hf, ids.as_slice(), 5), mtp_logits(&b, &gguf, ids.as_slice(), 5));
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let worst = want.iter().zip(&got).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(worst <= 1e-5 * scale, "{} ids: {worst} of {scale}", ids.len());
+    }
+    // A file that counts an MTP block but holds only a norm of it is refused naming what is missing.
+    let bare = Model::open(&glm4_gguf("glm4_moe", dir.path()), &b).unwrap();
+    let err = bare.load_mtp(&b).err().expect("refused").to_string();
+    assert!(err.contains("model.layers.3."), "{err}");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! `ffn_up` served as the fused weights its family splits; gpt-oss's experts split into gate and
 //! up, in MXFP4 or any other type, with their biases, its sinks and router bias; LFM2's layer
 //! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
-//! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block left unread;
+//! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block (`nextn.*`);
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
 //! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`;
 //! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
@@ -930,6 +930,13 @@ impl GgufSource {
                 return Some((self.probs_bias(layer), Fix::Plain));
             }
             let gguf = match rest {
+                // The MTP block's own tensors (after the decoder's blocks).
+                "eh_proj.weight" => Some("nextn.eh_proj.weight"),
+                "enorm.weight" => Some("nextn.enorm.weight"),
+                "hnorm.weight" => Some("nextn.hnorm.weight"),
+                "embed_tokens.weight" => Some("nextn.embed_tokens.weight"),
+                "shared_head.norm.weight" => Some("nextn.shared_head_norm.weight"),
+                "shared_head.head.weight" => Some("nextn.shared_head_head.weight"),
                 "post_attention_layernorm.weight" => Some("post_attention_norm.weight"),
                 "mlp.shared_experts.gate_proj.weight" => Some("ffn_gate_shexp.weight"),
                 "mlp.shared_experts.up_proj.weight" => Some("ffn_up_shexp.weight"),

@@ -188,12 +188,13 @@ impl<B: Backend> Model<B> {
 
     /// Loads the multi-token-prediction head its checkpoint holds beside the decoder
     /// (`crate::mtp`) onto `backend`, unsharded (with the whole head where the decoder is
-    /// sharded): the drafter of `--draft mtp`. A GGUF file or a checkpoint
-    /// without one is refused by name.
+    /// sharded): the drafter of `--draft mtp`. A checkpoint without one is refused by name (a
+    /// GGUF file has one where its config counts `nextn_predict_layers` blocks and the family
+    /// maps their `nextn.*` tensors: GLM-4.5's).
     pub fn load_mtp(&self, backend: &B) -> Result<MtpHead<B>, ModelError> {
-        if crate::locate::locate(&self.dir)? != crate::locate::ModelPath::HfDir {
-            let msg = format!("{}: a GGUF file holds no MTP layers this loader reads", self.dir.display());
-            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(msg)));
+        if crate::locate::locate(&self.dir)? == crate::locate::ModelPath::Gguf {
+            let src = GgufSource::open(&self.dir)?;
+            return MtpHead::load(&self.decoder.spec, &Loader::new(&src, &self.dir, backend));
         }
         let config = RawConfig::read(&self.dir.join("config.json"))?;
         let ckpt = Checkpoint::open(&self.dir)?;

@@ -7,6 +7,7 @@ mod constrained;
 mod drafted;
 mod golden;
 mod logprobs;
+mod mtp;
 mod overlapped;
 mod resumed;
 mod tp;
@@ -21,6 +22,7 @@ pub use golden::{
     golden,
 };
 pub use logprobs::check_logprobs_are_the_raw_rows;
+pub use mtp::mtp_logits;
 pub use overlapped::check_overlapped_equals_waited;
 pub use resumed::{
     check_prefix_resumed_equals_fresh, check_session_restore_equals_fresh, check_session_restore_equals_fresh_on,
