@@ -636,21 +636,27 @@ fn a_glm4_moe_gguf_computes_as_its_safetensors_checkpoint() {
     check_same("glm4_moe", &fixture("glm4_moe"), &path);
 }
 
+/// The MTP heads beside `hf` and `gguf` (the fixture `family` both ways) give the same logits on
+/// every golden prompt (in chunks of 5 rows).
+fn same_mtp_logits(b: &CpuBackend, family: &str, hf: &Model<CpuBackend>, gguf: &Model<CpuBackend>) {
+    let golden = json(&fixture(family).join("golden.json"));
+    for prompt in golden["prompts"].as_array().unwrap() {
+        let ids: Vec<i64> = prompt["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids = hf.vocab.check(&ids).unwrap();
+        let (want, got) = (mtp_logits(b, hf, ids.as_slice(), 5), mtp_logits(b, gguf, ids.as_slice(), 5));
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let worst = want.iter().zip(&got).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(worst <= 1e-5 * scale, "{family}, {} ids: {worst} of {scale}", ids.len());
+    }
+}
+
 #[test]
 fn a_glm4_moe_gguf_mtp_block_drafts_as_the_safetensors_checkpoints_head() {
     let dir = tempfile::tempdir().unwrap();
     let path = glm4_gguf("glm4_moe_mtp", dir.path());
     let b = cpu();
     let (hf, gguf) = (Model::open(&fixture("glm4_moe_mtp"), &b).unwrap(), Model::open(&path, &b).unwrap());
-    let golden = json(&fixture("glm4_moe_mtp").join("golden.json"));
-    for prompt in golden["prompts"].as_array().unwrap() {
-        let ids: Vec<i64> = prompt["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-        let ids = hf.vocab.check(&ids).unwrap();
-        let (want, got) = (mtp_logits(&b, &hf, ids.as_slice(), 5), mtp_logits(&b, &gguf, ids.as_slice(), 5));
-        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let worst = want.iter().zip(&got).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-        assert!(worst <= 1e-5 * scale, "{} ids: {worst} of {scale}", ids.len());
-    }
+    same_mtp_logits(&b, "glm4_moe_mtp", &hf, &gguf);
     // A file that counts an MTP block but holds only a norm of it is refused naming what is missing.
     let bare = Model::open(&glm4_gguf("glm4_moe", dir.path()), &b).unwrap();
     let err = bare.load_mtp(&b).err().expect("refused").to_string();
@@ -707,9 +713,37 @@ fn a_minimax_m2_gguf_computes_as_its_safetensors_checkpoint() {
     check_same("minimax_m2", &fixture("minimax_m2"), &path);
 }
 
-#[test]
-fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint() {
-    let config = json(&fixture("qwen3_5").join("config.json"));
+/// Where `convert_hf_to_gguf.py` puts Qwen3.5's / Qwen3-Next's HF tensor `name` with a decoder of
+/// `layers` layers: `Err` the GGUF name of one of the MTP head's own tensors (in the block after
+/// the decoder's, under `nextn.`), `Ok` the HF name to map as a decoder tensor (the head's layer
+/// `mtp.layers.0.` as layer `layers`).
+fn qwen_mtp_name(name: &str, layers: usize) -> Result<String, String> {
+    let own = match name {
+        "mtp.fc.weight" => "eh_proj",
+        "mtp.pre_fc_norm_embedding.weight" => "enorm",
+        "mtp.pre_fc_norm_hidden.weight" => "hnorm",
+        "mtp.norm.weight" => "shared_head_norm",
+        _ => match name.strip_prefix("mtp.layers.0.") {
+            Some(rest) => return Ok(format!("model.layers.{layers}.{rest}")),
+            None => return Ok(name.to_string()),
+        },
+    };
+    Err(format!("blk.{layers}.nextn.{own}.weight"))
+}
+
+/// Whether Qwen3.5's / Qwen3-Next's converter stores HF tensor `name` as `1 + w` (the
+/// zero-centred norms, the MTP head's input norms too; not the delta rule's gated norm).
+fn qwen_one_plus(name: &str) -> bool {
+    (name.ends_with("norm.weight") || name.starts_with("mtp.pre_fc_norm_"))
+        && !name.ends_with("linear_attn.norm.weight")
+}
+
+/// The Qwen3.5 fixture `family` as `convert_hf_to_gguf.py` writes it in `dir`: the ssm.* sizes,
+/// which layers recur, the value heads tiled, norms as `1 + w`; one MTP block after the
+/// decoder's (the head's own tensors under `nextn.`, its layer's as a decoder layer's; where the
+/// fixture has no head, a norm the decoder never reads).
+fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let u = |k: &str| config[k].as_u64().unwrap() as usize;
     let (nk, nv, dk, dv, taps) = (
         u("linear_num_key_heads"),
@@ -740,7 +774,7 @@ fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint(
             WriteValue::Array(ValueType::Bool, recurrent.iter().map(|&b| WriteValue::Bool(b)).collect()),
         ),
     ];
-    let mut w = metadata("qwen3_5", "qwen35", "llama-bpe", &extra);
+    let mut w = metadata(family, "qwen35", "llama-bpe", &extra);
     // The converter's reorder of the value heads: tiled head t = j * nk + k holds grouped head
     // g = k * r + j; `width` values a head along the reordered dim.
     let grouped_of = |t: usize| (t % nk) * r + t / nk;
@@ -752,14 +786,23 @@ fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint(
         }
         out
     };
-    let st = SafetensorsFile::open(&fixture("qwen3_5").join("model.safetensors")).unwrap();
-    for name in st.tensors().keys() {
-        let t = st.tensor(name).unwrap().unwrap();
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let mut mtp = false;
+    for hf_name in st.tensors().keys() {
+        let t = st.tensor(hf_name).unwrap().unwrap();
         let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
-        // Zero-centred norms stored as 1 + w, the delta rule's gated norm as it is.
-        if name.ends_with("norm.weight") && !name.ends_with("linear_attn.norm.weight") {
+        if qwen_one_plus(hf_name) {
             values.iter_mut().for_each(|v| *v += 1.0);
         }
+        let name = match qwen_mtp_name(hf_name, layers) {
+            Ok(name) => name,
+            Err(own) => {
+                w.f32_tensor(&own, &shape, &values);
+                mtp = true;
+                continue;
+            }
+        };
+        let name = &name;
         let Some(rest) = name.strip_prefix("model.layers.") else {
             w.f32_tensor(&gguf_name(name, false), &shape, &values);
             continue;
@@ -818,16 +861,34 @@ fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint(
         };
         w.f32_tensor(&format!("blk.{layer}.{g}"), &shape, &values);
     }
-    // The MTP block (a norm here; the decoder never reads it).
-    w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("qwen3_5.gguf");
+    if !mtp {
+        w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
+    }
+    let path = dir.join(format!("{family}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn a_qwen3_5_gguf_with_tiled_value_heads_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qwen3_5_gguf("qwen3_5", dir.path());
+    let layers = json(&fixture("qwen3_5").join("config.json"))["num_hidden_layers"].as_u64().unwrap() as usize;
     let b = cpu();
     let s = Model::open(&path, &b).unwrap().decoder.spec;
     assert_eq!((s.architecture.as_str(), s.num_layers), ("Qwen3_5ForCausalLM", layers));
     assert!(s.gdn.as_ref().is_some_and(|g| g.tiled_v_heads), "4 value heads over 2 key heads: tiled");
     check_same("qwen3_5", &fixture("qwen3_5"), &path);
+}
+
+#[test]
+fn a_qwen3_5_gguf_mtp_block_drafts_as_the_safetensors_checkpoints_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qwen3_5_gguf("qwen3_5_mtp", dir.path());
+    let b = cpu();
+    let (hf, gguf) = (Model::open(&fixture("qwen3_5_mtp"), &b).unwrap(), Model::open(&path, &b).unwrap());
+    check_same("qwen3_5_mtp", &fixture("qwen3_5_mtp"), &path);
+    same_mtp_logits(&b, "qwen3_5_mtp", &hf, &gguf);
 }
 
 #[test]
@@ -914,15 +975,32 @@ fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
 
 #[test]
 fn qwen3_next_ggufs_split_and_fused_compute_as_their_safetensors_checkpoint() {
-    qwen3_next_gguf(true);
-    qwen3_next_gguf(false);
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    for split in [true, false] {
+        let path = qwen3_next_gguf("qwen3_next", split, dir.path());
+        let s = Model::open(&path, &b).unwrap().decoder.spec;
+        assert_eq!(s.architecture, "Qwen3NextForCausalLM");
+        assert!(s.gdn.as_ref().is_some_and(|g| g.fused_inputs != split && g.fused_ba && !g.tiled_v_heads));
+        check_same("qwen3_next", &fixture("qwen3_next"), &path);
+    }
 }
 
-/// The qwen3_next fixture as `convert_hf_to_gguf.py` writes it: q, k, v and z split into
-/// `attn_qkv` / `attn_gate` where `split`, else fused as older converters left them (`ssm_in`),
-/// checked against the safetensors checkpoint.
-fn qwen3_next_gguf(split: bool) {
-    let config = json(&fixture("qwen3_next").join("config.json"));
+#[test]
+fn a_qwen3_next_gguf_mtp_block_drafts_as_the_safetensors_checkpoints_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qwen3_next_gguf("qwen3_next_mtp", true, dir.path());
+    let b = cpu();
+    let (hf, gguf) = (Model::open(&fixture("qwen3_next_mtp"), &b).unwrap(), Model::open(&path, &b).unwrap());
+    check_same("qwen3_next_mtp", &fixture("qwen3_next_mtp"), &path);
+    same_mtp_logits(&b, "qwen3_next_mtp", &hf, &gguf);
+}
+
+/// The Qwen3-Next fixture `family` as `convert_hf_to_gguf.py` writes it in `dir`: q, k, v and z
+/// split into `attn_qkv` / `attn_gate` where `split`, else fused as older converters left them
+/// (`ssm_in`); its MTP head, where it has one, in a block after the decoder's.
+fn qwen3_next_gguf(family: &str, split: bool, dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let u = |k: &str| config[k].as_u64().unwrap() as usize;
     let (nk, nv, dk, dv, taps) = (
         u("linear_num_key_heads"),
@@ -932,10 +1010,13 @@ fn qwen3_next_gguf(split: bool) {
         u("linear_conv_kernel_dim"),
     );
     let (r, layers, experts) = (nv / nk, u("num_hidden_layers"), u("num_experts"));
-    let recurrent: Vec<WriteValue> =
-        config["layer_types"].as_array().unwrap().iter().map(|t| WriteValue::Bool(t == "linear_attention")).collect();
+    let mtp = config["mtp_num_hidden_layers"].as_u64().unwrap_or(0) as usize;
+    let types = config["layer_types"].as_array().unwrap().iter().map(|t| t == "linear_attention");
+    let recurrent: Vec<WriteValue> = types.chain((0..mtp).map(|_| false)).map(WriteValue::Bool).collect();
     let w32 = |n: usize| WriteValue::U32(n as u32);
     let extra = [
+        ("block_count", w32(layers + mtp)),
+        ("nextn_predict_layers", w32(mtp)),
         ("attention.key_length", w32(u("head_dim"))),
         ("attention.value_length", w32(u("head_dim"))),
         ("rope.dimension_count", w32(8)),
@@ -950,7 +1031,7 @@ fn qwen3_next_gguf(split: bool) {
         ("expert_feed_forward_length", w32(u("moe_intermediate_size"))),
         ("expert_shared_feed_forward_length", w32(u("shared_expert_intermediate_size"))),
     ];
-    let mut w = metadata("qwen3_next", "qwen3next", "llama-bpe", &extra);
+    let mut w = metadata(family, "qwen3next", "llama-bpe", &extra);
     // in_proj_qkvz's rows per key head `[q (dk), k (dk), v (r dv), z (r dv)]`, split as the
     // converter splits them: every head's q, then k, then v (attn_qkv), and z (attn_gate).
     let per = 2 * dk + 2 * r * dv;
@@ -961,13 +1042,21 @@ fn qwen3_next_gguf(split: bool) {
     let rows_of = |values: &[f32], rows: &[usize], cols: usize| -> Vec<f32> {
         rows.iter().flat_map(|&i| values[i * cols..(i + 1) * cols].iter().copied()).collect()
     };
-    let st = SafetensorsFile::open(&fixture("qwen3_next").join("model.safetensors")).unwrap();
-    for name in st.tensors().keys() {
-        let t = st.tensor(name).unwrap().unwrap();
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    for hf_name in st.tensors().keys() {
+        let t = st.tensor(hf_name).unwrap().unwrap();
         let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
-        if name.ends_with("norm.weight") && !name.ends_with("linear_attn.norm.weight") {
+        if qwen_one_plus(hf_name) {
             values.iter_mut().for_each(|v| *v += 1.0);
         }
+        let name = match qwen_mtp_name(hf_name, layers) {
+            Ok(name) => name,
+            Err(own) => {
+                w.f32_tensor(&own, &shape, &values);
+                continue;
+            }
+        };
+        let name = &name;
         let Some(rest) = name.strip_prefix("model.layers.") else {
             w.f32_tensor(&gguf_name(name, false), &shape, &values);
             continue;
@@ -1019,14 +1108,9 @@ fn qwen3_next_gguf(split: bool) {
         }
         stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("qwen3_next.gguf");
+    let path = dir.join(format!("{family}-{}.gguf", if split { "split" } else { "fused" }));
     std::fs::write(&path, w.to_bytes()).unwrap();
-    let b = cpu();
-    let s = Model::open(&path, &b).unwrap().decoder.spec;
-    assert_eq!(s.architecture, "Qwen3NextForCausalLM");
-    assert!(s.gdn.as_ref().is_some_and(|g| g.fused_inputs != split && g.fused_ba && !g.tiled_v_heads));
-    check_same("qwen3_next", &fixture("qwen3_next"), &path);
+    path
 }
 
 /// Metadata keys (after `{arch}.`) and values, as `metadata` takes them.

@@ -8,7 +8,8 @@
 //! kinds read from its per-layer KV head counts, its conv weights given back their middle dim;
 //! GLM-4.5's sigmoid router, shared experts and dense first layers, its MTP block (`nextn.*`);
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
-//! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`;
+//! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`,
+//! its MTP block (`nextn.*`);
 //! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
 //! its per-layer KV head and MLP widths, its Mamba2 mixers; DeepSeek V3's latent attention with
 //! `kv_b_proj` put back together from the converter's transposed key half and its value half).
@@ -606,6 +607,9 @@ fn qwen35(
     }
     let n = layers - nextn;
     c.insert("num_hidden_layers".into(), json!(n));
+    if nextn > 0 {
+        c.insert("mtp_num_hidden_layers".into(), json!(nextn));
+    }
     let recurrent: Vec<bool> = match m.f.get_bool_array(&m.key("attention.recurrent_layers"))? {
         // Its MTP blocks' flags after the decoder's.
         Some(flags) => flags.into_iter().take(n as usize).collect(),
@@ -856,6 +860,8 @@ pub struct GgufSource {
     family: Family,
     num_heads: usize,
     num_kv_heads: usize,
+    /// The block holding Qwen3.5's / Qwen3-Next's MTP layer (`mtp.*`), after the decoder's.
+    mtp_block: Option<usize>,
 }
 
 impl GgufSource {
@@ -866,7 +872,14 @@ impl GgufSource {
         let to_usize = |n: u64| usize::try_from(n).map_err(|_| m.error(format!("head count {n} is too large")));
         let num_heads = to_usize(m.u64("attention.head_count")?)?;
         let num_kv_heads = to_usize(m.kv_heads()?.map_or(num_heads as u64, |k| k.count()))?;
-        Ok(GgufSource { file, family, num_heads, num_kv_heads })
+        let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+        let mtp_block = match family {
+            Family::Qwen35 | Family::Qwen3Next if nextn > 0 => {
+                Some(to_usize(m.u64("block_count")?.saturating_sub(nextn))?)
+            }
+            _ => None,
+        };
+        Ok(GgufSource { file, family, num_heads, num_kv_heads, mtp_block })
     }
 
     /// Opens and wraps the GGUF file at `path`.
@@ -902,9 +915,10 @@ impl GgufSource {
             "lm_head.weight" => Some("output.weight"),
             _ => None,
         };
-        let (name, mut fix) = match global {
-            Some(g) => (g.to_string(), Fix::Plain),
-            None => self.locate_layer(hf_name.strip_prefix("model.layers.")?)?,
+        let (name, mut fix) = match (global, hf_name.strip_prefix("mtp.")) {
+            (Some(g), _) => (g.to_string(), Fix::Plain),
+            (None, Some(mtp)) => self.locate_qwen_mtp(mtp)?,
+            (None, None) => self.locate_layer(hf_name.strip_prefix("model.layers.")?)?,
         };
         if one_plus && name.ends_with("norm.weight") && !name.ends_with("ssm_norm.weight") {
             fix = Fix::MinusOne;
@@ -1080,6 +1094,20 @@ impl GgufSource {
             _ => return None,
         };
         Some((format!("blk.{layer}.{g}.weight"), Fix::Expert(e.parse().ok()?)))
+    }
+
+    /// Qwen3.5's / Qwen3-Next's MTP head (`mtp.*`) in the block after the decoder's: its own
+    /// tensors under `nextn.`, its layer's (`mtp.layers.0.`) as a decoder layer's.
+    fn locate_qwen_mtp(&self, rest: &str) -> Option<(String, Fix)> {
+        let block = self.mtp_block?;
+        let own = match rest {
+            "fc.weight" => "nextn.eh_proj.weight",
+            "pre_fc_norm_embedding.weight" => "nextn.enorm.weight",
+            "pre_fc_norm_hidden.weight" => "nextn.hnorm.weight",
+            "norm.weight" => "nextn.shared_head_norm.weight",
+            _ => return self.locate_layer(&format!("{block}.{}", rest.strip_prefix("layers.0.")?)),
+        };
+        Some((format!("blk.{block}.{own}"), Fix::Plain))
     }
 
     /// DeepSeek V3's latent attention tensors and its router's choice bias and shared experts
