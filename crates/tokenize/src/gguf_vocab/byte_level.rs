@@ -43,6 +43,16 @@ const DEEPSEEK_V3: [&str; 3] = [
     ),
 ];
 
+/// Kimi K2's split (its `tokenization_kimi.py`): Han runs apart, letters without Han after them.
+const KIMI_K2: &str = concat!(
+    r"[\p{Han}]+",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+
 /// How a `tokenizer.ggml.pre` value splits text before BPE.
 #[derive(Debug, PartialEq)]
 enum PreSplit {
@@ -64,6 +74,7 @@ fn split_regex(pre: &str) -> Option<PreSplit> {
         "qwen35" => PreSplit::Regex(&[QWEN35]),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => PreSplit::Regex(&[GPT4O]),
         "deepseek-v3" | "hunyuan-dense" | "joyai-llm" => PreSplit::Regex(&DEEPSEEK_V3),
+        "kimi-k2" => PreSplit::Regex(&[KIMI_K2]),
         "default" | "gpt2" | "gpt-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "phi-2"
         | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe"
         | "gigachat" => PreSplit::Gpt2,
@@ -177,6 +188,36 @@ mod tests {
             .collect();
         // (What the `tokenizers` Python package gives with DeepSeek V3's tokenizer.json splits.)
         let want = ["Hi", ",there", "Ġ", "123", "456", "7", "Ġ", "æĹ¥æľ¬èªŀãĥĨãĤŃãĤ¹ãĥĪãģ§ãģĻ", "ĊĊ", "Ġ", "Ġx", ".y"];
+        assert_eq!(pieces, want);
+    }
+
+    #[test]
+    fn kimi_k2_keeps_han_runs_apart_from_other_letters() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pre = pre_tokenizer(PreSplit::Regex(&[KIMI_K2])).expect("the regex compiles");
+        let mut s = PreTokenizedString::from("Hello中文World's ÉCOLE日本語テキスト 12345\n\n  x.y");
+        pre.pre_tokenize(&mut s).expect("splits");
+        let pieces: Vec<String> = s
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(p, _, _)| p.to_string())
+            .collect();
+        // (Python's `regex` module, V1 sets, over tokenization_kimi.py's pattern, in GPT-2's alphabet.)
+        let want = [
+            "Hello",
+            "ä¸Ńæĸĩ",
+            "World's",
+            "ĠÃīCOLE",
+            "æĹ¥æľ¬èªŀ",
+            "ãĥĨãĤŃãĤ¹ãĥĪ",
+            "Ġ",
+            "123",
+            "45",
+            "ĊĊ",
+            "Ġ",
+            "Ġx",
+            ".y",
+        ];
         assert_eq!(pieces, want);
     }
 }
