@@ -554,6 +554,19 @@ fn an_lfm2_moe_gguf_computes_as_its_safetensors_checkpoint() {
     check_same("lfm2_moe", &fixture("lfm2_moe"), &path);
 }
 
+/// The GGUF name (after `blk.{layer}.`) of GLM-4.5's and DeepSeek V3's router, choice bias and
+/// shared expert tensor `stem`.
+fn glm_router_name(stem: &str) -> Option<&'static str> {
+    Some(match stem {
+        "mlp.gate.weight" => "ffn_gate_inp.weight",
+        "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+        "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+        _ => return None,
+    })
+}
+
 /// The GLM-4.5 fixture `family` as convert_hf_to_gguf.py writes it in `dir`: the router's
 /// settings as expert_* keys, the rotated dims, groups as deepseek2's keys; the MTP block after
 /// the decoder's (its layer's tensors as a decoder layer's, its own under `nextn.`), or where the
@@ -600,17 +613,15 @@ fn glm4_gguf(family: &str, dir: &Path) -> PathBuf {
             "post_attention_layernorm.weight" => "post_attention_norm.weight",
             "self_attn.q_norm.weight" => "attn_q_norm.weight",
             "self_attn.k_norm.weight" => "attn_k_norm.weight",
-            "mlp.gate.weight" => "ffn_gate_inp.weight",
-            "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
-            "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
-            "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
-            "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
             // Stacked below.
             s if s.starts_with("mlp.experts.") => continue,
-            _ => {
-                w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
-                continue;
-            }
+            s => match glm_router_name(s) {
+                Some(g) => g,
+                None => {
+                    w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+                    continue;
+                }
+            },
         };
         w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
     }
@@ -1198,17 +1209,15 @@ fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
                 w.f32_tensor(&format!("blk.{layer}.attn_v_b.weight"), &[heads, dv, lora], &v_b);
                 continue;
             }
-            "mlp.gate.weight" => "ffn_gate_inp.weight",
-            "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
-            "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
-            "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
-            "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
             // Stacked below.
             s if s.starts_with("mlp.experts.") => continue,
-            _ => {
-                w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
-                continue;
-            }
+            s => match glm_router_name(s) {
+                Some(g) => g,
+                None => {
+                    w.f32_tensor(&gguf_name(name, false), &t.shape, &t.to_f32());
+                    continue;
+                }
+            },
         };
         w.f32_tensor(&format!("blk.{layer}.{g}"), &t.shape, &t.to_f32());
     }

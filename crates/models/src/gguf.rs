@@ -486,6 +486,20 @@ fn glm4_moe(
         return Err(m.error(format!("expert_gating_func {f}: GLM-4.5 routes by sigmoid scores (2)")));
     }
     c.insert("hidden_act".into(), json!("silu"));
+    glm_router(m, c)?;
+    let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 2);
+    if rotated == 0 || rotated > head_dim {
+        return Err(m.error(format!("rope.dimension_count {rotated} of a head of {head_dim}")));
+    }
+    c.insert("partial_rotary_factor".into(), json!(rotated as f64 / head_dim as f64));
+    c.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
+    c.insert("use_qk_norm".into(), json!(m.f.tensor_info("blk.0.attn_q_norm.weight").is_some()));
+    Ok(())
+}
+
+/// GLM-4.5's and DeepSeek V3's experts as the converter keys them: their counts and width,
+/// shared experts, dense first layers, the router's scaling, renormalising and groups.
+fn glm_router(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError> {
     c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
     c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
     c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
@@ -496,13 +510,6 @@ fn glm4_moe(
     c.insert("norm_topk_prob".into(), json!(norm));
     c.insert("n_group".into(), json!(m.opt_u64("expert_group_count")?.unwrap_or(1)));
     c.insert("topk_group".into(), json!(m.opt_u64("expert_group_used_count")?.unwrap_or(1)));
-    let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 2);
-    if rotated == 0 || rotated > head_dim {
-        return Err(m.error(format!("rope.dimension_count {rotated} of a head of {head_dim}")));
-    }
-    c.insert("partial_rotary_factor".into(), json!(rotated as f64 / head_dim as f64));
-    c.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
-    c.insert("use_qk_norm".into(), json!(m.f.tensor_info("blk.0.attn_q_norm.weight").is_some()));
     Ok(())
 }
 
@@ -554,16 +561,7 @@ fn deepseek2(
     c.insert("num_key_value_heads".into(), json!(heads));
     c.insert("rope_interleave".into(), json!(true));
     c.insert("hidden_act".into(), json!("silu"));
-    c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
-    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
-    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
-    c.insert("n_shared_experts".into(), json!(m.opt_u64("expert_shared_count")?.unwrap_or(0)));
-    c.insert("first_k_dense_replace".into(), json!(m.opt_u64("leading_dense_block_count")?.unwrap_or(0)));
-    c.insert("routed_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
-    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(false);
-    c.insert("norm_topk_prob".into(), json!(norm));
-    c.insert("n_group".into(), json!(m.opt_u64("expert_group_count")?.unwrap_or(1)));
-    c.insert("topk_group".into(), json!(m.opt_u64("expert_group_used_count")?.unwrap_or(1)));
+    glm_router(m, c)?;
     let mut params = Map::new();
     params.insert("rope_theta".into(), json!(theta.unwrap_or(10_000.0)));
     params.insert("rope_type".into(), json!("default"));

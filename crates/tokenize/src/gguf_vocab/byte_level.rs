@@ -175,17 +175,18 @@ mod tests {
         assert_eq!(split_regex("some-new-model"), None);
     }
 
+    /// `text`'s pieces after `split`'s pre-tokenizer, in GPT-2's byte alphabet.
+    fn pieces(split: PreSplit, text: &str) -> Vec<String> {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pre = pre_tokenizer(split).expect("the regexes compile");
+        let mut s = PreTokenizedString::from(text);
+        pre.pre_tokenize(&mut s).expect("splits");
+        s.get_splits(OffsetReferential::Original, OffsetType::Byte).into_iter().map(|(p, _, _)| p.to_string()).collect()
+    }
+
     #[test]
     fn deepseek_v3_splits_digits_in_threes_cjk_runs_and_letters_after_punctuation() {
-        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
-        let pre = pre_tokenizer(PreSplit::Regex(&DEEPSEEK_V3)).expect("the regexes compile");
-        let mut s = PreTokenizedString::from("Hi,there 1234567 日本語テキストです\n\n  x.y");
-        pre.pre_tokenize(&mut s).expect("splits");
-        let pieces: Vec<String> = s
-            .get_splits(OffsetReferential::Original, OffsetType::Byte)
-            .into_iter()
-            .map(|(p, _, _)| p.to_string())
-            .collect();
+        let pieces = pieces(PreSplit::Regex(&DEEPSEEK_V3), "Hi,there 1234567 日本語テキストです\n\n  x.y");
         // (What the `tokenizers` Python package gives with DeepSeek V3's tokenizer.json splits.)
         let want = ["Hi", ",there", "Ġ", "123", "456", "7", "Ġ", "æĹ¥æľ¬èªŀãĥĨãĤŃãĤ¹ãĥĪãģ§ãģĻ", "ĊĊ", "Ġ", "Ġx", ".y"];
         assert_eq!(pieces, want);
@@ -193,15 +194,7 @@ mod tests {
 
     #[test]
     fn kimi_k2_keeps_han_runs_apart_from_other_letters() {
-        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
-        let pre = pre_tokenizer(PreSplit::Regex(&[KIMI_K2])).expect("the regex compiles");
-        let mut s = PreTokenizedString::from("Hello中文World's ÉCOLE日本語テキスト 12345\n\n  x.y");
-        pre.pre_tokenize(&mut s).expect("splits");
-        let pieces: Vec<String> = s
-            .get_splits(OffsetReferential::Original, OffsetType::Byte)
-            .into_iter()
-            .map(|(p, _, _)| p.to_string())
-            .collect();
+        let pieces = pieces(PreSplit::Regex(&[KIMI_K2]), "Hello中文World's ÉCOLE日本語テキスト 12345\n\n  x.y");
         // (Python's `regex` module, V1 sets, over tokenization_kimi.py's pattern, in GPT-2's alphabet.)
         let want = [
             "Hello",
