@@ -1291,11 +1291,12 @@ fn kv_b(k: &TensorView, v: &TensorView) -> Result<TensorView, String> {
     if (v_heads, v_lora) != (heads, lora) {
         return Err(format!("attn_k_b {:?} and attn_v_b {:?} disagree on heads or rank", k.shape, v.shape));
     }
+    let count = |a: usize, b: usize, c: usize| a.checked_mul(b).and_then(|n| n.checked_mul(c));
     let (kf, vf) = (k.to_f32(), v.to_f32());
-    if kf.len() != heads * lora * nope || vf.len() != heads * dv * lora {
-        return Err(format!("attn_k_b {:?} or attn_v_b {:?} holds too few values", k.shape, v.shape));
+    if count(heads, lora, nope) != Some(kf.len()) || count(heads, dv, lora) != Some(vf.len()) {
+        return Err(format!("attn_k_b {:?} or attn_v_b {:?} holds other than its shape's values", k.shape, v.shape));
     }
-    let mut out = Vec::with_capacity(heads * (nope + dv) * lora * 4);
+    let mut out = Vec::with_capacity(4 * (kf.len() + vf.len()));
     for h in 0..heads {
         let kh = &kf[h * lora * nope..][..lora * nope];
         for i in 0..nope {

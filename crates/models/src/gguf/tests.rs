@@ -680,3 +680,31 @@ fn gemma3_270m_matches_transformers() {
         assert_eq!(format!("{:016x}", fingerprint(&t.to_f32())), fp, "{name}");
     }
 }
+
+/// An f32 view of `shape` holding `vals`.
+fn f32_view(shape: &[usize], vals: &[f32]) -> TensorView {
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    TensorView {
+        name: "t".into(),
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        data: TensorBytes::from_vec(&bytes),
+        file: "t.gguf".into(),
+    }
+}
+
+#[test]
+fn kv_b_is_each_heads_transposed_key_rows_then_its_value_rows() {
+    // 2 heads, rank 3, nope 2, v 1: k_b[h][o][i], v_b[h][r][o].
+    let k: Vec<f32> = (0..12).map(|x| x as f32).collect();
+    let v: Vec<f32> = (100..106).map(|x| x as f32).collect();
+    let out = kv_b(&f32_view(&[2, 3, 2], &k), &f32_view(&[2, 1, 3], &v)).unwrap();
+    assert_eq!(out.shape, [6, 3]);
+    let want = [0., 2., 4., 1., 3., 5., 100., 101., 102., 6., 8., 10., 7., 9., 11., 103., 104., 105.];
+    assert_eq!(out.to_f32(), want);
+    // Halves of other heads or ranks, or holding other than their shape's values, are refused.
+    assert!(kv_b(&f32_view(&[2, 3, 2], &k), &f32_view(&[1, 2, 3], &v)).is_err());
+    assert!(kv_b(&f32_view(&[2, 3, 2], &k), &f32_view(&[2, 1, 2], &v[..4])).is_err());
+    assert!(kv_b(&f32_view(&[2, 3, 3], &k), &f32_view(&[2, 1, 3], &v)).is_err());
+    assert!(kv_b(&f32_view(&[12], &k), &f32_view(&[2, 1, 3], &v)).is_err());
+}
