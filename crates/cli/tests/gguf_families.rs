@@ -434,8 +434,21 @@ fn stack_experts(
     experts: usize,
     names: [(&str, &str); 3],
 ) {
+    stack_experts_at(w, st, &format!("model.layers.{layer}.{module}"), layer, experts, &names);
+}
+
+/// [`stack_experts`] for the experts under `prefix` (`{prefix}experts.{e}.{hf}.weight`) into
+/// block `layer`'s tensors.
+fn stack_experts_at(
+    w: &mut GgufWriter,
+    st: &SafetensorsFile,
+    prefix: &str,
+    layer: usize,
+    experts: usize,
+    names: &[(&str, &str)],
+) {
     for (hf, g) in names {
-        let name = |e: usize| format!("model.layers.{layer}.{module}experts.{e}.{hf}.weight");
+        let name = |e: usize| format!("{prefix}experts.{e}.{hf}.weight");
         let parts: Vec<_> = (0..experts).map(|e| st.tensor(&name(e)).unwrap().unwrap()).collect();
         let shape = [experts, parts[0].shape[0], parts[0].shape[1]];
         let values: Vec<f32> = parts.iter().flat_map(|t| t.to_f32()).collect();
@@ -902,19 +915,28 @@ fn a_qwen3_5_gguf_mtp_block_drafts_as_the_safetensors_checkpoints_head() {
     same_mtp_logits(&b, "qwen3_5_mtp", &hf, &gguf);
 }
 
-#[test]
-fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
-    let config = json(&fixture("nemotron_h").join("config.json"));
+/// The Nemotron-H fixture `family` as `convert_hf_to_gguf.py` writes it in `dir`
+/// (`nemotron_h`, or `nemotron_h_moe` with experts): KV heads and MLP or expert widths one a
+/// layer (0 where the layer has none), the Mamba2 sizes as ssm.* keys, the experts' settings as
+/// expert_* keys (the group count with how many a token uses, which the converter leaves out),
+/// the experts stacked, their latent projections as `ffn_latent_down` / `ffn_latent_up`.
+fn nemotron_h_gguf(family: &str, dir: &Path) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let u = |k: &str| config[k].as_u64().unwrap() as u32;
     let kinds: Vec<&str> =
         config["layers_block_type"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    // As convert_hf_to_gguf.py writes Nemotron-H: KV heads and MLP widths one a layer (0 where
-    // the layer has none), the Mamba2 sizes as ssm.* keys.
-    let kv: Vec<i32> =
-        kinds.iter().map(|k| if *k == "full_attention" { u("num_key_value_heads") as i32 } else { 0 }).collect();
-    let ff: Vec<i32> = kinds.iter().map(|k| if *k == "mlp" { u("intermediate_size") as i32 } else { 0 }).collect();
+    let attention = |k: &str| k == "full_attention" || k == "attention";
+    let kv: Vec<i32> = kinds.iter().map(|k| if attention(k) { u("num_key_value_heads") as i32 } else { 0 }).collect();
+    let ff: Vec<i32> = (kinds.iter())
+        .map(|k| match *k {
+            "mlp" => u("intermediate_size") as i32,
+            "moe" => u("moe_intermediate_size") as i32,
+            _ => 0,
+        })
+        .collect();
     let (heads, head_dim, groups) = (u("mamba_num_heads"), u("mamba_head_dim"), u("n_groups"));
-    let extra = [
+    let moe = kinds.contains(&"moe");
+    let mut extra = vec![
         ("block_count", WriteValue::U32(kinds.len() as u32)),
         ("attention.head_count_kv", WriteValue::i32s(&kv)),
         ("feed_forward_length", WriteValue::i32s(&ff)),
@@ -927,8 +949,22 @@ fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
         ("ssm.conv_kernel", WriteValue::U32(u("conv_kernel"))),
         ("attention.layer_norm_rms_epsilon", WriteValue::F32(config["layer_norm_epsilon"].as_f64().unwrap() as f32)),
     ];
-    let mut w = metadata("nemotron_h", "nemotron_h", "llama-bpe", &extra);
-    let st = SafetensorsFile::open(&fixture("nemotron_h").join("model.safetensors")).unwrap();
+    if moe {
+        extra.extend([
+            ("expert_count", WriteValue::U32(u("n_routed_experts"))),
+            ("expert_used_count", WriteValue::U32(u("num_experts_per_tok"))),
+            ("expert_feed_forward_length", WriteValue::U32(u("moe_intermediate_size"))),
+            ("expert_shared_feed_forward_length", WriteValue::U32(u("moe_shared_expert_intermediate_size"))),
+            ("expert_shared_count", WriteValue::U32(u("n_shared_experts"))),
+            ("expert_weights_norm", WriteValue::Bool(config["norm_topk_prob"].as_bool().unwrap())),
+            ("expert_weights_scale", WriteValue::F32(config["routed_scaling_factor"].as_f64().unwrap() as f32)),
+            ("expert_group_count", WriteValue::U32(u("n_group"))),
+            ("expert_group_used_count", WriteValue::U32(u("topk_group"))),
+        ]);
+    }
+    let arch = if moe { "nemotron_h_moe" } else { "nemotron_h" };
+    let mut w = metadata(family, arch, "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
     for name in st.tensors().keys() {
         let t = st.tensor(name).unwrap().unwrap();
         let (mut shape, mut values) = (t.shape.clone(), t.to_f32());
@@ -968,6 +1004,14 @@ fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
                     "mixer.o_proj.weight" => "attn_output.weight",
                     "mixer.up_proj.weight" => "ffn_up.weight",
                     "mixer.down_proj.weight" => "ffn_down.weight",
+                    "mixer.gate.weight" => "ffn_gate_inp.weight",
+                    "mixer.gate.e_score_correction_bias" => "exp_probs_b.bias",
+                    "mixer.fc1_latent_proj.weight" => "ffn_latent_down.weight",
+                    "mixer.fc2_latent_proj.weight" => "ffn_latent_up.weight",
+                    "mixer.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+                    "mixer.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+                    // Stacked below.
+                    s if s.starts_with("mixer.experts.") => continue,
                     other => panic!("no GGUF name for {other}"),
                 };
                 format!("blk.{layer}.{g}")
@@ -975,13 +1019,35 @@ fn a_nemotron_h_gguf_computes_as_its_safetensors_checkpoint() {
         };
         w.f32_tensor(&g, &shape, &values);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nemotron_h.gguf");
+    let experts = config["n_routed_experts"].as_u64().unwrap_or(0) as usize;
+    for layer in (0..kinds.len()).filter(|&i| kinds[i] == "moe") {
+        let prefix = format!("backbone.layers.{layer}.mixer.");
+        stack_experts_at(
+            &mut w,
+            &st,
+            &prefix,
+            layer,
+            experts,
+            &[("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")],
+        );
+    }
+    let path = dir.join(format!("{family}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn nemotron_h_ggufs_dense_and_moe_compute_as_their_safetensors_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
     let b = cpu();
-    let s = Model::open(&path, &b).unwrap().decoder.spec;
-    assert_eq!((s.architecture.as_str(), s.num_layers), ("NemotronHForCausalLM", kinds.len()));
-    check_same("nemotron_h", &fixture("nemotron_h"), &path);
+    for family in ["nemotron_h", "nemotron_h_moe"] {
+        let path = nemotron_h_gguf(family, dir.path());
+        let layers = json(&fixture(family).join("config.json"))["layers_block_type"].as_array().unwrap().len();
+        let s = Model::open(&path, &b).unwrap().decoder.spec;
+        assert_eq!((s.architecture.as_str(), s.num_layers), ("NemotronHForCausalLM", layers));
+        assert_eq!(s.moe.is_some(), family.ends_with("moe"), "{family}");
+        check_same(family, &fixture(family), &path);
+    }
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`,
 //! its MTP block (`nextn.*`);
 //! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
-//! its per-layer KV head and MLP widths, its Mamba2 mixers; DeepSeek V3's latent attention with
+//! its per-layer KV head and MLP widths, its Mamba2 mixers and ungated experts behind their
+//! latent projections; DeepSeek V3's latent attention with
 //! `kv_b_proj` put back together from the converter's transposed key half and its value half).
 
 use crate::config::RawConfig;
@@ -53,7 +54,8 @@ pub enum Family {
     Qwen35,
     /// `qwen3next` -> `Qwen3NextForCausalLM`.
     Qwen3Next,
-    /// `nemotron_h` -> `NemotronHForCausalLM` (Mamba2, attention and MLP layers).
+    /// `nemotron_h` and `nemotron_h_moe` -> `NemotronHForCausalLM` (Mamba2, attention, MLP and
+    /// MoE layers).
     NemotronH,
     /// `deepseek2` -> `DeepseekV3ForCausalLM` (latent attention, sigmoid-routed experts: DeepSeek
     /// V3 / R1 and the checkpoints converted as it).
@@ -76,6 +78,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
     ("qwen3next", Family::Qwen3Next, "Qwen3NextForCausalLM", "qwen3_next"),
     ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
+    ("nemotron_h_moe", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("deepseek2", Family::Deepseek2, "DeepseekV3ForCausalLM", "deepseek_v3"),
 ];
 
@@ -671,24 +674,32 @@ fn qwen3_next(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError
 /// not 0, Mamba2 elsewhere, sized by the `ssm.*` keys (`time_step_rank` heads of `inner_size /
 /// time_step_rank`, `group_count` groups, `state_size`, `conv_kernel` taps); no rope.
 fn nemotron_h(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
-    if m.opt_u64("expert_count")?.is_some() {
-        return Err(m.error("Nemotron-H's MoE layers are not read from GGUF files".into()));
+    // The MTP block after the decoder's (a MoE file's) is left unread.
+    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= layers {
+        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
     }
+    let n = layers - nextn;
+    c.insert("num_hidden_layers".into(), json!(n));
     let (kv, ff) = (m.per_layer("attention.head_count_kv")?, m.per_layer("feed_forward_length")?);
     if kv.len() as u64 != layers || ff.len() as u64 != layers {
         let (a, b) = (kv.len(), ff.len());
         return Err(m.error(format!("{layers} layers, but {a} KV head counts and {b} MLP widths (one a layer)")));
     }
-    let kinds: Vec<&str> = kv
-        .iter()
-        .zip(&ff)
-        .map(|(&k, &f)| match (k, f) {
+    let routed = |i: usize| m.f.tensor_info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some();
+    let kinds: Vec<&str> = (kv.iter().zip(&ff).enumerate())
+        .take(n as usize)
+        .map(|(i, (&k, &f))| match (k, f) {
             (0, 0) => "mamba",
+            (0, _) if routed(i) => "moe",
             (0, _) => "mlp",
             _ => "attention",
         })
         .collect();
     c.insert("layers_block_type".into(), json!(kinds));
+    if let Some(first) = kinds.iter().position(|k| *k == "moe") {
+        nemotron_h_moe(m, c, first)?;
+    }
     let (heads, inner) = (m.u64("ssm.time_step_rank")?, m.u64("ssm.inner_size")?);
     if heads == 0 || !inner.is_multiple_of(heads) {
         return Err(m.error(format!("ssm.inner_size {inner} does not split into {heads} heads")));
@@ -703,6 +714,36 @@ fn nemotron_h(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(
     if let Some(eps) = c.remove("rms_norm_eps") {
         c.insert("layer_norm_epsilon".into(), eps);
     }
+    Ok(())
+}
+
+/// Nemotron-H's MoE layers as `convert_hf_to_gguf.py` keys them (`nemotron_h_moe`): the expert
+/// counts and widths, the router's renormalising, scaling and groups (a group count above one
+/// only with `expert_group_used_count`, which the converter does not write); the latent size
+/// from layer `first`'s `ffn_latent_down`, where the experts sit behind one.
+fn nemotron_h_moe(m: &Meta<'_>, c: &mut Map<String, Value>, first: usize) -> Result<(), ModelError> {
+    c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
+    c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+    c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+    c.insert("moe_shared_expert_intermediate_size".into(), json!(m.u64("expert_shared_feed_forward_length")?));
+    c.insert("n_shared_experts".into(), json!(m.opt_u64("expert_shared_count")?.unwrap_or(1)));
+    let norm = m.f.get_bool(&m.key("expert_weights_norm"))?.unwrap_or(false);
+    c.insert("norm_topk_prob".into(), json!(norm));
+    c.insert("routed_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
+    let groups = m.opt_u64("expert_group_count")?.unwrap_or(1);
+    let used = match (groups, m.opt_u64("expert_group_used_count")?) {
+        (_, Some(u)) => u,
+        (0 | 1, None) => 1,
+        (g, None) => {
+            let msg = format!("expert_group_count {g} without expert_group_used_count: the groups a token may use");
+            return Err(m.error(msg));
+        }
+    };
+    c.insert("n_group".into(), json!(groups));
+    c.insert("topk_group".into(), json!(used));
+    let latent = m.f.tensor_info(&format!("blk.{first}.ffn_latent_down.weight")).map(|t| t.shape.first().copied());
+    c.insert("moe_latent_size".into(), latent.flatten().map_or(Value::Null, |n| json!(n)));
+    c.insert("mlp_hidden_act".into(), json!("relu2"));
     Ok(())
 }
 
@@ -1068,7 +1109,21 @@ impl GgufSource {
             "mixer.o_proj.weight" => ("attn_output.weight", Fix::Plain),
             "mixer.up_proj.weight" => ("ffn_up.weight", Fix::Plain),
             "mixer.down_proj.weight" => ("ffn_down.weight", Fix::Plain),
-            _ => return None,
+            "mixer.gate.weight" => ("ffn_gate_inp.weight", Fix::Plain),
+            "mixer.gate.e_score_correction_bias" => return Some((self.probs_bias(layer), Fix::Plain)),
+            "mixer.fc1_latent_proj.weight" => ("ffn_latent_down.weight", Fix::Plain),
+            "mixer.fc2_latent_proj.weight" => ("ffn_latent_up.weight", Fix::Plain),
+            "mixer.shared_experts.up_proj.weight" => ("ffn_up_shexp.weight", Fix::Plain),
+            "mixer.shared_experts.down_proj.weight" => ("ffn_down_shexp.weight", Fix::Plain),
+            _ => {
+                let (e, proj) = rest.strip_prefix("mixer.experts.")?.strip_suffix(".weight")?.split_once('.')?;
+                let g = match proj {
+                    "up_proj" => "ffn_up_exps.weight",
+                    "down_proj" => "ffn_down_exps.weight",
+                    _ => return None,
+                };
+                (g, Fix::Expert(e.parse().ok()?))
+            }
         };
         Some((format!("blk.{layer}.{g}"), fix))
     }

@@ -543,8 +543,8 @@ fn qwen35_sizes_its_delta_rule_from_the_ssm_keys_and_refuses_a_decay_that_is_not
 }
 
 #[test]
-fn nemotron_h_layer_kinds_come_from_its_per_layer_counts_and_its_moe_is_refused() {
-    let nemo = |ff: &[i32], experts: bool| {
+fn nemotron_h_layer_kinds_come_from_its_per_layer_counts_and_its_routers() {
+    let nemo = |ff: &[i32], experts: Option<&[(&str, u32)]>| {
         let mut w = GgufWriter::new();
         kvs(&mut w, "nemotron_h", &[("block_count", 3), ("embedding_length", 8), ("attention.head_count", 2)]);
         w.kv("nemotron_h.attention.head_count_kv", WriteValue::i32s(&[0, 1, 0]));
@@ -558,24 +558,41 @@ fn nemotron_h_layer_kinds_come_from_its_per_layer_counts_and_its_moe_is_refused(
         ] {
             w.kv(&format!("nemotron_h.{k}"), WriteValue::U32(v));
         }
-        if experts {
-            w.kv("nemotron_h.expert_count", WriteValue::U32(4));
+        for (k, v) in experts.unwrap_or_default() {
+            w.kv(&format!("nemotron_h.{k}"), WriteValue::U32(*v));
         }
-        for (k, n) in ["token_embd.weight", "output_norm.weight", "blk.0.ssm_d"].iter().enumerate() {
+        let mut names = vec!["token_embd.weight", "output_norm.weight", "blk.0.ssm_d"];
+        if experts.is_some() {
+            names.push("blk.2.ffn_gate_inp.weight");
+        }
+        for (k, n) in names.iter().enumerate() {
             w.f32_tensor(n, &[2, 1], &values(2, k));
         }
         open(&w)
     };
-    let f = nemo(&[0, 0, 16], false);
+    let f = nemo(&[0, 0, 16], None);
     let c = config_from_gguf(&f).unwrap();
     assert_eq!(c["layers_block_type"], json!(["mamba", "attention", "mlp"]));
     assert_eq!((c["intermediate_size"].as_u64(), c["mamba_head_dim"].as_u64()), (Some(16), Some(4)));
     let d = GgufSource::new(f).unwrap().get("backbone.layers.0.mixer.D").unwrap().unwrap();
     assert_eq!(d.shape, vec![2], "[heads, 1] served flat");
-    let e = config_from_gguf(&nemo(&[0, 16], false)).unwrap_err().to_string();
+    let e = config_from_gguf(&nemo(&[0, 16], None)).unwrap_err().to_string();
     assert!(e.contains("3 layers, but 3 KV head counts and 2 MLP widths"), "{e}");
-    let e = config_from_gguf(&nemo(&[0, 0, 16], true)).unwrap_err().to_string();
-    assert!(e.contains("MoE"), "{e}");
+    // A layer with a router is a MoE layer; groups above one need how many a token uses.
+    let moe = [
+        ("expert_count", 4),
+        ("expert_used_count", 2),
+        ("expert_feed_forward_length", 16),
+        ("expert_shared_feed_forward_length", 8),
+        ("expert_group_count", 2),
+    ];
+    let e = config_from_gguf(&nemo(&[0, 0, 16], Some(&moe))).unwrap_err().to_string();
+    assert!(e.contains("expert_group_used_count"), "{e}");
+    let used = [moe.as_slice(), &[("expert_group_used_count", 1)]].concat();
+    let c = config_from_gguf(&nemo(&[0, 0, 16], Some(&used))).unwrap();
+    assert_eq!(c["layers_block_type"], json!(["mamba", "attention", "moe"]));
+    assert_eq!((c["n_group"].as_u64(), c["topk_group"].as_u64()), (Some(2), Some(1)));
+    assert!(c["moe_latent_size"].is_null(), "no ffn_latent_down: experts on the hidden rows");
 }
 
 #[test]
