@@ -537,8 +537,13 @@ fn deepseek2(
     }
     c.insert("num_hidden_layers".into(), json!(layers - nextn));
     c.insert("num_nextn_predict_layers".into(), json!(0));
+    // llama.cpp's reading of a file without the key: GLM-4.7-Flash's shape (47 or 48 blocks,
+    // 154,880 tokens) routes by sigmoid scores, any other by softmax (DeepSeek V2).
+    let vocab = m.f.tensor_info("token_embd.weight").and_then(|t| t.shape.first().copied());
+    let glm_lite = matches!(layers, 47 | 48) && vocab == Some(154_880);
     match m.opt_u64("expert_gating_func")? {
         Some(2) => {}
+        None if glm_lite => {}
         Some(f) => return Err(m.error(format!("expert_gating_func {f}: DeepSeek V3 routes by sigmoid scores (2)"))),
         None => {
             let msg = "expert_gating_func is absent: llama.cpp then routes by softmax (DeepSeek V2), which \
