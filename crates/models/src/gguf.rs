@@ -584,6 +584,9 @@ fn deepseek2(
         let log_mul = m.opt_f32("rope.scaling.yarn_log_multiplier")?.ok_or_else(|| {
             m.error("YaRN without rope.scaling.yarn_log_multiplier (DeepSeek's mscale_all_dim / 10)".into())
         })?;
+        if !(log_mul.is_finite() && log_mul >= 0.0) {
+            return Err(m.error(format!("rope.scaling.yarn_log_multiplier {log_mul} must be finite and at least 0")));
+        }
         let all = log_mul / 0.1;
         params.extend(s);
         params.insert("mscale".into(), json!(all));
