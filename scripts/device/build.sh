@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Usage (here, repo root): scripts/device/build.sh
 # Builds what the GPU-machine scripts run: the release binary with the cuda feature and the
-# tf-cuda test binaries, copied into .carry/ (ignored; carry it to the GPU machine).
+# tf-cuda test binaries, copied into .carry/ (ignored), and packs them into .carry-pack/pack.txz
+# (xz -9: the test binaries share most of their code, and the working tree with the fixtures
+# and an unpacked .carry is past the 64 MiB a device call carries). Carry [".carry-pack"] and
+# start the command with `tar xJf .carry-pack/pack.txz`.
 set -euo pipefail
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target-cuda}
 cargo build --release -p tensorfold --features cuda
@@ -19,3 +22,6 @@ for l in sys.stdin:
 strip .carry/tensorfold .carry/tests/*
 { git rev-parse HEAD; git status --short | { grep -c . || true; } | sed "s/^/dirty files: /"; } > .carry/commit.txt
 ls -la .carry .carry/tests
+mkdir -p .carry-pack && rm -f .carry-pack/pack.txz
+tar cf - .carry | xz -9 -T2 > .carry-pack/pack.txz
+ls -la .carry-pack/pack.txz

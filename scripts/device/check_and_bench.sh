@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage (on the GPU machine, repo root, after scripts/device/build.sh here):
+# Usage (on the GPU machine, repo root, after scripts/device/build.sh here and `tar xJf .carry-pack/pack.txz` there):
 #   scripts/device/check_and_bench.sh
 #   STEPS="tests bench peer draft prefix ptrace serve sampled" GEN=128 PROMPTS=128,4096 BATCHES=1,8,64 PEER_RUNS=128x1,128x64
 #     DRAFTS="ngram early-exit:4" (the drafters of the draft step)
