@@ -1202,7 +1202,14 @@ type Edit<'a> = &'a dyn Fn(&mut Extra);
 /// `yarn_log_multiplier`; one key-value head (MQA over the latent); its metadata then changed
 /// by `edit`.
 fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
-    let config = json(&fixture("deepseek_v3").join("config.json"));
+    mla_gguf("deepseek_v3", "deepseek2", split, dir, edit)
+}
+
+/// [`deepseek2_gguf`] of the latent-attention fixture `family` as architecture `arch`: GLM-5's
+/// (`glm-dsa`) with its indexer keys and tensors (`indexer.*`), and where the fixture has an MTP
+/// layer, its block after the decoder's (`nextn.*` beside the layer's own tensors).
+fn mla_gguf(family: &str, arch: &str, split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
     let n = |k: &str| config[k].as_u64().unwrap() as usize;
     let u = |k: &str| WriteValue::U32(n(k) as u32);
     let (heads, lora, nope, rope, dv) =
@@ -1231,6 +1238,18 @@ fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
         ("expert_group_count", u("n_group")),
         ("expert_group_used_count", u("topk_group")),
     ];
+    let mtp = config["num_nextn_predict_layers"].as_u64().unwrap_or(0) as usize;
+    if mtp > 0 {
+        extra.push(("block_count", WriteValue::U32((n("num_hidden_layers") + mtp) as u32)));
+        extra.push(("nextn_predict_layers", WriteValue::U32(mtp as u32)));
+    }
+    if config.get("index_n_heads").is_some() {
+        extra.extend([
+            ("attention.indexer.head_count", u("index_n_heads")),
+            ("attention.indexer.key_length", u("index_head_dim")),
+            ("attention.indexer.top_k", u("index_topk")),
+        ]);
+    }
     if split {
         extra.extend([
             ("attention.key_length", WriteValue::U32((lora + rope) as u32)),
@@ -1245,9 +1264,9 @@ fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
         ]);
     }
     edit(&mut extra);
-    let mut w = metadata("deepseek_v3", "deepseek2", "llama-bpe", &extra);
-    let st = SafetensorsFile::open(&fixture("deepseek_v3").join("model.safetensors")).unwrap();
-    let (experts, layers) = (n("n_routed_experts"), n("num_hidden_layers"));
+    let mut w = metadata(family, arch, "llama-bpe", &extra);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let (experts, layers) = (n("n_routed_experts"), n("num_hidden_layers") + mtp);
     for name in st.tensors().keys() {
         let t = st.tensor(name).unwrap().unwrap();
         let Some(rest) = name.strip_prefix("model.layers.") else {
@@ -1261,6 +1280,15 @@ fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
             "self_attn.q_b_proj.weight" => "attn_q_b.weight",
             "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
             "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
+            "self_attn.indexer.wq_b.weight" => "indexer.attn_q_b.weight",
+            "self_attn.indexer.wk.weight" => "indexer.attn_k.weight",
+            "self_attn.indexer.k_norm.weight" => "indexer.k_norm.weight",
+            "self_attn.indexer.k_norm.bias" => "indexer.k_norm.bias",
+            "self_attn.indexer.weights_proj.weight" => "indexer.proj.weight",
+            "eh_proj.weight" => "nextn.eh_proj.weight",
+            "enorm.weight" => "nextn.enorm.weight",
+            "hnorm.weight" => "nextn.hnorm.weight",
+            "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
             "self_attn.kv_b_proj.weight" if !split => "attn_kv_b.weight",
             "self_attn.kv_b_proj.weight" => {
                 // Per head: nope key rows then dv value rows of `lora`; the key half transposed.
@@ -1290,24 +1318,29 @@ fn deepseek2_gguf(split: bool, dir: &Path, edit: Edit<'_>) -> PathBuf {
     for layer in n("first_k_dense_replace")..layers {
         stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
     }
-    let path = dir.join(format!("deepseek_v3_{}.gguf", if split { "mla" } else { "kv_b" }));
+    let path = dir.join(format!("{family}_{}.gguf", if split { "mla" } else { "kv_b" }));
     std::fs::write(&path, w.to_bytes()).unwrap();
     path
 }
 
-#[test]
-fn a_deepseek2_gguf_computes_as_its_safetensors_checkpoint_read_as_llama_cpp_reads_yarn() {
-    // llama.cpp takes YaRN's mscale equal to mscale_all_dim (as the released checkpoints set
-    // them); the fixture's differ, so the checkpoint it matches says so too.
-    let dir = tempfile::tempdir().unwrap();
-    let same = dir.path().join("hf");
+/// A copy of the fixture `family` in `dir` whose YaRN `mscale` is its `mscale_all_dim`, as
+/// llama.cpp takes them (and the released checkpoints set them; the fixtures' differ).
+fn equal_mscales(family: &str, dir: &Path) -> PathBuf {
+    let same = dir.join(format!("{family}-hf"));
     std::fs::create_dir(&same).unwrap();
     for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(fixture("deepseek_v3").join(f), same.join(f)).unwrap();
+        std::fs::copy(fixture(family).join(f), same.join(f)).unwrap();
     }
     let mut config = json(&same.join("config.json"));
     config["rope_parameters"]["mscale"] = config["rope_parameters"]["mscale_all_dim"].clone();
     std::fs::write(same.join("config.json"), config.to_string()).unwrap();
+    same
+}
+
+#[test]
+fn a_deepseek2_gguf_computes_as_its_safetensors_checkpoint_read_as_llama_cpp_reads_yarn() {
+    let dir = tempfile::tempdir().unwrap();
+    let same = equal_mscales("deepseek_v3", dir.path());
     let b = cpu();
     for split in [true, false] {
         let path = deepseek2_gguf(split, dir.path(), &|_| {});
@@ -1370,4 +1403,27 @@ fn a_deepseek2_gguf_with_any_key_out_of_range_loads_or_is_refused_never_panics()
             }
         }
     }
+}
+
+#[test]
+fn a_glm_dsa_gguf_computes_and_drafts_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let path = mla_gguf("glm_moe_dsa", "glm-dsa", true, dir.path(), &|_| {});
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!((s.architecture.as_str(), s.num_layers), ("GlmMoeDsaForCausalLM", 3));
+    check_same("glm_moe_dsa", &equal_mscales("glm_moe_dsa", dir.path()), &path);
+    // The MTP block after the decoder's drafts as the checkpoint's head does.
+    let path = mla_gguf("glm_moe_dsa_mtp", "glm-dsa", true, dir.path(), &|_| {});
+    let same = equal_mscales("glm_moe_dsa_mtp", dir.path());
+    let (hf, gguf) = (Model::open(&same, &b).unwrap(), Model::open(&path, &b).unwrap());
+    check_same("glm_moe_dsa_mtp", &same, &path);
+    same_mtp_logits(&b, "glm_moe_dsa_mtp", &hf, &gguf);
+    // Shared indexer layers, said or left to be assumed, are refused by name.
+    let shared = |e: &mut Extra| {
+        let types = WriteValue::Array(ValueType::Bool, vec![WriteValue::Bool(true), WriteValue::Bool(false)]);
+        e.push(("attention.indexer.types", types));
+    };
+    let err = Model::open(&mla_gguf("glm_moe_dsa", "glm-dsa", true, dir.path(), &shared), &b).err().unwrap();
+    assert!(err.to_string().contains("layer 1 shares"), "{err}");
 }

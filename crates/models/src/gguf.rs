@@ -12,8 +12,8 @@
 //! its MTP block (`nextn.*`);
 //! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
 //! its per-layer KV head and MLP widths, its Mamba2 mixers and ungated experts behind their
-//! latent projections; DeepSeek V3's latent attention with
-//! `kv_b_proj` put back together from the converter's transposed key half and its value half).
+//! latent projections; DeepSeek V3's latent attention with `kv_b_proj` put back together from
+//! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -60,6 +60,8 @@ pub enum Family {
     /// `deepseek2` -> `DeepseekV3ForCausalLM` (latent attention, sigmoid-routed experts: DeepSeek
     /// V3 / R1 and the checkpoints converted as it).
     Deepseek2,
+    /// `glm-dsa` -> `GlmMoeDsaForCausalLM` (GLM-5: DeepSeek V3's layers with a lightning indexer).
+    GlmDsa,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -80,6 +82,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("nemotron_h_moe", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("deepseek2", Family::Deepseek2, "DeepseekV3ForCausalLM", "deepseek_v3"),
+    ("glm-dsa", Family::GlmDsa, "GlmMoeDsaForCausalLM", "glm_moe_dsa"),
 ];
 
 impl Family {
@@ -201,7 +204,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         _ => return Err(m.error("attention.head_count is 0".into())),
     };
     // (DeepSeek's latent attention: a key of the latent and rope dims, a value of the latent.)
-    if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim && fam != Family::Deepseek2) {
+    let latent = matches!(fam, Family::Deepseek2 | Family::GlmDsa);
+    if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim && !latent) {
         return Err(m.error(format!("value_length {v} differs from key_length {head_dim}")));
     }
     let layers = m.u64("block_count")?;
@@ -265,6 +269,10 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         }
         Family::NemotronH => nemotron_h(&m, &mut c, layers)?,
         Family::Deepseek2 => deepseek2(&m, &mut c, layers, heads, theta, scaling)?,
+        Family::GlmDsa => {
+            deepseek2(&m, &mut c, layers, heads, theta, scaling)?;
+            glm_dsa(&m, &mut c, layers)?
+        }
         Family::Phi3 => {
             c.insert("hidden_act".into(), json!("silu"));
             let mut rope = json!({"rope_type": "default", "rope_theta": theta.unwrap_or(10_000.0)});
@@ -593,6 +601,44 @@ fn deepseek2(
         params.insert("mscale_all_dim".into(), json!(all));
     }
     c.insert("rope_parameters".into(), Value::Object(params));
+    Ok(())
+}
+
+/// GLM-5 as `convert_hf_to_gguf.py` stores it (`glm-dsa`): DeepSeek V3's keys ([`deepseek2`]),
+/// the lightning indexer's (`attention.indexer.head_count`, `key_length`, `top_k`), its MTP
+/// blocks after the decoder's (read by `--draft mtp`). Every layer must run its own indexer:
+/// `attention.indexer.types` all true, or where a file has no such key, every decoder block
+/// holding indexer tensors (GLM-5.2's shared indexer layers, which hold none and which llama.cpp
+/// may assume without the key, are refused by name).
+fn glm_dsa(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
+    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+    let n = layers - nextn;
+    c.insert("num_nextn_predict_layers".into(), json!(nextn));
+    c.insert("index_n_heads".into(), json!(m.u64("attention.indexer.head_count")?));
+    c.insert("index_head_dim".into(), json!(m.u64("attention.indexer.key_length")?));
+    c.insert("index_topk".into(), json!(m.u64("attention.indexer.top_k")?));
+    for key in ["attention.indexer.top_k_frequency", "attention.indexer.skip_top_k_offset"] {
+        if m.f.get(&m.key(key)).is_some() {
+            return Err(m.error(format!("{key}: shared indexer layers (IndexShare) are not supported")));
+        }
+    }
+    match m.f.get_bool_array(&m.key("attention.indexer.types"))? {
+        Some(types) => {
+            if let Some(i) = types.iter().take(n as usize).position(|full| !full) {
+                return Err(m.error(format!(
+                    "attention.indexer.types: layer {i} shares an earlier layer's indexer, which is not supported"
+                )));
+            }
+        }
+        None => {
+            if let Some(i) = (0..n).find(|i| m.f.tensor_info(&format!("blk.{i}.indexer.attn_k.weight")).is_none()) {
+                return Err(m.error(format!(
+                    "block {i} holds no indexer (a shared indexer layer, as GLM-5.2 has), which is not supported"
+                )));
+            }
+        }
+    }
+    c.insert("indexer_types".into(), json!(vec!["full"; n as usize]));
     Ok(())
 }
 
@@ -991,24 +1037,17 @@ impl GgufSource {
                 return Some((self.probs_bias(layer), Fix::Plain));
             }
             let gguf = match rest {
-                // The MTP block's own tensors (after the decoder's blocks).
-                "eh_proj.weight" => Some("nextn.eh_proj.weight"),
-                "enorm.weight" => Some("nextn.enorm.weight"),
-                "hnorm.weight" => Some("nextn.hnorm.weight"),
-                "embed_tokens.weight" => Some("nextn.embed_tokens.weight"),
-                "shared_head.norm.weight" => Some("nextn.shared_head_norm.weight"),
-                "shared_head.head.weight" => Some("nextn.shared_head_head.weight"),
                 "post_attention_layernorm.weight" => Some("post_attention_norm.weight"),
                 "mlp.shared_experts.gate_proj.weight" => Some("ffn_gate_shexp.weight"),
                 "mlp.shared_experts.up_proj.weight" => Some("ffn_up_shexp.weight"),
                 "mlp.shared_experts.down_proj.weight" => Some("ffn_down_shexp.weight"),
-                _ => None,
+                _ => nextn_name(rest),
             };
             if let Some(g) = gguf {
                 return Some((format!("blk.{layer}.{g}"), Fix::Plain));
             }
         }
-        if self.family == Family::Deepseek2
+        if matches!(self.family, Family::Deepseek2 | Family::GlmDsa)
             && let Some(found) = self.deepseek2_layer(layer, rest)
         {
             return Some(found);
@@ -1190,7 +1229,13 @@ impl GgufSource {
             "mlp.shared_experts.gate_proj.weight" => ("ffn_gate_shexp.weight", Fix::Plain),
             "mlp.shared_experts.up_proj.weight" => ("ffn_up_shexp.weight", Fix::Plain),
             "mlp.shared_experts.down_proj.weight" => ("ffn_down_shexp.weight", Fix::Plain),
-            _ => return None,
+            // GLM-5's lightning indexer.
+            "self_attn.indexer.wq_b.weight" => ("indexer.attn_q_b.weight", Fix::Plain),
+            "self_attn.indexer.wk.weight" => ("indexer.attn_k.weight", Fix::Plain),
+            "self_attn.indexer.k_norm.weight" => ("indexer.k_norm.weight", Fix::Plain),
+            "self_attn.indexer.k_norm.bias" => ("indexer.k_norm.bias", Fix::Plain),
+            "self_attn.indexer.weights_proj.weight" => ("indexer.proj.weight", Fix::Plain),
+            _ => return Some((format!("blk.{layer}.{}", nextn_name(rest)?), Fix::Plain)),
         };
         Some((format!("blk.{layer}.{g}"), fix))
     }
@@ -1257,6 +1302,20 @@ impl GgufSource {
         }
         Ok(Some(TensorView { name: hf_name.to_string(), ..view }))
     }
+}
+
+/// The GGUF name (after `blk.{layer}.`) of an MTP block's own tensor `rest` in the NextN layout
+/// (GLM-4.5's, GLM-5's: `eh_proj`, its norms, its own embedding and head).
+fn nextn_name(rest: &str) -> Option<&'static str> {
+    Some(match rest {
+        "eh_proj.weight" => "nextn.eh_proj.weight",
+        "enorm.weight" => "nextn.enorm.weight",
+        "hnorm.weight" => "nextn.hnorm.weight",
+        "embed_tokens.weight" => "nextn.embed_tokens.weight",
+        "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
+        "shared_head.head.weight" => "nextn.shared_head_head.weight",
+        _ => return None,
+    })
 }
 
 /// gpt-oss's tensors that the other families lack or name otherwise: the sinks, the norm before

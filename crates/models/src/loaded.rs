@@ -190,7 +190,7 @@ impl<B: Backend> Model<B> {
     /// (`crate::mtp`) onto `backend`, unsharded (with the whole head where the decoder is
     /// sharded): the drafter of `--draft mtp`. A checkpoint without one is refused by name (a
     /// GGUF file has one where its config counts `nextn_predict_layers` blocks and the family
-    /// maps their `nextn.*` tensors: GLM-4.5's, Qwen3.5's and Qwen3-Next's).
+    /// maps their `nextn.*` tensors: GLM-4.5's, GLM-5's, Qwen3.5's and Qwen3-Next's).
     pub fn load_mtp(&self, backend: &B) -> Result<MtpHead<B>, ModelError> {
         if crate::locate::locate(&self.dir)? == crate::locate::ModelPath::Gguf {
             let src = GgufSource::open(&self.dir)?;

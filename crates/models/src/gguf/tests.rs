@@ -726,29 +726,53 @@ fn kv_b_is_each_heads_transposed_key_rows_then_its_value_rows() {
     assert!(kv_b(&f32_view(&[12], &k), &f32_view(&[2, 1, 3], &v)).is_err());
 }
 
+/// A latent-attention file of architecture `arch` with `blocks` blocks (each an `attn_norm` and,
+/// where `indexed` says, an indexer key projection), a `vocab`-row embedding and `extra` keys.
+fn mla_file(arch: &str, blocks: u32, vocab: usize, indexed: &dyn Fn(u32) -> bool, extra: &[(&str, u32)]) -> GgufFile {
+    let mut w = GgufWriter::new();
+    kvs(&mut w, arch, &[("block_count", blocks), ("embedding_length", 2), ("attention.head_count", 1)]);
+    for (k, v) in [
+        ("attention.kv_lora_rank", 4),
+        ("attention.key_length_mla", 6),
+        ("attention.value_length_mla", 4),
+        ("rope.dimension_count", 2),
+        ("expert_count", 4),
+        ("expert_used_count", 2),
+        ("expert_feed_forward_length", 4),
+        ("feed_forward_length", 8),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        w.kv(&format!("{arch}.{k}"), WriteValue::U32(*v));
+    }
+    w.f32_tensor("token_embd.weight", &[vocab, 2], &vec![0.5; vocab * 2]);
+    for b in 0..blocks {
+        w.f32_tensor(&format!("blk.{b}.attn_norm.weight"), &[2], &[1.0, 1.0]);
+        if indexed(b) {
+            w.f32_tensor(&format!("blk.{b}.indexer.attn_k.weight"), &[2], &[1.0, 1.0]);
+        }
+    }
+    open(&w)
+}
+
+#[test]
+fn a_glm_dsa_file_whose_blocks_do_not_all_hold_an_indexer_is_refused_without_its_types() {
+    let keys = [
+        ("expert_gating_func", 2),
+        ("attention.indexer.head_count", 2),
+        ("attention.indexer.key_length", 4),
+        ("attention.indexer.top_k", 8),
+    ];
+    let c = config_from_gguf(&mla_file("glm-dsa", 2, 16, &|_| true, &keys)).unwrap();
+    assert_eq!((c["index_topk"].as_u64(), c["indexer_types"].clone()), (Some(8), json!(["full", "full"])));
+    let e = config_from_gguf(&mla_file("glm-dsa", 2, 16, &|b| b == 0, &keys)).unwrap_err().to_string();
+    assert!(e.contains("block 1 holds no indexer"), "{e}");
+}
+
 #[test]
 fn a_deepseek2_file_without_its_gating_func_routes_by_sigmoid_only_in_glm_4_7_flashs_shape() {
-    let file = |blocks: u32, vocab: usize| {
-        let mut w = GgufWriter::new();
-        kvs(&mut w, "deepseek2", &[("block_count", blocks), ("embedding_length", 2), ("attention.head_count", 1)]);
-        for (k, v) in [
-            ("attention.kv_lora_rank", 4),
-            ("attention.key_length_mla", 6),
-            ("attention.value_length_mla", 4),
-            ("rope.dimension_count", 2),
-            ("expert_count", 4),
-            ("expert_used_count", 2),
-            ("expert_feed_forward_length", 4),
-            ("feed_forward_length", 8),
-        ] {
-            w.kv(&format!("deepseek2.{k}"), WriteValue::U32(v));
-        }
-        w.f32_tensor("token_embd.weight", &[vocab, 2], &vec![0.5; vocab * 2]);
-        for b in 0..blocks {
-            w.f32_tensor(&format!("blk.{b}.attn_norm.weight"), &[2], &[1.0, 1.0]);
-        }
-        open(&w)
-    };
+    let file = |blocks: u32, vocab: usize| mla_file("deepseek2", blocks, vocab, &|_| false, &[]);
     let c = config_from_gguf(&file(48, 154_880)).unwrap();
     assert_eq!(c["architectures"], json!(["DeepseekV3ForCausalLM"]));
     let e = config_from_gguf(&file(48, 1000)).unwrap_err().to_string();
