@@ -1376,30 +1376,33 @@ fn a_deepseek2_gguf_routed_by_softmax_or_without_the_yarn_multiplier_is_refused_
 }
 
 #[test]
-fn a_deepseek2_gguf_with_any_key_out_of_range_loads_or_is_refused_never_panics() {
-    // Each of the keys the converter writes, one at a time, at 0, 1 and the type's largest (NaN,
-    // negative and 0 for the floats): Model::open answers Ok or an error, never a panic.
+fn latent_ggufs_with_any_key_out_of_range_load_or_are_refused_never_panic() {
+    // Each of the keys the converter writes (DeepSeek V3's, GLM-5's with its indexer and MTP
+    // block), one at a time, at 0, 1 and the type's largest (NaN, negative and 0 for the floats):
+    // Model::open answers Ok or an error, never a panic.
     let dir = tempfile::tempdir().unwrap();
     let b = cpu();
-    let keys = std::cell::RefCell::new(Vec::new());
-    deepseek2_gguf(true, dir.path(), &|e| keys.borrow_mut().extend(e.iter().map(|(k, v)| (*k, v.clone()))));
-    for (key, value) in keys.into_inner() {
-        let tries = match value {
-            WriteValue::U32(_) => vec![WriteValue::U32(0), WriteValue::U32(1), WriteValue::U32(u32::MAX)],
-            WriteValue::F32(_) => vec![WriteValue::F32(f32::NAN), WriteValue::F32(-1.0), WriteValue::F32(0.0)],
-            _ => continue,
-        };
-        for bad in tries {
-            let path = deepseek2_gguf(true, dir.path(), &|e| {
-                if let Some(slot) = e.iter_mut().find(|(k, _)| *k == key) {
-                    slot.1 = bad.clone();
+    for (family, arch) in [("deepseek_v3", "deepseek2"), ("glm_moe_dsa_mtp", "glm-dsa")] {
+        let keys = std::cell::RefCell::new(Vec::new());
+        mla_gguf(family, arch, true, dir.path(), &|e| keys.borrow_mut().extend(e.iter().map(|(k, v)| (*k, v.clone()))));
+        for (key, value) in keys.into_inner() {
+            let tries = match value {
+                WriteValue::U32(_) => vec![WriteValue::U32(0), WriteValue::U32(1), WriteValue::U32(u32::MAX)],
+                WriteValue::F32(_) => vec![WriteValue::F32(f32::NAN), WriteValue::F32(-1.0), WriteValue::F32(0.0)],
+                _ => continue,
+            };
+            for bad in tries {
+                let path = mla_gguf(family, arch, true, dir.path(), &|e| {
+                    if let Some(slot) = e.iter_mut().find(|(k, _)| *k == key) {
+                        slot.1 = bad.clone();
+                    }
+                });
+                let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Model::open(&path, &b).err()));
+                let Ok(refused) = opened else { panic!("{arch}: {key} = {bad:?} panicked") };
+                // A multiplier that is not a number would make every logit NaN.
+                if key == "rope.scaling.yarn_log_multiplier" && matches!(bad, WriteValue::F32(v) if v.is_nan()) {
+                    assert!(refused.is_some(), "{arch}: {key} = NaN loaded");
                 }
-            });
-            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Model::open(&path, &b).err()));
-            let Ok(refused) = opened else { panic!("{key} = {bad:?} panicked") };
-            // A multiplier that is not a number would make every logit NaN.
-            if key == "rope.scaling.yarn_log_multiplier" && matches!(bad, WriteValue::F32(v) if v.is_nan()) {
-                assert!(refused.is_some(), "{key} = NaN loaded");
             }
         }
     }
