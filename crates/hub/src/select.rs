@@ -69,12 +69,15 @@ pub fn choose(repo: &RepoId, names: &[&str], pick: &Pick) -> Result<Choice> {
     }
 }
 
-/// The GGUF files among `names`, multimodal projectors and split files' later shards left out.
+/// The GGUF files among `names`, multimodal projectors, MTP companions (`mtp-STEM.gguf`: the
+/// draft block of the model beside it, alone) and split files' later shards left out.
 fn ggufs<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    let companion = |n: &str| n.rsplit('/').next().is_some_and(|base| base.to_ascii_lowercase().starts_with("mtp-"));
     let mut v: Vec<&str> = names
         .iter()
         .copied()
         .filter(|n| n.to_ascii_lowercase().ends_with(".gguf") && !n.to_ascii_lowercase().contains("mmproj"))
+        .filter(|n| !companion(n))
         .filter(|n| split_of(n).is_none_or(|(_, k, _)| k == 1))
         .collect();
     v.sort_unstable();
@@ -168,7 +171,8 @@ fn choice(repo: &RepoId, what: &str) -> HubError {
 mod tests {
     use super::*;
 
-    const GGUF_REPO: [&str; 5] = ["README.md", "m-Q4_K_M.gguf", "m-Q4_K_S.gguf", "m-IQ4_XS.gguf", "mmproj-m-F16.gguf"];
+    const GGUF_REPO: [&str; 6] =
+        ["README.md", "m-Q4_K_M.gguf", "m-Q4_K_S.gguf", "m-IQ4_XS.gguf", "mmproj-m-F16.gguf", "mtp-m-Q4_K_M.gguf"];
 
     #[test]
     fn quants_match_whole_tokens() {
