@@ -688,6 +688,8 @@ fn qwen35(
     c.insert("linear_key_head_dim".into(), json!(m.u64("ssm.state_size")?));
     c.insert("linear_value_head_dim".into(), json!(inner / nv));
     c.insert("linear_conv_kernel_dim".into(), json!(m.u64("ssm.conv_kernel")?));
+    // llama.cpp's converter reorders Qwen3.5's, not Qwen3-Next's; Ollama's says which it did.
+    let reordered = m.f.get_bool(&m.key("ssm.v_head_reordered"))?.unwrap_or(reordered);
     c.insert("gguf_tiled_value_heads".into(), json!(reordered && nk != nv));
     c.insert("hidden_act".into(), json!("silu"));
     let rotated = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim / 4);

@@ -540,6 +540,11 @@ fn qwen35_sizes_its_delta_rule_from_the_ssm_keys_and_refuses_a_decay_that_is_not
     assert_eq!(a_log, vec![0.5f32.ln(), 2.0f32.ln()]);
     let e = src.get("model.layers.1.linear_attn.A_log").unwrap_err().to_string();
     assert!(e.contains("blk.1.ssm_a") && e.contains("below 0, found 0.25"), "{e}");
+    // A file that says its value heads were left grouped (Ollama's `ssm.v_head_reordered`) is
+    // read grouped.
+    w.kv("qwen35.ssm.v_head_reordered", WriteValue::Bool(false));
+    let c = config_from_gguf(&open(&w)).unwrap();
+    assert_eq!(c["gguf_tiled_value_heads"].as_bool(), Some(false));
 }
 
 #[test]
