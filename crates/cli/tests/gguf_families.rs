@@ -83,7 +83,12 @@ fn gguf_writer(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]
 /// The fixture `family`'s metadata and vocabulary as `convert_hf_to_gguf.py` writes them for
 /// architecture `arch`, with `extra` metadata and the byte-level split `pre`.
 fn metadata(family: &str, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -> GgufWriter {
-    let src = fixture(family);
+    metadata_at(&fixture(family), arch, pre, extra)
+}
+
+/// [`metadata`] of the checkpoint in `src`.
+fn metadata_at(src: &Path, arch: &str, pre: &str, extra: &[(&str, WriteValue)]) -> GgufWriter {
+    let src = src.to_path_buf();
     let config = json(&src.join("config.json"));
     let dim = |k: &str| config[k].as_u64().unwrap() as u32;
     let mut w = GgufWriter::new();
@@ -767,7 +772,14 @@ fn qwen_one_plus(name: &str) -> bool {
 /// decoder's (the head's own tensors under `nextn.`, its layer's as a decoder layer's; where the
 /// fixture has no head, a norm the decoder never reads).
 fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
-    let config = json(&fixture(family).join("config.json"));
+    qwen3_5_gguf_of(&fixture(family), family, "qwen35", dir)
+}
+
+/// [`qwen3_5_gguf`] of the checkpoint in `src` as architecture `arch` (`qwen35moe`: its experts
+/// stacked, its router, shared expert and the shared expert's gate as Qwen3-Next's), named
+/// `name`.
+fn qwen3_5_gguf_of(src: &Path, name: &str, arch: &str, dir: &Path) -> PathBuf {
+    let config = json(&src.join("config.json"));
     let u = |k: &str| config[k].as_u64().unwrap() as usize;
     let (nk, nv, dk, dv, taps) = (
         u("linear_num_key_heads"),
@@ -798,7 +810,17 @@ fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
             WriteValue::Array(ValueType::Bool, recurrent.iter().map(|&b| WriteValue::Bool(b)).collect()),
         ),
     ];
-    let mut w = metadata(family, "qwen35", "llama-bpe", &extra);
+    let experts = config["num_experts"].as_u64().unwrap_or(0) as usize;
+    let mut extra = extra.to_vec();
+    if experts > 0 {
+        extra.extend([
+            ("expert_count", w32(experts)),
+            ("expert_used_count", w32(u("num_experts_per_tok"))),
+            ("expert_feed_forward_length", w32(u("moe_intermediate_size"))),
+            ("expert_shared_feed_forward_length", w32(u("shared_expert_intermediate_size"))),
+        ]);
+    }
+    let mut w = metadata_at(src, arch, "llama-bpe", &extra);
     // The converter's reorder of the value heads: tiled head t = j * nk + k holds grouped head
     // g = k * r + j; `width` values a head along the reordered dim.
     let grouped_of = |t: usize| (t % nk) * r + t / nk;
@@ -810,7 +832,7 @@ fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
         }
         out
     };
-    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    let st = SafetensorsFile::open(&src.join("model.safetensors")).unwrap();
     let mut mtp = false;
     for hf_name in st.tensors().keys() {
         let t = st.tensor(hf_name).unwrap().unwrap();
@@ -867,6 +889,16 @@ fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
                 "ssm_conv1d.weight"
             }
             "linear_attn.norm.weight" => "ssm_norm.weight",
+            "mlp.gate.weight" => "ffn_gate_inp.weight",
+            "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+            "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
+            "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
+            "mlp.shared_expert_gate.weight" => {
+                shape = vec![cols];
+                "ffn_gate_inp_shexp.weight"
+            }
+            // Stacked below.
+            s if s.starts_with("mlp.experts.") => continue,
             "linear_attn.out_proj.weight" => {
                 // Its columns: one row at a time.
                 let rows = shape[0];
@@ -888,7 +920,10 @@ fn qwen3_5_gguf(family: &str, dir: &Path) -> PathBuf {
     if !mtp {
         w.f32_tensor(&format!("blk.{layers}.nextn.enorm.weight"), &[64], &[1.0; 64]);
     }
-    let path = dir.join(format!("{family}.gguf"));
+    for layer in (0..layers).filter(|_| experts > 0) {
+        stack_experts(&mut w, &st, layer, "mlp.", experts, MLP_EXPERTS);
+    }
+    let path = dir.join(format!("{name}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
     path
 }
@@ -1429,4 +1464,83 @@ fn a_glm_dsa_gguf_computes_and_drafts_as_its_safetensors_checkpoint() {
     };
     let err = Model::open(&mla_gguf("glm_moe_dsa", "glm-dsa", true, dir.path(), &shared), &b).err().unwrap();
     assert!(err.to_string().contains("layer 1 shares"), "{err}");
+}
+
+/// A Qwen3.5-MoE checkpoint in `dir` built from the qwen3_5 fixture: its layers with each dense
+/// MLP replaced by 4 experts (top 2) and a gated shared expert of deterministic values (the
+/// fixture script makes no Qwen3.5-MoE checkpoint: transformers reloads its tokenizer as another;
+/// the experts' code is Qwen3-Next's, checked against transformers there).
+fn qwen3_5_moe_checkpoint(dir: &Path) -> PathBuf {
+    let out = dir.join("qwen3_5_moe");
+    std::fs::create_dir(&out).unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json", "golden.json"] {
+        std::fs::copy(fixture("qwen3_5").join(f), out.join(f)).unwrap();
+    }
+    let mut config = json(&fixture("qwen3_5").join("config.json"));
+    let (experts, inter, shared) = (4usize, 16usize, 24usize);
+    config["architectures"] = serde_json::json!(["Qwen3_5MoeForCausalLM"]);
+    config["model_type"] = "qwen3_5_moe_text".into();
+    config["num_experts"] = experts.into();
+    config["num_experts_per_tok"] = 2.into();
+    config["moe_intermediate_size"] = inter.into();
+    config["shared_expert_intermediate_size"] = shared.into();
+    std::fs::write(out.join("config.json"), config.to_string()).unwrap();
+    let (hidden, layers) = (config["hidden_size"].as_u64().unwrap() as usize, 3);
+    let st = SafetensorsFile::open(&fixture("qwen3_5").join("model.safetensors")).unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    for name in st.tensors().keys().filter(|n| !n.contains(".mlp.")) {
+        let t = st.tensor(name).unwrap().unwrap();
+        tensors.push((name.clone(), t.shape.clone(), t.to_f32()));
+    }
+    let mut seed = 7u64;
+    let mut values = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+            })
+            .collect()
+    };
+    for l in 0..layers {
+        let p = format!("model.layers.{l}.mlp.");
+        tensors.push((format!("{p}gate.weight"), vec![experts, hidden], values(experts * hidden)));
+        for e in 0..experts {
+            for (proj, shape) in
+                [("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]), ("down_proj", [hidden, inter])]
+            {
+                tensors.push((format!("{p}experts.{e}.{proj}.weight"), shape.to_vec(), values(inter * hidden)));
+            }
+        }
+        for (proj, shape) in
+            [("gate_proj", [shared, hidden]), ("up_proj", [shared, hidden]), ("down_proj", [hidden, shared])]
+        {
+            tensors.push((format!("{p}shared_expert.{proj}.weight"), shape.to_vec(), values(shared * hidden)));
+        }
+        tensors.push((format!("{p}shared_expert_gate.weight"), vec![1, hidden], values(hidden)));
+    }
+    let bytes: Vec<Vec<u8>> =
+        tensors.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((n, shape, _), b)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), b).unwrap())
+        })
+        .collect();
+    std::fs::write(out.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+    out
+}
+
+#[test]
+fn a_qwen3_5_moe_gguf_computes_as_its_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = qwen3_5_moe_checkpoint(dir.path());
+    let path = qwen3_5_gguf_of(&hf, "qwen3_5_moe", "qwen35moe", dir.path());
+    let b = cpu();
+    let s = Model::open(&path, &b).unwrap().decoder.spec;
+    assert_eq!(s.architecture, "Qwen3_5MoeForCausalLM");
+    assert!(s.moe.as_ref().is_some_and(|m| m.shared.is_some()), "experts and the gated shared expert");
+    assert!(s.gdn.as_ref().is_some_and(|g| g.tiled_v_heads), "the value heads as the converter tiles them");
+    // (The fixture's golden prompts and encodings: the same vocabulary and attention weights.)
+    check_same("qwen3_5", &hf, &path);
 }

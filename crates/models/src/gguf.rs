@@ -10,7 +10,7 @@
 //! MiniMax-M2's experts and full-projection QK norm; Qwen3.5's Gated DeltaNet layers with their
 //! value heads kept in the file's tiled order, `A` taken back to `A_log`, norms stored as `1 + w`,
 //! its MTP block (`nextn.*`);
-//! Qwen3-Next's split or fused projections and its experts; Nemotron-H's one-part layers from
+//! Qwen3-Next's split or fused projections and its experts, which Qwen3.5-MoE's layers carry too; Nemotron-H's one-part layers from
 //! its per-layer KV head and MLP widths, its Mamba2 mixers and ungated experts behind their
 //! latent projections; DeepSeek V3's latent attention with `kv_b_proj` put back together from
 //! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it).
@@ -54,6 +54,8 @@ pub enum Family {
     Qwen35,
     /// `qwen3next` -> `Qwen3NextForCausalLM`.
     Qwen3Next,
+    /// `qwen35moe` -> `Qwen3_5MoeForCausalLM` (Qwen3.5's layers, Qwen3-Next's experts).
+    Qwen35Moe,
     /// `nemotron_h` and `nemotron_h_moe` -> `NemotronHForCausalLM` (Mamba2, attention, MLP and
     /// MoE layers).
     NemotronH,
@@ -79,6 +81,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("minimax-m2", Family::MiniMaxM2, "MiniMaxM2ForCausalLM", "minimax_m2"),
     ("qwen35", Family::Qwen35, "Qwen3_5ForCausalLM", "qwen3_5_text"),
     ("qwen3next", Family::Qwen3Next, "Qwen3NextForCausalLM", "qwen3_next"),
+    ("qwen35moe", Family::Qwen35Moe, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
     ("nemotron_h", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("nemotron_h_moe", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("deepseek2", Family::Deepseek2, "DeepseekV3ForCausalLM", "deepseek_v3"),
@@ -229,7 +232,9 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::NemotronH => m.per_layer_max("feed_forward_length")?,
         _ => match m.opt_u64("feed_forward_length")? {
             Some(n) => n,
-            None if matches!(fam, Family::Qwen3Moe | Family::GptOss) => m.u64("expert_feed_forward_length")?,
+            None if matches!(fam, Family::Qwen3Moe | Family::GptOss | Family::Qwen35Moe) => {
+                m.u64("expert_feed_forward_length")?
+            }
             None => m.u64("feed_forward_length")?,
         },
     };
@@ -263,6 +268,13 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         Family::Glm4Moe => glm4_moe(&m, &mut c, layers, head_dim, theta)?,
         Family::MiniMaxM2 => minimax_m2(&m, &mut c, head_dim, theta)?,
         Family::Qwen35 => qwen35(&m, &mut c, layers, head_dim, theta, true)?,
+        Family::Qwen35Moe => {
+            if let Some(t) = f.tensors().iter().find(|t| t.name.ends_with("ffn_gate_up_exps.weight")) {
+                return Err(m.error(format!("{}: experts with gate and up merged are not read", t.name)));
+            }
+            qwen35(&m, &mut c, layers, head_dim, theta, true)?;
+            qwen3_next(&m, &mut c)?
+        }
         Family::Qwen3Next => {
             qwen35(&m, &mut c, layers, head_dim, theta, false)?;
             qwen3_next(&m, &mut c)?
@@ -969,7 +981,7 @@ impl GgufSource {
         let num_kv_heads = to_usize(m.kv_heads()?.map_or(num_heads as u64, |k| k.count()))?;
         let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
         let mtp_block = match family {
-            Family::Qwen35 | Family::Qwen3Next if nextn > 0 => {
+            Family::Qwen35 | Family::Qwen3Next | Family::Qwen35Moe if nextn > 0 => {
                 Some(to_usize(m.u64("block_count")?.saturating_sub(nextn))?)
             }
             _ => None,
@@ -995,7 +1007,10 @@ impl GgufSource {
     /// The GGUF tensor holding HF tensor `hf_name`, and how to convert it.
     fn locate(&self, hf_name: &str) -> Option<(String, Fix)> {
         // Norms the converter stores as `1 + w` (Qwen3.5's gated norm of the delta rule kept as is).
-        let one_plus = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Qwen35 | Family::Qwen3Next);
+        let one_plus = matches!(
+            self.family,
+            Family::Gemma2 | Family::Gemma3 | Family::Qwen35 | Family::Qwen3Next | Family::Qwen35Moe
+        );
         if self.family == Family::NemotronH {
             return self.locate_nemotron_h(hf_name);
         }
@@ -1059,12 +1074,12 @@ impl GgufSource {
         {
             return Some(found);
         }
-        if matches!(self.family, Family::Qwen35 | Family::Qwen3Next)
+        if matches!(self.family, Family::Qwen35 | Family::Qwen3Next | Family::Qwen35Moe)
             && let Some((g, fix)) = qwen35_only(rest)
         {
             return Some((format!("blk.{layer}.{g}"), fix));
         }
-        if self.family == Family::Qwen3Next {
+        if matches!(self.family, Family::Qwen3Next | Family::Qwen35Moe) {
             let (g, fix) = match rest {
                 "linear_attn.in_proj_qkvz.weight" => ("ssm_in.weight", Fix::Plain),
                 "linear_attn.in_proj_ba.weight" => ("ssm_ba.weight", Fix::Plain),
