@@ -737,9 +737,10 @@ fn qwen3_next(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError
     Ok(())
 }
 
-/// Nemotron-H (dense) as `convert_hf_to_gguf.py` stores it: each layer one mixer, attention
-/// where its `attention.head_count_kv` is not 0, a relu² MLP where its `feed_forward_length` is
-/// not 0, Mamba2 elsewhere, sized by the `ssm.*` keys (`time_step_rank` heads of `inner_size /
+/// Nemotron-H as `convert_hf_to_gguf.py` stores it (`nemotron_h`, `nemotron_h_moe`): each layer
+/// one mixer, attention where its `attention.head_count_kv` is not 0, a relu² MLP (or, where the
+/// block has a router, experts: [`nemotron_h_moe`]) where its `feed_forward_length` is not 0,
+/// Mamba2 elsewhere, sized by the `ssm.*` keys (`time_step_rank` heads of `inner_size /
 /// time_step_rank`, `group_count` groups, `state_size`, `conv_kernel` taps); no rope.
 fn nemotron_h(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
     // The MTP block after the decoder's (a MoE file's) is left unread.
