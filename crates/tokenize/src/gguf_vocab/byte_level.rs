@@ -73,7 +73,7 @@ fn split_regex(pre: &str) -> Option<PreSplit> {
         "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => PreSplit::Regex(&[QWEN2]),
         "qwen35" => PreSplit::Regex(&[QWEN35]),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => PreSplit::Regex(&[GPT4O]),
-        "deepseek-v3" | "hunyuan-dense" | "joyai-llm" => PreSplit::Regex(&DEEPSEEK_V3),
+        "deepseek-v3" => PreSplit::Regex(&DEEPSEEK_V3),
         "kimi-k2" => PreSplit::Regex(&[KIMI_K2]),
         "default" | "gpt2" | "gpt-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "phi-2"
         | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe"
