@@ -159,6 +159,17 @@ impl Meta<'_> {
 
     /// `attention.head_count_kv`: one count for every layer, or (LFM2) one a layer, 0 where the
     /// layer has no attention; `None` when absent.
+    /// The decoder's blocks of the file's `layers` and the MTP blocks after them
+    /// (`nextn_predict_layers`), at least one block left to the decoder.
+    fn decoder_blocks(&self, layers: u64) -> Result<(u64, u64), ModelError> {
+        let nextn = self.opt_u64("nextn_predict_layers")?.unwrap_or(0);
+        if nextn >= layers {
+            let msg = format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder");
+            return Err(self.error(msg));
+        }
+        Ok((layers - nextn, nextn))
+    }
+
     fn kv_heads(&self) -> Result<Option<KvHeads>, ModelError> {
         let k = self.key("attention.head_count_kv");
         match self.f.get(&k) {
@@ -499,11 +510,8 @@ fn glm4_moe(
     head_dim: u64,
     theta: Option<f32>,
 ) -> Result<(), ModelError> {
-    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
-    if nextn >= layers {
-        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
-    }
-    c.insert("num_hidden_layers".into(), json!(layers - nextn));
+    let (n, nextn) = m.decoder_blocks(layers)?;
+    c.insert("num_hidden_layers".into(), json!(n));
     c.insert("num_nextn_predict_layers".into(), json!(nextn));
     if let Some(f) = m.opt_u64("expert_gating_func")?.filter(|&f| f != 2) {
         return Err(m.error(format!("expert_gating_func {f}: GLM-4.5 routes by sigmoid scores (2)")));
@@ -551,11 +559,8 @@ fn deepseek2(
     theta: Option<f32>,
     scaling: Option<Map<String, Value>>,
 ) -> Result<(), ModelError> {
-    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
-    if nextn >= layers {
-        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
-    }
-    c.insert("num_hidden_layers".into(), json!(layers - nextn));
+    let (n, _) = m.decoder_blocks(layers)?;
+    c.insert("num_hidden_layers".into(), json!(n));
     c.insert("num_nextn_predict_layers".into(), json!(0));
     // llama.cpp's reading of a file without the key: GLM-4.7-Flash's shape (47 or 48 blocks,
     // 154,880 tokens) routes by sigmoid scores, any other by softmax (DeepSeek V2).
@@ -623,8 +628,7 @@ fn deepseek2(
 /// holding indexer tensors (GLM-5.2's shared indexer layers, which hold none and which llama.cpp
 /// may assume without the key, are refused by name).
 fn glm_dsa(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
-    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
-    let n = layers - nextn;
+    let (n, nextn) = m.decoder_blocks(layers)?;
     c.insert("num_nextn_predict_layers".into(), json!(nextn));
     c.insert("index_n_heads".into(), json!(m.u64("attention.indexer.head_count")?));
     c.insert("index_head_dim".into(), json!(m.u64("attention.indexer.key_length")?));
@@ -655,7 +659,7 @@ fn glm_dsa(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), 
 }
 
 /// Qwen3.5 as `convert_hf_to_gguf.py` stores it: `block_count` counts the MTP blocks
-/// (`nextn_predict_layers`, left unread) after the decoder's; Gated DeltaNet layers where
+/// (`nextn_predict_layers`, read by `--draft mtp`) after the decoder's; Gated DeltaNet layers where
 /// `attention.recurrent_layers` says (else all but every `full_attention_interval`-th), sized by
 /// the `ssm.*` keys (`group_count` key heads, `time_step_rank` value heads of `inner_size /
 /// time_step_rank`, `state_size` key width, `conv_kernel` taps), their value heads tiled over the
@@ -668,11 +672,7 @@ fn qwen35(
     theta: Option<f32>,
     reordered: bool,
 ) -> Result<(), ModelError> {
-    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
-    if nextn >= layers {
-        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
-    }
-    let n = layers - nextn;
+    let (n, nextn) = m.decoder_blocks(layers)?;
     c.insert("num_hidden_layers".into(), json!(n));
     if nextn > 0 {
         c.insert("mtp_num_hidden_layers".into(), json!(nextn));
@@ -744,11 +744,7 @@ fn qwen3_next(m: &Meta<'_>, c: &mut Map<String, Value>) -> Result<(), ModelError
 /// time_step_rank`, `group_count` groups, `state_size`, `conv_kernel` taps); no rope.
 fn nemotron_h(m: &Meta<'_>, c: &mut Map<String, Value>, layers: u64) -> Result<(), ModelError> {
     // The MTP block after the decoder's (a MoE file's) is left unread.
-    let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
-    if nextn >= layers {
-        return Err(m.error(format!("nextn_predict_layers {nextn} leaves none of the {layers} blocks to the decoder")));
-    }
-    let n = layers - nextn;
+    let (n, _) = m.decoder_blocks(layers)?;
     c.insert("num_hidden_layers".into(), json!(n));
     let (kv, ff) = (m.per_layer("attention.head_count_kv")?, m.per_layer("feed_forward_length")?);
     if kv.len() as u64 != layers || ff.len() as u64 != layers {
