@@ -104,8 +104,9 @@ fn draft_model_equals_undrafted() {
     }
 }
 
-/// The draft-model pairs the next two tests run again: lfm2 drafting for qwen3 (where
-/// `draft_model_equals_undrafted` has failed on the device) and the other way round.
+/// The draft-model pairs the next tests run again: lfm2 drafting for qwen3 (where
+/// `draft_model_equals_undrafted` failed on the device while a dropped capture freed the tables
+/// other recordings launch with) and the other way round.
 const LFM2_PAIRS: [(&str, &str); 2] = [("qwen3", "lfm2"), ("lfm2", "qwen3")];
 
 #[test]
