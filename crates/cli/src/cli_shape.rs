@@ -24,6 +24,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "cuda_glu_store_rows",
             "cuda_graph_rows",
             "cuda_fp8_gemv_rows",
+            "cuda_moe_gemm",
             "cuda_pdl",
             "kv_memory",
             "gpu_memory_utilization",

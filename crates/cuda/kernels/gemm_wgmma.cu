@@ -112,6 +112,15 @@ __device__ __forceinline__ void wgmma_ss_n128(float* d, u64 adesc, u64 bdesc, in
 struct WgTile {
     int which, wblock, row0, tok0, z;
 };
+
+// A grouped launch's experts (gemm_wgmma_grouped): W block bx of token tile `by` reads expert
+// tiles[3 by]'s weight maps[which * ne + expert] and its rows [tiles[3 by + 1], tiles[3 by + 2])
+// of the gathered x and of y (the tile's other rows are the next expert's: read, never stored).
+struct WgGroups {
+    const TmaDesc* __restrict__ maps;
+    const u32* __restrict__ tiles;
+    int ne, ntt;
+};
 __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int bx1, int tokens_first) {
     const int bx = tokens_first ? (t / gy) % nbx : t % nbx, by = tokens_first ? t % gy : (t / nbx) % gy;
     const int z = t / (nbx * gy);
@@ -129,19 +138,33 @@ __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int b
 // GLU: W0 is a packed gate/up weight (tf_backend gate_up; n0 = 2 inter, no split, no add) and
 // the store writes act(gate) * up rounded to bf16 (ops.cu glu_one, the same values as glu_packed
 // of the plain output) into ygb [m, inter] (row stride kp) instead of y0.
-template <bool GLU>
+// GROUPED: the token tiles and each tile's weights come from `grp` (WgGroups); rows are stored
+// up to their tile's end rather than m (no split, no add).
+template <bool GLU, bool GROUPED = false>
 __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc& w1, const TmaDesc& w2, const TmaDesc& xmap,
                                                 float* __restrict__ y0, float* __restrict__ y1, float* __restrict__ y2,
                                                 int n0, int n1, int n2, int bx0, int bx1, int nbx, int m, int kt,
                                                 float* __restrict__ ws, int nz, int add, int lag_blocks, int tokens_first,
-                                                u16* __restrict__ ygb, int kp, int act) {
+                                                u16* __restrict__ ygb, int kp, int act, WgGroups grp = WgGroups{}) {
 #ifdef TF_WGMMA
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     __shared__ __align__(8) u64 full[WG_STAGES], empty[WG_STAGES], lagbar;
     const u32 ring = (smem_addr(wg_smem) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int seg_len = gemm_seg_len(kt);
-    const int gy = (m + WG_BN - 1) / WG_BN, ntiles = nbx * gy * max(nz, 1);
+    const int gy = GROUPED ? grp.ntt : (m + WG_BN - 1) / WG_BN, ntiles = nbx * gy * max(nz, 1);
+    // Tile t, and the end of its rows (m, or its expert's last pair).
+    auto tile = [&](int t, int& tok_end) {
+        WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
+        tok_end = m;
+        if constexpr (GROUPED) {
+            const int by = tl.tok0 / WG_BN;
+            tl.z = (int)grp.tiles[3 * by];  // the expert (z is unused: no split)
+            tl.tok0 = (int)grp.tiles[3 * by + 1];
+            tok_end = (int)grp.tiles[3 * by + 2];
+        }
+        return tl;
+    };
     // 64-wide k blocks [kb0, kb0 + nkb) of a tile: all of K, or segment z in split mode.
     auto kblocks = [&](int z, int& kb0, int& nkb) {
         kb0 = nz > 0 ? z * seg_len / 4 : 0;
@@ -163,10 +186,11 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&xmap) : "memory");
         int slot = 0, round = 0;
         for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-            const WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
-            const TmaDesc* wmap = tl.which == 0 ? &w0 : tl.which == 1 ? &w1 : &w2;
+            int tok_end;
+            const WgTile tl = tile(t, tok_end);
+            const TmaDesc* wmap = GROUPED ? &grp.maps[tl.which * grp.ne + tl.z] : tl.which == 0 ? &w0 : tl.which == 1 ? &w1 : &w2;
             int kb0, nkb;
-            kblocks(tl.z, kb0, nkb);
+            kblocks(GROUPED ? 0 : tl.z, kb0, nkb);
             for (int kb = 0; kb < nkb; ++kb) {
                 if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
                 const u32 base = ring + slot * WG_STAGE_BYTES;
@@ -194,9 +218,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
     u32 phase = 0;
     u32 nlag = 0;  // lagged tiles so far: lagbar's completed phases
     for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
+        int tok_end;
+        const WgTile tl = tile(t, tok_end);
         int kb0, nkb;
-        kblocks(tl.z, kb0, nkb);
+        kblocks(GROUPED ? 0 : tl.z, kb0, nkb);
         // Warpgroup 1 may run lag_blocks (at most 4) behind warpgroup 0, so their segment-end drains (and
         // epilogues) fall at different times and the other keeps the tensor cores busy: it waits
         // for warpgroup 0's arrivals on `lagbar` after that one's first lag_blocks blocks of the tile.
@@ -280,13 +305,13 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
 #pragma unroll
             for (int i = 0; i < WG_ACC; ++i) {
                 int row = rowb + ((i >> 1) & 1) * 8, tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-                acc[i] = row < n && tok < m ? y[(size_t)tok * n + row] : 0.f;
+                acc[i] = row < n && tok < tok_end ? y[(size_t)tok * n + row] : 0.f;
             }
         }
 #pragma unroll
         for (int i = 0; i < WG_ACC; ++i) {
             int row = rowb + ((i >> 1) & 1) * 8, tok = tl.tok0 + (i >> 2) * 8 + 2 * c + (i & 1);
-            if (row < n && tok < m) {
+            if (row < n && tok < tok_end) {
                 if (nz > 0) ws[((size_t)tl.z * m + tok) * ntot + col0 + row] = tot[i];
                 else y[(size_t)tok * n + row] = add ? __fadd_rn(acc[i], tot[i]) : tot[i];
             }
@@ -303,6 +328,19 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     tf_pdl_enter();
     gemm_wgmma_body<false>(w0, w1, w2, xmap, y0, y1, y2, n0, n1, n2, bx0, bx1, nbx, m, kt, ws, nz, add, lag_blocks,
                            tokens_first, nullptr, 0, 0);
+}
+
+// Grouped GEMM over experts (moe.rs `grouped`): ntt token tiles of the expert-sorted gathered x
+// (`tiles`: [expert, first row, end row] each), each against nb 128-row blocks of its expert's
+// weights of `kinds` kinds (1 or 2: gate and up in one launch), maps [kind][ne] in global memory;
+// kind j's rows into yj [rows, n]. Every output element takes gemm_wgmma's reduction order.
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    gemm_wgmma_grouped(const TmaDesc* __restrict__ maps, const u32* __restrict__ tiles, int ne, int ntt,
+                       const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1, int n,
+                       int nb, int kinds, int kt, int lag_blocks, int tokens_first) {
+    tf_pdl_enter();
+    gemm_wgmma_body<false, true>(xmap, xmap, xmap, xmap, y0, y1, y1, n, n, n, nb, kinds > 1 ? nb : 0, nb * kinds, 0, kt,
+                                 nullptr, 0, 0, lag_blocks, tokens_first, nullptr, 0, 0, WgGroups{maps, tiles, ne, ntt});
 }
 
 // The packed gate/up matmul with the gated activation in its store (gemm_wgmma_body GLU): gu has

@@ -121,6 +121,7 @@ kernels!(
     gemm_bf16,
     gemm_wgmma,
     gemm_wgmma_glu,
+    gemm_wgmma_grouped,
     gemm_fold,
     gemm_simt_e1,
     gemm_simt_e4,
@@ -261,7 +262,7 @@ impl Device {
         let big = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         drv(k.gemm_bf16.set_attribute(big, GEMM_SMEM as i32), "raising the GEMM's shared memory")?;
         if wgmma {
-            for f in [&k.gemm_wgmma, &k.gemm_wgmma_glu] {
+            for f in [&k.gemm_wgmma, &k.gemm_wgmma_glu, &k.gemm_wgmma_grouped] {
                 drv(f.set_attribute(big, WGMMA_SMEM as i32), "raising the wgmma GEMM's shared memory")?;
             }
             drv(

@@ -7,12 +7,14 @@
 //! reads) stay on the device: the routed (row, expert) pairs are sorted by expert, gathered, run
 //! through grouped GEMVs over every chosen expert (gate and up in one launch, then down), and
 //! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
-//! download only the routing, then per expert a gather, the expert's gated MLP through the
-//! ordinary matmul kernels,
-//! and a weighted scatter-add. Both paths clamp the gated activation where `MoeParams::clamp`
+//! download only the routing; on Hopper, bf16 experts then run through one grouped wgmma GEMM
+//! per weight kind over every chosen expert (grouped.rs), else per expert a gather, the
+//! expert's gated MLP through the ordinary matmul kernels, and a weighted scatter-add. Both paths clamp the gated activation where `MoeParams::clamp`
 //! says (Step's `swiglu_limits`: ops.rs `glu_clamped`). The grouped GEMV gives an expert's rows
 //! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
+
+mod grouped;
 
 use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, ptr};
@@ -175,8 +177,14 @@ pub(crate) fn moe_by<'a>(
     {
         return on_device(b, x, &ids, &w, (&table, fp8), &experts(0), gated, p);
     }
-    let (ids, weights) = (d.download(&ids, x.rows * k), d.download(&w, x.rows * k));
-    by_expert(b, x, &ids, &weights, ne, gated, experts, p)
+    let host_ids = d.download(&ids, x.rows * k);
+    if !b.moe_per_expert
+        && host_ids.iter().all(|&e| (e as usize) < ne)
+        && let Some(maps) = grouped::maps(b, ne, &experts)
+    {
+        return grouped::grouped(b, x, &ids, &w, &host_ids, &maps, &experts(0), gated, p);
+    }
+    by_expert(b, x, &host_ids, &d.download(&w, x.rows * k), ne, gated, experts, p)
 }
 
 /// Whether a router of `ne` experts with `p` is past the routing kernels' limits.

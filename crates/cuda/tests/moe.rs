@@ -222,3 +222,94 @@ fn activate_add_bias_and_add_sigmoid_scaled_match_the_reference() {
         assert!(same_bits(&b.download(&one), &all[row * cols..(row + 1) * cols]), "add_sigmoid_scaled row {row} alone");
     }
 }
+
+/// Experts for the grouped wgmma GEMM: hidden width 960 (60 k tiles, one K segment; 7.5 W
+/// blocks of down, so a partial one), expert width 1536 (96 k tiles, three segments).
+const GH: usize = 960;
+const GI: usize = 1536;
+/// Experts of the grouped case, and its rows: 300 rows of top-4 over 8 experts give each
+/// expert about 150 pairs (two token tiles, the second partial).
+const GE: usize = 8;
+const GROWS: usize = 300;
+
+#[test]
+fn grouped_gemm_rows_equal_alone_and_the_per_expert_path() {
+    // Rounds past 64 rows run every expert in one grouped wgmma GEMM a kind (Hopper): each row
+    // must keep the bits it has alone (the grouped GEMV), in a smaller batch, and through the
+    // per-expert matmuls (`CudaOptions::moe_per_expert`).
+    let Some(b) = backend() else { return };
+    let Some(per) = backend_with(tf_cuda::CudaOptions { moe_per_expert: true, ..Default::default() }) else { return };
+    let mk = |kind: u64, e: usize, rows: usize, cols: usize| {
+        weight("w", DType::BF16, rows, cols, &rand(rows * cols, 5000 + kind * 100 + e as u64, 0.2))
+    };
+    let gate: Vec<_> = (0..GE).map(|e| mk(1, e, GI, GH)).collect();
+    let up: Vec<_> = (0..GE).map(|e| mk(2, e, GI, GH)).collect();
+    let down: Vec<_> = (0..GE).map(|e| mk(3, e, GH, GI)).collect();
+    let x = rand(GROWS * GH, 6, 1.0);
+    let mut logits = rand(GROWS * GE, 78, 3.0);
+    // Most rows prefer the first experts, so expert 7 gets few pairs and one none at some cuts.
+    for (i, l) in logits.iter_mut().enumerate() {
+        *l -= 0.4 * (i % GE) as f32;
+    }
+    let sig = MoeParams {
+        top_k: 4,
+        scoring: MoeScoring::Sigmoid,
+        n_group: 2,
+        topk_group: 1,
+        norm_topk_prob: true,
+        norm_eps: 1e-20,
+        scale: 2.5,
+        act: Activation::Silu,
+        clamp: None,
+    };
+    let cases = [
+        ("softmax top-4 norm", MoeParams::softmax(4, true, Activation::Silu), true),
+        ("sigmoid 2 groups top-1 group top-4", sig, true),
+        (
+            "softmax top-2 clamped 7",
+            MoeParams { clamp: Some(7.0), ..MoeParams::softmax(2, true, Activation::Silu) },
+            true,
+        ),
+        ("sigmoid ungated relu2 top-3", MoeParams { top_k: 3, n_group: 1, act: Activation::Relu2, ..sig }, false),
+    ];
+    let r = RefBackend;
+    for (name, p, gated) in cases {
+        let on = |be: &tf_cuda::CudaBackend, lo: usize, hi: usize| {
+            let load = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| be.mat(t).expect("bf16 weight")).collect();
+            let ex = Experts {
+                gate: if gated { load(&gate) } else { Vec::new() },
+                up: load(&up),
+                down: load(&down),
+                choice_bias: None,
+                biases: None,
+                first: 0,
+            };
+            let xs = be.upload(&x[lo * GH..hi * GH], hi - lo, GH);
+            let ls = be.upload(&logits[lo * GE..hi * GE], hi - lo, GE);
+            be.download(&be.moe(&xs, &ls, &ex, &p))
+        };
+        let all = on(&b, 0, GROWS);
+        let at = |v: &[f32], r: usize| v[r * GH..(r + 1) * GH].to_vec();
+        assert!(same_bits(&all, &on(&per, 0, GROWS)), "{name}: grouped against per-expert, all rows");
+        for (lo, hi) in [(0, 1), (131, 132), (299, 300), (10, 74), (0, 65), (17, 250)] {
+            let part = on(&b, lo, hi);
+            for row in lo..hi {
+                let what = format!("{name}: row {row} of rows {lo}..{hi} against all {GROWS}");
+                assert!(same_bits(&at(&part, row - lo), &at(&all, row)), "{what}");
+            }
+        }
+        let rload = |v: &Vec<tf_formats::TensorView>| v.iter().map(|t| r.mat(t).expect("ref weight")).collect();
+        let rex = Experts {
+            gate: if gated { rload(&gate) } else { Vec::new() },
+            up: rload(&up),
+            down: rload(&down),
+            choice_bias: None,
+            biases: None,
+            first: 0,
+        };
+        let want = r.download(&r.moe(&r.upload(&x, GROWS, GH), &r.upload(&logits, GROWS, GE), &rex, &p));
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = max_err(&all, &want);
+        assert!(scale > 0.0 && err <= 0.03 * scale, "{name}: {err} against the reference (scale {scale})");
+    }
+}

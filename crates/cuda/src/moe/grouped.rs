@@ -1,0 +1,204 @@
+//! Many-row MoE rounds through one grouped wgmma GEMM per weight kind (kernels/gemm_wgmma.cu
+//! `gemm_wgmma_grouped`): the routed (row, expert) pairs sorted by expert and gathered, gate and
+//! up of every chosen expert in one launch, the gated activation, down in another, and the
+//! weighted combine. Each expert's rows fill 128-row token tiles of their own, so the launch's
+//! tiles keep every SM busy where a matmul per expert (a few hundred rows each in a prefill)
+//! would leave most of them idle. Every output element takes the wgmma GEMM's reduction order,
+//! which is the order of every other matmul kernel, and the combine adds a row's experts in
+//! increasing expert order as the other paths do: a row's output has the same bits whichever
+//! path ran and whatever else is batched with it.
+
+use crate::ctx::{Ctx, Table};
+use crate::device::{Arg, ptr};
+use crate::ops::{activate, bf16_of, gather, glu_limited};
+use crate::smem::{WGMMA_SMEM, WGMMA_THREADS};
+use crate::tensor::{CudaAct, CudaMat, padded};
+use crate::tma::{BOX_ROWS, row_map, wgmma_fits};
+use cudarc::driver::CudaSlice;
+use std::sync::Arc;
+use tf_backend::MoeParams;
+
+/// Marks a cache key as a table of tensor maps (the pointer tables' keys are addresses).
+const MAPS_KEY: u64 = u64::MAX;
+
+/// The grouped GEMM walks W blocks fastest (0): the CTAs running at once share a token tile of
+/// one expert (its x rows from L2) rather than one W block index of many experts.
+const TOKENS_FIRST: i32 = 0;
+
+/// The experts' gate, up and down tensor maps on the device (`[gate | up | down]`, `ne` each,
+/// 16 words a map), uploaded on first use; `None` unless every weight is bf16 with a map (Hopper)
+/// of one shape per kind, gate and up alike, and both inner widths take the wgmma GEMM.
+pub(super) fn maps<'a>(
+    b: &Ctx,
+    ne: usize,
+    experts: &impl Fn(usize) -> [&'a CudaMat; 3],
+) -> Option<Arc<CudaSlice<u64>>> {
+    let first = experts(0);
+    let (gn, gk) = first[0].shape();
+    let dk = first[2].shape().1;
+    if first[1].shape() != (gn, gk) || dk != gn || !wgmma_fits(gk.div_ceil(16)) || !wgmma_fits(dk.div_ceil(16)) {
+        return None;
+    }
+    let mut key = vec![MAPS_KEY];
+    for e in 0..ne {
+        for (kind, m) in experts(e).into_iter().enumerate() {
+            match m {
+                CudaMat::Bf16 { w, map: Some(_), .. } if m.shape() == first[kind].shape() => {
+                    key.push(ptr(w, &b.dev.stream));
+                }
+                _ => return None,
+            }
+        }
+    }
+    let mut c = b.caches();
+    if let Some(t) = c.experts.get(&key) {
+        return Some(Arc::clone(&t.dev));
+    }
+    let mut host = vec![0u64; 3 * ne * 16];
+    for e in 0..ne {
+        for (kind, m) in experts(e).into_iter().enumerate() {
+            if let CudaMat::Bf16 { map: Some(map), .. } = m {
+                host[(kind * ne + e) * 16..][..16].copy_from_slice(&map[..]);
+            }
+        }
+    }
+    let d = &b.dev;
+    let (in_capture, t) = (d.capturing(), Arc::new(d.upload(&host)));
+    if c.experts.len() >= super::KEEP_TABLES {
+        c.experts.clear();
+    }
+    c.experts.insert(key, Table { dev: Arc::clone(&t), in_capture });
+    Some(t)
+}
+
+/// The round's plan from its routing (`ids`: `[rows, k]`, every id below `ne`): per pair in
+/// expert order (then pair order) its row, per pair its place in that order, and the token
+/// tiles `[expert, first, end]` of each expert's places.
+pub(super) fn plan(ids: &[u32], ne: usize, k: usize) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut count = vec![0u32; ne + 1];
+    for &e in ids {
+        count[e as usize + 1] += 1;
+    }
+    for e in 0..ne {
+        count[e + 1] += count[e];
+    }
+    let mut next = count.clone();
+    let (mut pair_row, mut pos) = (vec![0u32; ids.len()], vec![0u32; ids.len()]);
+    for (p, &e) in ids.iter().enumerate() {
+        let at = next[e as usize];
+        next[e as usize] += 1;
+        pair_row[at as usize] = (p / k) as u32;
+        pos[p] = at;
+    }
+    let mut tiles = Vec::new();
+    for e in 0..ne {
+        let (start, end) = (count[e] as usize, count[e + 1] as usize);
+        for first in (start..end).step_by(BOX_ROWS) {
+            tiles.extend([e as u32, first as u32, end as u32]);
+        }
+    }
+    (pair_row, pos, tiles)
+}
+
+/// The MoE of `x` through the grouped GEMM: `ids` / `w` the routing on the device (`[rows, k]`),
+/// `host_ids` the same ids downloaded, `maps` from [`maps`], `shapes` one expert's weights.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn grouped(
+    b: &Ctx,
+    x: &CudaAct,
+    ids: &CudaSlice<u32>,
+    w: &CudaSlice<f32>,
+    host_ids: &[u32],
+    maps: &CudaSlice<u64>,
+    shapes: &[&CudaMat; 3],
+    gated: bool,
+    p: &MoeParams,
+) -> CudaAct {
+    let (d, s) = (&b.dev, &b.dev.stream);
+    let (rows, k) = (x.rows, p.top_k);
+    let ne = maps.len() / 48;
+    let pairs = rows * k;
+    let (pair_row, pos, tiles) = plan(host_ids, ne, k);
+    let ntt = tiles.len() / 3;
+    let packed: Vec<u32> = pair_row.iter().chain(&pos).chain(&tiles).copied().collect();
+    let plan_d = d.upload(&packed);
+    let base = ptr(&plan_d, s);
+    let (rows_at, pos_at, tiles_at) = (base, base + 4 * pairs as u64, base + 8 * pairs as u64);
+    let xe = gather(b, x, rows_at, pairs);
+    // Weights `kinds` of every routed expert over `xin`'s pairs, one output per kind.
+    let run = |xin: &CudaAct, kinds: std::ops::Range<usize>| -> Vec<CudaAct> {
+        let (n, kin) = shapes[kinds.start].shape();
+        assert_eq!(xin.cols, kin, "moe: expert input width");
+        let ys: Vec<CudaSlice<f32>> = kinds.clone().map(|_| d.alloc::<f32>(pairs * n)).collect();
+        let xb = bf16_of(b, xin);
+        let xmap = row_map(ptr(xb, s), pairs, padded(kin), BOX_ROWS).expect("moe: the gathered rows' tensor map");
+        let nb = match shapes[kinds.start] {
+            CudaMat::Bf16 { ntiles, .. } => ntiles.div_ceil(8),
+            _ => unreachable!("maps() took bf16 weights only"),
+        };
+        let args = [
+            Arg::P(ptr(maps, s) + (128 * kinds.start * ne) as u64),
+            Arg::P(tiles_at),
+            Arg::I(ne as i32),
+            Arg::I(ntt as i32),
+            Arg::M(xmap),
+            Arg::P(ptr(&ys[0], s)),
+            Arg::P(ptr(ys.last().unwrap_or(&ys[0]), s)),
+            Arg::I(n as i32),
+            Arg::I(nb as i32),
+            Arg::I(kinds.len() as i32),
+            Arg::I(kin.div_ceil(16) as i32),
+            Arg::I(0),
+            Arg::I(TOKENS_FIRST),
+        ];
+        let ctas = (nb * kinds.len() * ntt).min(d.num_sms).max(1);
+        d.launch(&d.k.gemm_wgmma_grouped, (ctas as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
+        ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect()
+    };
+    let h = if gated {
+        let gu = run(&xe, 0..2);
+        glu_limited(b, &gu[0], &gu[1], p.act, p.clamp)
+    } else {
+        activate(b, &run(&xe, 1..2)[0], p.act)
+    };
+    let y = run(&h, 2..3).remove(0);
+    let out = d.alloc::<f32>(rows * x.cols);
+    let args = [
+        Arg::P(ptr(y.data(&b.dev), s)),
+        Arg::P(ptr(ids, s)),
+        Arg::P(ptr(w, s)),
+        Arg::P(pos_at),
+        Arg::P(ptr(&out, s)),
+        Arg::I(k as i32),
+        Arg::I(x.cols as i32),
+    ];
+    d.launch(&d.k.moe_combine, (rows as u32, x.cols.div_ceil(256) as u32, 1), 256, 0, &args);
+    CudaAct::new(out, rows, x.cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_sorts_pairs_by_expert_and_tiles_each_expert_apart() {
+        // Three rows, top-2 of four experts; expert 2 unused.
+        let ids = [3, 0, 0, 1, 3, 0];
+        let (pair_row, pos, tiles) = plan(&ids, 4, 2);
+        // Expert 0: pairs 1, 2, 5 (rows 0, 1, 2); expert 1: pair 3 (row 1); expert 3: pairs 0, 4.
+        assert_eq!(pair_row, [0, 1, 2, 1, 0, 2]);
+        assert_eq!(pos, [4, 0, 1, 3, 5, 2]);
+        assert_eq!(tiles, [0, 0, 3, 1, 3, 4, 3, 4, 6]);
+        for (p, &e) in ids.iter().enumerate() {
+            assert_eq!(pair_row[pos[p] as usize] as usize, p / 2, "pair {p} of expert {e}");
+        }
+    }
+
+    #[test]
+    fn an_expert_past_one_token_tile_takes_several() {
+        let ids: Vec<u32> = (0..300).map(|p| u32::from(p % 3 == 0)).collect();
+        let (_, _, tiles) = plan(&ids, 2, 1);
+        // 200 pairs of expert 0 (tiles at 0 and 128), 100 of expert 1 (at 200).
+        assert_eq!(tiles, [0, 0, 200, 0, 128, 200, 1, 200, 300]);
+    }
+}
