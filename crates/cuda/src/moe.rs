@@ -7,9 +7,10 @@
 //! reads) stay on the device: the routed (row, expert) pairs are sorted by expert, gathered, run
 //! through grouped GEMVs over every chosen expert (gate and up in one launch, then down), and
 //! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
-//! download only the routing; on Hopper, bf16 experts then run through one grouped wgmma GEMM
-//! per weight kind over every chosen expert (grouped.rs), else per expert a gather, the
-//! expert's gated MLP through the ordinary matmul kernels, and a weighted scatter-add. Both paths clamp the gated activation where `MoeParams::clamp`
+//! download only the routing, then per expert a gather, the expert's gated MLP through the
+//! ordinary matmul kernels, and a weighted scatter-add; or with `CudaOptions::moe_grouped`, on
+//! Hopper, bf16 experts through one grouped wgmma GEMM a weight kind over every routed expert
+//! (grouped.rs). Both paths clamp the gated activation where `MoeParams::clamp`
 //! says (Step's `swiglu_limits`: ops.rs `glu_clamped`). The grouped GEMV gives an expert's rows
 //! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.
@@ -178,7 +179,7 @@ pub(crate) fn moe_by<'a>(
         return on_device(b, x, &ids, &w, (&table, fp8), &experts(0), gated, p);
     }
     let host_ids = d.download(&ids, x.rows * k);
-    if !b.moe_per_expert
+    if b.moe_grouped
         && host_ids.iter().all(|&e| (e as usize) < ne)
         && let Some(maps) = grouped::maps(b, ne, &experts)
     {
