@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/device/receipt.sh .carry/a/tensorfold .carry/b/tensorfold [rounds]   (ARGS: bench flags)
+#   A_FLAGS / B_FLAGS: flags for one side only, so one build can be its own baseline, e.g.
+#   A_FLAGS="--cuda-moe-gemm per-expert" B_FLAGS="--cuda-moe-gemm grouped" receipt.sh BIN BIN
 # Speed receipt for a change: benches two builds interleaved (A B A B ...) in one call on the same
 # checkpoint and GPU, then prints each figure's median for both and the ratio B/A.
 # Build each here with scripts/device/build.sh (copy .carry/tensorfold to .carry/a, .carry/b).
@@ -13,9 +15,9 @@ export XDG_CACHE_HOME=/tmp/xdg
 [[ -f $CKPT/config.json ]] || timeout 400 "$A" synth --like qwen3-8b --out "$CKPT" | tail -1
 for r in $(seq 1 "$ROUNDS"); do
   for side in A B; do
-    bin=$A; [[ $side == B ]] && bin=$B
+    bin=$A flags=${A_FLAGS:-}; [[ $side == B ]] && bin=$B flags=${B_FLAGS:-}
     # shellcheck disable=SC2086
-    timeout 300 "$bin" bench --model "$CKPT" --device cuda $ARGS --json "$OUT/receipt/$side-$r.json" >/dev/null 2>&1 \
+    timeout 300 "$bin" bench --model "$CKPT" --device cuda $ARGS $flags --json "$OUT/receipt/$side-$r.json" >/dev/null 2>&1 \
       || echo "$side round $r failed"
   done
 done
