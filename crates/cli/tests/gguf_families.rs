@@ -1544,3 +1544,235 @@ fn a_qwen3_5_moe_gguf_computes_as_its_safetensors_checkpoint() {
     // (The fixture's golden prompts and encodings: the same vocabulary and attention weights.)
     check_same("qwen3_5", &hf, &path);
 }
+
+/// The Gemma 4 fixture `family` as `convert_hf_to_gguf.py` writes it (`gemma4`): full and
+/// sliding head widths as `key_length` / `key_length_swa`, KV heads and (double-wide) MLP widths
+/// one a layer, the layer kinds as `sliding_window_pattern`, the full layers' proportional rope as
+/// the `rope_freqs` tensor, plain norms, per-layer input and MoE tensors under llama.cpp's names.
+fn gemma4_gguf(family: &str, dir: &Path) -> PathBuf {
+    gemma4_gguf_edited(family, dir, None, &|_| {})
+}
+
+/// [`gemma4_gguf`] with `freqs` for its `rope_freqs` tensor, and `edit` applied last.
+fn gemma4_gguf_edited(family: &str, dir: &Path, freqs: Option<Vec<f32>>, edit: &dyn Fn(&mut GgufWriter)) -> PathBuf {
+    let config = json(&fixture(family).join("config.json"));
+    let u = |k: &str| config[k].as_u64().unwrap_or(0) as u32;
+    let layers = u("num_hidden_layers") as usize;
+    let sliding: Vec<bool> =
+        config["layer_types"].as_array().unwrap().iter().map(|t| t == "sliding_attention").collect();
+    let full_at =
+        |i: usize, k: &str, dflt: u32| config["per_layer_config"][i.to_string()][k].as_u64().map_or(dflt, |v| v as u32);
+    let first_full = sliding.iter().position(|s| !s).unwrap();
+    let (swa_dim, full_dim) = (u("head_dim"), full_at(first_full, "head_dim", u("head_dim")));
+    let kv: Vec<i32> = (0..layers)
+        .map(|i| {
+            if sliding[i] {
+                u("num_key_value_heads")
+            } else {
+                full_at(i, "num_key_value_heads", u("num_key_value_heads"))
+            }
+        })
+        .map(|n| n as i32)
+        .collect();
+    let shared = u("num_kv_shared_layers") as usize;
+    let wide = config["use_double_wide_mlp"].as_bool().unwrap_or(false);
+    let ffn: Vec<i32> =
+        (0..layers).map(|i| u("intermediate_size") as i32 * if wide && i >= layers - shared { 2 } else { 1 }).collect();
+    let rope = &config["rope_parameters"];
+    let theta = |kind: &str| WriteValue::F32(rope[kind]["rope_theta"].as_f64().unwrap() as f32);
+    let flags = sliding.iter().map(|&s| WriteValue::Bool(s)).collect();
+    let mut extra = vec![
+        ("attention.key_length", WriteValue::U32(full_dim)),
+        ("attention.value_length", WriteValue::U32(full_dim)),
+        ("attention.key_length_swa", WriteValue::U32(swa_dim)),
+        ("attention.value_length_swa", WriteValue::U32(swa_dim)),
+        ("attention.head_count_kv", WriteValue::i32s(&kv)),
+        ("feed_forward_length", WriteValue::i32s(&ffn)),
+        ("attention.sliding_window", WriteValue::U32(u("sliding_window"))),
+        ("attention.sliding_window_pattern", WriteValue::Array(ValueType::Bool, flags)),
+        ("attention.shared_kv_layers", WriteValue::U32(shared as u32)),
+        ("embedding_length_per_layer_input", WriteValue::U32(u("hidden_size_per_layer_input"))),
+        ("rope.freq_base", theta("full_attention")),
+        ("rope.freq_base_swa", theta("sliding_attention")),
+        ("rope.dimension_count", WriteValue::U32(full_dim)),
+        ("rope.dimension_count_swa", WriteValue::U32(swa_dim)),
+        ("final_logit_softcapping", WriteValue::F32(config["final_logit_softcapping"].as_f64().unwrap() as f32)),
+    ];
+    if config["enable_moe_block"].as_bool().unwrap_or(false) {
+        extra.push(("expert_count", WriteValue::U32(u("num_experts"))));
+        extra.push(("expert_used_count", WriteValue::U32(u("top_k_experts"))));
+        extra.push(("expert_feed_forward_length", WriteValue::U32(u("moe_intermediate_size"))));
+    }
+    let mut w = metadata(family, "gemma4", "llama-bpe", &extra);
+    // The full layers' rope: 1 for each rotated frequency, 1e30 for the others.
+    let partial = rope["full_attention"]["partial_rotary_factor"].as_f64().unwrap_or(1.0);
+    let rotated = (full_dim as f64 * partial / 2.0) as usize;
+    let freqs =
+        freqs.unwrap_or_else(|| (0..full_dim as usize / 2).map(|i| if i < rotated { 1.0 } else { 1e30 }).collect());
+    w.f32_tensor("rope_freqs.weight", &[freqs.len()], &freqs);
+    let st = SafetensorsFile::open(&fixture(family).join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        let t = st.tensor(name).unwrap().unwrap();
+        let g = match name.as_str() {
+            "model.embed_tokens_per_layer.weight" => "per_layer_token_embd.weight".to_string(),
+            "model.per_layer_model_projection.weight" => "per_layer_model_proj.weight".to_string(),
+            "model.per_layer_projection_norm.weight" => "per_layer_proj_norm.weight".to_string(),
+            _ => match name.strip_prefix("model.layers.").and_then(|r| r.split_once('.')) {
+                Some((layer, stem)) => {
+                    let g = match stem {
+                        "layer_scalar" => "layer_output_scale.weight",
+                        "per_layer_input_gate.weight" => "inp_gate.weight",
+                        "per_layer_projection.weight" => "proj.weight",
+                        "post_per_layer_input_norm.weight" => "post_norm.weight",
+                        "pre_feedforward_layernorm_2.weight" => "pre_ffw_norm_2.weight",
+                        "post_feedforward_layernorm_1.weight" => "post_ffw_norm_1.weight",
+                        "post_feedforward_layernorm_2.weight" => "post_ffw_norm_2.weight",
+                        "router.proj.weight" => "ffn_gate_inp.weight",
+                        "router.scale" => "ffn_gate_inp.scale",
+                        "router.per_expert_scale" => "ffn_down_exps.scale",
+                        "experts.gate_up_proj" => "ffn_gate_up_exps.weight",
+                        "experts.down_proj" => "ffn_down_exps.weight",
+                        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+                        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+                        _ => "",
+                    };
+                    if g.is_empty() { gguf_name(name, true) } else { format!("blk.{layer}.{g}") }
+                }
+                None => gguf_name(name, true),
+            },
+        };
+        // Gemma 4's norms multiply by w: stored as they are.
+        w.f32_tensor(&g, &t.shape, &t.to_f32());
+    }
+    edit(&mut w);
+    let path = dir.join(format!("{family}.gguf"));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn gemma4_ggufs_compute_as_their_safetensors_checkpoints() {
+    // Per-layer inputs with V from K on full layers of their own width and KV heads (gemma4),
+    // KV-shared layers (gemma4_kvshare), double-wide MLPs on them (gemma4_wide), the MoE block
+    // (gemma4_moe).
+    for family in ["gemma4", "gemma4_kvshare", "gemma4_wide", "gemma4_moe"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = gemma4_gguf(family, dir.path());
+        check_same(family, &fixture(family), &path);
+    }
+}
+
+#[test]
+fn a_gemma4_gguf_with_a_rope_not_proportional_or_full_layers_half_without_v_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let path = gemma4_gguf("gemma4", dir.path());
+    let f = tf_formats::gguf::GgufFile::open(&path).unwrap();
+    let config = tf_models::gguf::config_from_gguf(&f).unwrap();
+    assert_eq!(config["attention_k_eq_v"], true);
+    assert_eq!(config["rope_parameters"]["full_attention"]["partial_rotary_factor"], 0.25);
+    // A rope_freqs tensor of the wrong length, or with a value neither 1 nor 1e30.
+    let mut odd = vec![1e30f32; 16];
+    odd[..2].copy_from_slice(&[1.0, 2.0]);
+    for freqs in [vec![1.0f32; 3], odd] {
+        let bad = gemma4_gguf_edited("gemma4", dir.path(), Some(freqs), &|_| {});
+        let err = Model::open(&bad, &b).err().expect("a bad rope_freqs refused").to_string();
+        assert!(err.contains("rope_freqs"), "{err}");
+    }
+    // One full layer with its own V, the other without.
+    let add_v = |w: &mut GgufWriter| {
+        w.f32_tensor("blk.1.attn_v.weight", &[32, 64], &[0.0; 32 * 64]);
+    };
+    let bad = gemma4_gguf_edited("gemma4", dir.path(), None, &add_v);
+    let err = Model::open(&bad, &b).err().expect("mixed attn_v refused").to_string();
+    assert!(err.contains("attn_v"), "{err}");
+}
+
+/// `values` (rows of `cols`) in ggml's Q8_0 blocks (an f16 scale, 32 int8 codes), and the f32
+/// values those blocks hold.
+fn q8_0(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let (mut bytes, mut back) = (Vec::new(), Vec::new());
+    for block in values.chunks(32) {
+        let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = half::f16::from_f32(amax / 127.0);
+        let inv = if d.to_f32() > 0.0 { 1.0 / d.to_f32() } else { 0.0 };
+        bytes.extend_from_slice(&d.to_bits().to_le_bytes());
+        for &v in block {
+            let q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+            bytes.push(q as u8);
+            back.push(d.to_f32() * q as f32);
+        }
+    }
+    (bytes, back)
+}
+
+/// Values in [-scale, scale) from `seed` (a fixed LCG).
+fn lcg(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+#[test]
+fn a_gemma4_gguf_with_a_quantized_per_layer_table_computes_as_with_its_values() {
+    // Released E2B / E4B files hold `per_layer_token_embd` quantized: each layer's columns are
+    // whole blocks of it (256 wide there), sliced as they are stored. The fixture's per-layer
+    // inputs widened to 32 (one Q8_0 block a layer), in one file as Q8_0 and in another as the
+    // f32 values those blocks hold: the same logits, bit for bit.
+    let dir = tempfile::tempdir().unwrap();
+    let (vocab, hidden, layers, width) = (512, 64, 4, 32);
+    let (blocks, values) = q8_0(&lcg(vocab * layers * width, 1, 0.5));
+    let table = "per_layer_token_embd.weight";
+    let widen = |w: &mut GgufWriter, quant: bool| {
+        let ours = ["per_layer_", "inp_gate", ".proj."];
+        w.tensors.retain(|t| !ours.iter().any(|o| t.name.contains(o)));
+        for (key, value) in w.kvs.iter_mut() {
+            if key == "gemma4.embedding_length_per_layer_input" {
+                *value = WriteValue::U32(width as u32);
+            }
+        }
+        if quant {
+            w.tensor(table, &ggml_ne(&[vocab, layers * width]), 8, blocks.clone());
+        } else {
+            w.f32_tensor(table, &[vocab, layers * width], &values);
+        }
+        w.f32_tensor("per_layer_model_proj.weight", &[layers * width, hidden], &lcg(layers * width * hidden, 2, 0.2));
+        w.f32_tensor("per_layer_proj_norm.weight", &[width], &lcg(width, 3, 1.0));
+        for i in 0..layers {
+            w.f32_tensor(
+                &format!("blk.{i}.inp_gate.weight"),
+                &[width, hidden],
+                &lcg(width * hidden, 10 + i as u64, 0.2),
+            );
+            w.f32_tensor(&format!("blk.{i}.proj.weight"), &[hidden, width], &lcg(width * hidden, 20 + i as u64, 0.2));
+        }
+    };
+    let q_path = gemma4_gguf_edited("gemma4", dir.path(), None, &|w| widen(w, true));
+    let q_path = std::fs::rename(&q_path, dir.path().join("q.gguf")).map(|_| dir.path().join("q.gguf")).unwrap();
+    let f_path = gemma4_gguf_edited("gemma4", dir.path(), None, &|w| widen(w, false));
+    let b = cpu();
+    let (q, f) = (Model::open(&q_path, &b).unwrap(), Model::open(&f_path, &b).unwrap());
+    assert_eq!(f.decoder.spec.per_layer_input.map(|p| p.width), Some(width));
+    let golden = json(&fixture("gemma4").join("golden.json"));
+    for prompt in golden["prompts"].as_array().unwrap() {
+        let ids: Vec<i64> = prompt["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids = f.vocab.check(&ids).unwrap();
+        let logits = |m: &Model<CpuBackend>| Runner::new(m, &b, ids.len()).unwrap().prefill(&ids, ids.len(), true);
+        let (want, got) = (logits(&f), logits(&q));
+        assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{} ids", ids.len());
+    }
+    // The fixture's own width, 8, is a quarter of a block: refused by name.
+    let eighth = |w: &mut GgufWriter| {
+        let st = SafetensorsFile::open(&fixture("gemma4").join("model.safetensors")).unwrap();
+        let t = st.tensor("model.embed_tokens_per_layer.weight").unwrap().unwrap();
+        w.tensors.retain(|t| t.name != table);
+        w.tensor(table, &ggml_ne(&t.shape), 8, q8_0(&t.to_f32()).0);
+    };
+    let bad = gemma4_gguf_edited("gemma4", dir.path(), None, &eighth);
+    let err = Model::open(&bad, &b).err().expect("a table sliced inside its blocks refused").to_string();
+    assert!(err.contains("blocks"), "{err}");
+}

@@ -13,7 +13,9 @@
 //! Qwen3-Next's split or fused projections and its experts, which Qwen3.5-MoE's layers carry too; Nemotron-H's one-part layers from
 //! its per-layer KV head and MLP widths, its Mamba2 mixers and ungated experts behind their
 //! latent projections; DeepSeek V3's latent attention with `kv_b_proj` put back together from
-//! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it).
+//! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it;
+//! Gemma 4's two head widths, per-layer KV heads and MLP widths, proportional rope from its
+//! `rope_freqs` marks, per-layer inputs and MoE block).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -40,6 +42,9 @@ pub enum Family {
     Gemma2,
     /// `gemma3` -> `Gemma3ForCausalLM`.
     Gemma3,
+    /// `gemma4` -> `Gemma4ForCausalLM` (sliding and full layers of their own head widths,
+    /// per-layer inputs, KV-shared layers, the MoE block).
+    Gemma4,
     /// `gpt-oss` -> `GptOssForCausalLM` (sinks, biases, experts split into gate and up).
     GptOss,
     /// `lfm2` -> `Lfm2ForCausalLM` (short conv and attention layers).
@@ -74,6 +79,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
     ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
+    ("gemma4", Family::Gemma4, "Gemma4ForCausalLM", "gemma4_text"),
     ("gpt-oss", Family::GptOss, "GptOssForCausalLM", "gpt_oss"),
     ("lfm2", Family::Lfm2, "Lfm2ForCausalLM", "lfm2"),
     ("lfm2moe", Family::Lfm2Moe, "Lfm2MoeForCausalLM", "lfm2_moe"),
@@ -240,7 +246,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     c.insert("head_dim".into(), json!(head_dim));
     let ffn = match fam {
         // Nemotron-H: one width a layer (0 where the layer has no MLP).
-        Family::NemotronH => m.per_layer_max("feed_forward_length")?,
+        Family::NemotronH | Family::Gemma4 => m.per_layer_max("feed_forward_length")?,
         _ => match m.opt_u64("feed_forward_length")? {
             Some(n) => n,
             None if matches!(fam, Family::Qwen3Moe | Family::GptOss | Family::Qwen35Moe) => {
@@ -265,11 +271,13 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
             c.insert(field.into(), json!(id));
         }
     }
-    let scaling = rope_scaling(&m, head_dim)?;
+    // (Gemma 4's `rope_freqs` marks its full layers' unrotated dims: read by `gemma4`.)
+    let scaling = if fam == Family::Gemma4 { None } else { rope_scaling(&m, head_dim)? };
     let theta = m.opt_f32("rope.freq_base")?;
     match fam {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
+        Family::Gemma4 => gemma4(&m, &mut c, layers, head_dim, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
         Family::Lfm2Moe => {
@@ -414,6 +422,128 @@ fn gemma3(
     c.insert("query_pre_attn_scalar".into(), json!(scalar));
     for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
         c.insert(key.into(), json!(m.opt_f32(key)?));
+    }
+    Ok(())
+}
+
+/// Gemma 4 as `convert_hf_to_gguf.py` stores it: the full layers' head width as `key_length`
+/// and the sliding layers' as `key_length_swa`, KV heads one count a layer, layer kinds from
+/// `sliding_window_pattern`, the full layers' proportional rope as the `rope_freqs` tensor (1
+/// for each rotated frequency, 1e30 for the others), the MLP widths one a layer (twice as wide
+/// on KV-shared layers with `use_double_wide_mlp`), V from K where full layers have no `attn_v`.
+fn gemma4(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    layers: u64,
+    full_dim: u64,
+    theta: Option<f32>,
+) -> Result<(), ModelError> {
+    let n = usize::try_from(layers).map_err(|_| m.error(format!("block_count {layers} is too large")))?;
+    c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+    c.insert("sliding_window".into(), json!(m.u64("attention.sliding_window")?));
+    let key = m.key("attention.sliding_window_pattern");
+    let sliding = m.f.get_bool_array(&key)?.ok_or_else(|| m.error(format!("GGUF metadata has no '{key}'")))?;
+    if sliding.len() != n {
+        return Err(m.error(format!("'{key}' has {} flags for {layers} layers", sliding.len())));
+    }
+    let kinds: Vec<&str> = sliding.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    let swa_dim = m.u64("attention.key_length_swa")?;
+    if let Some(v) = m.opt_u64("attention.value_length_swa")?.filter(|&v| v != swa_dim) {
+        return Err(m.error(format!("value_length_swa {v} differs from key_length_swa {swa_dim}")));
+    }
+    c.insert("head_dim".into(), json!(swa_dim));
+    // KV heads: one count, or one a layer (the sliding layers' one count, the full layers' another).
+    let kv = m.per_layer("attention.head_count_kv")?;
+    let kv_at = |i: usize| if kv.len() == 1 { kv[0] } else { kv.get(i).copied().unwrap_or(0) };
+    if kv.len() != 1 && kv.len() != n {
+        return Err(m.error(format!("attention.head_count_kv has {} counts for {layers} layers", kv.len())));
+    }
+    let swa_kv: Vec<u64> = (0..n).filter(|&i| sliding[i]).map(kv_at).collect();
+    let full: Vec<usize> = (0..n).filter(|&i| !sliding[i]).collect();
+    if swa_kv.windows(2).any(|w| w[0] != w[1]) || full.windows(2).any(|w| kv_at(w[0]) != kv_at(w[1])) {
+        return Err(m.error("attention.head_count_kv differs between layers of one kind".into()));
+    }
+    let swa_kv = swa_kv.first().copied().or(full.first().map(|&i| kv_at(i))).unwrap_or(0);
+    c.insert("num_key_value_heads".into(), json!(swa_kv));
+    let overrides: Map<String, Value> =
+        full.iter().map(|&i| (i.to_string(), json!({"head_dim": full_dim, "num_key_value_heads": kv_at(i)}))).collect();
+    c.insert("per_layer_config".into(), Value::Object(overrides));
+    // KV-shared last layers, and their double-wide MLPs.
+    let shared = m.opt_u64("attention.shared_kv_layers")?.unwrap_or(0);
+    c.insert("num_kv_shared_layers".into(), json!(shared));
+    let ffn = m.per_layer("feed_forward_length")?;
+    let first_shared = n.saturating_sub(shared as usize);
+    let width = ffn.first().copied().unwrap_or(0);
+    let ffn_at = |i: usize| if ffn.len() == 1 { width } else { ffn.get(i).copied().unwrap_or(0) };
+    if ffn.len() != 1 && ffn.len() != n {
+        return Err(m.error(format!("feed_forward_length has {} widths for {layers} layers", ffn.len())));
+    }
+    let wide = shared > 0 && ffn_at(n - 1) == 2 * width;
+    if let Some(i) = (0..n).find(|&i| ffn_at(i) != if wide && i >= first_shared { 2 * width } else { width }) {
+        return Err(m.error(format!(
+            "feed_forward_length of layer {i} is {}, not the model's {width} or twice it on KV-shared layers",
+            ffn_at(i)
+        )));
+    }
+    c.insert("intermediate_size".into(), json!(width));
+    c.insert("use_double_wide_mlp".into(), json!(wide));
+    // V from K on full layers that have no `attn_v` (the shared layers' own are not read).
+    let has_v = |i: usize| m.f.tensor_info(&format!("blk.{i}.attn_v.weight")).is_some();
+    let owning: Vec<usize> = full.iter().copied().filter(|&i| i < first_shared).collect();
+    let k_eq_v = owning.first().is_some_and(|&i| !has_v(i));
+    if owning.iter().any(|&i| has_v(i) == k_eq_v) {
+        return Err(m.error("some full layers have attn_v and others not".into()));
+    }
+    c.insert("attention_k_eq_v".into(), json!(k_eq_v));
+    // Ropes: the full layers' proportional one (the rotated share from `rope_freqs`), the
+    // sliding layers' default one over every dim.
+    let half = (full_dim / 2) as usize;
+    let rotated = match m.f.tensor("rope_freqs.weight")? {
+        None => half,
+        Some(view) => {
+            let f = view.to_f32();
+            let r = f.iter().take_while(|&&v| v == 1.0).count();
+            if f.len() != half || f[r..].iter().any(|&v| v < 1e29) {
+                return Err(m.error(format!("rope_freqs.weight: {} values, not 1 for each rotated frequency and 1e30 for the {half} - rotated others", f.len())));
+            }
+            r
+        }
+    };
+    let partial = (2 * rotated) as f32 / full_dim as f32;
+    if ((partial * full_dim as f32) as usize) / 2 != rotated {
+        return Err(
+            m.error(format!("rope_freqs.weight: {rotated} rotated frequencies of {half} is no proportional rope"))
+        );
+    }
+    let swa_theta = m.opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0);
+    if let Some(d) = m.opt_u64("rope.dimension_count_swa")?.filter(|&d| d != swa_dim) {
+        return Err(m.error(format!(
+            "rope.dimension_count_swa {d}: sliding layers rotating part of their {swa_dim} dims are not supported"
+        )));
+    }
+    c.insert(
+        "rope_parameters".into(),
+        json!({
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": partial, "rope_theta": theta.unwrap_or(1_000_000.0)},
+            "sliding_attention": {"rope_type": "default", "rope_theta": swa_theta},
+        }),
+    );
+    c.insert("final_logit_softcapping".into(), json!(m.opt_f32("final_logit_softcapping")?));
+    // Per-layer inputs: their width, and the rows of their table.
+    let per_layer = m.opt_u64("embedding_length_per_layer_input")?.unwrap_or(0);
+    c.insert("hidden_size_per_layer_input".into(), json!(per_layer));
+    if per_layer > 0 {
+        let t =
+            m.f.tensor_info("per_layer_token_embd.weight")
+                .ok_or_else(|| missing(m.f, "per_layer_token_embd.weight"))?;
+        c.insert("vocab_size_per_layer_input".into(), json!(t.shape.first().copied().unwrap_or(0)));
+    }
+    if let Some(experts) = m.opt_u64("expert_count")?.filter(|&e| e > 0) {
+        c.insert("enable_moe_block".into(), json!(true));
+        c.insert("num_experts".into(), json!(experts));
+        c.insert("top_k_experts".into(), json!(m.u64("expert_used_count")?));
+        c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
     }
     Ok(())
 }
@@ -849,6 +979,26 @@ fn gemma2(m: &Meta<'_>, c: &mut Map<String, Value>, d: Dims, theta: Option<f32>)
     Ok(())
 }
 
+/// Gemma 4's own layer tensors: per-layer inputs, the layer scalar, the MoE block's norms,
+/// router and experts (stacked, gate and up fused, as transformers holds them).
+fn gemma4_only(rest: &str) -> Option<&'static str> {
+    Some(match rest {
+        "layer_scalar" => "layer_output_scale.weight",
+        "per_layer_input_gate.weight" => "inp_gate.weight",
+        "per_layer_projection.weight" => "proj.weight",
+        "post_per_layer_input_norm.weight" => "post_norm.weight",
+        "pre_feedforward_layernorm_2.weight" => "pre_ffw_norm_2.weight",
+        "post_feedforward_layernorm_1.weight" => "post_ffw_norm_1.weight",
+        "post_feedforward_layernorm_2.weight" => "post_ffw_norm_2.weight",
+        "router.proj.weight" => "ffn_gate_inp.weight",
+        "router.scale" => "ffn_gate_inp.scale",
+        "router.per_expert_scale" => "ffn_down_exps.scale",
+        "experts.gate_up_proj" => "ffn_gate_up_exps.weight",
+        "experts.down_proj" => "ffn_down_exps.weight",
+        _ => return None,
+    })
+}
+
 /// LongRoPE (Phi-3.5, Phi-4-mini) as `convert_hf_to_gguf.py` stores it: the short and long
 /// factors as the tensors `rope_factors_short` / `rope_factors_long`, the pretrained context
 /// and the cos / sin factor it computed in `rope.scaling.*`; `None` without the long factors.
@@ -1018,6 +1168,9 @@ impl GgufSource {
             }
             "model.embedding_norm.weight" => Some("output_norm.weight"),
             "model.embed_tokens.weight" => Some("token_embd.weight"),
+            "model.embed_tokens_per_layer.weight" => Some("per_layer_token_embd.weight"),
+            "model.per_layer_model_projection.weight" => Some("per_layer_model_proj.weight"),
+            "model.per_layer_projection_norm.weight" => Some("per_layer_proj_norm.weight"),
             "model.norm.weight" => Some("output_norm.weight"),
             "lm_head.weight" => Some("output.weight"),
             _ => None,
@@ -1090,6 +1243,11 @@ impl GgufSource {
                 return Some((format!("blk.{layer}.{g}"), fix));
             }
         }
+        if self.family == Family::Gemma4
+            && let Some(g) = gemma4_only(rest)
+        {
+            return Some((format!("blk.{layer}.{g}"), Fix::Plain));
+        }
         if matches!(self.family, Family::Lfm2 | Family::Lfm2Moe) {
             let (gguf, fix) = lfm2_only(rest)?;
             return Some((format!("blk.{layer}.{gguf}"), fix));
@@ -1105,7 +1263,8 @@ impl GgufSource {
             return Some((format!("blk.{layer}.{gguf}.bias"), Fix::Plain));
         }
         let stem = rest.strip_suffix(".weight")?;
-        let (gemma, llama) = (matches!(self.family, Family::Gemma2 | Family::Gemma3), self.family == Family::Llama);
+        let gemma = matches!(self.family, Family::Gemma2 | Family::Gemma3 | Family::Gemma4);
+        let llama = self.family == Family::Llama;
         let unpermute = |heads| if llama { Fix::Unpermute { heads } } else { Fix::Plain };
         let (gguf, fix) = match stem {
             "input_layernorm" => ("attn_norm", Fix::Plain),

@@ -581,10 +581,11 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.backend.mat_f32(&view)?)
     }
 
-    /// Columns `start..start + width` of the float or FP8 weight `name` of exactly `[rows, n]`,
-    /// as one `[rows, width]` matrix (one layer's slice of a table packing every layer side by
-    /// side; a row-parallel shard). An FP8 weight's columns keep their codes, each with its
-    /// block's scale ([`crate::fp8_weights::select_cols`]).
+    /// Columns `start..start + width` of the float, FP8 or GGML block-quantized weight `name` of
+    /// exactly `[rows, n]`, as one `[rows, width]` matrix (one layer's slice of a table packing
+    /// every layer side by side; a row-parallel shard). An FP8 weight's columns keep their codes,
+    /// each with its block's scale ([`crate::fp8_weights::select_cols`]); a quantized one's are
+    /// whole blocks of it, kept as stored (columns inside a block are refused).
     pub fn mat_cols(
         &self,
         name: &str,
@@ -596,17 +597,28 @@ impl<'a, B: Backend> Loader<'a, B> {
         let t = self.view(name, &[rows, n])?;
         let bad = |msg: String| ModelError::Dtype { file: t.file.clone(), tensor: name.to_string(), msg };
         let fp8 = t.dtype == tf_core::DType::F8E4M3;
-        if !t.dtype.is_float() && !fp8 {
-            return Err(bad(format!("dtype {} cannot be sliced by columns (a float type is needed)", t.dtype)));
-        }
+        // Columns come in units: one value, or one block of a GGML quantized type.
+        let (unit, unit_bytes) = match t.dtype {
+            tf_core::DType::Quant(q) => (q.block_len(), q.block_bytes()),
+            d if d.is_float() || fp8 => (1, d.size()),
+            d => {
+                return Err(bad(format!(
+                    "dtype {d} cannot be sliced by columns (a float or GGML block type is needed)"
+                )));
+            }
+        };
         if start.checked_add(width).is_none_or(|end| end > n) {
             return Err(bad(format!("columns {start}..{start}+{width} are outside its {n} columns")));
         }
-        let (size, src) = (t.dtype.size(), t.data.as_bytes());
-        let mut bytes = Vec::with_capacity(rows * width * size);
+        if [n, start, width].iter().any(|v| !v.is_multiple_of(unit)) {
+            return Err(bad(format!("columns {start}..{start}+{width} of {n} do not fall on its {unit}-value blocks")));
+        }
+        let src = t.data.as_bytes();
+        let (row_bytes, part_bytes) = (n / unit * unit_bytes, width / unit * unit_bytes);
+        let mut bytes = Vec::with_capacity(rows * part_bytes);
         for r in 0..rows {
-            let at = (r * n + start) * size;
-            let part = src.get(at..at + width * size).ok_or_else(|| bad(format!("row {r} is outside the data")))?;
+            let at = r * row_bytes + start / unit * unit_bytes;
+            let part = src.get(at..at + part_bytes).ok_or_else(|| bad(format!("row {r} is outside the data")))?;
             bytes.extend_from_slice(part);
         }
         let view = TensorView {
