@@ -73,6 +73,8 @@ pub enum Family {
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("llama", Family::Llama, "LlamaForCausalLM", "llama"),
+    // Mistral Small 3.x's text decoder as newer converters name it: Llama's layout.
+    ("mistral3", Family::Llama, "LlamaForCausalLM", "llama"),
     ("qwen2", Family::Qwen2, "Qwen2ForCausalLM", "qwen2"),
     ("phi3", Family::Phi3, "Phi3ForCausalLM", "phi3"),
     ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
@@ -227,6 +229,11 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     let latent = matches!(fam, Family::Deepseek2 | Family::GlmDsa);
     if let Some(v) = m.opt_u64("attention.value_length")?.filter(|&v| v != head_dim && !latent) {
         return Err(m.error(format!("value_length {v} differs from key_length {head_dim}")));
+    }
+    // Ministral 3's position-dependent attention temperature (`llama_4_scaling_beta`).
+    let temperature = m.key("attention.temperature_scale");
+    if f.get(&temperature).is_some() {
+        return Err(m.error(format!("'{temperature}' (Llama 4's attention temperature scaling) is not supported")));
     }
     let layers = m.u64("block_count")?;
     // Checked before anything is sized from it (Gemma 3's per-layer types are).

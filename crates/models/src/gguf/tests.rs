@@ -190,6 +190,11 @@ fn permute<T: Clone>(rows: &[T], heads: usize) -> Vec<T> {
 }
 
 fn llama(q_type_q8: bool) -> (GgufWriter, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    llama_as("llama", q_type_q8)
+}
+
+/// [`llama`]'s file under architecture `arch`.
+fn llama_as(arch: &str, q_type_q8: bool) -> (GgufWriter, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut w = GgufWriter::new();
     let pairs = [
         ("embedding_length", 32),
@@ -199,8 +204,8 @@ fn llama(q_type_q8: bool) -> (GgufWriter, Vec<Vec<u8>>, Vec<Vec<u8>>) {
         ("attention.head_count_kv", 1),
         ("rope.dimension_count", 16),
     ];
-    kvs(&mut w, "llama", &pairs);
-    w.kv("llama.rope.freq_base", WriteValue::F32(500000.0));
+    kvs(&mut w, arch, &pairs);
+    w.kv(&format!("{arch}.rope.freq_base"), WriteValue::F32(500000.0));
     // HF rows: q has 2 heads x 16, k one head x 16; each row distinct.
     let row = |r: usize, salt: u8| -> Vec<u8> {
         if q_type_q8 {
@@ -230,21 +235,30 @@ fn llama(q_type_q8: bool) -> (GgufWriter, Vec<Vec<u8>>, Vec<Vec<u8>>) {
 
 #[test]
 fn llama_q_k_rows_are_unpermuted() {
-    for q8 in [false, true] {
-        let (w, q_hf, k_hf) = llama(q8);
+    // Mistral Small 3.x's text decoder (`mistral3`) is converted as Llama is.
+    for (arch, q8) in [("llama", false), ("llama", true), ("mistral3", false)] {
+        let (w, q_hf, k_hf) = llama_as(arch, q8);
         let f = open(&w);
         let spec = spec_for(&raw_config(&f).unwrap()).unwrap();
         assert_eq!((spec.head_dim, spec.tie_word_embeddings), (16, false));
         let src = GgufSource::new(f).unwrap();
         check_serves(&src, &spec);
         let q = src.get("model.layers.0.self_attn.q_proj.weight").unwrap().unwrap();
-        assert_eq!(q.data.as_bytes(), q_hf.concat().as_slice(), "q8 {q8}");
+        assert_eq!(q.data.as_bytes(), q_hf.concat().as_slice(), "{arch} q8 {q8}");
         let k = src.get("model.layers.0.self_attn.k_proj.weight").unwrap().unwrap();
-        assert_eq!(k.data.as_bytes(), k_hf.concat().as_slice(), "q8 {q8}");
+        assert_eq!(k.data.as_bytes(), k_hf.concat().as_slice(), "{arch} q8 {q8}");
         let post = src.get("model.layers.0.post_attention_layernorm.weight").unwrap().unwrap();
         assert_eq!(post.to_f32(), src.file().tensor("blk.0.ffn_norm.weight").unwrap().unwrap().to_f32());
         assert!(!src.contains("model.layers.0.pre_feedforward_layernorm.weight"));
     }
+}
+
+#[test]
+fn ministral3_attention_temperature_is_refused_by_name() {
+    let (mut w, ..) = llama_as("mistral3", false);
+    w.kv("mistral3.attention.temperature_scale", WriteValue::F32(0.1));
+    let err = raw_config(&open(&w)).err().expect("refused").to_string();
+    assert!(err.contains("mistral3.attention.temperature_scale"), "{err}");
 }
 
 /// The divisors convert_hf_to_gguf.py writes for Llama 3 scaling.
