@@ -1776,3 +1776,33 @@ fn a_gemma4_gguf_with_a_quantized_per_layer_table_computes_as_with_its_values() 
     let err = Model::open(&bad, &b).err().expect("a table sliced inside its blocks refused").to_string();
     assert!(err.contains("blocks"), "{err}");
 }
+
+#[test]
+fn gemma4_gguf_metadata_that_disagrees_with_itself_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let set = |key: &'static str, value: WriteValue| {
+        move |w: &mut GgufWriter| {
+            for (k, v) in w.kvs.iter_mut() {
+                if k == key {
+                    *v = value.clone();
+                }
+            }
+        }
+    };
+    let flags = |n: usize| WriteValue::Array(ValueType::Bool, vec![WriteValue::Bool(true); n]);
+    let cases: Vec<(&str, Box<dyn Fn(&mut GgufWriter)>)> = vec![
+        ("sliding_window_pattern", Box::new(set("gemma4.attention.sliding_window_pattern", flags(3)))),
+        ("head_count_kv", Box::new(set("gemma4.attention.head_count_kv", WriteValue::i32s(&[2, 1, 2])))),
+        ("head_count_kv", Box::new(set("gemma4.attention.head_count_kv", WriteValue::i32s(&[2, 1, 1, 1])))),
+        ("feed_forward_length", Box::new(set("gemma4.feed_forward_length", WriteValue::i32s(&[128, 128, 96, 128])))),
+        ("block_count", Box::new(set("gemma4.block_count", WriteValue::U32(0)))),
+        ("key_length", Box::new(set("gemma4.attention.key_length", WriteValue::U32(0)))),
+        ("dimension_count_swa", Box::new(set("gemma4.rope.dimension_count_swa", WriteValue::U32(8)))),
+    ];
+    for (what, edit) in cases {
+        let path = gemma4_gguf_edited("gemma4", dir.path(), None, &*edit);
+        let err = Model::open(&path, &b).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
+        assert!(err.contains(what), "{what}: {err}");
+    }
+}

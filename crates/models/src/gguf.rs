@@ -446,6 +446,11 @@ fn gemma4(
     theta: Option<f32>,
 ) -> Result<(), ModelError> {
     let n = usize::try_from(layers).map_err(|_| m.error(format!("block_count {layers} is too large")))?;
+    if n == 0 || full_dim == 0 || !full_dim.is_multiple_of(2) {
+        return Err(m.error(format!(
+            "block_count {layers} and key_length {full_dim}: a Gemma 4 needs layers and an even head width"
+        )));
+    }
     c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
     c.insert("sliding_window".into(), json!(m.u64("attention.sliding_window")?));
     let key = m.key("attention.sliding_window_pattern");
