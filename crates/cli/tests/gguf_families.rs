@@ -1791,7 +1791,8 @@ fn gemma4_gguf_metadata_that_disagrees_with_itself_is_refused_by_name() {
         }
     };
     let flags = |n: usize| WriteValue::Array(ValueType::Bool, vec![WriteValue::Bool(true); n]);
-    let cases: Vec<(&str, Box<dyn Fn(&mut GgufWriter)>)> = vec![
+    type Edit = Box<dyn Fn(&mut GgufWriter)>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("sliding_window_pattern", Box::new(set("gemma4.attention.sliding_window_pattern", flags(3)))),
         ("head_count_kv", Box::new(set("gemma4.attention.head_count_kv", WriteValue::i32s(&[2, 1, 2])))),
         ("head_count_kv", Box::new(set("gemma4.attention.head_count_kv", WriteValue::i32s(&[2, 1, 1, 1])))),
