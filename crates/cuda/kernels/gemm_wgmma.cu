@@ -120,6 +120,7 @@ struct WgGroups {
     const TmaDesc* __restrict__ maps;
     const u32* __restrict__ tiles;
     int ne, ntt;
+    const u32* __restrict__ ntt_at;  // the token tiles' count on the device (moe_plan_tiles), or null: ntt
 };
 __device__ __forceinline__ WgTile wg_tile(int t, int nbx, int gy, int bx0, int bx1, int tokens_first) {
     const int bx = tokens_first ? (t / gy) % nbx : t % nbx, by = tokens_first ? t % gy : (t / nbx) % gy;
@@ -152,7 +153,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaDesc& w0, const TmaDesc
     const u32 ring = (smem_addr(wg_smem) + 1023) & ~1023u;  // [stage][x 16 KB | W 16 KB]
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int seg_len = gemm_seg_len(kt);
-    const int gy = GROUPED ? grp.ntt : (m + WG_BN - 1) / WG_BN, ntiles = nbx * gy * max(nz, 1);
+    const int gy = GROUPED ? (grp.ntt_at ? (int)*grp.ntt_at : grp.ntt) : (m + WG_BN - 1) / WG_BN;
+    const int ntiles = nbx * gy * max(nz, 1);
     // Tile t, and the end of its rows (m, or its expert's last pair).
     auto tile = [&](int t, int& tok_end) {
         WgTile tl = wg_tile(t, nbx, gy, bx0, bx1, tokens_first);
@@ -330,17 +332,18 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
                            tokens_first, nullptr, 0, 0);
 }
 
-// Grouped GEMM over experts (moe.rs `grouped`): ntt token tiles of the expert-sorted gathered x
-// (`tiles`: [expert, first row, end row] each), each against nb 128-row blocks of its expert's
+// Grouped GEMM over experts (moe/grouped.rs): ntt token tiles (or *ntt_at where it is not null)
+// of the expert-sorted gathered x (`tiles`: [expert, first row, end row] each), each against nb
+// 128-row blocks of its expert's
 // weights of `kinds` kinds (1 or 2: gate and up in one launch), maps [kind][ne] in global memory;
 // kind j's rows into yj [rows, n]. Every output element takes gemm_wgmma's reduction order.
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma_grouped(const TmaDesc* __restrict__ maps, const u32* __restrict__ tiles, int ne, int ntt,
-                       const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1, int n,
+                       const u32* __restrict__ ntt_at, const __grid_constant__ TmaDesc xmap, float* __restrict__ y0, float* __restrict__ y1, int n,
                        int nb, int kinds, int kt, int lag_blocks, int tokens_first) {
     tf_pdl_enter();
     gemm_wgmma_body<false, true>(xmap, xmap, xmap, xmap, y0, y1, y1, n, n, n, nb, kinds > 1 ? nb : 0, nb * kinds, 0, kt,
-                                 nullptr, 0, 0, lag_blocks, tokens_first, nullptr, 0, 0, WgGroups{maps, tiles, ne, ntt});
+                                 nullptr, 0, 0, lag_blocks, tokens_first, nullptr, 0, 0, WgGroups{maps, tiles, ne, ntt, ntt_at});
 }
 
 // The packed gate/up matmul with the gated activation in its store (gemm_wgmma_body GLU): gu has

@@ -163,6 +163,55 @@ extern "C" __global__ void moe_plan(const u32* __restrict__ ids, int pairs, int 
     }
 }
 
+// Most pairs moe_plan_tiles takes (their ids staged in shared memory).
+#define MOE_PLAN_PAIRS 8192
+
+// The grouped wgmma GEMM's plan on the device (moe/grouped.rs; one block, ids staged in dynamic
+// shared memory): the pairs sorted by expert, then pair order, as moe_plan sorts them (pair_row
+// and pos alike), and the 128-pair token tiles of each expert's pairs, [expert, first, end]
+// each in expert order, their count at *ntt.
+extern "C" __global__ void moe_plan_tiles(const u32* __restrict__ ids, int pairs, int ne, int k,
+                                          u32* __restrict__ pair_row, u32* __restrict__ pos, u32* __restrict__ tiles,
+                                          u32* __restrict__ ntt) {
+    tf_pdl_enter();
+    extern __shared__ u32 s_ids[];
+    __shared__ u32 s_count[MOE_MAX_EXPERTS], s_start[MOE_MAX_EXPERTS], s_tile[MOE_MAX_EXPERTS];
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) s_ids[p] = ids[p];
+    __syncthreads();
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        u32 c = 0;
+        for (int p = 0; p < pairs; ++p) c += s_ids[p] == (u32)e;
+        s_count[e] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 run = 0, t = 0;
+        for (int e = 0; e < ne; ++e) {
+            s_start[e] = run;
+            s_tile[e] = t;
+            run += s_count[e];
+            t += (s_count[e] + 127) / 128;
+        }
+        *ntt = t;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        const u32 c = s_count[e], start = s_start[e];
+        u32 at = start;
+        for (int p = 0; c && p < pairs; ++p)
+            if (s_ids[p] == (u32)e) {
+                pair_row[at] = (u32)(p / k);
+                pos[p] = at++;
+            }
+        for (u32 j = 0; j < (c + 127) / 128; ++j) {
+            u32* t = tiles + 3 * (s_tile[e] + j);
+            t[0] = (u32)e;
+            t[1] = start + 128 * j;
+            t[2] = start + c;
+        }
+    }
+}
+
 // The few-row GEMV over every active expert: block (x, a) takes tile group x % nblk (gemv_body
 // with PACK: GEMV_W / segments 16-row tiles) of weight x / nblk (ws[(x / nblk) * ne + e]: gate
 // and up share a launch; every weight of a kind has one shape) of active expert a = e, for that

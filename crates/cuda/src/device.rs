@@ -109,6 +109,7 @@ kernels!(
     gemv_tma_glu_n4,
     moe_route,
     moe_plan,
+    moe_plan_tiles,
     moe_gemv_n1,
     moe_gemv_n2,
     moe_gemv_n4,

@@ -178,12 +178,17 @@ pub(crate) fn moe_by<'a>(
     {
         return on_device(b, x, &ids, &w, (&table, fp8), &experts(0), gated, p);
     }
-    let host_ids = d.download(&ids, x.rows * k);
-    if b.moe_grouped
-        && host_ids.iter().all(|&e| (e as usize) < ne)
-        && let Some(maps) = grouped::maps(b, ne, &experts)
+    let maps = b.moe_grouped.then(|| grouped::maps(b, ne, &experts)).flatten();
+    if let Some(maps) = &maps
+        && grouped::plans_on_device(x.rows, k)
     {
-        return grouped::grouped(b, x, &ids, &w, &host_ids, &maps, &experts(0), gated, p);
+        return grouped::grouped(b, x, &ids, &w, None, maps, &experts(0), gated, p);
+    }
+    let host_ids = d.download(&ids, x.rows * k);
+    if let Some(maps) = &maps
+        && host_ids.iter().all(|&e| (e as usize) < ne)
+    {
+        return grouped::grouped(b, x, &ids, &w, Some(&host_ids), maps, &experts(0), gated, p);
     }
     by_expert(b, x, &host_ids, &d.download(&w, x.rows * k), ne, gated, experts, p)
 }

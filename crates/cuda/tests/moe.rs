@@ -235,8 +235,9 @@ const GROWS: usize = 300;
 #[test]
 fn grouped_gemm_rows_equal_alone_and_the_per_expert_path() {
     // Rounds past 64 rows run every expert in one grouped wgmma GEMM a kind (Hopper,
-    // `CudaOptions::moe_grouped`): each row must keep the bits it has alone (the grouped GEMV),
-    // in a smaller batch, and through the per-expert matmuls (the default).
+    // `CudaOptions::moe_grouped`), planned on the device to 256 rows and on the host past them:
+    // each row must keep the bits it has alone (the grouped GEMV), in smaller batches (65 and 233
+    // rows: the device plan), and through the per-expert matmuls (the default).
     let Some(b) = backend_with(tf_cuda::CudaOptions { moe_grouped: true, ..Default::default() }) else { return };
     let Some(per) = backend() else { return };
     let mk = |kind: u64, e: usize, rows: usize, cols: usize| {

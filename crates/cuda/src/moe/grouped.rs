@@ -6,7 +6,10 @@
 //! would leave most of them idle. Every output element takes the wgmma GEMM's reduction order,
 //! which is the order of every other matmul kernel, and the combine adds a row's experts in
 //! increasing expert order as the other paths do: a row's output has the same bits whichever
-//! path ran and whatever else is batched with it.
+//! path ran and whatever else is batched with it. Rounds of up to [`DEVICE_PLAN_ROWS`] rows plan
+//! on the device (kernels/moe.cu `moe_plan_tiles`: no host round trip, so decode rounds past the
+//! grouped GEMV's 64 rows can be recorded as graphs); larger ones (prefills) download the routing
+//! and plan on the host ([`plan`]), in the same order.
 
 use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, ptr};
@@ -17,6 +20,12 @@ use crate::tma::{BOX_ROWS, row_map, wgmma_fits};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
 use tf_backend::MoeParams;
+
+/// Most rows a round may have to plan on the device (the decode rounds CUDA graphs record).
+pub(super) const DEVICE_PLAN_ROWS: usize = 256;
+
+/// Most pairs the device plan takes (kernels/moe.cu `MOE_PLAN_PAIRS`).
+const DEVICE_PLAN_PAIRS: usize = 8192;
 
 /// Marks a cache key as a table of tensor maps (the pointer tables' keys are addresses).
 const MAPS_KEY: u64 = u64::MAX;
@@ -100,15 +109,57 @@ pub(super) fn plan(ids: &[u32], ne: usize, k: usize) -> (Vec<u32>, Vec<u32>, Vec
     (pair_row, pos, tiles)
 }
 
+/// Whether a round of `rows` rows of top-`k` routing plans on the device.
+pub(super) fn plans_on_device(rows: usize, k: usize) -> bool {
+    rows <= DEVICE_PLAN_ROWS && rows * k <= DEVICE_PLAN_PAIRS
+}
+
+/// A round's plan on the device: `[pair_row | pos | tiles]` (pairs, pairs, 3 a token tile) and
+/// the token tiles' count (on the host, or at `ntt_at` on the device).
+struct DevicePlan {
+    buf: CudaSlice<u32>,
+    ntt: usize,
+    ntt_at: Option<CudaSlice<u32>>,
+}
+
+/// The plan made on the host from the downloaded routing (`host_ids`, every id below `ne`).
+fn host_plan(b: &Ctx, host_ids: &[u32], ne: usize, k: usize) -> DevicePlan {
+    let (pair_row, pos, tiles) = plan(host_ids, ne, k);
+    let packed: Vec<u32> = pair_row.iter().chain(&pos).chain(&tiles).copied().collect();
+    DevicePlan { buf: b.dev.upload(&packed), ntt: tiles.len() / 3, ntt_at: None }
+}
+
+/// The plan made on the device from `ids` (`pairs` of them, within [`plans_on_device`]); `ntt`
+/// is the most token tiles it can make, what the launches are sized for.
+fn device_plan(b: &Ctx, ids: &CudaSlice<u32>, pairs: usize, ne: usize, k: usize) -> DevicePlan {
+    let (d, s) = (&b.dev, &b.dev.stream);
+    let most = pairs.div_ceil(BOX_ROWS) + ne.min(pairs);
+    let (buf, ntt_at) = (d.alloc::<u32>(2 * pairs + 3 * most), d.alloc::<u32>(1));
+    let base = ptr(&buf, s);
+    let args = [
+        Arg::P(ptr(ids, s)),
+        Arg::I(pairs as i32),
+        Arg::I(ne as i32),
+        Arg::I(k as i32),
+        Arg::P(base),
+        Arg::P(base + 4 * pairs as u64),
+        Arg::P(base + 8 * pairs as u64),
+        Arg::P(ptr(&ntt_at, s)),
+    ];
+    d.launch(&d.k.moe_plan_tiles, (1, 1, 1), 1024, (4 * pairs) as u32, &args);
+    DevicePlan { buf, ntt: most, ntt_at: Some(ntt_at) }
+}
+
 /// The MoE of `x` through the grouped GEMM: `ids` / `w` the routing on the device (`[rows, k]`),
-/// `host_ids` the same ids downloaded, `maps` from [`maps`], `shapes` one expert's weights.
+/// `host_ids` the same ids downloaded (`None`: the round plans on the device, within
+/// [`plans_on_device`]), `maps` from [`maps`], `shapes` one expert's weights.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn grouped(
     b: &Ctx,
     x: &CudaAct,
     ids: &CudaSlice<u32>,
     w: &CudaSlice<f32>,
-    host_ids: &[u32],
+    host_ids: Option<&[u32]>,
     maps: &CudaSlice<u64>,
     shapes: &[&CudaMat; 3],
     gated: bool,
@@ -118,11 +169,12 @@ pub(super) fn grouped(
     let (rows, k) = (x.rows, p.top_k);
     let ne = maps.len() / 48;
     let pairs = rows * k;
-    let (pair_row, pos, tiles) = plan(host_ids, ne, k);
-    let ntt = tiles.len() / 3;
-    let packed: Vec<u32> = pair_row.iter().chain(&pos).chain(&tiles).copied().collect();
-    let plan_d = d.upload(&packed);
-    let base = ptr(&plan_d, s);
+    let plan = match host_ids {
+        Some(h) => host_plan(b, h, ne, k),
+        None => device_plan(b, ids, pairs, ne, k),
+    };
+    let (ntt, ntt_at) = (plan.ntt, plan.ntt_at.as_ref().map_or(0, |n| ptr(n, s)));
+    let base = ptr(&plan.buf, s);
     let (rows_at, pos_at, tiles_at) = (base, base + 4 * pairs as u64, base + 8 * pairs as u64);
     let xe = gather(b, x, rows_at, pairs);
     // Weights `kinds` of every routed expert over `xin`'s pairs, one output per kind.
@@ -141,6 +193,7 @@ pub(super) fn grouped(
             Arg::P(tiles_at),
             Arg::I(ne as i32),
             Arg::I(ntt as i32),
+            Arg::P(ntt_at),
             Arg::M(xmap),
             Arg::P(ptr(&ys[0], s)),
             Arg::P(ptr(ys.last().unwrap_or(&ys[0]), s)),
