@@ -17,6 +17,8 @@
 #     optional test-name filter, under compute-sanitizer's memcheck: sanitize.txt names the kernel
 #     and address of each bad access; decode rounds run op by op unless SANITIZE_GRAPHS=on, as
 #     recordings share their pool's intermediates, which memcheck reports as stale writes)
+#   STEPS="tests moegemm" PROMPTS=128,4096 BATCHES=1,64,128,256 GEN=32 MOEGEMM=qwen3-30b-a3b:12
+#     (MoE rounds per expert against the grouped wgmma GEMM, receipt.sh interleaved: moegemm.txt)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -225,6 +227,20 @@ presets() {
 if has hybrid; then
   # shellcheck disable=SC2086
   presets hybrid ${HYBRIDS:-qwen3.5-27b:16 qwen3-next-80b-a3b:4}
+fi
+if has moegemm; then
+  # MoE rounds past 64 rows per expert (the default) against the grouped wgmma GEMM
+  # (--cuda-moe-gemm grouped), interleaved on one MoE preset (MOEGEMM, preset:layers).
+  IFS=: read -r LIKE LAYERS <<< "${MOEGEMM:-qwen3-30b-a3b:12}"
+  HC=/tmp/$LIKE-$LAYERS
+  [[ -f $HC/config.json ]] || { left 200 "synth $LIKE" && stamp "synth $LIKE" \
+    && timeout 190 "$BIN" synth --like "$LIKE" --layers "$LAYERS" --out "$HC" > "$W/synth_$LIKE.txt" 2>&1; }
+  if [[ -f $HC/config.json ]] && left 240 "moegemm receipt"; then
+    stamp "moegemm receipt"
+    OUT=$W CKPT=$HC ARGS="--prompt-len ${PROMPTS} --batch ${BATCHES} --gen-len ${GEN} --repeat 1" \
+      A_FLAGS="--cuda-moe-gemm per-expert" B_FLAGS="--cuda-moe-gemm grouped" \
+      timeout $((LIMIT - $(date +%s) + START - 20)) scripts/device/receipt.sh "$BIN" "$BIN" 2 | tee "$OUT/moegemm.txt"
+  fi
 fi
 if has moe; then
   # The MoE presets beside dense qwen3-8b (shrunk alike), each decode's floor ratio in one table.
