@@ -44,6 +44,8 @@ fn gguf_name(name: &str, gemma: bool) -> String {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
         "self_attn.qkv_proj" => "attn_qkv",
         "mlp.gate_up_proj" => "ffn_up",
         "mlp.gate_proj" => "ffn_gate",
@@ -1632,8 +1634,6 @@ fn gemma4_gguf_edited(family: &str, dir: &Path, freqs: Option<Vec<f32>>, edit: &
                         "router.per_expert_scale" => "ffn_down_exps.scale",
                         "experts.gate_up_proj" => "ffn_gate_up_exps.weight",
                         "experts.down_proj" => "ffn_down_exps.weight",
-                        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-                        "self_attn.k_norm.weight" => "attn_k_norm.weight",
                         _ => "",
                     };
                     if g.is_empty() { gguf_name(name, true) } else { format!("blk.{layer}.{g}") }
@@ -1805,5 +1805,29 @@ fn gemma4_gguf_metadata_that_disagrees_with_itself_is_refused_by_name() {
         let path = gemma4_gguf_edited("gemma4", dir.path(), None, &*edit);
         let err = Model::open(&path, &b).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
         assert!(err.contains(what), "{what}: {err}");
+    }
+}
+
+#[test]
+fn a_qwen3_vl_gguf_computes_on_text_as_qwen3() {
+    // Qwen3-VL's text decoder (`qwen3vl`): Qwen3's tensors, its multi-axis rope sections the
+    // 1-D rope on text; sections that leave pairs unrotated, or a fourth axis, are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let sections = |s: &[i32]| ("rope.dimension_sections", WriteValue::i32s(s));
+    let keys = |s: &[i32]| {
+        vec![
+            ("attention.key_length", WriteValue::U32(32)),
+            ("attention.value_length", WriteValue::U32(32)),
+            sections(s),
+            ("n_deepstack_layers", WriteValue::U32(3)),
+        ]
+    };
+    let path = to_gguf("qwen3", "qwen3vl", "llama-bpe", &keys(&[6, 5, 5, 0]), dir.path());
+    check_same("qwen3", &fixture("qwen3"), &path);
+    let b = cpu();
+    for bad in [[6, 5, 4, 0], [6, 5, 4, 1]] {
+        let path = to_gguf("qwen3", "qwen3vl", "llama-bpe", &keys(&bad), dir.path());
+        let err = Model::open(&path, &b).err().expect("refused").to_string();
+        assert!(err.contains("rope.dimension_sections"), "{err}");
     }
 }

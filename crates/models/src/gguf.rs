@@ -15,7 +15,8 @@
 //! latent projections; DeepSeek V3's latent attention with `kv_b_proj` put back together from
 //! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it;
 //! Gemma 4's two head widths, per-layer KV heads and MLP widths, proportional rope from its
-//! `rope_freqs` marks, per-layer inputs and MoE block).
+//! `rope_freqs` marks, per-layer inputs and MoE block; Qwen3-VL's text decoders as Qwen3's, their
+//! multi-axis rope checked to be the 1-D one on text; Mistral Small 3's as Llama's).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -79,6 +80,9 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("phi3", Family::Phi3, "Phi3ForCausalLM", "phi3"),
     ("qwen3", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
     ("qwen3moe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
+    // Qwen3-VL's text decoders: Qwen3's layers, their multi-axis rope the 1-D one on text.
+    ("qwen3vl", Family::Qwen3, "Qwen3ForCausalLM", "qwen3"),
+    ("qwen3vlmoe", Family::Qwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"),
     ("gemma2", Family::Gemma2, "Gemma2ForCausalLM", "gemma2"),
     ("gemma3", Family::Gemma3, "Gemma3ForCausalLM", "gemma3_text"),
     ("gemma4", Family::Gemma4, "Gemma4ForCausalLM", "gemma4_text"),
@@ -235,6 +239,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     if f.get(&temperature).is_some() {
         return Err(m.error(format!("'{temperature}' (Llama 4's attention temperature scaling) is not supported")));
     }
+    text_positions_rope(&m, head_dim)?;
     let layers = m.u64("block_count")?;
     // Checked before anything is sized from it (Gemma 3's per-layer types are).
     if layers > f.tensors().len() as u64 {
@@ -429,6 +434,23 @@ fn gemma3(
     c.insert("query_pre_attn_scalar".into(), json!(scalar));
     for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
         c.insert(key.into(), json!(m.opt_f32(key)?));
+    }
+    Ok(())
+}
+
+/// Qwen3-VL's multi-axis rope (`rope.dimension_sections`: rotated pairs per time, height, width
+/// and a fourth axis) on text, whose positions are `[p, p, p, 0]`: the 1-D rope when the first
+/// three sections rotate every pair of the head and the fourth none; other sections refused.
+fn text_positions_rope(m: &Meta<'_>, head_dim: u64) -> Result<(), ModelError> {
+    let key = m.key("rope.dimension_sections");
+    let Some(sections) = m.f.get_i32_array(&key)? else { return Ok(()) };
+    let three: i64 = sections.iter().take(3).map(|&s| i64::from(s)).sum();
+    let fourth = sections.get(3).copied().unwrap_or(0);
+    if sections.iter().any(|&s| s < 0) || fourth != 0 || 2 * three != head_dim as i64 {
+        return Err(m.error(format!(
+            "'{key}' {sections:?}: text runs the 1-D rope only where the first three sections rotate all {} pairs of the head and the fourth none",
+            head_dim / 2
+        )));
     }
     Ok(())
 }

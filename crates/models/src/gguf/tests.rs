@@ -295,6 +295,11 @@ fn llama3_scaling_is_recovered_from_rope_freqs() {
 }
 
 fn qwen3moe() -> GgufWriter {
+    qwen3moe_as("qwen3moe")
+}
+
+/// [`qwen3moe`]'s file under architecture `arch`.
+fn qwen3moe_as(arch: &str) -> GgufWriter {
     let mut w = GgufWriter::new();
     let pairs = [
         ("embedding_length", 8),
@@ -307,7 +312,7 @@ fn qwen3moe() -> GgufWriter {
         ("expert_used_count", 2),
         ("expert_feed_forward_length", 4),
     ];
-    kvs(&mut w, "qwen3moe", &pairs);
+    kvs(&mut w, arch, &pairs);
     let mut t = vec![("token_embd.weight".to_string(), vec![6, 8]), ("output_norm.weight".into(), vec![8])];
     for (n, shape) in [
         ("attn_norm", vec![8]),
@@ -331,6 +336,11 @@ fn qwen3moe() -> GgufWriter {
 
 #[test]
 fn qwen3_moe_experts_are_sub_views() {
+    // Qwen3-VL-MoE's text decoder (`qwen3vlmoe`, with its rope sections) is read as Qwen3-MoE.
+    let mut vl = qwen3moe_as("qwen3vlmoe");
+    vl.kv("qwen3vlmoe.rope.dimension_sections", WriteValue::i32s(&[1, 1, 0, 0]));
+    let c = config_from_gguf(&open(&vl)).unwrap();
+    assert_eq!((c["architectures"][0].as_str(), c["num_experts"].as_u64()), (Some("Qwen3MoeForCausalLM"), Some(3)));
     let f = open(&qwen3moe());
     let c = config_from_gguf(&f).unwrap();
     assert_eq!((c["num_experts"].as_u64(), c["moe_intermediate_size"].as_u64()), (Some(3), Some(4)));
