@@ -1831,3 +1831,39 @@ fn a_qwen3_vl_gguf_computes_on_text_as_qwen3() {
         assert!(err.contains("rope.dimension_sections"), "{err}");
     }
 }
+
+#[test]
+fn gemma4_gguf_metadata_of_any_wrong_type_or_value_is_refused_not_a_panic() {
+    // Every `gemma4.*` key in turn made a string, a zero, a huge count, an empty array or an
+    // array of the wrong length: the file loads or is refused, never a panic.
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let base = gemma4_gguf_edited("gemma4", dir.path(), None, &|_| {});
+    let keys: Vec<String> = {
+        let f = tf_formats::gguf::GgufFile::open(&base).unwrap();
+        f.metadata().map(|(k, _)| k.to_string()).filter(|k| k.starts_with("gemma4.")).collect()
+    };
+    assert!(keys.len() > 10, "{keys:?}");
+    let values = [
+        WriteValue::str("x"),
+        WriteValue::U32(0),
+        WriteValue::U32(u32::MAX),
+        WriteValue::i32s(&[]),
+        WriteValue::i32s(&[-1; 4]),
+        WriteValue::Array(ValueType::Bool, vec![WriteValue::Bool(false); 4]),
+        WriteValue::F32(f32::NAN),
+    ];
+    for key in &keys {
+        for value in &values {
+            let edit = |w: &mut GgufWriter| {
+                for (k, v) in w.kvs.iter_mut() {
+                    if k == key {
+                        *v = value.clone();
+                    }
+                }
+            };
+            let path = gemma4_gguf_edited("gemma4", dir.path(), None, &edit);
+            let _ = Model::open(&path, &b);
+        }
+    }
+}
