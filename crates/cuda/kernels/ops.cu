@@ -471,6 +471,17 @@ extern "C" __global__ void widen_bf16(const u16* __restrict__ x, float* __restri
 
 // y[r] = x[rows[r]]: block (r, q) copies columns [1024 q, 1024 q + 1024) of row r, each thread
 // its four columns loaded before any is stored (one memory round trip, also for a vocabulary row).
+// Rows `rows` of a bf16 matrix of row stride kp (a multiple of 8), padding included: y[r] =
+// x[rows[r]], 16 bytes a thread (the grouped expert GEMM's gathered rows, moe/grouped.rs).
+extern "C" __global__ void select_rows_bf16(const u16* __restrict__ x, const u32* __restrict__ rows, u16* __restrict__ y,
+                                            int n_rows, int kp) {
+    tf_pdl_enter();
+    const int r = blockIdx.x;
+    const uint4* __restrict__ src = reinterpret_cast<const uint4*>(x + (size_t)rows[r] * kp);
+    uint4* __restrict__ dst = reinterpret_cast<uint4*>(y + (size_t)r * kp);
+    for (int c = threadIdx.x; c < kp / 8; c += blockDim.x) dst[c] = src[c];
+}
+
 extern "C" __global__ void select_rows(const float* __restrict__ x, const u32* __restrict__ rows, float* __restrict__ y,
                                        int n_rows, int cols) {
     tf_pdl_enter();

@@ -72,6 +72,7 @@ kernels!(
     glu_packed,
     widen_bf16,
     select_rows,
+    select_rows_bf16,
     softcap,
     add_bias,
     add_sigmoid_scaled,

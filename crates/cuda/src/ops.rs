@@ -554,6 +554,26 @@ pub(crate) fn gather(b: &Ctx, x: &CudaAct, idx: u64, n: usize) -> CudaAct {
     CudaAct::new(y, n, x.cols)
 }
 
+/// Rows `idx` (a device address of `n` u32 row indices) of `x`'s bf16 copy, as an activation
+/// held in bf16 only (the same values as [`gather`]'s rows rounded: what a matmul reads).
+pub(crate) fn gather_bf16(b: &Ctx, x: &CudaAct, idx: u64, n: usize) -> CudaAct {
+    let d = &b.dev;
+    let kp = padded(x.cols);
+    let y = d.alloc::<u16>(n * kp);
+    if n > 0 {
+        let args = [
+            Arg::P(ptr(bf16_of(b, x), &d.stream)),
+            Arg::P(idx),
+            Arg::P(ptr(&y, &d.stream)),
+            Arg::I(n as i32),
+            Arg::I(kp as i32),
+        ];
+        // kernels/ops.cu `select_rows_bf16`: a block a row, 16 bytes a thread.
+        d.launch(&d.k.select_rows_bf16, (n as u32, 1, 1), 256, 0, &args);
+    }
+    CudaAct::bf16_only(y, n, x.cols)
+}
+
 pub(crate) fn select_rows(b: &Ctx, x: &CudaAct, rows: &[usize]) -> CudaAct {
     let idx: Vec<u32> = rows
         .iter()

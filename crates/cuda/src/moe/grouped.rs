@@ -13,7 +13,7 @@
 
 use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, ptr};
-use crate::ops::{activate, bf16_of, gather, glu_limited};
+use crate::ops::{activate, bf16_of, gather_bf16, glu_limited};
 use crate::smem::{WGMMA_SMEM, WGMMA_THREADS};
 use crate::tensor::{CudaAct, CudaMat, padded};
 use crate::tma::{BOX_ROWS, row_map, wgmma_fits};
@@ -176,7 +176,7 @@ pub(super) fn grouped(
     let (ntt, ntt_at) = (plan.ntt, plan.ntt_at.as_ref().map_or(0, |n| ptr(n, s)));
     let base = ptr(&plan.buf, s);
     let (rows_at, pos_at, tiles_at) = (base, base + 4 * pairs as u64, base + 8 * pairs as u64);
-    let xe = gather(b, x, rows_at, pairs);
+    let xe = gather_bf16(b, x, rows_at, pairs);
     // Weights `kinds` of every routed expert over `xin`'s pairs, one output per kind.
     let run = |xin: &CudaAct, kinds: std::ops::Range<usize>| -> Vec<CudaAct> {
         let (n, kin) = shapes[kinds.start].shape();
