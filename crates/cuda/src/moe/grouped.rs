@@ -248,6 +248,14 @@ mod tests {
     }
 
     #[test]
+    fn the_device_plans_pair_limit_is_the_kernels() {
+        let src = include_str!("../../kernels/moe.cu");
+        assert!(src.contains(&format!("#define MOE_PLAN_PAIRS {DEVICE_PLAN_PAIRS}\n")));
+        // Its dynamic shared memory (the ids) and static arrays fit the default 48 KB.
+        assert!(4 * DEVICE_PLAN_PAIRS + 3 * 4 * super::super::MAX_EXPERTS <= 48 * 1024);
+    }
+
+    #[test]
     fn an_expert_past_one_token_tile_takes_several() {
         let ids: Vec<u32> = (0..300).map(|p| u32::from(p % 3 == 0)).collect();
         let (_, _, tiles) = plan(&ids, 2, 1);
