@@ -252,7 +252,7 @@ mod tests {
         let src = include_str!("../../kernels/moe.cu");
         assert!(src.contains(&format!("#define MOE_PLAN_PAIRS {DEVICE_PLAN_PAIRS}\n")));
         // Its dynamic shared memory (the ids) and static arrays fit the default 48 KB.
-        assert!(4 * DEVICE_PLAN_PAIRS + 3 * 4 * super::super::MAX_EXPERTS <= 48 * 1024);
+        const { assert!(4 * DEVICE_PLAN_PAIRS + 3 * 4 * super::super::MAX_EXPERTS <= 48 * 1024) };
     }
 
     #[test]
