@@ -1867,3 +1867,178 @@ fn gemma4_gguf_metadata_of_any_wrong_type_or_value_is_refused_not_a_panic() {
         }
     }
 }
+
+/// The Step 3.7 fixture's text decoder as `convert_hf_to_gguf.py` writes it (`step35`) in
+/// `dir`, with the metadata llama.cpp reads: head counts one a block, the thetas of each kind,
+/// Llama 3 factors over the full layers' rotated dims in `rope_freqs`, the clamps one a block,
+/// norms as `1 + w`, the MTP block after the decoder's (`nextn.*`); `edit` applied last.
+fn step35_gguf(dir: &Path, edit: &dyn Fn(&mut GgufWriter)) -> PathBuf {
+    let top = json(&fixture("step3p7").join("config.json"));
+    let t = &top["text_config"];
+    // metadata_at reads a flat config: the text config with the checkpoint's tokenizer beside it.
+    let flat = dir.join("step_src");
+    std::fs::create_dir_all(&flat).unwrap();
+    let mut cfg = t.clone();
+    cfg["num_key_value_heads"] = t["num_attention_groups"].clone();
+    std::fs::write(flat.join("config.json"), cfg.to_string()).unwrap();
+    for f in ["tokenizer.json", "golden.json"] {
+        std::fs::copy(fixture("step3p7").join(f), flat.join(f)).unwrap();
+    }
+    let u = |k: &str| t[k].as_u64().unwrap() as u32;
+    let (n, mtp) = (u("num_hidden_layers") as usize, u("num_nextn_predict_layers") as usize);
+    let types: Vec<bool> = t["layer_types"].as_array().unwrap().iter().map(|k| k == "sliding_attention").collect();
+    assert_eq!(types.len(), n + mtp);
+    let other = &t["attention_other_setting"];
+    let heads: Vec<i32> =
+        types
+            .iter()
+            .map(|&s| {
+                if s { other["num_attention_heads"].as_i64().unwrap() as i32 } else { u("num_attention_heads") as i32 }
+            })
+            .collect();
+    let theta_of = |sliding: bool| {
+        let i = types.iter().position(|&s| s == sliding).unwrap();
+        t["rope_theta"][i].as_f64().unwrap() as f32
+    };
+    let head_dim = u("head_dim") as usize;
+    let limits =
+        |k: &str| -> Vec<f32> { t[k].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect() };
+    let flags = types.iter().map(|&s| WriteValue::Bool(s)).collect();
+    let extra = vec![
+        ("block_count", WriteValue::U32((n + mtp) as u32)),
+        ("nextn_predict_layers", WriteValue::U32(mtp as u32)),
+        ("attention.head_count", WriteValue::i32s(&heads)),
+        ("attention.head_count_kv", WriteValue::i32s(&vec![u("num_attention_groups") as i32; n + mtp])),
+        ("attention.key_length", WriteValue::U32(head_dim as u32)),
+        ("attention.value_length", WriteValue::U32(head_dim as u32)),
+        ("attention.sliding_window", WriteValue::U32(u("sliding_window"))),
+        ("attention.sliding_window_pattern", WriteValue::Array(ValueType::Bool, flags)),
+        ("rope.dimension_count", WriteValue::U32(head_dim as u32)),
+        ("rope.freq_base", WriteValue::F32(theta_of(false))),
+        ("rope.freq_base_swa", WriteValue::F32(theta_of(true))),
+        ("expert_count", WriteValue::U32(u("moe_num_experts"))),
+        ("expert_used_count", WriteValue::U32(u("moe_top_k"))),
+        ("expert_feed_forward_length", WriteValue::U32(u("moe_intermediate_size"))),
+        ("expert_shared_feed_forward_length", WriteValue::U32(u("share_expert_dim"))),
+        ("expert_weights_scale", WriteValue::F32(t["moe_router_scaling_factor"].as_f64().unwrap() as f32)),
+        ("swiglu_clamp_exp", WriteValue::f32s(&limits("swiglu_limits"))),
+        ("swiglu_clamp_shexp", WriteValue::f32s(&limits("swiglu_limits_shared"))),
+    ];
+    let mut w = metadata_at(&flat, "step35", "llama-bpe", &extra);
+    // Llama 3 factors over the full layers' rotated dims (half the head), padded with 1.
+    let s = &t["rope_scaling"];
+    let (factor, orig) = (s["factor"].as_f64().unwrap(), s["original_max_position_embeddings"].as_f64().unwrap());
+    let (low, high, base, rot) = (1.0f64, 4.0f64, f64::from(theta_of(false)), head_dim / 2);
+    let mut freqs: Vec<f32> = (0..rot / 2)
+        .map(|i| {
+            let wavelen = 2.0 * std::f64::consts::PI * base.powf((2 * i) as f64 / rot as f64);
+            if wavelen < orig / high {
+                1.0
+            } else if wavelen > orig / low {
+                factor as f32
+            } else {
+                let smooth = (orig / wavelen - low) / (high - low);
+                (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+            }
+        })
+        .collect();
+    freqs.resize(head_dim / 2, 1.0);
+    w.f32_tensor("rope_freqs.weight", &[freqs.len()], &freqs);
+    let st = SafetensorsFile::open(&fixture("step3p7").join("model.safetensors")).unwrap();
+    for name in st.tensors().keys() {
+        if name.starts_with("vision_model.") || name.starts_with("vit_large_projector.") {
+            continue;
+        }
+        let t = st.tensor(name).unwrap().unwrap();
+        let g = match name.strip_prefix("model.layers.").and_then(|r| r.split_once('.')) {
+            None => gguf_name(name, false),
+            Some((layer, stem)) => {
+                let g = match stem {
+                    "self_attn.g_proj.weight" => "attn_gate.weight",
+                    "moe.gate.weight" => "ffn_gate_inp.weight",
+                    "moe.router_bias" => "exp_probs_b.bias",
+                    "moe.gate_proj.weight" => "ffn_gate_exps.weight",
+                    "moe.up_proj.weight" => "ffn_up_exps.weight",
+                    "moe.down_proj.weight" => "ffn_down_exps.weight",
+                    "share_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+                    "share_expert.up_proj.weight" => "ffn_up_shexp.weight",
+                    "share_expert.down_proj.weight" => "ffn_down_shexp.weight",
+                    "eh_proj.weight" => "nextn.eh_proj.weight",
+                    "enorm.weight" => "nextn.enorm.weight",
+                    "hnorm.weight" => "nextn.hnorm.weight",
+                    "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
+                    "post_attention_layernorm.weight" => "ffn_norm.weight",
+                    _ => "",
+                };
+                if g.is_empty() { gguf_name(name, false) } else { format!("blk.{layer}.{g}") }
+            }
+        };
+        let mut values = t.to_f32();
+        // Step's norms multiply by 1 + w: the converter stores 1 + w.
+        if name.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v += 1.0);
+        }
+        w.f32_tensor(&g, &t.shape, &values);
+    }
+    edit(&mut w);
+    let path = dir.join("step35.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn a_step35_gguf_computes_as_its_safetensors_checkpoint_read_as_llama_cpp_scales_scores() {
+    // llama.cpp scales Step's scores by head_dim^-0.5; the fixture's config says 20.
+    let dir = tempfile::tempdir().unwrap();
+    let path = step35_gguf(dir.path(), &|_| {});
+    let scaled = dir.path().join("scaled");
+    std::fs::create_dir_all(&scaled).unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        if fixture("step3p7").join(f).exists() {
+            std::fs::copy(fixture("step3p7").join(f), scaled.join(f)).unwrap();
+        }
+    }
+    let mut config = json(&fixture("step3p7").join("config.json"));
+    config["text_config"]["query_pre_attn_scalar"] = 16.into();
+    std::fs::write(scaled.join("config.json"), config.to_string()).unwrap();
+    check_same("step3p7", &scaled, &path);
+    let b = cpu();
+    let f = tf_formats::gguf::GgufFile::open(&path).unwrap();
+    let c = tf_models::gguf::config_from_gguf(&f).unwrap();
+    assert_eq!(c["rope_parameters"]["full_attention"]["original_max_position_embeddings"], 16);
+    // The MTP block drafts as the checkpoint's head does.
+    let (hf, gguf) = (Model::open(&scaled, &b).unwrap(), Model::open(&path, &b).unwrap());
+    same_mtp_logits(&b, "step3p7", &hf, &gguf);
+}
+
+#[test]
+fn a_step35_gguf_that_disagrees_with_step_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cpu();
+    let set = |key: &'static str, value: WriteValue| {
+        move |w: &mut GgufWriter| {
+            w.kvs.retain(|(k, _)| k != key);
+            w.kv(key, value.clone());
+        }
+    };
+    type Edit = Box<dyn Fn(&mut GgufWriter)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("head_count_kv", Box::new(set("step35.attention.head_count_kv", WriteValue::i32s(&[2, 2, 1, 2, 2])))),
+        ("expert_gating_func", Box::new(set("step35.expert_gating_func", WriteValue::U32(1)))),
+        ("expert_weights_norm", Box::new(set("step35.expert_weights_norm", WriteValue::Bool(false)))),
+        ("swiglu_clamp_exp", Box::new(set("step35.swiglu_clamp_exp", WriteValue::f32s(&[0.0; 3])))),
+        ("head counts differ", Box::new(set("step35.attention.head_count", WriteValue::i32s(&[8, 4, 4, 4, 4])))),
+        (
+            "rope_freqs",
+            Box::new(|w: &mut GgufWriter| {
+                w.tensors.retain(|t| t.name != "rope_freqs.weight");
+                w.f32_tensor("rope_freqs.weight", &[8], &[1.5, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 3.0]);
+            }),
+        ),
+    ];
+    for (what, edit) in cases {
+        let path = step35_gguf(dir.path(), &*edit);
+        let err = Model::open(&path, &b).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
+        assert!(err.contains(what), "{what}: {err}");
+    }
+}

@@ -16,7 +16,9 @@
 //! the converter's transposed key half and its value half, GLM-5's lightning indexer beside it;
 //! Gemma 4's two head widths, per-layer KV heads and MLP widths, proportional rope from its
 //! `rope_freqs` marks, per-layer inputs and MoE block; Qwen3-VL's text decoders as Qwen3's, their
-//! multi-axis rope checked to be the 1-D one on text; Mistral Small 3's as Llama's).
+//! multi-axis rope checked to be the 1-D one on text; Mistral Small 3's as Llama's; Step 3.5's
+//! per-kind heads and ropes, its Llama 3 factors over the full layers' rotated dims, its MTP
+//! block).
 
 use crate::config::RawConfig;
 use crate::error::ModelError;
@@ -70,6 +72,9 @@ pub enum Family {
     Deepseek2,
     /// `glm-dsa` -> `GlmMoeDsaForCausalLM` (GLM-5: DeepSeek V3's layers with a lightning indexer).
     GlmDsa,
+    /// `step35` -> `Step3p5ForCausalLM` (Step 3.5 / 3.7's text decoder: sliding and full layers
+    /// of their own head counts and ropes, head gates, sigmoid-routed experts, MTP blocks).
+    Step35,
 }
 
 const FAMILIES: &[(&str, Family, &str, &str)] = &[
@@ -98,6 +103,7 @@ const FAMILIES: &[(&str, Family, &str, &str)] = &[
     ("nemotron_h_moe", Family::NemotronH, "NemotronHForCausalLM", "nemotron_h"),
     ("deepseek2", Family::Deepseek2, "DeepseekV3ForCausalLM", "deepseek_v3"),
     ("glm-dsa", Family::GlmDsa, "GlmMoeDsaForCausalLM", "glm_moe_dsa"),
+    ("step35", Family::Step35, "Step3p5ForCausalLM", "step3p5"),
 ];
 
 impl Family {
@@ -222,7 +228,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
     let (_, _, hf_arch, model_type) = fam.entry();
     let embd = f.tensor_info("token_embd.weight").ok_or_else(|| missing(f, "token_embd.weight"))?;
     let hidden = m.u64("embedding_length")?;
-    let heads = m.u64("attention.head_count")?;
+    // (Step 3.5's one a layer: the largest here, each kind's in `step35`.)
+    let heads = m.per_layer_max("attention.head_count")?;
     let head_dim = match (m.opt_u64("attention.key_length")?, m.opt_u64("rope.dimension_count")?) {
         (Some(k), _) => k,
         (None, Some(r)) if fam == Family::Llama => r,
@@ -284,12 +291,14 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Value, ModelError> {
         }
     }
     // (Gemma 4's `rope_freqs` marks its full layers' unrotated dims: read by `gemma4`.)
-    let scaling = if fam == Family::Gemma4 { None } else { rope_scaling(&m, head_dim)? };
+    // (Step 3.5's holds Llama 3 factors over its full layers' rotated dims alone: read by `step35`.)
+    let scaling = if matches!(fam, Family::Gemma4 | Family::Step35) { None } else { rope_scaling(&m, head_dim)? };
     let theta = m.opt_f32("rope.freq_base")?;
     match fam {
         Family::Gemma3 => gemma3(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta, scaling)?,
         Family::Gemma2 => gemma2(&m, &mut c, Dims { layers, hidden, heads, head_dim }, theta)?,
         Family::Gemma4 => gemma4(&m, &mut c, layers, head_dim, theta)?,
+        Family::Step35 => step35(&m, &mut c, layers, head_dim, theta)?,
         Family::GptOss => gpt_oss(&m, &mut c, layers, theta, scaling)?,
         Family::Lfm2 => lfm2(&m, &mut c, layers, kv_heads, theta)?,
         Family::Lfm2Moe => {
@@ -580,6 +589,159 @@ fn gemma4(
         c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
     }
     Ok(())
+}
+
+/// Step 3.5 as `convert_hf_to_gguf.py` stores it and llama.cpp runs it: query heads one count a
+/// layer (the sliding layers' one, the full layers' another), one KV head count, layer kinds from
+/// `sliding_window_pattern`, full layers rotating half of `rope.dimension_count` from
+/// `rope.freq_base` (Llama 3 factors over those dims in `rope_freqs`) and sliding layers
+/// `rope.dimension_count_swa` from `rope.freq_base_swa`, scores scaled by `key_length^-0.5`,
+/// sigmoid-routed experts beside the shared one wherever a block has a router, the gate/up
+/// clamps one a block (`swiglu_clamp_exp` / `_shexp`, 0 for none), `nextn_predict_layers` MTP
+/// blocks after the decoder's.
+fn step35(
+    m: &Meta<'_>,
+    c: &mut Map<String, Value>,
+    blocks: u64,
+    head_dim: u64,
+    theta: Option<f32>,
+) -> Result<(), ModelError> {
+    let (layers, nextn) = m.decoder_blocks(blocks)?;
+    let (n, all) = (layers as usize, blocks as usize);
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(m.error(format!("key_length {head_dim} must be even")));
+    }
+    c.insert("num_hidden_layers".into(), json!(layers));
+    c.insert("num_nextn_predict_layers".into(), json!(nextn));
+    let key = m.key("attention.sliding_window_pattern");
+    let sliding = m.f.get_bool_array(&key)?.unwrap_or_else(|| vec![false; all]);
+    if sliding.len() != all {
+        return Err(m.error(format!("'{key}' has {} flags for {blocks} blocks", sliding.len())));
+    }
+    let kinds: Vec<&str> = sliding.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect();
+    c.insert("layer_types".into(), json!(kinds));
+    if sliding.contains(&true) {
+        c.insert("sliding_window".into(), json!(m.u64("attention.sliding_window")?));
+    }
+    // Query heads a kind, KV heads everywhere.
+    let one_a_block = |k: &str| -> Result<Vec<u64>, ModelError> {
+        let v = m.per_layer(k)?;
+        match v.len() {
+            1 => Ok(vec![v[0]; all]),
+            l if l == all => Ok(v),
+            l => Err(m.error(format!("'{}' has {l} values for {blocks} blocks", m.key(k)))),
+        }
+    };
+    let heads = one_a_block("attention.head_count")?;
+    let of_kind = |v: &[u64], s: bool| -> Result<Option<u64>, ModelError> {
+        let mut it = (0..all).filter(|&i| sliding[i] == s).map(|i| v[i]);
+        let first = it.next();
+        match it.find(|&x| Some(x) != first) {
+            Some(x) => Err(m.error(format!("head counts differ within one kind of layer ({first:?} and {x})"))),
+            None => Ok(first),
+        }
+    };
+    let (full_heads, swa_heads) = (of_kind(&heads, false)?, of_kind(&heads, true)?);
+    let full_heads = full_heads.or(swa_heads).unwrap_or(0);
+    c.insert("num_attention_heads".into(), json!(full_heads));
+    c.insert("num_sliding_attention_heads".into(), json!(swa_heads.unwrap_or(full_heads)));
+    let kv = one_a_block("attention.head_count_kv")?;
+    if kv.windows(2).any(|w| w[0] != w[1]) {
+        return Err(m.error("attention.head_count_kv differs between layers: Step's layers share one count".into()));
+    }
+    c.insert("num_key_value_heads".into(), json!(kv.first().copied().unwrap_or(0)));
+    // Scores scaled by the head width (llama.cpp's), whatever the checkpoint's scalar was.
+    c.insert("query_pre_attn_scalar".into(), json!(head_dim));
+    // Ropes by kind.
+    let n_rot = m.opt_u64("rope.dimension_count")?.unwrap_or(head_dim);
+    let n_rot_swa = m.opt_u64("rope.dimension_count_swa")?.unwrap_or(n_rot);
+    let (rot_full, rot_swa) = (n_rot / 2, n_rot_swa);
+    if rot_full == 0
+        || rot_full > head_dim
+        || !rot_full.is_multiple_of(2)
+        || rot_swa == 0
+        || rot_swa > head_dim
+        || !rot_swa.is_multiple_of(2)
+    {
+        return Err(m.error(format!("rope.dimension_count {n_rot} / _swa {n_rot_swa} do not fit heads of {head_dim}")));
+    }
+    let full_theta = theta.unwrap_or(10_000.0);
+    let mut full = Map::new();
+    full.insert("rope_type".into(), json!("default"));
+    full.insert("rope_theta".into(), json!(full_theta));
+    full.insert("partial_rotary_factor".into(), json!(rot_full as f64 / head_dim as f64));
+    if let Some(view) = m.f.tensor("rope_freqs.weight")? {
+        let f = view.to_f32();
+        let used = (rot_full / 2) as usize;
+        if f.len() < used || f[used..].iter().any(|&v| v != 1.0) {
+            return Err(m.error(format!(
+                "rope_freqs.weight: {} factors for {used} rotated frequencies, the rest not 1",
+                f.len()
+            )));
+        }
+        let factors = &f[..used];
+        if factors.iter().any(|&v| v != 1.0) {
+            let orig = llama3_original_context(factors, full_theta, rot_full)
+                .ok_or_else(|| m.error("rope_freqs.weight does not match Llama 3 scaling (low 1, high 4)".into()))?;
+            for (k, v) in llama3_from_factors(m, factors, full_theta, rot_full, orig)? {
+                full.insert(k, v);
+            }
+        }
+    }
+    let swa = json!({"rope_type": "default", "rope_theta": m.opt_f32("rope.freq_base_swa")?.unwrap_or(full_theta),
+        "partial_rotary_factor": rot_swa as f64 / head_dim as f64});
+    c.insert("rope_parameters".into(), json!({"full_attention": full, "sliding_attention": swa}));
+    // Experts where a block has a router; gate/up clamps.
+    let sparse: Vec<&str> = (0..all)
+        .map(|i| if m.f.tensor_info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some() { "sparse" } else { "dense" })
+        .collect();
+    c.insert("mlp_layer_types".into(), json!(sparse));
+    if sparse.contains(&"sparse") {
+        c.insert("n_routed_experts".into(), json!(m.u64("expert_count")?));
+        c.insert("num_experts_per_tok".into(), json!(m.u64("expert_used_count")?));
+        c.insert("moe_intermediate_size".into(), json!(m.u64("expert_feed_forward_length")?));
+        c.insert("share_expert_dim".into(), json!(m.u64("expert_shared_feed_forward_length")?));
+        c.insert("moe_router_scaling_factor".into(), json!(m.opt_f32("expert_weights_scale")?.unwrap_or(1.0)));
+        if m.f.get_bool(&m.key("expert_weights_norm"))? == Some(false) {
+            return Err(m.error("expert_weights_norm false: Step's chosen scores are always renormalised".into()));
+        }
+        if let Some(g) = m.opt_u64("expert_gating_func")?.filter(|&g| g != 2) {
+            return Err(m.error(format!("expert_gating_func {g}: Step's router is sigmoid (2)")));
+        }
+    }
+    for (gguf, hf) in [("swiglu_clamp_exp", "swiglu_limits"), ("swiglu_clamp_shexp", "swiglu_limits_shared")] {
+        if let Some(v) = m.f.get_f32_array(&m.key(gguf))? {
+            if v.len() != all && v.len() != n {
+                return Err(m.error(format!("'{}' has {} limits for {blocks} blocks", m.key(gguf), v.len())));
+            }
+            c.insert(hf.into(), json!(v));
+        }
+    }
+    c.insert("hidden_act".into(), json!("silu"));
+    Ok(())
+}
+
+/// The Llama 3 context length behind `factors` (over the `dims` rotated dims from `theta`, low
+/// and high frequency factors 1 and 4, as `convert_hf_to_gguf.py` writes them): read off a
+/// smoothed factor where there is one, else any length the plain ones allow (all such give the
+/// same factors); `None` when none fits.
+fn llama3_original_context(factors: &[f32], theta: f32, dims: u64) -> Option<u64> {
+    let factor = f64::from(factors.iter().copied().fold(f32::NAN, f32::max));
+    let wavelen = |i: usize| 2.0 * std::f64::consts::PI * f64::from(theta).powf((2 * i) as f64 / dims as f64);
+    let smoothed = factors.iter().enumerate().find(|(_, f)| **f != 1.0 && f64::from(**f) != factor);
+    if let Some((i, &f)) = smoothed {
+        let s = (1.0 / f64::from(f) - 1.0 / factor) / (1.0 - 1.0 / factor);
+        return Some((wavelen(i) * (3.0 * s + 1.0)).round() as u64);
+    }
+    // Plain: every frequency kept (wavelength under orig / 4) or scaled (over orig).
+    let kept = factors.iter().take_while(|&&f| f == 1.0).count();
+    if factors[kept..].iter().any(|&f| f64::from(f) != factor) {
+        return None;
+    }
+    let above = if kept == 0 { 1.0 } else { wavelen(kept - 1) * 4.0 };
+    let below = if kept == factors.len() { f64::MAX } else { wavelen(kept) };
+    let orig = above.ceil().max(1.0);
+    (orig < below).then_some(orig as u64)
 }
 
 /// gpt-oss as its release configures it: sliding and full layers alternating from a sliding one
@@ -1013,6 +1175,23 @@ fn gemma2(m: &Meta<'_>, c: &mut Map<String, Value>, d: Dims, theta: Option<f32>)
     Ok(())
 }
 
+/// Step 3.5's own layer tensors: the head gate, the router, the stacked experts, the shared
+/// expert, the MTP block's head (`shared_head.output`).
+fn step35_only(rest: &str) -> Option<&'static str> {
+    Some(match rest {
+        "self_attn.g_proj.weight" => "attn_gate.weight",
+        "moe.gate.weight" => "ffn_gate_inp.weight",
+        "moe.gate_proj.weight" => "ffn_gate_exps.weight",
+        "moe.up_proj.weight" => "ffn_up_exps.weight",
+        "moe.down_proj.weight" => "ffn_down_exps.weight",
+        "share_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "share_expert.up_proj.weight" => "ffn_up_shexp.weight",
+        "share_expert.down_proj.weight" => "ffn_down_shexp.weight",
+        "shared_head.output.weight" => "nextn.shared_head_head.weight",
+        _ => return None,
+    })
+}
+
 /// Gemma 4's own layer tensors: per-layer inputs, the layer scalar, the MoE block's norms,
 /// router and experts (stacked, gate and up fused, as transformers holds them).
 fn gemma4_only(rest: &str) -> Option<&'static str> {
@@ -1158,7 +1337,7 @@ impl GgufSource {
         let family = family(&file)?;
         let m = Meta { f: &file, arch: file.architecture()? };
         let to_usize = |n: u64| usize::try_from(n).map_err(|_| m.error(format!("head count {n} is too large")));
-        let num_heads = to_usize(m.u64("attention.head_count")?)?;
+        let num_heads = to_usize(m.per_layer_max("attention.head_count")?)?;
         let num_kv_heads = to_usize(m.kv_heads()?.map_or(num_heads as u64, |k| k.count()))?;
         let nextn = m.opt_u64("nextn_predict_layers")?.unwrap_or(0);
         let mtp_block = match family {
@@ -1190,7 +1369,7 @@ impl GgufSource {
         // Norms the converter stores as `1 + w` (Qwen3.5's gated norm of the delta rule kept as is).
         let one_plus = matches!(
             self.family,
-            Family::Gemma2 | Family::Gemma3 | Family::Qwen35 | Family::Qwen3Next | Family::Qwen35Moe
+            Family::Gemma2 | Family::Gemma3 | Family::Qwen35 | Family::Qwen3Next | Family::Qwen35Moe | Family::Step35
         );
         if self.family == Family::NemotronH {
             return self.locate_nemotron_h(hf_name);
@@ -1275,6 +1454,14 @@ impl GgufSource {
             };
             if !g.is_empty() {
                 return Some((format!("blk.{layer}.{g}"), fix));
+            }
+        }
+        if self.family == Family::Step35 {
+            if rest == "moe.router_bias" {
+                return Some((self.probs_bias(layer), Fix::Plain));
+            }
+            if let Some(g) = step35_only(rest).or_else(|| nextn_name(rest)) {
+                return Some((format!("blk.{layer}.{g}"), Fix::Plain));
             }
         }
         if self.family == Family::Gemma4

@@ -192,7 +192,7 @@ pub struct ServeArgs {
     ///
     /// Accepts: off, ngram (prompt lookup), mtp (the checkpoint's own multi-token-prediction
     /// layer: DeepSeek V3, GLM-4.5 / 4.6, GLM-5, DeepSeek V3.2, Qwen3.5, Qwen3-Next, Step 3.5 / 3.7;
-    /// GLM-4.5 / 4.6, GLM-5, Qwen3.5 and Qwen3-Next also from GGUF), early-exit:N (the model's
+    /// GLM-4.5 / 4.6, GLM-5, Qwen3.5, Qwen3-Next and Step 3.5 also from GGUF), early-exit:N (the model's
     /// first N layers + head), model:DIR (a smaller checkpoint with the same vocabulary, or a Gemma 4
     /// assistant, `gemma4_assistant`, for a Gemma 4 model).
     #[arg(long, default_value = "off", value_parser = parse_draft)]

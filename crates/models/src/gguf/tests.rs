@@ -807,3 +807,16 @@ fn a_deepseek2_file_without_its_gating_func_routes_by_sigmoid_only_in_glm_4_7_fl
     let e = config_from_gguf(&file(48, 1000)).unwrap_err().to_string();
     assert!(e.contains("expert_gating_func is absent"), "{e}");
 }
+
+#[test]
+fn llama3_context_is_read_off_a_smoothed_factor_or_any_the_plain_ones_allow() {
+    // Smoothed: Llama 3.1's own (8192, factor 8) over 128 dims comes back exactly.
+    let f = llama3_factors(500000.0, 128, 8.0);
+    assert_eq!(llama3_original_context(&f, 500000.0, 128), Some(8192));
+    // Plain: 2 frequencies of wavelengths 2 pi and 200 pi, one kept and one scaled, for any
+    // context between 8 pi and 200 pi; the one given keeps them so.
+    let orig = llama3_original_context(&[1.0, 8.0], 10000.0, 4).expect("a context");
+    assert!((26..629).contains(&orig), "{orig}");
+    // A divisor of the wrong side (scaled below kept) fits none.
+    assert_eq!(llama3_original_context(&[8.0, 1.0], 10000.0, 4), None);
+}
