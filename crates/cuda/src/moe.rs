@@ -397,25 +397,42 @@ fn on_device(
         d.launch(f, ((nblk * kinds.len()) as u32, slots, 1), 256, gemv_smem(nt), &args);
         ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect::<Vec<_>>()
     };
+    experts_and_combine(b, x, &xe, gated, p, (ids, w, ptr(&pos, s)), grouped)
+}
+
+/// Every routed expert's MLP over the expert-sorted pairs `xe` through `run(input, kinds)` (one
+/// output per weight kind: gate and up `0..2`, up alone `1..2`, down `2..3`), the gated
+/// activation between, then each of `x`'s rows' experts added in increasing expert order
+/// (kernels/moe.cu `moe_combine`) from the routing `(ids, weights, each pair's place)`.
+fn experts_and_combine(
+    b: &Ctx,
+    x: &CudaAct,
+    xe: &CudaAct,
+    gated: bool,
+    p: &MoeParams,
+    (ids, w, pos): (&CudaSlice<u32>, &CudaSlice<f32>, u64),
+    run: impl Fn(&CudaAct, std::ops::Range<usize>) -> Vec<CudaAct>,
+) -> CudaAct {
+    let (d, s) = (&b.dev, &b.dev.stream);
     let h = if gated {
-        let gu = grouped(&xe, 0..2);
+        let gu = run(xe, 0..2);
         glu_limited(b, &gu[0], &gu[1], p.act, p.clamp)
     } else {
-        activate(b, &grouped(&xe, 1..2)[0], p.act)
+        activate(b, &run(xe, 1..2)[0], p.act)
     };
-    let y = grouped(&h, 2..3).remove(0);
-    let out = d.alloc::<f32>(rows * x.cols);
+    let y = run(&h, 2..3).remove(0);
+    let out = d.alloc::<f32>(x.rows * x.cols);
     let args = [
         Arg::P(ptr(y.data(&b.dev), s)),
         Arg::P(ptr(ids, s)),
         Arg::P(ptr(w, s)),
-        Arg::P(ptr(&pos, s)),
+        Arg::P(pos),
         Arg::P(ptr(&out, s)),
-        Arg::I(k as i32),
+        Arg::I(p.top_k as i32),
         Arg::I(x.cols as i32),
     ];
-    d.launch(&d.k.moe_combine, (rows as u32, x.cols.div_ceil(256) as u32, 1), 256, 0, &args);
-    CudaAct::new(out, rows, x.cols)
+    d.launch(&d.k.moe_combine, (x.rows as u32, x.cols.div_ceil(256) as u32, 1), 256, 0, &args);
+    CudaAct::new(out, x.rows, x.cols)
 }
 
 /// The host-driven path: from the routing (`[rows, top_k]` ids and weights, on the host), each

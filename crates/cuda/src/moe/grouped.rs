@@ -13,7 +13,7 @@
 
 use crate::ctx::{Ctx, Table};
 use crate::device::{Arg, ptr};
-use crate::ops::{activate, bf16_of, gather_bf16, glu_limited};
+use crate::ops::{bf16_of, gather_bf16};
 use crate::smem::{WGMMA_SMEM, WGMMA_THREADS};
 use crate::tensor::{CudaAct, CudaMat, padded};
 use crate::tma::{BOX_ROWS, row_map, wgmma_fits};
@@ -208,25 +208,7 @@ pub(super) fn grouped(
         d.launch(&d.k.gemm_wgmma_grouped, (ctas as u32, 1, 1), WGMMA_THREADS, WGMMA_SMEM, &args);
         ys.into_iter().map(|y| CudaAct::new(y, pairs, n)).collect()
     };
-    let h = if gated {
-        let gu = run(&xe, 0..2);
-        glu_limited(b, &gu[0], &gu[1], p.act, p.clamp)
-    } else {
-        activate(b, &run(&xe, 1..2)[0], p.act)
-    };
-    let y = run(&h, 2..3).remove(0);
-    let out = d.alloc::<f32>(rows * x.cols);
-    let args = [
-        Arg::P(ptr(y.data(&b.dev), s)),
-        Arg::P(ptr(ids, s)),
-        Arg::P(ptr(w, s)),
-        Arg::P(pos_at),
-        Arg::P(ptr(&out, s)),
-        Arg::I(k as i32),
-        Arg::I(x.cols as i32),
-    ];
-    d.launch(&d.k.moe_combine, (rows as u32, x.cols.div_ceil(256) as u32, 1), 256, 0, &args);
-    CudaAct::new(out, rows, x.cols)
+    super::experts_and_combine(b, x, &xe, gated, p, (ids, w, pos_at), run)
 }
 
 #[cfg(test)]
