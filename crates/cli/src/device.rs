@@ -38,9 +38,9 @@ pub struct CudaArgs {
     #[arg(long, value_name = "ROWS")]
     pub cuda_fp8_gemv_rows: Option<usize>,
     /// How MoE rounds past 64 rows run their experts: `per-expert` (each through the ordinary
-    /// matmuls) or `grouped` (one wgmma GEMM a weight kind over every routed expert, on Hopper;
-    /// not yet the default: the device tests have not run it); the same bits.
-    #[arg(long, default_value = "per-expert", value_parser = ["grouped", "per-expert"])]
+    /// matmuls) or `grouped` (one wgmma GEMM a weight kind over every routed expert, on Hopper
+    /// with bf16 experts; elsewhere per expert); the same bits.
+    #[arg(long, default_value = "grouped", value_parser = ["grouped", "per-expert"])]
     pub cuda_moe_gemm: String,
     /// Where tensor-parallel GPU ranks sum their rows: `device` (copied between the GPUs) or
     /// `host` (downloaded, summed, uploaded); the same bits either way.
@@ -65,7 +65,7 @@ impl Default for CudaArgs {
             cuda_glu_store_rows: None,
             cuda_graph_rows: None,
             cuda_fp8_gemv_rows: None,
-            cuda_moe_gemm: "per-expert".into(),
+            cuda_moe_gemm: "grouped".into(),
             cuda_tp_sums: "device".into(),
             cuda_pdl: "on".into(),
         }
@@ -298,7 +298,7 @@ pub mod cuda {
             glu_store_rows: args.cuda_glu_store_rows,
             graph_rows: args.cuda_graph_rows,
             fp8_gemv_rows: args.cuda_fp8_gemv_rows,
-            moe_grouped: args.cuda_moe_gemm == "grouped",
+            moe_per_expert: args.cuda_moe_gemm == "per-expert",
             tp_host_sums: args.cuda_tp_sums == "host",
             no_pdl: args.cuda_pdl == "off",
             ..CudaOptions::default()
@@ -336,7 +336,7 @@ pub mod cuda {
                 cuda_glu_store_rows: Some(65),
                 cuda_graph_rows: Some(256),
                 cuda_fp8_gemv_rows: Some(0),
-                cuda_moe_gemm: "grouped".into(),
+                cuda_moe_gemm: "per-expert".into(),
                 cuda_tp_sums: "host".into(),
                 cuda_pdl: "off".into(),
             };
@@ -347,9 +347,9 @@ pub mod cuda {
             assert_eq!(o.gemm_split, Some(tf_cuda::SplitRule { max_rows: 256, below: 1.0 }));
             assert_eq!(o.graph_rows, Some(256));
             assert_eq!((o.glu_store_rows, o.fp8_gemv_rows, o.tp_host_sums), (Some(65), Some(0), true));
-            assert!(o.no_pdl && o.moe_grouped);
+            assert!(o.no_pdl && o.moe_per_expert);
             let off = options(&CudaArgs { cuda_graphs: "off".into(), ..CudaArgs::default() });
-            assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none()));
+            assert!(off.is_ok_and(|o| o.no_graphs && o.trace.is_none() && !o.moe_per_expert));
             assert!(options(&CudaArgs { trace: Some("4:3".into()), ..CudaArgs::default() }).is_err());
             assert!(options(&CudaArgs { trace_mark: Some("Q".into()), ..CudaArgs::default() }).is_err());
         }

@@ -73,7 +73,7 @@ pub(crate) struct Ctx {
     pub(crate) fp8_scratch: Mutex<Option<CudaSlice<u16>>>,
     /// Most rows an FP8 matmul takes the FP8 GEMV for (`CudaOptions::fp8_gemv_rows`).
     pub(crate) fp8_gemv_rows: usize,
-    /// Many-row MoE rounds run through the grouped GEMM (`CudaOptions::moe_grouped`).
+    /// Many-row MoE rounds run through the grouped GEMM (unless `CudaOptions::moe_per_expert`).
     pub(crate) moe_grouped: bool,
 }
 
@@ -87,7 +87,7 @@ impl Ctx {
             mma_sync_attention: opts.mma_sync_attention,
             split: opts.gemm_split.unwrap_or(SplitRule::DEFAULT),
             glu_store_rows: opts.glu_store_rows.map_or(GLU_STORE_MIN_ROWS, |r| r.max(33)),
-            moe_grouped: opts.moe_grouped,
+            moe_grouped: !opts.moe_per_expert,
             fp8_scratch: Mutex::default(),
             fp8_gemv_rows: opts.fp8_gemv_rows.unwrap_or(FP8_GEMV_ROWS),
         }

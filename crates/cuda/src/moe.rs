@@ -8,9 +8,10 @@
 //! through grouped GEMVs over every chosen expert (gate and up in one launch, then down), and
 //! combined, with no host round trip (so decode rounds can be recorded as graphs). Larger rounds
 //! download only the routing, then per expert a gather, the expert's gated MLP through the
-//! ordinary matmul kernels, and a weighted scatter-add; or with `CudaOptions::moe_grouped`, on
+//! ordinary matmul kernels, and a weighted scatter-add; or by default, on
 //! Hopper, bf16 experts through one grouped wgmma GEMM a weight kind over every routed expert
-//! (grouped.rs: rounds of up to 256 rows planned on the device, with no download). Both paths clamp the gated activation where `MoeParams::clamp`
+//! (grouped.rs: rounds of up to 256 rows planned on the device, with no download; the per-expert
+//! matmuls where `CudaOptions::moe_per_expert` asks, or the weights or card do not fit it). Both paths clamp the gated activation where `MoeParams::clamp`
 //! says (Step's `swiglu_limits`: ops.rs `glu_clamped`). The grouped GEMV gives an expert's rows
 //! the bits the ordinary matmul gives them, and both paths add a row's experts in increasing expert order, so each row's sum has the same
 //! bits whatever else is batched with it and whichever path ran.

@@ -49,10 +49,10 @@ pub struct CudaOptions {
     /// reading the weight; 0: none, every FP8 matmul dequantizes into the scratch first; none:
     /// 64). The same bits either way.
     pub fp8_gemv_rows: Option<usize>,
-    /// MoE rounds past the grouped GEMV's rows run every routed expert through one grouped wgmma
-    /// GEMM a weight kind on Hopper (moe/grouped.rs) instead of a matmul per expert: the same
-    /// bits. Off by default until the device tests have run it.
-    pub moe_grouped: bool,
+    /// MoE rounds past the grouped GEMV's rows run each routed expert through the ordinary
+    /// matmuls instead of one grouped wgmma GEMM a weight kind on Hopper (moe/grouped.rs, the
+    /// default): the same bits.
+    pub moe_per_expert: bool,
 }
 
 /// When the wgmma GEMM splits K by segment and folds the segment sums in order (the same bits

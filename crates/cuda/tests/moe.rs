@@ -235,11 +235,11 @@ const GROWS: usize = 300;
 #[test]
 fn grouped_gemm_rows_equal_alone_and_the_per_expert_path() {
     // Rounds past 64 rows run every expert in one grouped wgmma GEMM a kind (Hopper,
-    // `CudaOptions::moe_grouped`), planned on the device to 256 rows and on the host past them:
-    // each row must keep the bits it has alone (the grouped GEMV), in smaller batches (65 and 233
-    // rows: the device plan), and through the per-expert matmuls (the default).
-    let Some(b) = backend_with(tf_cuda::CudaOptions { moe_grouped: true, ..Default::default() }) else { return };
-    let Some(per) = backend() else { return };
+    // the default), planned on the device to 256 rows and on the host past them: each row must
+    // keep the bits it has alone (the grouped GEMV), in smaller batches (65 and 233 rows: the
+    // device plan), and through the per-expert matmuls (`CudaOptions::moe_per_expert`).
+    let Some(b) = backend() else { return };
+    let Some(per) = backend_with(tf_cuda::CudaOptions { moe_per_expert: true, ..Default::default() }) else { return };
     let mk = |kind: u64, e: usize, rows: usize, cols: usize| {
         weight("w", DType::BF16, rows, cols, &rand(rows * cols, 5000 + kind * 100 + e as u64, 0.2))
     };
