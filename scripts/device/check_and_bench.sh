@@ -19,6 +19,8 @@
 #     recordings share their pool's intermediates, which memcheck reports as stale writes)
 #   STEPS="tests moegemm" PROMPTS=128,4096 BATCHES=1,64,128,256 GEN=32 MOEGEMM=qwen3-30b-a3b:12
 #     (MoE rounds per expert against the grouped wgmma GEMM, receipt.sh interleaved: moegemm.txt)
+#   STEPS=moetrace MOETRACE_BATCHES="1 128" (kernel timelines of MOEGEMM's preset: a warm 4096-token
+#     prefill and one decode round a batch, summarized: moetrace_*.txt)
 #   STEPS="bench fp8" (qwen3-8b in FP8 beside bf16, the same prompts and batches)
 #     FP8_FLAGS="--cuda-fp8-gemv-rows 32" (more flags of the FP8 bench)
 # One call: the CUDA device tests, the qwen3-8b speed table (prefill and decode at each prompt x
@@ -241,6 +243,26 @@ if has moegemm; then
       A_FLAGS="--cuda-moe-gemm per-expert" B_FLAGS="--cuda-moe-gemm grouped" \
       timeout $((LIMIT - $(date +%s) + START - 20)) scripts/device/receipt.sh "$BIN" "$BIN" 2 | tee "$OUT/moegemm.txt"
   fi
+fi
+if has moetrace; then
+  # Where an MoE round's time goes (MOEGEMM's preset, synthesized as moegemm does): kernel
+  # timelines of a warm 4096-token prefill and of one decode round at each MOETRACE_BATCHES
+  # batch (prompt 128), each summarized by trace_round.py into moetrace_<what>.txt.
+  IFS=: read -r LIKE LAYERS <<< "${MOEGEMM:-qwen3-30b-a3b:12}"
+  HC=/tmp/$LIKE-$LAYERS
+  [[ -f $HC/config.json ]] || { left 200 "synth $LIKE" && stamp "synth $LIKE" \
+    && timeout 190 "$BIN" synth --like "$LIKE" --layers "$LAYERS" --out "$HC" > "$W/synth_$LIKE.txt" 2>&1; }
+  # name:prompt:batch:gen:round; round 2 is the second repeat's prefill, round 12 a decode round
+  # (a round is counted where its tokens are picked; a prefill of many prompts may take a few).
+  for spec in prefill:4096:1:1:2 ${MOETRACE_BATCHES:-1 128}; do
+    [[ $spec == *:* ]] || spec=decode$spec:128:$spec:16:12
+    IFS=: read -r name plen batch gen round <<< "$spec"
+    [[ -f $HC/config.json ]] && left 80 "moetrace $name" && stamp "moetrace $name" \
+      && timeout 75 "$BIN" bench --model "$HC" --device cuda --trace "$round:$round" --trace-out "$W/moetrace_$name.tsv" \
+        --prompt-len "$plen" --batch "$batch" --gen-len "$gen" --repeat 2 > "$W/moetrace_$name.log" 2>&1 \
+      && python3 scripts/device/trace_round.py "$W/moetrace_$name.tsv" > "$OUT/moetrace_$name.txt" 2>&1 \
+      && gzip -f "$W/moetrace_$name.tsv"
+  done
 fi
 if has moe; then
   # The MoE presets beside dense qwen3-8b (shrunk alike), each decode's floor ratio in one table.
