@@ -695,6 +695,10 @@ pub trait Backend: Send + Sync {
     fn argmax_rows_held(&self, x: &Self::Act) -> Self::Held;
     /// The ids of `h` on the host, as [`Backend::argmax_rows`] gives them (waits for their copy).
     fn held_ids(&self, h: &Self::Held) -> Vec<u32>;
+    /// Ids picked on the host (a sampled round's tokens) held as [`Backend::argmax_rows_held`]
+    /// holds the device's, so the next round can be queued on them the same way;
+    /// [`Backend::held_ids`] gives them back at once.
+    fn hold_ids(&self, ids: &[u32]) -> Self::Held;
     /// Per query, the sampling candidates of logits row `rows[i]` of `x` under `queries[i]`
     /// (candidates.rs), each listed row edited in place first. Devices that select in place send
     /// only the candidates to the host; the default downloads the rows.

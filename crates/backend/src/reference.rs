@@ -122,6 +122,10 @@ impl Backend for RefBackend {
         h.clone()
     }
 
+    fn hold_ids(&self, ids: &[u32]) -> Vec<u32> {
+        ids.to_vec()
+    }
+
     fn name(&self) -> String {
         "ref".into()
     }

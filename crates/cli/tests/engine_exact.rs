@@ -45,7 +45,7 @@ fn prefix_cache_hits_equal_fresh_prefill() {
     }
 }
 
-/// Greedy rounds queued before the previous round's ids reach the host give the same tokens.
+/// Rounds queued before the previous round's tokens are reported (greedy and sampled) give the same tokens.
 #[test]
 fn overlapped_rounds_equal_waited_rounds() {
     for family in FAMILIES {

@@ -133,6 +133,10 @@ impl Backend for CpuBackend {
         h.clone()
     }
 
+    fn hold_ids(&self, ids: &[u32]) -> Vec<u32> {
+        ids.to_vec()
+    }
+
     fn sample_candidates(&self, x: &mut HostTensor, rows: &[usize], queries: &[RowQuery]) -> Vec<Candidates> {
         self.pool.install(|| sample::sample_candidates(x, rows, queries))
     }

@@ -23,14 +23,24 @@ type Landing = (PinnedHostSlice<u32>, CudaEvent, CudaEvent);
 /// Pinned host buffers (with their events) that held ids before, for the next rounds' copies.
 pub(crate) type Spare = Arc<Mutex<Vec<Landing>>>;
 
-/// Ids picked on the device and their copy to the host, queued behind them.
+/// Ids picked on the device and their copy to the host, queued behind them; or ids picked on
+/// the host ([`hold_ids`]) and uploaded.
 pub struct CudaHeld {
-    /// The ids where they were picked (`n` of them).
+    /// The ids on the device (`n` of them).
     pub(crate) ids: CudaSlice<u32>,
     n: usize,
-    /// Their copy on the host (ready once its event is; `None` for no rows).
+    /// Their copy on the host (ready once its event is; `None` for no rows or known ids).
     host: Option<Landing>,
+    /// The ids, where the host picked them.
+    known: Option<Vec<u32>>,
     spare: Spare,
+}
+
+impl CudaHeld {
+    /// Whether the host picked these ids (no copy to wait for).
+    pub(crate) fn is_known(&self) -> bool {
+        self.known.is_some()
+    }
 }
 
 impl Drop for CudaHeld {
@@ -54,7 +64,7 @@ pub(crate) fn argmax_rows_held(b: &Ctx, spare: &Spare, x: &CudaAct) -> CudaHeld 
     let n = x.rows;
     let spare = spare.clone();
     if n == 0 {
-        return CudaHeld { ids, n, host: None, spare };
+        return CudaHeld { ids, n, host: None, known: None, spare };
     }
     let reused = {
         let mut s = spare.lock().unwrap_or_else(|p| p.into_inner());
@@ -76,11 +86,21 @@ pub(crate) fn argmax_rows_held(b: &Ctx, spare: &Spare, x: &CudaAct) -> CudaHeld 
     must(d.to_host.wait(&picked), "ordering the ids' copy after their pick");
     must(d.to_host.memcpy_dtoh(&ids.slice(..n), &mut host), "copying ids to the host");
     must(done.record(&d.to_host), "recording an event");
-    CudaHeld { ids, n, host: Some((host, picked, done)), spare }
+    CudaHeld { ids, n, host: Some((host, picked, done)), known: None, spare }
+}
+
+/// Ids the host picked, uploaded where the next round's embedding reads held ids.
+pub(crate) fn hold_ids(b: &Ctx, spare: &Spare, ids: &[u32]) -> CudaHeld {
+    // An empty upload has no buffer: one id stands in, never read (no row names it).
+    let dev = b.dev.upload(if ids.is_empty() { &[0] } else { ids });
+    CudaHeld { ids: dev, n: ids.len(), host: None, known: Some(ids.to_vec()), spare: spare.clone() }
 }
 
 /// The ids of `h` on the host (waits for their copy).
 pub(crate) fn held_ids(h: &CudaHeld) -> Vec<u32> {
+    if let Some(ids) = &h.known {
+        return ids.clone();
+    }
     match &h.host {
         Some((host, _, done)) => {
             must(done.synchronize(), "waiting for ids copied to the host");

@@ -597,8 +597,15 @@ impl Backend for CudaBackend {
 
     fn held_ids(&self, h: &CudaHeld) -> Vec<u32> {
         let ids = held::held_ids(h);
-        self.round_done();
+        // Known ids were sampled from candidates, whose download ended their round.
+        if !h.is_known() {
+            self.round_done();
+        }
         ids
+    }
+
+    fn hold_ids(&self, ids: &[u32]) -> CudaHeld {
+        held::hold_ids(&self.ctx, &self.held_spare, ids)
     }
 
     fn candidate_capacity(&self) -> Option<usize> {

@@ -52,6 +52,10 @@ impl Backend for Dual {
     fn held_ids(&self, h: &Vec<u32>) -> Vec<u32> {
         h.clone()
     }
+
+    fn hold_ids(&self, ids: &[u32]) -> Vec<u32> {
+        ids.to_vec()
+    }
     fn name(&self) -> String {
         "dual".into()
     }

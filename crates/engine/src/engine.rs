@@ -138,9 +138,9 @@ pub struct EngineConfig {
     pub sched: SchedulerConfig,
     /// Speculative decoding.
     pub draft: DraftConfig,
-    /// Queue a round of plain greedy decoding before the ids of the round before it reach the
-    /// host (overlap.rs), so the device does not wait for the host between rounds; the same
-    /// tokens either way.
+    /// Queue a round of plain decoding before the tokens of the round before it are reported
+    /// (overlap.rs: greedy ids still on the backend, sampled ones held back to it), so the device
+    /// does not wait for the host between rounds; the same tokens either way.
     pub overlap: bool,
 }
 
@@ -173,7 +173,7 @@ pub struct EngineStats {
     pub preemptions: AtomicU64,
     /// Rows picked on the backend (plain greedy rounds): only their ids crossed to the host.
     pub device_sampled_rows: AtomicU64,
-    /// Rounds queued before the ids of the round before them reached the host (overlap.rs).
+    /// Rounds queued before the tokens of the round before them were reported (overlap.rs).
     pub overlapped_rounds: AtomicU64,
     /// Rows sampled from candidates the backend selected (only those crossed to the host).
     pub candidate_rows: AtomicU64,
@@ -669,11 +669,18 @@ impl<B: Backend> Core<B> {
 
     fn round(&mut self, plan: &[RoundEntry]) {
         let t = Instant::now();
-        let mut logits = self.forward_plan(plan, None);
+        let logits = self.forward_plan(plan, None);
         self.gather_prompt_logprobs(&logits);
         // While a device runs the forward.
         self.compute_masks(plan);
         self.sched.commit(plan);
+        self.pick(plan, logits, t);
+    }
+
+    /// Picks and delivers the tokens of round `plan` (forwarded, its masks made, committed;
+    /// started at `t`) from its `logits`; a round of plain rows leaves its ids held for the next
+    /// round to be queued on (overlap.rs) instead of delivering them.
+    fn pick(&mut self, plan: &[RoundEntry], mut logits: B::Act, t: Instant) {
         let vocab = self.model.vocab.rows();
         // Each wanting entry's first logits row; plain decode rows are sampled together first
         // (sampling is a pure function of the row, params, history and position), then every
@@ -695,6 +702,18 @@ impl<B: Backend> Core<B> {
             return;
         }
         let sampled = self.tokens_from_candidates(plan, &first_row, &mut logits);
+        // Plain rows sampled from candidates: their tokens are held as greedy ids are, so the next
+        // round is queued before they are delivered (one row an entry; a placeholder, never
+        // delivered, for a sequence that ended since the round was queued).
+        if let Some(tokens) = &sampled
+            && self.overlap
+            && self.all_holdable(plan)
+        {
+            let ids: Vec<u32> = tokens.iter().map(|s| s.first().map_or(0, |&(t, _)| t)).collect();
+            let held = self.backend.hold_ids(&ids);
+            self.in_flight = Some(overlap::InFlight::new(plan.to_vec(), held, t).host_picked());
+            return;
+        }
         let (host, stats) = if sampled.is_some() {
             (Vec::new(), Vec::new())
         } else {
@@ -745,6 +764,17 @@ impl<B: Backend> Core<B> {
                             && a.req.constraint.is_none()
                     })
             })
+    }
+
+    /// Whether a round sampled from candidates may hold its tokens (overlap.rs): every entry
+    /// wanting logits a row without a draft or a save, of a sequence asking for no logprobs and
+    /// no grammar (whose tokens `deliver` reports without either), or ended already.
+    fn all_holdable(&self, plan: &[RoundEntry]) -> bool {
+        plan.iter().filter(|e| e.wants_logits).all(|e| {
+            e.draft.is_empty()
+                && !self.saves.contains_key(&e.seq)
+                && self.active.get(&e.seq).is_none_or(|a| a.req.top_logprobs.is_none() && a.req.constraint.is_none())
+        })
     }
 
     /// The token (and logprobs) of every plain decode entry wanting logits (not saving, no

@@ -99,7 +99,7 @@ impl ServerMetrics {
             (
                 "tensorfold_overlapped_rounds_total",
                 "counter",
-                "Greedy rounds queued before the ids of the round before them reached the host.",
+                "Rounds queued before the tokens of the round before them were reported.",
                 load(&engine.overlapped_rounds) as f64,
             ),
             (

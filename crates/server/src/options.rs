@@ -202,9 +202,10 @@ pub struct ServeArgs {
     /// Accepts: an integer from 1 to 16.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub num_draft_tokens: u64,
-    /// Queue a round of greedy decoding before the ids of the round before it reach the host,
-    /// so the GPU does not wait for the host between rounds (vLLM's async scheduling); the
-    /// tokens are the same either way.
+    /// Queue a round of decoding before the tokens of the round before it are reported (greedy:
+    /// before its ids reach the host; sampled without logprobs or a grammar: before they are
+    /// reported and the next schedule), so the GPU does not wait for the host between rounds
+    /// (vLLM's async scheduling); the tokens are the same either way.
     ///
     /// Accepts: true, false.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
