@@ -7,6 +7,7 @@
 
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
 use tf_formats::TensorView;
 
 /// Bytes per independently hashed chunk of a tensor.
@@ -48,17 +49,43 @@ pub fn with_tag(fingerprint: u64, tag: &[u8]) -> u64 {
 }
 
 /// The fingerprint of `config` and `parts` (in any order).
-pub fn of_parts(config: &[u8], mut parts: Vec<Part<'_>>) -> u64 {
+pub fn of_parts(config: &[u8], parts: Vec<Part<'_>>) -> u64 {
+    // Never stopped, so always a value.
+    of_parts_unless(config, parts, &AtomicBool::new(false)).unwrap_or_default()
+}
+
+/// `load()` run beside the fingerprint of `config` and `parts` (hashed on other threads while
+/// it runs: loading reads, converts and uploads the same bytes, and on a GPU mostly waits for
+/// copies); a failed load stops the hashing and returns its error.
+pub fn beside<T, E>(config: &[u8], parts: Vec<Part<'_>>, load: impl FnOnce() -> Result<T, E>) -> Result<(T, u64), E> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let hash = s.spawn(|| of_parts_unless(config, parts, &stop));
+        let loaded = load();
+        if loaded.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let fingerprint = hash.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        loaded.map(|l| (l, fingerprint.unwrap_or_default()))
+    })
+}
+
+/// [`of_parts`], or `None` once `stop` is set (checked before each chunk: a load that failed
+/// beside it ends it early).
+pub fn of_parts_unless(config: &[u8], mut parts: Vec<Part<'_>>, stop: &AtomicBool) -> Option<u64> {
     parts.sort_by(|a, b| a.name.cmp(b.name));
     let chunks: Vec<(usize, usize)> =
         parts.iter().enumerate().flat_map(|(i, p)| (0..p.bytes.len().div_ceil(CHUNK)).map(move |c| (i, c))).collect();
     let digests: Vec<[u8; 32]> = chunks
         .par_iter()
         .map(|&(i, c)| {
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
             let b = parts[i].bytes;
-            Sha256::digest(b.get(c * CHUNK..b.len().min((c + 1) * CHUNK)).unwrap_or_default()).into()
+            Some(Sha256::digest(b.get(c * CHUNK..b.len().min((c + 1) * CHUNK)).unwrap_or_default()).into())
         })
-        .collect();
+        .collect::<Option<_>>()?;
     let mut h = Sha256::new();
     let len = |h: &mut Sha256, n: usize| h.update((n as u64).to_le_bytes());
     h.update(DOMAIN);
@@ -81,7 +108,7 @@ pub fn of_parts(config: &[u8], mut parts: Vec<Part<'_>>) -> u64 {
     let digest: [u8; 32] = h.finalize().into();
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
-    u64::from_le_bytes(first)
+    Some(u64::from_le_bytes(first))
 }
 
 #[cfg(test)]
@@ -118,6 +145,19 @@ mod tests {
         let mid = big.len() / 2;
         big[mid] ^= 1;
         assert_ne!(a, fingerprint(b"{}", &[view("w", &big)]));
+    }
+
+    #[test]
+    fn hashed_beside_a_load_or_stopped_by_its_failure() {
+        let views = [view("a", &[3; 8]), view("b", &[4; 8])];
+        let parts =
+            || views.iter().map(|t| Part { name: &t.name, kind: "f32", shape: &t.shape, bytes: t.data.as_bytes() });
+        let want = fingerprint(b"{}", &views);
+        let got = beside(b"{}", parts().collect(), || Ok::<_, ()>(7));
+        assert_eq!(got, Ok((7, want)));
+        assert_eq!(beside(b"{}", parts().collect(), || Err::<u8, _>("refused")), Err("refused"));
+        let stop = AtomicBool::new(true);
+        assert_eq!(of_parts_unless(b"{}", parts().collect(), &stop), None);
     }
 
     #[test]

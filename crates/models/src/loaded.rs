@@ -78,13 +78,13 @@ impl<B: Backend> Model<B> {
         progress.set_totals(f.tensors().len() as u64, sizes.sum());
         let fused = spec.fused.clone();
         let served = crate::fused::FusedSource::new(&src, &fused);
-        let decoder = Decoder::load(spec, &Loader::new(&served, path, backend).with_progress(progress))?;
         let parts = f
             .tensors()
             .iter()
             .map(|t| Part { name: &t.name, kind: t.ggml_type.name(), shape: &t.shape, bytes: f.tensor_data(t) })
             .collect();
-        let fingerprint = fingerprint::of_parts(f.header_bytes(), parts);
+        let ld = Loader::new(&served, path, backend).with_progress(progress);
+        let (decoder, fingerprint) = fingerprint::beside(f.header_bytes(), parts, || Decoder::load(spec, &ld))?;
         Ok(Model { dir: path.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 
@@ -158,7 +158,6 @@ impl<B: Backend> Model<B> {
         let fused = spec.fused.clone();
         let src = crate::fused::FusedSource::new(&ckpt, &fused);
         let ld = Loader::new(&src, dir, backend).with_progress(progress).with_fp8(fp8).with_shard(shard);
-        let decoder = Decoder::load(spec, &ld)?;
         let parts = ckpt
             .files()
             .iter()
@@ -168,7 +167,7 @@ impl<B: Backend> Model<B> {
                 Part { name, kind, shape: &t.shape, bytes: f.tensor_data(t) }
             })
             .collect();
-        let fingerprint = fingerprint::of_parts(&config_bytes, parts);
+        let (decoder, fingerprint) = fingerprint::beside(&config_bytes, parts, || Decoder::load(spec, &ld))?;
         Ok(Model { dir: dir.to_path_buf(), decoder, vocab, tokenizer, eos_ids, bos_id, fingerprint })
     }
 
