@@ -37,13 +37,16 @@ struct Task {
 
 /// One worker's scratch space, reused across the tasks it runs.
 struct Scratch {
-    /// The block's keys of this KV head, gathered contiguous (`[KEY_BLOCK, head_dim]`): pool
-    /// slots sit a whole slot apart, a stride that makes the rows collide in L1.
+    /// The block's keys of this KV head, gathered contiguous (`[KEY_BLOCK, head_dim]`) for a
+    /// tile of several rows: pool slots sit a whole slot apart, a stride that makes the rows
+    /// collide in L1 when every row of the tile reads them again.
     k: Vec<f32>,
     /// The block's values, gathered likewise.
     v: Vec<f32>,
     /// Offset of each gathered row: `t * head_dim`.
     offs: Vec<usize>,
+    /// A single row's block read in place: each key's (and value's) offset in the pool.
+    pool_offs: Vec<usize>,
     /// Scores of one row and head over the block.
     scores: Vec<f32>,
     /// Running maximum score per (row, query head) of the task.
@@ -120,6 +123,7 @@ fn attend_all(
         k: vec![0.0; KEY_BLOCK * d],
         v: vec![0.0; KEY_BLOCK * d],
         offs: (0..KEY_BLOCK).map(|t| t * d).collect(),
+        pool_offs: vec![0; KEY_BLOCK],
         scores: vec![0.0; KEY_BLOCK],
         m: vec![0.0; ROW_TILE * group],
         l: vec![0.0; ROW_TILE * group],
@@ -192,6 +196,9 @@ unsafe fn attend_avx2(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &m
 
 /// The task's rows and the query heads of its KV head into `out` (`[rows, group, head_dim]`,
 /// zeroed), block by block of keys; each row sees `[window_start(pos), pos]` of every block.
+/// A tile of several rows gathers each block once; a single row (decode) reads its keys and
+/// values in place, where a gather would copy every byte it reads once. The same products in
+/// the same order either way.
 ///
 /// # Safety
 /// The CPU supports `V`'s instruction set.
@@ -205,15 +212,25 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
     s.m[..rows * group].fill(f32::NEG_INFINITY);
     s.l[..rows * group].fill(0.0);
     let mut j0 = window_start(first, p.window);
+    let in_place = rows == 1;
     while j0 <= last {
         let j1 = ((j0 / KEY_BLOCK + 1) * KEY_BLOCK).min(last + 1);
         for (u, j) in (j0..j1).enumerate() {
             let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
+            if in_place {
+                s.pool_offs[u] = off;
+                continue;
+            }
             s.k[u * d..][..d].copy_from_slice(&kv.k[off..][..d]);
             if !kv.shape.latent {
                 s.v[u * d..][..d].copy_from_slice(&kv.v[off..][..d]);
             }
         }
+        // Keys and values (a latent pool's values are its keys), and each row's offset in them.
+        let (keys, values, offs) = match (in_place, kv.shape.latent) {
+            (true, latent) => (&kv.k[..], if latent { &kv.k[..] } else { &kv.v[..] }, &s.pool_offs[..]),
+            (false, latent) => (&s.k[..], if latent { &s.k[..] } else { &s.v[..] }, &s.offs[..]),
+        };
         for i in 0..rows {
             let pos = first + i;
             let (a, b) = (j0.max(window_start(pos, p.window)), j1.min(pos + 1));
@@ -223,17 +240,14 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
             let q = &job.q.row(seq.q_start + t.i0 + i)[kvh * group * d..][..group * d];
             for h in 0..group {
                 let rh = i * group + h;
-                let vs = if kv.shape.latent { &s.k } else { &s.v };
-                let (keys, values) = (&s.k[(a - j0) * d..(b - j0) * d], &vs[(a - j0) * d..(b - j0) * d]);
                 let state = (&mut s.m[rh], &mut s.l[rh]);
                 // SAFETY: forwarded from the caller.
                 unsafe {
                     update::<V>(
                         p,
                         &q[h * d..][..d],
-                        keys,
-                        values,
-                        &s.offs,
+                        (keys, values),
+                        &offs[a - j0..b - j0],
                         &mut s.scores,
                         state,
                         &mut out[rh * d..][..d],
@@ -252,26 +266,25 @@ unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s
     }
 }
 
-/// One query head over one block of keys (contiguous rows of `head_dim`): scores, then the
-/// online-softmax update of the running max `m`, sum `l` and unnormalised output `acc`.
+/// One query head over one block of keys (the rows of `keys` and `values` at `offs`, one a
+/// key): scores, then the online-softmax update of the running max `m`, sum `l` and
+/// unnormalised output `acc`.
 ///
 /// # Safety
 /// The CPU supports `V`'s instruction set.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn update<V: Vops>(
     p: &AttnParams,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    (keys, values): (&[f32], &[f32]),
     offs: &[usize],
     scores: &mut [f32],
     (m, l): (&mut f32, &mut f32),
     acc: &mut [f32],
 ) {
     let d = q.len();
-    let n = keys.len() / d;
-    let key = |u: usize| &keys[u * d..][..d];
+    let n = offs.len();
+    let key = |u: usize| &keys[offs[u]..][..d];
     let scores = &mut scores[..n];
     let (sc4, sc1) = scores.as_chunks_mut::<4>();
     for (c, sc) in sc4.iter_mut().enumerate() {
@@ -301,7 +314,7 @@ unsafe fn update<V: Vops>(
         *l += *sc;
     }
     // SAFETY: forwarded from the caller.
-    unsafe { V::accumulate(acc, scores, values, &offs[..n]) };
+    unsafe { V::accumulate(acc, scores, values, offs) };
 }
 
 #[cfg(test)]
