@@ -5,6 +5,8 @@
 //! no GPU. It covers the portable E4M3 decode (cards before sm_89); the device tests
 //! (tests/fp8.rs) cover the card's own. Skips (passing) where g++ or the sources are missing.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,19 +21,13 @@ fn build() -> Option<PathBuf> {
         return None;
     }
     let out = std::env::temp_dir().join(format!("tf-fp8-emu-{}", std::process::id()));
-    let status = Command::new("g++")
-        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing", "-o"])
-        .arg(&out)
-        .arg(root.join("scripts/fp8_emu/main.cpp"))
-        .status();
-    match status {
-        Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("the FP8 emulator did not build: {s}"),
-        Err(e) => {
-            eprintln!("skipped: no g++ ({e})");
-            None
-        }
-    }
+    common::emu::gxx(
+        &["-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing"],
+        None,
+        &root.join("scripts/fp8_emu/main.cpp"),
+        out,
+        "FP8",
+    )
 }
 
 /// The emulator's padded bf16 weight and embedding rows for codes `[n, k]` with `scales`.

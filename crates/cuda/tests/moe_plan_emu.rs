@@ -4,18 +4,12 @@
 //! tiles are checked against a stable counting sort by expert (the order the host plan and
 //! `moe_plan` give). Skips (passing) where g++ or the sources are missing.
 
+mod common;
+
+use common::emu::cut;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-/// The `__global__` kernel `name` of `src`, from its `extern "C"` line to its closing brace.
-fn cut(src: &str, name: &str) -> String {
-    let start = src
-        .find(&format!("extern \"C\" __global__ void {name}("))
-        .unwrap_or_else(|| panic!("{name} is not in the kernel source"));
-    let end = src[start..].find("\n}\n").map(|e| start + e + 3).unwrap_or_else(|| panic!("{name} has no end"));
-    src[start..end].to_string()
-}
 
 /// The host stand-ins for the CUDA names the kernel uses, and a main that reads
 /// `pairs ne k` and the ids (u32 LE) and writes `ntt`, then pair_row, pos and the tiles.
@@ -65,21 +59,7 @@ fn build() -> Option<PathBuf> {
     std::fs::write(dir.join("plan.h"), cut(&moe, "moe_plan_tiles")).expect("writing the kernel");
     std::fs::write(dir.join("main.cpp"), format!("{}\n{MAIN}", defines.join("\n"))).expect("writing the main");
     let out = dir.join("plan-emu");
-    let status = Command::new("g++")
-        .args(["-std=c++17", "-O1", "-I"])
-        .arg(&dir)
-        .arg("-o")
-        .arg(&out)
-        .arg(dir.join("main.cpp"))
-        .status();
-    match status {
-        Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("the plan emulator did not build: {s}"),
-        Err(e) => {
-            eprintln!("skipped: no g++ ({e})");
-            None
-        }
-    }
+    common::emu::gxx(&["-std=c++17", "-O1"], Some(&dir), &dir.join("main.cpp"), out, "plan")
 }
 
 /// The emulator's `(pair_row, pos, tiles)` for `ids` (`[rows, k]`) over `ne` experts.

@@ -10,34 +10,14 @@
 //! only SiLU's `__fdividef` and CUDA's `expf` / `tanhf` differ (within a few ulp); tests/ops.rs
 //! covers that. Skips (passing) where g++ or the sources are missing.
 
+mod common;
+
+use common::emu::cut;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tf_backend::Activation;
 use tf_backend::reference::{activate, glu_clamped, glu_one};
-
-/// The source of the `__device__` function or `__global__` kernel `name` in `src`.
-fn cut(src: &str, name: &str) -> String {
-    let start = src
-        .lines()
-        .scan(0, |off, l| {
-            let at = *off;
-            *off += l.len() + 1;
-            Some((at, l))
-        })
-        .find(|(_, l)| {
-            (l.starts_with("__device__") || l.starts_with("extern \"C\" __global__"))
-                && l.contains(&format!(" {name}("))
-        })
-        .map(|(at, _)| at)
-        .unwrap_or_else(|| panic!("{name} is not in the kernel source"));
-    let line_end = src[start..].find('\n').map_or(src.len(), |e| start + e);
-    if src[start..line_end].trim_end().ends_with('}') {
-        return src[start..line_end].to_string();
-    }
-    let end = src[start..].find("\n}\n").map(|e| start + e + 3).unwrap_or_else(|| panic!("{name} has no end"));
-    src[start..end].to_string()
-}
 
 /// The emulator, built into the test's temporary directory; `None` without g++ or the sources.
 fn build() -> Option<PathBuf> {
@@ -68,21 +48,13 @@ fn build() -> Option<PathBuf> {
     }
     std::fs::write(dir.join("ops_emu.h"), header).expect("writing the emulator's header");
     let out = dir.join("ops-emu");
-    let status = Command::new("g++")
-        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing", "-I"])
-        .arg(&dir)
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("scripts/ops_emu/main.cpp"))
-        .status();
-    match status {
-        Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("the ops emulator did not build: {s}"),
-        Err(e) => {
-            eprintln!("skipped: no g++ ({e})");
-            None
-        }
-    }
+    common::emu::gxx(
+        &["-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing"],
+        Some(&dir),
+        &root.join("scripts/ops_emu/main.cpp"),
+        out,
+        "ops",
+    )
 }
 
 /// What the emulator's kernels wrote.

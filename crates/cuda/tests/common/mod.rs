@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod emu;
+
 use std::path::PathBuf;
 use tf_core::DType;
 use tf_cuda::{CudaBackend, CudaError, CudaOptions};
