@@ -68,6 +68,10 @@ pub struct DeviceArgs {
     /// default), `avx2`, `avx-vnni`, `avx512-vnni`, or `mixed-vnni` (chosen per matmul shape).
     #[arg(long, default_value = "auto", value_parser = tf_server::options::INT_DOTS)]
     pub int_dot: String,
+    /// What the KV cache holds: `auto` (f32 on the CPU and `ref`, bf16 on CUDA), or on the CPU
+    /// `bf16` / `f16` (half the memory; values rounded once when written).
+    #[arg(long, default_value = "auto", value_parser = tf_server::options::KV_CACHE_DTYPES)]
+    pub kv_cache_dtype: String,
     /// CUDA developer switches.
     #[command(flatten)]
     pub cuda: crate::device::CudaArgs,

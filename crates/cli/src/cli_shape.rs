@@ -16,6 +16,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "threads",
             "quant_acts",
             "int_dot",
+            "kv_cache_dtype",
             "cuda_graphs",
             "trace",
             "trace_out",

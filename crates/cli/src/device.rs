@@ -3,6 +3,7 @@
 use crate::args::DeviceArgs;
 use crate::exit::{Failure, refused};
 use tf_backend::{Backend, RefBackend};
+use tf_core::DType;
 use tf_cpu::{CpuBackend, CpuOptions, IntDot, QuantActs};
 
 /// Developer switches of the CUDA backend (ignored on other devices).
@@ -115,7 +116,31 @@ pub fn cpu(dev: &DeviceArgs) -> Result<CpuBackend, Failure> {
         "auto" => base.int_dot,
         name => IntDot::from_name(name).ok_or_else(|| refused(format!("--int-dot {name}: unknown")))?,
     };
-    CpuBackend::with_options(CpuOptions { quant_acts, int_dot, ..base }).map_err(refused)
+    let kv_dtype = kv_dtype(dev)?.unwrap_or(DType::F32);
+    CpuBackend::with_options(CpuOptions { quant_acts, int_dot, kv_dtype, ..base }).map_err(refused)
+}
+
+/// The KV pool type `--kv-cache-dtype` names (`None`: `auto`, the backend's own).
+fn kv_dtype(dev: &DeviceArgs) -> Result<Option<DType>, Failure> {
+    match dev.kv_cache_dtype.as_str() {
+        "auto" => Ok(None),
+        "f32" => Ok(Some(DType::F32)),
+        "bf16" => Ok(Some(DType::BF16)),
+        "f16" => Ok(Some(DType::F16)),
+        other => Err(refused(format!("--kv-cache-dtype {other}: expected auto, f32, bf16 or f16"))),
+    }
+}
+
+/// Refuses a `--kv-cache-dtype` other than `auto` and `keeps` on the backend `name`, which
+/// keeps only that type.
+fn kv_dtype_kept(dev: &DeviceArgs, name: &str, keeps: DType) -> Result<(), Failure> {
+    match kv_dtype(dev)? {
+        Some(d) if d != keeps => Err(refused(format!(
+            "--kv-cache-dtype {}: the {name} backend keeps a {keeps} KV cache (pass --device cpu for {})",
+            dev.kv_cache_dtype, dev.kv_cache_dtype
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The GPU ordinals of `cuda` (GPU 0), `cuda:N`, or `cuda:N,M,...` (one GPU per
@@ -158,15 +183,22 @@ where
             if tf_cuda::driver_present()
                 && let Ok(b) = cuda::backend(0, &dev.cuda)
             {
+                kv_dtype_kept(dev, "CUDA", DType::BF16)?;
                 return job.run(&b);
             }
             on_cpu(&cpu(dev)?, job)
         }
         "cpu" => on_cpu(&cpu(dev)?, job),
-        "ref" => job.run(&RefBackend),
+        "ref" => {
+            kv_dtype_kept(dev, "ref", DType::F32)?;
+            job.run(&RefBackend)
+        }
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]
-            Some(ordinal) => job.run(&cuda::backend(ordinal?, &dev.cuda)?),
+            Some(ordinal) => {
+                kv_dtype_kept(dev, "CUDA", DType::BF16)?;
+                job.run(&cuda::backend(ordinal?, &dev.cuda)?)
+            }
             #[cfg(not(feature = "cuda"))]
             Some(_) => {
                 Err(refused(format!("--device {other}: this build has no CUDA backend (build with --features cuda)")))
@@ -200,15 +232,20 @@ pub fn dispatch_owned<T: OnOwnedBackend>(dev: &DeviceArgs, what: &str, job: T) -
         "auto" => {
             #[cfg(feature = "cuda")]
             if tf_cuda::driver_present() && cuda::backend(0, &dev.cuda).is_ok() {
+                kv_dtype_kept(dev, "CUDA", DType::BF16)?;
                 return job.run(&|| cuda::backend(0, &dev.cuda));
             }
             job.run(&|| cpu(dev))
         }
         "cpu" => job.run(&|| cpu(dev)),
-        "ref" => job.run(&|| Ok(RefBackend)),
+        "ref" => {
+            kv_dtype_kept(dev, "ref", DType::F32)?;
+            job.run(&|| Ok(RefBackend))
+        }
         other => match cuda_ordinal(other) {
             #[cfg(feature = "cuda")]
             Some(ordinal) => {
+                kv_dtype_kept(dev, "CUDA", DType::BF16)?;
                 let ordinal = ordinal?;
                 job.run(&move || cuda::backend(ordinal, &dev.cuda))
             }

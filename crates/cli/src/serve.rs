@@ -52,6 +52,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         threads: a.threads.map(|t| t as usize),
         quant_acts: a.quant_acts.clone(),
         int_dot: a.int_dot.clone(),
+        kv_cache_dtype: a.kv_cache_dtype.clone(),
         cuda: Default::default(),
         rank_gpus: Vec::new(),
     };
@@ -179,8 +180,9 @@ fn serve_on<B: Backend + 'static>(backend: B, job: Serve<'_>) -> Result<(), Fail
             }
         },
         format!(
-            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens, {}; {kv_source}{state_note})",
+            "kv cache: {num_blocks} blocks of {block_size} tokens ({} tokens of {}, {}; {kv_source}{state_note})",
             num_blocks * block_size,
+            backend.kv_dtype(),
             mib(num_blocks as u64 * block_bytes)
         ),
         chat.note,

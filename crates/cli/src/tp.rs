@@ -117,6 +117,7 @@ mod tests {
             threads: Some(8),
             quant_acts: "int8".into(),
             int_dot: "auto".into(),
+            kv_cache_dtype: "auto".into(),
             cuda: Default::default(),
             rank_gpus: Vec::new(),
         }

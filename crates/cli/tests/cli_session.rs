@@ -238,3 +238,37 @@ fn a_session_at_two_ranks_restores_in_a_new_process_and_one_rank_refuses_it() {
     ]);
     assert_refused(&one, "--tensor-parallel-size 2");
 }
+
+/// A session saved with a bf16 KV cache restores into a bf16 run and prints what that run prints
+/// without it; a run of another KV type (the default f32) refuses it naming the type to pass;
+/// `--device ref` refuses a bf16 cache.
+#[test]
+fn a_half_kv_session_restores_into_its_own_type_only() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 29 % 470 + 5) as i64).collect();
+    let half = ["--kv-cache-dtype", "bf16"];
+    let with_session = ["--kv-cache-dtype", "bf16", "--session", "half", "--session-dir", dir];
+    let (first, log) = generate("qwen3", &prompt, &with_session);
+    assert!(log.contains("saved 48 tokens"), "{log}");
+    let mut next = prompt.clone();
+    next.extend(ids_of(&first));
+    next.extend([7, 8, 9]);
+    let (plain, _) = generate("qwen3", &next, &half);
+    let (resumed, log) = generate("qwen3", &next, &with_session);
+    assert_eq!(resumed, plain, "restored equals fresh with a bf16 cache");
+    assert!(log.contains("restored 48 tokens"), "{log}");
+    let inspect = tf(&["session", "inspect", sessions.path().join("half.tfsession").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains("kv dtype: bf16"));
+
+    let (m, ids) = (fixture("qwen3"), join(&next));
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", m.to_str().unwrap(), "--ids", &ids, "--json", "--threads", "2"];
+        args.extend_from_slice(extra);
+        tf(&args)
+    };
+    assert_refused(&run(&["--session", "half", "--session-dir", dir]), "restore it with --kv-cache-dtype bf16");
+    assert_refused(&run(&["--device", "ref", "--kv-cache-dtype", "bf16"]), "the ref backend keeps a f32 KV cache");
+    let (f16_run, _) = generate("qwen3", &prompt, &["--kv-cache-dtype", "f16"]);
+    assert_eq!(ids_of(&f16_run).len(), 12, "an f16 cache runs too");
+}

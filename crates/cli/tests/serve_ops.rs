@@ -152,11 +152,20 @@ fn banner_names_model_device_memory_and_kv_capacity_and_shutdown_is_logged() {
     // 4 MiB over the fixture's KV bytes per block: the count is whatever the fixture gives, but
     // the line names blocks, tokens, and where the size came from.
     let kv = s.wait_line(&["kv cache: ", " blocks of 16 tokens (", "--kv-memory"]);
-    assert!(kv.contains(" tokens, "), "{kv}");
+    assert!(kv.contains(" tokens of f32, "), "{kv}");
     s.wait_line(&[&format!("listening on http://{}", s.addr)]);
     s.terminate();
     s.wait_line(&["shutting down: 0 requests in flight cancelled"]);
     s.wait_line(&["stopped"]);
+    // A bf16 cache holds twice the blocks in the same memory.
+    let blocks = |line: &str| -> usize {
+        let n = line.split("kv cache: ").nth(1).and_then(|r| r.split(' ').next());
+        n.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("a block count in {line}"))
+    };
+    let mut half = Logged::start(&["--kv-cache-dtype", "bf16"], &[]);
+    let half_kv = half.wait_line(&["kv cache: ", " tokens of bf16, ", "--kv-memory"]);
+    assert_eq!(blocks(&half_kv), 2 * blocks(&kv), "{half_kv} against {kv}");
+    half.terminate();
 }
 
 #[test]

@@ -6,10 +6,11 @@
 //! every row of it attends to its own part of the block, exactly as it would alone.
 
 use crate::CpuBackend;
+use crate::kv::{CpuKv, KvElem};
 use crate::simd::{Portable, Simd, Vops};
 use rayon::prelude::*;
-use tf_backend::reference::{window_start, write_kv};
-use tf_backend::{AttnMeta, AttnParams, HostKv, HostTensor, SeqAttn};
+use tf_backend::reference::window_start;
+use tf_backend::{AttnMeta, AttnParams, HostTensor, KvShape, SeqAttn};
 
 /// Keys per block; block `b` holds absolute positions `b * KEY_BLOCK ..`, clipped to each row's
 /// window and position.
@@ -18,9 +19,12 @@ const KEY_BLOCK: usize = 32;
 const ROW_TILE: usize = 16;
 
 /// Everything a task reads.
-struct Job<'a> {
+struct Job<'a, E> {
     q: &'a HostTensor,
-    kv: &'a HostKv,
+    /// The pool's keys and the values attention reads (a latent pool's values are its keys).
+    keys: &'a [E],
+    values: &'a [E],
+    shape: KvShape,
     p: &'a AttnParams,
     block_size: usize,
     /// Each query head's sink logit (gpt-oss), counted in its softmax's sum.
@@ -61,12 +65,12 @@ pub(crate) fn attention(
     q: &HostTensor,
     k: &HostTensor,
     v: &HostTensor,
-    kv: &mut HostKv,
+    kv: &mut CpuKv,
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> HostTensor {
-    check(q, k, v, kv, meta);
-    write_kv(k, v, kv, meta);
+    check(q, k, v, kv.shape(), meta);
+    kv.write(k, v, meta);
     attend_all(cpu, q, kv, meta, p, None)
 }
 
@@ -77,14 +81,14 @@ pub(crate) fn attention_sinks(
     q: &HostTensor,
     k: &HostTensor,
     v: &HostTensor,
-    kv: &mut HostKv,
+    kv: &mut CpuKv,
     meta: &AttnMeta,
     p: &AttnParams,
     sinks: &[f32],
 ) -> HostTensor {
-    check(q, k, v, kv, meta);
+    check(q, k, v, kv.shape(), meta);
     assert_eq!(sinks.len(), p.num_heads, "attention: one sink a query head");
-    write_kv(k, v, kv, meta);
+    kv.write(k, v, meta);
     attend_all(cpu, q, kv, meta, p, Some(sinks))
 }
 
@@ -92,7 +96,7 @@ pub(crate) fn attention_sinks(
 pub(crate) fn attention_cached(
     cpu: &CpuBackend,
     q: &HostTensor,
-    kv: &HostKv,
+    kv: &CpuKv,
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> HostTensor {
@@ -103,12 +107,28 @@ pub(crate) fn attention_cached(
 fn attend_all(
     cpu: &CpuBackend,
     q: &HostTensor,
-    kv: &HostKv,
+    kv: &CpuKv,
     meta: &AttnMeta,
     p: &AttnParams,
     sinks: Option<&[f32]>,
 ) -> HostTensor {
-    check_cached(q, kv, meta, p);
+    match kv {
+        CpuKv::F32(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::Bf16(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::F16(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
+    }
+}
+
+/// [`attend_all`] over a pool of `E`: its keys, the values attention reads, and its shape.
+fn attend_pool<E: KvElem>(
+    cpu: &CpuBackend,
+    q: &HostTensor,
+    (keys, values, shape): (&[E], &[E], KvShape),
+    meta: &AttnMeta,
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+) -> HostTensor {
+    check_cached(q, shape, meta, p);
     let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
     let mut tasks = Vec::new();
     for (seq, s) in meta.seqs.iter().enumerate() {
@@ -117,7 +137,7 @@ fn attend_all(
             tasks.extend((0..p.num_kv_heads).map(|kvh| Task { seq, i0, i1, kvh }));
         }
     }
-    let job = Job { q, kv, p, block_size: meta.block_size, sinks };
+    let job = Job { q, keys, values, shape, p, block_size: meta.block_size, sinks };
     let simd = cpu.simd;
     let init = || Scratch {
         k: vec![0.0; KEY_BLOCK * d],
@@ -150,29 +170,30 @@ fn attend_all(
 }
 
 /// Panics on shapes that disagree (a bug in the caller, never outside input).
-fn check(q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &HostKv, meta: &AttnMeta) {
-    assert_eq!((k.cols, v.cols), (kv.slot_width(), kv.slot_width()), "attention: k/v width");
+fn check(q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: KvShape, meta: &AttnMeta) {
+    let w = kv.num_kv_heads * kv.head_dim;
+    assert_eq!((k.cols, v.cols), (w, w), "attention: k/v width");
     assert_eq!((k.rows, v.rows, meta.slot_mapping.len()), (q.rows, q.rows, q.rows), "attention: row counts");
 }
 
 /// Panics on shapes that disagree with the pool (a bug in the caller, never outside input).
-fn check_cached(q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) {
+fn check_cached(q: &HostTensor, kv: KvShape, meta: &AttnMeta, p: &AttnParams) {
     let heads_ok = p.num_kv_heads > 0 && p.head_dim > 0 && p.num_heads.is_multiple_of(p.num_kv_heads);
     assert!(heads_ok, "attention: {} heads over {} KV heads of width {}", p.num_heads, p.num_kv_heads, p.head_dim);
     assert_eq!(q.cols, p.num_heads * p.head_dim, "attention: q width");
     assert_eq!(
-        (kv.shape.num_kv_heads, kv.shape.head_dim),
+        (kv.num_kv_heads, kv.head_dim),
         (p.num_kv_heads, p.head_dim),
         "attention: KV heads or head_dim differ from the pool's"
     );
-    assert_eq!(meta.block_size, kv.shape.block_size, "attention: block size differs from the pool's");
+    assert_eq!(meta.block_size, kv.block_size, "attention: block size differs from the pool's");
     for s in &meta.seqs {
         assert!(s.q_start + s.q_len <= q.rows, "attention: a sequence's rows pass the batch");
     }
 }
 
 /// Runs [`attend`] with the kernels of `simd`.
-fn attend_dispatch(simd: Simd, job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+fn attend_dispatch<E: KvElem>(simd: Simd, job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     if simd == Simd::Avx2 {
         // SAFETY: a backend holds `Simd::Avx2` only where the CPU has it.
@@ -181,7 +202,7 @@ fn attend_dispatch(simd: Simd, job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f3
     }
     let _ = simd;
     // SAFETY: the portable kernels need no CPU feature.
-    unsafe { attend::<Portable>(job, seq, t, out, s) }
+    unsafe { attend::<Portable, E>(job, seq, t, out, s) }
 }
 
 /// [`attend`] compiled for AVX2 + FMA.
@@ -190,46 +211,49 @@ fn attend_dispatch(simd: Simd, job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f3
 /// The CPU supports AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_avx2(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
-    unsafe { attend::<crate::simd::Avx2>(job, seq, t, out, s) }
+unsafe fn attend_avx2<E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    unsafe { attend::<crate::simd::Avx2, E>(job, seq, t, out, s) }
 }
 
 /// The task's rows and the query heads of its KV head into `out` (`[rows, group, head_dim]`,
 /// zeroed), block by block of keys; each row sees `[window_start(pos), pos]` of every block.
-/// A tile of several rows gathers each block once; a single row (decode) reads its keys and
-/// values in place, where a gather would copy every byte it reads once. The same products in
-/// the same order either way.
+/// A tile of several rows gathers each block once (widened to f32 from a 16-bit pool); a
+/// single row (decode) over an f32 pool reads its keys and values in place, where a gather
+/// would copy every byte it reads once. The same products in the same order either way.
 ///
 /// # Safety
 /// The CPU supports `V`'s instruction set.
 #[inline(always)]
-unsafe fn attend<V: Vops>(job: &Job, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
-    let (p, kv, bs) = (job.p, job.kv, job.block_size);
-    let (d, w, kvh) = (p.head_dim, kv.slot_width(), t.kvh);
+unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    let (p, bs, latent) = (job.p, job.block_size, job.shape.latent);
+    let (d, w, kvh) = (p.head_dim, job.shape.num_kv_heads * job.shape.head_dim, t.kvh);
     let group = p.num_heads / p.num_kv_heads;
     let (first, last) = (seq.start_pos + t.i0, seq.start_pos + t.i1 - 1);
     let rows = t.i1 - t.i0;
     s.m[..rows * group].fill(f32::NEG_INFINITY);
     s.l[..rows * group].fill(0.0);
     let mut j0 = window_start(first, p.window);
-    let in_place = rows == 1;
+    let in_place = match (E::as_f32(job.keys), E::as_f32(job.values)) {
+        (Some(k), Some(v)) if rows == 1 => Some((k, v)),
+        _ => None,
+    };
     while j0 <= last {
         let j1 = ((j0 / KEY_BLOCK + 1) * KEY_BLOCK).min(last + 1);
         for (u, j) in (j0..j1).enumerate() {
             let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
-            if in_place {
+            if in_place.is_some() {
                 s.pool_offs[u] = off;
                 continue;
             }
-            s.k[u * d..][..d].copy_from_slice(&kv.k[off..][..d]);
-            if !kv.shape.latent {
-                s.v[u * d..][..d].copy_from_slice(&kv.v[off..][..d]);
+            E::widen(&job.keys[off..][..d], &mut s.k[u * d..][..d]);
+            if !latent {
+                E::widen(&job.values[off..][..d], &mut s.v[u * d..][..d]);
             }
         }
         // Keys and values (a latent pool's values are its keys), and each row's offset in them.
-        let (keys, values, offs) = match (in_place, kv.shape.latent) {
-            (true, latent) => (&kv.k[..], if latent { &kv.k[..] } else { &kv.v[..] }, &s.pool_offs[..]),
-            (false, latent) => (&s.k[..], if latent { &s.k[..] } else { &s.v[..] }, &s.offs[..]),
+        let (keys, values, offs) = match in_place {
+            Some((k, v)) => (k, v, &s.pool_offs[..]),
+            None => (&s.k[..], if latent { &s.k[..] } else { &s.v[..] }, &s.offs[..]),
         };
         for i in 0..rows {
             let pos = first + i;
@@ -319,9 +343,11 @@ unsafe fn update<V: Vops>(
 
 #[cfg(test)]
 mod tests {
-    use crate::testutil::{Rng, bits, concat, cpu, rel_err, simds, sub};
-    use crate::{CpuBackend, Simd};
-    use tf_backend::{AttnMeta, AttnParams, Backend, HostKv, HostTensor, KvShape, RefBackend, SeqAttn};
+    use crate::testutil::{Rng, bits, concat, cpu, cpu_kv, rel_err, simds, sub};
+    use crate::{CpuBackend, CpuKv, KV_DTYPES, Simd};
+    use tf_backend::on_host::rounded_tensor;
+    use tf_backend::{AttnMeta, AttnParams, Backend, HostTensor, KvShape, RefBackend, SeqAttn};
+    use tf_core::DType;
 
     const BLOCK: usize = 16;
 
@@ -355,10 +381,16 @@ mod tests {
         }
     }
 
+    /// `s` with its K and V rounded as a pool of `dtype` stores them.
+    fn rounded_seq(s: &Seq, dtype: DType) -> Seq {
+        let round = |t: &HostTensor| rounded_tensor(t.clone(), dtype);
+        Seq { q: s.q.clone(), k: round(&s.k), v: round(&s.v), table: s.table.clone() }
+    }
+
     /// Runs rows `start..start + n` of each `(seq, start, n)` as one round on `b`.
-    fn round<B: Backend<Act = HostTensor, Kv = HostKv>>(
+    fn round<B: Backend<Act = HostTensor>>(
         b: &B,
-        kv: &mut HostKv,
+        kv: &mut B::Kv,
         p: &AttnParams,
         parts: &[(&Seq, usize, usize)],
     ) -> HostTensor {
@@ -390,15 +422,37 @@ mod tests {
     #[test]
     fn chunked_prefill_equals_whole_bit_for_bit() {
         let mut rng = Rng::new(30);
-        for simd in simds() {
-            let b = cpu(2, simd);
+        for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
+            let b = cpu_kv(2, simd, dtype);
             for (window, softcap) in OPTIONS {
                 let p = params(window, softcap);
                 let s = seq(&mut rng, &p, 150, 1);
                 let whole = chunked(&b, &p, &s, 150);
                 for chunk in [1, 3, 7] {
-                    assert_eq!(bits(&chunked(&b, &p, &s, chunk)), bits(&whole), "{simd:?} chunk {chunk} {window:?}");
+                    let got = chunked(&b, &p, &s, chunk);
+                    assert_eq!(bits(&got), bits(&whole), "{simd:?} {dtype} chunk {chunk} {window:?}");
                 }
+            }
+        }
+    }
+
+    /// A 16-bit pool gives the reference's attention over K and V rounded to its type (each
+    /// value rounded once, as it is written), and not the f32 pool's.
+    #[test]
+    fn a_half_pool_attends_over_its_rounded_values() {
+        let mut rng = Rng::new(35);
+        for (simd, dtype) in simds().into_iter().flat_map(|s| [(s, DType::BF16), (s, DType::F16)]) {
+            for (window, softcap) in OPTIONS {
+                let p = params(window, softcap);
+                let s = seq(&mut rng, &p, 120, 1);
+                let got = chunked(&cpu_kv(2, simd, dtype), &p, &s, 120);
+                let r = rounded_seq(&s, dtype);
+                let mut kv = RefBackend.kv(pool(&p)).expect("pool");
+                let want = round(&RefBackend, &mut kv, &p, &[(&r, 0, 120)]);
+                let e = rel_err(&got.data, &want.data);
+                assert!(e < 1e-5, "{simd:?} {dtype} {window:?} {softcap:?}: {e}");
+                let full = chunked(&cpu(2, simd), &p, &s, 120);
+                assert!(rel_err(&got.data, &full.data) > 1e-5, "{dtype}: the values were rounded");
             }
         }
     }
@@ -406,30 +460,31 @@ mod tests {
     #[test]
     fn a_sequence_alone_equals_it_batched_with_others() {
         let mut rng = Rng::new(31);
-        for simd in simds() {
+        for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
             for (window, softcap) in OPTIONS {
                 let p = params(window, softcap);
                 let (a, x, y) = (seq(&mut rng, &p, 90, 0), seq(&mut rng, &p, 70, 1), seq(&mut rng, &p, 130, 2));
                 // Prefill all three in earlier rounds, then advance each by a few tokens.
-                let b1 = cpu(1, simd);
+                let b1 = cpu_kv(1, simd, dtype);
                 let mut kv = b1.kv(pool(&p)).expect("pool");
                 round(&b1, &mut kv, &p, &[(&a, 0, 80)]);
                 let alone = round(&b1, &mut kv, &p, &[(&a, 80, 10)]);
-                let b2 = cpu(2, simd);
+                let b2 = cpu_kv(2, simd, dtype);
                 let mut kv = b2.kv(pool(&p)).expect("pool");
                 round(&b2, &mut kv, &p, &[(&x, 0, 64), (&a, 0, 80), (&y, 0, 125)]);
                 let batched = round(&b2, &mut kv, &p, &[(&x, 64, 6), (&a, 80, 10), (&y, 125, 5)]);
-                assert_eq!(bits(&sub(&batched, 6, 10)), bits(&alone), "{simd:?} {window:?}");
+                assert_eq!(bits(&sub(&batched, 6, 10)), bits(&alone), "{simd:?} {dtype} {window:?}");
             }
         }
     }
 
     /// One attention call: q, k, v, the pool, the round's metadata.
-    type Attend<'a> = &'a dyn Fn(&HostTensor, &HostTensor, &HostTensor, &mut HostKv, &AttnMeta) -> HostTensor;
+    type Attend<'a, K> = &'a dyn Fn(&HostTensor, &HostTensor, &HostTensor, &mut K, &AttnMeta) -> HostTensor;
 
-    /// Attention as `be` computes it over `s` in chunks of `chunk` rows, each a call.
-    fn by_chunks(be: Attend<'_>, p: &AttnParams, s: &Seq, chunk: usize) -> HostTensor {
-        let mut kv = HostKv::new(pool(p)).expect("pool");
+    /// Attention as `be` computes it over `s` in chunks of `chunk` rows, each a call, over the
+    /// pool `b` makes.
+    fn by_chunks<B: Backend>(b: &B, be: Attend<'_, B::Kv>, p: &AttnParams, s: &Seq, chunk: usize) -> HostTensor {
+        let mut kv = b.kv(pool(p)).expect("pool");
         let len = s.q.rows;
         let outs: Vec<HostTensor> = (0..len)
             .step_by(chunk)
@@ -452,21 +507,24 @@ mod tests {
             for window in [None, Some(37)] {
                 let p = params(window, None);
                 let s = seq(&mut rng, &p, 100, 1);
-                let cpu_sinks = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
+                let cpu_sinks = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut CpuKv, m: &AttnMeta| {
                     b.attention_sinks(q, k, v, kv, m, &p, &sinks)
                 };
-                let ref_sinks = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
-                    RefBackend.attention_sinks(q, k, v, kv, m, &p, &sinks)
-                };
-                let plain = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut HostKv, m: &AttnMeta| {
+                let ref_sinks =
+                    |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut tf_backend::HostKv, m: &AttnMeta| {
+                        RefBackend.attention_sinks(q, k, v, kv, m, &p, &sinks)
+                    };
+                let plain = |q: &HostTensor, k: &HostTensor, v: &HostTensor, kv: &mut CpuKv, m: &AttnMeta| {
                     b.attention(q, k, v, kv, m, &p)
                 };
-                let whole = by_chunks(&cpu_sinks, &p, &s, 100);
-                assert!(rel_err(&whole.data, &by_chunks(&ref_sinks, &p, &s, 100).data) < 1e-5, "{simd:?} {window:?}");
-                assert_eq!(bits(&by_chunks(&cpu_sinks, &p, &s, 7)), bits(&whole), "{simd:?} {window:?}: chunks of 7");
+                let whole = by_chunks(&b, &cpu_sinks, &p, &s, 100);
+                let want = by_chunks(&RefBackend, &ref_sinks, &p, &s, 100);
+                assert!(rel_err(&whole.data, &want.data) < 1e-5, "{simd:?} {window:?}");
+                let chunks = by_chunks(&b, &cpu_sinks, &p, &s, 7);
+                assert_eq!(bits(&chunks), bits(&whole), "{simd:?} {window:?}: chunks of 7");
                 // The sink takes weight: every head's output shrinks against attention without it,
                 // the fourth head's (sink 40) to almost nothing.
-                let without = by_chunks(&plain, &p, &s, 100);
+                let without = by_chunks(&b, &plain, &p, &s, 100);
                 let norm = |t: &HostTensor, h: usize| -> f32 {
                     (0..t.rows).map(|r| t.row(r)[h * 40..(h + 1) * 40].iter().map(|x| x * x).sum::<f32>()).sum()
                 };
@@ -493,6 +551,7 @@ mod tests {
                     let e = rel_err(&got.data, &want.data);
                     assert!(e < 1e-5, "{simd:?} {window:?} {softcap:?}: {e}");
                 }
+                let CpuKv::F32(kv1) = kv1 else { panic!("an f32 pool by default") };
                 assert_eq!(kv1.k, kv2.k);
                 assert_eq!(kv1.v, kv2.v);
             }
@@ -507,20 +566,26 @@ mod tests {
         let p = AttnParams { num_kv_heads: 1, ..params(None, None) };
         let mut s = seq(&mut rng, &p, 70, 0);
         s.v = s.k.clone();
-        for simd in simds() {
-            let b = cpu(2, simd);
+        for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
+            let b = cpu_kv(2, simd, dtype);
             let mut full = b.kv(pool(&p)).expect("pool");
             let mut latent = b.kv(KvShape { latent: true, ..pool(&p) }).expect("pool");
             let mut reference = RefBackend.kv(KvShape { latent: true, ..pool(&p) }).expect("pool");
-            for parts in [[(&s, 0, 50)], [(&s, 50, 20)]] {
+            let r = rounded_seq(&s, dtype);
+            for (parts, rparts) in [([(&s, 0, 50)], [(&r, 0, 50)]), ([(&s, 50, 20)], [(&r, 50, 20)])] {
                 let want = round(&b, &mut full, &p, &parts);
-                assert_eq!(bits(&round(&b, &mut latent, &p, &parts)), bits(&want), "{simd:?}");
-                let e = rel_err(&round(&RefBackend, &mut reference, &p, &parts).data, &want.data);
-                assert!(e < 1e-5, "{simd:?}: {e}");
+                assert_eq!(bits(&round(&b, &mut latent, &p, &parts)), bits(&want), "{simd:?} {dtype}");
+                let e = rel_err(&round(&RefBackend, &mut reference, &p, &rparts).data, &want.data);
+                assert!(e < 1e-5, "{simd:?} {dtype}: {e}");
             }
-            assert!(latent.v.is_empty());
             let blocks = [0, 1];
-            assert_eq!(latent.read_blocks(&blocks), full.read_blocks(&blocks), "sessions see one layout");
+            assert_eq!(b.read_kv_blocks(&latent, &blocks), b.read_kv_blocks(&full, &blocks), "sessions see one layout");
+            let empty = match latent {
+                CpuKv::F32(l) => l.v.is_empty(),
+                CpuKv::Bf16(l) => l.v.is_empty(),
+                CpuKv::F16(l) => l.v.is_empty(),
+            };
+            assert!(empty, "a latent pool keeps no V");
         }
     }
 

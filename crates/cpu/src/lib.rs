@@ -8,6 +8,7 @@ mod block_sparse;
 mod fp8;
 mod gdn;
 mod heads;
+mod kv;
 mod matmul;
 mod moe;
 mod mxfp4;
@@ -21,14 +22,16 @@ mod ssd;
 #[cfg(test)]
 mod testutil;
 
+pub use kv::{CpuKv, HalfKv, KV_DTYPES, KvElem};
 pub use quant::{IntDot, QuantActs};
 pub use simd::Simd;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, Fp8Scales, HostKv, HostMat,
-    HostState, HostTensor, KvShape, MoeParams, Rope, RowQuery, StateShape,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, Candidates, Experts, Fp8Scales, HostMat, HostState,
+    HostTensor, KvShape, MoeParams, Rope, RowQuery, StateShape, on_host,
 };
+use tf_core::DType;
 use tf_formats::TensorView;
 
 /// The fast CPU implementation of [`Backend`], over the reference backend's host types.
@@ -37,6 +40,7 @@ pub struct CpuBackend {
     simd: Simd,
     int_dot: IntDot,
     quant_acts: QuantActs,
+    kv_dtype: DType,
 }
 
 /// Construction options of [`CpuBackend`].
@@ -51,12 +55,21 @@ pub struct CpuOptions {
     pub int_dot: IntDot,
     /// How activations meet block-quantized weights.
     pub quant_acts: QuantActs,
+    /// What the KV pools hold: f32 (the reference's values), bf16 or f16 (half the memory; each
+    /// value rounded to nearest when written). One of [`KV_DTYPES`].
+    pub kv_dtype: DType,
 }
 
 impl CpuOptions {
     /// `threads` workers, the best instruction sets of this CPU, the default quantized numerics.
     pub fn new(threads: usize) -> CpuOptions {
-        CpuOptions { threads, simd: Simd::detect(), int_dot: IntDot::detect(), quant_acts: QuantActs::default() }
+        CpuOptions {
+            threads,
+            simd: Simd::detect(),
+            int_dot: IntDot::detect(),
+            quant_acts: QuantActs::default(),
+            kv_dtype: DType::F32,
+        }
     }
 }
 
@@ -88,12 +101,17 @@ impl CpuBackend {
             let d = o.int_dot.name();
             return Err(BackendError::Unsupported(format!("cpu backend: {d} dot products need the avx2 kernels")));
         }
+        if !KV_DTYPES.contains(&o.kv_dtype) {
+            let msg = format!("cpu backend: a KV cache of {} (expected f32, bf16 or f16)", o.kv_dtype);
+            return Err(BackendError::Unsupported(msg));
+        }
         let pool = ThreadPoolBuilder::new()
             .num_threads(o.threads)
             .thread_name(|i| format!("tf-cpu-{i}"))
             .build()
             .map_err(|e| BackendError::Device(format!("cpu backend: thread pool: {e}")))?;
-        Ok(CpuBackend { pool: std::sync::Arc::new(pool), simd: o.simd, int_dot: o.int_dot, quant_acts: o.quant_acts })
+        let pool = std::sync::Arc::new(pool);
+        Ok(CpuBackend { pool, simd: o.simd, int_dot: o.int_dot, quant_acts: o.quant_acts, kv_dtype: o.kv_dtype })
     }
 
     /// Worker threads in the pool.
@@ -121,7 +139,7 @@ impl Backend for CpuBackend {
     type Act = HostTensor;
     type Mat = HostMat;
     type Vec = Vec<f32>;
-    type Kv = HostKv;
+    type Kv = CpuKv;
     type State = HostState;
     type Held = Vec<u32>;
 
@@ -218,8 +236,8 @@ impl Backend for CpuBackend {
         tf_backend::gdn::mul_sigmoid(&mut x.data, &gate.data);
     }
 
-    fn kv(&self, shape: KvShape) -> Result<HostKv, BackendError> {
-        HostKv::new(shape)
+    fn kv(&self, shape: KvShape) -> Result<CpuKv, BackendError> {
+        CpuKv::new(shape, self.kv_dtype)
     }
 
     fn state(&self, shape: StateShape) -> Result<HostState, BackendError> {
@@ -292,7 +310,7 @@ impl Backend for CpuBackend {
         q: &HostTensor,
         k: &HostTensor,
         v: &HostTensor,
-        kv: &mut HostKv,
+        kv: &mut CpuKv,
         meta: &AttnMeta,
         p: &AttnParams,
     ) -> HostTensor {
@@ -312,7 +330,7 @@ impl Backend for CpuBackend {
         q: &HostTensor,
         k: &HostTensor,
         v: &HostTensor,
-        kv: &mut HostKv,
+        kv: &mut CpuKv,
         meta: &AttnMeta,
         p: &AttnParams,
         sinks: &[f32],
@@ -324,7 +342,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn attention_cached(&self, q: &HostTensor, kv: &HostKv, meta: &AttnMeta, p: &AttnParams) -> HostTensor {
+    fn attention_cached(&self, q: &HostTensor, kv: &CpuKv, meta: &AttnMeta, p: &AttnParams) -> HostTensor {
         attention::attention_cached(self, q, kv, meta, p)
     }
 
@@ -332,11 +350,15 @@ impl Backend for CpuBackend {
         &self,
         q: &HostTensor,
         k: &HostTensor,
-        kv: &mut HostKv,
+        kv: &mut CpuKv,
         meta: &AttnMeta,
         p: &tf_backend::IndexParams,
     ) -> tf_backend::BlockPicks {
-        block_sparse::index_blocks(self, q, k, kv, meta, p)
+        if let CpuKv::F32(pool) = kv {
+            return block_sparse::index_blocks(self, q, k, pool, meta, p);
+        }
+        let k = on_host::rounded_tensor(k.clone(), self.kv_dtype);
+        on_host::with_blocks(self, kv, meta, |pool, local| block_sparse::index_blocks(self, q, &k, pool, local, p))
     }
 
     fn attention_blocks(
@@ -344,12 +366,19 @@ impl Backend for CpuBackend {
         q: &HostTensor,
         k: &HostTensor,
         v: &HostTensor,
-        kv: &mut HostKv,
+        kv: &mut CpuKv,
         meta: &AttnMeta,
         p: &AttnParams,
         picks: &tf_backend::BlockPicks,
     ) -> HostTensor {
-        block_sparse::attention_blocks(self, q, k, v, kv, meta, p, picks)
+        if let CpuKv::F32(pool) = kv {
+            return block_sparse::attention_blocks(self, q, k, v, pool, meta, p, picks);
+        }
+        let (k, v) =
+            (on_host::rounded_tensor(k.clone(), self.kv_dtype), on_host::rounded_tensor(v.clone(), self.kv_dtype));
+        on_host::with_blocks(self, kv, meta, |pool, local| {
+            block_sparse::attention_blocks(self, q, &k, &v, pool, local, p, picks)
+        })
     }
 
     fn matmul_picked(&self, x: &HostTensor, w: &HostMat, picks: &[Vec<u32>]) -> Option<Vec<Vec<f32>>> {
@@ -379,12 +408,18 @@ impl Backend for CpuBackend {
         index_q: &HostTensor,
         index_w: &HostTensor,
         rows: &HostTensor,
-        kv: &mut HostKv,
+        kv: &mut CpuKv,
         meta: &AttnMeta,
         p: &AttnParams,
         ix: &tf_backend::DsaParams,
     ) -> HostTensor {
-        sparse::sparse_attention(self, q, index_q, index_w, rows, kv, meta, p, ix)
+        if let CpuKv::F32(pool) = kv {
+            return sparse::sparse_attention(self, q, index_q, index_w, rows, pool, meta, p, ix);
+        }
+        let rows = on_host::rounded_tensor(rows.clone(), self.kv_dtype);
+        on_host::with_blocks(self, kv, meta, |pool, local| {
+            sparse::sparse_attention(self, q, index_q, index_w, &rows, pool, local, p, ix)
+        })
     }
 
     fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> HostTensor {
@@ -405,15 +440,15 @@ impl Backend for CpuBackend {
         moe::moe(self, x, router_logits, experts, p)
     }
 
-    fn kv_dtype(&self) -> tf_core::DType {
-        tf_core::DType::F32
+    fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
-    fn read_kv_blocks(&self, kv: &HostKv, blocks: &[u32]) -> Vec<u8> {
+    fn read_kv_blocks(&self, kv: &CpuKv, blocks: &[u32]) -> Vec<u8> {
         kv.read_blocks(blocks)
     }
 
-    fn write_kv_blocks(&self, kv: &mut HostKv, blocks: &[u32], bytes: &[u8]) {
+    fn write_kv_blocks(&self, kv: &mut CpuKv, blocks: &[u32], bytes: &[u8]) {
         kv.write_blocks(blocks, bytes)
     }
 }

@@ -75,6 +75,13 @@ pub(crate) fn cpu(threads: usize, simd: Simd) -> CpuBackend {
     CpuBackend::with_simd(threads, simd).expect("test backend")
 }
 
+/// A backend on `threads` threads with `simd` whose KV pools hold `kv_dtype`.
+pub(crate) fn cpu_kv(threads: usize, simd: Simd, kv_dtype: DType) -> CpuBackend {
+    let int_dot = if simd == Simd::Portable { crate::IntDot::Portable } else { crate::IntDot::detect() };
+    let o = crate::CpuOptions { simd, int_dot, kv_dtype, ..crate::CpuOptions::new(threads) };
+    CpuBackend::with_options(o).expect("test backend")
+}
+
 /// The instruction sets this machine can test.
 pub(crate) fn simds() -> Vec<Simd> {
     [Simd::Portable, Simd::Avx2].into_iter().filter(|s| s.available()).collect()

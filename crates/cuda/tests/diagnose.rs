@@ -9,8 +9,8 @@ use common::backend;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use tf_backend::{
-    Activation, AttnMeta, AttnParams, Backend, BackendError, BlockPicks, Conv1d, DsaParams, Experts, Gdn, HostKv,
-    HostMat, HostState, HostTensor, IndexParams, KvShape, MoeParams, Rope, StateShape,
+    Activation, AttnMeta, AttnParams, Backend, BackendError, BlockPicks, Conv1d, DsaParams, Experts, Gdn, HostMat,
+    HostState, HostTensor, IndexParams, KvShape, MoeParams, Rope, StateShape,
 };
 use tf_cpu::CpuBackend;
 use tf_cuda::{CudaAct, CudaBackend, CudaKv, CudaMat, CudaState, CudaVec};
@@ -43,7 +43,7 @@ impl Backend for Dual {
     type Act = (HostTensor, CudaAct);
     type Mat = (HostMat, CudaMat);
     type Vec = (Vec<f32>, CudaVec);
-    type Kv = (HostKv, CudaKv);
+    type Kv = (tf_cpu::CpuKv, CudaKv);
     type State = (HostState, CudaState);
     type Held = Vec<u32>;
     fn argmax_rows_held(&self, x: &Self::Act) -> Vec<u32> {

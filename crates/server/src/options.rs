@@ -141,6 +141,16 @@ pub struct ServeArgs {
     /// Accepts: auto, avx2, avx-vnni, avx512-vnni, mixed-vnni (refused where the CPU lacks it).
     #[arg(long, default_value = "auto", value_parser = INT_DOTS)]
     pub int_dot: String,
+    /// What the KV cache holds. On the CPU `auto` is `f32` (the golden values); `bf16` or `f16`
+    /// halve its memory, so twice the tokens fit in `--kv-memory`, and the bytes long-context
+    /// decode reads (each value rounded to nearest once, when written; every promise holds as
+    /// with f32, the logits move within bf16 error). The CUDA backend keeps `bf16`; `ref` keeps
+    /// `f32`; other values are refused there. A saved session restores only into a server of
+    /// the same type.
+    ///
+    /// Accepts: auto, f32, bf16, f16.
+    #[arg(long, default_value = "auto", value_parser = KV_CACHE_DTYPES)]
+    pub kv_cache_dtype: String,
     /// Memory for the KV cache (the draft model's included); the block count it gives is reported
     /// at start. Given, it wins over `--gpu-memory-utilization`.
     ///
@@ -450,6 +460,9 @@ fn parse_draft(s: &str) -> Result<String, String> {
 
 /// The values of `--int-dot` (every command's and `serve`'s).
 pub const INT_DOTS: [&str; 5] = ["auto", "avx2", "avx-vnni", "avx512-vnni", "mixed-vnni"];
+
+/// The values of `--kv-cache-dtype` (every command's and `serve`'s).
+pub const KV_CACHE_DTYPES: [&str; 4] = ["auto", "f32", "bf16", "f16"];
 
 #[cfg(test)]
 mod tests {

@@ -53,13 +53,15 @@ pub(crate) fn rand_qmat(rng: &mut Rng, q: QuantType, rows: usize, cols: usize) -
 
 fn backend(threads: usize, simd: Simd, quant_acts: QuantActs) -> CpuBackend {
     let int_dot = if simd == Simd::Portable { IntDot::Portable } else { IntDot::detect() };
-    CpuBackend::with_options(CpuOptions { threads, simd, int_dot, quant_acts }).expect("test backend")
+    CpuBackend::with_options(CpuOptions { threads, simd, int_dot, quant_acts, kv_dtype: tf_core::DType::F32 })
+        .expect("test backend")
 }
 
 /// An int8-path backend with the integer dot products of `dot` (AVX2 kernels otherwise).
 fn dot_backend(threads: usize, dot: IntDot) -> CpuBackend {
     let simd = if dot == IntDot::Portable { Simd::Portable } else { Simd::Avx2 };
-    CpuBackend::with_options(CpuOptions { threads, simd, int_dot: dot, quant_acts: QuantActs::Int8 }).expect("backend")
+    CpuBackend::with_options(CpuOptions { simd, int_dot: dot, quant_acts: QuantActs::Int8, ..CpuOptions::new(threads) })
+        .expect("backend")
 }
 
 /// The VNNI choices this CPU has (the per-shape mix among them), each named with a skip message
@@ -354,8 +356,9 @@ fn matmul_many_equals_one_matmul_per_weight_bit_for_bit() {
         for &d in &dots {
             for acts in [QuantActs::Int8, QuantActs::F32] {
                 let simd = if d == IntDot::Portable { Simd::Portable } else { Simd::Avx2 };
-                let b = CpuBackend::with_options(CpuOptions { threads: 2, simd, int_dot: d, quant_acts: acts })
-                    .expect("backend");
+                let b =
+                    CpuBackend::with_options(CpuOptions { simd, int_dot: d, quant_acts: acts, ..CpuOptions::new(2) })
+                        .expect("backend");
                 let many = b.matmul_many(&x, &refs);
                 assert_eq!(many.len(), ws.len());
                 for (got, w) in many.iter().zip(&ws) {

@@ -140,13 +140,18 @@ pub fn verify<R: Read>(
             )));
         }
         let want = [l.kv_widths.len(), l.block_size].map(|d| d as u64);
-        if code != dtype_code(l.kv_dtype) || [num_layers, block_size] != want {
+        if kv_dtype != l.kv_dtype || [num_layers, block_size] != want {
             return Err(bad(format!(
-                "KV layout ({num_layers} layers, blocks of {block_size}) dtype {code} differs from the running \
-                 ({} layers, blocks of {}) dtype {}",
+                "KV layout ({num_layers} layers, blocks of {block_size}, {kv_dtype}) differs from the running \
+                 ({} layers, blocks of {}, {}){}",
                 want[0],
                 want[1],
-                dtype_code(l.kv_dtype)
+                l.kv_dtype,
+                if kv_dtype != l.kv_dtype {
+                    format!(" (restore it with --kv-cache-dtype {kv_dtype})")
+                } else {
+                    String::new()
+                }
             )));
         }
         if num_state != l.state.len() as u64 {

@@ -1,0 +1,283 @@
+//! The CPU backend's paged KV pools: f32 (the reference's values), or bf16 / f16 as llama.cpp's
+//! `--cache-type-k f16` keeps them (half the memory and half the bytes a decode round reads;
+//! each value rounded to nearest once, when it is written).
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use tf_backend::reference::write_kv;
+use tf_backend::{AttnMeta, BackendError, HostKv, HostTensor, KvShape};
+use tf_core::DType;
+
+/// One layer's KV pool in the element type the backend was built with.
+#[derive(Clone, Debug)]
+pub enum CpuKv {
+    /// f32 values: the host pool every host backend shares.
+    F32(HostKv),
+    /// bf16 values.
+    Bf16(HalfKv<bf16>),
+    /// f16 values.
+    F16(HalfKv<f16>),
+}
+
+/// A pool of 16-bit values: `[num_blocks, block_size, num_kv_heads, head_dim]` for K and V.
+#[derive(Clone, Debug)]
+pub struct HalfKv<T> {
+    /// The pool's shape.
+    pub shape: KvShape,
+    /// Keys.
+    pub k: Vec<T>,
+    /// Values (empty in a latent pool, whose values are its keys).
+    pub v: Vec<T>,
+}
+
+/// An element a pool stores: f32, or 16 bits widened to f32 where attention reads it.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    /// `src` as f32 into `dst` (the same length).
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// `src` rounded to nearest into `dst` (the same length).
+    fn narrow(src: &[f32], dst: &mut [Self]);
+    /// The pool read as f32 in place, where it is f32.
+    fn as_f32(pool: &[Self]) -> Option<&[f32]>;
+    /// Little-endian bytes of `x`.
+    fn put(x: &[Self], out: &mut Vec<u8>);
+    /// `x` from its little-endian bytes (`bytes.len() == 2 * x.len()`).
+    fn take(bytes: &[u8], x: &mut [Self]);
+}
+
+impl KvElem for f32 {
+    fn widen(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn narrow(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn as_f32(pool: &[f32]) -> Option<&[f32]> {
+        Some(pool)
+    }
+    fn put(x: &[f32], out: &mut Vec<u8>) {
+        out.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    fn take(bytes: &[u8], x: &mut [f32]) {
+        for (d, c) in x.iter_mut().zip(bytes.chunks_exact(4)) {
+            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    }
+}
+
+impl KvElem for bf16 {
+    #[inline(always)]
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        // A bf16 is the top half of its f32: a shift the compiler vectorizes in place.
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits(u32::from(s.to_bits()) << 16);
+        }
+    }
+    fn narrow(src: &[f32], dst: &mut [bf16]) {
+        dst.convert_from_f32_slice(src);
+    }
+    fn as_f32(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+    fn put(x: &[bf16], out: &mut Vec<u8>) {
+        out.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    fn take(bytes: &[u8], x: &mut [bf16]) {
+        for (d, c) in x.iter_mut().zip(bytes.chunks_exact(2)) {
+            *d = bf16::from_le_bytes([c[0], c[1]]);
+        }
+    }
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        // F16C where the CPU has it (detected by `half`), else exact software conversion.
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src);
+    }
+    fn as_f32(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+    fn put(x: &[f16], out: &mut Vec<u8>) {
+        out.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    fn take(bytes: &[u8], x: &mut [f16]) {
+        for (d, c) in x.iter_mut().zip(bytes.chunks_exact(2)) {
+            *d = f16::from_le_bytes([c[0], c[1]]);
+        }
+    }
+}
+
+/// The pool element types the CPU backend keeps, as `--kv-cache-dtype` names them.
+pub const KV_DTYPES: [DType; 3] = [DType::F32, DType::BF16, DType::F16];
+
+impl<T: KvElem + Default> HalfKv<T> {
+    /// A zeroed pool.
+    fn new(shape: KvShape) -> Result<HalfKv<T>, BackendError> {
+        let n = pool_len(&shape)?;
+        let v = if shape.latent { Vec::new() } else { vec![T::default(); n] };
+        Ok(HalfKv { shape, k: vec![T::default(); n], v })
+    }
+}
+
+impl<T: KvElem> HalfKv<T> {
+    /// The values attention reads: V, or in a latent pool K itself.
+    pub fn values(&self) -> &[T] {
+        if self.shape.latent { &self.k } else { &self.v }
+    }
+
+    /// Width of one slot (all KV heads).
+    pub fn slot_width(&self) -> usize {
+        self.shape.num_kv_heads * self.shape.head_dim
+    }
+
+    /// Writes K/V rows into their slots (`meta.slot_mapping`), rounded to nearest.
+    fn write(&mut self, k: &HostTensor, v: &HostTensor, meta: &AttnMeta) {
+        let w = self.slot_width();
+        for (row, &slot) in meta.slot_mapping.iter().enumerate() {
+            T::narrow(k.row(row), &mut self.k[slot * w..(slot + 1) * w]);
+            if !self.shape.latent {
+                T::narrow(v.row(row), &mut self.v[slot * w..(slot + 1) * w]);
+            }
+        }
+    }
+
+    /// K then V of `blocks` as little-endian bytes (a latent pool gives K twice), as
+    /// [`HostKv::read_blocks`] lays them out.
+    fn read_blocks(&self, blocks: &[u32]) -> Vec<u8> {
+        let n = self.shape.block_size * self.slot_width();
+        let mut out = Vec::with_capacity(2 * blocks.len() * n * 2);
+        for pool in [&self.k[..], self.values()] {
+            for &b in blocks {
+                T::put(&pool[b as usize * n..(b as usize + 1) * n], &mut out);
+            }
+        }
+        out
+    }
+
+    /// Writes bytes laid out as [`HalfKv::read_blocks`] gives them (length checked by the
+    /// caller; a latent pool takes the K half and leaves the repeat).
+    fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
+        let n = self.shape.block_size * self.slot_width();
+        let size = std::mem::size_of::<T>();
+        let mut chunks = bytes.chunks_exact(n * size);
+        for pool in [&mut self.k, &mut self.v] {
+            if pool.is_empty() {
+                continue;
+            }
+            for (&b, c) in blocks.iter().zip(&mut chunks) {
+                T::take(c, &mut pool[b as usize * n..(b as usize + 1) * n]);
+            }
+        }
+    }
+}
+
+/// Values in a pool of `shape` (K or V), refused where it overflows.
+fn pool_len(shape: &KvShape) -> Result<usize, BackendError> {
+    shape
+        .num_blocks
+        .checked_mul(shape.block_size)
+        .and_then(|n| n.checked_mul(shape.num_kv_heads * shape.head_dim))
+        .ok_or_else(|| BackendError::Unsupported(format!("KV pool {shape:?} is too large")))
+}
+
+impl CpuKv {
+    /// A zeroed pool of `shape` holding `dtype` (one of [`KV_DTYPES`]).
+    pub(crate) fn new(shape: KvShape, dtype: DType) -> Result<CpuKv, BackendError> {
+        Ok(match dtype {
+            DType::BF16 => CpuKv::Bf16(HalfKv::new(shape)?),
+            DType::F16 => CpuKv::F16(HalfKv::new(shape)?),
+            _ => CpuKv::F32(HostKv::new(shape)?),
+        })
+    }
+
+    /// The pool's shape.
+    pub fn shape(&self) -> KvShape {
+        match self {
+            CpuKv::F32(p) => p.shape,
+            CpuKv::Bf16(p) => p.shape,
+            CpuKv::F16(p) => p.shape,
+        }
+    }
+
+    /// Writes this round's K/V rows into their slots.
+    pub(crate) fn write(&mut self, k: &HostTensor, v: &HostTensor, meta: &AttnMeta) {
+        match self {
+            CpuKv::F32(p) => write_kv(k, v, p, meta),
+            CpuKv::Bf16(p) => p.write(k, v, meta),
+            CpuKv::F16(p) => p.write(k, v, meta),
+        }
+    }
+
+    /// K then V of `blocks` as little-endian bytes of the pool's type.
+    pub(crate) fn read_blocks(&self, blocks: &[u32]) -> Vec<u8> {
+        match self {
+            CpuKv::F32(p) => p.read_blocks(blocks),
+            CpuKv::Bf16(p) => p.read_blocks(blocks),
+            CpuKv::F16(p) => p.read_blocks(blocks),
+        }
+    }
+
+    /// Writes bytes laid out as [`CpuKv::read_blocks`] gives them.
+    pub(crate) fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
+        match self {
+            CpuKv::F32(p) => p.write_blocks(blocks, bytes),
+            CpuKv::Bf16(p) => p.write_blocks(blocks, bytes),
+            CpuKv::F16(p) => p.write_blocks(blocks, bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_backend::on_host::{decode_kv, encode_kv};
+
+    /// Values across the range, subnormals, ties and the non-finite ones included.
+    fn values() -> Vec<f32> {
+        let mut v: Vec<f32> = (0..4096).map(|i| (i as f32 * 0.731).sin() * 10f32.powi(i % 13 - 8)).collect();
+        v.extend([0.0, -0.0, 1.0 + f32::EPSILON, 65504.0, 65520.0, 1e-8, -6e-8, f32::INFINITY, f32::MIN_POSITIVE]);
+        v.extend([f32::from_bits(0x3F80_8000), f32::from_bits(0x3F81_8000), f32::from_bits(0x3F80_1000)]);
+        v
+    }
+
+    /// The slice conversions round exactly as the host defaults' `encode_kv` / `decode_kv` do,
+    /// so a pool written here reads back through the defaults with the same bits.
+    #[test]
+    fn conversions_round_as_the_host_defaults_do() {
+        let x = values();
+        let mut b = vec![bf16::ZERO; x.len()];
+        bf16::narrow(&x, &mut b);
+        let mut h = vec![f16::ZERO; x.len()];
+        f16::narrow(&x, &mut h);
+        let (mut wb, mut wh) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+        bf16::widen(&b, &mut wb);
+        f16::widen(&h, &mut wh);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&wb), bits(&decode_kv(&encode_kv(&x, DType::BF16), DType::BF16)));
+        assert_eq!(bits(&wh), bits(&decode_kv(&encode_kv(&x, DType::F16), DType::F16)));
+        let mut bytes = Vec::new();
+        bf16::put(&b, &mut bytes);
+        assert_eq!(bytes, encode_kv(&x, DType::BF16));
+    }
+
+    #[test]
+    fn blocks_round_trip_in_the_pools_type() {
+        for dtype in KV_DTYPES {
+            for latent in [false, true] {
+                let shape = KvShape { num_blocks: 4, block_size: 2, num_kv_heads: 2, head_dim: 3, latent };
+                let mut a = CpuKv::new(shape, dtype).expect("pool");
+                let rows = HostTensor { data: values()[..8 * 6].to_vec(), rows: 8, cols: 6 };
+                let vals = HostTensor { data: values()[100..100 + 8 * 6].to_vec(), rows: 8, cols: 6 };
+                a.write(&rows, &vals, &AttnMeta::single(0, 8, vec![0, 1, 2, 3], 2));
+                let bytes = a.read_blocks(&[2, 0]);
+                assert_eq!(bytes.len(), 2 * 2 * 2 * 6 * dtype.size(), "{dtype} latent {latent}");
+                let mut b = CpuKv::new(shape, dtype).expect("pool");
+                b.write_blocks(&[1, 3], &bytes);
+                assert_eq!(b.read_blocks(&[1, 3]), bytes, "{dtype} latent {latent}");
+            }
+        }
+    }
+}
