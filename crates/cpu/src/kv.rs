@@ -91,7 +91,14 @@ impl KvElem for bf16 {
 impl KvElem for f16 {
     #[inline(always)]
     fn widen(src: &[f16], dst: &mut [f32]) {
-        // F16C where the CPU has it (detected by `half`), else exact software conversion.
+        // F16C where the CPU has it (every AVX2 CPU the fast kernels run on), else the exact
+        // software conversion: the same values either way.
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: the CPU has F16C.
+            unsafe { widen_f16c(src, dst) };
+            return;
+        }
         src.convert_to_f32_slice(dst);
     }
     fn narrow(src: &[f32], dst: &mut [f16]) {
@@ -107,6 +114,29 @@ impl KvElem for f16 {
         for (d, c) in x.iter_mut().zip(bytes.chunks_exact(2)) {
             *d = f16::from_le_bytes([c[0], c[1]]);
         }
+    }
+}
+
+/// [`KvElem::widen`] of f16 values eight at a time by F16C.
+///
+/// # Safety
+/// The CPU supports F16C (and AVX).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n` elements of both slices; unaligned loads and stores.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = s.to_f32();
     }
 }
 
