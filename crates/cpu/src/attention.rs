@@ -210,7 +210,7 @@ fn attend_dispatch<E: KvElem>(simd: Simd, job: &Job<E>, seq: &SeqAttn, t: &Task,
 /// # Safety
 /// The CPU supports AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_avx2<E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
     unsafe { attend::<crate::simd::Avx2, E>(job, seq, t, out, s) }
 }
@@ -218,8 +218,9 @@ unsafe fn attend_avx2<E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mu
 /// The task's rows and the query heads of its KV head into `out` (`[rows, group, head_dim]`,
 /// zeroed), block by block of keys; each row sees `[window_start(pos), pos]` of every block.
 /// A tile of several rows gathers each block once (widened to f32 from a 16-bit pool); a
-/// single row (decode) over an f32 pool reads its keys and values in place, where a gather
-/// would copy every byte it reads once. The same products in the same order either way.
+/// single row (decode) reads its keys and values in place (16-bit ones widened in registers),
+/// where a gather would copy every byte it reads once. The same products in the same order
+/// either way.
 ///
 /// # Safety
 /// The CPU supports `V`'s instruction set.
@@ -233,15 +234,12 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
     s.m[..rows * group].fill(f32::NEG_INFINITY);
     s.l[..rows * group].fill(0.0);
     let mut j0 = window_start(first, p.window);
-    let in_place = match (E::as_f32(job.keys), E::as_f32(job.values)) {
-        (Some(k), Some(v)) if rows == 1 => Some((k, v)),
-        _ => None,
-    };
+    let in_place = rows == 1;
     while j0 <= last {
         let j1 = ((j0 / KEY_BLOCK + 1) * KEY_BLOCK).min(last + 1);
         for (u, j) in (j0..j1).enumerate() {
             let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
-            if in_place.is_some() {
+            if in_place {
                 s.pool_offs[u] = off;
                 continue;
             }
@@ -250,34 +248,14 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
                 E::widen(&job.values[off..][..d], &mut s.v[u * d..][..d]);
             }
         }
-        // Keys and values (a latent pool's values are its keys), and each row's offset in them.
-        let (keys, values, offs) = match in_place {
-            Some((k, v)) => (k, v, &s.pool_offs[..]),
-            None => (&s.k[..], if latent { &s.k[..] } else { &s.v[..] }, &s.offs[..]),
-        };
-        for i in 0..rows {
-            let pos = first + i;
-            let (a, b) = (j0.max(window_start(pos, p.window)), j1.min(pos + 1));
-            if a >= b {
-                continue;
-            }
-            let q = &job.q.row(seq.q_start + t.i0 + i)[kvh * group * d..][..group * d];
-            for h in 0..group {
-                let rh = i * group + h;
-                let state = (&mut s.m[rh], &mut s.l[rh]);
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    update::<V>(
-                        p,
-                        &q[h * d..][..d],
-                        (keys, values),
-                        &offs[a - j0..b - j0],
-                        &mut s.scores,
-                        state,
-                        &mut out[rh * d..][..d],
-                    )
-                };
-            }
+        let st = (&mut s.scores[..], &mut s.m[..], &mut s.l[..]);
+        // SAFETY (both arms): forwarded from the caller.
+        if in_place {
+            let pool = (job.keys, job.values, &s.pool_offs[..]);
+            unsafe { attend_block::<V, E>(job, seq, t, (j0, j1), pool, st, out) };
+        } else {
+            let values = if latent { &s.k[..] } else { &s.v[..] };
+            unsafe { attend_block::<V, f32>(job, seq, t, (j0, j1), (&s.k, values, &s.offs), st, out) };
         }
         j0 = j1;
     }
@@ -290,6 +268,51 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
     }
 }
 
+/// The task's rows over keys `j0..j1`: the rows of `keys` and `values` at `offs` (a pool's
+/// rows in place, or the block gathered), each row clipped to its window and position;
+/// `(scores, m, l)` the task's scratch and running state.
+///
+/// # Safety
+/// The CPU supports `V`'s instruction set.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn attend_block<V: Vops, X: KvElem>(
+    job: &Job<'_, impl KvElem>,
+    seq: &SeqAttn,
+    t: &Task,
+    (j0, j1): (usize, usize),
+    (keys, values, offs): (&[X], &[X], &[usize]),
+    (scores, m, l): (&mut [f32], &mut [f32], &mut [f32]),
+    out: &mut [f32],
+) {
+    let p = job.p;
+    let (d, kvh, group) = (p.head_dim, t.kvh, p.num_heads / p.num_kv_heads);
+    let first = seq.start_pos + t.i0;
+    for i in 0..t.i1 - t.i0 {
+        let pos = first + i;
+        let (a, b) = (j0.max(window_start(pos, p.window)), j1.min(pos + 1));
+        if a >= b {
+            continue;
+        }
+        let q = &job.q.row(seq.q_start + t.i0 + i)[kvh * group * d..][..group * d];
+        for h in 0..group {
+            let rh = i * group + h;
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                update::<V, X>(
+                    p,
+                    &q[h * d..][..d],
+                    (keys, values),
+                    &offs[a - j0..b - j0],
+                    scores,
+                    (&mut m[rh], &mut l[rh]),
+                    &mut out[rh * d..][..d],
+                )
+            };
+        }
+    }
+}
+
 /// One query head over one block of keys (the rows of `keys` and `values` at `offs`, one a
 /// key): scores, then the online-softmax update of the running max `m`, sum `l` and
 /// unnormalised output `acc`.
@@ -297,10 +320,10 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
 /// # Safety
 /// The CPU supports `V`'s instruction set.
 #[inline(always)]
-unsafe fn update<V: Vops>(
+unsafe fn update<V: Vops, X: KvElem>(
     p: &AttnParams,
     q: &[f32],
-    (keys, values): (&[f32], &[f32]),
+    (keys, values): (&[X], &[X]),
     offs: &[usize],
     scores: &mut [f32],
     (m, l): (&mut f32, &mut f32),

@@ -32,12 +32,18 @@ pub struct HalfKv<T> {
 
 /// An element a pool stores: f32, or 16 bits widened to f32 where attention reads it.
 pub trait KvElem: Copy + Send + Sync + 'static {
+    /// Element `i` of `x` as f32.
+    fn at(x: &[Self], i: usize) -> f32;
+    /// Eight elements from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// `p` points at eight readable elements; the CPU has AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
     /// `src` as f32 into `dst` (the same length).
     fn widen(src: &[Self], dst: &mut [f32]);
     /// `src` rounded to nearest into `dst` (the same length).
     fn narrow(src: &[f32], dst: &mut [Self]);
-    /// The pool read as f32 in place, where it is f32.
-    fn as_f32(pool: &[Self]) -> Option<&[f32]>;
     /// Little-endian bytes of `x`.
     fn put(x: &[Self], out: &mut Vec<u8>);
     /// `x` from its little-endian bytes (`bytes.len() == 2 * x.len()`).
@@ -45,14 +51,21 @@ pub trait KvElem: Copy + Send + Sync + 'static {
 }
 
 impl KvElem for f32 {
+    #[inline(always)]
+    fn at(x: &[f32], i: usize) -> f32 {
+        x[i]
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
     fn widen(src: &[f32], dst: &mut [f32]) {
         dst.copy_from_slice(src);
     }
     fn narrow(src: &[f32], dst: &mut [f32]) {
         dst.copy_from_slice(src);
-    }
-    fn as_f32(pool: &[f32]) -> Option<&[f32]> {
-        Some(pool)
     }
     fn put(x: &[f32], out: &mut Vec<u8>) {
         out.extend(x.iter().flat_map(|v| v.to_le_bytes()));
@@ -66,6 +79,20 @@ impl KvElem for f32 {
 
 impl KvElem for bf16 {
     #[inline(always)]
+    fn at(x: &[bf16], i: usize) -> f32 {
+        f32::from_bits(u32::from(x[i].to_bits()) << 16)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const bf16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: forwarded from the caller. Each value's bits moved to the top of its lane.
+        unsafe {
+            let h = _mm_loadu_si128(p.cast::<__m128i>());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+    }
+    #[inline(always)]
     fn widen(src: &[bf16], dst: &mut [f32]) {
         // A bf16 is the top half of its f32: a shift the compiler vectorizes in place.
         for (d, s) in dst.iter_mut().zip(src) {
@@ -74,9 +101,6 @@ impl KvElem for bf16 {
     }
     fn narrow(src: &[f32], dst: &mut [bf16]) {
         dst.convert_from_f32_slice(src);
-    }
-    fn as_f32(_: &[bf16]) -> Option<&[f32]> {
-        None
     }
     fn put(x: &[bf16], out: &mut Vec<u8>) {
         out.extend(x.iter().flat_map(|v| v.to_le_bytes()));
@@ -89,6 +113,17 @@ impl KvElem for bf16 {
 }
 
 impl KvElem for f16 {
+    #[inline(always)]
+    fn at(x: &[f16], i: usize) -> f32 {
+        x[i].to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: forwarded from the caller.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast::<__m128i>())) }
+    }
     #[inline(always)]
     fn widen(src: &[f16], dst: &mut [f32]) {
         // F16C where the CPU has it (every AVX2 CPU the fast kernels run on), else the exact
@@ -103,9 +138,6 @@ impl KvElem for f16 {
     }
     fn narrow(src: &[f32], dst: &mut [f16]) {
         dst.convert_from_f32_slice(src);
-    }
-    fn as_f32(_: &[f16]) -> Option<&[f32]> {
-        None
     }
     fn put(x: &[f16], out: &mut Vec<u8>) {
         out.extend(x.iter().flat_map(|v| v.to_le_bytes()));

@@ -52,30 +52,34 @@ impl Simd {
     }
 }
 
-/// The vector kernels, implemented once per instruction set (zero-sized marker types).
+/// The vector kernels, implemented once per instruction set (zero-sized marker types). `b`
+/// and `v` are f32 or a KV pool's 16-bit values, widened to f32 as they are read: the same
+/// products in the same order as over their widened copy.
 pub(crate) trait Vops {
     /// `a . b` over the shorter length, in the fixed order.
     ///
     /// # Safety
     /// The CPU supports the implementation's instruction set.
-    unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
+    unsafe fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32;
     /// Four dot products of `a` with `b[i]`, each in the fixed order (four chains in flight).
     ///
     /// # Safety
     /// As for [`Vops::dot`].
-    unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4];
+    unsafe fn dot4<E: KvElem>(a: &[f32], b: [&[E]; 4]) -> [f32; 4];
     /// `acc[i] = fma(e[t], v[offs[t] + i], acc[i])` for t in order: a weighted sum of rows of `v`.
     /// Panics if a row passes the end of `v`.
     ///
     /// # Safety
     /// As for [`Vops::dot`].
-    unsafe fn accumulate(acc: &mut [f32], e: &[f32], v: &[f32], offs: &[usize]);
+    unsafe fn accumulate<E: KvElem>(acc: &mut [f32], e: &[f32], v: &[E], offs: &[usize]);
     /// `y[i] *= s`.
     ///
     /// # Safety
     /// As for [`Vops::dot`].
     unsafe fn scale(y: &mut [f32], s: f32);
 }
+
+use crate::kv::KvElem;
 
 /// Lane reduction of the fixed order.
 #[inline(always)]
@@ -115,21 +119,30 @@ impl Portable {
 
 impl Vops for Portable {
     #[inline(always)]
-    unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        Portable::dot(a, b)
+    unsafe fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
+        // `Portable::dot`'s order: lane `k % 8`, the last chunk zero-padded.
+        let n = a.len().min(b.len());
+        let mut acc = [0.0f32; 8];
+        for k in 0..n.next_multiple_of(8) {
+            let (x, y) = if k < n { (a[k], E::at(b, k)) } else { (0.0, 0.0) };
+            acc[k % 8] = x.mul_add(y, acc[k % 8]);
+        }
+        hsum8(acc)
     }
 
     #[inline(always)]
-    unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-        b.map(|bi| Portable::dot(a, bi))
+    unsafe fn dot4<E: KvElem>(a: &[f32], b: [&[E]; 4]) -> [f32; 4] {
+        // SAFETY: the portable kernels need no CPU feature.
+        b.map(|bi| unsafe { <Self as Vops>::dot(a, bi) })
     }
 
     #[inline(always)]
-    unsafe fn accumulate(acc: &mut [f32], e: &[f32], v: &[f32], offs: &[usize]) {
+    unsafe fn accumulate<E: KvElem>(acc: &mut [f32], e: &[f32], v: &[E], offs: &[usize]) {
         let d = acc.len();
         for (&s, &o) in e.iter().zip(offs) {
-            for (a, x) in acc.iter_mut().zip(&v[o..o + d]) {
-                *a = s.mul_add(*x, *a);
+            assert!(o + d <= v.len(), "accumulate: row out of range");
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = s.mul_add(E::at(v, o + k), *a);
             }
         }
     }
@@ -146,6 +159,7 @@ pub(crate) use avx2::{Avx2, avx2_dot, hsum};
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::Vops;
+    use crate::kv::KvElem;
     use std::arch::x86_64::*;
 
     /// AVX2 + FMA kernels; callers guarantee the CPU has them.
@@ -165,11 +179,11 @@ mod avx2 {
         }
     }
 
-    /// Up to 8 values from `p`, zero-padded.
+    /// Up to 8 values from `p` as f32, zero-padded.
     #[inline(always)]
-    unsafe fn load_tail(p: &[f32]) -> __m256 {
+    unsafe fn load_tail<E: KvElem>(p: &[E]) -> __m256 {
         let mut buf = [0.0f32; 8];
-        buf[..p.len()].copy_from_slice(p);
+        E::widen(p, &mut buf[..p.len()]);
         unsafe { _mm256_loadu_ps(buf.as_ptr()) }
     }
 
@@ -178,7 +192,7 @@ mod avx2 {
     /// # Safety
     /// `i + 8 * R <= acc.len()`, every `offs[t] + acc.len() <= v.len()`, and the CPU has AVX2 + FMA.
     #[inline(always)]
-    unsafe fn acc_block<const R: usize>(acc: &mut [f32], e: &[f32], v: &[f32], offs: &[usize], i: usize) {
+    unsafe fn acc_block<const R: usize, E: KvElem>(acc: &mut [f32], e: &[f32], v: &[E], offs: &[usize], i: usize) {
         unsafe {
             let a = acc.as_mut_ptr().add(i);
             let mut r = [_mm256_setzero_ps(); R];
@@ -188,7 +202,7 @@ mod avx2 {
             for (&s, &o) in e.iter().zip(offs) {
                 let (sv, p) = (_mm256_set1_ps(s), v.as_ptr().add(o + i));
                 for (u, ru) in r.iter_mut().enumerate() {
-                    *ru = _mm256_fmadd_ps(sv, _mm256_loadu_ps(p.add(8 * u)), *ru);
+                    *ru = _mm256_fmadd_ps(sv, E::load8(p.add(8 * u)), *ru);
                 }
             }
             for (u, ru) in r.iter().enumerate() {
@@ -208,14 +222,14 @@ mod avx2 {
 
     impl Vops for Avx2 {
         #[inline(always)]
-        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        unsafe fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
             let n = a.len().min(b.len());
             let full = n & !7;
             unsafe {
                 let mut acc = _mm256_setzero_ps();
                 let mut k = 0;
                 while k < full {
-                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(k)), _mm256_loadu_ps(b.as_ptr().add(k)), acc);
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(k)), E::load8(b.as_ptr().add(k)), acc);
                     k += 8;
                 }
                 if full < n {
@@ -226,7 +240,7 @@ mod avx2 {
         }
 
         #[inline(always)]
-        unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+        unsafe fn dot4<E: KvElem>(a: &[f32], b: [&[E]; 4]) -> [f32; 4] {
             let n = b.iter().fold(a.len(), |n, bi| n.min(bi.len()));
             if b.iter().any(|bi| bi.len() != n) || a.len() != n {
                 return unsafe { b.map(|bi| Self::dot(a, bi)) };
@@ -238,7 +252,7 @@ mod avx2 {
                 while k < full {
                     let av = _mm256_loadu_ps(a.as_ptr().add(k));
                     for (c, bi) in acc.iter_mut().zip(b) {
-                        *c = _mm256_fmadd_ps(av, _mm256_loadu_ps(bi.as_ptr().add(k)), *c);
+                        *c = _mm256_fmadd_ps(av, E::load8(bi.as_ptr().add(k)), *c);
                     }
                     k += 8;
                 }
@@ -253,7 +267,7 @@ mod avx2 {
         }
 
         #[inline(always)]
-        unsafe fn accumulate(acc: &mut [f32], e: &[f32], v: &[f32], offs: &[usize]) {
+        unsafe fn accumulate<E: KvElem>(acc: &mut [f32], e: &[f32], v: &[E], offs: &[usize]) {
             let (d, n) = (acc.len(), e.len().min(offs.len()));
             let (e, offs) = (&e[..n], &offs[..n]);
             assert!(
@@ -265,21 +279,21 @@ mod avx2 {
             // SAFETY: every row `offs[t]..offs[t] + d` lies inside `v` (checked above); `i + 8 * R <= d`.
             unsafe {
                 while i + 64 <= full {
-                    acc_block::<8>(acc, e, v, offs, i);
+                    acc_block::<8, E>(acc, e, v, offs, i);
                     i += 64;
                 }
                 while i + 32 <= full {
-                    acc_block::<4>(acc, e, v, offs, i);
+                    acc_block::<4, E>(acc, e, v, offs, i);
                     i += 32;
                 }
                 while i < full {
-                    acc_block::<1>(acc, e, v, offs, i);
+                    acc_block::<1, E>(acc, e, v, offs, i);
                     i += 8;
                 }
             }
             for (k, a) in acc.iter_mut().enumerate().skip(full) {
                 for (&s, &o) in e.iter().zip(offs) {
-                    *a = s.mul_add(v[o + k], *a);
+                    *a = s.mul_add(E::at(v, o + k), *a);
                 }
             }
         }
@@ -334,5 +348,59 @@ mod tests {
                 assert_eq!(y1, y2);
             }
         }
+    }
+
+    /// Over 16-bit rows, each kernel on either instruction set gives the f32 kernel's bits over
+    /// the rows widened first (what the gathered path reads).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn half_rows_read_in_place_equal_their_widened_copy() {
+        fn check<E: KvElem>(narrow: impl Fn(&[f32]) -> Vec<E>) {
+            let mut rng = Rng::new(3);
+            for n in [1, 5, 8, 16, 67, 128, 131] {
+                let a = rng.vec(n);
+                let bs: Vec<Vec<E>> = (0..4).map(|_| narrow(&rng.vec(n))).collect();
+                let wide = |x: &[E]| {
+                    let mut w = vec![0.0; x.len()];
+                    E::widen(x, &mut w);
+                    w
+                };
+                let ws: Vec<Vec<f32>> = bs.iter().map(|b| wide(b)).collect();
+                let (b4, w4) = ([&bs[0][..], &bs[1], &bs[2], &bs[3]], [&ws[0][..], &ws[1], &ws[2], &ws[3]]);
+                let (e, v) = (rng.vec(9), narrow(&rng.vec(21 * n)));
+                let offs: Vec<usize> = (0..9).map(|t| (t * 7 % 19) * n + t % 3).collect();
+                let want_acc = {
+                    let mut y = a.clone();
+                    // SAFETY: the portable kernels need no CPU feature.
+                    unsafe { Portable::accumulate(&mut y, &e, &wide(&v), &offs) };
+                    y
+                };
+                // SAFETY: the portable kernels need no CPU feature; AVX2 is checked before use.
+                unsafe {
+                    let want = Portable::dot4(&a, w4).map(f32::to_bits);
+                    assert_eq!(Portable::dot4(&a, b4).map(f32::to_bits), want);
+                    assert_eq!(<Portable as Vops>::dot(&a, &bs[1][..]).to_bits(), want[1]);
+                    let mut y = a.clone();
+                    Portable::accumulate(&mut y, &e, &v, &offs);
+                    assert_eq!(y, want_acc);
+                    if Simd::Avx2.available() {
+                        assert_eq!(avx2_half(&a, b4).map(f32::to_bits), want, "n = {n}");
+                        let mut y = a.clone();
+                        avx2_half_acc(&mut y, &e, &v, &offs);
+                        assert_eq!(y, want_acc, "n = {n}");
+                    }
+                }
+            }
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2_half<E: KvElem>(a: &[f32], b: [&[E]; 4]) -> [f32; 4] {
+            unsafe { Avx2::dot4(a, b) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2_half_acc<E: KvElem>(y: &mut [f32], e: &[f32], v: &[E], offs: &[usize]) {
+            unsafe { Avx2::accumulate(y, e, v, offs) }
+        }
+        check(|x| x.iter().map(|&v| half::bf16::from_f32(v)).collect());
+        check(|x| x.iter().map(|&v| half::f16::from_f32(v)).collect());
     }
 }
