@@ -176,7 +176,7 @@ impl OnBackend for Bench<'_> {
             ..Default::default()
         };
         params.validate().map_err(refused)?;
-        println!("model={} backend={} threads={}", a.model.display(), b.name(), threads(&a.dev));
+        println!("model={} backend={} threads={} kv={}", a.model.display(), b.name(), threads(&a.dev), b.kv_dtype());
         // Tensor-parallel GPU ranks on `cards` GPUs read their parts of a round's bytes and
         // compute their parts of its FLOPs at once: the ceilings are that many cards'.
         let cards = {
@@ -278,6 +278,7 @@ impl OnBackend for Bench<'_> {
         crate::tp::healthy(&m)?;
         if let Some(path) = &a.json {
             let doc = json!({"model": a.model, "backend": b.name(), "threads": threads(&a.dev),
+                "kv_dtype": b.kv_dtype().to_string(),
                 "architecture": m.decoder.spec.architecture,
                 "tensor_parallel_size": a.tensor_parallel_size, "cards": cards,
                 "limits": lim.map(|l| json!({"copy_gb_s": l.copy_gb_s, "gemm_tflops": l.gemm_tflops})),
