@@ -67,6 +67,12 @@ fn half_pools_drafted_equals_undrafted() {
     for family in all_families() {
         check_drafted_equals_undrafted(&|| cpu(DType::BF16), family, DraftKind::Ngram, None, false);
     }
+    // A draft model with pools of its own, and the Gemma 4 assistant reading the target's.
+    for (target, drafter) in [("qwen3", "llama"), ("gemma4", "gemma4_assistant")] {
+        for dtype in HALVES {
+            check_drafted_equals_undrafted(&|| cpu(dtype), target, DraftKind::Model, Some(drafter), true);
+        }
+    }
 }
 
 /// Two ranks as threads, each with a bf16 pool of its heads: a dense family, latent attention
