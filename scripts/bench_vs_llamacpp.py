@@ -29,7 +29,9 @@ that is printed and llama.cpp's figures are still reported.
 Usage:
   python3 scripts/bench_vs_llamacpp.py [--install] [--model PATH.gguf] [--threads T]
       [--prompt-tokens 128] [--gen-tokens 64] [--repeat 3] [--rounds 3] [--skip-tensorfold]
-      [--bin target/release/tensorfold] [--flash-attn] [--llama-no-extra-bufts] [--out results.json]
+      [--bin target/release/tensorfold] [--kv-cache-dtype f16|bf16|f32] [--flash-attn]
+      [--llama-no-extra-bufts] [--out results.json]
+Both sides keep the KV cache `--kv-cache-dtype` names (default f16, llama.cpp's default).
 Without --model it runs scripts/fetch_gemma3_gguf.sh (cache ~/.cache/tensorfold/models/).
 """
 
@@ -139,7 +141,12 @@ def install_llamacpp(venv: Path, cmake_args: str) -> Path:
     return py
 
 
-def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_attn: bool, extra_bufts: bool):
+# llama.cpp's ggml_type of each --kv-cache-dtype value.
+GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
+
+
+def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_attn: bool, extra_bufts: bool,
+                  kv: str):
     """llama.cpp loaded and warmed up: (its description, a function running one round), or an error."""
     try:
         import llama_cpp
@@ -171,6 +178,8 @@ def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_at
         n_threads=threads,
         n_threads_batch=threads,
         flash_attn=flash_attn,
+        type_k=GGML_TYPES[kv],
+        type_v=GGML_TYPES[kv],
         logits_all=False,
         verbose=False,
         seed=0,
@@ -224,7 +233,7 @@ def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_at
     about = {
         "version": version,
         "system_info": system_info,
-        "settings": {"n_batch": n_batch, "n_ubatch": n_batch, "flash_attn": flash_attn, "kv_cache": "f16 (default)",
+        "settings": {"n_batch": n_batch, "n_ubatch": n_batch, "flash_attn": flash_attn, "kv_cache": kv,
                      "extra_bufts": extra_bufts},
         "timing": "llama_perf_context (inside llama_decode); wall_* = Python clock around Llama.eval + argmax",
     }
@@ -234,13 +243,14 @@ def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_at
 # ---------------------------------------------------------------- TensorFold
 
 
-def run_tensorfold(binary: Path, model: Path, threads: int, n_prompt: int, n_gen: int, repeat: int, timeout: float) -> dict:
+def run_tensorfold(binary: Path, model: Path, threads: int, n_prompt: int, n_gen: int, repeat: int, timeout: float,
+                   kv: str) -> dict:
     if not binary.exists():
         return {"error": f"binary {binary} not found (build it with cargo build --release)"}
     with tempfile.TemporaryDirectory() as td:
         out = Path(td) / "tf.json"
         cmd = [str(binary), "bench", "--model", str(model), "--prompt-len", str(n_prompt), "--gen-len", str(n_gen),
-               "--threads", str(threads), "--repeat", str(repeat), "--json", str(out)]
+               "--threads", str(threads), "--repeat", str(repeat), "--kv-cache-dtype", kv, "--json", str(out)]
         log("running " + " ".join(cmd))
         t0 = time.perf_counter()
         try:
@@ -284,6 +294,8 @@ def main() -> int:
     ap.add_argument("--bin", default=str(REPO / "target" / "release" / "tensorfold"), help="tensorfold binary")
     ap.add_argument("--skip-tensorfold", action="store_true", help="llama.cpp only")
     ap.add_argument("--skip-llamacpp", action="store_true", help="TensorFold only")
+    ap.add_argument("--kv-cache-dtype", choices=sorted(GGML_TYPES), default="f16",
+                    help="what both sides' KV caches hold (default f16: llama.cpp's default)")
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention on (llama-cpp-python default: off)")
     ap.add_argument("--llama-no-extra-bufts", action="store_true",
                     help="llama.cpp without its extra buffer types (repacked weights, AMX)")
@@ -312,7 +324,8 @@ def main() -> int:
         log(f"warning: load average {load_before} on {info['logical_cpus']} cpus: other work competes, figures are noisy")
 
     theirs, llama_round = ({"error": "skipped"}, None) if args.skip_llamacpp else open_llamacpp(
-        model, args.threads, args.prompt_tokens, args.gen_tokens, args.flash_attn, not args.llama_no_extra_bufts
+        model, args.threads, args.prompt_tokens, args.gen_tokens, args.flash_attn, not args.llama_no_extra_bufts,
+        args.kv_cache_dtype,
     )
     ours: dict = {"error": "skipped (--skip-tensorfold)"} if args.skip_tensorfold else {}
     rounds = []
@@ -321,7 +334,7 @@ def main() -> int:
         r = {"llamacpp": llama_round(args.repeat) if llama_round else None, "tensorfold": None}
         if not args.skip_tensorfold:
             tf = run_tensorfold(Path(args.bin), model, args.threads, args.prompt_tokens, args.gen_tokens, args.repeat,
-                                args.tf_timeout)
+                                args.tf_timeout, args.kv_cache_dtype)
             if "error" in tf:
                 log(f"TensorFold did not run: {tf['error']}")
                 if tf.get("stderr_tail"):
