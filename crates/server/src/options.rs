@@ -144,7 +144,8 @@ pub struct ServeArgs {
     /// What the KV cache holds. On the CPU `auto` is `f32` (the golden values); `bf16` or `f16`
     /// halve its memory, so twice the tokens fit in `--kv-memory`, and the bytes long-context
     /// decode reads (each value rounded to nearest once, when written; every promise holds as
-    /// with f32, the logits move within bf16 error). The CUDA backend keeps `bf16`; `ref` keeps
+    /// with f32, the logits move within bf16 error; f16 keeps more precision but no magnitude past
+    /// 65504, which bf16 keeps). The CUDA backend keeps `bf16`; `ref` keeps
     /// `f32`; other values are refused there. A saved session restores only into a server of
     /// the same type.
     ///
