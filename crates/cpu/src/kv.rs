@@ -46,7 +46,7 @@ pub trait KvElem: Copy + Send + Sync + 'static {
     fn narrow(src: &[f32], dst: &mut [Self]);
     /// Little-endian bytes of `x`.
     fn put(x: &[Self], out: &mut Vec<u8>);
-    /// `x` from its little-endian bytes (`bytes.len() == 2 * x.len()`).
+    /// `x` from its little-endian bytes (`size_of::<Self>()` a value).
     fn take(bytes: &[u8], x: &mut [Self]);
 }
 
@@ -224,6 +224,9 @@ impl<T: KvElem> HalfKv<T> {
     fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
         let n = self.shape.block_size * self.slot_width();
         let size = std::mem::size_of::<T>();
+        if n == 0 {
+            return;
+        }
         let mut chunks = bytes.chunks_exact(n * size);
         for pool in [&mut self.k, &mut self.v] {
             if pool.is_empty() {
