@@ -5,6 +5,8 @@
 //! for k = 0, 8, 16, ...; the `len % 8` tail zero-padded into one more 8-lane fma; then the lanes
 //! summed as `t[i] = acc[i] + acc[i+4]`, then `(t[0] + t[2]) + (t[1] + t[3])` (see [`hsum8`]).
 
+use crate::kv::KvElem;
+
 /// Instruction set used by the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Simd {
@@ -79,8 +81,6 @@ pub(crate) trait Vops {
     unsafe fn scale(y: &mut [f32], s: f32);
 }
 
-use crate::kv::KvElem;
-
 /// Lane reduction of the fixed order.
 #[inline(always)]
 pub(crate) fn hsum8(acc: [f32; 8]) -> f32 {
@@ -93,22 +93,17 @@ pub(crate) fn hsum8(acc: [f32; 8]) -> f32 {
 pub(crate) struct Portable;
 
 impl Portable {
-    /// Safe form of [`Vops::dot`]: the portable path needs no CPU feature.
+    /// Safe form of [`Vops::dot`]: the portable path needs no CPU feature. Lane `k % 8`, the last
+    /// chunk zero-padded; `b`'s chunks widened to f32 as they are read.
     #[inline(always)]
-    pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    pub(crate) fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
         let n = a.len().min(b.len());
-        let (ac, at) = a[..n].as_chunks::<8>();
-        let (bc, bt) = b[..n].as_chunks::<8>();
         let mut acc = [0.0f32; 8];
-        for (x, y) in ac.iter().zip(bc) {
-            for l in 0..8 {
-                acc[l] = x[l].mul_add(y[l], acc[l]);
-            }
-        }
-        if !at.is_empty() {
+        for k0 in (0..n).step_by(8) {
+            let len = (n - k0).min(8);
             let (mut x, mut y) = ([0.0f32; 8], [0.0f32; 8]);
-            x[..at.len()].copy_from_slice(at);
-            y[..bt.len()].copy_from_slice(bt);
+            x[..len].copy_from_slice(&a[k0..k0 + len]);
+            E::widen(&b[k0..k0 + len], &mut y[..len]);
             for l in 0..8 {
                 acc[l] = x[l].mul_add(y[l], acc[l]);
             }
@@ -120,14 +115,7 @@ impl Portable {
 impl Vops for Portable {
     #[inline(always)]
     unsafe fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
-        // `Portable::dot`'s order: lane `k % 8`, the last chunk zero-padded.
-        let n = a.len().min(b.len());
-        let mut acc = [0.0f32; 8];
-        for k in 0..n.next_multiple_of(8) {
-            let (x, y) = if k < n { (a[k], E::at(b, k)) } else { (0.0, 0.0) };
-            acc[k % 8] = x.mul_add(y, acc[k % 8]);
-        }
-        hsum8(acc)
+        Portable::dot(a, b)
     }
 
     #[inline(always)]
