@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod mxfp4;
 pub mod printable;
 pub mod quant;
+pub mod quantize;
 pub mod safetensors_file;
 pub mod safetensors_header;
 
