@@ -100,7 +100,7 @@ mod tests {
         let b = quantize(QuantType::Q4_0, &x).expect("one block");
         assert_eq!(f16::from_le_bytes([b[0], b[1]]).to_f32(), 0.5);
         // x / d + 8.5 truncated: -4 -> 0, 1 -> 10, 3.9 -> 16 (clamped to 15), -0.2 -> 8, 0 -> 8.
-        assert_eq!(b[2], 0 | (15 << 4));
+        assert_eq!(b[2], 15 << 4);
         assert_eq!(b[3], 10 | (8 << 4));
         assert_eq!(b[4], 8 | (8 << 4));
         let y = dequantize(QuantType::Q4_0, &b);
