@@ -165,44 +165,73 @@ extern "C" __global__ void moe_plan(const u32* __restrict__ ids, int pairs, int 
 
 // Most pairs moe_plan_tiles takes (their ids staged in shared memory).
 #define MOE_PLAN_PAIRS 8192
+// Threads moe_plan_tiles is launched with (moe/grouped.rs): the (run, expert) counters it keeps.
+#define MOE_PLAN_THREADS 1024
 
 // The grouped wgmma GEMM's plan on the device (moe/grouped.rs; one block, ids staged in dynamic
 // shared memory): the pairs sorted by expert, then pair order, as moe_plan sorts them (pair_row
 // and pos alike), and the 128-pair token tiles of each expert's pairs, [expert, first, end]
-// each in expert order, their count at *ntt.
+// each in expert order, their count at *ntt. The pairs are cut into `runs` equal runs (as many as
+// MOE_PLAN_THREADS / ne) and thread t counts, then places, the pairs of expert t % ne in run
+// t / ne: each run's pairs of an expert follow the earlier runs' ones, so the order is the stable
+// sort's whatever the number of runs, and a warp's lanes (consecutive experts of one run) read
+// one id at a time.
 extern "C" __global__ void moe_plan_tiles(const u32* __restrict__ ids, int pairs, int ne, int k,
                                           u32* __restrict__ pair_row, u32* __restrict__ pos, u32* __restrict__ tiles,
                                           u32* __restrict__ ntt) {
     tf_pdl_enter();
     extern __shared__ u32 s_ids[];
-    __shared__ u32 s_count[MOE_MAX_EXPERTS], s_start[MOE_MAX_EXPERTS], s_tile[MOE_MAX_EXPERTS];
+    __shared__ u32 s_run[MOE_PLAN_THREADS], s_start[MOE_MAX_EXPERTS + 1], s_tile[MOE_MAX_EXPERTS];
+    const int runs = ne < MOE_PLAN_THREADS ? MOE_PLAN_THREADS / ne : 1;
+    const int len = (pairs + runs - 1) / runs;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) s_ids[p] = ids[p];
     __syncthreads();
-    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+    // Each (run, expert)'s pairs.
+    for (int t = threadIdx.x; t < runs * ne; t += blockDim.x) {
+        const u32 e = (u32)(t % ne);
+        const int p0 = (t / ne) * len, p1 = min(pairs, p0 + len);
         u32 c = 0;
-        for (int p = 0; p < pairs; ++p) c += s_ids[p] == (u32)e;
-        s_count[e] = c;
+        for (int p = p0; p < p1; ++p) c += s_ids[p] == e;
+        s_run[t] = c;
+    }
+    __syncthreads();
+    // Each run's first place among its expert's pairs; the expert's count in s_start.
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        u32 at = 0;
+        for (int r = 0; r < runs; ++r) {
+            const u32 c = s_run[r * ne + e];
+            s_run[r * ne + e] = at;
+            at += c;
+        }
+        s_start[e] = at;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         u32 run = 0, t = 0;
         for (int e = 0; e < ne; ++e) {
+            const u32 c = s_start[e];
             s_start[e] = run;
             s_tile[e] = t;
-            run += s_count[e];
-            t += (s_count[e] + 127) / 128;
+            run += c;
+            t += (c + 127) / 128;
         }
+        s_start[ne] = run;
         *ntt = t;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
-        const u32 c = s_count[e], start = s_start[e];
-        u32 at = start;
-        for (int p = 0; c && p < pairs; ++p)
-            if (s_ids[p] == (u32)e) {
+    for (int t = threadIdx.x; t < runs * ne; t += blockDim.x) {
+        const u32 e = (u32)(t % ne);
+        const int p0 = (t / ne) * len, p1 = min(pairs, p0 + len);
+        u32 at = s_start[e] + s_run[t];
+        for (int p = p0; p < p1; ++p)
+            if (s_ids[p] == e) {
                 pair_row[at] = (u32)(p / k);
                 pos[p] = at++;
             }
+    }
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        const u32 start = s_start[e];
+        const u32 c = s_start[e + 1] - start;
         for (u32 j = 0; j < (c + 127) / 128; ++j) {
             u32* t = tiles + 3 * (s_tile[e] + j);
             t[0] = (u32)e;

@@ -25,6 +25,7 @@ typedef unsigned int u32;
 #define __syncthreads()
 struct Dim3 { unsigned x, y, z; };
 static Dim3 threadIdx = {0, 0, 0}, blockDim = {1, 1, 1};
+static int min(int a, int b) { return a < b ? a : b; }
 u32 s_ids[MOE_PLAN_PAIRS];
 #include "plan.h"
 int main() {
@@ -53,9 +54,9 @@ fn build() -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let defines: Vec<&str> = moe
         .lines()
-        .filter(|l| l.starts_with("#define MOE_MAX_EXPERTS") || l.starts_with("#define MOE_PLAN_PAIRS"))
+        .filter(|l| ["MAX_EXPERTS", "PLAN_PAIRS", "PLAN_THREADS"].iter().any(|d| l.starts_with(&format!("#define MOE_{d} "))))
         .collect();
-    assert_eq!(defines.len(), 2, "moe.cu's plan limits");
+    assert_eq!(defines.len(), 3, "moe.cu's plan limits");
     std::fs::write(dir.join("plan.h"), cut(&moe, "moe_plan_tiles")).expect("writing the kernel");
     std::fs::write(dir.join("main.cpp"), format!("{}\n{MAIN}", defines.join("\n"))).expect("writing the main");
     let out = dir.join("plan-emu");
@@ -106,10 +107,12 @@ fn the_device_plan_sorts_pairs_by_expert_and_tiles_them_as_the_host_plan() {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((x >> 33) % n) as u32
     };
-    // (rows, top-k, experts): a decode round of 65 rows, one of 256 rows over 128 experts
-    // (top-8: its 2048 pairs), a skewed router whose first expert takes most pairs (several
-    // tiles, the last partial), and the most pairs the kernel takes.
-    for (rows, k, ne, skew) in [(65, 2, 8, false), (256, 8, 128, false), (200, 4, 16, true), (1024, 8, 1024, false)] {
+    // (rows, top-k, experts): a decode round of 65 rows (more runs than pairs: most runs empty),
+    // one of 256 rows over 128 experts (top-8: its 2048 pairs in 8 runs), runs of a length that
+    // does not divide the pairs, a skewed router whose first expert takes most pairs (several
+    // tiles, the last partial), and the most pairs the kernel takes (one run).
+    let cases = [(65, 2, 8, false), (256, 8, 128, false), (77, 6, 64, false), (200, 4, 16, true), (1024, 8, 1024, false)];
+    for (rows, k, ne, skew) in cases {
         let ids: Vec<u32> = (0..rows)
             .flat_map(|_| {
                 // A row's experts are distinct.

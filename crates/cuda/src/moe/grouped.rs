@@ -27,6 +27,9 @@ pub(super) const DEVICE_PLAN_ROWS: usize = 256;
 /// Most pairs the device plan takes (kernels/moe.cu `MOE_PLAN_PAIRS`).
 const DEVICE_PLAN_PAIRS: usize = 8192;
 
+/// Threads of the device plan's block (kernels/moe.cu `MOE_PLAN_THREADS`: its counters).
+const DEVICE_PLAN_THREADS: usize = 1024;
+
 /// Marks a cache key as a table of tensor maps (the pointer tables' keys are addresses).
 const MAPS_KEY: u64 = u64::MAX;
 
@@ -146,7 +149,7 @@ fn device_plan(b: &Ctx, ids: &CudaSlice<u32>, pairs: usize, ne: usize, k: usize)
         Arg::P(base + 8 * pairs as u64),
         Arg::P(ptr(&ntt_at, s)),
     ];
-    d.launch(&d.k.moe_plan_tiles, (1, 1, 1), 1024, (4 * pairs) as u32, &args);
+    d.launch(&d.k.moe_plan_tiles, (1, 1, 1), DEVICE_PLAN_THREADS as u32, (4 * pairs) as u32, &args);
     DevicePlan { buf, ntt: most, ntt_at: Some(ntt_at) }
 }
 
@@ -233,8 +236,10 @@ mod tests {
     fn the_device_plans_pair_limit_is_the_kernels() {
         let src = include_str!("../../kernels/moe.cu");
         assert!(src.contains(&format!("#define MOE_PLAN_PAIRS {DEVICE_PLAN_PAIRS}\n")));
-        // Its dynamic shared memory (the ids) and static arrays fit the default 48 KB.
-        const { assert!(4 * DEVICE_PLAN_PAIRS + 3 * 4 * super::super::MAX_EXPERTS <= 48 * 1024) };
+        assert!(src.contains(&format!("#define MOE_PLAN_THREADS {DEVICE_PLAN_THREADS}\n")));
+        // Its dynamic shared memory (the ids) and static arrays (a counter a thread, an expert's
+        // start, one more, and its first tile) fit the default 48 KB.
+        const { assert!(4 * (DEVICE_PLAN_PAIRS + DEVICE_PLAN_THREADS + 2 * super::super::MAX_EXPERTS + 1) <= 48 * 1024) };
     }
 
     #[test]
