@@ -30,25 +30,30 @@ pub fn with_slots<B: Backend + ?Sized, R>(
     out
 }
 
-/// KV pool bytes of `dtype` (f32, bf16 or f16, little-endian) as f32 values; other types give
-/// none.
+/// KV pool bytes of `dtype` (f32, bf16 or f16 little-endian, or ggml's q8_0 / q4_0 blocks) as
+/// f32 values; other types give none.
 pub fn decode_kv(bytes: &[u8], dtype: tf_core::DType) -> Vec<f32> {
     use tf_core::DType;
     match dtype {
         DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         DType::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
         DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DType::Quant(q) if tf_formats::quantize::WRITABLE.contains(&q) => tf_formats::quant::dequantize(q, bytes),
         _ => Vec::new(),
     }
 }
 
-/// f32 values as KV pool bytes of `dtype`, the inverse of [`decode_kv`] (rounded to nearest).
+/// f32 values as KV pool bytes of `dtype`, the inverse of [`decode_kv`] (rounded to nearest;
+/// q8_0 / q4_0 quantized as ggml's reference quantizers do, whole blocks of 32).
 pub fn encode_kv(values: &[f32], dtype: tf_core::DType) -> Vec<u8> {
     use tf_core::DType;
     match dtype {
         DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
         DType::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+        // Blocks of 32 values in a row: a pool's rows are whole blocks (its head width a
+        // multiple of 32), so the blocks here are the pool's.
+        DType::Quant(q) => tf_formats::quantize::quantize(q, values).unwrap_or_default(),
         _ => Vec::new(),
     }
 }

@@ -69,7 +69,8 @@ pub struct DeviceArgs {
     #[arg(long, default_value = "auto", value_parser = tf_server::options::INT_DOTS)]
     pub int_dot: String,
     /// What the KV cache holds: `auto` (f32 on the CPU and `ref`, bf16 on CUDA), or on the CPU
-    /// `bf16` / `f16` (half the memory; values rounded once when written).
+    /// `bf16` / `f16` (half the memory; values rounded once when written) or `q8_0` / `q4_0`
+    /// (ggml's blocks: about a quarter / an eighth; heads of a multiple of 32 values).
     #[arg(long, default_value = "auto", value_parser = tf_server::options::KV_CACHE_DTYPES)]
     pub kv_cache_dtype: String,
     /// CUDA developer switches.

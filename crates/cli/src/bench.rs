@@ -158,7 +158,7 @@ impl OnBackend for Bench<'_> {
         let shape = GroupShape { size: a.tensor_parallel_size, expert_parallel: a.enable_expert_parallel };
         let m = crate::tp::open(&a.model, b, &Default::default(), &dev, shape)?;
         let rows = m.vocab.rows();
-        let c = Cost::of(&m.decoder.spec, b.kv_dtype().size());
+        let c = Cost::of(&m.decoder.spec, b.kv_dtype());
         let fp8 = crate::bench_fp8::Fp8Bytes::of(&a.model);
         let batches: Vec<usize> = crate::args::parse_ids(&a.batch)
             .map_err(refused)?

@@ -63,8 +63,8 @@ pub struct Cost {
 }
 
 impl Cost {
-    /// The cost of spec `s` with KV elements of `kv_elem` bytes.
-    pub fn of(s: &ModelSpec, kv_elem: usize) -> Cost {
+    /// The cost of spec `s` with KV caches of `kv_dtype`.
+    pub fn of(s: &ModelSpec, kv_dtype: tf_core::DType) -> Cost {
         let h = s.hidden_size as f64;
         // An output gate doubles q's projection (Qwen3.5's gated attention).
         let gate = if s.attn_output_gate { 2.0 } else { 1.0 };
@@ -129,7 +129,7 @@ impl Cost {
             moe_layers,
             experts,
             // K and V, or MLA's latent row alone.
-            kv_bytes_per_token: (if s.mla.is_some() { 1 } else { 2 } * kv_elems * kv_elem) as f64,
+            kv_bytes_per_token: (if s.mla.is_some() { 1 } else { 2 } * kv_dtype.kv_bytes(kv_elems)) as f64,
             state_bytes_per_seq: (4 * state_elems) as f64,
             attn_width: attn_width as f64,
         }
@@ -204,7 +204,7 @@ mod tests {
     #[test]
     fn dense_rounds_read_every_weight_whatever_the_batch() {
         let s = spec("qwen3-8b");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         assert_eq!((c.round_params(1), c.round_params(64)), (Some(c.all_params()), Some(c.all_params())));
         assert_eq!(c.token_params(), c.layer_params);
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn moe_rounds_read_the_chosen_experts() {
         let s = spec("qwen3-30b-a3b");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         // One row: its 8 experts of 128 in each of 48 layers.
         let expert = 3.0 * 2048.0 * 768.0;
@@ -223,7 +223,7 @@ mod tests {
         assert_eq!((c.round_params(2), c.round_params(64)), (None, None));
         // MiniMax-M2: experts in all 62 layers, 8 of 256 of 3 x 3072 x 1536 a token.
         let s = spec("minimax-m2");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         assert_eq!(c.token_params(), c.layer_params + 62.0 * 8.0 * 3.0 * 3072.0 * 1536.0);
     }
@@ -231,11 +231,11 @@ mod tests {
     #[test]
     fn fp8_weights_read_their_codes_and_a_row_its_experts_share() {
         use crate::bench_fp8::Fp8Bytes;
-        let c = Cost::of(&spec("qwen3-8b"), 2);
+        let c = Cost::of(&spec("qwen3-8b"), tf_core::DType::BF16);
         let fp8 = Fp8Bytes { dense: 1000.0, experts: 0.0 };
         assert_eq!(c.round_bytes(64, fp8), Some(2.0 * c.all_params() - 1000.0));
         // qwen3-30b-a3b: a row reads 8 of each layer's 128 experts.
-        let c = Cost::of(&spec("qwen3-30b-a3b"), 2);
+        let c = Cost::of(&spec("qwen3-30b-a3b"), tf_core::DType::BF16);
         let fp8 = Fp8Bytes { dense: 1000.0, experts: 128.0 * 50.0 };
         assert_eq!(c.round_bytes(1, fp8), c.round_params(1).map(|p| 2.0 * p - 1000.0 - 8.0 * 50.0));
         assert_eq!(c.round_bytes(2, fp8), None);
@@ -246,7 +246,10 @@ mod tests {
         let s = spec("qwen3-8b");
         let m = Cost::round_matmuls(&s).expect("dense");
         assert_eq!(m.len(), 36 * 4 + 1);
-        assert_eq!(m.iter().map(|&(r, c)| (r * c) as f64).sum::<f64>(), Cost::of(&s, 2).all_params());
+        assert_eq!(
+            m.iter().map(|&(r, c)| (r * c) as f64).sum::<f64>(),
+            Cost::of(&s, tf_core::DType::BF16).all_params()
+        );
         assert_eq!((m[0], m[2], m[144]), ((6144, 4096), (24576, 4096), (151936, 4096)));
         for moe_or_hybrid in ["qwen3-30b-a3b", "qwen3.5-27b"] {
             assert_eq!(Cost::round_matmuls(&spec(moe_or_hybrid)), None, "{moe_or_hybrid}");
@@ -256,7 +259,7 @@ mod tests {
     #[test]
     fn hybrid_layers_count_their_own_weights_and_state() {
         let s = spec("qwen3.5-27b");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         // 16 of 64 layers attend: KV and attention width are theirs alone.
         assert_eq!(c.kv_bytes_per_token, (2 * 16 * 4 * 256 * 2) as f64);
@@ -266,7 +269,7 @@ mod tests {
         let per_layer = 3 * (2 * 16 * 128 + 48 * 128) + 48 * 128 * 128;
         assert_eq!(c.state_bytes_per_seq, (4 * 48 * per_layer) as f64);
         let s = spec("qwen3-next-80b-a3b");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         assert_eq!(c.token_params(), c.layer_params + 48.0 * 10.0 * 3.0 * 2048.0 * 512.0);
     }
@@ -274,7 +277,7 @@ mod tests {
     #[test]
     fn latent_attention_counts_its_own_projections_and_one_cached_row() {
         let s = spec("deepseek-v3");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         // 61 layers of one latent row of 512 + 64, bf16.
         assert_eq!(c.kv_bytes_per_token, (61 * 576 * 2) as f64);
@@ -283,7 +286,7 @@ mod tests {
     #[test]
     fn shared_experts_and_the_dense_layer_count_for_every_token() {
         let s = spec("glm4.5-air");
-        let c = Cost::of(&s, 2);
+        let c = Cost::of(&s, tf_core::DType::BF16);
         assert_eq!(c.all_params(), synth_params(&s));
         // 45 MoE layers (layer 0 is dense), 8 of 128 experts a token; the shared expert is read
         // by every token, so it is in layer_params.

@@ -127,7 +127,9 @@ fn kv_dtype(dev: &DeviceArgs) -> Result<Option<DType>, Failure> {
         "f32" => Ok(Some(DType::F32)),
         "bf16" => Ok(Some(DType::BF16)),
         "f16" => Ok(Some(DType::F16)),
-        other => Err(refused(format!("--kv-cache-dtype {other}: expected auto, f32, bf16 or f16"))),
+        "q8_0" => Ok(Some(DType::Quant(tf_core::QuantType::Q8_0))),
+        "q4_0" => Ok(Some(DType::Quant(tf_core::QuantType::Q4_0))),
+        other => Err(refused(format!("--kv-cache-dtype {other}: expected auto, f32, bf16, f16, q8_0 or q4_0"))),
     }
 }
 

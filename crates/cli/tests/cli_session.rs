@@ -272,3 +272,32 @@ fn a_half_kv_session_restores_into_its_own_type_only() {
     let (f16_run, _) = generate("qwen3", &prompt, &["--kv-cache-dtype", "f16"]);
     assert_eq!(ids_of(&f16_run).len(), 12, "an f16 cache runs too");
 }
+
+/// A q8_0 session restores into a q8_0 run and prints what that run prints without it, and
+/// `inspect` names the type; a model whose heads are not whole blocks of 32 (llama's fixture,
+/// heads of 16) is refused at start naming the types that fit it.
+#[test]
+fn a_quantized_kv_session_restores_and_partial_blocks_are_refused() {
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap();
+    let prompt: Vec<i64> = (0..40).map(|i| (i * 31 % 470 + 5) as i64).collect();
+    let q8 = ["--kv-cache-dtype", "q8_0"];
+    let with_session = ["--kv-cache-dtype", "q8_0", "--session", "q8", "--session-dir", dir];
+    let (first, log) = generate("qwen3", &prompt, &with_session);
+    assert!(log.contains("saved 48 tokens"), "{log}");
+    let mut next = prompt.clone();
+    next.extend(ids_of(&first));
+    next.extend([7, 8, 9]);
+    let (plain, _) = generate("qwen3", &next, &q8);
+    let (resumed, log) = generate("qwen3", &next, &with_session);
+    assert_eq!(resumed, plain, "restored equals fresh with a q8_0 cache");
+    assert!(log.contains("restored 48 tokens"), "{log}");
+    let inspect = tf(&["session", "inspect", sessions.path().join("q8.tfsession").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains("kv dtype: q8_0"));
+
+    let m = fixture("llama");
+    let ids = join(&prompt);
+    let args =
+        ["generate", "--model", m.to_str().unwrap(), "--ids", &ids, "--threads", "2", "--kv-cache-dtype", "q4_0"];
+    assert_refused(&tf(&args), "a q4_0 KV cache needs heads of a multiple of 32 values; this model has a head of 16");
+}

@@ -118,6 +118,15 @@ impl DType {
         }
     }
 
+    /// Bytes that `n` values of a KV cache of this type take: whole blocks of a quantized type,
+    /// a partial one rounded up (a pool refuses rows that are not whole blocks), saturating.
+    pub fn kv_bytes(self, n: usize) -> usize {
+        match self {
+            DType::Quant(q) => n.div_ceil(q.block_len()).saturating_mul(q.block_bytes()),
+            d => n.saturating_mul(d.size()),
+        }
+    }
+
     /// Whether a weight matrix may be stored in this type (float, FP8 or quantized).
     pub fn is_weight(self) -> bool {
         self.is_float() || matches!(self, DType::Quant(_) | DType::F8E4M3 | DType::Mxfp4)

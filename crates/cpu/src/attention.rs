@@ -6,7 +6,7 @@
 //! every row of it attends to its own part of the block, exactly as it would alone.
 
 use crate::CpuBackend;
-use crate::kv::{CpuKv, KvElem};
+use crate::kv::{CpuKv, KvElem, dequantize_at};
 use crate::simd::{Portable, Simd, Vops};
 use rayon::prelude::*;
 use tf_backend::reference::window_start;
@@ -18,12 +18,50 @@ const KEY_BLOCK: usize = 32;
 /// Query rows of one sequence per task; they share each gathered block. Changes no result.
 const ROW_TILE: usize = 16;
 
+/// A pool's keys or values as attention reads them.
+trait KvRows: Sync {
+    /// The element a decode row reads in place.
+    type Elem: KvElem;
+    /// The values, where a decode row reads them in place (not a quantized pool's blocks).
+    fn in_place(&self) -> Option<&[Self::Elem]>;
+    /// `dst.len()` values from value `off` (a head's row) as f32.
+    fn widen_at(&self, off: usize, dst: &mut [f32]);
+}
+
+impl<E: KvElem> KvRows for [E] {
+    type Elem = E;
+    fn in_place(&self) -> Option<&[E]> {
+        Some(self)
+    }
+    #[inline(always)]
+    fn widen_at(&self, off: usize, dst: &mut [f32]) {
+        E::widen(&self[off..][..dst.len()], dst);
+    }
+}
+
+/// A quantized pool's keys or values: blocks of `q`.
+struct QuantRows<'a> {
+    q: tf_core::QuantType,
+    bytes: &'a [u8],
+}
+
+impl KvRows for QuantRows<'_> {
+    type Elem = f32;
+    fn in_place(&self) -> Option<&[f32]> {
+        None
+    }
+    #[inline(always)]
+    fn widen_at(&self, off: usize, dst: &mut [f32]) {
+        dequantize_at(self.q, self.bytes, off, dst);
+    }
+}
+
 /// Everything a task reads.
-struct Job<'a, E> {
+struct Job<'a, R: ?Sized> {
     q: &'a HostTensor,
     /// The pool's keys and the values attention reads (a latent pool's values are its keys).
-    keys: &'a [E],
-    values: &'a [E],
+    keys: &'a R,
+    values: &'a R,
     shape: KvShape,
     p: &'a AttnParams,
     block_size: usize,
@@ -113,17 +151,22 @@ fn attend_all(
     sinks: Option<&[f32]>,
 ) -> HostTensor {
     match kv {
-        CpuKv::F32(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
-        CpuKv::Bf16(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
-        CpuKv::F16(pool) => attend_pool(cpu, q, (&pool.k, pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::F32(pool) => attend_pool(cpu, q, (&pool.k[..], pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::Bf16(pool) => attend_pool(cpu, q, (&pool.k[..], pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::F16(pool) => attend_pool(cpu, q, (&pool.k[..], pool.values(), pool.shape), meta, p, sinks),
+        CpuKv::Quant(pool) => {
+            let keys = QuantRows { q: pool.q, bytes: &pool.k };
+            let values = QuantRows { q: pool.q, bytes: pool.values() };
+            attend_pool(cpu, q, (&keys, &values, pool.shape), meta, p, sinks)
+        }
     }
 }
 
-/// [`attend_all`] over a pool of `E`: its keys, the values attention reads, and its shape.
-fn attend_pool<E: KvElem>(
+/// [`attend_all`] over a pool's keys, the values attention reads, and its shape.
+fn attend_pool<R: KvRows + ?Sized>(
     cpu: &CpuBackend,
     q: &HostTensor,
-    (keys, values, shape): (&[E], &[E], KvShape),
+    (keys, values, shape): (&R, &R, KvShape),
     meta: &AttnMeta,
     p: &AttnParams,
     sinks: Option<&[f32]>,
@@ -193,7 +236,14 @@ fn check_cached(q: &HostTensor, kv: KvShape, meta: &AttnMeta, p: &AttnParams) {
 }
 
 /// Runs [`attend`] with the kernels of `simd`.
-fn attend_dispatch<E: KvElem>(simd: Simd, job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+fn attend_dispatch<R: KvRows + ?Sized>(
+    simd: Simd,
+    job: &Job<R>,
+    seq: &SeqAttn,
+    t: &Task,
+    out: &mut [f32],
+    s: &mut Scratch,
+) {
     #[cfg(target_arch = "x86_64")]
     if simd == Simd::Avx2 {
         // SAFETY: a backend holds `Simd::Avx2` only where the CPU has it.
@@ -202,7 +252,7 @@ fn attend_dispatch<E: KvElem>(simd: Simd, job: &Job<E>, seq: &SeqAttn, t: &Task,
     }
     let _ = simd;
     // SAFETY: the portable kernels need no CPU feature.
-    unsafe { attend::<Portable, E>(job, seq, t, out, s) }
+    unsafe { attend::<Portable, R>(job, seq, t, out, s) }
 }
 
 /// [`attend`] compiled for AVX2 + FMA.
@@ -211,21 +261,21 @@ fn attend_dispatch<E: KvElem>(simd: Simd, job: &Job<E>, seq: &SeqAttn, t: &Task,
 /// The CPU supports AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attend_avx2<E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
-    unsafe { attend::<crate::simd::Avx2, E>(job, seq, t, out, s) }
+unsafe fn attend_avx2<R: KvRows + ?Sized>(job: &Job<R>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+    unsafe { attend::<crate::simd::Avx2, R>(job, seq, t, out, s) }
 }
 
 /// The task's rows and the query heads of its KV head into `out` (`[rows, group, head_dim]`,
 /// zeroed), block by block of keys; each row sees `[window_start(pos), pos]` of every block.
-/// A tile of several rows gathers each block once (widened to f32 from a 16-bit pool); a
-/// single row (decode) reads its keys and values in place (16-bit ones widened in registers),
-/// where a gather would copy every byte it reads once. The same products in the same order
-/// either way.
+/// A tile of several rows gathers each block once (widened to f32 from a 16-bit pool,
+/// dequantized from a quantized one); a single row (decode) reads its keys and values in place
+/// (16-bit ones widened in registers), where a gather would copy every byte it reads once, but
+/// for a quantized pool's, which it gathers too. The same products in the same order either way.
 ///
 /// # Safety
 /// The CPU supports `V`'s instruction set.
 #[inline(always)]
-unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
+unsafe fn attend<V: Vops, R: KvRows + ?Sized>(job: &Job<R>, seq: &SeqAttn, t: &Task, out: &mut [f32], s: &mut Scratch) {
     let (p, bs, latent) = (job.p, job.block_size, job.shape.latent);
     let (d, w, kvh) = (p.head_dim, job.shape.num_kv_heads * job.shape.head_dim, t.kvh);
     let group = p.num_heads / p.num_kv_heads;
@@ -234,25 +284,25 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
     s.m[..rows * group].fill(f32::NEG_INFINITY);
     s.l[..rows * group].fill(0.0);
     let mut j0 = window_start(first, p.window);
-    let in_place = rows == 1;
+    let pool = if rows == 1 { job.keys.in_place().zip(job.values.in_place()) } else { None };
     while j0 <= last {
         let j1 = ((j0 / KEY_BLOCK + 1) * KEY_BLOCK).min(last + 1);
         for (u, j) in (j0..j1).enumerate() {
             let off = (seq.block_table[j / bs] as usize * bs + j % bs) * w + kvh * d;
-            if in_place {
+            if pool.is_some() {
                 s.pool_offs[u] = off;
                 continue;
             }
-            E::widen(&job.keys[off..][..d], &mut s.k[u * d..][..d]);
+            job.keys.widen_at(off, &mut s.k[u * d..][..d]);
             if !latent {
-                E::widen(&job.values[off..][..d], &mut s.v[u * d..][..d]);
+                job.values.widen_at(off, &mut s.v[u * d..][..d]);
             }
         }
         let st = (&mut s.scores[..], &mut s.m[..], &mut s.l[..]);
         // SAFETY (both arms): forwarded from the caller.
-        if in_place {
-            let pool = (job.keys, job.values, &s.pool_offs[..]);
-            unsafe { attend_block::<V, E>(job, seq, t, (j0, j1), pool, st, out) };
+        if let Some((keys, values)) = pool {
+            let pool = (keys, values, &s.pool_offs[..]);
+            unsafe { attend_block::<V, R::Elem>(job, seq, t, (j0, j1), pool, st, out) };
         } else {
             let values = if latent { &s.k[..] } else { &s.v[..] };
             unsafe { attend_block::<V, f32>(job, seq, t, (j0, j1), (&s.k, values, &s.offs), st, out) };
@@ -277,7 +327,7 @@ unsafe fn attend<V: Vops, E: KvElem>(job: &Job<E>, seq: &SeqAttn, t: &Task, out:
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn attend_block<V: Vops, X: KvElem>(
-    job: &Job<'_, impl KvElem>,
+    job: &Job<'_, impl KvRows + ?Sized>,
     seq: &SeqAttn,
     t: &Task,
     (j0, j1): (usize, usize),
@@ -386,6 +436,14 @@ mod tests {
         AttnParams { num_heads: 6, num_kv_heads: 2, head_dim: 40, scale: 40f32.powf(-0.5), window, softcap }
     }
 
+    /// [`params`] for a pool of `dtype`: heads of 96 (three blocks) for a quantized pool.
+    fn params_for(dtype: DType, window: Option<usize>, softcap: Option<f32>) -> AttnParams {
+        match dtype {
+            DType::Quant(_) => AttnParams { head_dim: 96, scale: 96f32.powf(-0.5), ..params(window, softcap) },
+            _ => params(window, softcap),
+        }
+    }
+
     fn pool(p: &AttnParams) -> KvShape {
         KvShape { num_blocks: 64, block_size: BLOCK, num_kv_heads: p.num_kv_heads, head_dim: p.head_dim, latent: false }
     }
@@ -448,7 +506,7 @@ mod tests {
         for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
             let b = cpu_kv(2, simd, dtype);
             for (window, softcap) in OPTIONS {
-                let p = params(window, softcap);
+                let p = params_for(dtype, window, softcap);
                 let s = seq(&mut rng, &p, 150, 1);
                 let whole = chunked(&b, &p, &s, 150);
                 for chunk in [1, 3, 7] {
@@ -459,14 +517,15 @@ mod tests {
         }
     }
 
-    /// A 16-bit pool gives the reference's attention over K and V rounded to its type (each
-    /// value rounded once, as it is written), and not the f32 pool's.
+    /// A 16-bit or quantized pool gives the reference's attention over K and V rounded to its
+    /// type (each value rounded, each row quantized, once, as it is written), and not the f32
+    /// pool's.
     #[test]
-    fn a_half_pool_attends_over_its_rounded_values() {
+    fn a_half_or_quantized_pool_attends_over_its_rounded_values() {
         let mut rng = Rng::new(35);
-        for (simd, dtype) in simds().into_iter().flat_map(|s| [(s, DType::BF16), (s, DType::F16)]) {
+        for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES[1..].iter().map(move |&d| (s, d))) {
             for (window, softcap) in OPTIONS {
-                let p = params(window, softcap);
+                let p = params_for(dtype, window, softcap);
                 let s = seq(&mut rng, &p, 120, 1);
                 let got = chunked(&cpu_kv(2, simd, dtype), &p, &s, 120);
                 let r = rounded_seq(&s, dtype);
@@ -485,7 +544,7 @@ mod tests {
         let mut rng = Rng::new(31);
         for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
             for (window, softcap) in OPTIONS {
-                let p = params(window, softcap);
+                let p = params_for(dtype, window, softcap);
                 let (a, x, y) = (seq(&mut rng, &p, 90, 0), seq(&mut rng, &p, 70, 1), seq(&mut rng, &p, 130, 2));
                 // Prefill all three in earlier rounds, then advance each by a few tokens.
                 let b1 = cpu_kv(1, simd, dtype);
@@ -586,10 +645,10 @@ mod tests {
         // One KV head (MLA's latent row): a pool keeping K alone gives what a full pool gives
         // when each token's V is its K, bit for bit, and keeps no V.
         let mut rng = Rng::new(34);
-        let p = AttnParams { num_kv_heads: 1, ..params(None, None) };
-        let mut s = seq(&mut rng, &p, 70, 0);
-        s.v = s.k.clone();
         for (simd, dtype) in simds().into_iter().flat_map(|s| KV_DTYPES.map(|d| (s, d))) {
+            let p = AttnParams { num_kv_heads: 1, ..params_for(dtype, None, None) };
+            let mut s = seq(&mut rng, &p, 70, 0);
+            s.v = s.k.clone();
             let b = cpu_kv(2, simd, dtype);
             let mut full = b.kv(pool(&p)).expect("pool");
             let mut latent = b.kv(KvShape { latent: true, ..pool(&p) }).expect("pool");
@@ -607,6 +666,7 @@ mod tests {
                 CpuKv::F32(l) => l.v.is_empty(),
                 CpuKv::Bf16(l) => l.v.is_empty(),
                 CpuKv::F16(l) => l.v.is_empty(),
+                CpuKv::Quant(l) => l.v.is_empty(),
             };
             assert!(empty, "a latent pool keeps no V");
         }

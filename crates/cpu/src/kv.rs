@@ -1,12 +1,14 @@
-//! The CPU backend's paged KV pools: f32 (the reference's values), or bf16 / f16 as llama.cpp's
+//! The CPU backend's paged KV pools: f32 (the reference's values), bf16 / f16 as llama.cpp's
 //! `--cache-type-k f16` keeps them (half the memory and half the bytes a decode round reads;
-//! each value rounded to nearest once, when it is written).
+//! each value rounded to nearest once, when it is written), or ggml's q8_0 / q4_0 blocks as
+//! llama.cpp's and Ollama's quantized caches keep them (each row quantized once, when written).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use tf_backend::reference::write_kv;
 use tf_backend::{AttnMeta, BackendError, HostKv, HostTensor, KvShape};
-use tf_core::DType;
+use tf_core::{DType, QuantType};
+use tf_formats::quantize::quantize_into;
 
 /// One layer's KV pool in the element type the backend was built with.
 #[derive(Clone, Debug)]
@@ -17,6 +19,8 @@ pub enum CpuKv {
     Bf16(HalfKv<bf16>),
     /// f16 values.
     F16(HalfKv<f16>),
+    /// ggml blocks of 32 values (q8_0 or q4_0).
+    Quant(QuantKv),
 }
 
 /// A pool of 16-bit values: `[num_blocks, block_size, num_kv_heads, head_dim]` for K and V.
@@ -172,8 +176,120 @@ unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// The pool element types the CPU backend keeps, as `--kv-cache-dtype` names them.
-pub const KV_DTYPES: [DType; 3] = [DType::F32, DType::BF16, DType::F16];
+/// The pool types the CPU backend keeps, as `--kv-cache-dtype` names them.
+pub const KV_DTYPES: [DType; 5] =
+    [DType::F32, DType::BF16, DType::F16, DType::Quant(QuantType::Q8_0), DType::Quant(QuantType::Q4_0)];
+
+/// Values in one block of a quantized pool.
+const QBLOCK: usize = 32;
+
+/// A pool of ggml blocks (`q`: q8_0 or q4_0), laid out as `[num_blocks, block_size,
+/// num_kv_heads, head_dim]` values are, each run of 32 values one block; `head_dim` is a
+/// multiple of 32, so no block spans two heads and a head's row is whole blocks.
+#[derive(Clone, Debug)]
+pub struct QuantKv {
+    /// The pool's shape.
+    pub shape: KvShape,
+    /// The block type.
+    pub q: QuantType,
+    /// Keys.
+    pub k: Vec<u8>,
+    /// Values (empty in a latent pool, whose values are its keys).
+    pub v: Vec<u8>,
+}
+
+impl QuantKv {
+    /// A zeroed pool; refused where a head's row is not whole blocks.
+    fn new(shape: KvShape, q: QuantType) -> Result<QuantKv, BackendError> {
+        if !shape.head_dim.is_multiple_of(QBLOCK) {
+            return Err(BackendError::Unsupported(format!(
+                "a {} KV cache needs heads of a multiple of {QBLOCK} values; this model has a head of {} \
+                 (use --kv-cache-dtype f16 or bf16)",
+                q.name(),
+                shape.head_dim
+            )));
+        }
+        let n = pool_len(&shape)? / QBLOCK * q.block_bytes();
+        let v = if shape.latent { Vec::new() } else { vec![0; n] };
+        Ok(QuantKv { shape, q, k: vec![0; n], v })
+    }
+
+    /// Bytes of one slot (all KV heads).
+    fn slot_bytes(&self) -> usize {
+        self.shape.num_kv_heads * self.shape.head_dim / QBLOCK * self.q.block_bytes()
+    }
+
+    /// The bytes attention reads as values: V, or in a latent pool K itself.
+    pub fn values(&self) -> &[u8] {
+        if self.shape.latent { &self.k } else { &self.v }
+    }
+
+    /// Writes K/V rows into their slots, each quantized.
+    fn write(&mut self, k: &HostTensor, v: &HostTensor, meta: &AttnMeta) {
+        let n = self.slot_bytes();
+        for (row, &slot) in meta.slot_mapping.iter().enumerate() {
+            quantize_into(self.q, k.row(row), &mut self.k[slot * n..(slot + 1) * n]);
+            if !self.shape.latent {
+                quantize_into(self.q, v.row(row), &mut self.v[slot * n..(slot + 1) * n]);
+            }
+        }
+    }
+
+    /// K then V of `blocks` as their bytes (a latent pool gives K twice), as
+    /// [`HostKv::read_blocks`] lays them out.
+    fn read_blocks(&self, blocks: &[u32]) -> Vec<u8> {
+        let n = self.shape.block_size * self.slot_bytes();
+        let mut out = Vec::with_capacity(2 * blocks.len() * n);
+        for pool in [&self.k[..], self.values()] {
+            for &b in blocks {
+                out.extend_from_slice(&pool[b as usize * n..(b as usize + 1) * n]);
+            }
+        }
+        out
+    }
+
+    /// Writes bytes laid out as [`QuantKv::read_blocks`] gives them (length checked by the
+    /// caller; a latent pool takes the K half and leaves the repeat).
+    fn write_blocks(&mut self, blocks: &[u32], bytes: &[u8]) {
+        let n = self.shape.block_size * self.slot_bytes();
+        if n == 0 {
+            return;
+        }
+        let mut chunks = bytes.chunks_exact(n);
+        for pool in [&mut self.k, &mut self.v] {
+            if pool.is_empty() {
+                continue;
+            }
+            for (&b, c) in blocks.iter().zip(&mut chunks) {
+                pool[b as usize * n..(b as usize + 1) * n].copy_from_slice(c);
+            }
+        }
+    }
+}
+
+/// The `dst.len()` values (whole blocks) of a pool of `q` blocks (`bytes`) from value `off` (a
+/// block's first), as f32: each `d * code`, exact in f32, so every reading gives the same bits.
+pub fn dequantize_at(q: QuantType, bytes: &[u8], off: usize, dst: &mut [f32]) {
+    let bb = q.block_bytes();
+    let src = &bytes[off / QBLOCK * bb..][..dst.len() / QBLOCK * bb];
+    for (b, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(QBLOCK)) {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        match q {
+            QuantType::Q8_0 => {
+                for (o, &c) in out.iter_mut().zip(&b[2..]) {
+                    *o = f32::from(c as i8) * d;
+                }
+            }
+            _ => {
+                let (lo, hi) = out.split_at_mut(QBLOCK / 2);
+                for ((l, h), &c) in lo.iter_mut().zip(hi).zip(&b[2..]) {
+                    *l = f32::from((c & 0x0F) as i8 - 8) * d;
+                    *h = f32::from((c >> 4) as i8 - 8) * d;
+                }
+            }
+        }
+    }
+}
 
 impl<T: KvElem + Default> HalfKv<T> {
     /// A zeroed pool.
@@ -254,6 +370,7 @@ impl CpuKv {
         Ok(match dtype {
             DType::BF16 => CpuKv::Bf16(HalfKv::new(shape)?),
             DType::F16 => CpuKv::F16(HalfKv::new(shape)?),
+            DType::Quant(q) => CpuKv::Quant(QuantKv::new(shape, q)?),
             _ => CpuKv::F32(HostKv::new(shape)?),
         })
     }
@@ -264,6 +381,7 @@ impl CpuKv {
             CpuKv::F32(p) => p.shape,
             CpuKv::Bf16(p) => p.shape,
             CpuKv::F16(p) => p.shape,
+            CpuKv::Quant(p) => p.shape,
         }
     }
 
@@ -273,6 +391,7 @@ impl CpuKv {
             CpuKv::F32(p) => write_kv(k, v, p, meta),
             CpuKv::Bf16(p) => p.write(k, v, meta),
             CpuKv::F16(p) => p.write(k, v, meta),
+            CpuKv::Quant(p) => p.write(k, v, meta),
         }
     }
 
@@ -282,6 +401,7 @@ impl CpuKv {
             CpuKv::F32(p) => p.read_blocks(blocks),
             CpuKv::Bf16(p) => p.read_blocks(blocks),
             CpuKv::F16(p) => p.read_blocks(blocks),
+            CpuKv::Quant(p) => p.read_blocks(blocks),
         }
     }
 
@@ -291,6 +411,7 @@ impl CpuKv {
             CpuKv::F32(p) => p.write_blocks(blocks, bytes),
             CpuKv::Bf16(p) => p.write_blocks(blocks, bytes),
             CpuKv::F16(p) => p.write_blocks(blocks, bytes),
+            CpuKv::Quant(p) => p.write_blocks(blocks, bytes),
         }
     }
 }
@@ -332,17 +453,52 @@ mod tests {
     fn blocks_round_trip_in_the_pools_type() {
         for dtype in KV_DTYPES {
             for latent in [false, true] {
-                let shape = KvShape { num_blocks: 4, block_size: 2, num_kv_heads: 2, head_dim: 3, latent };
+                // Heads of 3 values, or of one block in a quantized pool.
+                let d = if matches!(dtype, DType::Quant(_)) { 32 } else { 3 };
+                let shape = KvShape { num_blocks: 4, block_size: 2, num_kv_heads: 2, head_dim: d, latent };
                 let mut a = CpuKv::new(shape, dtype).expect("pool");
-                let rows = HostTensor { data: values()[..8 * 6].to_vec(), rows: 8, cols: 6 };
-                let vals = HostTensor { data: values()[100..100 + 8 * 6].to_vec(), rows: 8, cols: 6 };
+                let w = 2 * d;
+                let rows = HostTensor { data: values()[..8 * w].to_vec(), rows: 8, cols: w };
+                let vals = HostTensor { data: values()[1000..1000 + 8 * w].to_vec(), rows: 8, cols: w };
                 a.write(&rows, &vals, &AttnMeta::single(0, 8, vec![0, 1, 2, 3], 2));
                 let bytes = a.read_blocks(&[2, 0]);
-                assert_eq!(bytes.len(), 2 * 2 * 2 * 6 * dtype.size(), "{dtype} latent {latent}");
+                assert_eq!(bytes.len(), 2 * dtype.kv_bytes(2 * 2 * w), "{dtype} latent {latent}");
                 let mut b = CpuKv::new(shape, dtype).expect("pool");
                 b.write_blocks(&[1, 3], &bytes);
                 assert_eq!(b.read_blocks(&[1, 3]), bytes, "{dtype} latent {latent}");
             }
         }
+    }
+
+    /// A quantized pool's rows are ggml's blocks of them: the bytes the host defaults'
+    /// `encode_kv` writes, read back (in place or block by block) as `decode_kv` reads them.
+    #[test]
+    fn a_quantized_pool_holds_ggml_blocks() {
+        for q in [QuantType::Q8_0, QuantType::Q4_0] {
+            let dtype = DType::Quant(q);
+            let shape = KvShape { num_blocks: 2, block_size: 2, num_kv_heads: 2, head_dim: 64, latent: false };
+            let mut pool = CpuKv::new(shape, dtype).expect("pool");
+            let rows = HostTensor { data: values()[..4 * 128].to_vec(), rows: 4, cols: 128 };
+            pool.write(&rows, &rows, &AttnMeta::single(0, 4, vec![0, 1], 2));
+            let CpuKv::Quant(p) = &pool else { panic!("a quantized pool") };
+            assert_eq!(p.k, encode_kv(&rows.data, dtype), "{q:?}");
+            let want = decode_kv(&p.k, dtype);
+            let mut got = vec![0.0; 64];
+            for off in (0..4 * 128).step_by(64) {
+                dequantize_at(q, &p.k, off, &mut got);
+                assert_eq!(got, want[off..off + 64], "{q:?} at {off}");
+            }
+            assert_eq!(decode_kv(&encode_kv(&want, dtype), dtype), want, "requantizing keeps the values");
+        }
+    }
+
+    #[test]
+    fn a_quantized_pool_refuses_heads_of_partial_blocks() {
+        let shape = KvShape { num_blocks: 2, block_size: 2, num_kv_heads: 4, head_dim: 16, latent: false };
+        let e = CpuKv::new(shape, DType::Quant(QuantType::Q8_0)).expect_err("heads of 16");
+        assert!(
+            e.to_string()
+                .contains("a q8_0 KV cache needs heads of a multiple of 32 values; this model has a head of 16")
+        );
     }
 }

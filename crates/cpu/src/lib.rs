@@ -56,7 +56,8 @@ pub struct CpuOptions {
     /// How activations meet block-quantized weights.
     pub quant_acts: QuantActs,
     /// What the KV pools hold: f32 (the reference's values), bf16 or f16 (half the memory; each
-    /// value rounded to nearest when written). One of [`KV_DTYPES`].
+    /// value rounded to nearest when written), q8_0 or q4_0 (ggml's blocks; each row quantized
+    /// when written). One of [`KV_DTYPES`].
     pub kv_dtype: DType,
 }
 
@@ -102,7 +103,7 @@ impl CpuBackend {
             return Err(BackendError::Unsupported(format!("cpu backend: {d} dot products need the avx2 kernels")));
         }
         if !KV_DTYPES.contains(&o.kv_dtype) {
-            let msg = format!("cpu backend: a KV cache of {} (expected f32, bf16 or f16)", o.kv_dtype);
+            let msg = format!("cpu backend: a KV cache of {} (expected f32, bf16, f16, q8_0 or q4_0)", o.kv_dtype);
             return Err(BackendError::Unsupported(msg));
         }
         let pool = ThreadPoolBuilder::new()

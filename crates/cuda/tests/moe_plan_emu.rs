@@ -54,7 +54,9 @@ fn build() -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let defines: Vec<&str> = moe
         .lines()
-        .filter(|l| ["MAX_EXPERTS", "PLAN_PAIRS", "PLAN_THREADS"].iter().any(|d| l.starts_with(&format!("#define MOE_{d} "))))
+        .filter(|l| {
+            ["MAX_EXPERTS", "PLAN_PAIRS", "PLAN_THREADS"].iter().any(|d| l.starts_with(&format!("#define MOE_{d} ")))
+        })
         .collect();
     assert_eq!(defines.len(), 3, "moe.cu's plan limits");
     std::fs::write(dir.join("plan.h"), cut(&moe, "moe_plan_tiles")).expect("writing the kernel");
@@ -111,7 +113,8 @@ fn the_device_plan_sorts_pairs_by_expert_and_tiles_them_as_the_host_plan() {
     // one of 256 rows over 128 experts (top-8: its 2048 pairs in 8 runs), runs of a length that
     // does not divide the pairs, a skewed router whose first expert takes most pairs (several
     // tiles, the last partial), and the most pairs the kernel takes (one run).
-    let cases = [(65, 2, 8, false), (256, 8, 128, false), (77, 6, 64, false), (200, 4, 16, true), (1024, 8, 1024, false)];
+    let cases =
+        [(65, 2, 8, false), (256, 8, 128, false), (77, 6, 64, false), (200, 4, 16, true), (1024, 8, 1024, false)];
     for (rows, k, ne, skew) in cases {
         let ids: Vec<u32> = (0..rows)
             .flat_map(|_| {

@@ -172,7 +172,7 @@ impl SessionLayout {
 
     /// Bytes of K (or V) of one block of KV layer `layer`.
     pub fn half_block_bytes(&self, layer: usize) -> usize {
-        self.block_size * self.kv_widths.get(layer).copied().unwrap_or(0) * self.kv_dtype.size()
+        self.kv_dtype.kv_bytes(self.block_size * self.kv_widths.get(layer).copied().unwrap_or(0))
     }
 }
 
@@ -563,6 +563,42 @@ mod tests {
             let (r, i) = refusals(&p, &bytes, &l);
             assert!(r.contains("non-finite") && i.contains("non-finite"), "{dtype}: {r} / {i}");
         }
+    }
+
+    #[test]
+    fn quantized_sessions_round_trip_and_refuse_bad_scales_and_widths() {
+        for q in [tf_core::QuantType::Q8_0, tf_core::QuantType::Q4_0] {
+            let dir = tempfile::tempdir().unwrap();
+            let l = SessionLayout { kv_dtype: DType::Quant(q), kv_widths: vec![32, 64], ..layout() };
+            let p = confined_path(dir.path(), "q").unwrap();
+            let mut s = session(&l);
+            // Each block's scale finite (the pattern's bytes could spell an infinity).
+            for block in s.layers.iter_mut().flat_map(|l| l.chunks_exact_mut(q.block_bytes())) {
+                block[..2].copy_from_slice(&0x3800u16.to_le_bytes()); // f16 0.5
+            }
+            assert_eq!(s.layers[0].len(), 2 * 2 * 2 * q.block_bytes(), "{q:?}: 4 tokens of one block, K and V");
+            write(&p, &l, &s).unwrap();
+            assert_eq!(read(&p, &l).unwrap(), s, "{q:?}");
+            // An infinite scale in the second layer's second block.
+            let mut bytes = std::fs::read(&p).unwrap();
+            let at = HEADER + 16 + 2 * KV_WIDTH_BYTES + s.layers[0].len() + q.block_bytes();
+            bytes[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+            reseal(&mut bytes);
+            let (r, i) = refusals(&p, &bytes, &l);
+            let needle = "non-finite K/V value (NaN or infinity) in layer 1";
+            assert!(r.contains(needle) && i.contains(needle), "{q:?}: {r} / {i}");
+        }
+        // Slots of 2 values are no whole number of blocks: an f32 file relabelled is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let p = confined_path(dir.path(), "w").unwrap();
+        write(&p, &layout(), &session(&layout())).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[20] = verify::dtype_code(DType::Quant(tf_core::QuantType::Q8_0));
+        reseal(&mut bytes);
+        let l = SessionLayout { kv_dtype: DType::Quant(tf_core::QuantType::Q8_0), ..layout() };
+        let (r, i) = refusals(&p, &bytes, &l);
+        let needle = "KV slot width 2 is not a whole number of q8_0 blocks of 32";
+        assert!(r.contains(needle) && i.contains(needle), "{r} / {i}");
     }
 
     #[test]

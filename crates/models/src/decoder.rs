@@ -180,7 +180,7 @@ impl<B: Backend> Decoder<B> {
     /// V, or the latent row alone (MLA).
     pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
         let parts = if self.spec.mla.is_some() { 1 } else { 2 };
-        parts * self.kv_shapes.iter().map(|(h, d)| h * d).sum::<usize>() * kv_dtype.size()
+        parts * self.kv_shapes.iter().map(|(h, d)| kv_dtype.kv_bytes(h * d)).sum::<usize>()
     }
 
     /// Each KV pool's slot width (`KV heads * head width`: the values K, or V, holds per token),

@@ -146,7 +146,7 @@ impl<B: Backend> MtpHead<B> {
     /// Bytes of its KV cache per token in pools of `kv_dtype`.
     pub fn kv_bytes_per_token(&self, kv_dtype: tf_core::DType) -> usize {
         let parts = if self.spec.mla.is_some() { 1 } else { 2 };
-        parts * self.kv_shape.0 * self.kv_shape.1 * kv_dtype.size()
+        parts * kv_dtype.kv_bytes(self.kv_shape.0 * self.kv_shape.1)
     }
 
     /// The head over `batch`: row `i` at position `p` takes the token `batch.ids[i]` (the one at

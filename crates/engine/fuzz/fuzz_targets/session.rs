@@ -29,7 +29,7 @@ fn check(data: &[u8]) {
             assert_eq!(again, h);
             assert_eq!(s.ids.len(), h.num_tokens);
             assert_eq!(s.layers.len(), h.kv_widths.len());
-            let per_layer = |w: usize| 2 * h.num_tokens * w * h.kv_dtype.size();
+            let per_layer = |w: usize| 2 * h.kv_dtype.kv_bytes(h.num_tokens * w);
             assert!(s.layers.iter().zip(&h.kv_widths).all(|(l, &w)| l.len() == per_layer(w)));
             assert_eq!(s.state.len(), h.state.len());
             assert!(s.state.iter().zip(&h.state).all(|(b, shape)| b.len() == shape.slot_bytes()));

@@ -12,7 +12,7 @@ use super::{
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use tf_backend::StateShape;
-use tf_core::DType;
+use tf_core::{DType, QuantType};
 
 /// The KV dtype a header byte names.
 pub(super) fn dtype_of(code: u8) -> Option<DType> {
@@ -20,6 +20,8 @@ pub(super) fn dtype_of(code: u8) -> Option<DType> {
         1 => Some(DType::F32),
         2 => Some(DType::F16),
         3 => Some(DType::BF16),
+        4 => Some(DType::Quant(QuantType::Q8_0)),
+        5 => Some(DType::Quant(QuantType::Q4_0)),
         _ => None,
     }
 }
@@ -30,6 +32,8 @@ pub(super) fn dtype_code(dtype: DType) -> u8 {
         DType::F32 => 1,
         DType::F16 => 2,
         DType::BF16 => 3,
+        DType::Quant(QuantType::Q8_0) => 4,
+        DType::Quant(QuantType::Q4_0) => 5,
         _ => 0,
     }
 }
@@ -51,6 +55,8 @@ fn first_non_finite(dtype: DType, bytes: &[u8]) -> Option<usize> {
         DType::F32 => !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite(),
         DType::F16 => u16::from_le_bytes([c[0], c[1]]) & 0x7c00 == 0x7c00,
         DType::BF16 => u16::from_le_bytes([c[0], c[1]]) & 0x7f80 == 0x7f80,
+        // A block's f16 scale (its codes are integers).
+        DType::Quant(_) => u16::from_le_bytes([c[0], c[1]]) & 0x7c00 == 0x7c00,
         _ => false,
     };
     bytes.chunks_exact(size).position(bad).map(|i| i * size)
@@ -207,7 +213,19 @@ pub fn verify<R: Read>(
     {
         return Err(bad(format!("KV slot widths {widths:?} differ from the running {:?}", l.kv_widths)));
     }
-    let layer_bytes = |w: u64| [2, n, w, kv_dtype.size() as u64].iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+    if let DType::Quant(q) = kv_dtype
+        && let Some(w) = widths.iter().find(|&&w| !w.is_multiple_of(q.block_len() as u64))
+    {
+        return Err(bad(format!(
+            "KV slot width {w} is not a whole number of {} blocks of {}",
+            q.name(),
+            q.block_len()
+        )));
+    }
+    let layer_bytes = |w: u64| {
+        let values = usize::try_from(n.checked_mul(w)?).ok()?;
+        (kv_dtype.bytes_for(values)? as u64).checked_mul(2)
+    };
     let slot_bytes = |s: &StateShape| {
         let conv = (s.conv_channels as u64).checked_mul(s.conv_width as u64)?;
         conv.checked_add(s.rec_len as u64)?.checked_mul(4)

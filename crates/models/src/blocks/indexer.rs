@@ -36,6 +36,18 @@ impl<B: Backend> Indexer<B> {
     ) -> Result<Self, ModelError> {
         let a = format!("{p}{}.", s.names.attn);
         let d = x.head_dim;
+        // Several layers' keys share a slot: in a quantized pool each layer's must be whole
+        // blocks, or writing one layer's keys would move another's.
+        if let tf_core::DType::Quant(q) = ld.backend_ref().kv_dtype()
+            && !d.is_multiple_of(q.block_len())
+        {
+            return Err(ModelError::Backend(tf_backend::BackendError::Unsupported(format!(
+                "a {} KV cache needs heads of a multiple of {} values; this model's indexer keys have \
+                 heads of {d} (use --kv-cache-dtype f16 or bf16)",
+                q.name(),
+                q.block_len()
+            ))));
+        }
         Ok(Indexer {
             q: ld.mat(&format!("{a}index_q_proj.weight"), x.num_heads * d, s.hidden_size)?,
             k: ld.mat(&format!("{a}index_k_proj.weight"), d, s.hidden_size)?,

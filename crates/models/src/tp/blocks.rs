@@ -19,14 +19,14 @@ pub struct RankPools {
     pub kv_widths: Vec<usize>,
     /// Each state pool's one-slot shape, in layer order.
     pub state: Vec<StateShape>,
-    /// Bytes of one KV value (the size of the backend's `kv_dtype`).
-    pub kv_value_bytes: usize,
+    /// The type of the KV values (the backend's `kv_dtype`).
+    pub kv_dtype: tf_core::DType,
 }
 
 impl RankPools {
     /// Bytes of one pool's K and V over `blocks` blocks of `block_size` tokens.
     pub fn kv_bytes(&self, pool: usize, blocks: usize, block_size: usize) -> usize {
-        2 * blocks * block_size * self.kv_widths.get(pool).copied().unwrap_or(0) * self.kv_value_bytes
+        2 * self.kv_dtype.kv_bytes(blocks * block_size * self.kv_widths.get(pool).copied().unwrap_or(0))
     }
 
     /// Bytes of a part of `blocks` blocks of `block_size` tokens, with the state slot or not.
@@ -35,12 +35,12 @@ impl RankPools {
         kv + if slot { self.state.iter().map(StateShape::slot_bytes).sum() } else { 0 }
     }
 
-    /// Whether `other` has as many pools of each kind and the same value size (ranks of one
+    /// Whether `other` has as many pools of each kind and the same value type (ranks of one
     /// group differ at most in their widths).
     fn like(&self, other: &RankPools) -> bool {
         self.kv_widths.len() == other.kv_widths.len()
             && self.state.len() == other.state.len()
-            && self.kv_value_bytes == other.kv_value_bytes
+            && self.kv_dtype == other.kv_dtype
     }
 }
 
@@ -75,7 +75,7 @@ fn refused(msg: String) -> ModelError {
 impl<B: Backend> Decoder<B> {
     /// This rank's pools.
     pub fn own_pools(&self, b: &B) -> RankPools {
-        RankPools { kv_widths: self.kv_widths(), state: self.state_shapes(1), kv_value_bytes: b.kv_dtype().size() }
+        RankPools { kv_widths: self.kv_widths(), state: self.state_shapes(1), kv_dtype: b.kv_dtype() }
     }
 
     /// Every rank's pools in rank order (one unsharded); `Err` on a sharded rank 0 that was not
@@ -233,19 +233,20 @@ pub(crate) fn check_peer(rank: usize, own: &RankPools, peer: &RankPools) -> Resu
         return Ok(());
     }
     Err(format!(
-        "rank {rank} has {} KV and {} state pools of {}-byte values, rank 0 {} and {} of {}",
+        "rank {rank} has {} KV and {} state pools of {} values, rank 0 {} and {} of {}",
         peer.kv_widths.len(),
         peer.state.len(),
-        peer.kv_value_bytes,
+        peer.kv_dtype,
         own.kv_widths.len(),
         own.state.len(),
-        own.kv_value_bytes
+        own.kv_dtype
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tf_core::DType;
 
     #[test]
     fn bytes_go_through_gather_words_unchanged_and_bad_counts_are_refused() {
@@ -265,7 +266,7 @@ mod tests {
     #[test]
     fn a_part_is_every_pool_then_every_state_slot() {
         let shape = StateShape { num_slots: 1, conv_channels: 2, conv_width: 3, rec_len: 4 };
-        let p = RankPools { kv_widths: vec![8, 16], state: vec![shape], kv_value_bytes: 2 };
+        let p = RankPools { kv_widths: vec![8, 16], state: vec![shape], kv_dtype: DType::BF16 };
         // 2 blocks of 4 tokens: K and V of 8 and 16 values a token, 2 bytes each; 10 f32 of state.
         assert_eq!(p.kv_bytes(0, 2, 4), 2 * 2 * 4 * 8 * 2);
         assert_eq!(p.part_bytes(2, 4, false), 2 * 2 * 4 * (8 + 16) * 2);
@@ -273,7 +274,10 @@ mod tests {
         assert_eq!(p.part_bytes(0, 4, true), 40);
         let narrower = RankPools { kv_widths: vec![4, 8], ..p.clone() };
         assert!(check_peer(1, &p, &narrower).is_ok(), "ranks differ in widths only");
-        let other = RankPools { kv_value_bytes: 4, ..p.clone() };
-        assert!(check_peer(1, &p, &other).unwrap_err().contains("rank 1 has 2 KV and 1 state pools of 4-byte"));
+        let other = RankPools { kv_dtype: DType::F32, ..p.clone() };
+        assert!(check_peer(1, &p, &other).unwrap_err().contains("rank 1 has 2 KV and 1 state pools of f32"));
+        // A q8_0 pool's K and V: 34 bytes a block of 32 values.
+        let q8 = RankPools { kv_widths: vec![32], kv_dtype: DType::Quant(tf_core::QuantType::Q8_0), ..p.clone() };
+        assert_eq!(q8.kv_bytes(0, 2, 4), 2 * (2 * 4 * 32 / 32) * 34);
     }
 }
