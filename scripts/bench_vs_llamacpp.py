@@ -29,7 +29,7 @@ that is printed and llama.cpp's figures are still reported.
 Usage:
   python3 scripts/bench_vs_llamacpp.py [--install] [--model PATH.gguf] [--threads T]
       [--prompt-tokens 128] [--gen-tokens 64] [--repeat 3] [--rounds 3] [--skip-tensorfold]
-      [--bin target/release/tensorfold] [--kv-cache-dtype f16|bf16|f32] [--flash-attn]
+      [--bin target/release/tensorfold] [--kv-cache-dtype f16|bf16|f32|q8_0|q4_0] [--flash-attn]
       [--llama-no-extra-bufts] [--out results.json]
 Both sides keep the KV cache `--kv-cache-dtype` names (default f16, llama.cpp's default).
 Without --model it runs scripts/fetch_gemma3_gguf.sh (cache ~/.cache/tensorfold/models/).
@@ -141,8 +141,9 @@ def install_llamacpp(venv: Path, cmake_args: str) -> Path:
     return py
 
 
-# llama.cpp's ggml_type of each --kv-cache-dtype value.
-GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
+# llama.cpp's ggml_type of each --kv-cache-dtype value (a quantized V cache needs its
+# --flash-attn).
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
 
 
 def open_llamacpp(model: Path, threads: int, n_prompt: int, n_gen: int, flash_attn: bool, extra_bufts: bool,
