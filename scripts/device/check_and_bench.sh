@@ -239,7 +239,7 @@ if has moegemm; then
     && timeout 190 "$BIN" synth --like "$LIKE" --layers "$LAYERS" --out "$HC" > "$W/synth_$LIKE.txt" 2>&1; }
   if [[ -f $HC/config.json ]] && left 240 "moegemm receipt"; then
     stamp "moegemm receipt"
-    OUT=$W CKPT=$HC ARGS="--prompt-len ${PROMPTS} --batch ${BATCHES} --gen-len ${GEN} --repeat 1" \
+    OUT=$W CKPT=$HC LIKE="$LIKE:$LAYERS" ARGS="--prompt-len ${PROMPTS} --batch ${BATCHES} --gen-len ${GEN} --repeat 1" \
       A_FLAGS="--cuda-moe-gemm per-expert" B_FLAGS="--cuda-moe-gemm grouped" \
       timeout $((LIMIT - $(date +%s) + START - 20)) scripts/device/receipt.sh "$BIN" "$BIN" 2 | tee "$OUT/moegemm.txt"
   fi

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/device/receipt.sh .carry/a/tensorfold .carry/b/tensorfold [rounds]   (ARGS: bench flags)
+#   CKPT=/tmp/qwen3-30b-a3b-12 LIKE=qwen3-30b-a3b:12 receipt.sh ...: the checkpoint, and what to
+#   synthesize there if it is missing (default qwen3-8b)
 #   A_FLAGS / B_FLAGS: flags for one side only, so one build can be its own baseline, e.g.
 #   A_FLAGS="--cuda-moe-gemm per-expert" B_FLAGS="--cuda-moe-gemm grouped" receipt.sh BIN BIN
 # Speed receipt for a change: benches two builds interleaved (A B A B ...) in one call on the same
@@ -12,7 +14,11 @@ CKPT=${CKPT:-/tmp/qwen3-8b}
 ARGS=${ARGS:-"--prompt-len 128,4096 --batch 1,64 --gen-len 128 --repeat 3"}
 mkdir -p "$OUT/receipt"
 export XDG_CACHE_HOME=/tmp/xdg
-[[ -f $CKPT/config.json ]] || timeout 400 "$A" synth --like qwen3-8b --out "$CKPT" | tail -1
+# A missing CKPT is synthesized like LIKE (preset[:layers], default qwen3-8b): name the preset
+# of the checkpoint CKPT stands for, or an MoE receipt measures a dense model.
+IFS=: read -r LIKE_PRESET LIKE_LAYERS <<< "${LIKE:-qwen3-8b}"
+[[ -f $CKPT/config.json ]] || timeout 400 "$A" synth --like "$LIKE_PRESET" ${LIKE_LAYERS:+--layers "$LIKE_LAYERS"} \
+  --out "$CKPT" | tail -1
 for r in $(seq 1 "$ROUNDS"); do
   for side in A B; do
     bin=$A flags=${A_FLAGS:-}; [[ $side == B ]] && bin=$B flags=${B_FLAGS:-}
