@@ -39,10 +39,11 @@ impl<E: KvElem> KvRows for [E] {
     }
 }
 
-/// A quantized pool's keys or values: blocks of `q`.
+/// A quantized pool's keys or values: blocks of `q`, dequantized by AVX2 where `avx2`.
 struct QuantRows<'a> {
     q: tf_core::QuantType,
     bytes: &'a [u8],
+    avx2: bool,
 }
 
 impl KvRows for QuantRows<'_> {
@@ -52,7 +53,7 @@ impl KvRows for QuantRows<'_> {
     }
     #[inline(always)]
     fn widen_at(&self, off: usize, dst: &mut [f32]) {
-        dequantize_at(self.q, self.bytes, off, dst);
+        dequantize_at(self.q, self.bytes, off, dst, self.avx2);
     }
 }
 
@@ -155,8 +156,9 @@ fn attend_all(
         CpuKv::Bf16(pool) => attend_pool(cpu, q, (&pool.k[..], pool.values(), pool.shape), meta, p, sinks),
         CpuKv::F16(pool) => attend_pool(cpu, q, (&pool.k[..], pool.values(), pool.shape), meta, p, sinks),
         CpuKv::Quant(pool) => {
-            let keys = QuantRows { q: pool.q, bytes: &pool.k };
-            let values = QuantRows { q: pool.q, bytes: pool.values() };
+            let avx2 = cpu.simd == Simd::Avx2;
+            let keys = QuantRows { q: pool.q, bytes: &pool.k, avx2 };
+            let values = QuantRows { q: pool.q, bytes: pool.values(), avx2 };
             attend_pool(cpu, q, (&keys, &values, pool.shape), meta, p, sinks)
         }
     }

@@ -268,42 +268,22 @@ impl QuantKv {
 }
 
 /// The `dst.len()` values (whole blocks) of a pool of `q` blocks (`bytes`) from value `off` (a
-/// block's first), as f32: each `d * code`, exact in f32, so every reading gives the same bits.
-pub fn dequantize_at(q: QuantType, bytes: &[u8], off: usize, dst: &mut [f32]) {
+/// block's first), as f32, eight a register where `avx2` (the backend's kernels are AVX2's):
+/// each `d * code`, exact in f32, so every path gives the same bits.
+pub fn dequantize_at(q: QuantType, bytes: &[u8], off: usize, dst: &mut [f32], avx2: bool) {
     let bb = q.block_bytes();
     let src = &bytes[off / QBLOCK * bb..][..dst.len() / QBLOCK * bb];
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2.
+    if avx2 {
+        // SAFETY: a backend runs AVX2 kernels only where the CPU has them.
         unsafe { dequantize_avx2(q, src, dst) };
         return;
     }
-    dequantize_portable(q, src, dst);
+    let _ = avx2;
+    tf_formats::quant::dequantize_into(q, src, dst);
 }
 
-/// [`dequantize_at`]'s blocks `src` into `dst`, in plain Rust.
-fn dequantize_portable(q: QuantType, src: &[u8], dst: &mut [f32]) {
-    let bb = q.block_bytes();
-    for (b, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(QBLOCK)) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        match q {
-            QuantType::Q8_0 => {
-                for (o, &c) in out.iter_mut().zip(&b[2..]) {
-                    *o = f32::from(c as i8) * d;
-                }
-            }
-            _ => {
-                let (lo, hi) = out.split_at_mut(QBLOCK / 2);
-                for ((l, h), &c) in lo.iter_mut().zip(hi).zip(&b[2..]) {
-                    *l = f32::from((c & 0x0F) as i8 - 8) * d;
-                    *h = f32::from((c >> 4) as i8 - 8) * d;
-                }
-            }
-        }
-    }
-}
-
-/// [`dequantize_portable`] eight values a register: the codes widened to i32, converted and
+/// ggml's dequantization (`tf_formats::quant::dequantize_into`) eight values a register: the codes widened to i32, converted and
 /// multiplied by the block's scale (the same exact products).
 ///
 /// # Safety
@@ -533,7 +513,7 @@ mod tests {
             let want = decode_kv(&p.k, dtype);
             let mut got = vec![0.0; 64];
             for off in (0..4 * 128).step_by(64) {
-                dequantize_at(q, &p.k, off, &mut got);
+                dequantize_at(q, &p.k, off, &mut got, false);
                 assert_eq!(got, want[off..off + 64], "{q:?} at {off}");
             }
             assert_eq!(decode_kv(&encode_kv(&want, dtype), dtype), want, "requantizing keeps the values");
@@ -555,7 +535,7 @@ mod tests {
                 let (mut a, mut p) = (vec![0.0f32; 64 * 32], vec![0.0f32; 64 * 32]);
                 // SAFETY: the CPU has AVX2.
                 unsafe { dequantize_avx2(q, &bytes, &mut a) };
-                dequantize_portable(q, &bytes, &mut p);
+                tf_formats::quant::dequantize_into(q, &bytes, &mut p);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&a), bits(&p), "{q:?}");
                 assert_eq!(p, tf_formats::quant::dequantize(q, &bytes), "{q:?}: ggml's values");

@@ -9,11 +9,13 @@ use tf_core::QuantType;
 pub fn dequantize(q: QuantType, bytes: &[u8]) -> Vec<f32> {
     let mut out = Vec::with_capacity(bytes.len() / q.block_bytes() * q.block_len());
     match q {
-        QuantType::Q4_0 => blocks(bytes).for_each(|b| q4_0(b, &mut out)),
+        QuantType::Q4_0 | QuantType::Q8_0 => {
+            out.resize(bytes.len() / q.block_bytes() * q.block_len(), 0.0);
+            dequantize_into(q, bytes, &mut out);
+        }
         QuantType::Q4_1 => blocks(bytes).for_each(|b| q4_1(b, &mut out)),
         QuantType::Q5_0 => blocks(bytes).for_each(|b| q5_0(b, &mut out)),
         QuantType::Q5_1 => blocks(bytes).for_each(|b| q5_1(b, &mut out)),
-        QuantType::Q8_0 => blocks(bytes).for_each(|b| q8_0(b, &mut out)),
         QuantType::Q2K => blocks(bytes).for_each(|b| q2_k(b, &mut out)),
         QuantType::Q3K => blocks(bytes).for_each(|b| q3_k(b, &mut out)),
         QuantType::Q4K => blocks(bytes).for_each(|b| q4_k(b, &mut out)),
@@ -21,6 +23,20 @@ pub fn dequantize(q: QuantType, bytes: &[u8]) -> Vec<f32> {
         QuantType::Q6K => blocks(bytes).for_each(|b| q6_k(b, &mut out)),
     }
     out
+}
+
+/// Dequantizes the whole blocks of `bytes` into `out`, as many values as it holds (`out` no
+/// longer than the blocks' values): q8_0 and q4_0 (a KV cache's types) without allocating,
+/// the others through [`dequantize`].
+pub fn dequantize_into(q: QuantType, bytes: &[u8], out: &mut [f32]) {
+    match q {
+        QuantType::Q4_0 => blocks(bytes).zip(out.chunks_exact_mut(32)).for_each(|(b, o)| q4_0(b, o)),
+        QuantType::Q8_0 => blocks(bytes).zip(out.chunks_exact_mut(32)).for_each(|(b, o)| q8_0(b, o)),
+        _ => {
+            let all = dequantize(q, bytes);
+            out.copy_from_slice(&all[..out.len()]);
+        }
+    }
 }
 
 /// The whole `N`-byte blocks of `bytes`.
@@ -33,11 +49,13 @@ fn half(lo: u8, hi: u8) -> f32 {
 }
 
 /// 32 weights: f16 d, 16 bytes of nibbles (low nibbles are weights 0..16). w = d * (q - 8).
-fn q4_0(b: &[u8; 18], out: &mut Vec<f32>) {
+fn q4_0(b: &[u8; 18], out: &mut [f32]) {
     let d = half(b[0], b[1]);
-    let qs = &b[2..];
-    out.extend(qs.iter().map(|&q| ((q & 0x0F) as i32 - 8) as f32 * d));
-    out.extend(qs.iter().map(|&q| ((q >> 4) as i32 - 8) as f32 * d));
+    let (lo, hi) = out.split_at_mut(16);
+    for ((l, h), &q) in lo.iter_mut().zip(hi).zip(&b[2..]) {
+        *l = ((q & 0x0F) as i32 - 8) as f32 * d;
+        *h = ((q >> 4) as i32 - 8) as f32 * d;
+    }
 }
 
 /// 32 weights: f16 d, f16 m, 16 bytes of nibbles. w = d * q + m.
@@ -70,9 +88,11 @@ fn q5_1(b: &[u8; 24], out: &mut Vec<f32>) {
 }
 
 /// 32 weights: f16 d, 32 signed bytes. w = d * q.
-fn q8_0(b: &[u8; 34], out: &mut Vec<f32>) {
+fn q8_0(b: &[u8; 34], out: &mut [f32]) {
     let d = half(b[0], b[1]);
-    out.extend(b[2..].iter().map(|&q| (q as i8) as f32 * d));
+    for (o, &q) in out.iter_mut().zip(&b[2..]) {
+        *o = (q as i8) as f32 * d;
+    }
 }
 
 /// 256 weights: 16 scale bytes (low nibble scale, high nibble min), 64 bytes of 2-bit values,
